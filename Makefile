@@ -1,0 +1,40 @@
+# The two commands of the README. Both work on a fresh machine with only python3 and make.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test lint typecheck unit bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+# Stamp files: reinstall only when pyproject.toml changes.
+$(VENV)/.core: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.all: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e ".[all,dev]"
+	touch $@ $(VENV)/.core
+
+demo: $(VENV)/.core
+	$(BIN)/python examples/order_flow.py
+
+lint: $(VENV)/.all
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(VENV)/.all
+	$(BIN)/mypy
+
+unit: $(VENV)/.all
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test: lint typecheck unit
+
+bench: $(VENV)/.all
+	$(BIN)/python -m benchmarks --quick
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis build dist *.egg-info

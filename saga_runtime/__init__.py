@@ -1,0 +1,64 @@
+"""saga_runtime: an asyncio-native, durable saga executor for the side effects of agents and async apps.
+
+Tools are classes with `execute` and `compensate`; `SagaExecutor.run(plan)` runs them in ordered groups (the
+steps of a group concurrently) with retries and timeouts, writes every step ahead to a store, and undoes every
+effect in reverse when the saga cannot finish.
+"""
+
+import logging
+
+from saga_runtime._engine import Budget
+from saga_runtime._exceptions import (
+    BudgetExceededError,
+    IdempotencyConflictError,
+    PlanValidationError,
+    ReplayDivergenceError,
+    ResultNotStorableError,
+    ResultValidationError,
+    SagaError,
+    SagaFailedError,
+    SagaInProgressError,
+    StoreError,
+    UnknownToolError,
+)
+from saga_runtime._executor import SagaExecutor
+from saga_runtime._planning import PlanPolicy, Step
+from saga_runtime._records import SagaResult, SagaStatus, SagaSummary, StepRecord, StepStatus
+from saga_runtime._storage import MemoryStore, SagaStore, open_store
+from saga_runtime._tools import RetryPolicy, StepContext, ToolRegistry, ToolSpec
+
+__version__ = "0.1.0"
+
+# A library logs, the application decides where logs go: without a handler of its own, nothing is printed.
+logging.getLogger("saga_runtime").addHandler(logging.NullHandler())
+
+__all__ = [
+    "Budget",
+    "BudgetExceededError",
+    "IdempotencyConflictError",
+    "MemoryStore",
+    "PlanPolicy",
+    "PlanValidationError",
+    "ReplayDivergenceError",
+    "ResultNotStorableError",
+    "ResultValidationError",
+    "RetryPolicy",
+    "SagaError",
+    "SagaExecutor",
+    "SagaFailedError",
+    "SagaInProgressError",
+    "SagaResult",
+    "SagaStatus",
+    "SagaStore",
+    "SagaSummary",
+    "Step",
+    "StepContext",
+    "StepRecord",
+    "StepStatus",
+    "StoreError",
+    "ToolRegistry",
+    "ToolSpec",
+    "UnknownToolError",
+    "__version__",
+    "open_store",
+]

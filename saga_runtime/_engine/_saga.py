@@ -1,0 +1,459 @@
+"""The saga engine: one running saga, fed group by group by a front door (a plan, or a dynamic saga).
+
+The engine keeps the saga's rows, writes them ahead through the store (durability invariants 1 and 2 of
+DESIGN.md), runs a group's steps in one task group with retries and timeouts, cancels siblings when a step
+fails, and compensates in reverse, shielded from the caller's cancellation and bounded in time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from functools import partial
+from typing import Any
+
+import anyio
+import pydantic
+
+from saga_runtime._engine._budget import Account, Budget
+from saga_runtime._exceptions import BudgetExceededError, ResultNotStorableError, StoreError, describe
+from saga_runtime._records import (
+    SagaResult,
+    SagaRow,
+    SagaStatus,
+    StepRow,
+    StepStatus,
+    now,
+    result_from_rows,
+    to_json_value,
+)
+from saga_runtime._storage import SagaStore
+from saga_runtime._tools import StepContext, ToolRegistry, ToolSpec
+
+__all__ = ["EngineConfig", "SagaEngine"]
+
+logger = logging.getLogger("saga_runtime")
+
+_UNKNOWN = frozenset({StepStatus.RUNNING, StepStatus.CANCELLED})
+# asyncio-native: the caller leaving is asyncio.CancelledError (anyio raises the same on this backend).
+_CANCELLED = asyncio.CancelledError
+# How long the engine may spend recording a saga's end after its compensation budget ran out.
+_FINAL_WRITE_TIMEOUT = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """What every saga of one executor shares."""
+
+    registry: ToolRegistry
+    store: SagaStore
+    executor_id: str
+    lease_timeout: float
+    compensation_timeout: float
+    thread_limiter: anyio.CapacityLimiter
+    call_limiter: anyio.CapacityLimiter | None
+
+
+class _StepFailed(Exception):
+    """Internal: a step's attempts are exhausted; carries the error that ends it."""
+
+    def __init__(self, error: Exception, *, timed_out: bool, attempts: int) -> None:
+        super().__init__(error)
+        self.error = error
+        self.timed_out = timed_out
+        self.attempts = attempts
+
+
+class _WriteFailed(Exception):
+    """Internal: a write-ahead record could not be written, so the attempt it announced must not run."""
+
+
+class SagaEngine:
+    """Run one saga: groups of steps forward, then, if it cannot finish, compensations in reverse."""
+
+    def __init__(self, config: EngineConfig, saga: SagaRow, steps: Sequence[StepRow]) -> None:
+        self.config = config
+        self.saga = saga
+        self.rows: dict[str, StepRow] = {row.step_id: row for row in steps}
+        self.failure: str | None = None
+        self._dirty: dict[str, StepRow] = {}
+        self._saga_dirty = False
+        self._write_lock = anyio.Lock()
+        self._store_error: BaseException | None = None
+        self.account = Account(saga, Budget.from_json(saga.budget), self._mark_saga)
+
+    # -- recording ---------------------------------------------------------------------------------------------
+
+    def _mark_saga(self) -> None:
+        self._saga_dirty = True
+
+    def _mark(self, row: StepRow) -> None:
+        self._dirty[row.step_id] = row
+
+    def add_step(self, row: StepRow) -> None:
+        """Add a step to the saga (dynamic sagas add them as they go); it is written with the next flush."""
+        self.rows[row.step_id] = row
+        self._mark(row)
+
+    async def flush(self) -> None:
+        """Commit every changed row in one store write; return once it is durable."""
+        async with self._write_lock:
+            if not self._dirty and not self._saga_dirty:
+                return
+            steps = [row.copy() for row in self._dirty.values()]
+            self._dirty.clear()
+            saga = None
+            if self._saga_dirty:
+                self.saga.updated_at = now()
+                if self.saga.status in (SagaStatus.RUNNING, SagaStatus.COMPENSATING):
+                    self.saga.lease_expires_at = self.saga.updated_at + timedelta(seconds=self.config.lease_timeout)
+                saga = self.saga.copy()
+                self._saga_dirty = False
+            try:
+                await self.config.store.save(saga, steps)
+            except BaseException:
+                # Not written: keep the rows dirty, so the next flush (or recovery's reading) is not misled.
+                for row in steps:
+                    self._dirty.setdefault(row.step_id, self.rows[row.step_id])
+                if saga is not None:
+                    self._saga_dirty = True
+                raise
+
+    # -- forward -----------------------------------------------------------------------------------------------
+
+    @property
+    def failed(self) -> bool:
+        """Tell whether a step failed in a way that fails the saga."""
+        return self.failure is not None
+
+    def result_for(self, step_id: str) -> Any:
+        """Return the stored result of a SUCCESS step; raise `LookupError` saying why there is none."""
+        row = self.rows.get(step_id)
+        if row is None:
+            raise LookupError(f"no step {step_id!r} in saga {self.saga.saga_id!r}")
+        if row.status is not StepStatus.SUCCESS:
+            raise LookupError(f"step {step_id!r} ended {row.status.value} and has no result")
+        return row.result
+
+    def fail_before_start(self, row: StepRow, exc: BaseException) -> None:
+        """Record that a step could not start (its arguments could not be prepared); it never ran."""
+        spec = self.config.registry.get(row.tool_name)
+        row.status = StepStatus.FAILED
+        row.error = f"the step could not start: {describe(exc)}"
+        row.error_type = type(exc).__name__
+        row.finished_at = now()
+        self._mark(row)
+        if spec.retry_scope == "saga":
+            self._fail_saga(row, row.error)
+
+    def _fail_saga(self, row: StepRow, error: str) -> None:
+        if self.failure is None:
+            self.failure = f"step {row.step_id!r} ({row.tool_name}) failed: {error}"
+
+    def _prepare(self, row: StepRow) -> tuple[StepRow, ToolSpec, dict[str, Any]] | None:
+        spec = self.config.registry.get(row.tool_name)
+        try:
+            kwargs = spec.validate_args(row.args)
+        except pydantic.ValidationError as exc:
+            self.fail_before_start(row, exc)
+            return None
+        return row, spec, kwargs
+
+    async def run_group(self, rows: Sequence[StepRow]) -> bool:
+        """Run the steps of one group concurrently; return whether the saga can go on.
+
+        The steps are committed RUNNING (attempt 1) with the outcomes of earlier groups in one write before any
+        of them starts. A step failing with scope "saga" cancels its running siblings.
+        """
+        calls = [call for call in (self._prepare(row) for row in rows if row.status is StepStatus.PENDING) if call]
+        if self.failed:
+            await self.flush()
+            return False
+        started = now()
+        for row, _, _ in calls:
+            row.status = StepStatus.RUNNING
+            row.attempts = 1
+            row.started_at = started
+            self._mark(row)
+        try:
+            await self.flush()
+        except BaseException:
+            for row, _, _ in calls:  # the intent was not written, so the tools never ran
+                row.status, row.attempts, row.started_at = StepStatus.PENDING, 0, None
+            raise
+        if len(calls) == 1:
+            # One step needs no task group: run it inline (the common, sequential case).
+            row, spec, kwargs = calls[0]
+            with anyio.CancelScope() as scope:
+                await self._run_step(row, spec, kwargs, scope)
+        else:
+            async with anyio.create_task_group() as tg:
+                for row, spec, kwargs in calls:
+                    tg.start_soon(self._run_step, row, spec, kwargs, tg.cancel_scope)
+        if self._store_error is not None:
+            raise self._store_error
+        return not self.failed
+
+    async def _run_step(
+        self, row: StepRow, spec: ToolSpec, kwargs: dict[str, Any], group_scope: anyio.CancelScope
+    ) -> None:
+        try:
+            value = await self._attempts(row, spec, kwargs)
+        except _CANCELLED:
+            if row.status is StepStatus.RUNNING:
+                self._finish(row, StepStatus.CANCELLED, error="cancelled while running", error_type="CancelledError")
+            raise
+        except _StepFailed as failure:
+            await self._on_failure(row, spec, failure, group_scope)
+            return
+        except _WriteFailed as exc:
+            self._finish(row, StepStatus.FAILED, error=f"not retried: {exc}", error_type="StoreError")
+            if self._store_error is None:
+                self._store_error = exc.__cause__
+            group_scope.cancel()
+            return
+        try:
+            row.result = to_json_value(value, what="the result", tool_name=spec.name)
+        except ResultNotStorableError as exc:
+            # The effect happened but cannot be recorded: undo it now, with the value in hand.
+            self._finish(row, StepStatus.FAILED, error=str(exc), error_type=type(exc).__name__)
+            await self._compensate_step(row, spec, value)
+            if spec.retry_scope == "saga":
+                self._fail_saga(row, str(exc))
+                group_scope.cancel()
+            return
+        self._finish(row, StepStatus.SUCCESS)
+        logger.debug("saga %s: step %s (%s) succeeded", row.saga_id, row.step_id, row.tool_name)
+
+    async def _attempts(self, row: StepRow, spec: ToolSpec, kwargs: dict[str, Any]) -> Any:
+        attempt = 1
+        while True:
+            if attempt > 1:
+                row.attempts = attempt
+                self._mark(row)
+                try:
+                    await self.flush()
+                except Exception as exc:
+                    raise _WriteFailed(f"attempt {attempt} could not be recorded: {describe(exc)}") from exc
+            ctx = self._context(row, attempt, "execute") if spec.execute_ctx_params else None
+            try:
+                return await self._invoke(
+                    spec, spec.execute, spec.execute_is_async, (), kwargs, spec.execute_ctx_params, ctx
+                )
+            except Exception as exc:
+                timed_out = isinstance(exc, _AttemptTimeout)
+                if not isinstance(exc, BudgetExceededError) and spec.retry.should_retry(exc, attempt):
+                    logger.info(
+                        "saga %s: step %s (%s) attempt %d failed, retrying: %s",
+                        row.saga_id,
+                        row.step_id,
+                        row.tool_name,
+                        attempt,
+                        describe(exc),
+                    )
+                    await anyio.sleep(spec.retry.delay(attempt))
+                    attempt += 1
+                    continue
+                raise _StepFailed(exc, timed_out=timed_out, attempts=attempt) from exc
+
+    async def _on_failure(
+        self, row: StepRow, spec: ToolSpec, failure: _StepFailed, group_scope: anyio.CancelScope
+    ) -> None:
+        exc, timed_out, attempts = failure.error, failure.timed_out, failure.attempts
+        error = f"{describe(exc)} (after {attempts} attempt{'s' if attempts != 1 else ''})"
+        error_type = "TimeoutError" if timed_out else type(exc).__name__
+        # A timed-out attempt may have had its effect: its outcome is unknown (CANCELLED), not FAILED.
+        self._finish(row, StepStatus.CANCELLED if timed_out else StepStatus.FAILED, error=error, error_type=error_type)
+        logger.warning("saga %s: step %s (%s) failed: %s", row.saga_id, row.step_id, row.tool_name, error)
+        if spec.retry_scope == "step":
+            if timed_out:
+                await self._compensate_step(row, spec, None)
+            return
+        self._fail_saga(row, error)
+        group_scope.cancel()
+
+    def _finish(
+        self, row: StepRow, status: StepStatus, *, error: str | None = None, error_type: str | None = None
+    ) -> None:
+        row.status = status
+        row.error = error
+        row.error_type = error_type
+        row.finished_at = now()
+        self._mark(row)
+
+    def _context(self, row: StepRow, attempt: int, phase: Any) -> StepContext:
+        return StepContext(
+            saga_id=row.saga_id,
+            step_id=row.step_id,
+            tool_name=row.tool_name,
+            args=row.args,
+            attempt=attempt,
+            idempotency_key=row.idempotency_key,
+            phase=phase,
+            _charge=self.account.charge,
+        )
+
+    async def _invoke(
+        self,
+        spec: ToolSpec,
+        fn: Callable[..., Any],
+        is_async: bool,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        ctx_params: tuple[str, ...],
+        ctx: StepContext | None,
+    ) -> Any:
+        if ctx_params:
+            kwargs = {**kwargs, **dict.fromkeys(ctx_params, ctx)}
+        limiter = self.config.call_limiter
+        if limiter is not None:
+            async with limiter:
+                return await self._timed(spec, fn, is_async, args, kwargs)
+        return await self._timed(spec, fn, is_async, args, kwargs)
+
+    async def _timed(
+        self,
+        spec: ToolSpec,
+        fn: Callable[..., Any],
+        is_async: bool,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Any:
+        if spec.timeout is None:
+            return await self._call(fn, is_async, args, kwargs)
+        with anyio.move_on_after(spec.timeout):
+            return await self._call(fn, is_async, args, kwargs)
+        raise _AttemptTimeout(f"{spec.name} did not finish within its timeout of {spec.timeout:g}s")
+
+    async def _call(self, fn: Callable[..., Any], is_async: bool, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if is_async:
+            return await fn(*args, **kwargs)
+        # A sync tool runs in a worker thread; on cancellation or timeout the thread is abandoned, not stopped.
+        value = await anyio.to_thread.run_sync(
+            partial(fn, *args, **kwargs), abandon_on_cancel=True, limiter=self.config.thread_limiter
+        )
+        if inspect.isawaitable(value):  # a sync wrapper around a coroutine function
+            return await value
+        return value
+
+    # -- backward ----------------------------------------------------------------------------------------------
+
+    def _needs_compensation(self, row: StepRow) -> bool:
+        return (row.status is StepStatus.SUCCESS or row.status in _UNKNOWN) and self.config.registry.get(
+            row.tool_name
+        ).has_compensate
+
+    async def compensate(self) -> SagaResult:
+        """Undo every step that succeeded or whose outcome is unknown, groups in reverse; record the saga's end.
+
+        Runs shielded from the caller's cancellation and bounded by the executor's `compensation_timeout`.
+        """
+        with anyio.move_on_after(self.config.compensation_timeout, shield=True) as scope:
+            self.saga.status = SagaStatus.COMPENSATING
+            self._mark_saga()
+            await self.flush()
+            todo = [row for row in self.rows.values() if self._needs_compensation(row)]
+            for group in sorted({row.group for row in todo}, reverse=True):
+                members = sorted((row for row in todo if row.group == group), key=lambda r: r.seq)
+                async with anyio.create_task_group() as tg:
+                    for row in members:
+                        result = row.result if row.status is StepStatus.SUCCESS else None
+                        tg.start_soon(self._compensate_step, row, self.config.registry.get(row.tool_name), result)
+        if scope.cancelled_caught:
+            logger.error(
+                "saga %s: compensation did not finish within compensation_timeout=%gs",
+                self.saga.saga_id,
+                self.config.compensation_timeout,
+            )
+        failed = any(row.status is StepStatus.COMPENSATION_FAILED for row in self.rows.values())
+        leftover = [row for row in self.rows.values() if self._needs_compensation(row)]
+        for row in leftover:
+            row.status = StepStatus.COMPENSATION_FAILED
+            row.compensation_error = (
+                f"compensation did not run: compensation_timeout ({self.config.compensation_timeout:g}s) ran out"
+            )
+            self._mark(row)
+        status = SagaStatus.COMPENSATION_FAILED if failed or leftover else SagaStatus.COMPENSATED
+        return await self.finish(status)
+
+    async def _compensate_step(self, row: StepRow, spec: ToolSpec, result: Any) -> None:
+        if spec.compensate is None:
+            return
+        policy = spec.compensation_retry
+        attempt = 0
+        while True:
+            attempt += 1
+            row.compensation_attempts += 1
+            self._mark(row)
+            try:
+                await self.flush()  # write ahead: the compensation attempt is recorded before it runs
+                ctx = self._context(row, attempt, "compensate") if spec.compensate_ctx_params else None
+                await self._invoke(
+                    spec,
+                    spec.compensate,
+                    spec.compensate_is_async,
+                    (result,),
+                    {},
+                    spec.compensate_ctx_params,
+                    ctx,
+                )
+            except _CANCELLED:
+                row.status = StepStatus.COMPENSATION_FAILED
+                row.compensation_error = "interrupted: compensation_timeout ran out while it ran"
+                self._mark(row)
+                raise
+            except Exception as exc:
+                if policy.should_retry(exc, attempt):
+                    await anyio.sleep(policy.delay(attempt))
+                    continue
+                row.status = StepStatus.COMPENSATION_FAILED
+                row.compensation_error = f"{describe(exc)} (after {attempt} attempt{'s' if attempt != 1 else ''})"
+                self._mark(row)
+                logger.error(
+                    "saga %s: compensation of step %s (%s) failed, its effect was NOT undone: %s",
+                    row.saga_id,
+                    row.step_id,
+                    row.tool_name,
+                    row.compensation_error,
+                )
+                return
+            row.status = StepStatus.COMPENSATED
+            row.compensated_at = now()
+            row.compensation_error = None
+            self._mark(row)
+            logger.debug("saga %s: step %s (%s) compensated", row.saga_id, row.step_id, row.tool_name)
+            return
+
+    # -- the end -----------------------------------------------------------------------------------------------
+
+    async def finish(self, status: SagaStatus) -> SagaResult:
+        """Record the saga's terminal status (shielded, bounded) and return its result."""
+        self.saga.status = status
+        if status is not SagaStatus.SUCCESS and self.saga.error is None:
+            self.saga.error = self.failure or "the saga was cancelled by its caller"
+        self.saga.finished_at = now()
+        self.saga.lease_expires_at = None
+        self._mark_saga()
+        with anyio.move_on_after(_FINAL_WRITE_TIMEOUT, shield=True) as scope:
+            await self.flush()
+        if scope.cancelled_caught:
+            raise StoreError(
+                f"saga {self.saga.saga_id!r} ended {status.value} but the store did not record it within "
+                f"{_FINAL_WRITE_TIMEOUT:g}s ({self.config.store.url}); check the database: recovery will finish it"
+            )
+        log = logger.info if status is SagaStatus.SUCCESS else logger.warning
+        log(
+            "saga %s ended %s%s",
+            self.saga.saga_id,
+            status.value,
+            f": {self.saga.error}" if self.saga.error else "",
+        )
+        return result_from_rows(self.saga, list(self.rows.values()))
+
+
+class _AttemptTimeout(TimeoutError):
+    """Internal: an attempt ran past the tool's timeout (a TimeoutError, so retry policies see one)."""

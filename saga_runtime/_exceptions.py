@@ -1,0 +1,162 @@
+"""The exceptions saga_runtime raises.
+
+Every error derives from `SagaError`, so `except SagaError` catches them all::
+
+    SagaError
+    ├── PlanValidationError        a plan (or a call) is refused before anything is stored or run
+    │   └── UnknownToolError       ...because it names a tool the registry does not have
+    ├── SagaFailedError            raise_for_status() on a saga that did not end SUCCESS
+    ├── IdempotencyConflictError   a saga id reused with another plan, or imported with other content
+    ├── SagaInProgressError        the saga id is being run right now by someone else
+    ├── BudgetExceededError        a charge crossed the saga's Budget
+    ├── ReplayDivergenceError      a replayed saga asked for a call the record does not hold
+    ├── ResultValidationError      a tool returned a result its annotation or validate() rejects
+    ├── ResultNotStorableError     a tool returned a value that cannot be stored as JSON
+    └── StoreError                 the database failed; the message says which and what to do
+
+Errors carry structured fields (`saga_id`, `step_id`, `tool_name`, `attempts`, ...) so code can react to them
+without parsing messages; the messages are for people and say what to do next.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+__all__ = [
+    "BudgetExceededError",
+    "IdempotencyConflictError",
+    "PlanValidationError",
+    "ReplayDivergenceError",
+    "ResultNotStorableError",
+    "ResultValidationError",
+    "SagaError",
+    "SagaFailedError",
+    "SagaInProgressError",
+    "StoreError",
+    "UnknownToolError",
+]
+
+
+class SagaError(Exception):
+    """Base class of every error saga_runtime raises."""
+
+
+class PlanValidationError(SagaError):
+    """A plan or call was refused before anything was stored or run; `problems` lists every reason."""
+
+    def __init__(self, problems: Sequence[str], *, saga_id: str | None = None) -> None:
+        self.problems = list(problems)
+        self.saga_id = saga_id
+        count = len(self.problems)
+        header = (
+            "the plan was refused, nothing was stored or run"
+            if count == 1
+            else (f"the plan was refused ({count} problems), nothing was stored or run")
+        )
+        super().__init__(header + ":\n" + "\n".join(f"  - {p}" for p in self.problems))
+
+
+class UnknownToolError(PlanValidationError):
+    """A plan named a tool that is not registered."""
+
+
+class SagaFailedError(SagaError):
+    """Raised by `SagaResult.raise_for_status()` when a saga did not end SUCCESS."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        saga_id: str,
+        status: str,
+        step_id: str | None = None,
+        tool_name: str | None = None,
+        attempts: int | None = None,
+        errors: Sequence[str] = (),
+    ) -> None:
+        self.saga_id = saga_id
+        self.status = status
+        self.step_id = step_id
+        self.tool_name = tool_name
+        self.attempts = attempts
+        self.errors = list(errors)
+        super().__init__(message)
+
+
+class IdempotencyConflictError(SagaError):
+    """A saga id was reused with a different plan, or imported with different content."""
+
+    def __init__(self, message: str, *, saga_id: str) -> None:
+        self.saga_id = saga_id
+        super().__init__(message)
+
+
+class SagaInProgressError(SagaError):
+    """The saga is running right now under another owner; wait for it or read its result later."""
+
+    def __init__(self, message: str, *, saga_id: str, owner: str | None = None) -> None:
+        self.saga_id = saga_id
+        self.owner = owner
+        super().__init__(message)
+
+
+class BudgetExceededError(SagaError):
+    """A charge crossed the saga's budget; the charging step fails without retry and the saga compensates."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        saga_id: str | None = None,
+        cost: float = 0.0,
+        tokens: int = 0,
+        max_cost: float | None = None,
+        max_tokens: int | None = None,
+    ) -> None:
+        self.saga_id = saga_id
+        self.cost = cost
+        self.tokens = tokens
+        self.max_cost = max_cost
+        self.max_tokens = max_tokens
+        super().__init__(message)
+
+
+class ReplayDivergenceError(SagaError):
+    """A replayed saga made a call that differs from the record, or that was never recorded."""
+
+    def __init__(self, message: str, *, saga_id: str, position: int | None = None) -> None:
+        self.saga_id = saga_id
+        self.position = position
+        super().__init__(message)
+
+
+class ResultValidationError(SagaError):
+    """A tool's result was rejected by its return annotation or its `validate()` method."""
+
+    def __init__(self, message: str, *, tool_name: str, step_id: str | None = None) -> None:
+        self.tool_name = tool_name
+        self.step_id = step_id
+        super().__init__(message)
+
+
+class ResultNotStorableError(SagaError):
+    """A tool returned a value that cannot be stored as JSON; the step fails and is compensated."""
+
+    def __init__(self, message: str, *, tool_name: str, type_name: str) -> None:
+        self.tool_name = tool_name
+        self.type_name = type_name
+        super().__init__(message)
+
+
+class StoreError(SagaError):
+    """The store could not do what was asked; the message names the database and what to do."""
+
+    def __init__(self, message: str, *, url: str | None = None) -> None:
+        self.url = url
+        super().__init__(message)
+
+
+def describe(exc: BaseException) -> str:
+    """Return `Type: message` for an exception, the form errors are recorded in."""
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -1,0 +1,235 @@
+"""Plans: the step lists users (and models) hand to `executor.run`, normalised and checked before anything runs."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from saga_runtime._exceptions import PlanValidationError, ResultNotStorableError, UnknownToolError
+from saga_runtime._planning._policy import PlanPolicy
+from saga_runtime._planning._refs import RefError, find_refs, ref_target
+from saga_runtime._records import canonical_json, to_json_value
+from saga_runtime._tools import ToolRegistry, unknown_tool_message
+
+__all__ = ["Plan", "PlannedStep", "Step", "build_plan", "has_refs"]
+
+_STEP_KEYS = frozenset({"tool", "args", "id"})
+
+
+class Step(BaseModel):
+    """One step of a plan: a tool, its arguments, and an optional id (unique in the plan, without '.')."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tool: str
+    args: dict[str, Any] = Field(default_factory=dict)
+    id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedStep:
+    """A validated step: its id, tool, JSON arguments (maybe holding `$ref`s) and its place in the plan."""
+
+    step_id: str
+    tool_name: str
+    args: dict[str, Any]
+    group: int
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """A validated plan: groups of steps, run in order, the steps of a group concurrently."""
+
+    groups: tuple[tuple[PlannedStep, ...], ...]
+
+    @property
+    def steps(self) -> list[PlannedStep]:
+        """Return every step in plan order."""
+        return [step for group in self.groups for step in group]
+
+    def to_json(self) -> list[list[dict[str, Any]]]:
+        """Return the plan as stored: a list of groups of `{"id", "tool", "args"}`."""
+        return [[{"id": s.step_id, "tool": s.tool_name, "args": s.args} for s in group] for group in self.groups]
+
+    @property
+    def digest(self) -> str:
+        """Return the plan's hash: two plans with the same hash run the same calls."""
+        return hashlib.sha256(canonical_json(self.to_json()).encode()).hexdigest()
+
+
+@dataclass(slots=True)
+class _Draft:
+    group: int
+    index: int
+    tool: Any
+    args: Any
+    id: str | None
+
+
+def _label(draft: _Draft) -> str:
+    name = f"step {draft.id!r}" if draft.id is not None else f"step #{draft.index + 1}"
+    return f"{name} of group {draft.group}"
+
+
+def _read_step(item: Any, group: int, index: int, problems: list[str]) -> _Draft | None:
+    where = f"step #{index + 1} of group {group}"
+    if isinstance(item, Step):
+        return _Draft(group, index, item.tool, item.args, item.id)
+    if not isinstance(item, Mapping):
+        problems.append(f"{where}: expected a step (a dict or Step) or a group (a list), got {type(item).__name__}")
+        return None
+    unknown = sorted(str(key) for key in item if key not in _STEP_KEYS)
+    if unknown:
+        problems.append(f"{where}: unknown key(s) {unknown}; a step has only 'tool', 'args' and 'id'")
+    if "tool" not in item:
+        problems.append(f"{where}: missing 'tool'")
+        return None
+    return _Draft(group, index, item["tool"], item.get("args", {}), item.get("id"))
+
+
+def _read_groups(plan: Any, problems: list[str]) -> list[list[_Draft]]:
+    if isinstance(plan, str | bytes | Mapping | Step) or not isinstance(plan, Sequence):
+        problems.append(f"a plan is a list of steps and groups, got {type(plan).__name__}")
+        return []
+    if not plan:
+        problems.append("the plan has no steps")
+    groups: list[list[_Draft]] = []
+    for g, item in enumerate(plan):
+        members = item if isinstance(item, list | tuple) else [item]
+        if not members:
+            problems.append(f"group {g} is empty")
+        drafts = [_read_step(member, g, i, problems) for i, member in enumerate(members)]
+        groups.append([d for d in drafts if d is not None])
+    return groups
+
+
+def _check_ids(groups: list[list[_Draft]], problems: list[str]) -> None:
+    seen: set[str] = set()
+    for draft in (d for group in groups for d in group):
+        if draft.id is None:
+            continue
+        if not isinstance(draft.id, str) or not draft.id:
+            problems.append(f"{_label(draft)}: 'id' must be a non-empty string, got {draft.id!r}")
+            draft.id = None
+        elif "." in draft.id:
+            problems.append(f"{_label(draft)}: 'id' must not contain '.', which $ref paths use")
+        elif draft.id in seen:
+            problems.append(f"{_label(draft)}: duplicate id {draft.id!r}; ids are unique within a plan")
+        if draft.id is not None:
+            seen.add(draft.id)
+    for draft in (d for group in groups for d in group):
+        if draft.id is None:
+            base = f"{draft.tool if isinstance(draft.tool, str) else 'step'}-{draft.group}-{draft.index}"
+            candidate, n = base, 1
+            while candidate in seen:
+                n += 1
+                candidate = f"{base}-{n}"
+            draft.id = candidate
+            seen.add(candidate)
+
+
+def _check_step(
+    draft: _Draft,
+    registry: ToolRegistry,
+    group_of: Mapping[str, int],
+    problems: list[str],
+    unknown: list[str],
+) -> dict[str, Any] | None:
+    label = _label(draft)
+    if not isinstance(draft.tool, str):
+        problems.append(f"{label}: 'tool' must be a tool name (a string), got {type(draft.tool).__name__}")
+        return None
+    if not isinstance(draft.args, Mapping) or not all(isinstance(k, str) for k in draft.args):
+        problems.append(f"{label}: 'args' must be a dict of argument names to values")
+        return None
+    try:
+        args = to_json_value(dict(draft.args), what="the arguments", tool_name=draft.tool)
+    except ResultNotStorableError as exc:
+        problems.append(f"{label}: {exc}")
+        return None
+    deferred: set[str] = set()
+    for name, value in args.items():
+        for ref in find_refs(value):
+            deferred.add(name)
+            try:
+                target, _ = ref_target(ref)
+            except RefError as exc:
+                problems.append(f"{label}: argument {name!r}: {exc}")
+                continue
+            if target not in group_of:
+                problems.append(f"{label}: argument {name!r}: $ref to {target!r}, which is no step of this plan")
+            elif group_of[target] >= draft.group:
+                problems.append(
+                    f"{label}: argument {name!r}: $ref to {target!r} in group {group_of[target]}; a $ref may only "
+                    "point to a step of an earlier group"
+                )
+    if draft.tool not in registry:
+        unknown.append(draft.tool)
+        problems.append(f"{label}: {unknown_tool_message(draft.tool, registry.names())}")
+        return None
+    problems.extend(f"{label}: {p}" for p in registry.get(draft.tool).check_args(args, deferred=frozenset(deferred)))
+    return dict(args)
+
+
+def _check_rules(plan: Plan, registry: ToolRegistry, policy: PlanPolicy | None, problems: list[str]) -> None:
+    last = len(plan.groups) - 1
+    steps = plan.steps
+    for step in steps:
+        if step.tool_name not in registry:
+            continue
+        spec = registry.get(step.tool_name)
+        if spec.irreversible and step.group != last:
+            problems.append(
+                f"step {step.step_id!r}: tool {step.tool_name!r} is irreversible and may only stand in the plan's "
+                f"last group (it is in group {step.group} of {last + 1})"
+            )
+        if policy is None:
+            continue
+        if policy.allowed_tools is not None and step.tool_name not in policy.allowed_tools:
+            problems.append(f"step {step.step_id!r}: tool {step.tool_name!r} is not allowed by the plan policy")
+        if policy.require_compensation and not spec.has_compensate and not spec.irreversible:
+            problems.append(
+                f"step {step.step_id!r}: tool {step.tool_name!r} has no compensate(), and the plan policy requires "
+                "every step to be undoable (mark truly irreversible tools irreversible=True)"
+            )
+    if policy is None:
+        return
+    if policy.max_steps is not None and len(steps) > policy.max_steps:
+        problems.append(f"the plan has {len(steps)} steps; the policy allows at most {policy.max_steps}")
+    if policy.max_group_size is not None:
+        for g, group in enumerate(plan.groups):
+            if len(group) > policy.max_group_size:
+                problems.append(
+                    f"group {g} has {len(group)} steps; the policy allows at most {policy.max_group_size} per group"
+                )
+
+
+def build_plan(raw: Any, registry: ToolRegistry, *, policy: PlanPolicy | None = None) -> Plan:
+    """Return the validated plan of `raw`; raise `PlanValidationError` listing every problem found."""
+    problems: list[str] = []
+    drafts = _read_groups(raw, problems)
+    _check_ids(drafts, problems)
+    group_of = {d.id: d.group for group in drafts for d in group if d.id is not None}
+    unknown: list[str] = []
+    groups = []
+    for group in drafts:
+        planned = []
+        for draft in group:
+            args = _check_step(draft, registry, group_of, problems, unknown)
+            if args is not None and draft.id is not None:
+                planned.append(PlannedStep(draft.id, str(draft.tool), args, draft.group))
+        groups.append(tuple(planned))
+    plan = Plan(tuple(groups))
+    _check_rules(plan, registry, policy, problems)
+    if problems:
+        raise (UnknownToolError if unknown else PlanValidationError)(problems)
+    return plan
+
+
+def has_refs(step: PlannedStep) -> bool:
+    """Tell whether a step's arguments hold any `$ref`."""
+    return any(next(find_refs(value), None) is not None for value in step.args.values())

@@ -1,0 +1,42 @@
+"""Records: the rows stores persist and the models users read. Imports nothing above itself."""
+
+from saga_runtime._records._export import EXPORT_FORMAT, EXPORT_VERSION, export_rows, import_rows
+from saga_runtime._records._models import (
+    SagaResult,
+    SagaSummary,
+    StepRecord,
+    result_from_rows,
+    summary_from_rows,
+)
+from saga_runtime._records._rows import (
+    SagaKind,
+    SagaRow,
+    SagaStatus,
+    StepRow,
+    StepStatus,
+    canonical_json,
+    idempotency_key,
+    now,
+    to_json_value,
+)
+
+__all__ = [
+    "EXPORT_FORMAT",
+    "EXPORT_VERSION",
+    "SagaKind",
+    "SagaResult",
+    "SagaRow",
+    "SagaStatus",
+    "SagaSummary",
+    "StepRecord",
+    "StepRow",
+    "StepStatus",
+    "canonical_json",
+    "export_rows",
+    "idempotency_key",
+    "import_rows",
+    "now",
+    "result_from_rows",
+    "summary_from_rows",
+    "to_json_value",
+]

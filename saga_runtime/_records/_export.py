@@ -1,0 +1,81 @@
+"""The export format of a saga: plain, versioned JSON that any store can import."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, fields
+from datetime import datetime
+from typing import Any
+
+from saga_runtime._exceptions import StoreError
+from saga_runtime._records._rows import SagaRow, SagaStatus, StepRow, StepStatus
+
+__all__ = ["EXPORT_FORMAT", "EXPORT_VERSION", "export_rows", "import_rows"]
+
+EXPORT_FORMAT = "saga_runtime.saga"
+EXPORT_VERSION = 1
+
+_SAGA_FIELDS = {f.name for f in fields(SagaRow)}
+_STEP_FIELDS = {f.name for f in fields(StepRow)}
+_TIMES = ("created_at", "updated_at", "finished_at", "lease_expires_at", "started_at", "compensated_at")
+
+
+def _plain(row: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in row.items():
+        if isinstance(value, datetime):
+            out[key] = value.isoformat()
+        elif isinstance(value, SagaStatus | StepStatus):
+            out[key] = value.value
+        else:
+            out[key] = value
+    return out
+
+
+def export_rows(saga: SagaRow, steps: Sequence[StepRow]) -> dict[str, Any]:
+    """Return the export document of a saga: JSON-able, versioned, steps in order."""
+    return {
+        "format": EXPORT_FORMAT,
+        "version": EXPORT_VERSION,
+        "saga": _plain(asdict(saga)),
+        "steps": [_plain(asdict(row)) for row in sorted(steps, key=lambda r: r.seq)],
+    }
+
+
+def _parse_time(value: Any) -> datetime | None:
+    if value is None or isinstance(value, datetime):
+        return value
+    return datetime.fromisoformat(value)
+
+
+def import_rows(data: Mapping[str, Any]) -> tuple[SagaRow, list[StepRow]]:
+    """Return the rows of an export document; raise `StoreError` saying what is wrong with it."""
+    if not isinstance(data, Mapping) or data.get("format") != EXPORT_FORMAT:
+        raise StoreError(f"not a saga export: expected a mapping with format {EXPORT_FORMAT!r}")
+    version = data.get("version")
+    if not isinstance(version, int) or version > EXPORT_VERSION:
+        raise StoreError(
+            f"saga export version {version!r} is newer than this library reads ({EXPORT_VERSION}); "
+            "upgrade saga-runtime to import it"
+        )
+    try:
+        raw_saga = dict(data["saga"])
+        saga_values = {k: v for k, v in raw_saga.items() if k in _SAGA_FIELDS}
+        for key in _TIMES:
+            if key in saga_values:
+                saga_values[key] = _parse_time(saga_values[key])
+        saga_values["status"] = SagaStatus(saga_values["status"])
+        saga = SagaRow(**saga_values)
+        steps = []
+        for raw in data["steps"]:
+            values = {k: v for k, v in dict(raw).items() if k in _STEP_FIELDS}
+            for key in ("started_at", "finished_at", "compensated_at"):
+                if key in values:
+                    values[key] = _parse_time(values[key])
+            values["status"] = StepStatus(values["status"])
+            if values.get("saga_id") != saga.saga_id:
+                raise ValueError(f"step {values.get('step_id')!r} belongs to saga {values.get('saga_id')!r}")
+            steps.append(StepRow(**values))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StoreError(f"the saga export is malformed ({type(exc).__name__}: {exc}); it cannot be imported") from None
+    return saga, steps

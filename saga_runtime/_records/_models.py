@@ -1,0 +1,191 @@
+"""What users read back: SagaResult, StepRecord and SagaSummary, pydantic models built from stored rows."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from saga_runtime._exceptions import SagaFailedError
+from saga_runtime._records._rows import SagaKind, SagaRow, SagaStatus, StepRow, StepStatus
+
+__all__ = ["SagaResult", "SagaSummary", "StepRecord", "result_from_rows", "summary_from_rows"]
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+
+class StepRecord(BaseModel):
+    """The record of one step: the call, its outcome, and its compensation."""
+
+    model_config = _FROZEN
+
+    step_id: str
+    group: int
+    tool_name: str
+    args: Any
+    status: StepStatus
+    result: Any = None
+    error: str | None = None
+    error_type: str | None = None
+    attempts: int = 0
+    idempotency_key: str
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    compensated_at: datetime | None = None
+    compensation_error: str | None = None
+    compensation_attempts: int = 0
+
+    @property
+    def duration(self) -> float | None:
+        """Return the seconds from the first attempt's start to the outcome, when both are known."""
+        if self.started_at is None or self.finished_at is None:
+            return None
+        return (self.finished_at - self.started_at).total_seconds()
+
+
+class SagaResult(BaseModel):
+    """The outcome of a saga: its status, every step's record, the error that ended it, and what it cost."""
+
+    model_config = _FROZEN
+
+    saga_id: str
+    status: SagaStatus
+    steps: list[StepRecord]
+    error: str | None = None
+    metadata: dict[str, Any] = {}
+    created_at: datetime
+    finished_at: datetime | None = None
+    cost: float = 0.0
+    tokens: int = 0
+    kind: SagaKind = "plan"
+
+    @property
+    def ok(self) -> bool:
+        """Tell whether the saga ended SUCCESS."""
+        return self.status is SagaStatus.SUCCESS
+
+    def step(self, step_id: str) -> StepRecord:
+        """Return the record of the step `step_id`; raise `KeyError` naming the known ids."""
+        for record in self.steps:
+            if record.step_id == step_id:
+                return record
+        raise KeyError(f"saga {self.saga_id!r} has no step {step_id!r} (steps: {[s.step_id for s in self.steps]})")
+
+    def result_of(self, step_id: str) -> Any:
+        """Return what a `$ref` to `step_id` gets: the step's stored result (None if it has none)."""
+        return self.step(step_id).result
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the result as plain JSON-able data."""
+        return self.model_dump(mode="json")
+
+    def raise_for_status(self) -> SagaResult:
+        """Return the result if the saga ended SUCCESS; raise `SagaFailedError` otherwise."""
+        if self.status is SagaStatus.SUCCESS:
+            return self
+        culprit = _culprit(self.steps)
+        errors = [f"{s.step_id} ({s.tool_name}): {s.error}" for s in self.steps if s.error]
+        errors += [
+            f"{s.step_id} ({s.tool_name}) compensation: {s.compensation_error}"
+            for s in self.steps
+            if s.compensation_error
+        ]
+        message = f"saga {self.saga_id!r} ended {self.status.value}"
+        if self.error:
+            message += f": {self.error}"
+        if self.status is SagaStatus.COMPENSATION_FAILED:
+            message += "; some effects were NOT undone, see the steps marked COMPENSATION_FAILED"
+        elif not self.status.is_terminal:
+            message += "; it has not finished yet"
+        raise SagaFailedError(
+            message,
+            saga_id=self.saga_id,
+            status=self.status.value,
+            step_id=culprit.step_id if culprit else None,
+            tool_name=culprit.tool_name if culprit else None,
+            attempts=culprit.attempts if culprit else None,
+            errors=errors,
+        )
+
+
+def _culprit(steps: Sequence[StepRecord]) -> StepRecord | None:
+    """Return the step whose failure ended the saga: the first with an error that is not a cancellation."""
+    with_error = [s for s in steps if s.error]
+    for record in with_error:
+        if record.error_type != "CancelledError":
+            return record
+    return with_error[0] if with_error else None
+
+
+class SagaSummary(BaseModel):
+    """One line of `list_sagas`: a saga's id, status, times, size and cost."""
+
+    model_config = _FROZEN
+
+    saga_id: str
+    status: SagaStatus
+    kind: SagaKind
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None = None
+    step_count: int
+    cost: float = 0.0
+    tokens: int = 0
+    error: str | None = None
+
+
+def step_record(row: StepRow) -> StepRecord:
+    """Return the user-facing record of a step row."""
+    return StepRecord.model_construct(
+        step_id=row.step_id,
+        group=row.group,
+        tool_name=row.tool_name,
+        args=row.args,
+        status=row.status,
+        result=row.result,
+        error=row.error,
+        error_type=row.error_type,
+        attempts=row.attempts,
+        idempotency_key=row.idempotency_key,
+        started_at=row.started_at,
+        finished_at=row.finished_at,
+        compensated_at=row.compensated_at,
+        compensation_error=row.compensation_error,
+        compensation_attempts=row.compensation_attempts,
+    )
+
+
+def result_from_rows(saga: SagaRow, steps: Sequence[StepRow]) -> SagaResult:
+    """Return the SagaResult of a saga row and its step rows (in any order; sorted by `seq`)."""
+    ordered = sorted(steps, key=lambda row: row.seq)
+    # model_construct: rows were built by the engine or validated by the store when read; no need to re-check.
+    return SagaResult.model_construct(
+        saga_id=saga.saga_id,
+        status=saga.status,
+        steps=[step_record(row) for row in ordered],
+        error=saga.error,
+        metadata=dict(saga.metadata),
+        created_at=saga.created_at,
+        finished_at=saga.finished_at,
+        cost=saga.cost,
+        tokens=saga.tokens,
+        kind=saga.kind,
+    )
+
+
+def summary_from_rows(saga: SagaRow, step_count: int) -> SagaSummary:
+    """Return the list_sagas line of a saga row."""
+    return SagaSummary(
+        saga_id=saga.saga_id,
+        status=saga.status,
+        kind=saga.kind,
+        created_at=saga.created_at,
+        updated_at=saga.updated_at,
+        finished_at=saga.finished_at,
+        step_count=step_count,
+        cost=saga.cost,
+        tokens=saga.tokens,
+        error=saga.error,
+    )

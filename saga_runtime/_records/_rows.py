@@ -1,0 +1,158 @@
+"""The rows every store persists: a saga and its steps, as plain slotted dataclasses.
+
+The engine mutates its own rows while it runs and hands them to the store, which keeps snapshots; pydantic models
+(`SagaResult`, `StepRecord`) are built from rows only at the edges, where users read them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+import pydantic_core
+
+from saga_runtime._exceptions import ResultNotStorableError
+
+__all__ = [
+    "SagaKind",
+    "SagaRow",
+    "SagaStatus",
+    "StepRow",
+    "StepStatus",
+    "canonical_json",
+    "idempotency_key",
+    "now",
+    "to_json_value",
+]
+
+SagaKind = Literal["plan", "dynamic"]
+
+
+class SagaStatus(StrEnum):
+    """Where a saga stands. RUNNING and COMPENSATING are live; the other three are terminal."""
+
+    RUNNING = "RUNNING"
+    COMPENSATING = "COMPENSATING"
+    SUCCESS = "SUCCESS"
+    COMPENSATED = "COMPENSATED"
+    COMPENSATION_FAILED = "COMPENSATION_FAILED"
+
+    @property
+    def is_terminal(self) -> bool:
+        """Tell whether the saga has ended (no tool of it will run again)."""
+        return self in _TERMINAL
+
+
+_TERMINAL = frozenset({SagaStatus.SUCCESS, SagaStatus.COMPENSATED, SagaStatus.COMPENSATION_FAILED})
+
+
+class StepStatus(StrEnum):
+    """Where a step ended up.
+
+    PENDING: never started. RUNNING: about to run or running (after a crash: outcome unknown).
+    SUCCESS: `execute` returned. FAILED: `execute` raised on its last attempt; no effect, never compensated.
+    CANCELLED: stopped while running (a sibling failed, the caller left, or the last attempt timed out); its
+    effect is unknown, so it is compensated with `result=None` when the saga compensates.
+    COMPENSATED / COMPENSATION_FAILED: the step's compensation succeeded / gave up; `error` keeps why the step
+    itself stopped, if it did.
+    """
+
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    SUCCESS = "SUCCESS"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    COMPENSATED = "COMPENSATED"
+    COMPENSATION_FAILED = "COMPENSATION_FAILED"
+
+
+def now() -> datetime:
+    """Return the current time, timezone-aware in UTC (every stored time is)."""
+    return datetime.now(UTC)
+
+
+def idempotency_key(saga_id: str, step_id: str) -> str:
+    """Return the idempotency key of a step: stable for (saga, step), distinct for any other pair."""
+    digest = hashlib.sha256(json.dumps([saga_id, step_id]).encode()).hexdigest()
+    return f"sr-{digest[:40]}"
+
+
+def to_json_value(value: Any, *, what: str, tool_name: str) -> Any:
+    """Return `value` as the JSON-able structure it is stored as; raise `ResultNotStorableError` if it has none.
+
+    Pydantic models, dataclasses, datetimes, Decimals, UUIDs, enums, sets and tuples convert; NaN and infinities
+    become null, as in JSON.
+    """
+    try:
+        return pydantic_core.to_jsonable_python(value, inf_nan_mode="null")
+    except (pydantic_core.PydanticSerializationError, ValueError, TypeError) as exc:
+        type_name = type(value).__qualname__
+        raise ResultNotStorableError(
+            f"{what} of tool {tool_name!r} cannot be stored as JSON: {type_name} ({exc}). Return JSON-like values, "
+            "pydantic models or dataclasses",
+            tool_name=tool_name,
+            type_name=type_name,
+        ) from None
+
+
+def canonical_json(value: Any) -> str:
+    """Return the one JSON text of a JSON-able value: sorted keys, no spaces; used for hashes and comparisons."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+@dataclass(slots=True)
+class StepRow:
+    """One step of a saga as stored: its call, its outcome, and its compensation."""
+
+    saga_id: str
+    seq: int
+    step_id: str
+    group: int
+    tool_name: str
+    args: Any
+    idempotency_key: str
+    status: StepStatus = StepStatus.PENDING
+    attempts: int = 0
+    result: Any = None
+    error: str | None = None
+    error_type: str | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    compensated_at: datetime | None = None
+    compensation_error: str | None = None
+    compensation_attempts: int = 0
+    prev_hash: str | None = None
+    hash: str | None = None
+
+    def copy(self) -> StepRow:
+        """Return a snapshot of this row (values are JSON data that is never mutated in place)."""
+        return replace(self)
+
+
+@dataclass(slots=True)
+class SagaRow:
+    """One saga as stored: what it runs, where it stands, who owns it, and what it cost."""
+
+    saga_id: str
+    kind: SagaKind
+    plan: Any
+    plan_hash: str | None
+    status: SagaStatus
+    created_at: datetime
+    updated_at: datetime
+    owner: str | None = None
+    lease_expires_at: datetime | None = None
+    budget: dict[str, Any] | None = None
+    cost: float = 0.0
+    tokens: int = 0
+    metadata: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+    finished_at: datetime | None = None
+
+    def copy(self) -> SagaRow:
+        """Return a snapshot of this row."""
+        return replace(self, metadata=dict(self.metadata))

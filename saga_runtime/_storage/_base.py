@@ -1,0 +1,60 @@
+"""The SagaStore protocol: everything the engine asks of a database, and nothing more.
+
+Stores know rows (saga_runtime._records), never tools, plans or the engine. Each method is one transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from saga_runtime._records import SagaResult, SagaRow, SagaStatus, SagaSummary, StepRow
+
+__all__ = ["SagaStore"]
+
+
+@runtime_checkable
+class SagaStore(Protocol):
+    """A durable home for sagas; memory, SQLite, PostgreSQL and MySQL/MariaDB implement it alike."""
+
+    @property
+    def url(self) -> str:
+        """Return the store's URL, password removed."""
+        ...
+
+    async def create_saga(self, saga: SagaRow, steps: Sequence[StepRow]) -> tuple[SagaRow, list[StepRow]] | None:
+        """Insert a new saga with its first step rows, atomically; return None, or the existing saga if the id is taken.
+
+        When the id is taken nothing is written: the caller compares plans and decides.
+        """
+        ...
+
+    async def save(self, saga: SagaRow | None, steps: Sequence[StepRow]) -> None:
+        """Write the saga row (if given) and upsert the step rows, all in one commit; return once it is durable."""
+        ...
+
+    async def load_saga(self, saga_id: str) -> tuple[SagaRow, list[StepRow]] | None:
+        """Return snapshots of a saga's row and its step rows (ordered by seq), or None if it is not stored."""
+        ...
+
+    async def get_saga(self, saga_id: str) -> SagaResult | None:
+        """Return the result of a stored saga, or None."""
+        ...
+
+    async def list_sagas(
+        self, status: SagaStatus | str | None = None, limit: int = 100, offset: int = 0
+    ) -> list[SagaSummary]:
+        """Return summaries of stored sagas, newest first, optionally only those with `status`."""
+        ...
+
+    async def export_saga(self, saga_id: str) -> dict[str, Any]:
+        """Return a saga as a JSON-able, versioned document; raise `KeyError` if it is not stored."""
+        ...
+
+    async def import_saga(self, data: Mapping[str, Any]) -> None:
+        """Store an exported saga; the same content again is a no-op, other content under its id a conflict."""
+        ...
+
+    async def close(self) -> None:
+        """Release the store's connections; the store cannot be used afterwards."""
+        ...

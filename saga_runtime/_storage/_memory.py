@@ -1,0 +1,113 @@
+"""MemoryStore: a private, in-process store; what `SagaExecutor(registry)` uses when given no store."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from saga_runtime._exceptions import IdempotencyConflictError, StoreError
+from saga_runtime._records import (
+    SagaResult,
+    SagaRow,
+    SagaStatus,
+    SagaSummary,
+    StepRow,
+    export_rows,
+    import_rows,
+    result_from_rows,
+    summary_from_rows,
+)
+
+__all__ = ["MemoryStore"]
+
+
+class MemoryStore:
+    """Keep sagas in this process's memory: fast, private to the store object, gone when the process ends."""
+
+    def __init__(self) -> None:
+        self._sagas: dict[str, SagaRow] = {}
+        self._steps: dict[str, dict[str, StepRow]] = {}
+        self._closed = False
+
+    @property
+    def url(self) -> str:
+        """Return the store's URL."""
+        return "memory://"
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreError("the memory store is closed; open a new one with open_store('memory://')")
+
+    async def create_saga(self, saga: SagaRow, steps: Sequence[StepRow]) -> tuple[SagaRow, list[StepRow]] | None:
+        """Insert a new saga unless its id is taken; return the existing one if it is."""
+        self._check_open()
+        existing = self._snapshot(saga.saga_id)
+        if existing is not None:
+            return existing
+        self._sagas[saga.saga_id] = saga.copy()
+        self._steps[saga.saga_id] = {row.step_id: row.copy() for row in steps}
+        return None
+
+    async def save(self, saga: SagaRow | None, steps: Sequence[StepRow]) -> None:
+        """Store snapshots of the given rows."""
+        self._check_open()
+        if saga is not None:
+            self._sagas[saga.saga_id] = saga.copy()
+        for row in steps:
+            self._steps.setdefault(row.saga_id, {})[row.step_id] = row.copy()
+
+    def _snapshot(self, saga_id: str) -> tuple[SagaRow, list[StepRow]] | None:
+        saga = self._sagas.get(saga_id)
+        if saga is None:
+            return None
+        steps = sorted((row.copy() for row in self._steps.get(saga_id, {}).values()), key=lambda r: r.seq)
+        return saga.copy(), steps
+
+    async def load_saga(self, saga_id: str) -> tuple[SagaRow, list[StepRow]] | None:
+        """Return snapshots of a saga's rows, or None."""
+        self._check_open()
+        return self._snapshot(saga_id)
+
+    async def get_saga(self, saga_id: str) -> SagaResult | None:
+        """Return the result of a stored saga, or None."""
+        snapshot = await self.load_saga(saga_id)
+        return None if snapshot is None else result_from_rows(*snapshot)
+
+    async def list_sagas(
+        self, status: SagaStatus | str | None = None, limit: int = 100, offset: int = 0
+    ) -> list[SagaSummary]:
+        """Return summaries of stored sagas, newest first."""
+        self._check_open()
+        wanted = None if status is None else SagaStatus(status)
+        rows = [row for row in self._sagas.values() if wanted is None or row.status is wanted]
+        rows.sort(key=lambda row: (row.created_at, row.saga_id), reverse=True)
+        return [summary_from_rows(row, len(self._steps.get(row.saga_id, {}))) for row in rows[offset : offset + limit]]
+
+    async def export_saga(self, saga_id: str) -> dict[str, Any]:
+        """Return a saga as an export document."""
+        snapshot = await self.load_saga(saga_id)
+        if snapshot is None:
+            raise KeyError(f"no saga {saga_id!r} in {self.url}")
+        return export_rows(*snapshot)
+
+    async def import_saga(self, data: Mapping[str, Any]) -> None:
+        """Store an exported saga; refuse other content under an existing id."""
+        self._check_open()
+        saga, steps = import_rows(data)
+        existing = self._snapshot(saga.saga_id)
+        if existing is not None:
+            if export_rows(*existing) != export_rows(saga, steps):
+                raise IdempotencyConflictError(
+                    f"saga {saga.saga_id!r} already exists in {self.url} with other content; "
+                    "import it into another store or delete the existing one first",
+                    saga_id=saga.saga_id,
+                )
+            return
+        self._sagas[saga.saga_id] = saga
+        self._steps[saga.saga_id] = {row.step_id: row for row in steps}
+
+    async def close(self) -> None:
+        """Forget everything; the store cannot be used afterwards."""
+        self._closed = True
+        self._sagas.clear()
+        self._steps.clear()

@@ -1,0 +1,89 @@
+"""open_store(): pick a store by URL scheme, importing its driver only when it is asked for."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Generator
+from types import TracebackType
+from typing import Any
+from urllib.parse import urlsplit
+
+from saga_runtime._exceptions import StoreError
+from saga_runtime._storage._base import SagaStore
+
+__all__ = ["DEFAULT_URL", "ENV_VAR", "StoreOpener", "open_store", "redact_url"]
+
+ENV_VAR = "SAGA_RUNTIME_DATABASE_URL"
+DEFAULT_URL = "sqlite:///sagas.db"
+
+# scheme -> (module, class, extra that installs its driver or None)
+_DIALECTS: dict[str, tuple[str, str, str | None]] = {
+    "memory": ("saga_runtime._storage._memory", "MemoryStore", None),
+}
+
+
+def redact_url(url: str) -> str:
+    """Return `url` with any password replaced by `***`, fit for messages and logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return parts._replace(netloc=netloc).geturl()
+
+
+async def _open(url: str | None, options: dict[str, Any]) -> SagaStore:
+    url = url or os.environ.get(ENV_VAR) or DEFAULT_URL
+    scheme = urlsplit(url).scheme.lower().split("+", 1)[0]
+    if scheme not in _DIALECTS:
+        known = ", ".join(f"{name}://" for name in sorted(_DIALECTS))
+        raise StoreError(f"unsupported store URL {redact_url(url)!r}: use one of {known}", url=redact_url(url))
+    module_name, class_name, extra = _DIALECTS[scheme]
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        hint = f"pip install 'saga-runtime[{extra}]'" if extra else "reinstall saga-runtime"
+        raise StoreError(
+            f"the {scheme} store needs a driver that is not installed ({exc.name or exc}): run {hint}",
+            url=redact_url(url),
+        ) from exc
+    store_class = getattr(module, class_name)
+    if scheme == "memory":
+        if options:
+            raise TypeError(f"the memory store takes no options, got {sorted(options)}")
+        store: SagaStore = store_class()
+        return store
+    opened: SagaStore = await store_class.open(url, **options)
+    return opened
+
+
+class StoreOpener:
+    """The value of `open_store(...)`: await it for a store, or use it as an async context manager."""
+
+    def __init__(self, url: str | None, options: dict[str, Any]) -> None:
+        self._url = url
+        self._options = options
+        self._store: SagaStore | None = None
+
+    def __await__(self) -> Generator[Any, None, SagaStore]:
+        return _open(self._url, self._options).__await__()
+
+    async def __aenter__(self) -> SagaStore:
+        self._store = await _open(self._url, self._options)
+        return self._store
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._store is not None:
+            store, self._store = self._store, None
+            await store.close()
+
+
+def open_store(url: str | None = None, **options: Any) -> StoreOpener:
+    """Open the store at `url` (else `$SAGA_RUNTIME_DATABASE_URL`, else `sqlite:///sagas.db`).
+
+    Awaitable (close the store with `await store.close()`) and an async context manager. Creates or migrates
+    the schema of SQL stores. Each `memory://` store is a fresh, private one.
+    """
+    return StoreOpener(url, options)

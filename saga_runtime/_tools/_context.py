@@ -1,0 +1,39 @@
+"""StepContext: what a running tool may know about its step, and how it reports cost."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+__all__ = ["StepContext"]
+
+
+def _no_budget(cost: float, tokens: int) -> None:
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class StepContext:
+    """Describe the step a tool is running for; injected into any parameter annotated `StepContext`.
+
+    `idempotency_key` is stable across retries, crashes and recovery of the same step and differs between
+    steps: pass it to the outside world (a payment API's idempotency header) and use it in `compensate` to find
+    what to undo. `attempt` is 1-based and counts attempts of the current phase (`"execute"` or `"compensate"`).
+    """
+
+    saga_id: str
+    step_id: str
+    tool_name: str
+    args: Mapping[str, Any]
+    attempt: int
+    idempotency_key: str
+    phase: Literal["execute", "compensate"] = "execute"
+    _charge: Callable[[float, int], None] = field(default=_no_budget, repr=False, compare=False)
+
+    def charge(self, cost: float = 0.0, tokens: int = 0) -> None:
+        """Add cost and tokens to the saga's account; raise `BudgetExceededError` when a budget is crossed.
+
+        A plain method, safe to call from a sync tool's worker thread.
+        """
+        self._charge(cost, tokens)

@@ -1,0 +1,138 @@
+"""ToolRegistry: the named tools a plan may call."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar, overload
+
+from saga_runtime._exceptions import UnknownToolError
+from saga_runtime._tools._retry import RetryPolicy
+from saga_runtime._tools._spec import RetryScope, ToolSpec, build_spec
+
+__all__ = ["ToolRegistry"]
+
+T = TypeVar("T", bound=type)
+
+
+class ToolRegistry:
+    """Hold the tools sagas may call, by name.
+
+    Register a class with the `@registry.tool` decorator (bare, or with options), or a ready-made instance with
+    `registry.register(instance)` when the tool needs constructor arguments (a client, a connection).
+    """
+
+    def __init__(self) -> None:
+        self._tools: dict[str, ToolSpec] = {}
+        self._lock = threading.Lock()
+
+    @overload
+    def tool(self, cls: T, /) -> T: ...
+
+    @overload
+    def tool(
+        self,
+        *,
+        name: str | None = None,
+        retry: RetryPolicy | None = None,
+        retry_scope: RetryScope = "saga",
+        timeout: float | None = None,
+        compensation_retry: RetryPolicy | None = None,
+        irreversible: bool = False,
+    ) -> Callable[[T], T]: ...
+
+    def tool(
+        self,
+        cls: Any = None,
+        *,
+        name: str | None = None,
+        retry: RetryPolicy | None = None,
+        retry_scope: RetryScope = "saga",
+        timeout: float | None = None,
+        compensation_retry: RetryPolicy | None = None,
+        irreversible: bool = False,
+    ) -> Any:
+        """Register a tool class (instantiated once, without arguments); usable bare or with options."""
+
+        def decorate(tool_cls: Any) -> Any:
+            if not isinstance(tool_cls, type):
+                raise TypeError(f"@registry.tool decorates a class with execute(), got {tool_cls!r}")
+            if not callable(getattr(tool_cls, "execute", None)):
+                raise TypeError(f"{tool_cls.__name__} cannot be a tool: it has no execute() method")
+            try:
+                instance = tool_cls()
+            except TypeError as exc:
+                raise TypeError(
+                    f"{tool_cls.__name__}() cannot be created without arguments ({exc}); create it yourself and "
+                    f"register the instance: registry.register({tool_cls.__name__}(...))"
+                ) from exc
+            self.register(
+                instance,
+                name=name,
+                retry=retry,
+                retry_scope=retry_scope,
+                timeout=timeout,
+                compensation_retry=compensation_retry,
+                irreversible=irreversible,
+            )
+            return tool_cls
+
+        return decorate if cls is None else decorate(cls)
+
+    def register(
+        self,
+        instance: Any,
+        *,
+        name: str | None = None,
+        retry: RetryPolicy | None = None,
+        retry_scope: RetryScope = "saga",
+        timeout: float | None = None,
+        compensation_retry: RetryPolicy | None = None,
+        irreversible: bool = False,
+    ) -> ToolSpec:
+        """Register a ready-made tool instance and return its spec; the name defaults to its class name."""
+        if isinstance(instance, type):
+            raise TypeError(f"register() takes a tool instance; for the class {instance.__name__} use @registry.tool")
+        spec = build_spec(
+            instance,
+            name=type(instance).__name__ if name is None else name,
+            retry=retry,
+            retry_scope=retry_scope,
+            timeout=timeout,
+            compensation_retry=compensation_retry,
+            irreversible=irreversible,
+        )
+        with self._lock:
+            if spec.name in self._tools:
+                raise ValueError(f"a tool named {spec.name!r} is already registered; give one of them name=...")
+            self._tools[spec.name] = spec
+        return spec
+
+    def get(self, name: str) -> ToolSpec:
+        """Return the spec of the tool called `name`; raise `UnknownToolError` listing the known ones."""
+        try:
+            return self._tools[name]
+        except (KeyError, TypeError):
+            raise UnknownToolError([unknown_tool_message(name, self.names())]) from None
+
+    def names(self) -> list[str]:
+        """Return the registered tool names, sorted."""
+        return sorted(self._tools)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __iter__(self) -> Iterator[ToolSpec]:
+        return iter(list(self._tools.values()))
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def __repr__(self) -> str:
+        return f"ToolRegistry({self.names()!r})"
+
+
+def unknown_tool_message(name: object, available: list[str]) -> str:
+    """Return the message for a tool name that is not registered."""
+    known = ", ".join(available) if available else "none are registered"
+    return f"unknown tool {name!r} (available: {known})"

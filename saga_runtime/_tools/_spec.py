@@ -1,0 +1,228 @@
+"""ToolSpec: a registered tool, its options, and the pydantic model its arguments are validated with."""
+
+from __future__ import annotations
+
+import inspect
+import re
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import pydantic
+
+from saga_runtime._tools._context import StepContext
+from saga_runtime._tools._retry import DEFAULT_COMPENSATION_RETRY, NO_RETRY, RetryPolicy
+
+__all__ = ["RetryScope", "ToolSpec", "build_spec"]
+
+RetryScope = Literal["saga", "step"]
+
+# The rule OpenAI and Anthropic both apply to function names; checking it here keeps every tool usable by both.
+_NAME_RULE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+_ARGS_CONFIG = pydantic.ConfigDict(
+    extra="forbid",
+    # A tool parameter may well be called `model_name`; pydantic's reserved prefix must not get in the way.
+    protected_namespaces=(),
+)
+# For an execute(**kwargs): names beyond the declared ones are accepted and passed on.
+_ARGS_CONFIG_EXTRA = pydantic.ConfigDict(extra="allow", protected_namespaces=())
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ToolSpec:
+    """Everything the engine needs to call one tool: its methods, argument model and options."""
+
+    name: str
+    instance: Any
+    execute: Callable[..., Any]
+    compensate: Callable[..., Any] | None
+    execute_is_async: bool
+    compensate_is_async: bool
+    execute_ctx_params: tuple[str, ...]
+    compensate_ctx_params: tuple[str, ...]
+    args_model: type[pydantic.BaseModel]
+    accepts_extra: bool
+    retry: RetryPolicy = NO_RETRY
+    retry_scope: RetryScope = "saga"
+    timeout: float | None = None
+    compensation_retry: RetryPolicy = DEFAULT_COMPENSATION_RETRY
+    irreversible: bool = False
+    description: str = ""
+    _field_names: tuple[str, ...] = field(default=(), repr=False)
+
+    @property
+    def has_compensate(self) -> bool:
+        """Tell whether the tool can undo its effect."""
+        return self.compensate is not None
+
+    @property
+    def args_schema(self) -> dict[str, Any]:
+        """Return the JSON schema of the tool's arguments."""
+        return self.args_model.model_json_schema()
+
+    def validate_args(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        """Return the keyword arguments for `execute`, validated; raise `pydantic.ValidationError` if invalid."""
+        model = self.args_model.model_validate(args)
+        kwargs = {name: getattr(model, name) for name in self._field_names}
+        if self.accepts_extra and model.model_extra:
+            kwargs.update(model.model_extra)
+        return kwargs
+
+    def check_args(self, args: Mapping[str, Any], *, deferred: frozenset[str] = frozenset()) -> list[str]:
+        """Return a readable line per problem with `args`, ignoring what `deferred` arguments cannot show yet.
+
+        A deferred argument (one whose value is a `$ref`) is checked for existence only: its value is known
+        when the step runs, and is validated then.
+        """
+        try:
+            self.args_model.model_validate({k: v for k, v in args.items() if k not in deferred})
+        except pydantic.ValidationError as exc:
+            problems = []
+            for error in exc.errors(include_url=False):
+                loc = error["loc"]
+                if loc and loc[0] in deferred and error["type"] == "missing":
+                    continue
+                where = ".".join(str(part) for part in loc) or "(arguments)"
+                problems.append(f"argument {where!r}: {error['msg']}")
+            return problems
+        return []
+
+
+def _type_hints(fn: Callable[..., Any]) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(fn, include_extras=True)
+    except Exception:
+        # Unresolvable forward references: fall back to what the signature says, strings and all.
+        return dict(getattr(fn, "__annotations__", {}))
+
+
+def _is_context(annotation: Any) -> bool:
+    if annotation is StepContext:
+        return True
+    return isinstance(annotation, str) and annotation.rsplit(".", 1)[-1] == "StepContext"
+
+
+def _context_params(
+    fn: Callable[..., Any],
+) -> tuple[tuple[str, ...], list[inspect.Parameter], dict[str, Any]]:
+    hints = _type_hints(fn)
+    params = list(inspect.signature(fn).parameters.values())
+    ctx = tuple(p.name for p in params if _is_context(hints.get(p.name, p.annotation)))
+    return ctx, [p for p in params if p.name not in ctx], hints
+
+
+def _args_model(tool_name: str, owner: str, execute: Callable[..., Any]) -> tuple[Any, ...]:
+    ctx, params, hints = _context_params(execute)
+    fields: dict[str, Any] = {}
+    accepts_extra = False
+    for param in params:
+        if param.kind is inspect.Parameter.VAR_KEYWORD:
+            accepts_extra = True
+            continue
+        if param.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.POSITIONAL_ONLY):
+            raise TypeError(
+                f"{owner}.execute: parameter {param.name!r} is positional-only or *args; tool arguments are "
+                "passed by name, so declare it as a normal or keyword-only parameter"
+            )
+        if param.name.startswith("_"):
+            raise TypeError(
+                f"{owner}.execute: parameter {param.name!r} starts with an underscore, which cannot be a tool "
+                "argument; rename it"
+            )
+        annotation = hints.get(param.name, Any)
+        if annotation is inspect.Parameter.empty or isinstance(annotation, str):
+            annotation = Any
+        default = ... if param.default is inspect.Parameter.empty else param.default
+        fields[param.name] = (annotation, default)
+    config = _ARGS_CONFIG_EXTRA if accepts_extra else _ARGS_CONFIG
+    try:
+        model = pydantic.create_model(f"{tool_name}Args", __config__=config, **fields)
+    except pydantic.PydanticSchemaGenerationError as exc:
+        raise TypeError(
+            f"{owner}.execute has an argument type pydantic cannot validate ({exc}); tool arguments must be "
+            "JSON-like values or pydantic models. Pass dependencies (clients, connections) to the tool's "
+            "constructor and register the instance with registry.register(instance)"
+        ) from exc
+    return ctx, model, accepts_extra, tuple(fields)
+
+
+def _compensate_ctx(owner: str, compensate: Callable[..., Any]) -> tuple[str, ...]:
+    ctx, params, _ = _context_params(compensate)
+    positional = [
+        p for p in params if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    ]
+    required = [p for p in params if p.default is inspect.Parameter.empty and p.kind is not p.VAR_KEYWORD]
+    has_var = any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params)
+    if not (positional or has_var) or len(required) > 1:
+        raise TypeError(
+            f"{owner}.compensate must take exactly one argument, the result of execute (plus, optionally, a "
+            "parameter annotated StepContext)"
+        )
+    return ctx
+
+
+def _method(instance: Any, attr: str) -> Callable[..., Any] | None:
+    method = getattr(instance, attr, None)
+    if method is None:
+        return None
+    if not callable(method):
+        raise TypeError(f"{type(instance).__name__}.{attr} must be a method, got {type(method).__name__}")
+    if inspect.isasyncgenfunction(method) or inspect.isgeneratorfunction(method):
+        raise TypeError(f"{type(instance).__name__}.{attr} must return a value, not be a generator")
+    return typing.cast("Callable[..., Any]", method)
+
+
+def build_spec(
+    instance: Any,
+    *,
+    name: str,
+    retry: RetryPolicy | None = None,
+    retry_scope: RetryScope = "saga",
+    timeout: float | None = None,
+    compensation_retry: RetryPolicy | None = None,
+    irreversible: bool = False,
+) -> ToolSpec:
+    """Inspect a tool instance and return its spec; raise `TypeError`/`ValueError` for what cannot work."""
+    owner = type(instance).__name__
+    if not isinstance(name, str) or not _NAME_RULE.match(name):
+        raise ValueError(
+            f"tool name {name!r} is not allowed: use 1 to 64 letters, digits, '_' or '-' (the rule LLM providers "
+            "apply to function names)"
+        )
+    execute = _method(instance, "execute")
+    if execute is None:
+        raise TypeError(f"{owner} cannot be a tool: it has no execute() method")
+    compensate = _method(instance, "compensate")
+    if retry_scope not in ("saga", "step"):
+        raise ValueError(f"retry_scope must be 'saga' or 'step', got {retry_scope!r}")
+    if timeout is not None and (isinstance(timeout, bool) or not timeout > 0):
+        raise ValueError(f"timeout is in seconds and must be positive, got {timeout!r}")
+    for label, policy in (("retry", retry), ("compensation_retry", compensation_retry)):
+        if policy is not None and not isinstance(policy, RetryPolicy):
+            raise TypeError(f"{label} must be a RetryPolicy, got {type(policy).__name__}")
+    ctx, model, accepts_extra, field_names = _args_model(name, owner, execute)
+    compensate_ctx = _compensate_ctx(owner, compensate) if compensate is not None else ()
+    doc = inspect.getdoc(type(instance)) or inspect.getdoc(execute) or ""
+    if doc == inspect.getdoc(object):
+        doc = ""
+    return ToolSpec(
+        name=name,
+        instance=instance,
+        execute=execute,
+        compensate=compensate,
+        execute_is_async=inspect.iscoroutinefunction(execute),
+        compensate_is_async=compensate is not None and inspect.iscoroutinefunction(compensate),
+        execute_ctx_params=ctx,
+        compensate_ctx_params=compensate_ctx,
+        args_model=model,
+        accepts_extra=accepts_extra,
+        retry=retry or NO_RETRY,
+        retry_scope=retry_scope,
+        timeout=timeout,
+        compensation_retry=compensation_retry or DEFAULT_COMPENSATION_RETRY,
+        irreversible=irreversible,
+        description=doc,
+        _field_names=field_names,
+    )
