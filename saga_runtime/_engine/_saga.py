@@ -80,6 +80,7 @@ class SagaEngine:
         self.saga = saga
         self.rows: dict[str, StepRow] = {row.step_id: row for row in steps}
         self.failure: str | None = None
+        self._failed_step: str | None = None
         self._dirty: dict[str, StepRow] = {}
         self._saga_dirty = False
         self._write_lock = anyio.Lock()
@@ -153,6 +154,7 @@ class SagaEngine:
     def _fail_saga(self, row: StepRow, error: str) -> None:
         if self.failure is None:
             self.failure = f"step {row.step_id!r} ({row.tool_name}) failed: {error}"
+            self._failed_step = row.step_id
 
     def _prepare(self, row: StepRow) -> tuple[StepRow, ToolSpec, dict[str, Any]] | None:
         spec = self.config.registry.get(row.tool_name)
@@ -205,7 +207,10 @@ class SagaEngine:
             value = await self._attempts(row, spec, kwargs)
         except _CANCELLED:
             if row.status is StepStatus.RUNNING:
-                self._finish(row, StepStatus.CANCELLED, error="cancelled while running", error_type="CancelledError")
+                why = f"step {self._failed_step!r} failed" if self._failed_step else "the caller was cancelled"
+                self._finish(
+                    row, StepStatus.CANCELLED, error=f"cancelled while running: {why}", error_type="CancelledError"
+                )
             raise
         except _StepFailed as failure:
             await self._on_failure(row, spec, failure, group_scope)

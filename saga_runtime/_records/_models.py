@@ -81,6 +81,10 @@ class SagaResult(BaseModel):
         """Return the result as plain JSON-able data."""
         return self.model_dump(mode="json")
 
+    def describe(self) -> str:
+        """Return a plain-text timeline of the saga: each step's group, status, attempts, time, errors, undo."""
+        return describe_result(self)
+
     def raise_for_status(self) -> SagaResult:
         """Return the result if the saga ended SUCCESS; raise `SagaFailedError` otherwise."""
         if self.status is SagaStatus.SUCCESS:
@@ -108,6 +112,39 @@ class SagaResult(BaseModel):
             attempts=culprit.attempts if culprit else None,
             errors=errors,
         )
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return f"{seconds * 1000:.1f}ms" if seconds < 1 else f"{seconds:.2f}s"
+
+
+def describe_result(result: SagaResult) -> str:
+    """Return the plain-text timeline of a saga result."""
+    total = None if result.finished_at is None else (result.finished_at - result.created_at).total_seconds()
+    head = f"saga {result.saga_id}: {result.status.value} ({len(result.steps)} steps, {_duration(total)}"
+    if result.cost or result.tokens:
+        head += f", cost {result.cost:g}, {result.tokens} tokens"
+    lines = [head + ")"]
+    if result.error:
+        lines.append(f"  error: {result.error}")
+    id_width = max((len(s.step_id) for s in result.steps), default=4)
+    tool_width = max((len(s.tool_name) for s in result.steps), default=4)
+    for record in result.steps:
+        attempts = f"{record.attempts} attempt{'s' if record.attempts != 1 else ''}"
+        line = (
+            f"  group {record.group}  {record.step_id:<{id_width}}  {record.tool_name:<{tool_width}}  "
+            f"{record.status.value:<19}  {attempts:<10}  {_duration(record.duration):>8}"
+        )
+        if record.error:
+            line += f"  {record.error}"
+        lines.append(line.rstrip())
+        if record.compensated_at is not None:
+            lines.append(f"{'':11}undone by compensate() after {record.compensation_attempts} attempt(s)")
+        elif record.compensation_error:
+            lines.append(f"{'':11}NOT undone: {record.compensation_error}")
+    return "\n".join(lines)
 
 
 def _culprit(steps: Sequence[StepRecord]) -> StepRecord | None:
