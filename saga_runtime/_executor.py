@@ -111,7 +111,7 @@ class SagaExecutor:
         """
         planned = build_plan(plan, self.registry, policy=policy)
         saga, steps = self._new_saga(planned, saga_id, budget, metadata)
-        existing = await self.store.create_saga(saga, steps)
+        existing = await self.store.create_saga(saga.copy(), [row.copy() for row in steps])
         if existing is not None:
             return self._existing(saga, *existing)
         logger.debug("saga %s: started by %s, %d steps", saga.saga_id, self.executor_id, len(steps))

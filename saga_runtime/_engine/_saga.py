@@ -83,7 +83,8 @@ class SagaEngine:
         self._failed_step: str | None = None
         self._dirty: dict[str, StepRow] = {}
         self._saga_dirty = False
-        self._write_lock = anyio.Lock()
+        # asyncio.Lock, not anyio.Lock: it does not yield to the loop when nobody holds it (the common case).
+        self._write_lock = asyncio.Lock()
         self._store_error: BaseException | None = None
         self.account = Account(saga, Budget.from_json(saga.budget), self._mark_saga)
 
@@ -188,10 +189,8 @@ class SagaEngine:
                 row.status, row.attempts, row.started_at = StepStatus.PENDING, 0, None
             raise
         if len(calls) == 1:
-            # One step needs no task group: run it inline (the common, sequential case).
-            row, spec, kwargs = calls[0]
-            with anyio.CancelScope() as scope:
-                await self._run_step(row, spec, kwargs, scope)
+            # One step needs no task group and has no siblings to cancel: run it inline (the sequential case).
+            await self._run_step(*calls[0], None)
         else:
             async with anyio.create_task_group() as tg:
                 for row, spec, kwargs in calls:
@@ -201,7 +200,7 @@ class SagaEngine:
         return not self.failed
 
     async def _run_step(
-        self, row: StepRow, spec: ToolSpec, kwargs: dict[str, Any], group_scope: anyio.CancelScope
+        self, row: StepRow, spec: ToolSpec, kwargs: dict[str, Any], group_scope: anyio.CancelScope | None
     ) -> None:
         try:
             value = await self._attempts(row, spec, kwargs)
@@ -219,7 +218,7 @@ class SagaEngine:
             self._finish(row, StepStatus.FAILED, error=f"not retried: {exc}", error_type="StoreError")
             if self._store_error is None:
                 self._store_error = exc.__cause__
-            group_scope.cancel()
+            self._cancel(group_scope)
             return
         try:
             row.result = to_json_value(value, what="the result", tool_name=spec.name)
@@ -229,7 +228,7 @@ class SagaEngine:
             await self._compensate_step(row, spec, value)
             if spec.retry_scope == "saga":
                 self._fail_saga(row, str(exc))
-                group_scope.cancel()
+                self._cancel(group_scope)
             return
         self._finish(row, StepStatus.SUCCESS)
         logger.debug("saga %s: step %s (%s) succeeded", row.saga_id, row.step_id, row.tool_name)
@@ -266,7 +265,7 @@ class SagaEngine:
                 raise _StepFailed(exc, timed_out=timed_out, attempts=attempt) from exc
 
     async def _on_failure(
-        self, row: StepRow, spec: ToolSpec, failure: _StepFailed, group_scope: anyio.CancelScope
+        self, row: StepRow, spec: ToolSpec, failure: _StepFailed, group_scope: anyio.CancelScope | None
     ) -> None:
         exc, timed_out, attempts = failure.error, failure.timed_out, failure.attempts
         error = f"{describe(exc)} (after {attempts} attempt{'s' if attempts != 1 else ''})"
@@ -279,7 +278,12 @@ class SagaEngine:
                 await self._compensate_step(row, spec, None)
             return
         self._fail_saga(row, error)
-        group_scope.cancel()
+        self._cancel(group_scope)
+
+    @staticmethod
+    def _cancel(group_scope: anyio.CancelScope | None) -> None:
+        if group_scope is not None:
+            group_scope.cancel()
 
     def _finish(
         self, row: StepRow, status: StepStatus, *, error: str | None = None, error_type: str | None = None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Literal
@@ -130,7 +130,28 @@ class StepRow:
 
     def copy(self) -> StepRow:
         """Return a snapshot of this row (values are JSON data that is never mutated in place)."""
-        return replace(self)
+        # Positional construction: several times faster than dataclasses.replace, and this is the hot path.
+        return StepRow(
+            self.saga_id,
+            self.seq,
+            self.step_id,
+            self.group,
+            self.tool_name,
+            self.args,
+            self.idempotency_key,
+            self.status,
+            self.attempts,
+            self.result,
+            self.error,
+            self.error_type,
+            self.started_at,
+            self.finished_at,
+            self.compensated_at,
+            self.compensation_error,
+            self.compensation_attempts,
+            self.prev_hash,
+            self.hash,
+        )
 
 
 @dataclass(slots=True)
@@ -155,4 +176,20 @@ class SagaRow:
 
     def copy(self) -> SagaRow:
         """Return a snapshot of this row."""
-        return replace(self, metadata=dict(self.metadata))
+        return SagaRow(
+            self.saga_id,
+            self.kind,
+            self.plan,
+            self.plan_hash,
+            self.status,
+            self.created_at,
+            self.updated_at,
+            self.owner,
+            self.lease_expires_at,
+            self.budget,
+            self.cost,
+            self.tokens,
+            dict(self.metadata),
+            self.error,
+            self.finished_at,
+        )

@@ -1,6 +1,8 @@
 """The SagaStore protocol: everything the engine asks of a database, and nothing more.
 
 Stores know rows (saga_runtime._records), never tools, plans or the engine. Each method is one transaction.
+Rows handed to `create_saga` and `save` are snapshots the caller never touches again: a store may keep them.
+Rows a store returns are fresh copies the caller may change.
 """
 
 from __future__ import annotations

@@ -44,17 +44,17 @@ class MemoryStore:
         existing = self._snapshot(saga.saga_id)
         if existing is not None:
             return existing
-        self._sagas[saga.saga_id] = saga.copy()
-        self._steps[saga.saga_id] = {row.step_id: row.copy() for row in steps}
+        self._sagas[saga.saga_id] = saga
+        self._steps[saga.saga_id] = {row.step_id: row for row in steps}
         return None
 
     async def save(self, saga: SagaRow | None, steps: Sequence[StepRow]) -> None:
-        """Store snapshots of the given rows."""
+        """Keep the given rows (snapshots the caller no longer touches)."""
         self._check_open()
         if saga is not None:
-            self._sagas[saga.saga_id] = saga.copy()
+            self._sagas[saga.saga_id] = saga
         for row in steps:
-            self._steps.setdefault(row.saga_id, {})[row.step_id] = row.copy()
+            self._steps.setdefault(row.saga_id, {})[row.step_id] = row
 
     def _snapshot(self, saga_id: str) -> tuple[SagaRow, list[StepRow]] | None:
         saga = self._sagas.get(saga_id)

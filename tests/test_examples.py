@@ -1,0 +1,77 @@
+"""The examples are programs: each runs offline and prints what happened."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def run_example(name: str, tmp_path: Path) -> str:
+    """Run an example in a subprocess with its own SQLite file; return what it printed."""
+    env = {**os.environ, "SAGA_RUNTIME_DATABASE_URL": f"sqlite:///{tmp_path / 'sagas.db'}"}
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / name)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_order_flow_succeeds_then_rolls_back(tmp_path: Path) -> None:
+    """order_flow.py prints one SUCCESS saga and one COMPENSATED saga whose effects were all undone."""
+    out = run_example("order_flow.py", tmp_path)
+    assert ": SUCCESS (3 steps" in out
+    assert ": COMPENSATED (3 steps" in out
+    assert "ConnectionError" in out
+    assert "3 attempts" in out
+    assert "0 tool calls made" in out
+    assert "charges still standing: 1 (order A-1), refunds: 1 (order A-2)" in out
+    assert "keyboards in stock: 4 of 5, shipments booked: 1" in out
+
+
+def test_order_flow_writes_to_the_sqlite_default(tmp_path: Path) -> None:
+    """order_flow.py stores its sagas in the SQLite database named by the environment."""
+    out = run_example("order_flow.py", tmp_path)
+    assert "store: sqlite:///" in out
+    assert (tmp_path / "sagas.db").exists()
+
+
+def test_async_order_flow_cancels_the_slow_sibling(tmp_path: Path) -> None:
+    """async_order_flow.py runs a group in parallel and a failure cancels and compensates the slow sibling."""
+    out = run_example("async_order_flow.py", tmp_path)
+    assert "saga order-B-1: SUCCESS" in out
+    assert "saga order-B-2: COMPENSATED" in out
+    assert "cancelled while running: step 'fraud' failed" in out
+    assert "shipping quote for 'Seoul' cancelled mid-flight" in out
+    assert "(result=None)" in out
+    took = float(out.split("the failing saga took ")[1].split("s")[0])
+    assert took < 5, "the 10 s sibling was not cancelled"
+
+
+def test_retry_flow_shows_backoff_non_retryable_and_step_scope(tmp_path: Path) -> None:
+    """retry_flow.py retries a flaky call, stops at once on a non-retryable error, and tolerates an optional step."""
+    out = run_example("retry_flow.py", tmp_path)
+    assert "saga trip-1: SUCCESS" in out
+    assert "ExchangeRate attempt 3" in out
+    assert "SendSms" in out
+    assert "FAILED" in out
+    assert "saga trip-2: COMPENSATED" in out
+    assert "ChargeCard attempt 2" not in out
+    assert "HoldSeat released KE901-14C" in out
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in EXAMPLES.glob("*.py")))
+def test_every_example_runs(name: str, tmp_path: Path) -> None:
+    """Every program in examples/ exits 0 and prints something."""
+    assert run_example(name, tmp_path).strip()
