@@ -102,8 +102,10 @@ async def main() -> None:
 
         calls = world.calls
         again = await executor.run(order("A-2", "1 Deep Sea Rd, Atlantis"), saga_id=f"order-A-2-{run}")
-        print(f"running order-A-2-{run} again: {again.status.value}, stored result returned, "
-              f"{world.calls - calls} tool calls made\n")
+        print(
+            f"running order-A-2-{run} again: {again.status.value}, stored result returned, "
+            f"{world.calls - calls} tool calls made\n"
+        )
 
     print(f"charges still standing: {len(world.charges)} (order A-1), refunds: {len(world.refunds)} (order A-2)")
     print(f"keyboards in stock: {world.stock['KEYBOARD']} of 5, shipments booked: {len(world.shipments)}")
