@@ -27,6 +27,7 @@ lint: $(VENV)/.all
 
 typecheck: $(VENV)/.all
 	$(BIN)/mypy
+	$(BIN)/mypy tests/typing
 
 unit: $(VENV)/.all
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -20,6 +20,7 @@ import anyio
 import pydantic
 
 from saga_runtime._engine._budget import Account, Budget
+from saga_runtime._engine._shield import shielded
 from saga_runtime._exceptions import BudgetExceededError, ResultNotStorableError, StoreError, describe
 from saga_runtime._records import (
     SagaResult,
@@ -225,7 +226,7 @@ class SagaEngine:
         except ResultNotStorableError as exc:
             # The effect happened but cannot be recorded: undo it now, with the value in hand.
             self._finish(row, StepStatus.FAILED, error=str(exc), error_type=type(exc).__name__)
-            await self._compensate_step(row, spec, value)
+            await self._compensate_now(row, spec, value)
             if spec.retry_scope == "saga":
                 self._fail_saga(row, str(exc))
                 self._cancel(group_scope)
@@ -275,7 +276,7 @@ class SagaEngine:
         logger.warning("saga %s: step %s (%s) failed: %s", row.saga_id, row.step_id, row.tool_name, error)
         if spec.retry_scope == "step":
             if timed_out:
-                await self._compensate_step(row, spec, None)
+                await self._compensate_now(row, spec, None)
             return
         self._fail_saga(row, error)
         self._cancel(group_scope)
@@ -359,9 +360,13 @@ class SagaEngine:
     async def compensate(self) -> SagaResult:
         """Undo every step that succeeded or whose outcome is unknown, groups in reverse; record the saga's end.
 
-        Runs shielded from the caller's cancellation and bounded by the executor's `compensation_timeout`.
+        Runs to its end even if the caller is cancelled meanwhile (the cancellation goes on afterwards), and is
+        bounded by the executor's `compensation_timeout`.
         """
-        with anyio.move_on_after(self.config.compensation_timeout, shield=True) as scope:
+        return await shielded(self._compensate())
+
+    async def _compensate(self) -> SagaResult:
+        with anyio.move_on_after(self.config.compensation_timeout) as scope:
             self.saga.status = SagaStatus.COMPENSATING
             self._mark_saga()
             await self.flush()
@@ -387,7 +392,12 @@ class SagaEngine:
             )
             self._mark(row)
         status = SagaStatus.COMPENSATION_FAILED if failed or leftover else SagaStatus.COMPENSATED
-        return await self.finish(status)
+        return await self._record_end(status)
+
+    async def _compensate_now(self, row: StepRow, spec: ToolSpec, result: Any) -> None:
+        """Compensate one step at once (its effect is in doubt or unrecordable), safe from sibling cancellation."""
+        with anyio.CancelScope(shield=True), anyio.move_on_after(self.config.compensation_timeout):
+            await self._compensate_step(row, spec, result)
 
     async def _compensate_step(self, row: StepRow, spec: ToolSpec, result: Any) -> None:
         if spec.compensate is None:
@@ -412,7 +422,7 @@ class SagaEngine:
                 )
             except _CANCELLED:
                 row.status = StepStatus.COMPENSATION_FAILED
-                row.compensation_error = "interrupted: compensation_timeout ran out while it ran"
+                row.compensation_error = "interrupted before it finished: compensation_timeout ran out"
                 self._mark(row)
                 raise
             except Exception as exc:
@@ -440,14 +450,17 @@ class SagaEngine:
     # -- the end -----------------------------------------------------------------------------------------------
 
     async def finish(self, status: SagaStatus) -> SagaResult:
-        """Record the saga's terminal status (shielded, bounded) and return its result."""
+        """Record the saga's terminal status and return its result; the record is written even if the caller leaves."""
+        return await shielded(self._record_end(status))
+
+    async def _record_end(self, status: SagaStatus) -> SagaResult:
         self.saga.status = status
         if status is not SagaStatus.SUCCESS and self.saga.error is None:
             self.saga.error = self.failure or "the saga was cancelled by its caller"
         self.saga.finished_at = now()
         self.saga.lease_expires_at = None
         self._mark_saga()
-        with anyio.move_on_after(_FINAL_WRITE_TIMEOUT, shield=True) as scope:
+        with anyio.move_on_after(_FINAL_WRITE_TIMEOUT) as scope:
             await self.flush()
         if scope.cancelled_caught:
             raise StoreError(
@@ -455,12 +468,7 @@ class SagaEngine:
                 f"{_FINAL_WRITE_TIMEOUT:g}s ({self.config.store.url}); check the database: recovery will finish it"
             )
         log = logger.info if status is SagaStatus.SUCCESS else logger.warning
-        log(
-            "saga %s ended %s%s",
-            self.saga.saga_id,
-            status.value,
-            f": {self.saga.error}" if self.saga.error else "",
-        )
+        log("saga %s ended %s%s", self.saga.saga_id, status.value, f": {self.saga.error}" if self.saga.error else "")
         return result_from_rows(self.saga, list(self.rows.values()))
 
 
