@@ -76,18 +76,20 @@ class ToolSpec:
         A deferred argument (one whose value is a `$ref`) is checked for existence only: its value is known
         when the step runs, and is validated then.
         """
+        problems = []
+        if not self.accepts_extra:
+            unknown = sorted(deferred.difference(self._field_names))
+            problems.extend(f"argument {name!r}: Extra inputs are not permitted" for name in unknown)
         try:
             self.args_model.model_validate({k: v for k, v in args.items() if k not in deferred})
         except pydantic.ValidationError as exc:
-            problems = []
             for error in exc.errors(include_url=False):
                 loc = error["loc"]
                 if loc and loc[0] in deferred and error["type"] == "missing":
                     continue
                 where = ".".join(str(part) for part in loc) or "(arguments)"
                 problems.append(f"argument {where!r}: {error['msg']}")
-            return problems
-        return []
+        return problems
 
 
 def _type_hints(fn: Callable[..., Any]) -> dict[str, Any]:
