@@ -5,7 +5,7 @@ steps of a group concurrently) with retries and timeouts, writes every step ahea
 effect in reverse when the saga cannot finish.
 """
 
-import logging
+import logging as _logging
 
 from saga_runtime._engine import Budget
 from saga_runtime._exceptions import (
@@ -30,7 +30,7 @@ from saga_runtime._tools import RetryPolicy, StepContext, ToolRegistry, ToolSpec
 __version__ = "0.1.0"
 
 # A library logs, the application decides where logs go: without a handler of its own, nothing is printed.
-logging.getLogger("saga_runtime").addHandler(logging.NullHandler())
+_logging.getLogger("saga_runtime").addHandler(_logging.NullHandler())
 
 __all__ = [
     "Budget",

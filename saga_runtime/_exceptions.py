@@ -13,6 +13,9 @@ Every error derives from `SagaError`, so `except SagaError` catches them all::
     ├── ResultValidationError      a tool returned a result its annotation or validate() rejects
     ├── ResultNotStorableError     a tool returned a value that cannot be stored as JSON
     └── StoreError                 the database failed; the message says which and what to do
+        ├── StoreConnectionError   the database cannot be reached, or the connection was lost
+        ├── StoreBusyError         the database stayed locked (or deadlocked); nothing was written, retry
+        └── SchemaVersionError     the database was written by a newer saga-runtime; upgrade it
 
 Errors carry structured fields (`saga_id`, `step_id`, `tool_name`, `attempts`, ...) so code can react to them
 without parsing messages; the messages are for people and say what to do next.
@@ -32,6 +35,9 @@ __all__ = [
     "SagaError",
     "SagaFailedError",
     "SagaInProgressError",
+    "SchemaVersionError",
+    "StoreBusyError",
+    "StoreConnectionError",
     "StoreError",
     "UnknownToolError",
 ]
@@ -160,3 +166,23 @@ def describe(exc: BaseException) -> str:
     """Return `Type: message` for an exception, the form errors are recorded in."""
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class StoreConnectionError(StoreError):
+    """The database could not be reached, or the connection to it was lost; the message names the URL."""
+
+
+class StoreBusyError(StoreError):
+    """The database stayed locked past its timeout, or chose this transaction to break a deadlock.
+
+    The transaction was rolled back, so nothing of it was written; trying again is safe.
+    """
+
+
+class SchemaVersionError(StoreError):
+    """The database's schema is newer than this saga-runtime knows; upgrade saga-runtime to use it."""
+
+    def __init__(self, message: str, *, url: str | None = None, found: int, supported: int) -> None:
+        self.found = found
+        self.supported = supported
+        super().__init__(message, url=url)

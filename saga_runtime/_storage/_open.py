@@ -20,6 +20,11 @@ DEFAULT_URL = "sqlite:///sagas.db"
 # scheme -> (module, class, extra that installs its driver or None)
 _DIALECTS: dict[str, tuple[str, str, str | None]] = {
     "memory": ("saga_runtime._storage._memory", "MemoryStore", None),
+    "sqlite": ("saga_runtime._storage._sqlite", "SQLiteStore", None),
+    "postgresql": ("saga_runtime._storage._postgres", "PostgresStore", "postgres"),
+    "postgres": ("saga_runtime._storage._postgres", "PostgresStore", "postgres"),
+    "mysql": ("saga_runtime._storage._mysql", "MySQLStore", "mysql"),
+    "mariadb": ("saga_runtime._storage._mysql", "MySQLStore", "mysql"),
 }
 
 

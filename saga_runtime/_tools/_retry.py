@@ -43,7 +43,10 @@ class RetryPolicy:
 
     def delay(self, attempt: int) -> float:
         """Return the seconds to wait after failed attempt number `attempt` (1-based) before the next one."""
-        base = min(self.max_interval, self.initial_interval * self.backoff_coefficient ** (attempt - 1))
+        try:
+            base = min(self.max_interval, self.initial_interval * self.backoff_coefficient ** (attempt - 1))
+        except OverflowError:  # the geometric series left float range long after it passed the cap
+            base = self.max_interval if self.initial_interval > 0 else 0.0
         if self.jitter and base > 0:
             return base / 2 + random.uniform(0, base / 2)
         return base

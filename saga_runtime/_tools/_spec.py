@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import re
+import types
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -76,7 +77,7 @@ class ToolSpec:
         A deferred argument (one whose value is a `$ref`) is checked for existence only: its value is known
         when the step runs, and is validated then.
         """
-        problems = []
+        problems: list[str] = []
         if not self.accepts_extra:
             unknown = sorted(deferred.difference(self._field_names))
             problems.extend(f"argument {name!r}: Extra inputs are not permitted" for name in unknown)
@@ -92,18 +93,47 @@ class ToolSpec:
         return problems
 
 
+def _resolve(fn: Callable[..., Any], name: str, annotation: Any) -> Any:
+    """Return a parameter's annotation evaluated; raise `TypeError` if it names something that does not exist."""
+    if not isinstance(annotation, str):
+        return annotation
+    if annotation.rsplit(".", 1)[-1] == "StepContext":
+        return StepContext
+    try:
+        # What typing.get_type_hints does, one parameter at a time.
+        return eval(annotation, dict(getattr(fn, "__globals__", {})))
+    except Exception as exc:
+        owner = getattr(fn, "__qualname__", repr(fn))
+        raise TypeError(
+            f"{owner}: the annotation {annotation!r} of parameter {name!r} cannot be resolved ({exc}); define the "
+            "type at module level so its arguments can be validated"
+        ) from None
+
+
 def _type_hints(fn: Callable[..., Any]) -> dict[str, Any]:
     try:
         return typing.get_type_hints(fn, include_extras=True)
     except Exception:
-        # Unresolvable forward references: fall back to what the signature says, strings and all.
-        return dict(getattr(fn, "__annotations__", {}))
+        # Some forward reference does not resolve: resolve each parameter alone, so the faulty one is named and
+        # no other parameter silently loses its validation.
+        raw = dict(getattr(fn, "__annotations__", {}))
+        raw.pop("return", None)
+        return {name: _resolve(fn, name, annotation) for name, annotation in raw.items()}
 
 
 def _is_context(annotation: Any) -> bool:
+    """Tell whether a parameter asks for the StepContext (also as `StepContext | None` or `Annotated[...]`)."""
     if annotation is StepContext:
         return True
-    return isinstance(annotation, str) and annotation.rsplit(".", 1)[-1] == "StepContext"
+    if isinstance(annotation, str):
+        return annotation.rsplit(".", 1)[-1] == "StepContext"
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _is_context(typing.get_args(annotation)[0])
+    if origin is typing.Union or origin is types.UnionType:
+        members = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+        return len(members) == 1 and _is_context(members[0])
+    return False
 
 
 def _context_params(

@@ -1,0 +1,255 @@
+"""MySQLStore: sagas in MySQL 8.0+ or MariaDB 10.6+, shared by any number of executors, on an aiomysql pool.
+
+URL: `mysql://user:password@host:port/database` (`mariadb://` too; `?unix_socket=/path` for a local socket).
+Options, as keywords of `open_store` or URL query parameters, keywords winning:
+
+- `min_size` (default 1) and `max_size` (default 10): the pool's connections. Each concurrent store call holds one
+  connection for one transaction; size `max_size` to the concurrency of the executors of this process.
+- `connect_timeout`: seconds to wait for a connection (default 10).
+- `pool_recycle`: seconds after which an idle connection is replaced, to stay under the server's `wait_timeout`
+  (default 3600).
+
+The server must be MySQL 8.0 or MariaDB 10.6 or newer: recovery takes leases with `FOR UPDATE SKIP LOCKED`, and
+the schema uses JSON and DATETIME(6) columns. Sessions run in strict SQL mode (`TRADITIONAL`), so a value that
+does not fit fails instead of being silently cut.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+import aiomysql
+import anyio
+import pymysql  # type: ignore[import-untyped]  # no stubs; pyproject's override lists aiomysql only
+
+from saga_runtime._exceptions import StoreBusyError, StoreConnectionError, StoreError
+from saga_runtime._storage._errors import CONNECT_ADVICE, ErrorMap, convert
+from saga_runtime._storage._open import redact_url
+from saga_runtime._storage._sqlstore import SQLStore, Transaction
+
+__all__ = ["ERROR_MAP", "MySQLStore", "map_exceptions"]
+
+_err = pymysql.err
+
+# Every pymysql (so aiomysql) error derives from pymysql.err.MySQLError; a few server codes get their own class.
+ERROR_MAP: ErrorMap = {
+    _err.IntegrityError: (StoreError, "a row broke a constraint of the saga tables (a duplicate key?)"),
+    _err.DataError: (StoreError, "MySQL refused a value (too long for its column, or not valid)"),
+    _err.OperationalError: (StoreError, ""),
+    _err.ProgrammingError: (StoreError, "this is a bug in saga_runtime's MySQL store; please report it"),
+    _err.NotSupportedError: (StoreError, "the server lacks a feature the store needs; use MySQL 8 or MariaDB 10.6+"),
+    _err.InternalError: (StoreError, ""),
+    _err.InterfaceError: (StoreConnectionError, CONNECT_ADVICE),
+    _err.DatabaseError: (StoreError, ""),
+    _err.MySQLError: (StoreError, ""),
+    OSError: (StoreConnectionError, CONNECT_ADVICE),
+    TimeoutError: (StoreConnectionError, "the server did not answer in time; is it up and reachable?"),
+}
+# Server error codes that change the class or the advice: (class, advice).
+CODE_MAP: dict[int, tuple[type[StoreError], str]] = {
+    1040: (StoreConnectionError, "the server has too many connections; lower max_size or raise max_connections"),
+    1044: (StoreConnectionError, "the user may not use this database; GRANT it the rights"),
+    1045: (StoreConnectionError, "check the user name and password"),
+    1049: (StoreConnectionError, "create the database first (CREATE DATABASE name)"),
+    1205: (StoreBusyError, "a lock wait timed out; nothing was written, retry it"),
+    1213: (StoreBusyError, "the server broke a deadlock by rolling this transaction back; retry it"),
+    2002: (StoreConnectionError, CONNECT_ADVICE),
+    2003: (StoreConnectionError, CONNECT_ADVICE),
+    2005: (StoreConnectionError, "is the host name right?"),
+    2006: (StoreConnectionError, "the server closed the connection; is it up?"),
+    2013: (StoreConnectionError, "the connection was lost mid-query; is the server up?"),
+}
+_CATCH: tuple[type[BaseException], ...] = (_err.MySQLError, OSError, TimeoutError)
+_CLEANUP_SECONDS = 5.0
+_MIN_VERSION = {"MariaDB": (10, 6), "MySQL": (8, 0)}
+
+
+@contextmanager
+def map_exceptions(url: str, *, connecting: bool = False) -> Iterator[None]:
+    """Convert pymysql/aiomysql (and socket) errors raised inside the block into StoreError subclasses."""
+    try:
+        yield
+    except _CATCH as exc:
+        code = exc.args[0] if isinstance(exc, _err.MySQLError) and exc.args else None
+        if isinstance(code, int) and code in CODE_MAP:
+            kind, advice = CODE_MAP[code]
+            raise convert(exc, ERROR_MAP, url, kind=kind, advice=advice, connecting=connecting or code < 2000) from exc
+        raise convert(exc, ERROR_MAP, url, connecting=connecting) from exc
+
+
+def _check_server(version: str, url: str) -> None:
+    """Raise StoreError unless the server is MySQL 8.0+ or MariaDB 10.6+."""
+    product = "MariaDB" if "mariadb" in version.lower() else "MySQL"
+    match = re.match(r"(\d+)\.(\d+)", version)
+    found = (int(match.group(1)), int(match.group(2))) if match else (0, 0)
+    need = _MIN_VERSION[product]
+    if found < need:
+        raise StoreError(
+            f"the server at {url} is {product} {version}; saga_runtime needs {product} "
+            f"{need[0]}.{need[1]} or newer (for FOR UPDATE SKIP LOCKED and JSON columns): upgrade the server",
+            url=url,
+        )
+
+
+class _MySQLTransaction:
+    __slots__ = ("_cursor",)
+
+    def __init__(self, cursor: Any) -> None:
+        self._cursor = cursor
+
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        # No parameters: pass None, so pymysql does not %-format the statement.
+        await self._cursor.execute(sql, tuple(params) if params else None)
+        return int(self._cursor.rowcount)
+
+    async def executemany(self, sql: str, params: Sequence[Sequence[Any]]) -> None:
+        # aiomysql rewrites INSERT ... VALUES (...) [ON DUPLICATE KEY ...] into one multi-row statement.
+        await self._cursor.executemany(sql, params)
+
+    async def fetch(self, sql: str, params: Sequence[Any] = ()) -> Sequence[Sequence[Any]]:
+        await self._cursor.execute(sql, tuple(params) if params else None)
+        return list(await self._cursor.fetchall())
+
+
+class MySQLStore(SQLStore):
+    """Keep sagas in a MySQL or MariaDB database, through a pool of aiomysql connections."""
+
+    dialect = "mysql"
+
+    def __init__(self, url: str, pool: Any, database: str) -> None:
+        super().__init__(url)
+        self._pool = pool
+        self._database = database
+
+    @classmethod
+    async def open(
+        cls,
+        url: str,
+        *,
+        min_size: int | None = None,
+        max_size: int | None = None,
+        connect_timeout: float | None = None,
+        pool_recycle: float | None = None,
+    ) -> MySQLStore:
+        """Connect a pool to the MySQL/MariaDB database at `url` and bring its schema up to date."""
+        redacted = redact_url(url)
+        parts = urlsplit(url)
+        query = dict(parse_qsl(parts.query))
+        low = int(min_size if min_size is not None else query.pop("min_size", 1))
+        high = int(max_size if max_size is not None else query.pop("max_size", 10))
+        timeout = float(connect_timeout if connect_timeout is not None else query.pop("connect_timeout", 10.0))
+        recycle = float(pool_recycle if pool_recycle is not None else query.pop("pool_recycle", 3600))
+        unix_socket = query.pop("unix_socket", None)
+        for name in ("min_size", "max_size", "connect_timeout", "pool_recycle"):
+            query.pop(name, None)
+        if query:
+            raise TypeError(f"unknown MySQL store options in {redacted!r}: {sorted(query)}")
+        if not 0 <= low <= high or high < 1:
+            raise ValueError(f"need 0 <= min_size <= max_size and max_size >= 1, got {low} and {high}")
+        database = unquote(parts.path.lstrip("/"))
+        if not database:
+            raise StoreError(f"the MySQL URL {redacted!r} names no database: add /DATABASE", url=redacted)
+        with map_exceptions(redacted, connecting=True):
+            pool = await aiomysql.create_pool(
+                host=parts.hostname or "localhost",
+                port=parts.port or 3306,
+                user=unquote(parts.username or "root"),
+                password=unquote(parts.password or ""),
+                db=database,
+                unix_socket=unix_socket,
+                minsize=low,
+                maxsize=high,
+                connect_timeout=timeout,
+                pool_recycle=int(recycle),
+                charset="utf8mb4",
+                # Strict: a value that does not fit is an error, never silently truncated.
+                sql_mode="TRADITIONAL",
+                # Autocommit for single-statement reads; writes open their own transaction with BEGIN.
+                autocommit=True,
+            )
+        store = cls(url, pool, database)
+        try:
+            async with store._transaction(write=False) as tx:
+                _check_server(str((await tx.fetch("SELECT VERSION()"))[0][0]), redacted)
+            await store._migrate()
+        except BaseException:
+            with anyio.move_on_after(_CLEANUP_SECONDS, shield=True):
+                await store.close()
+            raise
+        return store
+
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[Any]:
+        with map_exceptions(self._url):
+            conn = await self._pool.acquire()
+        try:
+            yield conn
+        finally:
+            with anyio.move_on_after(_CLEANUP_SECONDS, shield=True):
+                await self._pool.release(conn)
+
+    @asynccontextmanager
+    async def _transaction(self, *, write: bool) -> AsyncIterator[Transaction]:
+        async with self._connection() as conn:
+            with map_exceptions(self._url):
+                cursor = await conn.cursor()
+                try:
+                    if write:
+                        await conn.begin()
+                    yield _MySQLTransaction(cursor)
+                    if write:
+                        await conn.commit()
+                except _err.MySQLError:
+                    if write:
+                        await self._rollback(conn)
+                    raise
+                except BaseException:
+                    # Cancelled mid-statement (or worse): the protocol state is unknown, so drop the connection;
+                    # the server rolls its transaction back.
+                    conn.close()
+                    raise
+                finally:
+                    if not conn.closed:
+                        with anyio.move_on_after(_CLEANUP_SECONDS, shield=True):
+                            await cursor.close()
+
+    @staticmethod
+    async def _rollback(conn: Any) -> None:
+        with anyio.move_on_after(_CLEANUP_SECONDS, shield=True) as scope:
+            try:
+                await conn.rollback()
+            except (_err.MySQLError, OSError):
+                conn.close()
+        if scope.cancelled_caught:
+            conn.close()
+
+    def _schema_transaction(self) -> AbstractAsyncContextManager[Transaction]:
+        return self._locked_schema()
+
+    @asynccontextmanager
+    async def _locked_schema(self) -> AsyncIterator[Transaction]:
+        # MySQL's DDL commits on its own, so a named lock (per server, hence the database in its name) keeps two
+        # processes from migrating at once.
+        name = f"saga_runtime.schema.{self._database}"[:64]
+        async with self._transaction(write=False) as tx:
+            got = (await tx.fetch("SELECT GET_LOCK(?, 30)".replace("?", "%s"), (name,)))[0][0]
+            if got != 1:
+                raise StoreBusyError(
+                    f"another process has held the schema lock of {self._url} for 30 seconds; retry", url=self._url
+                )
+            try:
+                yield tx
+            finally:
+                with anyio.move_on_after(_CLEANUP_SECONDS, shield=True):
+                    await tx.fetch("SELECT RELEASE_LOCK(%s)", (name,))
+
+    async def _close_connections(self) -> None:
+        self._pool.close()
+        with anyio.move_on_after(_CLEANUP_SECONDS, shield=True) as scope, map_exceptions(self._url):
+            await self._pool.wait_closed()
+        if scope.cancelled_caught:
+            self._pool.terminate()

@@ -1,0 +1,178 @@
+"""SQLiteStore: the embedded default, one file on one machine, on aiosqlite.
+
+URLs: `sqlite:///relative/path.db` (relative to the working directory), `sqlite:////absolute/path.db`, and
+`sqlite:///:memory:` (private to the store object). Options, as keywords of `open_store` or URL query parameters
+(`sqlite:///sagas.db?synchronous=NORMAL`), keywords winning:
+
+- `synchronous`: `"FULL"` (default) syncs the write-ahead log at every commit, so a committed step survives a power
+  cut; `"NORMAL"` skips that sync and is several times faster on slow disks, at the price of losing the last
+  commits (never the file's consistency) if the machine loses power. A process crash loses nothing with either.
+- `busy_timeout`: seconds a write waits for another process's write lock before failing with `StoreBusyError`
+  (default 5).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+import aiosqlite
+import anyio
+
+from saga_runtime._exceptions import StoreBusyError, StoreConnectionError, StoreError
+from saga_runtime._storage._errors import ErrorMap, convert
+from saga_runtime._storage._open import redact_url
+from saga_runtime._storage._sqlstore import SQLStore, Transaction
+
+__all__ = ["ERROR_MAP", "SQLiteStore", "map_exceptions"]
+
+# Every sqlite3 error derives from sqlite3.Error; the subclasses below get their own advice.
+ERROR_MAP: ErrorMap = {
+    sqlite3.IntegrityError: (StoreError, "a row broke a constraint of the saga tables (a duplicate key?)"),
+    sqlite3.OperationalError: (StoreError, "check the file, its directory, and free disk space"),
+    sqlite3.DatabaseError: (StoreError, "is the file a saga_runtime SQLite database, and intact?"),
+    sqlite3.ProgrammingError: (StoreError, "this is a bug in saga_runtime's SQLite store; please report it"),
+    sqlite3.Error: (StoreError, ""),
+}
+
+_SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
+_CLEANUP_SECONDS = 5.0
+
+
+@contextmanager
+def map_exceptions(url: str, *, connecting: bool = False) -> Iterator[None]:
+    """Convert sqlite3 (and so aiosqlite) errors raised inside the block into StoreError subclasses."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        name = getattr(exc, "sqlite_errorname", "") or ""
+        if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
+            raise convert(
+                exc,
+                ERROR_MAP,
+                url,
+                kind=StoreBusyError,
+                advice="another process held the write lock longer than busy_timeout; nothing was written, "
+                "retry, or open the store with a larger busy_timeout",
+            ) from exc
+        if name.startswith("SQLITE_CANTOPEN"):
+            raise convert(
+                exc,
+                ERROR_MAP,
+                url,
+                kind=StoreConnectionError,
+                connecting=True,
+                advice="does the file's directory exist, and may this process write there?",
+            ) from exc
+        raise convert(exc, ERROR_MAP, url, connecting=connecting) from exc
+
+
+def sqlite_path(url: str) -> str:
+    """Return the file path of a `sqlite:///` URL: three slashes for a relative path, four for an absolute one."""
+    parts = urlsplit(url)
+    if parts.netloc or not parts.path.startswith("/") or parts.path == "/":
+        raise StoreError(
+            f"malformed SQLite URL {redact_url(url)!r}: use sqlite:///relative.db or sqlite:////absolute/path.db",
+            url=redact_url(url),
+        )
+    return parts.path[1:]
+
+
+class _SQLiteTransaction:
+    __slots__ = ("_conn",)
+
+    def __init__(self, conn: aiosqlite.Connection) -> None:
+        self._conn = conn
+
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        async with self._conn.execute(sql, params) as cursor:
+            return cursor.rowcount
+
+    async def executemany(self, sql: str, params: Sequence[Sequence[Any]]) -> None:
+        async with self._conn.executemany(sql, params):
+            pass
+
+    async def fetch(self, sql: str, params: Sequence[Any] = ()) -> Sequence[Sequence[Any]]:
+        return list(await self._conn.execute_fetchall(sql, params))
+
+
+class SQLiteStore(SQLStore):
+    """Keep sagas in a SQLite file, in WAL mode, writing through one connection."""
+
+    dialect = "sqlite"
+
+    def __init__(self, url: str, conn: aiosqlite.Connection) -> None:
+        super().__init__(url)
+        self._conn = conn
+        self._tx = _SQLiteTransaction(conn)
+        # One connection for the store: transactions of its tasks must not interleave on it.
+        self._lock = asyncio.Lock()
+
+    @classmethod
+    async def open(cls, url: str, *, synchronous: str | None = None, busy_timeout: float | None = None) -> SQLiteStore:
+        """Open (creating if needed) the SQLite database at `url` and bring its schema up to date."""
+        redacted = redact_url(url)
+        path = sqlite_path(url)
+        query = dict(parse_qsl(urlsplit(url).query))
+        level = str(synchronous or query.pop("synchronous", "FULL")).upper()
+        timeout = float(busy_timeout if busy_timeout is not None else query.pop("busy_timeout", 5.0))
+        if query:
+            raise TypeError(f"unknown SQLite store options in {redacted!r}: {sorted(query)}")
+        if level not in _SYNCHRONOUS:
+            raise ValueError(f"synchronous must be one of {', '.join(_SYNCHRONOUS)}, not {level!r}")
+        with map_exceptions(redacted, connecting=True):
+            # isolation_level=None: the store issues BEGIN IMMEDIATE / COMMIT itself.
+            conn = await aiosqlite.connect(path, isolation_level=None)
+        store = cls(url, conn)
+        try:
+            with map_exceptions(redacted, connecting=True):
+                # Wait for another process's write lock instead of failing at once.
+                await conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
+                # WAL: readers never block the writer, and a commit appends to the log instead of rewriting pages.
+                await conn.execute("PRAGMA journal_mode = WAL")
+                # FULL by default: a commit is on disk when save() returns (see the module docstring).
+                await conn.execute(f"PRAGMA synchronous = {level}")
+            await store._migrate()
+        except BaseException:
+            with anyio.move_on_after(_CLEANUP_SECONDS, shield=True):
+                await store.close()
+            raise
+        return store
+
+    @asynccontextmanager
+    async def _transaction(self, *, write: bool) -> AsyncIterator[Transaction]:
+        async with self._lock:
+            with map_exceptions(self._url):
+                if not write:
+                    # Reads are single statements: atomic on their own.
+                    yield self._tx
+                    return
+                # IMMEDIATE: take the write lock now, so two processes never both read then write (no upgrade
+                # deadlock) and a busy database fails at BEGIN, before anything was done.
+                await self._conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield self._tx
+                    await self._conn.execute("COMMIT")
+                except BaseException:
+                    await self._rollback()
+                    raise
+
+    async def _rollback(self) -> None:
+        # Shielded and bounded: a cancelled caller must still leave the connection out of its transaction.
+        with anyio.move_on_after(_CLEANUP_SECONDS, shield=True):
+            # sqlite3.Error: no transaction was open (BEGIN failed, or COMMIT went through).
+            with contextlib.suppress(sqlite3.Error):
+                await self._conn.execute("ROLLBACK")
+
+    def _schema_transaction(self) -> AbstractAsyncContextManager[Transaction]:
+        # BEGIN IMMEDIATE is the schema lock; SQLite's DDL is transactional, so a migration is all or nothing.
+        return self._transaction(write=True)
+
+    async def _close_connections(self) -> None:
+        with map_exceptions(self._url):
+            await self._conn.close()

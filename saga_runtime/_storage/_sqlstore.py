@@ -1,0 +1,224 @@
+"""SQLStore: the SagaStore contract written once over a minimal transaction interface each driver provides."""
+
+from __future__ import annotations
+
+import abc
+import warnings
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any, ClassVar, Protocol
+
+from saga_runtime._exceptions import IdempotencyConflictError, StoreError
+from saga_runtime._records import (
+    SagaResult,
+    SagaRow,
+    SagaStatus,
+    SagaSummary,
+    StepRow,
+    export_rows,
+    import_rows,
+    now,
+    result_from_rows,
+    summary_from_rows,
+)
+from saga_runtime._storage._open import redact_url
+from saga_runtime._storage._sql import (
+    MIGRATIONS,
+    SAGA_COLUMNS,
+    VERSION_TABLE_DDL,
+    DialectName,
+    Queries,
+    RowCodec,
+    schema_too_new,
+)
+
+__all__ = ["SQLStore", "Transaction"]
+
+
+class Transaction(Protocol):
+    """What the shared store code needs of a driver inside one transaction."""
+
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        """Run one statement; return the number of rows it changed."""
+        ...
+
+    async def executemany(self, sql: str, params: Sequence[Sequence[Any]]) -> None:
+        """Run one statement for each parameter tuple, in as few round trips as the driver allows."""
+        ...
+
+    async def fetch(self, sql: str, params: Sequence[Any] = ()) -> Sequence[Sequence[Any]]:
+        """Run a query; return its records as sequences of column values."""
+        ...
+
+
+class SQLStore(abc.ABC):
+    """A SagaStore on a SQL database; subclasses bring the driver, connections and error conversion."""
+
+    dialect: ClassVar[DialectName]
+
+    def __init__(self, url: str) -> None:
+        self._url = redact_url(url)
+        self._queries = Queries(self.dialect)
+        self._codec = RowCodec(self.dialect)
+        self._closed = False
+
+    # -- what a driver provides ------------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def _transaction(self, *, write: bool) -> AbstractAsyncContextManager[Transaction]:
+        """Return a context that runs one transaction and commits it (or rolls it back on error).
+
+        Driver errors raised inside it come out as StoreError subclasses.
+        """
+
+    @abc.abstractmethod
+    def _schema_transaction(self) -> AbstractAsyncContextManager[Transaction]:
+        """Return a transaction that holds the database's schema lock, so one process migrates at a time."""
+
+    @abc.abstractmethod
+    async def _close_connections(self) -> None:
+        """Close every connection of the store."""
+
+    # -- shared ----------------------------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        """Return the store's URL, password removed."""
+        return self._url
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self._url}{' (closed)' if self._closed else ''}>"
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreError(f"the store {self._url} is closed; open a new one with open_store()", url=self._url)
+
+    async def _migrate(self) -> int:
+        """Create the schema or bring it up to SCHEMA_VERSION in place; return the version found."""
+        q = self._queries
+        async with self._schema_transaction() as tx:
+            exists = (await tx.fetch(q.table_exists, ("schema_version",)))[0][0]
+            found = 0
+            if exists:
+                found = int((await tx.fetch(q.read_version))[0][0] or 0)
+            else:
+                await tx.execute(VERSION_TABLE_DDL[self.dialect])
+            latest = MIGRATIONS[-1].version
+            if found > latest:
+                raise schema_too_new(found, latest, self._url)
+            for migration in MIGRATIONS:
+                if migration.version > found:
+                    for statement in migration.statements(self.dialect):
+                        await tx.execute(statement)
+                    await tx.execute(
+                        q.record_version,
+                        (migration.version, migration.description, self._codec.time_in(now())),
+                    )
+        return found
+
+    async def schema_version(self) -> int:
+        """Return the schema version recorded in the database."""
+        self._check_open()
+        async with self._transaction(write=False) as tx:
+            return int((await tx.fetch(self._queries.read_version))[0][0] or 0)
+
+    async def _read(self, tx: Transaction, saga_id: str, *, lock: bool) -> tuple[SagaRow, list[StepRow]] | None:
+        sql = self._queries.load + (self._queries.lock_suffix if lock else "")
+        return self._codec.rows_of_load(await tx.fetch(sql, (saga_id,)))
+
+    async def _insert(self, saga: SagaRow, steps: Sequence[StepRow]) -> tuple[SagaRow, list[StepRow]] | None:
+        """Insert a saga and its steps unless the id is taken; return what is stored under it if it is."""
+        codec = self._codec
+        saga_params = codec.saga_params(saga)
+        step_params = [codec.step_params(row) for row in steps]
+        async with self._transaction(write=True) as tx:
+            # Insert-or-nothing, then read: race-free across processes, as the database decides who inserted.
+            if await tx.execute(self._queries.insert_saga, saga_params) == 1:
+                if step_params:
+                    await tx.executemany(self._queries.upsert_steps, step_params)
+                return None
+            existing = await self._read(tx, saga.saga_id, lock=True)
+        if existing is None:  # pragma: no cover - the database said the id was taken
+            raise StoreError(f"saga {saga.saga_id!r} is both taken and absent in {self._url}", url=self._url)
+        return existing
+
+    async def create_saga(self, saga: SagaRow, steps: Sequence[StepRow]) -> tuple[SagaRow, list[StepRow]] | None:
+        """Insert a new saga with its first step rows, atomically; return the existing saga if the id is taken."""
+        self._check_open()
+        return await self._insert(saga, steps)
+
+    async def save(self, saga: SagaRow | None, steps: Sequence[StepRow]) -> None:
+        """Write the saga row (if given) and upsert the step rows in one commit; return once it is durable."""
+        self._check_open()
+        codec = self._codec
+        saga_params = None if saga is None else codec.saga_params(saga)
+        step_params = [codec.step_params(row) for row in steps]
+        if saga_params is None and not step_params:
+            return
+        async with self._transaction(write=True) as tx:
+            if saga_params is not None:
+                await tx.execute(self._queries.upsert_saga, saga_params)
+            if step_params:
+                await tx.executemany(self._queries.upsert_steps, step_params)
+
+    async def load_saga(self, saga_id: str) -> tuple[SagaRow, list[StepRow]] | None:
+        """Return a saga's row and its step rows (ordered by seq), or None if it is not stored."""
+        self._check_open()
+        async with self._transaction(write=False) as tx:
+            return await self._read(tx, saga_id, lock=False)
+
+    async def get_saga(self, saga_id: str) -> SagaResult | None:
+        """Return the result of a stored saga, or None."""
+        snapshot = await self.load_saga(saga_id)
+        return None if snapshot is None else result_from_rows(*snapshot)
+
+    async def list_sagas(
+        self, status: SagaStatus | str | None = None, limit: int = 100, offset: int = 0
+    ) -> list[SagaSummary]:
+        """Return summaries of stored sagas, newest first, optionally only those with `status`."""
+        self._check_open()
+        q = self._queries
+        params: tuple[Any, ...]
+        if status is None:
+            sql, params = q.list_all, (int(limit), int(offset))
+        else:
+            sql, params = q.list_status, (SagaStatus(status).value, int(limit), int(offset))
+        async with self._transaction(write=False) as tx:
+            records = await tx.fetch(sql, params)
+        n = len(SAGA_COLUMNS)
+        return [summary_from_rows(self._codec.saga_row(r), int(r[n])) for r in records]
+
+    async def export_saga(self, saga_id: str) -> dict[str, Any]:
+        """Return a saga as a JSON-able, versioned document; raise `KeyError` if it is not stored."""
+        snapshot = await self.load_saga(saga_id)
+        if snapshot is None:
+            raise KeyError(f"no saga {saga_id!r} in {self._url}")
+        return export_rows(*snapshot)
+
+    async def import_saga(self, data: Mapping[str, Any]) -> None:
+        """Store an exported saga; the same content again is a no-op, other content under its id a conflict."""
+        self._check_open()
+        saga, steps = import_rows(data)
+        existing = await self._insert(saga, steps)
+        if existing is None:
+            return
+        # Rows compare by value: times as instants, whatever offset the document wrote them with.
+        old_saga, old_steps = existing
+        if old_saga != saga or old_steps != sorted(steps, key=lambda row: row.seq):
+            raise IdempotencyConflictError(
+                f"saga {saga.saga_id!r} already exists in {self._url} with other content; "
+                "import it into another store or delete the existing one first",
+                saga_id=saga.saga_id,
+            )
+
+    async def close(self) -> None:
+        """Release the store's connections; the store cannot be used afterwards."""
+        if self._closed:
+            return
+        self._closed = True
+        await self._close_connections()
+
+    def __del__(self, _warn: Any = warnings.warn) -> None:
+        # Like aiosqlite: a store dropped without close() leaks connections (and, for SQLite, a thread).
+        if not getattr(self, "_closed", True):
+            _warn(f"{self!r} was never closed; call `await store.close()`", ResourceWarning, stacklevel=1)
