@@ -11,7 +11,7 @@ from typing import Any
 
 import anyio
 
-from saga_runtime._engine import Budget, EngineConfig, SagaEngine
+from saga_runtime._engine import RUNNABLE, Budget, EngineConfig, SagaEngine
 from saga_runtime._exceptions import (
     IdempotencyConflictError,
     PlanValidationError,
@@ -185,11 +185,20 @@ class SagaExecutor:
         )
 
     async def _drive(self, engine: SagaEngine, plan: Plan) -> SagaResult:
+        """Run (or resume) a plan saga from wherever its rows stand, to a terminal status."""
+        if engine.saga.status is SagaStatus.COMPENSATING:
+            return await engine.compensate()
         try:
             for group in plan.groups:
+                recorded = [engine.rows[step.step_id] for step in group]
+                engine.adopt(recorded)
+                if engine.failed:
+                    break
                 rows = []
                 for step in group:
                     row = engine.rows[step.step_id]
+                    if row.status not in RUNNABLE:
+                        continue
                     if has_refs(step):
                         try:
                             row.args = resolve_refs(step.args, engine.result_for)
@@ -197,7 +206,7 @@ class SagaExecutor:
                             engine.fail_before_start(row, exc)
                             continue
                     rows.append(row)
-                if not await engine.run_group(rows):
+                if rows and not await engine.run_group(rows):
                     break
         except _CANCELLED:
             logger.warning("saga %s: cancelled by its caller, compensating", engine.saga.saga_id)

@@ -35,11 +35,13 @@ from saga_runtime._records import (
 from saga_runtime._storage import SagaStore
 from saga_runtime._tools import StepContext, ToolRegistry, ToolSpec
 
-__all__ = ["EngineConfig", "SagaEngine"]
+__all__ = ["RUNNABLE", "EngineConfig", "SagaEngine"]
 
 logger = logging.getLogger("saga_runtime")
 
 _UNKNOWN = frozenset({StepStatus.RUNNING, StepStatus.CANCELLED})
+#: Steps a forward run (first or resumed) executes: never started, or started with an unknown outcome.
+RUNNABLE = frozenset({StepStatus.PENDING, StepStatus.RUNNING, StepStatus.CANCELLED})
 # asyncio-native: the caller leaving is asyncio.CancelledError (anyio raises the same on this backend).
 _CANCELLED = asyncio.CancelledError
 # How long the engine may spend recording a saga's end after its compensation budget ran out.
@@ -142,6 +144,12 @@ class SagaEngine:
             raise LookupError(f"step {step_id!r} ended {row.status.value} and has no result")
         return row.result
 
+    def adopt(self, rows: Sequence[StepRow]) -> None:
+        """Take in recorded outcomes of a resumed saga: a recorded FAILED step of scope "saga" fails it."""
+        for row in rows:
+            if row.status is StepStatus.FAILED and self.config.registry.get(row.tool_name).retry_scope == "saga":
+                self._fail_saga(row, row.error or "failed")
+
     def fail_before_start(self, row: StepRow, exc: BaseException) -> None:
         """Record that a step could not start (its arguments could not be prepared); it never ran."""
         spec = self.config.registry.get(row.tool_name)
@@ -173,21 +181,24 @@ class SagaEngine:
         The steps are committed RUNNING (attempt 1) with the outcomes of earlier groups in one write before any
         of them starts. A step failing with scope "saga" cancels its running siblings.
         """
-        calls = [call for call in (self._prepare(row) for row in rows if row.status is StepStatus.PENDING) if call]
+        calls = [call for call in (self._prepare(row) for row in rows if row.status in RUNNABLE) if call]
         if self.failed:
             await self.flush()
             return False
         started = now()
+        before = [(row.status, row.attempts, row.started_at) for row, _, _ in calls]
         for row, _, _ in calls:
+            # A step resumed after a crash (RUNNING or CANCELLED: outcome unknown) runs again with the same
+            # idempotency key; its attempts keep counting.
             row.status = StepStatus.RUNNING
-            row.attempts = 1
-            row.started_at = started
+            row.attempts += 1
+            row.started_at = row.started_at or started
             self._mark(row)
         try:
             await self.flush()
         except BaseException:
-            for row, _, _ in calls:  # the intent was not written, so the tools never ran
-                row.status, row.attempts, row.started_at = StepStatus.PENDING, 0, None
+            for (row, _, _), (status, attempts, started_at) in zip(calls, before, strict=True):
+                row.status, row.attempts, row.started_at = status, attempts, started_at  # never ran
             raise
         if len(calls) == 1:
             # One step needs no task group and has no siblings to cancel: run it inline (the sequential case).
@@ -235,16 +246,16 @@ class SagaEngine:
         logger.debug("saga %s: step %s (%s) succeeded", row.saga_id, row.step_id, row.tool_name)
 
     async def _attempts(self, row: StepRow, spec: ToolSpec, kwargs: dict[str, Any]) -> Any:
-        attempt = 1
+        attempt = 1  # of this run, for the retry policy; row.attempts counts every attempt ever made
         while True:
             if attempt > 1:
-                row.attempts = attempt
+                row.attempts += 1
                 self._mark(row)
                 try:
                     await self.flush()
                 except Exception as exc:
-                    raise _WriteFailed(f"attempt {attempt} could not be recorded: {describe(exc)}") from exc
-            ctx = self._context(row, attempt, "execute") if spec.execute_ctx_params else None
+                    raise _WriteFailed(f"attempt {row.attempts} could not be recorded: {describe(exc)}") from exc
+            ctx = self._context(row, row.attempts, "execute") if spec.execute_ctx_params else None
             try:
                 return await self._invoke(
                     spec, spec.execute, spec.execute_is_async, (), kwargs, spec.execute_ctx_params, ctx
@@ -263,7 +274,7 @@ class SagaEngine:
                     await anyio.sleep(spec.retry.delay(attempt))
                     attempt += 1
                     continue
-                raise _StepFailed(exc, timed_out=timed_out, attempts=attempt) from exc
+                raise _StepFailed(exc, timed_out=timed_out, attempts=row.attempts) from exc
 
     async def _on_failure(
         self, row: StepRow, spec: ToolSpec, failure: _StepFailed, group_scope: anyio.CancelScope | None
@@ -395,8 +406,11 @@ class SagaEngine:
         return await self._record_end(status)
 
     async def _compensate_now(self, row: StepRow, spec: ToolSpec, result: Any) -> None:
-        """Compensate one step at once (its effect is in doubt or unrecordable), safe from sibling cancellation."""
-        with anyio.CancelScope(shield=True), anyio.move_on_after(self.config.compensation_timeout):
+        """Compensate one step at once (its effect is in doubt or unrecordable), whoever cancels meanwhile."""
+        await shielded(self._compensate_bounded(row, spec, result))
+
+    async def _compensate_bounded(self, row: StepRow, spec: ToolSpec, result: Any) -> None:
+        with anyio.move_on_after(self.config.compensation_timeout):
             await self._compensate_step(row, spec, result)
 
     async def _compensate_step(self, row: StepRow, spec: ToolSpec, result: Any) -> None:
@@ -474,3 +488,10 @@ class SagaEngine:
 
 class _AttemptTimeout(TimeoutError):
     """Internal: an attempt ran past the tool's timeout (a TimeoutError, so retry policies see one)."""
+
+    def __str__(self) -> str:
+        return self.args[0] if self.args else ""
+
+
+# Recorded and logged under the documented name: users match on TimeoutError, not on an internal class.
+_AttemptTimeout.__name__ = _AttemptTimeout.__qualname__ = "TimeoutError"
