@@ -5,6 +5,7 @@ from typing import Any
 
 import pydantic
 import pytest
+
 from saga_runtime import (
     PlanValidationError,
     SagaExecutor,

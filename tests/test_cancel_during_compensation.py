@@ -6,6 +6,7 @@ import asyncio
 
 import anyio
 import pytest
+
 from saga_runtime import SagaExecutor, SagaStatus, StepStatus, ToolRegistry
 
 

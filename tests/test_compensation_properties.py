@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from saga_runtime import RetryPolicy, SagaExecutor, SagaStatus, StepContext, StepStatus, ToolRegistry
 
 

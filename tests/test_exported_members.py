@@ -4,6 +4,7 @@ import importlib
 import types
 
 import pytest
+
 import saga_runtime
 
 # The names API.md promises at the package root (the list ../shared/tools/check_contract.py checks).

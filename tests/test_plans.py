@@ -3,6 +3,7 @@
 from typing import Any
 
 import pytest
+
 from saga_runtime import (
     PlanPolicy,
     PlanValidationError,

@@ -4,6 +4,7 @@ import asyncio
 import threading
 
 import pytest
+
 from saga_runtime import (
     PlanValidationError,
     RetryPolicy,

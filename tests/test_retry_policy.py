@@ -6,6 +6,7 @@ import random
 from collections.abc import Iterator
 
 import pytest
+
 from saga_runtime import RetryPolicy, SagaExecutor, SagaStatus, StepContext, StepStatus, ToolRegistry
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pytest
+
 from saga_runtime import MemoryStore, RetryPolicy, SagaExecutor, StoreError, ToolRegistry
 from saga_runtime._records import SagaRow, StepRow
 
