@@ -7,6 +7,7 @@ effect in reverse when the saga cannot finish.
 
 import logging as _logging
 
+from saga_runtime._dynamic import DynamicSaga
 from saga_runtime._engine import Budget
 from saga_runtime._exceptions import (
     BudgetExceededError,
@@ -18,6 +19,7 @@ from saga_runtime._exceptions import (
     SagaError,
     SagaFailedError,
     SagaInProgressError,
+    StepFailedError,
     StoreError,
     UnknownToolError,
 )
@@ -35,6 +37,7 @@ _logging.getLogger("saga_runtime").addHandler(_logging.NullHandler())
 __all__ = [
     "Budget",
     "BudgetExceededError",
+    "DynamicSaga",
     "IdempotencyConflictError",
     "MemoryStore",
     "PlanPolicy",
@@ -53,6 +56,7 @@ __all__ = [
     "SagaSummary",
     "Step",
     "StepContext",
+    "StepFailedError",
     "StepRecord",
     "StepStatus",
     "StoreError",

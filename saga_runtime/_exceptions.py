@@ -12,6 +12,7 @@ Every error derives from `SagaError`, so `except SagaError` catches them all::
     ├── ReplayDivergenceError      a replayed saga asked for a call the record does not hold
     ├── ResultValidationError      a tool returned a result its annotation or validate() rejects
     ├── ResultNotStorableError     a tool returned a value that cannot be stored as JSON
+    ├── StepFailedError            a call of a dynamic saga failed (saga.call / saga.group)
     └── StoreError                 the database failed; the message says which and what to do
         ├── StoreConnectionError   the database cannot be reached, or the connection was lost
         ├── StoreBusyError         the database stayed locked (or deadlocked); nothing was written, retry
@@ -36,6 +37,7 @@ __all__ = [
     "SagaFailedError",
     "SagaInProgressError",
     "SchemaVersionError",
+    "StepFailedError",
     "StoreBusyError",
     "StoreConnectionError",
     "StoreError",
@@ -151,6 +153,34 @@ class ResultNotStorableError(SagaError):
     def __init__(self, message: str, *, tool_name: str, type_name: str) -> None:
         self.tool_name = tool_name
         self.type_name = type_name
+        super().__init__(message)
+
+
+class StepFailedError(SagaError):
+    """A call of a dynamic saga failed; raised by `saga.call` and `saga.group`, live and on re-execution alike.
+
+    `error_type` and `error` are the recorded failure (the tool's exception type name and message), so code that
+    reacts to them behaves the same when a saga is re-executed from its record; live, `__cause__` is the
+    exception itself.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        saga_id: str,
+        step_id: str,
+        tool_name: str,
+        attempts: int,
+        error: str | None,
+        error_type: str | None,
+    ) -> None:
+        self.saga_id = saga_id
+        self.step_id = step_id
+        self.tool_name = tool_name
+        self.attempts = attempts
+        self.error = error
+        self.error_type = error_type
         super().__init__(message)
 
 

@@ -11,14 +11,16 @@ from typing import Any
 
 import anyio
 
+from saga_runtime._dynamic import DynamicSaga
 from saga_runtime._engine import RUNNABLE, Budget, EngineConfig, SagaEngine
 from saga_runtime._exceptions import (
     IdempotencyConflictError,
     PlanValidationError,
+    ReplayDivergenceError,
     ResultNotStorableError,
     SagaInProgressError,
 )
-from saga_runtime._planning import Plan, PlanPolicy, RefError, build_plan, has_refs, resolve_refs
+from saga_runtime._planning import Plan, PlanPolicy, RefError, build_plan, check_plan_record, has_refs, resolve_refs
 from saga_runtime._records import (
     SagaResult,
     SagaRow,
@@ -80,6 +82,7 @@ class SagaExecutor:
         self.lease_timeout = float(lease_timeout)
         self.compensation_timeout = float(compensation_timeout)
         self.max_concurrency = max_concurrency
+        self._active: set[str] = set()  # sagas this executor is running right now
         self._config = EngineConfig(
             registry=registry,
             store=self.store,
@@ -112,10 +115,73 @@ class SagaExecutor:
         planned = build_plan(plan, self.registry, policy=policy)
         saga, steps = self._new_saga(planned, saga_id, budget, metadata)
         existing = await self.store.create_saga(saga.copy(), [row.copy() for row in steps])
-        if existing is not None:
-            return self._existing(saga, *existing)
-        logger.debug("saga %s: started by %s, %d steps", saga.saga_id, self.executor_id, len(steps))
-        return await self._drive(SagaEngine(self._config, saga, steps), planned)
+        if existing is None:
+            logger.debug("saga %s: started by %s, %d steps", saga.saga_id, self.executor_id, len(steps))
+            engine = self._engine_for(saga, steps)
+        else:
+            stored, rows = existing
+            finished = self._existing(saga, stored, rows)
+            if finished is not None:
+                return finished
+            await self._resume_or_refuse(stored)
+            logger.info("saga %s: resuming where its previous owner %r left it", saga.saga_id, stored.owner)
+            engine = self._engine_for(stored, rows)
+        self._active.add(engine.saga.saga_id)
+        try:
+            return await self._drive(engine, planned)
+        finally:
+            self._active.discard(engine.saga.saga_id)
+
+    def saga(
+        self,
+        saga_id: str | None = None,
+        *,
+        budget: Budget | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        replay: bool = False,
+    ) -> DynamicSaga:
+        """Return a dynamic saga to use as `async with executor.saga(saga_id=...) as saga:`.
+
+        `saga.call(tool, **args)` and `saga.group([(tool, args), ...])` run calls as they come; an exception
+        leaving the block compensates every completed call in reverse, then goes on. Re-entering the id of a
+        saga that did not finish (its process died) serves the calls already made from the record, without
+        calling the tools, and continues live. With `replay=True`, or for a finished saga, every call is served
+        from the record and a call the record does not hold raises `ReplayDivergenceError`; nothing is written.
+        """
+        problems, stored_metadata = self._check_saga_options(saga_id, budget, metadata)
+        if problems:
+            raise PlanValidationError(problems, saga_id=saga_id)
+        return DynamicSaga(
+            self, saga_id or uuid.uuid4().hex, budget=budget, metadata=stored_metadata, replay=bool(replay)
+        )
+
+    async def replay(self, saga_id: str) -> SagaResult:
+        """Rebuild a recorded saga from its records, calling no tool; raise `ReplayDivergenceError` if they disagree.
+
+        For a plan saga, every step that ran must have run with its plan's arguments, each `$ref` resolved from
+        the recorded results. The stored saga is never changed.
+        """
+        stored = await self.store.load_saga(saga_id)
+        if stored is None:
+            raise ReplayDivergenceError(f"saga {saga_id!r} is not in {self.store.url}", saga_id=saga_id)
+        saga, rows = stored
+        if saga.kind == "plan":
+            check_plan_record(saga, rows)
+        return result_from_rows(saga, rows)
+
+    def _engine_for(self, saga: SagaRow, steps: list[StepRow]) -> SagaEngine:
+        return SagaEngine(self._config, saga, steps)
+
+    async def _claim(self, saga: SagaRow) -> bool:
+        """Take over a live saga whose owner is gone (or is this executor, restarted); return whether it did."""
+        if saga.saga_id in self._active:
+            return False
+        started = now()
+        expires = started + timedelta(seconds=self.lease_timeout)
+        if not await self.store.claim_saga(saga.saga_id, self.executor_id, expires, started):
+            return False
+        saga.owner, saga.lease_expires_at = self.executor_id, expires
+        return True
 
     def _new_saga(
         self,
@@ -124,18 +190,7 @@ class SagaExecutor:
         budget: Budget | None,
         metadata: Mapping[str, Any] | None,
     ) -> tuple[SagaRow, list[StepRow]]:
-        problems = []
-        if saga_id is not None and (not isinstance(saga_id, str) or not saga_id or len(saga_id) > 200):
-            problems.append(f"saga_id must be a non-empty string of at most 200 characters, got {saga_id!r}")
-        given: object = budget  # callers outside mypy's reach pass anything
-        if not isinstance(given, Budget | None):
-            problems.append(f"budget must be a Budget, got {type(budget).__name__}")
-        stored_metadata: dict[str, Any] = {}
-        if metadata is not None:
-            try:
-                stored_metadata = dict(to_json_value(dict(metadata), what="the metadata", tool_name="(saga)"))
-            except (ResultNotStorableError, TypeError, ValueError) as exc:
-                problems.append(f"metadata must be a JSON-like mapping: {exc}")
+        problems, stored_metadata = self._check_saga_options(saga_id, budget, metadata)
         if problems:
             raise PlanValidationError(problems, saga_id=saga_id)
         saga_id = saga_id or uuid.uuid4().hex
@@ -150,7 +205,7 @@ class SagaExecutor:
             updated_at=started,
             owner=self.executor_id,
             lease_expires_at=started + timedelta(seconds=self.lease_timeout),
-            budget=None if budget is None else budget.to_json(),
+            budget=None if budget is None else {**budget.to_json(), "charges": 0},
             metadata=stored_metadata,
         )
         steps = [
@@ -167,7 +222,26 @@ class SagaExecutor:
         ]
         return saga, steps
 
-    def _existing(self, attempted: SagaRow, saga: SagaRow, steps: list[StepRow]) -> SagaResult:
+    @staticmethod
+    def _check_saga_options(
+        saga_id: str | None, budget: Budget | None, metadata: Mapping[str, Any] | None
+    ) -> tuple[list[str], dict[str, Any]]:
+        problems = []
+        if saga_id is not None and (not isinstance(saga_id, str) or not saga_id or len(saga_id) > 200):
+            problems.append(f"saga_id must be a non-empty string of at most 200 characters, got {saga_id!r}")
+        given: object = budget  # callers outside mypy's reach pass anything
+        if not isinstance(given, Budget | None):
+            problems.append(f"budget must be a Budget, got {type(budget).__name__}")
+        stored_metadata: dict[str, Any] = {}
+        if metadata is not None:
+            try:
+                stored_metadata = dict(to_json_value(dict(metadata), what="the metadata", tool_name="(saga)"))
+            except (ResultNotStorableError, TypeError, ValueError) as exc:
+                problems.append(f"metadata must be a JSON-like mapping: {exc}")
+        return problems, stored_metadata
+
+    def _existing(self, attempted: SagaRow, saga: SagaRow, steps: list[StepRow]) -> SagaResult | None:
+        """Return a finished saga's stored result; None when this executor may resume it; raise otherwise."""
         if saga.kind != attempted.kind or saga.plan_hash != attempted.plan_hash:
             raise IdempotencyConflictError(
                 f"saga {saga.saga_id!r} already exists with a different plan; a saga id names one plan, so use a "
@@ -177,6 +251,11 @@ class SagaExecutor:
         if saga.status.is_terminal:
             logger.debug("saga %s: already finished %s, returning the stored result", saga.saga_id, saga.status)
             return result_from_rows(saga, steps)
+        return None
+
+    async def _resume_or_refuse(self, saga: SagaRow) -> None:
+        if await self._claim(saga):
+            return
         raise SagaInProgressError(
             f"saga {saga.saga_id!r} is {saga.status.value} under executor {saga.owner!r}; wait for it and read "
             "its result with store.get_saga(), or run it again once it has finished",

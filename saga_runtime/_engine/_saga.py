@@ -109,6 +109,9 @@ class SagaEngine:
         async with self._write_lock:
             if not self._dirty and not self._saga_dirty:
                 return
+            lease = self.saga.lease_expires_at
+            if lease is not None and (lease - now()).total_seconds() < self.config.lease_timeout / 2:
+                self._saga_dirty = True  # piggyback a lease renewal on this write
             steps = [row.copy() for row in self._dirty.values()]
             self._dirty.clear()
             saga = None
@@ -404,6 +407,15 @@ class SagaEngine:
             self._mark(row)
         status = SagaStatus.COMPENSATION_FAILED if failed or leftover else SagaStatus.COMPENSATED
         return await self._record_end(status)
+
+    async def compensate_unknown(self, rows: Sequence[StepRow]) -> None:
+        """Compensate at once the given steps whose outcome is unknown (stopped mid-run), concurrently."""
+        todo = [row for row in rows if row.status in _UNKNOWN and self._needs_compensation(row)]
+        if not todo:
+            return
+        async with anyio.create_task_group() as tg:
+            for row in todo:
+                tg.start_soon(self._compensate_now, row, self.config.registry.get(row.tool_name), None)
 
     async def _compensate_now(self, row: StepRow, spec: ToolSpec, result: Any) -> None:
         """Compensate one step at once (its effect is in doubt or unrecordable), whoever cancels meanwhile."""

@@ -8,6 +8,7 @@ Rows a store returns are fresh copies the caller may change.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
 from saga_runtime._records import SagaResult, SagaRow, SagaStatus, SagaSummary, StepRow
@@ -37,6 +38,18 @@ class SagaStore(Protocol):
 
     async def load_saga(self, saga_id: str) -> tuple[SagaRow, list[StepRow]] | None:
         """Return snapshots of a saga's row and its step rows (ordered by seq), or None if it is not stored."""
+        ...
+
+    async def claim_saga(self, saga_id: str, owner: str, lease_expires_at: datetime, now: datetime) -> bool:
+        """Make `owner` the owner of a live saga if nobody else holds it; atomic; return whether it now does.
+
+        A saga is free when it is RUNNING or COMPENSATING and unowned, owned by `owner` already, or its lease
+        expired before `now`. A finished saga is never claimed.
+        """
+        ...
+
+    async def renew_leases(self, owner: str, saga_ids: Sequence[str], lease_expires_at: datetime) -> set[str]:
+        """Extend the leases `owner` still holds on `saga_ids`; return the ids it still owns (fencing)."""
         ...
 
     async def get_saga(self, saga_id: str) -> SagaResult | None:

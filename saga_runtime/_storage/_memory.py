@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 from saga_runtime._exceptions import IdempotencyConflictError, StoreError
@@ -67,6 +69,28 @@ class MemoryStore:
         """Return snapshots of a saga's rows, or None."""
         self._check_open()
         return self._snapshot(saga_id)
+
+    async def claim_saga(self, saga_id: str, owner: str, lease_expires_at: datetime, now: datetime) -> bool:
+        """Make `owner` the owner of a live saga nobody else holds; return whether it now does."""
+        self._check_open()
+        saga = self._sagas.get(saga_id)
+        if saga is None or saga.status.is_terminal:
+            return False
+        free = saga.owner in (None, owner) or saga.lease_expires_at is None or saga.lease_expires_at < now
+        if free:
+            self._sagas[saga_id] = replace(saga, owner=owner, lease_expires_at=lease_expires_at)
+        return free
+
+    async def renew_leases(self, owner: str, saga_ids: Sequence[str], lease_expires_at: datetime) -> set[str]:
+        """Extend the leases `owner` holds; return the ids it still owns."""
+        self._check_open()
+        held = set()
+        for saga_id in saga_ids:
+            saga = self._sagas.get(saga_id)
+            if saga is not None and saga.owner == owner and not saga.status.is_terminal:
+                self._sagas[saga_id] = replace(saga, lease_expires_at=lease_expires_at)
+                held.add(saga_id)
+        return held
 
     async def get_saga(self, saga_id: str) -> SagaResult | None:
         """Return the result of a stored saga, or None."""

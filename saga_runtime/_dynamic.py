@@ -1,0 +1,380 @@
+"""Dynamic sagas: `async with executor.saga(...) as saga`, for code that picks its next call from the last result.
+
+Each `saga.call` (or `saga.group`) is one group fed to the same engine plans use. Calls are identified by their
+position in the saga (a group's members by their place in the list, never by which finished first), so a saga
+re-entered after a crash is served the recorded results of the calls it already made, then continues live.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import pydantic
+
+from saga_runtime._engine import Budget, SagaEngine
+from saga_runtime._exceptions import (
+    BudgetExceededError,
+    IdempotencyConflictError,
+    PlanValidationError,
+    ReplayDivergenceError,
+    ResultNotStorableError,
+    SagaInProgressError,
+    StepFailedError,
+    describe,
+)
+from saga_runtime._planning import Step
+from saga_runtime._records import (
+    SagaResult,
+    SagaRow,
+    SagaStatus,
+    StepRow,
+    StepStatus,
+    canonical_json,
+    idempotency_key,
+    now,
+    result_from_rows,
+    to_json_value,
+)
+
+if TYPE_CHECKING:
+    from saga_runtime._executor import SagaExecutor
+
+__all__ = ["DynamicSaga"]
+
+logger = logging.getLogger("saga_runtime")
+
+Call = tuple[str, Mapping[str, Any]] | tuple[str, Mapping[str, Any], str] | Step
+
+_UNKNOWN = (StepStatus.RUNNING, StepStatus.CANCELLED)
+
+
+class DynamicSaga:
+    """A saga built call by call. Use it as `async with executor.saga(saga_id=...) as saga:`.
+
+    An exception leaving the block compensates every completed call in reverse order, then goes on; so does a
+    cancellation of the caller. `saga.result` holds the SagaResult once the block is left.
+    """
+
+    def __init__(
+        self,
+        executor: SagaExecutor,
+        saga_id: str,
+        *,
+        budget: Budget | None,
+        metadata: dict[str, Any],
+        replay: bool,
+    ) -> None:
+        self._executor = executor
+        self.saga_id = saga_id
+        self._budget = budget
+        self._metadata = metadata
+        self._replay_requested = replay
+        self._engine: SagaEngine | None = None
+        self._record: list[StepRow] = []  # what a re-entered or replayed saga had recorded, in call order
+        self._stored: tuple[SagaRow, list[StepRow]] | None = None
+        self._next_seq = 0
+        self._next_group = 0
+        self._charges_seen = 0
+        self._entered = False
+        self._closed = False
+        self.result: SagaResult | None = None
+
+    # -- entering and leaving ----------------------------------------------------------------------------------
+
+    @property
+    def replaying(self) -> bool:
+        """Tell whether every call is served from the record (replay=True, or a finished saga re-entered)."""
+        return self._engine is None
+
+    async def __aenter__(self) -> DynamicSaga:
+        if self._entered:
+            raise RuntimeError("a DynamicSaga is entered once; call executor.saga() again for another block")
+        self._entered = True
+        executor = self._executor
+        started = now()
+        row = SagaRow(
+            saga_id=self.saga_id,
+            kind="dynamic",
+            plan=None,
+            plan_hash=None,
+            status=SagaStatus.RUNNING,
+            created_at=started,
+            updated_at=started,
+            owner=executor.executor_id,
+            lease_expires_at=started + timedelta(seconds=executor.lease_timeout),
+            budget=_account(self._budget, 0),
+            metadata=self._metadata,
+        )
+        if self._replay_requested:
+            stored = await executor.store.load_saga(self.saga_id)
+            if stored is None:
+                raise ReplayDivergenceError(
+                    f"saga {self.saga_id!r} is not in {executor.store.url}: there is nothing to replay",
+                    saga_id=self.saga_id,
+                )
+            self._adopt_record(*stored)
+            return self
+        existing = await executor.store.create_saga(row.copy(), [])
+        if existing is None:
+            self._engine = executor._engine_for(row, [])
+            executor._active.add(self.saga_id)
+            return self
+        saga, rows = existing
+        self._adopt_record(saga, rows)
+        if saga.status.is_terminal:
+            return self  # a finished saga re-entered: served from the record, like a replay
+        if self.saga_id in executor._active or not await executor._claim(saga):
+            raise SagaInProgressError(
+                f"saga {self.saga_id!r} is {saga.status.value} under executor {saga.owner!r}; it can be re-entered "
+                "once that executor is gone (its lease expired) or has finished it",
+                saga_id=self.saga_id,
+                owner=saga.owner,
+            )
+        executor._active.add(self.saga_id)
+        engine = executor._engine_for(saga, rows)
+        if saga.status is SagaStatus.COMPENSATING:
+            # It was being undone when its process died: finish that first; the block then replays the record.
+            self.result = await engine.compensate()
+            executor._active.discard(self.saga_id)
+            self._adopt_record(engine.saga, list(engine.rows.values()))
+            return self
+        self._engine = engine
+        self._charges_seen = 0
+        logger.info("saga %s: re-entered with %d recorded calls", self.saga_id, len(self._record))
+        return self
+
+    def _adopt_record(self, saga: SagaRow, rows: list[StepRow]) -> None:
+        if saga.kind != "dynamic":
+            raise IdempotencyConflictError(
+                f"saga {self.saga_id!r} is a plan saga; a dynamic saga needs an id of its own",
+                saga_id=self.saga_id,
+            )
+        self._stored = (saga, rows)
+        self._record = sorted(rows, key=lambda r: r.seq)
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool:
+        self._closed = True
+        engine = self._engine
+        if engine is None:
+            if self.result is None and self._stored is not None:
+                self.result = result_from_rows(*self._stored)
+            return False
+        try:
+            if exc is None:
+                self.result = await engine.finish(SagaStatus.SUCCESS)
+            else:
+                if engine.failure is None:
+                    engine.failure = (
+                        "the saga was cancelled by its caller"
+                        if isinstance(exc, anyio.get_cancelled_exc_class())
+                        else f"the saga block raised {describe(exc)}"
+                    )
+                self.result = await engine.compensate()
+        finally:
+            self._executor._active.discard(self.saga_id)
+        return False
+
+    def _check_open(self) -> None:
+        if not self._entered or self._closed:
+            raise RuntimeError("use the saga inside its `async with executor.saga(...) as saga:` block")
+
+    # -- calls -------------------------------------------------------------------------------------------------
+
+    async def call(self, tool: str, /, **args: Any) -> Any:
+        """Run one tool call as its own group and return its result (as stored: JSON round-tripped).
+
+        A failure raises `StepFailedError` (after the tool's retries); an unknown outcome (timed out) is
+        compensated before the error reaches you. `BudgetExceededError` comes through as itself.
+        """
+        (result,) = await self.group([(tool, args)])
+        return result
+
+    async def group(self, calls: Sequence[Call]) -> list[Any]:
+        """Run calls concurrently as one group and return their results in the order given.
+
+        Each call is `(tool, args)`, `(tool, args, step_id)` or a `Step`. When one fails, its running siblings
+        are cancelled and compensated at once (their outcome is unknown), then `StepFailedError` is raised for
+        the first failed call; siblings that succeeded stay done, to be undone if the block fails.
+        """
+        self._check_open()
+        prepared = self._prepare(calls)
+        first = self._next_seq
+        group = self._next_group
+        self._next_seq += len(prepared)
+        self._next_group += 1
+        rows = [self._recorded_or_new(first + i, group, *call) for i, call in enumerate(prepared)]
+        engine = self._engine
+        if engine is not None:
+            to_run = [row for row in rows if row.status in (StepStatus.PENDING, *_UNKNOWN)]
+            if to_run:
+                await engine.run_group(to_run)
+                engine.failure = None  # in a dynamic saga, the calling code decides whether a failure ends it
+                await engine.compensate_unknown(to_run)
+                # The caller acts on these results at once: they are durable before it sees them, so a
+                # re-execution never repeats a call whose result was handed out.
+                await engine.flush()
+        return [self._outcome(row) for row in rows]
+
+    def _prepare(self, calls: Sequence[Call]) -> list[tuple[str, dict[str, Any], str | None]]:
+        if isinstance(calls, str | bytes | Mapping) or not calls:
+            raise PlanValidationError(
+                ["saga.group() takes a non-empty list of (tool, args) pairs"], saga_id=self.saga_id
+            )
+        problems: list[str] = []
+        prepared = []
+        registry = self._executor.registry
+        items: list[Any] = list(calls)  # checked one by one: calls may come straight from a model's output
+        for i, call in enumerate(items):
+            name: Any
+            args: Any
+            step_id: Any = None
+            if isinstance(call, Step):
+                name, args, step_id = call.tool, call.args, call.id
+            elif isinstance(call, tuple) and len(call) in (2, 3):
+                name, args = call[0], call[1]
+                step_id = call[2] if len(call) == 3 else None
+            else:
+                problems.append(f"call #{i + 1}: expected (tool, args), (tool, args, step_id) or a Step, got {call!r}")
+                continue
+            label = f"call #{i + 1} ({name!r})"
+            if not isinstance(name, str) or name not in registry:
+                problems.append(f"{label}: unknown tool (available: {', '.join(registry.names()) or 'none'})")
+                continue
+            if not isinstance(args, Mapping):
+                problems.append(f"{label}: args must be a mapping")
+                continue
+            if step_id is not None and (not isinstance(step_id, str) or not step_id or "." in step_id):
+                problems.append(f"{label}: step_id must be a non-empty string without '.'")
+                continue
+            try:
+                registry.get(name).validate_args(args)
+                json_args = to_json_value(dict(args), what="the arguments", tool_name=name)
+            except pydantic.ValidationError as exc:
+                problems.extend(f"{label}: {error['loc']}: {error['msg']}" for error in exc.errors(include_url=False))
+                continue
+            except ResultNotStorableError as exc:
+                problems.append(f"{label}: {exc}")
+                continue
+            prepared.append((name, json_args, step_id))
+        if problems:
+            raise PlanValidationError(problems, saga_id=self.saga_id)
+        return prepared
+
+    def _recorded_or_new(self, seq: int, group: int, tool: str, args: dict[str, Any], step_id: str | None) -> StepRow:
+        if seq < len(self._record):
+            row = self._record[seq]
+            if row.tool_name != tool or canonical_json(row.args) != canonical_json(args):
+                raise ReplayDivergenceError(
+                    f"saga {self.saga_id!r} call #{seq + 1} is {tool}({_brief(args)}) but the record holds "
+                    f"{row.tool_name}({_brief(row.args)}); a re-executed or replayed saga must make the same calls "
+                    "in the same order",
+                    saga_id=self.saga_id,
+                    position=seq,
+                )
+            if self._engine is None and row.status in (StepStatus.PENDING, *_UNKNOWN):
+                raise ReplayDivergenceError(
+                    f"saga {self.saga_id!r} call #{seq + 1} ({tool}) was recorded without an outcome; it cannot be "
+                    "replayed",
+                    saga_id=self.saga_id,
+                    position=seq,
+                )
+            return row
+        if self._engine is None:
+            raise ReplayDivergenceError(
+                f"saga {self.saga_id!r} call #{seq + 1} {tool}({_brief(args)}) was never recorded "
+                f"(the record holds {len(self._record)} calls)",
+                saga_id=self.saga_id,
+                position=seq,
+            )
+        step_id = step_id or f"{tool}-{seq}"
+        if step_id in self._engine.rows:
+            raise PlanValidationError([f"step id {step_id!r} is already used in this saga"], saga_id=self.saga_id)
+        row = StepRow(
+            saga_id=self.saga_id,
+            seq=seq,
+            step_id=step_id,
+            group=group,
+            tool_name=tool,
+            args=args,
+            idempotency_key=idempotency_key(self.saga_id, step_id),
+        )
+        self._engine.add_step(row)
+        return row
+
+    def _outcome(self, row: StepRow) -> Any:
+        if row.status is StepStatus.SUCCESS or (row.status is StepStatus.COMPENSATED and row.error is None):
+            return row.result
+        if row.status is StepStatus.COMPENSATION_FAILED and row.error is None:
+            return row.result
+        if row.error_type == "BudgetExceededError":
+            raise BudgetExceededError(
+                f"saga {self.saga_id!r}: call {row.step_id!r} ({row.tool_name}) crossed the budget: {row.error}",
+                saga_id=self.saga_id,
+                cost=self._saga_row.cost,
+                tokens=self._saga_row.tokens,
+            )
+        raise StepFailedError(
+            f"saga {self.saga_id!r}: call {row.step_id!r} ({row.tool_name}) failed: {row.error}",
+            saga_id=self.saga_id,
+            step_id=row.step_id,
+            tool_name=row.tool_name,
+            attempts=row.attempts,
+            error=row.error,
+            error_type=row.error_type,
+        )
+
+    @property
+    def _saga_row(self) -> SagaRow:
+        if self._engine is not None:
+            return self._engine.saga
+        assert self._stored is not None
+        return self._stored[0]
+
+    # -- money -------------------------------------------------------------------------------------------------
+
+    async def charge(self, cost: float = 0.0, tokens: int = 0) -> None:
+        """Add cost and tokens to the saga (written at once); raise `BudgetExceededError` when a cap is crossed.
+
+        A re-executed saga does not count again the charges its earlier run already recorded.
+        """
+        self._check_open()
+        engine = self._engine
+        if engine is None:
+            return  # a replay spends nothing
+        self._charges_seen += 1
+        account = engine.saga.budget or {}
+        if self._charges_seen <= int(account.get("charges", 0)):
+            return  # recorded by the run this one re-executes
+        engine.saga.budget = {**account, "charges": self._charges_seen}
+        try:
+            engine.account.charge(cost, tokens)
+        finally:
+            await engine.flush()
+
+    @property
+    def cost(self) -> float:
+        """Return what the saga has spent so far."""
+        return self._saga_row.cost
+
+    @property
+    def tokens(self) -> int:
+        """Return the tokens the saga has used so far."""
+        return self._saga_row.tokens
+
+
+def _account(budget: Budget | None, charges: int) -> dict[str, Any] | None:
+    if budget is None:
+        return None
+    return {**budget.to_json(), "charges": charges}
+
+
+def _brief(args: Any) -> str:
+    text = canonical_json(args)
+    return text if len(text) <= 80 else text[:77] + "..."
