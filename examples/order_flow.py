@@ -11,6 +11,7 @@ Run it: `make demo`, or `python examples/order_flow.py`.
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
 
 from saga_runtime import RetryPolicy, SagaExecutor, StepContext, ToolRegistry, open_store
@@ -92,7 +93,8 @@ async def main() -> None:
     async with open_store() as store:  # $SAGA_RUNTIME_DATABASE_URL, else sqlite:///sagas.db
         executor = SagaExecutor(registry, store=store)
         run = uuid.uuid4().hex[:6]
-        print(f"store: {store.url}\n")
+        where = f" (in {os.getcwd()})" if store.url.startswith("sqlite:///") and "////" not in store.url else ""
+        print(f"store: {store.url}{where}\n")
 
         ok = await executor.run(order("A-1", "12 Main St, Springfield"), saga_id=f"order-A-1-{run}")
         print(ok.describe(), "\n")

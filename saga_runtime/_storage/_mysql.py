@@ -24,7 +24,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 import aiomysql
 import anyio
-import pymysql  # type: ignore[import-untyped]  # no stubs; pyproject's override lists aiomysql only
+import pymysql
 
 from saga_runtime._exceptions import StoreBusyError, StoreConnectionError, StoreError
 from saga_runtime._storage._errors import CONNECT_ADVICE, ErrorMap, convert
@@ -119,6 +119,7 @@ class MySQLStore(SQLStore):
     """Keep sagas in a MySQL or MariaDB database, through a pool of aiomysql connections."""
 
     dialect = "mysql"
+    atomic_batches = True
 
     def __init__(self, url: str, pool: Any, database: str) -> None:
         super().__init__(url)
@@ -173,7 +174,7 @@ class MySQLStore(SQLStore):
             )
         store = cls(url, pool, database)
         try:
-            async with store._transaction(write=False) as tx:
+            async with store._transaction(begin=False) as tx:
                 _check_server(str((await tx.fetch("SELECT VERSION()"))[0][0]), redacted)
             await store._migrate()
         except BaseException:
@@ -193,18 +194,18 @@ class MySQLStore(SQLStore):
                 await self._pool.release(conn)
 
     @asynccontextmanager
-    async def _transaction(self, *, write: bool) -> AsyncIterator[Transaction]:
+    async def _transaction(self, *, begin: bool) -> AsyncIterator[Transaction]:
         async with self._connection() as conn:
             with map_exceptions(self._url):
                 cursor = await conn.cursor()
                 try:
-                    if write:
+                    if begin:
                         await conn.begin()
                     yield _MySQLTransaction(cursor)
-                    if write:
+                    if begin:
                         await conn.commit()
                 except _err.MySQLError:
-                    if write:
+                    if begin:
                         await self._rollback(conn)
                     raise
                 except BaseException:
@@ -235,7 +236,7 @@ class MySQLStore(SQLStore):
         # MySQL's DDL commits on its own, so a named lock (per server, hence the database in its name) keeps two
         # processes from migrating at once.
         name = f"saga_runtime.schema.{self._database}"[:64]
-        async with self._transaction(write=False) as tx:
+        async with self._transaction(begin=False) as tx:
             got = (await tx.fetch("SELECT GET_LOCK(?, 30)".replace("?", "%s"), (name,)))[0][0]
             if got != 1:
                 raise StoreBusyError(

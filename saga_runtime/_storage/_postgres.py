@@ -41,7 +41,7 @@ ERROR_MAP: ErrorMap = {
     _exc.LockNotAvailableError: (StoreBusyError, ""),
     _exc.QueryCanceledError: (StoreError, "a statement ran past its timeout; raise command_timeout"),
     _exc.IntegrityConstraintViolationError: (StoreError, "a row broke a constraint of the saga tables"),
-    _exc.DataError: (StoreError, "PostgreSQL refused a value (text and JSON cannot hold NUL characters)"),
+    _exc.DataError: (StoreError, "PostgreSQL refused a value (a NUL character in text or JSON, say)"),
     _exc.InsufficientPrivilegeError: (StoreError, "grant the user rights on the database's saga tables"),
     _exc.PostgresError: (StoreError, ""),
     _exc.ConnectionDoesNotExistError: (StoreConnectionError, CONNECT_ADVICE),
@@ -67,6 +67,14 @@ def map_exceptions(url: str, *, connecting: bool = False) -> Iterator[None]:
     """Convert asyncpg (and socket) errors raised inside the block into StoreError subclasses."""
     with mapping_errors(_CATCH, ERROR_MAP, url, connecting=connecting):
         yield
+
+
+async def _keep_session(conn: Any) -> None:
+    """Return a connection to the pool as it is.
+
+    asyncpg still rolls back any open transaction; the store changes no session state (its advisory lock is a
+    transaction's), so the default reset query (RESET ALL, UNLISTEN, ...) would be one wasted round trip per call.
+    """
 
 
 def _rowcount(status: str) -> int:
@@ -95,6 +103,7 @@ class PostgresStore(SQLStore):
     """Keep sagas in a PostgreSQL database, through a pool of asyncpg connections."""
 
     dialect = "postgresql"
+    atomic_batches = True
 
     def __init__(self, url: str, pool: Any) -> None:
         super().__init__(url)
@@ -126,7 +135,12 @@ class PostgresStore(SQLStore):
         dsn = parts._replace(scheme="postgresql", query=urlencode(query)).geturl()
         with map_exceptions(redacted, connecting=True):
             pool = await asyncpg.create_pool(
-                dsn, min_size=low, max_size=high, timeout=timeout, command_timeout=command_timeout
+                dsn,
+                min_size=low,
+                max_size=high,
+                timeout=timeout,
+                command_timeout=command_timeout,
+                reset=_keep_session,
             )
         store = cls(url, pool)
         try:
@@ -138,12 +152,12 @@ class PostgresStore(SQLStore):
         return store
 
     @asynccontextmanager
-    async def _transaction(self, *, write: bool) -> AsyncIterator[Transaction]:
+    async def _transaction(self, *, begin: bool) -> AsyncIterator[Transaction]:
         with map_exceptions(self._url):
             # The pool releases a connection shielded and rolls back whatever a cancelled caller left open.
             async with self._pool.acquire() as conn:
-                if not write:
-                    # Reads are single statements: atomic on their own, and one round trip.
+                if not begin:
+                    # Autocommit: each statement is atomic on its own, in one round trip.
                     yield _PostgresTransaction(conn)
                     return
                 async with conn.transaction():
@@ -155,7 +169,7 @@ class PostgresStore(SQLStore):
     @asynccontextmanager
     async def _locked_transaction(self) -> AsyncIterator[Transaction]:
         # PostgreSQL's DDL is transactional: a migration is all or nothing, under an advisory lock.
-        async with self._transaction(write=True) as tx:
+        async with self._transaction(begin=True) as tx:
             await tx.fetch(f"SELECT pg_advisory_xact_lock({_SCHEMA_LOCK})")
             yield tx
 

@@ -211,7 +211,16 @@ class Queries:
         step_marks = ", ".join("?" * len(STEP_COLUMNS))
         if dialect == "mysql":
             saga_set = ", ".join(f"{c} = VALUES({c})" for c in SAGA_COLUMNS[1:])
-            step_set = ", ".join(f"{c} = VALUES({c})" for c in STEP_COLUMNS[3:])
+            # ON DUPLICATE KEY fires on any unique key: a new step whose idempotency key belongs to another
+            # step must fail (as it does elsewhere), not overwrite that step. NULL into NOT NULL fails in strict mode;
+            # it comes first, as MySQL assigns left to right.
+            step_set = ", ".join(
+                [
+                    "idempotency_key = IF(saga_id = VALUES(saga_id) AND step_id = VALUES(step_id), "
+                    "VALUES(idempotency_key), NULL)",
+                    *(f"{c} = VALUES({c})" for c in STEP_COLUMNS[3:] if c != "idempotency_key"),
+                ]
+            )
             saga_upsert = f"ON DUPLICATE KEY UPDATE {saga_set}"
             step_upsert = f"ON DUPLICATE KEY UPDATE {step_set}"
             # Affected rows is 1 when inserted, 0 when the id was taken (the client never sets FOUND_ROWS).

@@ -38,6 +38,7 @@ ERROR_MAP: ErrorMap = {
     sqlite3.DatabaseError: (StoreError, "is the file a saga_runtime SQLite database, and intact?"),
     sqlite3.ProgrammingError: (StoreError, "this is a bug in saga_runtime's SQLite store; please report it"),
     sqlite3.Error: (StoreError, ""),
+    sqlite3.Warning: (StoreError, "this is a bug in saga_runtime's SQLite store; please report it"),
 }
 
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
@@ -49,7 +50,7 @@ def map_exceptions(url: str, *, connecting: bool = False) -> Iterator[None]:
     """Convert sqlite3 (and so aiosqlite) errors raised inside the block into StoreError subclasses."""
     try:
         yield
-    except sqlite3.Error as exc:
+    except (sqlite3.Error, sqlite3.Warning) as exc:
         name = getattr(exc, "sqlite_errorname", "") or ""
         if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
             raise convert(
@@ -145,17 +146,18 @@ class SQLiteStore(SQLStore):
         return store
 
     @asynccontextmanager
-    async def _transaction(self, *, write: bool) -> AsyncIterator[Transaction]:
+    async def _transaction(self, *, begin: bool) -> AsyncIterator[Transaction]:
         async with self._lock:
             with map_exceptions(self._url):
-                if not write:
-                    # Reads are single statements: atomic on their own.
+                if not begin:
+                    # Autocommit: each statement is atomic (and durable) on its own.
                     yield self._tx
                     return
                 # IMMEDIATE: take the write lock now, so two processes never both read then write (no upgrade
                 # deadlock) and a busy database fails at BEGIN, before anything was done.
-                await self._conn.execute("BEGIN IMMEDIATE")
                 try:
+                    # Inside the try: a caller cancelled while BEGIN runs on aiosqlite's thread still rolls back.
+                    await self._conn.execute("BEGIN IMMEDIATE")
                     yield self._tx
                     await self._conn.execute("COMMIT")
                 except BaseException:
@@ -171,7 +173,7 @@ class SQLiteStore(SQLStore):
 
     def _schema_transaction(self) -> AbstractAsyncContextManager[Transaction]:
         # BEGIN IMMEDIATE is the schema lock; SQLite's DDL is transactional, so a migration is all or nothing.
-        return self._transaction(write=True)
+        return self._transaction(begin=True)
 
     async def _close_connections(self) -> None:
         with map_exceptions(self._url):

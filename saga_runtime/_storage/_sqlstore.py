@@ -55,6 +55,9 @@ class SQLStore(abc.ABC):
     """A SagaStore on a SQL database; subclasses bring the driver, connections and error conversion."""
 
     dialect: ClassVar[DialectName]
+    # Whether the driver's executemany is atomic on its own (asyncpg's is; aiomysql's becomes one multi-row
+    # statement), so a batch of step rows needs no explicit transaction.
+    atomic_batches: ClassVar[bool] = False
 
     def __init__(self, url: str) -> None:
         self._url = redact_url(url)
@@ -65,10 +68,12 @@ class SQLStore(abc.ABC):
     # -- what a driver provides ------------------------------------------------------------------------------
 
     @abc.abstractmethod
-    def _transaction(self, *, write: bool) -> AbstractAsyncContextManager[Transaction]:
-        """Return a context that runs one transaction and commits it (or rolls it back on error).
+    def _transaction(self, *, begin: bool) -> AbstractAsyncContextManager[Transaction]:
+        """Return a context holding a connection, in one transaction if `begin`, else in autocommit.
 
-        Driver errors raised inside it come out as StoreError subclasses.
+        With `begin`, the transaction commits when the block ends and rolls back if it raises. Without, each
+        statement commits on its own: for reads and single-statement writes, one round trip instead of three.
+        Driver errors raised inside come out as StoreError subclasses.
         """
 
     @abc.abstractmethod
@@ -119,7 +124,7 @@ class SQLStore(abc.ABC):
     async def schema_version(self) -> int:
         """Return the schema version recorded in the database."""
         self._check_open()
-        async with self._transaction(write=False) as tx:
+        async with self._transaction(begin=False) as tx:
             return int((await tx.fetch(self._queries.read_version))[0][0] or 0)
 
     async def _read(self, tx: Transaction, saga_id: str, *, lock: bool) -> tuple[SagaRow, list[StepRow]] | None:
@@ -131,7 +136,7 @@ class SQLStore(abc.ABC):
         codec = self._codec
         saga_params = codec.saga_params(saga)
         step_params = [codec.step_params(row) for row in steps]
-        async with self._transaction(write=True) as tx:
+        async with self._transaction(begin=True) as tx:
             # Insert-or-nothing, then read: race-free across processes, as the database decides who inserted.
             if await tx.execute(self._queries.insert_saga, saga_params) == 1:
                 if step_params:
@@ -155,7 +160,9 @@ class SQLStore(abc.ABC):
         step_params = [codec.step_params(row) for row in steps]
         if saga_params is None and not step_params:
             return
-        async with self._transaction(write=True) as tx:
+        # The hot path: one statement (the usual write-ahead or outcome of steps) needs no BEGIN and COMMIT.
+        one_statement = (saga_params is None and (len(step_params) == 1 or self.atomic_batches)) or not step_params
+        async with self._transaction(begin=not one_statement) as tx:
             if saga_params is not None:
                 await tx.execute(self._queries.upsert_saga, saga_params)
             if step_params:
@@ -164,7 +171,7 @@ class SQLStore(abc.ABC):
     async def load_saga(self, saga_id: str) -> tuple[SagaRow, list[StepRow]] | None:
         """Return a saga's row and its step rows (ordered by seq), or None if it is not stored."""
         self._check_open()
-        async with self._transaction(write=False) as tx:
+        async with self._transaction(begin=False) as tx:
             return await self._read(tx, saga_id, lock=False)
 
     async def get_saga(self, saga_id: str) -> SagaResult | None:
@@ -183,7 +190,7 @@ class SQLStore(abc.ABC):
             sql, params = q.list_all, (int(limit), int(offset))
         else:
             sql, params = q.list_status, (SagaStatus(status).value, int(limit), int(offset))
-        async with self._transaction(write=False) as tx:
+        async with self._transaction(begin=False) as tx:
             records = await tx.fetch(sql, params)
         n = len(SAGA_COLUMNS)
         return [summary_from_rows(self._codec.saga_row(r), int(r[n])) for r in records]
