@@ -52,6 +52,16 @@ class SagaStore(Protocol):
         """Extend the leases `owner` still holds on `saga_ids`; return the ids it still owns (fencing)."""
         ...
 
+    async def claim_expired(
+        self, owner: str, lease_expires_at: datetime, now: datetime, limit: int = 100
+    ) -> list[tuple[SagaRow, list[StepRow]]]:
+        """Take over up to `limit` live sagas whose lease expired before `now`; return snapshots of them.
+
+        Atomic per saga (`FOR UPDATE SKIP LOCKED` on PostgreSQL and MySQL/MariaDB, `BEGIN IMMEDIATE` on SQLite):
+        two owners claiming at once never get the same saga. Unowned live sagas count as expired.
+        """
+        ...
+
     async def get_saga(self, saga_id: str) -> SagaResult | None:
         """Return the result of a stored saga, or None."""
         ...

@@ -92,6 +92,24 @@ class MemoryStore:
                 held.add(saga_id)
         return held
 
+    async def claim_expired(
+        self, owner: str, lease_expires_at: datetime, now: datetime, limit: int = 100
+    ) -> list[tuple[SagaRow, list[StepRow]]]:
+        """Take over up to `limit` live sagas whose lease expired; return snapshots of them."""
+        self._check_open()
+        claimed = []
+        for saga in sorted(self._sagas.values(), key=lambda row: (row.created_at, row.saga_id)):
+            if len(claimed) >= limit:
+                break
+            expired = saga.lease_expires_at is None or saga.lease_expires_at < now
+            if saga.status.is_terminal or not expired:
+                continue
+            self._sagas[saga.saga_id] = replace(saga, owner=owner, lease_expires_at=lease_expires_at)
+            snapshot = self._snapshot(saga.saga_id)
+            assert snapshot is not None
+            claimed.append(snapshot)
+        return claimed
+
     async def get_saga(self, saga_id: str) -> SagaResult | None:
         """Return the result of a stored saga, or None."""
         snapshot = await self.load_saga(saga_id)
