@@ -97,7 +97,7 @@ class MemoryStore:
     ) -> list[tuple[SagaRow, list[StepRow]]]:
         """Take over up to `limit` live sagas whose lease expired; return snapshots of them."""
         self._check_open()
-        claimed = []
+        claimed: list[tuple[SagaRow, list[StepRow]]] = []
         for saga in sorted(self._sagas.values(), key=lambda row: (row.created_at, row.saga_id)):
             if len(claimed) >= limit:
                 break

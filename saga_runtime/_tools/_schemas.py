@@ -48,6 +48,8 @@ _STRICT_KEEP = frozenset(
 _ANNOTATIONS = frozenset(
     {"title", "$schema", "$id", "$comment", "examples", "discriminator", "readOnly", "writeOnly", "deprecated"}
 )
+# Keywords `convert` has already dealt with.
+_STRUCTURE = frozenset({"properties", "required", "additionalProperties", "items", "$defs", "definitions"})
 _SCALAR_TYPES = frozenset({"string", "integer", "number", "boolean"})
 # Where a JSON schema holds further schemas: as a dict of them, as a list of them, or as one.
 _SCHEMA_MAPS = ("properties", "$defs", "definitions", "patternProperties", "dependentSchemas")
@@ -185,14 +187,14 @@ class _Strict:
             out["items"] = (
                 self.refuse((*path, "items"), "a list of any values")
                 if items is None or items is True or items == {}
-                else self.convert(items, (*path, "[]"), stack)
+                else self.convert(items, (*path, "items"), stack)
             )
         elif kind is None and variants is None and "enum" not in node and not bare:
             return self.refuse(path, "a value of any type")
         if isinstance(variants, list):
             out["anyOf"] = [self.convert(v, path, stack) for v in variants]
         for key, value in node.items():
-            if key in ("properties", "required", "additionalProperties", "items") or key in _ANNOTATIONS:
+            if key in _STRUCTURE or key in _ANNOTATIONS:
                 continue
             if key == "format" and value not in _STRICT_FORMATS:
                 notes.append(f"format: {value}")
@@ -215,11 +217,13 @@ class _Strict:
         root: bool,
     ) -> None:
         properties = node.get("properties")
-        extra = node.get("additionalProperties", not isinstance(properties, dict))
-        if not isinstance(properties, dict) or (extra not in (False, None) and not root) or (root and not properties):
-            if not (root and not extra):
+        extra = node.get("additionalProperties")
+        if not isinstance(properties, dict):  # `dict` or `dict[str, X]`: the keys are the caller's to choose
+            properties = {}
+            if not root:
                 self.refuse(path, "a mapping with free keys")
-            properties = properties if isinstance(properties, dict) else {}
+        elif extra not in (None, False) and (not root or not properties):
+            self.refuse(path, "a mapping with free keys")
         # Extra arguments a tool's **kwargs would take are left out: the declared ones are still a truthful subset.
         out["type"] = "object"
         out["properties"] = {name: self.convert(sub, (*path, name), stack) for name, sub in properties.items()}
