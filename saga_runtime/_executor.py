@@ -26,6 +26,7 @@ from saga_runtime._records import (
     SagaRow,
     SagaStatus,
     StepRow,
+    StepStatus,
     idempotency_key,
     now,
     result_from_rows,
@@ -114,10 +115,14 @@ class SagaExecutor:
         """
         planned = build_plan(plan, self.registry, policy=policy)
         saga, steps = self._new_saga(planned, saga_id, budget, metadata)
+        # The first group's intent (RUNNING, attempt 1) is committed with the saga itself: one write less.
+        first = [row for row in steps if row.group == 0]
+        for row in first:
+            row.status, row.attempts, row.started_at = StepStatus.RUNNING, 1, saga.created_at
         existing = await self.store.create_saga(saga.copy(), [row.copy() for row in steps])
         if existing is None:
             logger.debug("saga %s: started by %s, %d steps", saga.saga_id, self.executor_id, len(steps))
-            engine = self._engine_for(saga, steps)
+            engine = SagaEngine(self._config, saga, steps, announced=first)
         else:
             stored, rows = existing
             finished = self._existing(saga, stored, rows)

@@ -49,7 +49,8 @@ def tools(calls: list[str]) -> ToolRegistry:
 async def test_unrecorded_intent_means_the_tool_never_runs() -> None:
     """If the RUNNING record of a group cannot be written, run() raises StoreError and its tools never start."""
     calls: list[str] = []
-    executor = SagaExecutor(tools(calls), store=FailingStore(ok_saves=1))
+    # Group 0's intent is written with the saga itself; the first save is group 1's intent, and it fails.
+    executor = SagaExecutor(tools(calls), store=FailingStore(ok_saves=0))
     plan = [{"tool": "Step", "args": {"name": "first"}}, {"tool": "Step", "args": {"name": "second"}}]
     with pytest.raises(StoreError, match="went away"):
         await executor.run(plan, saga_id="s")
@@ -59,7 +60,7 @@ async def test_unrecorded_intent_means_the_tool_never_runs() -> None:
 async def test_unrecorded_retry_attempt_is_not_made() -> None:
     """A retry whose attempt number cannot be recorded is not attempted; run() raises the StoreError."""
     calls: list[str] = []
-    executor = SagaExecutor(tools(calls), store=FailingStore(ok_saves=1))
+    executor = SagaExecutor(tools(calls), store=FailingStore(ok_saves=0))
     with pytest.raises(StoreError):
         await executor.run([{"tool": "Flaky", "args": {"name": "flaky"}}], saga_id="s")
     assert calls == ["flaky"]

@@ -78,10 +78,19 @@ class _WriteFailed(Exception):
 class SagaEngine:
     """Run one saga: groups of steps forward, then, if it cannot finish, compensations in reverse."""
 
-    def __init__(self, config: EngineConfig, saga: SagaRow, steps: Sequence[StepRow]) -> None:
+    def __init__(
+        self,
+        config: EngineConfig,
+        saga: SagaRow,
+        steps: Sequence[StepRow],
+        *,
+        announced: Sequence[StepRow] = (),
+    ) -> None:
         self.config = config
         self.saga = saga
         self.rows: dict[str, StepRow] = {row.step_id: row for row in steps}
+        # Steps whose first attempt was already committed RUNNING with the saga itself (write-ahead done).
+        self._announced = {row.step_id for row in announced}
         self.failure: str | None = None
         self._failed_step: str | None = None
         self._dirty: dict[str, StepRow] = {}
@@ -189,6 +198,12 @@ class SagaEngine:
             await self.flush()
             return False
         started = now()
+        if self._announced:
+            ready = [call for call in calls if call[0].step_id in self._announced]
+            self._announced.difference_update(call[0].step_id for call in ready)
+            calls = [call for call in calls if call not in ready]
+        else:
+            ready = []
         before = [(row.status, row.attempts, row.started_at) for row, _, _ in calls]
         for row, _, _ in calls:
             # A step resumed after a crash (RUNNING or CANCELLED: outcome unknown) runs again with the same
@@ -203,6 +218,7 @@ class SagaEngine:
             for (row, _, _), (status, attempts, started_at) in zip(calls, before, strict=True):
                 row.status, row.attempts, row.started_at = status, attempts, started_at  # never ran
             raise
+        calls += ready
         if len(calls) == 1:
             # One step needs no task group and has no siblings to cancel: run it inline (the sequential case).
             await self._run_step(*calls[0], None)
