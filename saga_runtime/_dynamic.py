@@ -110,6 +110,7 @@ class DynamicSaga:
             budget=_account(self._budget, 0),
             metadata=self._metadata,
         )
+        # plan_hash holds the head of the call chain (none yet); see saga_runtime._records._chain.
         if self._replay_requested:
             stored = await executor.store.load_saga(self.saga_id)
             if stored is None:

@@ -30,6 +30,7 @@ from saga_runtime._records import (
     idempotency_key,
     now,
     result_from_rows,
+    seal_all,
     to_json_value,
 )
 from saga_runtime._storage import MemoryStore, SagaStore
@@ -119,6 +120,7 @@ class SagaExecutor:
         first = [row for row in steps if row.group == 0]
         for row in first:
             row.status, row.attempts, row.started_at = StepStatus.RUNNING, 1, saga.created_at
+        seal_all(steps, self.store.signing_key)
         existing = await self.store.create_saga(saga.copy(), [row.copy() for row in steps])
         if existing is None:
             logger.debug("saga %s: started by %s, %d steps", saga.saga_id, self.executor_id, len(steps))

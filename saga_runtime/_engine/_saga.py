@@ -28,8 +28,10 @@ from saga_runtime._records import (
     SagaStatus,
     StepRow,
     StepStatus,
+    extend_head,
     now,
     result_from_rows,
+    seal,
     to_json_value,
 )
 from saga_runtime._storage import SagaStore
@@ -89,6 +91,8 @@ class SagaEngine:
         self.config = config
         self.saga = saga
         self.rows: dict[str, StepRow] = {row.step_id: row for row in steps}
+        self._by_seq: dict[int, StepRow] = {row.seq: row for row in steps}
+        self._key: bytes | None = config.store.signing_key
         # Steps whose first attempt was already committed RUNNING with the saga itself (write-ahead done).
         self._announced = {row.step_id for row in announced}
         self.failure: str | None = None
@@ -111,6 +115,9 @@ class SagaEngine:
     def add_step(self, row: StepRow) -> None:
         """Add a step to the saga (dynamic sagas add them as they go); it is written with the next flush."""
         self.rows[row.step_id] = row
+        self._by_seq[row.seq] = row
+        self.saga.plan_hash = extend_head(self.saga.plan_hash, row)  # the chain head seals the list of calls
+        self._saga_dirty = True
         self._mark(row)
 
     async def flush(self) -> None:
@@ -121,6 +128,8 @@ class SagaEngine:
             lease = self.saga.lease_expires_at
             if lease is not None and (lease - now()).total_seconds() < self.config.lease_timeout / 2:
                 self._saga_dirty = True  # piggyback a lease renewal on this write
+            for row in self._dirty.values():
+                seal(row, self._by_seq.get(row.seq - 1), self._key)
             steps = [row.copy() for row in self._dirty.values()]
             self._dirty.clear()
             saga = None

@@ -1,5 +1,6 @@
 """Records: the rows stores persist and the models users read. Imports nothing above itself."""
 
+from saga_runtime._records._chain import VerifyResult, chain_head, extend_head, seal, seal_all, verify_rows
 from saga_runtime._records._export import EXPORT_FORMAT, EXPORT_VERSION, export_rows, import_rows
 from saga_runtime._records._models import (
     SagaResult,
@@ -31,12 +32,18 @@ __all__ = [
     "StepRecord",
     "StepRow",
     "StepStatus",
+    "VerifyResult",
     "canonical_json",
+    "chain_head",
     "export_rows",
+    "extend_head",
     "idempotency_key",
     "import_rows",
     "now",
     "result_from_rows",
+    "seal",
+    "seal_all",
     "summary_from_rows",
     "to_json_value",
+    "verify_rows",
 ]

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
-from saga_runtime._records import SagaResult, SagaRow, SagaStatus, SagaSummary, StepRow
+from saga_runtime._records import SagaResult, SagaRow, SagaStatus, SagaSummary, StepRow, VerifyResult
 
 __all__ = ["SagaStore"]
 
@@ -23,6 +23,15 @@ class SagaStore(Protocol):
     @property
     def url(self) -> str:
         """Return the store's URL, password removed."""
+        ...
+
+    @property
+    def signing_key(self) -> bytes | None:
+        """Return the key the saga records are signed with (HMAC-SHA-256), or None for plain SHA-256 seals."""
+        ...
+
+    async def verify_saga(self, saga_id: str) -> VerifyResult:
+        """Check a stored saga's hash chain; the result is falsy, naming the broken records, if one was altered."""
         ...
 
     async def create_saga(self, saga: SagaRow, steps: Sequence[StepRow]) -> tuple[SagaRow, list[StepRow]] | None:

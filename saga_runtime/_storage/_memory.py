@@ -14,11 +14,14 @@ from saga_runtime._records import (
     SagaStatus,
     SagaSummary,
     StepRow,
+    VerifyResult,
     export_rows,
     import_rows,
     result_from_rows,
     summary_from_rows,
+    verify_rows,
 )
+from saga_runtime._storage._keys import signing_key_bytes
 
 __all__ = ["MemoryStore"]
 
@@ -26,15 +29,28 @@ __all__ = ["MemoryStore"]
 class MemoryStore:
     """Keep sagas in this process's memory: fast, private to the store object, gone when the process ends."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, signing_key: bytes | str | None = None) -> None:
         self._sagas: dict[str, SagaRow] = {}
         self._steps: dict[str, dict[str, StepRow]] = {}
         self._closed = False
+        self._signing_key = signing_key_bytes(signing_key)
 
     @property
     def url(self) -> str:
         """Return the store's URL."""
         return "memory://"
+
+    @property
+    def signing_key(self) -> bytes | None:
+        """Return the key records are signed with, or None."""
+        return self._signing_key
+
+    async def verify_saga(self, saga_id: str) -> VerifyResult:
+        """Check a stored saga's hash chain; raise `KeyError` if it is not stored."""
+        snapshot = await self.load_saga(saga_id)
+        if snapshot is None:
+            raise KeyError(f"no saga {saga_id!r} in {self.url}")
+        return verify_rows(*snapshot, self._signing_key)
 
     def _check_open(self) -> None:
         if self._closed:

@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 
 from saga_runtime._exceptions import StoreError
 from saga_runtime._storage._base import SagaStore
+from saga_runtime._storage._keys import signing_key_bytes
 
 __all__ = ["DEFAULT_URL", "ENV_VAR", "StoreOpener", "open_store", "redact_url"]
 
@@ -53,13 +54,16 @@ async def _open(url: str | None, options: dict[str, Any]) -> SagaStore:
             url=redact_url(url),
         ) from exc
     store_class = getattr(module, class_name)
+    key = signing_key_bytes(options.pop("signing_key", None))
     if scheme == "memory":
         if options:
-            raise TypeError(f"the memory store takes no options, got {sorted(options)}")
-        store: SagaStore = store_class()
+            raise TypeError(f"the memory store takes only signing_key=, got {sorted(options)}")
+        store: SagaStore = store_class(signing_key=key)
         return store
-    opened: SagaStore = await store_class.open(url, **options)
-    return opened
+    opened = await store_class.open(url, **options)
+    opened.use_signing_key(key)
+    result: SagaStore = opened
+    return result
 
 
 class StoreOpener:

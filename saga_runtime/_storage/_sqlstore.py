@@ -15,11 +15,13 @@ from saga_runtime._records import (
     SagaStatus,
     SagaSummary,
     StepRow,
+    VerifyResult,
     export_rows,
     import_rows,
     now,
     result_from_rows,
     summary_from_rows,
+    verify_rows,
 )
 from saga_runtime._storage._open import redact_url
 from saga_runtime._storage._sql import (
@@ -90,6 +92,25 @@ class SQLStore(abc.ABC):
     def url(self) -> str:
         """Return the store's URL, password removed."""
         return self._url
+
+    # The hash chain's key; open_store(url, signing_key=...) sets it once the store is open.
+    _signing_key: bytes | None = None
+
+    @property
+    def signing_key(self) -> bytes | None:
+        """Return the key records are signed with, or None."""
+        return self._signing_key
+
+    def use_signing_key(self, key: bytes | None) -> None:
+        """Sign (and verify) saga records with `key` (HMAC-SHA-256) from now on."""
+        self._signing_key = key
+
+    async def verify_saga(self, saga_id: str) -> VerifyResult:
+        """Check a stored saga's hash chain; raise `KeyError` if it is not stored."""
+        snapshot = await self.load_saga(saga_id)
+        if snapshot is None:
+            raise KeyError(f"no saga {saga_id!r} in {self._url}")
+        return verify_rows(*snapshot, self._signing_key)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self._url}{' (closed)' if self._closed else ''}>"
