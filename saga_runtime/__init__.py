@@ -28,7 +28,7 @@ from saga_runtime._exceptions import (
 )
 from saga_runtime._executor import SagaExecutor
 from saga_runtime._planning import PlanPolicy, Step
-from saga_runtime._records import SagaResult, SagaStatus, SagaSummary, StepRecord, StepStatus
+from saga_runtime._records import SagaResult, SagaStatus, SagaSummary, StepRecord, StepStatus, VerifyResult
 from saga_runtime._storage import MemoryStore, SagaStore, open_store
 from saga_runtime._tools import RetryPolicy, StepContext, ToolRegistry, ToolSpec
 
@@ -69,6 +69,7 @@ __all__ = [
     "ToolRegistry",
     "ToolSpec",
     "UnknownToolError",
+    "VerifyResult",
     "__version__",
     "open_store",
 ]
