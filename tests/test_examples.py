@@ -75,3 +75,13 @@ def test_retry_flow_shows_backoff_non_retryable_and_step_scope(tmp_path: Path) -
 def test_every_example_runs(name: str, tmp_path: Path) -> None:
     """Every program in examples/ exits 0 and prints something."""
     assert run_example(name, tmp_path).strip()
+
+
+def test_agent_loop_rolls_back_then_replays_from_the_database(tmp_path: Path) -> None:
+    """agent_loop.py books, fails, undoes in reverse, replays with no tool call, and catches a changed decision."""
+    out = run_example("agent_loop.py", tmp_path)
+    assert "saga trip-lisbon: COMPENSATED" in out
+    assert "CancelFlight(F-" in out.split("tool calls, in order:")[1].split("CancelHotel")[0]
+    assert "tool calls made: 0" in out
+    assert "a changed decision is caught" in out
+    assert "the record verifies: True" in out
