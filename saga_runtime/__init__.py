@@ -24,10 +24,20 @@ from saga_runtime._exceptions import (
     StoreBusyError,
     StoreConnectionError,
     StoreError,
+    TurnLimitError,
     UnknownToolError,
 )
 from saga_runtime._executor import SagaExecutor
-from saga_runtime._planning import PlanPolicy, Step
+from saga_runtime._llm import LLMRunner, MockLLMClient
+from saga_runtime._planning import (
+    PlanPolicy,
+    Step,
+    TokenUsage,
+    plan_from_anthropic,
+    plan_from_openai,
+    usage_from_anthropic,
+    usage_from_openai,
+)
 from saga_runtime._records import SagaResult, SagaStatus, SagaSummary, StepRecord, StepStatus, VerifyResult
 from saga_runtime._storage import MemoryStore, SagaStore, open_store
 from saga_runtime._tools import RetryPolicy, StepContext, ToolRegistry, ToolSpec
@@ -42,7 +52,9 @@ __all__ = [
     "BudgetExceededError",
     "DynamicSaga",
     "IdempotencyConflictError",
+    "LLMRunner",
     "MemoryStore",
+    "MockLLMClient",
     "PlanPolicy",
     "PlanValidationError",
     "ReplayDivergenceError",
@@ -66,10 +78,16 @@ __all__ = [
     "StoreBusyError",
     "StoreConnectionError",
     "StoreError",
+    "TokenUsage",
     "ToolRegistry",
     "ToolSpec",
+    "TurnLimitError",
     "UnknownToolError",
     "VerifyResult",
     "__version__",
     "open_store",
+    "plan_from_anthropic",
+    "plan_from_openai",
+    "usage_from_anthropic",
+    "usage_from_openai",
 ]

@@ -25,6 +25,7 @@ from saga_runtime._exceptions import (
     ResultNotStorableError,
     SagaInProgressError,
     StepFailedError,
+    UnknownToolError,
     describe,
 )
 from saga_runtime._planning import Step
@@ -197,21 +198,28 @@ class DynamicSaga:
         (result,) = await self.group([(tool, args)])
         return result
 
-    async def group(self, calls: Sequence[Call]) -> list[Any]:
+    async def group(self, calls: Sequence[Call], *, return_exceptions: bool = False) -> list[Any]:
         """Run calls concurrently as one group and return their results in the order given.
 
         Each call is `(tool, args)`, `(tool, args, step_id)` or a `Step`. When one fails, its running siblings
         are cancelled and compensated at once (their outcome is unknown), then `StepFailedError` is raised for
-        the first failed call; siblings that succeeded stay done, to be undone if the block fails.
+        the first failed call; siblings that succeeded stay done, to be undone if the block fails. With
+        `return_exceptions=True` (as in `asyncio.gather`), each failed call's error takes its place in the list.
         """
         self._check_open()
         prepared = self._prepare(calls)
         first = self._next_seq
         group = self._next_group
+        # Every member is checked (against the record, or for a free step id) before any is added, so a refused
+        # group uses no position and leaves no row behind.
+        rows = [self._recorded_or_new(first + i, group, *call) for i, call in enumerate(prepared)]
         self._next_seq += len(prepared)
         self._next_group += 1
-        rows = [self._recorded_or_new(first + i, group, *call) for i, call in enumerate(prepared)]
         engine = self._engine
+        if engine is not None:
+            for row in rows:
+                if row.step_id not in engine.rows:
+                    engine.add_step(row)
         if engine is not None:
             to_run = [row for row in rows if row.status in (StepStatus.PENDING, *_UNKNOWN)]
             if to_run:
@@ -221,7 +229,18 @@ class DynamicSaga:
                 # The caller acts on these results at once: they are durable before it sees them, so a
                 # re-execution never repeats a call whose result was handed out.
                 await engine.flush()
-        return [self._outcome(row) for row in rows]
+        if not return_exceptions:
+            # Raise for the call that failed, not for a sibling cancelled because of it.
+            for row in sorted(rows, key=lambda r: r.error_type == "CancelledError"):
+                self._outcome(row)
+            return [self._outcome(row) for row in rows]
+        outcomes: list[Any] = []
+        for row in rows:
+            try:
+                outcomes.append(self._outcome(row))
+            except (StepFailedError, BudgetExceededError) as exc:
+                outcomes.append(exc)
+        return outcomes
 
     def _prepare(self, calls: Sequence[Call]) -> list[tuple[str, dict[str, Any], str | None]]:
         if isinstance(calls, str | bytes | Mapping) or not calls:
@@ -230,6 +249,7 @@ class DynamicSaga:
             )
         problems: list[str] = []
         prepared = []
+        unknown = False
         registry = self._executor.registry
         items: list[Any] = list(calls)  # checked one by one: calls may come straight from a model's output
         for i, call in enumerate(items):
@@ -246,6 +266,7 @@ class DynamicSaga:
                 continue
             label = f"call #{i + 1} ({name!r})"
             if not isinstance(name, str) or name not in registry:
+                unknown = True
                 problems.append(f"{label}: unknown tool (available: {', '.join(registry.names()) or 'none'})")
                 continue
             if not isinstance(args, Mapping):
@@ -264,11 +285,20 @@ class DynamicSaga:
                 problems.append(f"{label}: {exc}")
                 continue
             prepared.append((name, json_args, step_id))
+        ids = [step_id for _, _, step_id in prepared if step_id is not None]
+        if len(ids) != len(set(ids)):
+            problems.append(f"the group gives one step_id to several calls: {sorted(ids)}")
         if problems:
-            raise PlanValidationError(problems, saga_id=self.saga_id)
+            raise (UnknownToolError if unknown else PlanValidationError)(problems, saga_id=self.saga_id)
         return prepared
 
     def _recorded_or_new(self, seq: int, group: int, tool: str, args: dict[str, Any], step_id: str | None) -> StepRow:
+        if step_id is not None:
+            # Refused live for a step id used earlier: refused the same way when re-executed or replayed.
+            known = self._engine.rows if self._engine is not None else {r.step_id: r for r in self._record}
+            earlier = known.get(step_id)
+            if earlier is not None and earlier.seq < seq:
+                raise PlanValidationError([f"step id {step_id!r} is already used in this saga"], saga_id=self.saga_id)
         if seq < len(self._record):
             row = self._record[seq]
             if row.tool_name != tool or canonical_json(row.args) != canonical_json(args):
@@ -297,7 +327,7 @@ class DynamicSaga:
         step_id = step_id or f"{tool}-{seq}"
         if step_id in self._engine.rows:
             raise PlanValidationError([f"step id {step_id!r} is already used in this saga"], saga_id=self.saga_id)
-        row = StepRow(
+        return StepRow(
             saga_id=self.saga_id,
             seq=seq,
             step_id=step_id,
@@ -306,8 +336,6 @@ class DynamicSaga:
             args=args,
             idempotency_key=idempotency_key(self.saga_id, step_id),
         )
-        self._engine.add_step(row)
-        return row
 
     def _outcome(self, row: StepRow) -> Any:
         if row.status is StepStatus.SUCCESS or (row.status is StepStatus.COMPENSATED and row.error is None):
@@ -321,6 +349,7 @@ class DynamicSaga:
                 cost=self._saga_row.cost,
                 tokens=self._saga_row.tokens,
             )
+        cause = self._engine.errors.get(row.step_id) if self._engine is not None else None
         raise StepFailedError(
             f"saga {self.saga_id!r}: call {row.step_id!r} ({row.tool_name}) failed: {row.error}",
             saga_id=self.saga_id,
@@ -329,7 +358,7 @@ class DynamicSaga:
             attempts=row.attempts,
             error=row.error,
             error_type=row.error_type,
-        )
+        ) from cause
 
     @property
     def _saga_row(self) -> SagaRow:
@@ -337,6 +366,24 @@ class DynamicSaga:
             return self._engine.saga
         assert self._stored is not None
         return self._stored[0]
+
+    # -- metadata ----------------------------------------------------------------------------------------------
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """Return a copy of the saga's metadata."""
+        return dict(self._saga_row.metadata)
+
+    async def set_metadata(self, **values: Any) -> None:
+        """Merge JSON-able values into the saga's metadata and write them at once (a replay writes nothing)."""
+        self._check_open()
+        engine = self._engine
+        if engine is None:
+            return
+        stored = to_json_value(values, what="the metadata", tool_name="(saga)")
+        engine.saga.metadata = {**engine.saga.metadata, **stored}
+        engine.touch_saga()
+        await engine.flush()
 
     # -- money -------------------------------------------------------------------------------------------------
 
@@ -351,12 +398,26 @@ class DynamicSaga:
             return  # a replay spends nothing
         self._charges_seen += 1
         account = engine.saga.budget or {}
+        crossed_at = account.get("crossed_at")
         if self._charges_seen <= int(account.get("charges", 0)):
-            return  # recorded by the run this one re-executes
+            # Recorded by the run this one re-executes: not counted again, but it fails as it failed then.
+            if crossed_at is not None and self._charges_seen >= crossed_at:
+                raise BudgetExceededError(
+                    f"saga {self.saga_id!r} is over budget (recorded: charge #{crossed_at} crossed it)",
+                    saga_id=self.saga_id,
+                    cost=engine.saga.cost,
+                    tokens=engine.saga.tokens,
+                )
+            return
         engine.saga.budget = {**account, "charges": self._charges_seen}
         try:
             engine.account.charge(cost, tokens)
+        except BudgetExceededError:
+            if crossed_at is None:
+                engine.saga.budget = {**engine.saga.budget, "crossed_at": self._charges_seen}
+            raise
         finally:
+            engine.touch_saga()
             await engine.flush()
 
     @property

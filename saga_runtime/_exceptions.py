@@ -13,6 +13,7 @@ Every error derives from `SagaError`, so `except SagaError` catches them all::
     ├── ResultValidationError      a tool returned a result its annotation or validate() rejects
     ├── ResultNotStorableError     a tool returned a value that cannot be stored as JSON
     ├── StepFailedError            a call of a dynamic saga failed (saga.call / saga.group)
+    ├── TurnLimitError             an LLMRunner's model gave no final answer within max_turns
     └── StoreError                 the database failed; the message says which and what to do
         ├── StoreConnectionError   the database cannot be reached, or the connection was lost
         ├── StoreBusyError         the database stayed locked (or deadlocked); nothing was written, retry
@@ -41,6 +42,7 @@ __all__ = [
     "StoreBusyError",
     "StoreConnectionError",
     "StoreError",
+    "TurnLimitError",
     "UnknownToolError",
 ]
 
@@ -182,6 +184,10 @@ class StepFailedError(SagaError):
         self.error = error
         self.error_type = error_type
         super().__init__(message)
+
+
+class TurnLimitError(SagaError):
+    """An LLMRunner's model gave no final answer within `max_turns`; the run failed and was compensated."""
 
 
 class StoreError(SagaError):

@@ -51,6 +51,15 @@ def _check_positive(name: str, value: float | None, *, allow_none: bool = False)
         raise ValueError(f"{name} must be a positive number, got {value!r}")
 
 
+def _valid_id(value: object) -> bool:
+    if not isinstance(value, str) or not value:
+        return False
+    try:
+        return len(value.encode()) <= 200
+    except UnicodeEncodeError:  # a lone surrogate: no database can store it
+        return False
+
+
 class SagaExecutor:
     """Run sagas of the tools in `registry`, recording every step in `store` (a private memory store by default).
 
@@ -234,8 +243,8 @@ class SagaExecutor:
         saga_id: str | None, budget: Budget | None, metadata: Mapping[str, Any] | None
     ) -> tuple[list[str], dict[str, Any]]:
         problems = []
-        if saga_id is not None and (not isinstance(saga_id, str) or not saga_id or len(saga_id) > 200):
-            problems.append(f"saga_id must be a non-empty string of at most 200 characters, got {saga_id!r}")
+        if saga_id is not None and not _valid_id(saga_id):
+            problems.append(f"saga_id must be non-empty Unicode text of at most 200 bytes in UTF-8, got {saga_id!r}")
         given: object = budget  # callers outside mypy's reach pass anything
         if not isinstance(given, Budget | None):
             problems.append(f"budget must be a Budget, got {type(budget).__name__}")

@@ -96,6 +96,8 @@ class SagaEngine:
         # Steps whose first attempt was already committed RUNNING with the saga itself (write-ahead done).
         self._announced = {row.step_id for row in announced}
         self.failure: str | None = None
+        # The exception that ended each failed step in this process (the record keeps its type and message).
+        self.errors: dict[str, BaseException] = {}
         self._failed_step: str | None = None
         self._dirty: dict[str, StepRow] = {}
         self._saga_dirty = False
@@ -107,6 +109,10 @@ class SagaEngine:
     # -- recording ---------------------------------------------------------------------------------------------
 
     def _mark_saga(self) -> None:
+        self._saga_dirty = True
+
+    def touch_saga(self) -> None:
+        """Note that the saga row changed (metadata, budget); it is written with the next flush."""
         self._saga_dirty = True
 
     def _mark(self, row: StepRow) -> None:
@@ -308,6 +314,7 @@ class SagaEngine:
         self, row: StepRow, spec: ToolSpec, failure: _StepFailed, group_scope: anyio.CancelScope | None
     ) -> None:
         exc, timed_out, attempts = failure.error, failure.timed_out, failure.attempts
+        self.errors[row.step_id] = exc
         error = f"{describe(exc)} (after {attempts} attempt{'s' if attempts != 1 else ''})"
         error_type = "TimeoutError" if timed_out else type(exc).__name__
         # A timed-out attempt may have had its effect: its outcome is unknown (CANCELLED), not FAILED.

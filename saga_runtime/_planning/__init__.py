@@ -1,5 +1,7 @@
 """Planning: plans normalised and checked (tools, arguments, ids, $refs, policy) before anything is stored or run."""
 
+from saga_runtime._planning._llm_plans import plan_from_anthropic, plan_from_openai
+from saga_runtime._planning._llm_usage import TokenUsage, usage_from_anthropic, usage_from_openai
 from saga_runtime._planning._plan import Plan, PlannedStep, Step, build_plan, has_refs
 from saga_runtime._planning._policy import PlanPolicy
 from saga_runtime._planning._refs import RefError, resolve_refs
@@ -11,8 +13,13 @@ __all__ = [
     "PlannedStep",
     "RefError",
     "Step",
+    "TokenUsage",
     "build_plan",
     "check_plan_record",
     "has_refs",
+    "plan_from_anthropic",
+    "plan_from_openai",
     "resolve_refs",
+    "usage_from_anthropic",
+    "usage_from_openai",
 ]

@@ -61,6 +61,19 @@ class Plan:
         return hashlib.sha256(canonical_json(self.to_json()).encode()).hexdigest()
 
 
+#: The longest step id, in UTF-8 bytes (every store keeps ids of this size as they are).
+MAX_ID_BYTES = 200
+
+
+def _utf8(text: str) -> bool:
+    """Tell whether `text` can be stored: no lone surrogates."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 @dataclass(slots=True)
 class _Draft:
     group: int
@@ -115,6 +128,9 @@ def _check_ids(groups: list[list[_Draft]], problems: list[str]) -> None:
         if not isinstance(draft.id, str) or not draft.id:
             problems.append(f"{_label(draft)}: 'id' must be a non-empty string, got {draft.id!r}")
             draft.id = None
+        elif not _utf8(draft.id) or len(draft.id.encode()) > MAX_ID_BYTES:
+            problems.append(f"{_label(draft)}: 'id' must be valid Unicode text of at most {MAX_ID_BYTES} bytes")
+            draft.id = None
         elif "." in draft.id:
             problems.append(f"{_label(draft)}: 'id' must not contain '.', which $ref paths use")
         elif draft.id in seen:
@@ -150,6 +166,9 @@ def _check_step(
         args = to_json_value(dict(draft.args), what="the arguments", tool_name=draft.tool)
     except ResultNotStorableError as exc:
         problems.append(f"{label}: {exc}")
+        return None
+    if not _utf8(canonical_json(args)):
+        problems.append(f"{label}: the arguments hold text that is not valid Unicode (a lone surrogate)")
         return None
     deferred: set[str] = set()
     for name, value in args.items():

@@ -32,6 +32,8 @@ class MemoryStore:
     def __init__(self, *, signing_key: bytes | str | None = None) -> None:
         self._sagas: dict[str, SagaRow] = {}
         self._steps: dict[str, dict[str, StepRow]] = {}
+        # idempotency key -> (saga_id, step_id) of the step holding it: unique, as the SQL stores' constraint.
+        self._keys: dict[str, tuple[str, str]] = {}
         self._closed = False
         self._signing_key = signing_key_bytes(signing_key)
 
@@ -62,17 +64,42 @@ class MemoryStore:
         existing = self._snapshot(saga.saga_id)
         if existing is not None:
             return existing
+        self._check_keys(steps)
         self._sagas[saga.saga_id] = saga
-        self._steps[saga.saga_id] = {row.step_id: row for row in steps}
+        self._put_steps(steps)
         return None
 
     async def save(self, saga: SagaRow | None, steps: Sequence[StepRow]) -> None:
         """Keep the given rows (snapshots the caller no longer touches)."""
         self._check_open()
+        self._check_keys(steps)  # before anything is written: a refused save writes nothing
         if saga is not None:
             self._sagas[saga.saga_id] = saga
+        self._put_steps(steps)
+
+    def _check_keys(self, steps: Sequence[StepRow]) -> None:
+        """Raise StoreError if a row takes an idempotency key another step holds (in the store or the batch)."""
+        batch: dict[str, tuple[str, str]] = {}
         for row in steps:
-            self._steps.setdefault(row.saga_id, {})[row.step_id] = row
+            ident = (row.saga_id, row.step_id)
+            holder = batch.get(row.idempotency_key) or self._keys.get(row.idempotency_key)
+            if holder is not None and holder != ident:
+                raise StoreError(
+                    f"step {row.step_id!r} of saga {row.saga_id!r} has idempotency key {row.idempotency_key!r}, "
+                    f"which step {holder[1]!r} of saga {holder[0]!r} holds in {self.url}; idempotency keys are "
+                    "unique across every step (a duplicate key?): nothing was written",
+                    url=self.url,
+                )
+            batch[row.idempotency_key] = ident
+
+    def _put_steps(self, steps: Sequence[StepRow]) -> None:
+        for row in steps:
+            rows = self._steps.setdefault(row.saga_id, {})
+            old = rows.get(row.step_id)
+            if old is not None and old.idempotency_key != row.idempotency_key:
+                self._keys.pop(old.idempotency_key, None)
+            rows[row.step_id] = row
+            self._keys[row.idempotency_key] = (row.saga_id, row.step_id)
 
     def _snapshot(self, saga_id: str) -> tuple[SagaRow, list[StepRow]] | None:
         saga = self._sagas.get(saga_id)
@@ -154,18 +181,22 @@ class MemoryStore:
         saga, steps = import_rows(data)
         existing = self._snapshot(saga.saga_id)
         if existing is not None:
-            if export_rows(*existing) != export_rows(saga, steps):
+            # Rows compare by value: times as instants, whatever offset the document wrote them with.
+            old_saga, old_steps = existing
+            if old_saga != saga or old_steps != sorted(steps, key=lambda row: row.seq):
                 raise IdempotencyConflictError(
                     f"saga {saga.saga_id!r} already exists in {self.url} with other content; "
                     "import it into another store or delete the existing one first",
                     saga_id=saga.saga_id,
                 )
             return
+        self._check_keys(steps)
         self._sagas[saga.saga_id] = saga
-        self._steps[saga.saga_id] = {row.step_id: row for row in steps}
+        self._put_steps(steps)
 
     async def close(self) -> None:
         """Forget everything; the store cannot be used afterwards."""
         self._closed = True
         self._sagas.clear()
         self._steps.clear()
+        self._keys.clear()

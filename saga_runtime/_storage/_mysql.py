@@ -194,12 +194,15 @@ class MySQLStore(SQLStore):
                 await self._pool.release(conn)
 
     @asynccontextmanager
-    async def _transaction(self, *, begin: bool) -> AsyncIterator[Transaction]:
+    async def _transaction(self, *, begin: bool, isolation: str | None = None) -> AsyncIterator[Transaction]:
         async with self._connection() as conn:
             with map_exceptions(self._url):
                 cursor = await conn.cursor()
                 try:
                     if begin:
+                        if isolation is not None:
+                            # Applies to the next transaction of this session only.
+                            await cursor.execute(f"SET TRANSACTION ISOLATION LEVEL {isolation}")
                         await conn.begin()
                     yield _MySQLTransaction(cursor)
                     if begin:
@@ -227,6 +230,11 @@ class MySQLStore(SQLStore):
                 conn.close()
         if scope.cancelled_caught:
             conn.close()
+
+    def _claim_transaction(self) -> AbstractAsyncContextManager[Transaction]:
+        # READ COMMITTED: the claim's scan takes no gap locks and keeps no locks on rows it did not return, so it
+        # neither blocks new sagas being inserted nor other claimers (which SKIP LOCKED past what it holds).
+        return self._transaction(begin=True, isolation="READ COMMITTED")
 
     def _schema_transaction(self) -> AbstractAsyncContextManager[Transaction]:
         return self._locked_schema()

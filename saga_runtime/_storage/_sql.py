@@ -16,6 +16,7 @@ from saga_runtime._exceptions import SchemaVersionError, StoreError
 from saga_runtime._records import SagaRow, SagaStatus, StepRow, StepStatus
 
 __all__ = [
+    "LIVE_STATUSES",
     "MIGRATIONS",
     "SCHEMA_VERSION",
     "DialectName",
@@ -264,7 +265,56 @@ class Queries:
         self.record_version = q(
             dialect, "INSERT INTO schema_version (version, description, applied_at) VALUES (?, ?, ?)"
         )
+        # -- leases (DESIGN.md invariant 5); the live statuses are parameters too, LIVE_STATUSES in order --------
+        self._saga_cols = saga_cols
+        self._step_cols = step_cols
+        live = "status IN (?, ?)"
+        # One conditional UPDATE: the database decides, row-locked, whether the saga is free for `owner`.
+        self.claim = q(
+            dialect,
+            f"UPDATE sagas SET owner = ?, lease_expires_at = ? WHERE saga_id = ? AND {live} "
+            "AND (owner IS NULL OR owner = ? OR lease_expires_at IS NULL OR lease_expires_at < ?)",
+        )
+        # MySQL counts changed rows, not matched ones (aiomysql never sets CLIENT_FOUND_ROWS): a claim that
+        # rewrote its own lease with the same values reports 0, so a 0 is checked with this.
+        self.owns = q(dialect, f"SELECT COUNT(*) FROM sagas WHERE saga_id = ? AND owner = ? AND {live}")
+        # Recovery's scan, on the (status, lease_expires_at) index. PostgreSQL and MySQL/MariaDB lock the rows
+        # they return and skip those another claimer holds; SQLite's BEGIN IMMEDIATE already excludes writers.
+        self.expired = q(
+            dialect,
+            f"SELECT saga_id FROM sagas WHERE {live} AND (lease_expires_at IS NULL OR lease_expires_at < ?) "
+            "ORDER BY created_at, saga_id LIMIT ?" + ("" if dialect == "sqlite" else " FOR UPDATE SKIP LOCKED"),
+        )
+        # PostgreSQL returns the renewed ids with the UPDATE; the others read them back in the same transaction.
+        self.renew_returns = dialect == "postgresql"
 
+    def _in(self, sql: str, count: int) -> str:
+        return _placeholders(self.dialect, sql.replace("(*)", "(" + ", ".join("?" * count) + ")"))
+
+    def renew(self, count: int) -> str:
+        """Return the UPDATE extending `owner`'s leases on `count` ids (params: lease, owner, live..., ids...)."""
+        sql = "UPDATE sagas SET lease_expires_at = ? WHERE owner = ? AND status IN (?, ?) AND saga_id IN (*)"
+        return self._in(sql + (" RETURNING saga_id" if self.renew_returns else ""), count)
+
+    def owned(self, count: int) -> str:
+        """Return the query of which of `count` ids `owner` holds (params: owner, live..., ids...)."""
+        return self._in("SELECT saga_id FROM sagas WHERE owner = ? AND status IN (?, ?) AND saga_id IN (*)", count)
+
+    def take(self, count: int) -> str:
+        """Return the UPDATE giving `count` sagas to an owner (params: owner, lease, ids...)."""
+        return self._in("UPDATE sagas SET owner = ?, lease_expires_at = ? WHERE saga_id IN (*)", count)
+
+    def load_many(self, count: int) -> str:
+        """Return the read of `count` sagas and their steps, sagas in created order, steps by seq."""
+        return self._in(
+            f"SELECT {self._saga_cols}, {self._step_cols} FROM sagas s LEFT JOIN steps st ON st.saga_id = s.saga_id "
+            "WHERE s.saga_id IN (*) ORDER BY s.created_at, s.saga_id, st.seq",
+            count,
+        )
+
+
+# The statuses of a live saga (one a lease is held on), in the order the lease queries take them.
+LIVE_STATUSES = (SagaStatus.RUNNING.value, SagaStatus.COMPENSATING.value)
 
 _TIME_FORMAT = "%Y-%m-%d %H:%M:%S.%f+00:00"
 
@@ -431,3 +481,11 @@ class RowCodec:
         saga = self.saga_row(records[0])
         steps = [self.step_row(record[n:]) for record in records if record[n] is not None]
         return saga, steps
+
+    def rows_of_load_many(self, records: Sequence[Sequence[Any]]) -> list[tuple[SagaRow, list[StepRow]]]:
+        """Return the rows of a `Queries.load_many` result, one (saga, steps) per saga, in the records' order."""
+        grouped: dict[str, list[Sequence[Any]]] = {}
+        for record in records:
+            grouped.setdefault(self.id_out(record[0]), []).append(record)
+        snapshots = [self.rows_of_load(group) for group in grouped.values()]
+        return [snapshot for snapshot in snapshots if snapshot is not None]

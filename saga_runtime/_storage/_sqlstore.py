@@ -6,6 +6,7 @@ import abc
 import warnings
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
+from datetime import datetime
 from typing import Any, ClassVar, Protocol
 
 from saga_runtime._exceptions import IdempotencyConflictError, StoreError
@@ -25,6 +26,7 @@ from saga_runtime._records import (
 )
 from saga_runtime._storage._open import redact_url
 from saga_runtime._storage._sql import (
+    LIVE_STATUSES,
     MIGRATIONS,
     SAGA_COLUMNS,
     VERSION_TABLE_DDL,
@@ -35,6 +37,9 @@ from saga_runtime._storage._sql import (
 )
 
 __all__ = ["SQLStore", "Transaction"]
+
+# Ids per `IN (...)` list: well under every driver's limit on parameters of one statement.
+_IN_CHUNK = 500
 
 
 class Transaction(Protocol):
@@ -85,6 +90,10 @@ class SQLStore(abc.ABC):
     @abc.abstractmethod
     async def _close_connections(self) -> None:
         """Close every connection of the store."""
+
+    def _claim_transaction(self) -> AbstractAsyncContextManager[Transaction]:
+        """Return the transaction recovery claims expired sagas in (a driver may pick its isolation)."""
+        return self._transaction(begin=True)
 
     # -- shared ----------------------------------------------------------------------------------------------
 
@@ -194,6 +203,68 @@ class SQLStore(abc.ABC):
         self._check_open()
         async with self._transaction(begin=False) as tx:
             return await self._read(tx, saga_id, lock=False)
+
+    # -- leases ----------------------------------------------------------------------------------------------
+
+    async def claim_saga(self, saga_id: str, owner: str, lease_expires_at: datetime, now: datetime) -> bool:
+        """Make `owner` the owner of a live saga if nobody else holds it; atomic; return whether it now does.
+
+        A saga is free when it is RUNNING or COMPENSATING and unowned, owned by `owner` already, or its lease
+        expired before `now` (no lease counts as expired). One conditional UPDATE, so two claimers never both win.
+        """
+        self._check_open()
+        q, time_in = self._queries, self._codec.time_in
+        params = (owner, time_in(lease_expires_at), saga_id, *LIVE_STATUSES, owner, time_in(now))
+        async with self._transaction(begin=False) as tx:
+            if await tx.execute(q.claim, params) == 1:
+                return True
+            if self.dialect != "mysql":
+                return False
+            # MySQL reports changed rows: 0 also when `owner` held it already and rewrote the same lease.
+            return int((await tx.fetch(q.owns, (saga_id, owner, *LIVE_STATUSES)))[0][0]) == 1
+
+    async def renew_leases(self, owner: str, saga_ids: Sequence[str], lease_expires_at: datetime) -> set[str]:
+        """Extend the leases `owner` still holds on the live sagas `saga_ids`; return the ids it still owns."""
+        self._check_open()
+        ids = list(dict.fromkeys(saga_ids))
+        if not ids:
+            return set()
+        q, codec = self._queries, self._codec
+        held: set[str] = set()
+        # One statement needs no transaction of its own; a read-back or several chunks do.
+        async with self._transaction(begin=not q.renew_returns or len(ids) > _IN_CHUNK) as tx:
+            for start in range(0, len(ids), _IN_CHUNK):
+                chunk = ids[start : start + _IN_CHUNK]
+                params = (codec.time_in(lease_expires_at), owner, *LIVE_STATUSES, *chunk)
+                if q.renew_returns:
+                    records = await tx.fetch(q.renew(len(chunk)), params)
+                else:
+                    # The rows just updated are locked by this transaction: reading them back is exact.
+                    await tx.execute(q.renew(len(chunk)), params)
+                    records = await tx.fetch(q.owned(len(chunk)), (owner, *LIVE_STATUSES, *chunk))
+                held.update(codec.id_out(record[0]) for record in records)
+        return held
+
+    async def claim_expired(
+        self, owner: str, lease_expires_at: datetime, now: datetime, limit: int = 100
+    ) -> list[tuple[SagaRow, list[StepRow]]]:
+        """Take over up to `limit` live sagas whose lease expired before `now`; return snapshots, oldest first.
+
+        One transaction: the expired rows are selected `FOR UPDATE SKIP LOCKED` (PostgreSQL, MySQL/MariaDB) or
+        under SQLite's write lock (`BEGIN IMMEDIATE`), given to `owner`, and read back with their steps; two
+        owners claiming at once never get the same saga.
+        """
+        self._check_open()
+        if limit < 1:
+            return []
+        q, codec = self._queries, self._codec
+        async with self._claim_transaction() as tx:
+            records = await tx.fetch(q.expired, (*LIVE_STATUSES, codec.time_in(now), int(limit)))
+            ids = [codec.id_out(record[0]) for record in records]
+            if not ids:
+                return []
+            await tx.execute(q.take(len(ids)), (owner, codec.time_in(lease_expires_at), *ids))
+            return codec.rows_of_load_many(await tx.fetch(q.load_many(len(ids)), ids))
 
     async def get_saga(self, saga_id: str) -> SagaResult | None:
         """Return the result of a stored saga, or None."""

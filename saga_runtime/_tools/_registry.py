@@ -8,6 +8,7 @@ from typing import Any, TypeVar, overload
 
 from saga_runtime._exceptions import UnknownToolError
 from saga_runtime._tools._retry import RetryPolicy
+from saga_runtime._tools._schemas import anthropic_tool, openai_tools
 from saga_runtime._tools._spec import RetryScope, ToolSpec, build_spec
 
 __all__ = ["ToolRegistry"]
@@ -118,6 +119,18 @@ class ToolRegistry:
     def names(self) -> list[str]:
         """Return the registered tool names, sorted."""
         return sorted(self._tools)
+
+    def to_openai_tools(self, strict: bool = False) -> list[dict[str, Any]]:
+        """Return every tool as an OpenAI function tool; with `strict`, in schemas OpenAI's strict mode accepts.
+
+        Strict mode cannot express some argument types (`Any`, free-form dicts, tuples); `strict=True` raises
+        `ValueError` naming each such argument.
+        """
+        return openai_tools(self, strict=strict)
+
+    def to_anthropic_tools(self) -> list[dict[str, Any]]:
+        """Return every tool as an Anthropic Messages API tool definition."""
+        return [anthropic_tool(spec) for spec in self]
 
     def __contains__(self, name: object) -> bool:
         return name in self._tools

@@ -1,0 +1,172 @@
+"""LLMRunner: an OpenAI-compatible function-calling loop whose tool calls run as a dynamic saga."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+from collections.abc import Mapping
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from saga_runtime._engine import Budget
+from saga_runtime._exceptions import BudgetExceededError, PlanValidationError, StepFailedError, TurnLimitError
+from saga_runtime._planning import PlanPolicy, build_plan, plan_from_openai, usage_from_openai
+from saga_runtime._records import SagaResult
+from saga_runtime._tools import ToolRegistry
+
+if TYPE_CHECKING:
+    from saga_runtime._dynamic import DynamicSaga
+    from saga_runtime._executor import SagaExecutor
+
+__all__ = ["LLMRunner", "TurnLimitError"]
+
+logger = logging.getLogger("saga_runtime")
+
+
+def _get(obj: Any, name: str, default: Any = None) -> Any:
+    if isinstance(obj, Mapping):
+        return obj.get(name, default)
+    return getattr(obj, name, default)
+
+
+class LLMRunner:
+    """Drive a model's function calls as one saga: each turn's calls run as a group, results go back to the model.
+
+    `client` is OpenAI-compatible (`client.chat.completions.create(model=, messages=, tools=)`), sync or async.
+    Each model call is recorded in the saga (model, prompt and completion tokens, cost from `prices`: model name
+    to USD per million input and output tokens) and charged to its budget. A tool's failure is sent back to the
+    model as the call's result; a failure of the loop itself (the model's API, the budget, no final answer
+    within `max_turns`) compensates every call made, in reverse. Calls outside `policy` are refused before they
+    run, and the model is told why.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        model: str,
+        registry: ToolRegistry,
+        executor: SagaExecutor,
+        *,
+        prices: Mapping[str, tuple[float, float]] | None = None,
+        system: str | None = None,
+        policy: PlanPolicy | None = None,
+        strict_tools: bool = False,
+    ) -> None:
+        if not callable(_get(_get(_get(client, "chat"), "completions"), "create")):
+            raise TypeError("client must be OpenAI-compatible: client.chat.completions.create(...) is missing")
+        self.client = client
+        self.model = model
+        self.registry = registry
+        self.executor = executor
+        self.prices = dict(prices or {})
+        self.system = system
+        self.policy = policy
+        self.tools = registry.to_openai_tools(strict=strict_tools)
+
+    def cost_of(self, prompt_tokens: int, completion_tokens: int) -> float:
+        """Return what a call of this runner's model cost, from the price table (0 for a model not in it)."""
+        price_in, price_out = self.prices.get(self.model, (0.0, 0.0))
+        return (prompt_tokens * price_in + completion_tokens * price_out) / 1_000_000
+
+    async def run(
+        self, prompt: str, *, saga_id: str | None = None, budget: Budget | None = None, max_turns: int = 10
+    ) -> SagaResult:
+        """Run the loop until the model answers in text; return the saga's result (its answer in `metadata`).
+
+        Like `executor.run`, a failure does not raise: the result is COMPENSATED (or COMPENSATION_FAILED) and
+        its `error` says why. Cancellation of the caller compensates, then goes on.
+        """
+        if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
+            raise ValueError(f"max_turns must be a positive int, got {max_turns!r}")
+        saga = self.executor.saga(saga_id=saga_id, budget=budget, metadata={"model": self.model, "prompt": prompt})
+        try:
+            async with saga:
+                await self._loop(saga, prompt, max_turns)
+        except Exception as exc:
+            if saga.result is None:  # the saga never started (an id in use, a conflict): nothing to report
+                raise
+            logger.warning("saga %s: the LLM loop failed and was compensated: %s", saga.saga_id, exc)
+        assert saga.result is not None
+        return saga.result
+
+    async def _complete(self, messages: list[dict[str, Any]]) -> Any:
+        create = self.client.chat.completions.create
+        request = {"model": self.model, "messages": messages}
+        if self.tools:
+            request["tools"] = self.tools
+        if inspect.iscoroutinefunction(create):
+            return await create(**request)
+        response = await anyio.to_thread.run_sync(partial(create, **request))  # a sync client must not block
+        return await response if inspect.isawaitable(response) else response
+
+    async def _loop(self, saga: DynamicSaga, prompt: str, max_turns: int) -> None:
+        messages: list[dict[str, Any]] = [{"role": "system", "content": self.system}] if self.system else []
+        messages.append({"role": "user", "content": prompt})
+        calls_log: list[dict[str, Any]] = []
+        for turn in range(max_turns):
+            response = await self._complete(messages)
+            usage = usage_from_openai(response)
+            cost = self.cost_of(usage.prompt_tokens, usage.completion_tokens)
+            calls_log.append(
+                {
+                    "turn": turn,
+                    "model": str(_get(response, "model", self.model)),
+                    "prompt_tokens": usage.prompt_tokens,
+                    "completion_tokens": usage.completion_tokens,
+                    "cost": cost,
+                }
+            )
+            await saga.set_metadata(llm_calls=calls_log)
+            await saga.charge(cost=cost, tokens=usage.total_tokens)  # BudgetExceededError ends the loop
+            choices = _get(response, "choices") or []
+            message = _get(choices[0], "message") if choices else None
+            tool_calls = _get(message, "tool_calls") or []
+            if not tool_calls:
+                await saga.set_metadata(answer=_get(message, "content"), turns=turn + 1)
+                return
+            messages.append(self._assistant(message, tool_calls))
+            messages.extend(await self._run_calls(saga, message))
+        raise TurnLimitError(f"the model gave no final answer within max_turns={max_turns}")
+
+    @staticmethod
+    def _assistant(message: Any, tool_calls: list[Any]) -> dict[str, Any]:
+        return {
+            "role": "assistant",
+            "content": _get(message, "content"),
+            "tool_calls": [
+                {
+                    "id": _get(call, "id"),
+                    "type": "function",
+                    "function": {
+                        "name": _get(_get(call, "function"), "name"),
+                        "arguments": _get(_get(call, "function"), "arguments"),
+                    },
+                }
+                for call in tool_calls
+            ],
+        }
+
+    async def _run_calls(self, saga: DynamicSaga, message: Any) -> list[dict[str, Any]]:
+        """Run one turn's tool calls as a group; return the tool messages that answer each call."""
+        try:
+            plan = plan_from_openai(message)
+            build_plan(plan, self.registry, policy=self.policy)
+        except PlanValidationError as exc:
+            # Nothing ran: tell the model what was wrong with its calls, so it can correct them.
+            ids = [_get(call, "id") for call in _get(message, "tool_calls") or []]
+            refusal = json.dumps({"error": f"refused before running: {exc}"})
+            return [{"role": "tool", "tool_call_id": call_id, "content": refusal} for call_id in ids]
+        steps = plan[0]
+        outcomes = await saga.group(
+            [(step["tool"], step["args"], step["id"]) for step in steps], return_exceptions=True
+        )
+        replies = []
+        for step, outcome in zip(steps, outcomes, strict=True):
+            if isinstance(outcome, BudgetExceededError):
+                raise outcome
+            content = {"error": outcome.error} if isinstance(outcome, StepFailedError) else {"result": outcome}
+            replies.append({"role": "tool", "tool_call_id": step["id"], "content": json.dumps(content)})
+        return replies
