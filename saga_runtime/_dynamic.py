@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import pydantic
 
-from saga_runtime._engine import Budget, SagaEngine
+from saga_runtime._engine import Budget, LeaseKeeper, SagaEngine
 from saga_runtime._exceptions import (
     BudgetExceededError,
     IdempotencyConflictError,
+    LeaseLostError,
     PlanValidationError,
     ReplayDivergenceError,
     ResultNotStorableError,
@@ -123,8 +124,7 @@ class DynamicSaga:
             return self
         existing = await executor.store.create_saga(row.copy(), [])
         if existing is None:
-            self._engine = executor._engine_for(row, [])
-            executor._active.add(self.saga_id)
+            self._go_live(executor._engine_for(row, []))
             return self
         saga, rows = existing
         self._adopt_record(saga, rows)
@@ -145,10 +145,18 @@ class DynamicSaga:
             executor._active.discard(self.saga_id)
             self._adopt_record(engine.saga, list(engine.rows.values()))
             return self
-        self._engine = engine
-        self._charges_seen = 0
+        self._go_live(engine)
         logger.info("saga %s: re-entered with %d recorded calls", self.saga_id, len(self._record))
         return self
+
+    def _go_live(self, engine: SagaEngine) -> None:
+        """Run calls on `engine` from now on, keeping the saga's lease while the block runs."""
+        self._engine = engine
+        self._executor._active.add(self.saga_id)
+        # Entered here and left in __aexit__ (same task): cancelled if another executor takes the saga over.
+        self._fence = anyio.CancelScope()
+        self._fence.__enter__()
+        self._keeper = LeaseKeeper(engine, self._fence.cancel).start()
 
     def _adopt_record(self, saga: SagaRow, rows: list[StepRow]) -> None:
         if saga.kind != "dynamic":
@@ -169,7 +177,9 @@ class DynamicSaga:
                 self.result = result_from_rows(*self._stored)
             return False
         try:
-            if exc is None:
+            if engine.fenced:
+                pass  # another executor owns the saga now: nothing is compensated or written from here
+            elif exc is None:
                 self.result = await engine.finish(SagaStatus.SUCCESS)
             else:
                 if engine.failure is None:
@@ -181,7 +191,15 @@ class DynamicSaga:
                 self.result = await engine.compensate()
         finally:
             self._executor._active.discard(self.saga_id)
-        return False
+            await self._keeper.stop()
+            swallowed = self._fence.__exit__(exc_type, exc, tb)
+        if engine.fenced:
+            raise LeaseLostError(
+                f"saga {self.saga_id!r} was taken over by another executor while this block ran (its lease "
+                "expired); it stopped here without compensating, and goes on under its new owner",
+                saga_id=self.saga_id,
+            ) from exc
+        return bool(swallowed)
 
     def _check_open(self) -> None:
         if not self._entered or self._closed:

@@ -8,6 +8,7 @@ Every error derives from `SagaError`, so `except SagaError` catches them all::
     ├── SagaFailedError            raise_for_status() on a saga that did not end SUCCESS
     ├── IdempotencyConflictError   a saga id reused with another plan, or imported with other content
     ├── SagaInProgressError        the saga id is being run right now by someone else
+    ├── LeaseLostError             this executor lost a running saga to another (its lease expired)
     ├── BudgetExceededError        a charge crossed the saga's Budget
     ├── ReplayDivergenceError      a replayed saga asked for a call the record does not hold
     ├── ResultValidationError      a tool returned a result its annotation or validate() rejects
@@ -30,6 +31,7 @@ from collections.abc import Sequence
 __all__ = [
     "BudgetExceededError",
     "IdempotencyConflictError",
+    "LeaseLostError",
     "PlanValidationError",
     "ReplayDivergenceError",
     "ResultNotStorableError",
@@ -107,6 +109,17 @@ class SagaInProgressError(SagaError):
     def __init__(self, message: str, *, saga_id: str, owner: str | None = None) -> None:
         self.saga_id = saga_id
         self.owner = owner
+        super().__init__(message)
+
+
+class LeaseLostError(SagaError):
+    """Another executor took over a saga this one was running (its lease expired: a stall, a lost database).
+
+    This executor stopped the saga without compensating or writing anything more; the new owner drives it on.
+    """
+
+    def __init__(self, message: str, *, saga_id: str) -> None:
+        self.saga_id = saga_id
         super().__init__(message)
 
 

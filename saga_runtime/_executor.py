@@ -5,16 +5,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
 import anyio
 
 from saga_runtime._dynamic import DynamicSaga
-from saga_runtime._engine import RUNNABLE, Budget, EngineConfig, SagaEngine
+from saga_runtime._engine import RUNNABLE, Budget, EngineConfig, LeaseKeeper, SagaEngine
 from saga_runtime._exceptions import (
     IdempotencyConflictError,
+    LeaseLostError,
     PlanValidationError,
     ReplayDivergenceError,
     ResultNotStorableError,
@@ -144,9 +145,26 @@ class SagaExecutor:
             engine = self._engine_for(stored, rows)
         self._active.add(engine.saga.saga_id)
         try:
-            return await self._drive(engine, planned)
+            return await self._leased(engine, lambda: self._drive(engine, planned))
         finally:
             self._active.discard(engine.saga.saga_id)
+
+    async def _leased(self, engine: SagaEngine, work: Callable[[], Awaitable[SagaResult]]) -> SagaResult:
+        """Run `work` while its lease is renewed; raise `LeaseLostError` if another executor took the saga over."""
+        with anyio.CancelScope() as fence:
+            keeper = LeaseKeeper(engine, fence.cancel).start()
+            try:
+                return await work()
+            except _CANCELLED:
+                if not engine.fenced:
+                    raise
+            finally:
+                await keeper.stop()
+        raise LeaseLostError(
+            f"saga {engine.saga.saga_id!r} was taken over by another executor while this one ran it (its lease "
+            "expired); it stopped here without compensating, and goes on under its new owner",
+            saga_id=engine.saga.saga_id,
+        )
 
     def saga(
         self,
@@ -304,6 +322,8 @@ class SagaExecutor:
                 if rows and not await engine.run_group(rows):
                     break
         except _CANCELLED:
+            if engine.fenced:
+                raise  # another executor owns the saga now: it must not be compensated from here
             logger.warning("saga %s: cancelled by its caller, compensating", engine.saga.saga_id)
             await engine.compensate()
             raise

@@ -161,6 +161,7 @@ async def test_reentry_after_the_lease_expired_on_another_executor(registry: Too
     with pytest.raises(SagaInProgressError):
         await enter(heir, "leased")
 
+    await saga._keeper.stop()  # the owner dies: its heartbeat stops, and its lease runs out
     await anyio.sleep(0.15)
     async with heir.saga(saga_id="leased") as again:
         assert await again.call("Book", item="a") == recorded
@@ -464,11 +465,6 @@ async def test_reentered_charge_that_crossed_the_budget_raises_again(executor: S
 # -- leases ----------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    reason="library bug: no heartbeat renews the leases of running sagas (nothing calls store.renew_leases; "
-    "SagaEngine.flush renews only when it writes), so a live dynamic saga idle past lease_timeout is taken over",
-    strict=True,
-)
 async def test_a_live_dynamic_saga_keeps_its_lease_between_calls(registry: ToolRegistry) -> None:
     """A dynamic saga whose block is still running is not re-entered by another executor, however long it thinks."""
     store = MemoryStore()
@@ -481,11 +477,6 @@ async def test_a_live_dynamic_saga_keeps_its_lease_between_calls(registry: ToolR
             await enter(other, "thinking")
 
 
-@pytest.mark.xfail(
-    reason="library bug: no heartbeat renews the leases of running sagas, so a plan step that runs longer than "
-    "lease_timeout lets a second executor claim the saga and run the step again concurrently",
-    strict=True,
-)
 async def test_a_live_plan_saga_keeps_its_lease_during_a_long_step(registry: ToolRegistry, ledger: Ledger) -> None:
     """While a plan saga's step runs past lease_timeout, another executor running its id gets SagaInProgressError."""
     store = MemoryStore()

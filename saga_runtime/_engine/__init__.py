@@ -1,6 +1,7 @@
 """Engine: runs one saga's groups, retries, timeouts, cancellation and compensation. Knows no driver."""
 
 from saga_runtime._engine._budget import Account, Budget
+from saga_runtime._engine._lease import LeaseKeeper
 from saga_runtime._engine._saga import RUNNABLE, EngineConfig, SagaEngine
 
-__all__ = ["RUNNABLE", "Account", "Budget", "EngineConfig", "SagaEngine"]
+__all__ = ["RUNNABLE", "Account", "Budget", "EngineConfig", "LeaseKeeper", "SagaEngine"]

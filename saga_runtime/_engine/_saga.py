@@ -21,7 +21,7 @@ import pydantic
 
 from saga_runtime._engine._budget import Account, Budget
 from saga_runtime._engine._shield import shielded
-from saga_runtime._exceptions import BudgetExceededError, ResultNotStorableError, StoreError, describe
+from saga_runtime._exceptions import BudgetExceededError, LeaseLostError, ResultNotStorableError, StoreError, describe
 from saga_runtime._records import (
     SagaResult,
     SagaRow,
@@ -29,6 +29,7 @@ from saga_runtime._records import (
     StepRow,
     StepStatus,
     extend_head,
+    identity_hash,
     now,
     result_from_rows,
     seal,
@@ -92,6 +93,7 @@ class SagaEngine:
         self.saga = saga
         self.rows: dict[str, StepRow] = {row.step_id: row for row in steps}
         self._by_seq: dict[int, StepRow] = {row.seq: row for row in steps}
+        self._links: dict[int, str] = {}
         self._key: bytes | None = config.store.signing_key
         # Steps whose first attempt was already committed RUNNING with the saga itself (write-ahead done).
         self._announced = {row.step_id for row in announced}
@@ -104,12 +106,24 @@ class SagaEngine:
         # asyncio.Lock, not anyio.Lock: it does not yield to the loop when nobody holds it (the common case).
         self._write_lock = asyncio.Lock()
         self._store_error: BaseException | None = None
+        self.fenced = False
         self.account = Account(saga, Budget.from_json(saga.budget), self._mark_saga)
 
     # -- recording ---------------------------------------------------------------------------------------------
 
     def _mark_saga(self) -> None:
         self._saga_dirty = True
+
+    def _link(self, row: StepRow) -> str:
+        """Return the identity hash of the row before `row`: what `row` links to in the chain (cached)."""
+        link = self._links.get(row.seq)
+        if link is None:
+            link = self._links[row.seq] = identity_hash(self._by_seq.get(row.seq - 1), row.saga_id)
+        return link
+
+    def fence(self) -> None:
+        """Stop this engine for good: another executor owns the saga now; nothing more is written."""
+        self.fenced = True
 
     def touch_saga(self) -> None:
         """Note that the saga row changed (metadata, budget); it is written with the next flush."""
@@ -131,11 +145,14 @@ class SagaEngine:
         async with self._write_lock:
             if not self._dirty and not self._saga_dirty:
                 return
-            lease = self.saga.lease_expires_at
-            if lease is not None and (lease - now()).total_seconds() < self.config.lease_timeout / 2:
-                self._saga_dirty = True  # piggyback a lease renewal on this write
+            if self.fenced:
+                raise LeaseLostError(
+                    f"saga {self.saga.saga_id!r} was taken over by another executor (this one lost its lease); "
+                    "it goes on there",
+                    saga_id=self.saga.saga_id,
+                )
             for row in self._dirty.values():
-                seal(row, self._by_seq.get(row.seq - 1), self._key)
+                seal(row, self._link(row), self._key)
             steps = [row.copy() for row in self._dirty.values()]
             self._dirty.clear()
             saga = None

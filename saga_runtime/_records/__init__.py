@@ -1,6 +1,14 @@
 """Records: the rows stores persist and the models users read. Imports nothing above itself."""
 
-from saga_runtime._records._chain import VerifyResult, chain_head, extend_head, seal, seal_all, verify_rows
+from saga_runtime._records._chain import (
+    VerifyResult,
+    chain_head,
+    extend_head,
+    identity_hash,
+    seal,
+    seal_all,
+    verify_rows,
+)
 from saga_runtime._records._export import EXPORT_FORMAT, EXPORT_VERSION, export_rows, import_rows
 from saga_runtime._records._models import (
     SagaResult,
@@ -38,6 +46,7 @@ __all__ = [
     "export_rows",
     "extend_head",
     "idempotency_key",
+    "identity_hash",
     "import_rows",
     "now",
     "result_from_rows",

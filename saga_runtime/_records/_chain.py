@@ -31,17 +31,21 @@ __all__ = ["VerifyResult", "chain_head", "extend_head", "identity_hash", "seal",
 
 def _normal(value: Any) -> Any:
     """Return a JSON value in the one form every database gives back (integral floats as ints)."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, dict):
+    kind = type(value)
+    if kind is dict:
         return {key: _normal(item) for key, item in value.items()}
-    if isinstance(value, list):
+    if kind is list:
         return [_normal(item) for item in value]
+    if kind is float and value.is_integer():
+        return int(value)
     return value
 
 
+_dumps = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+
+
 def _text(value: Any) -> str:
-    return json.dumps(_normal(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return _dumps(value)
 
 
 def _time(value: datetime | None) -> str | None:
@@ -65,11 +69,11 @@ def _content(row: StepRow) -> bytes:
             row.step_id,
             row.group,
             row.tool_name,
-            row.args,
+            _normal(row.args),
             row.idempotency_key,
             row.status.value,
             row.attempts,
-            row.result,
+            _normal(row.result),
             row.error,
             row.error_type,
             _time(row.started_at),
@@ -89,9 +93,9 @@ def _seal_of(row: StepRow, key: bytes | None) -> str:
     return "hmac:" + hmac.new(key, content, hashlib.sha256).hexdigest()
 
 
-def seal(row: StepRow, previous: StepRow | None, key: bytes | None) -> None:
-    """Link `row` to the row before it and seal its current content."""
-    row.prev_hash = identity_hash(previous, row.saga_id)
+def seal(row: StepRow, previous: StepRow | str | None, key: bytes | None) -> None:
+    """Link `row` to the row before it (or to that row's identity hash, if known) and seal its content."""
+    row.prev_hash = previous if isinstance(previous, str) else identity_hash(previous, row.saga_id)
     row.hash = _seal_of(row, key)
 
 

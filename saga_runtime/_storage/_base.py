@@ -67,7 +67,7 @@ class SagaStore(Protocol):
         """Take over up to `limit` live sagas whose lease expired before `now`; return snapshots of them.
 
         Atomic per saga (`FOR UPDATE SKIP LOCKED` on PostgreSQL and MySQL/MariaDB, `BEGIN IMMEDIATE` on SQLite):
-        two owners claiming at once never get the same saga. Unowned live sagas count as expired.
+        two owners claiming at once never get the same saga. A live saga without a lease (NULL) counts as expired.
         """
         ...
 

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 
 from saga_runtime._exceptions import StoreError
-from saga_runtime._records import SagaStatus, StepStatus
+from saga_runtime._records import SagaStatus, StepStatus, idempotency_key
 from saga_runtime._storage import SagaStore
 
 from .conftest import T0, Stores, make_saga, make_steps
@@ -217,3 +217,33 @@ async def test_many_concurrent_sagas_all_complete(store: SagaStore) -> None:
     result = await store.get_saga("c-123")
     assert result is not None
     assert [record.result for record in result.steps] == [{"n": 123}] * 3
+
+
+async def test_an_idempotency_key_belongs_to_one_step(store: SagaStore) -> None:
+    """A step taking another step's idempotency key: StoreError on create, save and import, and nothing written."""
+    saga, steps = make_saga("key-a"), make_steps("key-a", 2)
+    await store.create_saga(saga, steps)
+    stolen = idempotency_key("key-a", "step-0")
+    other, other_steps = make_saga("key-b"), make_steps("key-b", 2)
+    other_steps[1].idempotency_key = stolen
+    with pytest.raises(StoreError):
+        await store.create_saga(other, other_steps)
+    assert await store.load_saga("key-b") is None
+    await store.create_saga(make_saga("key-c"), [])
+    thief = make_steps("key-c", 1)[0]
+    thief.idempotency_key = stolen
+    with pytest.raises(StoreError):
+        await store.save(make_saga("key-c", status=SagaStatus.SUCCESS), [thief])
+    loaded = await store.load_saga("key-c")
+    assert loaded is not None
+    assert loaded == (make_saga("key-c"), [])
+    document = await store.export_saga("key-a")
+    document["saga"]["saga_id"] = "key-d"
+    for row in document["steps"]:
+        row["saga_id"] = "key-d"
+    with pytest.raises(StoreError):
+        await store.import_saga(document)
+    assert await store.load_saga("key-d") is None
+    assert await store.load_saga("key-a") == (saga, steps)
+    steps[0].attempts = 9  # the step holding a key may of course be saved again
+    await store.save(None, [steps[0]])

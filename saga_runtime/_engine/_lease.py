@@ -1,0 +1,88 @@
+"""Leases: a running saga's owner renews its lease, and stops (fencing) if another owner took it over."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from datetime import timedelta
+
+from saga_runtime._engine._saga import SagaEngine
+from saga_runtime._exceptions import describe
+from saga_runtime._records import now
+
+__all__ = ["LeaseKeeper"]
+
+logger = logging.getLogger("saga_runtime")
+
+
+class LeaseKeeper:
+    """Renew one running saga's lease every third of the lease timeout; fence the saga if the lease is lost.
+
+    A timer, not a task, waits between renewals: most sagas end before the first renewal is due, and then cost
+    nothing but the timer. A renewal runs as a task owned by the keeper, and `stop()` cancels and awaits it.
+    A store error only costs one renewal: the lease still has two thirds of its time when the next one is due.
+    When the store says another executor owns the saga, the engine is fenced (it writes nothing more) and
+    `on_lost` is called, which stops the saga's work instead of racing the new owner.
+    """
+
+    def __init__(self, engine: SagaEngine, on_lost: Callable[[], None]) -> None:
+        self._engine = engine
+        self._on_lost = on_lost
+        self._interval = engine.config.lease_timeout / 3
+        self._loop = asyncio.get_running_loop()
+        self._timer: asyncio.TimerHandle | None = None
+        self._renewal: asyncio.Task[None] | None = None
+        self._stopped = False
+
+    def start(self) -> LeaseKeeper:
+        """Schedule the first renewal; return the keeper."""
+        self._timer = self._loop.call_later(self._interval, self._due)
+        return self
+
+    def _due(self) -> None:
+        self._timer = None
+        if not self._stopped:
+            self._renewal = self._loop.create_task(self._renew())
+
+    async def _renew(self) -> None:
+        engine = self._engine
+        saga = engine.saga
+        config = engine.config
+        if not _finished(engine):
+            expires = now() + timedelta(seconds=config.lease_timeout)
+            try:
+                held = await config.store.renew_leases(config.executor_id, [saga.saga_id], expires)
+            except Exception as exc:
+                logger.warning("saga %s: could not renew its lease, trying again: %s", saga.saga_id, describe(exc))
+            else:
+                if saga.saga_id in held:
+                    saga.lease_expires_at = expires
+                elif not _finished(engine):  # not merely ended while the renewal was on its way
+                    logger.error(
+                        "saga %s: its lease was taken over by another executor; stopping here without writing",
+                        saga.saga_id,
+                    )
+                    engine.fence()
+                    self._on_lost()
+                    return
+        if not self._stopped:
+            self._timer = self._loop.call_later(self._interval, self._due)
+
+    async def stop(self) -> None:
+        """Cancel the next renewal, and one in flight, and wait for it to end."""
+        self._stopped = True
+        if self._timer is not None:
+            self._timer.cancel()
+        renewal = self._renewal
+        if renewal is not None and not renewal.done():
+            renewal.cancel()
+            try:
+                await asyncio.shield(asyncio.wait([renewal]))
+            except asyncio.CancelledError:
+                await asyncio.wait([renewal])  # the caller is leaving: still never leave the renewal behind
+                raise
+
+
+def _finished(engine: SagaEngine) -> bool:
+    return engine.saga.status.is_terminal

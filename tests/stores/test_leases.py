@@ -1,0 +1,236 @@
+"""Leases (DESIGN.md invariant 5), pinned on every store: claim_saga, renew_leases and claim_expired."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta
+
+import pytest
+
+from saga_runtime._records import SagaRow, SagaStatus
+from saga_runtime._storage import SagaStore
+
+from .conftest import T0, Stores, make_saga, make_steps
+
+NOW = T0
+PAST = T0 - timedelta(seconds=1)
+FUTURE = T0 + timedelta(seconds=30)
+LATER = T0 + timedelta(seconds=60)
+TERMINAL = (SagaStatus.SUCCESS, SagaStatus.COMPENSATED, SagaStatus.COMPENSATION_FAILED)
+
+
+async def put(
+    store: SagaStore,
+    saga_id: str,
+    *,
+    owner: str | None,
+    lease: datetime | None,
+    status: SagaStatus = SagaStatus.RUNNING,
+    order: int = 0,
+    steps: int = 2,
+) -> SagaRow:
+    """Store a saga with the given owner, lease and status (created `order` ms after T0); return its row."""
+    saga = make_saga(saga_id, created_at=T0 + timedelta(milliseconds=order), status=status, full=False)
+    saga.owner, saga.lease_expires_at = owner, lease
+    assert await store.create_saga(saga.copy(), make_steps(saga_id, steps, full=False)) is None
+    return saga
+
+
+async def lease_of(store: SagaStore, saga_id: str) -> tuple[str | None, datetime | None]:
+    """Return the stored (owner, lease_expires_at) of a saga."""
+    loaded = await store.load_saga(saga_id)
+    assert loaded is not None
+    return loaded[0].owner, loaded[0].lease_expires_at
+
+
+# -- claim_saga ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("owner", "lease"),
+    [(None, None), (None, FUTURE), ("other", None), ("other", PAST), ("me", FUTURE), ("me", PAST)],
+    ids=["unowned", "unowned-with-lease", "owned-without-lease", "expired", "own", "own-expired"],
+)
+@pytest.mark.parametrize("status", [SagaStatus.RUNNING, SagaStatus.COMPENSATING])
+async def test_claim_takes_a_free_live_saga(
+    store: SagaStore, owner: str | None, lease: datetime | None, status: SagaStatus
+) -> None:
+    """claim_saga takes a live saga that is unowned, already its own, or whose lease expired, and sets the lease."""
+    await put(store, "s", owner=owner, lease=lease, status=status)
+    assert await store.claim_saga("s", "me", LATER, NOW) is True
+    assert await lease_of(store, "s") == ("me", LATER)
+
+
+async def test_claim_of_a_saga_held_by_another_is_refused(store: SagaStore) -> None:
+    """claim_saga of a saga whose other owner's lease runs on (or ends exactly now) returns False, writes nothing."""
+    await put(store, "held", owner="other", lease=FUTURE)
+    await put(store, "edge", owner="other", lease=NOW)  # expired means *before* now
+    for saga_id in ("held", "edge"):
+        before = await store.load_saga(saga_id)
+        assert await store.claim_saga(saga_id, "me", LATER, NOW) is False
+        assert await store.load_saga(saga_id) == before
+
+
+@pytest.mark.parametrize("status", TERMINAL)
+async def test_claim_of_a_finished_saga_is_refused(store: SagaStore, status: SagaStatus) -> None:
+    """A finished saga is never claimed, even unowned or with an expired lease."""
+    await put(store, "done", owner=None, lease=None, status=status)
+    await put(store, "done-expired", owner="other", lease=PAST, status=status, order=1)
+    for saga_id in ("done", "done-expired"):
+        before = await store.load_saga(saga_id)
+        assert await store.claim_saga(saga_id, "me", LATER, NOW) is False
+        assert await store.load_saga(saga_id) == before
+
+
+async def test_claim_of_a_missing_saga_is_refused(store: SagaStore) -> None:
+    """claim_saga of an id never stored returns False and creates nothing."""
+    assert await store.claim_saga("nope", "me", LATER, NOW) is False
+    assert await store.load_saga("nope") is None
+
+
+async def test_reclaiming_with_the_same_lease_still_owns(store: SagaStore) -> None:
+    """Claiming one's own saga again with the very same lease (no value changes) returns True (MySQL rowcount)."""
+    await put(store, "s", owner=None, lease=None)
+    assert await store.claim_saga("s", "me", LATER, NOW) is True
+    assert await store.claim_saga("s", "me", LATER, NOW) is True
+    assert await store.claim_saga("s", "other", LATER, NOW) is False
+    assert await lease_of(store, "s") == ("me", LATER)
+
+
+async def test_concurrent_claims_of_one_saga_have_one_winner(stores: Stores, kind: str) -> None:
+    """Owners racing to claim the same expired sagas through separate store objects: exactly one wins each."""
+    first = await stores.open(kind, wipe=True)
+    # The memory store is private to its object: there, the racers share it.
+    second = first if kind == "memory" else await stores.open(kind)
+    ids = [f"race-{n}" for n in range(15)]
+    for n, saga_id in enumerate(ids):
+        await put(first, saga_id, owner="dead", lease=PAST, order=n)
+    owners = [f"owner-{k}" for k in range(4)]
+    results = await asyncio.gather(
+        *(
+            (first if k % 2 else second).claim_saga(saga_id, owner, LATER, NOW)
+            for saga_id in ids
+            for k, owner in enumerate(owners)
+        )
+    )
+    wins = [results[i : i + len(owners)] for i in range(0, len(results), len(owners))]
+    for saga_id, won in zip(ids, wins, strict=True):
+        assert sum(won) == 1, saga_id
+        winner = owners[won.index(True)]
+        assert await lease_of(first, saga_id) == (winner, LATER)
+
+
+# -- renew_leases ----------------------------------------------------------------------------------------------
+
+
+async def test_renew_extends_only_the_leases_held(store: SagaStore) -> None:
+    """renew_leases extends the owner's live sagas and returns exactly them; others' and finished ones untouched."""
+    await put(store, "mine-1", owner="me", lease=FUTURE)
+    await put(store, "mine-2", owner="me", lease=PAST, status=SagaStatus.COMPENSATING, order=1)
+    await put(store, "theirs", owner="other", lease=FUTURE, order=2)
+    await put(store, "unowned", owner=None, lease=None, order=3)
+    await put(store, "mine-done", owner="me", lease=FUTURE, status=SagaStatus.SUCCESS, order=4)
+    untouched = {saga_id: await store.load_saga(saga_id) for saga_id in ("theirs", "unowned", "mine-done")}
+    asked = ["mine-1", "mine-2", "theirs", "unowned", "mine-done", "missing", "mine-1"]
+    assert await store.renew_leases("me", asked, LATER) == {"mine-1", "mine-2"}
+    assert await lease_of(store, "mine-1") == ("me", LATER)
+    assert await lease_of(store, "mine-2") == ("me", LATER)
+    for saga_id, before in untouched.items():
+        assert await store.load_saga(saga_id) == before
+    # The same lease again changes no value and still reports both held (MySQL counts changed rows only).
+    assert await store.renew_leases("me", ["mine-1", "mine-2"], LATER) == {"mine-1", "mine-2"}
+    assert await store.renew_leases("me", [], LATER) == set()
+
+
+async def test_renew_after_a_takeover_returns_nothing(store: SagaStore) -> None:
+    """Fencing: once another owner took an expired saga over, the old owner's renewal neither holds nor changes it."""
+    await put(store, "s", owner="old", lease=PAST)
+    assert [saga.saga_id for saga, _ in await store.claim_expired("new", FUTURE, NOW)] == ["s"]
+    assert await store.renew_leases("old", ["s"], LATER) == set()
+    assert await lease_of(store, "s") == ("new", FUTURE)
+
+
+async def test_renew_of_many_ids_returns_all_held(store: SagaStore) -> None:
+    """renew_leases of more ids than one SQL statement takes (chunked) returns every one held."""
+    held = [f"m-{n:04d}" for n in range(520)]
+    for n, saga_id in enumerate(held):
+        await put(store, saga_id, owner="me", lease=FUTURE, order=n, steps=0)
+    assert await store.renew_leases("me", [*held, "x", "y"], LATER) == set(held)
+    assert await lease_of(store, held[-1]) == ("me", LATER)
+
+
+# -- claim_expired ---------------------------------------------------------------------------------------------
+
+
+async def test_claim_expired_takes_expired_live_sagas_only(store: SagaStore) -> None:
+    """claim_expired takes live sagas with expired or no lease, in created order, with their steps; no others."""
+    await put(store, "c-expired-late", owner="dead", lease=PAST, order=5)
+    await put(store, "a-unowned", owner=None, lease=None, order=1)
+    await put(store, "b-compensating", owner="dead", lease=PAST, status=SagaStatus.COMPENSATING, order=3)
+    await put(store, "held", owner="alive", lease=FUTURE, order=2)
+    await put(store, "edge", owner="alive", lease=NOW, order=4)
+    for n, status in enumerate(TERMINAL):
+        await put(store, f"done-{n}", owner="dead", lease=PAST, status=status, order=6 + n)
+    untouched = {row.saga_id: await store.load_saga(row.saga_id) for row in await store.list_sagas()}
+
+    claimed = await store.claim_expired("me", LATER, NOW)
+    assert [saga.saga_id for saga, _ in claimed] == ["a-unowned", "b-compensating", "c-expired-late"]
+    for saga, steps in claimed:
+        assert (saga.owner, saga.lease_expires_at) == ("me", LATER)
+        assert len(steps) == 2
+        assert (saga, steps) == await store.load_saga(saga.saga_id)
+        del untouched[saga.saga_id]
+    for saga_id, before in untouched.items():
+        assert await store.load_saga(saga_id) == before
+    assert await store.claim_expired("other", LATER, NOW) == []  # now held until LATER
+
+
+async def test_claim_expired_respects_the_limit(store: SagaStore) -> None:
+    """claim_expired takes at most `limit` sagas, the oldest first; the next call takes the next ones."""
+    for n in range(7):
+        await put(store, f"e-{n}", owner="dead", lease=PAST, order=n)
+    assert await store.claim_expired("me", LATER, NOW, limit=0) == []
+    first = await store.claim_expired("me", LATER, NOW, limit=3)
+    assert [saga.saga_id for saga, _ in first] == ["e-0", "e-1", "e-2"]
+    second = await store.claim_expired("me", LATER, NOW, limit=3)
+    assert [saga.saga_id for saga, _ in second] == ["e-3", "e-4", "e-5"]
+    third = await store.claim_expired("me", LATER, NOW, limit=3)
+    assert [saga.saga_id for saga, _ in third] == ["e-6"]
+    assert await store.claim_expired("me", LATER, NOW, limit=3) == []
+    assert await lease_of(store, "e-3") == ("me", LATER)
+
+
+async def test_claim_expired_under_contention_is_disjoint_and_complete(stores: Stores, kind: str) -> None:
+    """Four claimers over two store objects racing on 50 expired sagas: disjoint takes whose union is all 50."""
+    first = await stores.open(kind, wipe=True)
+    second = first if kind == "memory" else await stores.open(kind)
+    ids = {f"x-{n:02d}" for n in range(50)}
+    for n, saga_id in enumerate(sorted(ids)):
+        await put(first, saga_id, owner="dead", lease=PAST, order=n, steps=1)
+    await put(first, "alive", owner="alive", lease=FUTURE, order=99)
+    await put(first, "done", owner="dead", lease=PAST, status=SagaStatus.SUCCESS, order=98)
+    taken: dict[str, list[str]] = {}
+
+    async def claimer(store: SagaStore, owner: str) -> None:
+        taken[owner] = []
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 20
+        # An empty answer may only mean the others hold the rest right now: stop once everything is taken.
+        while sum(len(got) for got in taken.values()) < len(ids):
+            assert loop.time() < deadline, "the claimers stalled"
+            claimed = await store.claim_expired(owner, LATER, NOW, limit=4)
+            assert len(claimed) <= 4
+            taken[owner].extend(saga.saga_id for saga, _ in claimed)
+            if not claimed:
+                await asyncio.sleep(0.001)
+
+    owners = ["w0", "w1", "w2", "w3"]
+    await asyncio.gather(*(claimer(first if k % 2 else second, owner) for k, owner in enumerate(owners)))
+    everything = [saga_id for owner in owners for saga_id in taken[owner]]
+    assert len(everything) == len(set(everything)), "a saga was claimed twice"
+    assert set(everything) == ids
+    for owner in owners:
+        for saga_id in taken[owner]:
+            assert await lease_of(second, saga_id) == (owner, LATER)
+    assert await lease_of(first, "alive") == ("alive", FUTURE)
+    assert await lease_of(first, "done") == ("dead", PAST)
