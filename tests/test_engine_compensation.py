@@ -382,7 +382,14 @@ async def test_result_of_and_to_dict() -> None:
 
 def test_statuses_are_str_enums_whose_values_are_their_names() -> None:
     """SagaStatus and StepStatus are str enums; each member's value is its name; the documented members exist."""
-    assert [s.name for s in SagaStatus] == ["RUNNING", "COMPENSATING", "SUCCESS", "COMPENSATED", "COMPENSATION_FAILED"]
+    assert [s.name for s in SagaStatus] == [
+        "RUNNING",
+        "COMPENSATING",
+        "SUCCESS",
+        "COMPENSATED",
+        "COMPENSATION_FAILED",
+        "PARKED",
+    ]
     assert {s.name for s in StepStatus} == {
         "PENDING",
         "RUNNING",

@@ -65,6 +65,8 @@ def import_rows(data: Mapping[str, Any]) -> tuple[SagaRow, list[StepRow]]:
             if key in saga_values:
                 saga_values[key] = _parse_time(saga_values[key])
         saga_values["status"] = SagaStatus(saga_values["status"])
+        if saga_values.get("parked_from") is not None:
+            saga_values["parked_from"] = SagaStatus(saga_values["parked_from"])
         saga = SagaRow(**saga_values)
         steps = []
         for raw in data["steps"]:

@@ -33,13 +33,19 @@ SagaKind = Literal["plan", "dynamic"]
 
 
 class SagaStatus(StrEnum):
-    """Where a saga stands. RUNNING and COMPENSATING are live; the other three are terminal."""
+    """Where a saga stands.
+
+    RUNNING and COMPENSATING are live (an owner drives them; recovery takes them over when the owner is gone).
+    SUCCESS, COMPENSATED and COMPENSATION_FAILED are terminal. PARKED is neither: recovery failed on it too many
+    times, so it waits for an operator (`executor.unpark(saga_id)`) instead of being retried forever.
+    """
 
     RUNNING = "RUNNING"
     COMPENSATING = "COMPENSATING"
     SUCCESS = "SUCCESS"
     COMPENSATED = "COMPENSATED"
     COMPENSATION_FAILED = "COMPENSATION_FAILED"
+    PARKED = "PARKED"
 
     @property
     def is_terminal(self) -> bool:
@@ -173,6 +179,8 @@ class SagaRow:
     metadata: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
     finished_at: datetime | None = None
+    recovery_attempts: int = 0
+    parked_from: SagaStatus | None = None
 
     def copy(self) -> SagaRow:
         """Return a snapshot of this row."""
@@ -192,4 +200,6 @@ class SagaRow:
             dict(self.metadata),
             self.error,
             self.finished_at,
+            self.recovery_attempts,
+            self.parked_from,
         )
