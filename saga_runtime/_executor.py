@@ -20,6 +20,7 @@ from saga_runtime._exceptions import (
     ReplayDivergenceError,
     ResultNotStorableError,
     SagaInProgressError,
+    StoreError,
 )
 from saga_runtime._planning import Plan, PlanPolicy, RefError, build_plan, check_plan_record, has_refs, resolve_refs
 from saga_runtime._records import (
@@ -80,6 +81,7 @@ class SagaExecutor:
         max_concurrency: int | None = None,
         compensation_timeout: float = 300.0,
         max_threads: int = 40,
+        max_recovery_attempts: int = 5,
     ) -> None:
         if not isinstance(registry, ToolRegistry):
             raise TypeError(f"registry must be a ToolRegistry, got {type(registry).__name__}")
@@ -95,6 +97,7 @@ class SagaExecutor:
         self.compensation_timeout = float(compensation_timeout)
         self.max_concurrency = max_concurrency
         self._active: set[str] = set()  # sagas this executor is running right now
+        self.max_recovery_attempts = max_recovery_attempts
         self._config = EngineConfig(
             registry=registry,
             store=self.store,
@@ -156,7 +159,7 @@ class SagaExecutor:
             try:
                 return await work()
             except _CANCELLED:
-                if not engine.fenced:
+                if not fence.cancel_called:  # the caller's cancellation (or a worker's shutdown): let it go on
                     raise
             finally:
                 await keeper.stop()
@@ -202,6 +205,148 @@ class SagaExecutor:
         if saga.kind == "plan":
             check_plan_record(saga, rows)
         return result_from_rows(saga, rows)
+
+    # -- recovery ----------------------------------------------------------------------------------------------
+
+    async def recover(self, *, limit: int = 100) -> list[SagaResult]:
+        """Take over every live saga whose owner is gone (its lease expired); drive each to a terminal state.
+
+        Plan sagas resume forward: SUCCESS steps never run again, steps whose outcome is unknown run again with
+        their idempotency key, and the saga compensates if that fails; an interrupted compensation continues
+        without undoing a step twice. Dynamic sagas (their code is gone with their process) compensate. A saga
+        using tools this executor's registry lacks is left, and logged, for an executor that has them. A saga
+        whose recovery failed `max_recovery_attempts` times is PARKED for an operator (`unpark`). Two executors
+        recovering at once never take the same saga. Returns the results of the sagas it finished.
+        """
+        results: list[SagaResult] = []
+        passed_over: set[str] = set()
+        while True:
+            started = now()
+            claimed = await self.store.claim_expired(
+                self.executor_id, started + timedelta(seconds=self.lease_timeout), started, limit
+            )
+            fresh = 0
+            for saga, rows in claimed:
+                missing = sorted({row.tool_name for row in rows} - set(self.registry.names()))
+                if saga.saga_id in passed_over or missing:
+                    if saga.saga_id not in passed_over:
+                        logger.warning(
+                            "saga %s: left for an executor that has the tools %s", saga.saga_id, ", ".join(missing)
+                        )
+                    passed_over.add(saga.saga_id)
+                    await self._release(saga, uncount=True)
+                    continue
+                fresh += 1
+                result = await self._recover_one(saga, rows)
+                if result is not None:
+                    results.append(result)
+            if not fresh:
+                return results
+
+    async def _release(self, saga: SagaRow, *, uncount: bool = False) -> None:
+        """Give up a claimed saga at once (no owner, no lease), so another executor can take it."""
+        saga.owner, saga.lease_expires_at = None, None
+        if uncount:
+            saga.recovery_attempts = max(0, saga.recovery_attempts - 1)
+        saga.updated_at = now()
+        with anyio.move_on_after(10, shield=True):
+            await self.store.save(saga.copy(), [])
+
+    async def _recover_one(self, saga: SagaRow, rows: list[StepRow]) -> SagaResult | None:
+        if saga.recovery_attempts > self.max_recovery_attempts:
+            return await self._park(saga, rows, f"recovery failed {saga.recovery_attempts - 1} times")
+        logger.info("saga %s: recovering (attempt %d), left %s", saga.saga_id, saga.recovery_attempts, saga.status)
+        engine = self._engine_for(saga, rows)
+        engine.detached = True  # no caller: if this worker stops, the saga stays for the next recovery
+        self._active.add(saga.saga_id)
+        try:
+            if saga.kind == "plan":
+                try:
+                    plan = build_plan(saga.plan, self.registry)
+                except PlanValidationError as exc:  # the tools changed under the saga: no retry can help
+                    return await self._park(saga, rows, f"its plan no longer validates: {exc}")
+                return await self._leased(engine, lambda: self._drive(engine, plan))
+            if engine.failure is None:
+                engine.failure = "its process stopped in the middle of the saga; recovery compensated it"
+            return await self._leased(engine, engine.compensate)
+        except LeaseLostError as exc:
+            logger.warning("saga %s: %s", saga.saga_id, exc)
+            return None
+        except Exception as exc:
+            logger.error("saga %s: recovery attempt %d failed: %s", saga.saga_id, saga.recovery_attempts, exc)
+            return None
+        finally:
+            self._active.discard(saga.saga_id)
+            if engine.detached and engine.fenced and not engine.saga.status.is_terminal:
+                await self._release(engine.saga)  # stopped by a shutdown: let the next worker take it now
+
+    async def _park(self, saga: SagaRow, rows: list[StepRow], why: str) -> SagaResult:
+        saga.parked_from = saga.status
+        saga.status = SagaStatus.PARKED
+        saga.error = f"parked: {why}; fix the cause, then executor.unpark({saga.saga_id!r})"
+        logger.error("saga %s: %s", saga.saga_id, saga.error)
+        await self._release(saga)
+        return result_from_rows(saga, rows)
+
+    async def unpark(self, saga_id: str) -> None:
+        """Make a PARKED saga live again (recovery attempts reset); the next `recover()` takes it over."""
+        stored = await self.store.load_saga(saga_id)
+        if stored is None:
+            raise KeyError(f"no saga {saga_id!r} in {self.store.url}")
+        saga, _ = stored
+        if saga.status is not SagaStatus.PARKED:
+            raise SagaInProgressError(f"saga {saga_id!r} is {saga.status.value}, not PARKED", saga_id=saga_id)
+        saga.status = saga.parked_from or SagaStatus.RUNNING
+        saga.parked_from, saga.recovery_attempts, saga.error = None, 0, None
+        await self._release(saga)
+
+    async def retry_compensation(self, saga_id: str) -> SagaResult:
+        """Run again the compensations of a COMPENSATION_FAILED saga that gave up; return its new result.
+
+        Steps already COMPENSATED are never compensated again. Use it once the cause is fixed (the service that
+        refused the refund is back); `store.list_sagas(status="COMPENSATION_FAILED")` lists the candidates.
+        """
+        stored = await self.store.load_saga(saga_id)
+        if stored is None:
+            raise KeyError(f"no saga {saga_id!r} in {self.store.url}")
+        saga, rows = stored
+        if saga.status is not SagaStatus.COMPENSATION_FAILED:
+            raise SagaInProgressError(
+                f"saga {saga_id!r} is {saga.status.value}; only a COMPENSATION_FAILED saga has compensations to retry",
+                saga_id=saga_id,
+            )
+        for row in rows:
+            if row.status is StepStatus.COMPENSATION_FAILED:
+                # Back to what it was before its compensation: done (SUCCESS) or of unknown outcome.
+                row.status = StepStatus.SUCCESS if row.error is None else StepStatus.CANCELLED
+                row.compensation_error = None
+        saga.status, saga.finished_at = SagaStatus.COMPENSATING, None
+        started = now()
+        saga.owner, saga.lease_expires_at = self.executor_id, started + timedelta(seconds=self.lease_timeout)
+        engine = self._engine_for(saga, rows)
+        for row in rows:
+            engine.add_dirty(row)
+        engine.touch_saga()
+        self._active.add(saga_id)
+        try:
+            return await self._leased(engine, engine.compensate)
+        finally:
+            self._active.discard(saga_id)
+
+    async def serve(self, *, interval: float | None = None, limit: int = 100) -> None:
+        """Recover sagas whose owner is gone, every `interval` seconds (default: half the lease), until cancelled.
+
+        The worker loop of a process that keeps a database's sagas moving: run it in a task, and cancel the task
+        to stop. A saga it was driving when stopped is not compensated: it is released for the next recovery.
+        A store that cannot be reached is retried at the next round.
+        """
+        pause = self.lease_timeout / 2 if interval is None else interval
+        while True:
+            try:
+                await self.recover(limit=limit)
+            except StoreError as exc:
+                logger.warning("recovery round failed, trying again in %gs: %s", pause, exc)
+            await anyio.sleep(pause)
 
     def _engine_for(self, saga: SagaRow, steps: list[StepRow]) -> SagaEngine:
         return SagaEngine(self._config, saga, steps)
@@ -322,8 +467,11 @@ class SagaExecutor:
                 if rows and not await engine.run_group(rows):
                     break
         except _CANCELLED:
-            if engine.fenced:
-                raise  # another executor owns the saga now: it must not be compensated from here
+            if engine.fenced or engine.detached:
+                # Another executor owns the saga now, or a recovering worker is shutting down: it is not undone
+                # from here; its owner (or the next recovery) drives it on from its records.
+                engine.fence()
+                raise
             logger.warning("saga %s: cancelled by its caller, compensating", engine.saga.saga_id)
             await engine.compensate()
             raise

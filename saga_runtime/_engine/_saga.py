@@ -107,6 +107,9 @@ class SagaEngine:
         self._write_lock = asyncio.Lock()
         self._store_error: BaseException | None = None
         self.fenced = False
+        # True for a saga recovery drives: no caller waits on it, so a cancellation (the worker shutting down)
+        # stops it without compensating; the next recovery resumes it.
+        self.detached = False
         self.account = Account(saga, Budget.from_json(saga.budget), self._mark_saga)
 
     # -- recording ---------------------------------------------------------------------------------------------
@@ -124,6 +127,10 @@ class SagaEngine:
     def fence(self) -> None:
         """Stop this engine for good: another executor owns the saga now; nothing more is written."""
         self.fenced = True
+
+    def add_dirty(self, row: StepRow) -> None:
+        """Note that a row changed outside the engine (an operator reset it); it is written with the next flush."""
+        self._mark(row)
 
     def touch_saga(self) -> None:
         """Note that the saga row changed (metadata, budget); it is written with the next flush."""
