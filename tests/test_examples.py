@@ -15,6 +15,7 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 def run_example(name: str, tmp_path: Path) -> str:
     """Run an example in a subprocess with its own SQLite file; return what it printed."""
     env = {**os.environ, "SAGA_RUNTIME_DATABASE_URL": f"sqlite:///{tmp_path / 'sagas.db'}"}
+    env.pop("OPENAI_API_KEY", None)  # examples stay offline in the tests, whatever the machine has
     done = subprocess.run(
         [sys.executable, str(EXAMPLES / name)],
         capture_output=True,

@@ -12,7 +12,15 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from saga_runtime._engine import Budget
-from saga_runtime._exceptions import BudgetExceededError, PlanValidationError, StepFailedError, TurnLimitError
+from saga_runtime._exceptions import (
+    BudgetExceededError,
+    IdempotencyConflictError,
+    LeaseLostError,
+    PlanValidationError,
+    ReplayDivergenceError,
+    StepFailedError,
+    TurnLimitError,
+)
 from saga_runtime._planning import PlanPolicy, build_plan, plan_from_openai, usage_from_openai
 from saga_runtime._records import SagaResult
 from saga_runtime._tools import ToolRegistry
@@ -81,10 +89,16 @@ class LLMRunner:
         """
         if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
             raise ValueError(f"max_turns must be a positive int, got {max_turns!r}")
+        if saga_id is not None:
+            finished = await self.executor.store.get_saga(saga_id)
+            if finished is not None and finished.status.is_terminal:
+                return finished  # the saga id is the run's idempotency key: the model is not asked again
         saga = self.executor.saga(saga_id=saga_id, budget=budget, metadata={"model": self.model, "prompt": prompt})
         try:
             async with saga:
                 await self._loop(saga, prompt, max_turns)
+        except (ReplayDivergenceError, IdempotencyConflictError, LeaseLostError):
+            raise  # not a failure of the loop: the caller must know
         except Exception as exc:
             if saga.result is None:  # the saga never started (an id in use, a conflict): nothing to report
                 raise
@@ -94,7 +108,7 @@ class LLMRunner:
 
     async def _complete(self, messages: list[dict[str, Any]]) -> Any:
         create = self.client.chat.completions.create
-        request = {"model": self.model, "messages": messages}
+        request = {"model": self.model, "messages": list(messages)}  # a snapshot: the loop keeps appending
         if self.tools:
             request["tools"] = self.tools
         if inspect.iscoroutinefunction(create):
@@ -160,9 +174,13 @@ class LLMRunner:
             refusal = json.dumps({"error": f"refused before running: {exc}"})
             return [{"role": "tool", "tool_call_id": call_id, "content": refusal} for call_id in ids]
         steps = plan[0]
-        outcomes = await saga.group(
-            [(step["tool"], step["args"], step["id"]) for step in steps], return_exceptions=True
-        )
+        try:
+            outcomes = await saga.group(
+                [(step["tool"], step["args"], step["id"]) for step in steps], return_exceptions=True
+            )
+        except PlanValidationError as exc:  # e.g. a provider that reuses a call id of an earlier turn
+            refusal = json.dumps({"error": f"refused before running: {exc}"})
+            return [{"role": "tool", "tool_call_id": step["id"], "content": refusal} for step in steps]
         replies = []
         for step, outcome in zip(steps, outcomes, strict=True):
             if isinstance(outcome, BudgetExceededError):
