@@ -8,7 +8,7 @@ effect in reverse when the saga cannot finish.
 import logging as _logging
 
 from saga_runtime._dynamic import DynamicSaga
-from saga_runtime._engine import Budget
+from saga_runtime._engine import Budget, SagaEvent, SagaHook
 from saga_runtime._exceptions import (
     BudgetExceededError,
     IdempotencyConflictError,
@@ -62,8 +62,10 @@ __all__ = [
     "ResultValidationError",
     "RetryPolicy",
     "SagaError",
+    "SagaEvent",
     "SagaExecutor",
     "SagaFailedError",
+    "SagaHook",
     "SagaInProgressError",
     "SagaResult",
     "SagaStatus",

@@ -157,6 +157,7 @@ class DynamicSaga:
         self._fence = anyio.CancelScope()
         self._fence.__enter__()
         self._keeper = LeaseKeeper(engine, self._fence.cancel).start()
+        engine.emit("saga_started")
 
     def _adopt_record(self, saga: SagaRow, rows: list[StepRow]) -> None:
         if saga.kind != "dynamic":

@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 
 from saga_runtime._dynamic import DynamicSaga
-from saga_runtime._engine import RUNNABLE, Budget, EngineConfig, LeaseKeeper, SagaEngine
+from saga_runtime._engine import RUNNABLE, Budget, EngineConfig, LeaseKeeper, SagaEngine, SagaHook
 from saga_runtime._exceptions import (
     IdempotencyConflictError,
     LeaseLostError,
@@ -67,6 +67,8 @@ class SagaExecutor:
 
     `compensation_timeout` (seconds, default 300) bounds the compensation of one saga, also when its caller was
     cancelled: compensation runs shielded from the cancellation, then the cancellation goes on.
+    `hooks` are told every event of every saga (`SagaEvent`: started, attempt failed, step finished,
+    compensation started/finished, saga finished), e.g. `saga_runtime.otel.TracingHook()`.
     `max_concurrency` caps how many tool calls (execute or compensate) run at once in this executor;
     `max_threads` caps the worker threads sync tools run in.
     """
@@ -82,6 +84,7 @@ class SagaExecutor:
         compensation_timeout: float = 300.0,
         max_threads: int = 40,
         max_recovery_attempts: int = 5,
+        hooks: Sequence[SagaHook] = (),
     ) -> None:
         if not isinstance(registry, ToolRegistry):
             raise TypeError(f"registry must be a ToolRegistry, got {type(registry).__name__}")
@@ -106,6 +109,7 @@ class SagaExecutor:
             compensation_timeout=self.compensation_timeout,
             thread_limiter=anyio.CapacityLimiter(max_threads),
             call_limiter=None if max_concurrency is None else anyio.CapacityLimiter(max_concurrency),
+            hooks=tuple(hooks),
         )
 
     def __repr__(self) -> str:
@@ -147,6 +151,7 @@ class SagaExecutor:
             logger.info("saga %s: resuming where its previous owner %r left it", saga.saga_id, stored.owner)
             engine = self._engine_for(stored, rows)
         self._active.add(engine.saga.saga_id)
+        engine.emit("saga_started")
         try:
             return await self._leased(engine, lambda: self._drive(engine, planned))
         finally:
@@ -259,6 +264,7 @@ class SagaExecutor:
         engine = self._engine_for(saga, rows)
         engine.detached = True  # no caller: if this worker stops, the saga stays for the next recovery
         self._active.add(saga.saga_id)
+        engine.emit("saga_started")
         try:
             if saga.kind == "plan":
                 try:
@@ -328,6 +334,7 @@ class SagaExecutor:
             engine.add_dirty(row)
         engine.touch_saga()
         self._active.add(saga_id)
+        engine.emit("saga_started")
         try:
             return await self._leased(engine, engine.compensate)
         finally:

@@ -71,7 +71,9 @@ def test_no_module_leaks_as_a_public_name_of_the_root() -> None:
     leaked = sorted(
         name
         for name, value in vars(saga_runtime).items()
-        if not name.startswith("_") and isinstance(value, types.ModuleType)
+        if not name.startswith("_")
+        and isinstance(value, types.ModuleType)
+        and value.__name__ != f"saga_runtime.{name}"  # the package's own public submodules (otel, testing)
     )
     assert leaked == []
 

@@ -20,6 +20,7 @@ import anyio
 import pydantic
 
 from saga_runtime._engine._budget import Account, Budget
+from saga_runtime._engine._events import EventKind, SagaEvent, SagaHook, emit
 from saga_runtime._engine._shield import shielded
 from saga_runtime._exceptions import BudgetExceededError, LeaseLostError, ResultNotStorableError, StoreError, describe
 from saga_runtime._records import (
@@ -62,6 +63,7 @@ class EngineConfig:
     compensation_timeout: float
     thread_limiter: anyio.CapacityLimiter
     call_limiter: anyio.CapacityLimiter | None
+    hooks: tuple[SagaHook, ...] = ()
 
 
 class _StepFailed(Exception):
@@ -123,6 +125,24 @@ class SagaEngine:
         if link is None:
             link = self._links[row.seq] = identity_hash(self._by_seq.get(row.seq - 1), row.saga_id)
         return link
+
+    def emit(self, kind: EventKind, row: StepRow | None = None, **fields: Any) -> None:
+        """Tell the executor's hooks what just happened (nothing to do without hooks)."""
+        if not self.config.hooks:
+            return
+        if row is None:
+            event = SagaEvent(kind, self.saga.saga_id, status=self.saga.status.value, **fields)
+        else:
+            event = SagaEvent(
+                kind,
+                self.saga.saga_id,
+                step_id=row.step_id,
+                tool_name=row.tool_name,
+                group=row.group,
+                idempotency_key=row.idempotency_key,
+                **{"status": row.status.value, "attempt": row.attempts, **fields},
+            )
+        emit(self.config.hooks, event)
 
     def fence(self) -> None:
         """Stop this engine for good: another executor owns the saga now; nothing more is written."""
@@ -258,6 +278,9 @@ class SagaEngine:
                 row.status, row.attempts, row.started_at = status, attempts, started_at  # never ran
             raise
         calls += ready
+        if self.config.hooks:
+            for row, _, _ in calls:
+                self.emit("step_started", row)
         if len(calls) == 1:
             # One step needs no task group and has no siblings to cancel: run it inline (the sequential case).
             await self._run_step(*calls[0], None)
@@ -320,7 +343,9 @@ class SagaEngine:
                 )
             except Exception as exc:
                 timed_out = isinstance(exc, _AttemptTimeout)
-                if not isinstance(exc, BudgetExceededError) and spec.retry.should_retry(exc, attempt):
+                retry = not isinstance(exc, BudgetExceededError) and spec.retry.should_retry(exc, attempt)
+                self.emit("attempt_failed", row, error=describe(exc), will_retry=retry)
+                if retry:
                     logger.info(
                         "saga %s: step %s (%s) attempt %d failed, retrying: %s",
                         row.saga_id,
@@ -364,6 +389,7 @@ class SagaEngine:
         row.error_type = error_type
         row.finished_at = now()
         self._mark(row)
+        self.emit("step_finished", row, error=error)
 
     def _context(self, row: StepRow, attempt: int, phase: Any) -> StepContext:
         return StepContext(
@@ -492,6 +518,7 @@ class SagaEngine:
             self._mark(row)
             try:
                 await self.flush()  # write ahead: the compensation attempt is recorded before it runs
+                self.emit("compensation_started", row, attempt=row.compensation_attempts)
                 ctx = self._context(row, attempt, "compensate") if spec.compensate_ctx_params else None
                 await self._invoke(
                     spec,
@@ -506,6 +533,7 @@ class SagaEngine:
                 row.status = StepStatus.COMPENSATION_FAILED
                 row.compensation_error = "interrupted before it finished: compensation_timeout ran out"
                 self._mark(row)
+                self.emit("compensation_finished", row, attempt=row.compensation_attempts, error=row.compensation_error)
                 raise
             except Exception as exc:
                 if policy.should_retry(exc, attempt):
@@ -514,6 +542,7 @@ class SagaEngine:
                 row.status = StepStatus.COMPENSATION_FAILED
                 row.compensation_error = f"{describe(exc)} (after {attempt} attempt{'s' if attempt != 1 else ''})"
                 self._mark(row)
+                self.emit("compensation_finished", row, attempt=row.compensation_attempts, error=row.compensation_error)
                 logger.error(
                     "saga %s: compensation of step %s (%s) failed, its effect was NOT undone: %s",
                     row.saga_id,
@@ -526,6 +555,7 @@ class SagaEngine:
             row.compensated_at = now()
             row.compensation_error = None
             self._mark(row)
+            self.emit("compensation_finished", row, attempt=row.compensation_attempts)
             logger.debug("saga %s: step %s (%s) compensated", row.saga_id, row.step_id, row.tool_name)
             return
 
@@ -549,6 +579,7 @@ class SagaEngine:
                 f"saga {self.saga.saga_id!r} ended {status.value} but the store did not record it within "
                 f"{_FINAL_WRITE_TIMEOUT:g}s ({self.config.store.url}); check the database: recovery will finish it"
             )
+        self.emit("saga_finished", error=self.saga.error)
         log = logger.info if status is SagaStatus.SUCCESS else logger.warning
         log("saga %s ended %s%s", self.saga.saga_id, status.value, f": {self.saga.error}" if self.saga.error else "")
         return result_from_rows(self.saga, list(self.rows.values()))
