@@ -22,7 +22,14 @@ import pydantic
 from saga_runtime._engine._budget import Account, Budget
 from saga_runtime._engine._events import EventKind, SagaEvent, SagaHook, emit
 from saga_runtime._engine._shield import shielded
-from saga_runtime._exceptions import BudgetExceededError, LeaseLostError, ResultNotStorableError, StoreError, describe
+from saga_runtime._exceptions import (
+    BudgetExceededError,
+    LeaseLostError,
+    ResultNotStorableError,
+    ResultValidationError,
+    StoreError,
+    describe,
+)
 from saga_runtime._records import (
     SagaResult,
     SagaRow,
@@ -64,6 +71,9 @@ class EngineConfig:
     thread_limiter: anyio.CapacityLimiter
     call_limiter: anyio.CapacityLimiter | None
     hooks: tuple[SagaHook, ...] = ()
+
+
+_NOTHING: Any = object()
 
 
 class _StepFailed(Exception):
@@ -109,6 +119,7 @@ class SagaEngine:
         self._write_lock = asyncio.Lock()
         self._store_error: BaseException | None = None
         self.fenced = False
+        self._undo_failed: set[str] = set()  # steps whose refused result could not be undone
         # True for a saga recovery drives: no caller waits on it, so a cancellation (the worker shutting down)
         # stops it without compensating; the next recovery resumes it.
         self.detached = False
@@ -337,11 +348,16 @@ class SagaEngine:
                 except Exception as exc:
                     raise _WriteFailed(f"attempt {row.attempts} could not be recorded: {describe(exc)}") from exc
             ctx = self._context(row, row.attempts, "execute") if spec.execute_ctx_params else None
+            raw: Any = _NOTHING
             try:
-                return await self._invoke(
+                raw = await self._invoke(
                     spec, spec.execute, spec.execute_is_async, (), kwargs, spec.execute_ctx_params, ctx
                 )
+                return await self._checked(row, spec, raw)
             except Exception as exc:
+                if raw is not _NOTHING:
+                    # The attempt had its effect, but its result was refused: undo it now, with the value in hand.
+                    await self._undo_attempt(row, spec, raw)
                 timed_out = isinstance(exc, _AttemptTimeout)
                 retry = not isinstance(exc, BudgetExceededError) and spec.retry.should_retry(exc, attempt)
                 self.emit("attempt_failed", row, error=describe(exc), will_retry=retry)
@@ -359,6 +375,74 @@ class SagaEngine:
                     continue
                 raise _StepFailed(exc, timed_out=timed_out, attempts=row.attempts) from exc
 
+    async def _checked(self, row: StepRow, spec: ToolSpec, value: Any) -> Any:
+        """Return the result as execute's return annotation validates it; raise `ResultValidationError` if refused."""
+        if spec.result_adapter is not None:
+            try:
+                value = spec.result_adapter.validate_python(value)
+            except pydantic.ValidationError as exc:
+                problems = "; ".join(
+                    f"{'.'.join(str(p) for p in error['loc']) or 'result'}: {error['msg']}"
+                    for error in exc.errors(include_url=False)
+                )
+                raise ResultValidationError(
+                    f"{spec.name} returned a result its return annotation refuses ({problems})",
+                    tool_name=spec.name,
+                    step_id=row.step_id,
+                ) from None
+        if spec.validate_result is not None:
+            try:
+                verdict = spec.validate_result(value)
+                if spec.validate_is_async or inspect.isawaitable(verdict):
+                    await verdict
+            except Exception as exc:
+                raise ResultValidationError(
+                    f"{spec.name}.validate() refused the result: {describe(exc)}",
+                    tool_name=spec.name,
+                    step_id=row.step_id,
+                ) from exc
+        return value
+
+    async def _undo_attempt(self, row: StepRow, spec: ToolSpec, value: Any) -> None:
+        """Compensate one refused attempt's effect with its raw result, shielded and bounded; keep the step going."""
+        if spec.compensate is None:
+            logger.error("saga %s: step %s (%s) refused a result it cannot undo", row.saga_id, row.step_id, spec.name)
+            return
+        compensate = spec.compensate
+
+        async def undo() -> None:
+            policy = spec.compensation_retry
+            attempt = 0
+            while True:
+                attempt += 1
+                row.compensation_attempts += 1
+                self._mark(row)
+                try:
+                    await self.flush()  # write ahead, as for every compensation
+                    ctx = self._context(row, attempt, "compensate") if spec.compensate_ctx_params else None
+                    await self._invoke(
+                        spec, compensate, spec.compensate_is_async, (value,), {}, spec.compensate_ctx_params, ctx
+                    )
+                except Exception as exc:
+                    if policy.should_retry(exc, attempt):
+                        await anyio.sleep(policy.delay(attempt))
+                        continue
+                    row.compensation_error = f"undoing refused attempt {row.attempts}: {describe(exc)}"
+                    self._undo_failed.add(row.step_id)
+                    logger.error(
+                        "saga %s: step %s (%s): %s; its effect was NOT undone",
+                        row.saga_id,
+                        row.step_id,
+                        spec.name,
+                        row.compensation_error,
+                    )
+                    return
+                self._undo_failed.discard(row.step_id)
+                return
+
+        with anyio.move_on_after(self.config.compensation_timeout):
+            await shielded(undo())
+
     async def _on_failure(
         self, row: StepRow, spec: ToolSpec, failure: _StepFailed, group_scope: anyio.CancelScope | None
     ) -> None:
@@ -366,8 +450,12 @@ class SagaEngine:
         self.errors[row.step_id] = exc
         error = f"{describe(exc)} (after {attempts} attempt{'s' if attempts != 1 else ''})"
         error_type = "TimeoutError" if timed_out else type(exc).__name__
-        # A timed-out attempt may have had its effect: its outcome is unknown (CANCELLED), not FAILED.
-        self._finish(row, StepStatus.CANCELLED if timed_out else StepStatus.FAILED, error=error, error_type=error_type)
+        # A timed-out attempt may have had its effect: its outcome is unknown (CANCELLED), not FAILED. A refused
+        # result whose undo failed left an effect behind: COMPENSATION_FAILED, so the saga says so.
+        status = StepStatus.CANCELLED if timed_out else StepStatus.FAILED
+        if row.step_id in self._undo_failed:
+            status = StepStatus.COMPENSATION_FAILED
+        self._finish(row, status, error=error, error_type=error_type)
         logger.warning("saga %s: step %s (%s) failed: %s", row.saga_id, row.step_id, row.tool_name, error)
         if spec.retry_scope == "step":
             if timed_out:

@@ -52,6 +52,10 @@ class ToolSpec:
     irreversible: bool = False
     description: str = ""
     _field_names: tuple[str, ...] = field(default=(), repr=False)
+    # Checks of execute's result: its return annotation (as a pydantic adapter) and the tool's validate().
+    result_adapter: pydantic.TypeAdapter[Any] | None = field(default=None, repr=False)
+    validate_result: Callable[..., Any] | None = field(default=None, repr=False)
+    validate_is_async: bool = False
 
     @property
     def has_compensate(self) -> bool:
@@ -235,6 +239,7 @@ def build_spec(
         if policy is not None and not isinstance(policy, RetryPolicy):
             raise TypeError(f"{label} must be a RetryPolicy, got {type(policy).__name__}")
     ctx, model, accepts_extra, field_names = _args_model(name, owner, execute)
+    validate = _method(instance, "validate")
     compensate_ctx = _compensate_ctx(owner, compensate) if compensate is not None else ()
     doc = inspect.getdoc(type(instance)) or inspect.getdoc(execute) or ""
     if doc == inspect.getdoc(object):
@@ -257,4 +262,28 @@ def build_spec(
         irreversible=irreversible,
         description=doc,
         _field_names=field_names,
+        result_adapter=_result_adapter(owner, execute),
+        validate_result=validate,
+        validate_is_async=validate is not None and inspect.iscoroutinefunction(validate),
     )
+
+
+# Results are checked as they are: an instance of an arbitrary class is checked with isinstance.
+_RESULT_CONFIG = pydantic.ConfigDict(arbitrary_types_allowed=True)
+
+
+def _result_adapter(owner: str, execute: Callable[..., Any]) -> pydantic.TypeAdapter[Any] | None:
+    """Return the adapter that checks execute's result against its return annotation (None: nothing to check)."""
+    annotation = _type_hints(execute).get("return", inspect.Signature.empty)
+    if annotation is inspect.Signature.empty or annotation is Any or isinstance(annotation, str):
+        return None
+    try:
+        try:
+            return pydantic.TypeAdapter(annotation, config=_RESULT_CONFIG)
+        except pydantic.PydanticUserError:  # a model or dataclass brings its own config
+            return pydantic.TypeAdapter(annotation)
+    except (pydantic.PydanticSchemaGenerationError, pydantic.PydanticUserError, TypeError) as exc:
+        raise TypeError(
+            f"{owner}.execute's return annotation {annotation!r} cannot be checked by pydantic ({exc}); annotate "
+            "a JSON-like type, a pydantic model or a dataclass, or leave it out"
+        ) from exc
