@@ -453,25 +453,29 @@ class SagaExecutor:
         """Run (or resume) a plan saga from wherever its rows stand, to a terminal status."""
         if engine.saga.status is SagaStatus.COMPENSATING:
             return await engine.compensate()
+        group_ids = plan.group_ids()
+
+        def lookup(target: str) -> Any:
+            if target in group_ids:
+                g = group_ids[target]
+                return engine.group_result([engine.rows[s.step_id] for s in plan.groups[g]], plan.join_of(g).mode)
+            return engine.result_for(target)
+
         try:
-            for group in plan.groups:
+            for g, group in enumerate(plan.groups):
+                join = plan.join_of(g)
                 recorded = [engine.rows[step.step_id] for step in group]
-                engine.adopt(recorded)
+                engine.adopt(recorded, join.mode)
                 if engine.failed:
                     break
-                rows = []
                 for step in group:
                     row = engine.rows[step.step_id]
-                    if row.status not in RUNNABLE:
-                        continue
-                    if has_refs(step):
+                    if row.status in RUNNABLE and has_refs(step):
                         try:
-                            row.args = resolve_refs(step.args, engine.result_for)
+                            row.args = resolve_refs(step.args, lookup)
                         except (RefError, LookupError) as exc:
                             engine.fail_before_start(row, exc)
-                            continue
-                    rows.append(row)
-                if rows and not await engine.run_group(rows):
+                if not await engine.run_group(recorded, join=join.mode, needed=join.needed):
                     break
         except _CANCELLED:
             if engine.fenced or engine.detached:

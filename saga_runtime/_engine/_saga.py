@@ -41,6 +41,7 @@ from saga_runtime._records import (
     now,
     result_from_rows,
     seal,
+    step_succeeded,
     to_json_value,
 )
 from saga_runtime._storage import SagaStore
@@ -120,6 +121,7 @@ class SagaEngine:
         self._store_error: BaseException | None = None
         self.fenced = False
         self._undo_failed: set[str] = set()  # steps whose refused result could not be undone
+        self._winners: dict[int, str] = {}  # group -> the step that won a `first` race in this process
         # True for a saga recovery drives: no caller waits on it, so a cancellation (the worker shutting down)
         # stops it without compensating; the next recovery resumes it.
         self.detached = False
@@ -226,11 +228,30 @@ class SagaEngine:
             raise LookupError(f"step {step_id!r} ended {row.status.value} and has no result")
         return row.result
 
-    def adopt(self, rows: Sequence[StepRow]) -> None:
-        """Take in recorded outcomes of a resumed saga: a recorded FAILED step of scope "saga" fails it."""
+    def adopt(self, rows: Sequence[StepRow], join: str = "all") -> None:
+        """Take in recorded outcomes of a resumed saga: a recorded FAILED step of scope "saga" fails it.
+
+        In a `first`, `quorum` or `any` group a failed member is part of the race, not a failure of the saga.
+        """
+        if join != "all":
+            return
         for row in rows:
             if row.status is StepStatus.FAILED and self.config.registry.get(row.tool_name).retry_scope == "saga":
                 self._fail_saga(row, row.error or "failed")
+
+    @staticmethod
+    def succeeded(row: StepRow) -> bool:
+        """Tell whether a step's execute succeeded and counts (also when it was undone later with the saga)."""
+        return step_succeeded(row.status, row.error, row.finished_at)
+
+    def group_result(self, rows: Sequence[StepRow], join: str) -> Any:
+        """Return what a `$ref` to a group gets: a `first` group's winner's result, else the list of successes."""
+        wins = [row.result for row in sorted(rows, key=lambda r: r.seq) if self.succeeded(row)]
+        if join == "first":
+            if not wins:
+                raise LookupError("the group has no winner")
+            return wins[0]
+        return wins
 
     def fail_before_start(self, row: StepRow, exc: BaseException) -> None:
         """Record that a step could not start (its arguments could not be prepared); it never ran."""
@@ -257,16 +278,25 @@ class SagaEngine:
             return None
         return row, spec, kwargs
 
-    async def run_group(self, rows: Sequence[StepRow]) -> bool:
+    async def run_group(self, rows: Sequence[StepRow], *, join: str = "all", needed: int | None = None) -> bool:
         """Run the steps of one group concurrently; return whether the saga can go on.
 
-        The steps are committed RUNNING (attempt 1) with the outcomes of earlier groups in one write before any
-        of them starts. A step failing with scope "saga" cancels its running siblings.
+        `rows` are the group's steps; those not yet done (never started, or of unknown outcome) run. They are
+        committed RUNNING (attempt n) with the outcomes of earlier groups in one write before any of them starts.
+        `join` says how the group ends: `all` (a step failing with scope "saga" cancels its running siblings and
+        fails the saga), `first` (the first success wins; its running siblings are cancelled and every loser is
+        compensated at once; the group fails only if every step failed), `quorum`/`any` (every step runs to its
+        end; the group fails, failing the saga, with fewer than `needed` successes).
         """
+        if join == "first" and any(self.succeeded(row) for row in rows):
+            await self._settle_first(rows)  # resumed: the recorded winner stands, the rest lose
+            return True
         calls = [call for call in (self._prepare(row) for row in rows if row.status in RUNNABLE) if call]
         if self.failed:
             await self.flush()
             return False
+        if not calls:
+            return self._judge(rows, join, needed)
         started = now()
         if self._announced:
             ready = [call for call in calls if call[0].step_id in self._announced]
@@ -292,31 +322,81 @@ class SagaEngine:
         if self.config.hooks:
             for row, _, _ in calls:
                 self.emit("step_started", row)
-        if len(calls) == 1:
+        if len(calls) == 1 and join == "all":
             # One step needs no task group and has no siblings to cancel: run it inline (the sequential case).
             await self._run_step(*calls[0], None)
         else:
             async with anyio.create_task_group() as tg:
                 for row, spec, kwargs in calls:
-                    tg.start_soon(self._run_step, row, spec, kwargs, tg.cancel_scope)
+                    tg.start_soon(self._run_step, row, spec, kwargs, tg.cancel_scope, join)
         if self._store_error is not None:
             raise self._store_error
-        return not self.failed
+        if join == "first":
+            await self._settle_first(rows)
+        return self._judge(rows, join, needed)
+
+    def _judge(self, rows: Sequence[StepRow], join: str, needed: int | None) -> bool:
+        """Decide whether a finished group lets the saga go on; fail the saga if not."""
+        if join == "all":
+            return not self.failed
+        wins = sum(1 for row in rows if self.succeeded(row))
+        required = 1 if join == "first" else needed or 1
+        if wins >= required:
+            return True
+        if self.failure is None:
+            group = rows[0].group if rows else -1
+            self.failure = (
+                f"every step of 'first' group {group} failed"
+                if join == "first"
+                else f"{join} group {group}: {wins} of {len(rows)} steps succeeded, {required} needed"
+            )
+        return False
+
+    async def _settle_first(self, rows: Sequence[StepRow]) -> None:
+        """Keep a `first` group's winner (the earliest success); compensate every other step at once."""
+        wins = sorted((row for row in rows if self.succeeded(row)), key=lambda r: (r.finished_at or now(), r.seq))
+        if not wins:
+            return
+        winner = wins[0]
+        losers = [
+            row for row in rows if row is not winner and (row.status is StepStatus.SUCCESS or row.status in _UNKNOWN)
+        ]
+        for row in losers:
+            if row.error is None:
+                row.error, row.error_type = f"lost the race to step {winner.step_id!r}", "LostRace"
+                self._mark(row)
+        if losers:
+            async with anyio.create_task_group() as tg:
+                for row in losers:
+                    spec = self.config.registry.get(row.tool_name)
+                    if spec.has_compensate:
+                        value = row.result if row.status is StepStatus.SUCCESS else None
+                        tg.start_soon(self._compensate_now, row, spec, value)
 
     async def _run_step(
-        self, row: StepRow, spec: ToolSpec, kwargs: dict[str, Any], group_scope: anyio.CancelScope | None
+        self,
+        row: StepRow,
+        spec: ToolSpec,
+        kwargs: dict[str, Any],
+        group_scope: anyio.CancelScope | None,
+        join: str = "all",
     ) -> None:
         try:
             value = await self._attempts(row, spec, kwargs)
         except _CANCELLED:
             if row.status is StepStatus.RUNNING:
-                why = f"step {self._failed_step!r} failed" if self._failed_step else "the caller was cancelled"
+                if row.group in self._winners:
+                    why = f"step {self._winners[row.group]!r} won the race"
+                elif self._failed_step:
+                    why = f"step {self._failed_step!r} failed"
+                else:
+                    why = "the caller was cancelled"
                 self._finish(
                     row, StepStatus.CANCELLED, error=f"cancelled while running: {why}", error_type="CancelledError"
                 )
             raise
         except _StepFailed as failure:
-            await self._on_failure(row, spec, failure, group_scope)
+            await self._on_failure(row, spec, failure, group_scope, join)
             return
         except _WriteFailed as exc:
             self._finish(row, StepStatus.FAILED, error=f"not retried: {exc}", error_type="StoreError")
@@ -330,11 +410,14 @@ class SagaEngine:
             # The effect happened but cannot be recorded: undo it now, with the value in hand.
             self._finish(row, StepStatus.FAILED, error=str(exc), error_type=type(exc).__name__)
             await self._compensate_now(row, spec, value)
-            if spec.retry_scope == "saga":
+            if spec.retry_scope == "saga" and join == "all":
                 self._fail_saga(row, str(exc))
                 self._cancel(group_scope)
             return
         self._finish(row, StepStatus.SUCCESS)
+        if join == "first" and row.group not in self._winners:
+            self._winners[row.group] = row.step_id
+            self._cancel(group_scope)  # the race is won: stop the others
         logger.debug("saga %s: step %s (%s) succeeded", row.saga_id, row.step_id, row.tool_name)
 
     async def _attempts(self, row: StepRow, spec: ToolSpec, kwargs: dict[str, Any]) -> Any:
@@ -444,7 +527,12 @@ class SagaEngine:
             await shielded(undo())
 
     async def _on_failure(
-        self, row: StepRow, spec: ToolSpec, failure: _StepFailed, group_scope: anyio.CancelScope | None
+        self,
+        row: StepRow,
+        spec: ToolSpec,
+        failure: _StepFailed,
+        group_scope: anyio.CancelScope | None,
+        join: str = "all",
     ) -> None:
         exc, timed_out, attempts = failure.error, failure.timed_out, failure.attempts
         self.errors[row.step_id] = exc
@@ -457,7 +545,8 @@ class SagaEngine:
             status = StepStatus.COMPENSATION_FAILED
         self._finish(row, status, error=error, error_type=error_type)
         logger.warning("saga %s: step %s (%s) failed: %s", row.saga_id, row.step_id, row.tool_name, error)
-        if spec.retry_scope == "step":
+        if spec.retry_scope == "step" or join != "all":
+            # Scope "step", or a member of a race or quorum: recorded, and the group (not this step) decides.
             if timed_out:
                 await self._compensate_now(row, spec, None)
             return

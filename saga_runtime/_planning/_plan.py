@@ -15,7 +15,7 @@ from saga_runtime._planning._refs import RefError, find_refs, ref_target
 from saga_runtime._records import canonical_json, to_json_value
 from saga_runtime._tools import ToolRegistry, unknown_tool_message
 
-__all__ = ["Plan", "PlannedStep", "Step", "build_plan", "has_refs"]
+__all__ = ["JOINS", "Join", "Plan", "PlannedStep", "Step", "build_plan", "has_refs"]
 
 _STEP_KEYS = frozenset({"tool", "args", "id"})
 
@@ -40,20 +40,62 @@ class PlannedStep:
     group: int
 
 
+JOINS = ("all", "first", "quorum", "any")
+
+
+@dataclass(frozen=True, slots=True)
+class Join:
+    """How a group ends: `all` succeed, the `first` to succeed wins, or a `quorum` of `k` (`any`: k = 1)."""
+
+    mode: str = "all"
+    k: int | None = None
+    id: str | None = None
+
+    @property
+    def needed(self) -> int | None:
+        """Return how many successes a quorum or any group needs (None for all and first)."""
+        return 1 if self.mode == "any" else self.k
+
+
+_ALL = Join()
+
+
 @dataclass(frozen=True, slots=True)
 class Plan:
     """A validated plan: groups of steps, run in order, the steps of a group concurrently."""
 
     groups: tuple[tuple[PlannedStep, ...], ...]
+    joins: tuple[Join, ...] = ()
 
     @property
     def steps(self) -> list[PlannedStep]:
         """Return every step in plan order."""
         return [step for group in self.groups for step in group]
 
-    def to_json(self) -> list[list[dict[str, Any]]]:
-        """Return the plan as stored: a list of groups of `{"id", "tool", "args"}`."""
-        return [[{"id": s.step_id, "tool": s.tool_name, "args": s.args} for s in group] for group in self.groups]
+    def join_of(self, group: int) -> Join:
+        """Return how group number `group` ends."""
+        return self.joins[group] if group < len(self.joins) else _ALL
+
+    def group_ids(self) -> dict[str, int]:
+        """Return the ids given to groups, with their index."""
+        return {join.id: g for g, join in enumerate(self.joins) if join.id is not None}
+
+    def to_json(self) -> list[Any]:
+        """Return the plan as stored: groups of `{"id", "tool", "args"}`, a join other than `all` spelled out."""
+        out: list[Any] = []
+        for g, group in enumerate(self.groups):
+            steps = [{"id": s.step_id, "tool": s.tool_name, "args": s.args} for s in group]
+            join = self.join_of(g)
+            if join == _ALL:
+                out.append(steps)
+            else:
+                spec: dict[str, Any] = {"group": steps, "join": join.mode}
+                if join.k is not None:
+                    spec["k"] = join.k
+                if join.id is not None:
+                    spec["id"] = join.id
+                out.append(spec)
+        return out
 
     @property
     def digest(self) -> str:
@@ -104,20 +146,60 @@ def _read_step(item: Any, group: int, index: int, problems: list[str]) -> _Draft
     return _Draft(group, index, item["tool"], item.get("args", {}), item.get("id"))
 
 
-def _read_groups(plan: Any, problems: list[str]) -> list[list[_Draft]]:
+_GROUP_KEYS = frozenset({"group", "join", "k", "id"})
+
+
+def _read_join(item: Mapping[str, Any], g: int, problems: list[str]) -> tuple[Any, Join]:
+    """Read a group written as `{"group": [...], "join": ..., "k": ..., "id": ...}`."""
+    where = f"group {g}"
+    unknown = sorted(str(key) for key in item if key not in _GROUP_KEYS)
+    if unknown:
+        problems.append(f"{where}: unknown key(s) {unknown}; a group has 'group', 'join', 'k' and 'id'")
+    members = item["group"]
+    if not isinstance(members, list | tuple):
+        problems.append(f"{where}: 'group' must be a list of steps")
+        members = []
+    mode = item.get("join", "all")
+    k = item.get("k")
+    group_id = item.get("id")
+    if mode not in JOINS:
+        problems.append(f"{where}: 'join' must be one of {', '.join(JOINS)}, got {mode!r}")
+        mode = "all"
+    if mode == "quorum":
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= max(1, len(members)):
+            problems.append(f"{where}: a quorum needs 'k', an int from 1 to its {len(members)} steps, got {k!r}")
+            k = 1
+    elif k is not None and not (mode == "any" and k == 1):
+        problems.append(f"{where}: 'k' belongs to quorum groups only (join is {mode!r})")
+        k = None
+    if mode == "any":
+        k = None
+    if group_id is not None and (not isinstance(group_id, str) or not group_id or "." in group_id):
+        problems.append(f"{where}: 'id' must be a non-empty string without '.'")
+        group_id = None
+    return members, Join(mode, k, group_id)
+
+
+def _read_groups(plan: Any, problems: list[str]) -> tuple[list[list[_Draft]], list[Join]]:
     if isinstance(plan, str | bytes | Mapping | Step) or not isinstance(plan, Sequence):
         problems.append(f"a plan is a list of steps and groups, got {type(plan).__name__}")
-        return []
+        return [], []
     if not plan:
         problems.append("the plan has no steps")
     groups: list[list[_Draft]] = []
+    joins: list[Join] = []
     for g, item in enumerate(plan):
-        members = item if isinstance(item, list | tuple) else [item]
+        join = _ALL
+        if isinstance(item, Mapping) and "group" in item:
+            members, join = _read_join(item, g, problems)
+        else:
+            members = item if isinstance(item, list | tuple) else [item]
         if not members:
             problems.append(f"group {g} is empty")
         drafts = [_read_step(member, g, i, problems) for i, member in enumerate(members)]
         groups.append([d for d in drafts if d is not None])
-    return groups
+        joins.append(join)
+    return groups, joins
 
 
 def _check_ids(groups: list[list[_Draft]], problems: list[str]) -> None:
@@ -230,9 +312,15 @@ def _check_rules(plan: Plan, registry: ToolRegistry, policy: PlanPolicy | None, 
 def build_plan(raw: Any, registry: ToolRegistry, *, policy: PlanPolicy | None = None) -> Plan:
     """Return the validated plan of `raw`; raise `PlanValidationError` listing every problem found."""
     problems: list[str] = []
-    drafts = _read_groups(raw, problems)
+    drafts, joins = _read_groups(raw, problems)
     _check_ids(drafts, problems)
     group_of = {d.id: d.group for group in drafts for d in group if d.id is not None}
+    for g, join in enumerate(joins):
+        if join.id is None:
+            continue
+        if join.id in group_of:
+            problems.append(f"group {g}: id {join.id!r} is already the id of a step or group; ids are unique")
+        group_of[join.id] = g
     unknown: list[str] = []
     groups = []
     for group in drafts:
@@ -242,7 +330,7 @@ def build_plan(raw: Any, registry: ToolRegistry, *, policy: PlanPolicy | None = 
             if args is not None and draft.id is not None:
                 planned.append(PlannedStep(draft.id, str(draft.tool), args, draft.group))
         groups.append(tuple(planned))
-    plan = Plan(tuple(groups))
+    plan = Plan(tuple(groups), tuple(joins) if any(join != _ALL for join in joins) else ())
     _check_rules(plan, registry, policy, problems)
     if problems:
         raise (UnknownToolError if unknown else PlanValidationError)(problems)

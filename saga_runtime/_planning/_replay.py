@@ -8,7 +8,7 @@ from typing import Any
 
 from saga_runtime._exceptions import ReplayDivergenceError
 from saga_runtime._planning._refs import RefError, resolve_refs
-from saga_runtime._records import SagaRow, StepRow, canonical_json
+from saga_runtime._records import SagaRow, StepRow, canonical_json, plan_groups
 
 __all__ = ["check_plan_record"]
 
@@ -27,7 +27,7 @@ def check_plan_record(saga: SagaRow, rows: Sequence[StepRow]) -> None:
     if hashlib.sha256(canonical_json(plan).encode()).hexdigest() != saga.plan_hash:
         raise diverged("its stored plan does not match the plan's hash")
     by_id = {row.step_id: row for row in rows}
-    planned = [(g, step) for g, group in enumerate(plan) for step in group]
+    planned = [(g, step) for g, group in enumerate(plan_groups(plan)) for step in group]
     if len(planned) != len(rows) or {step["id"] for _, step in planned} != set(by_id):
         raise diverged(f"the plan has {len(planned)} steps, the record {len(rows)}")
 

@@ -26,6 +26,9 @@ from saga_runtime._records._rows import (
     canonical_json,
     idempotency_key,
     now,
+    plan_groups,
+    plan_joins,
+    step_succeeded,
     to_json_value,
 )
 
@@ -49,9 +52,12 @@ __all__ = [
     "identity_hash",
     "import_rows",
     "now",
+    "plan_groups",
+    "plan_joins",
     "result_from_rows",
     "seal",
     "seal_all",
+    "step_succeeded",
     "summary_from_rows",
     "to_json_value",
     "verify_rows",

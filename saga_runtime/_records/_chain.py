@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from saga_runtime._records._rows import SagaRow, StepRow
+from saga_runtime._records._rows import SagaRow, StepRow, plan_groups
 
 __all__ = ["VerifyResult", "chain_head", "extend_head", "identity_hash", "seal", "seal_all", "verify_rows"]
 
@@ -165,7 +165,7 @@ def verify_rows(saga: SagaRow, rows: Sequence[StepRow], key: bytes | None) -> Ve
             else:
                 problems.append(f"{where}: its content does not match its seal (altered)")
     if saga.kind == "plan" and isinstance(saga.plan, list):
-        planned = [step.get("id") for group in saga.plan for step in group if isinstance(step, dict)]
+        planned = [step.get("id") for group in plan_groups(saga.plan) for step in group if isinstance(step, dict)]
         if [row.step_id for row in ordered] != planned:
             problems.append(f"the records are not the plan's steps: {len(ordered)} records for {len(planned)} steps")
     elif saga.kind == "dynamic" and saga.plan_hash != chain_head(ordered):

@@ -9,7 +9,15 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from saga_runtime._exceptions import SagaFailedError
-from saga_runtime._records._rows import SagaKind, SagaRow, SagaStatus, StepRow, StepStatus
+from saga_runtime._records._rows import (
+    SagaKind,
+    SagaRow,
+    SagaStatus,
+    StepRow,
+    StepStatus,
+    plan_joins,
+    step_succeeded,
+)
 
 __all__ = ["SagaResult", "SagaSummary", "StepRecord", "result_from_rows", "summary_from_rows"]
 
@@ -60,6 +68,7 @@ class SagaResult(BaseModel):
     cost: float = 0.0
     tokens: int = 0
     kind: SagaKind = "plan"
+    group_joins: dict[str, tuple[int, str]] = {}
 
     @property
     def ok(self) -> bool:
@@ -73,9 +82,18 @@ class SagaResult(BaseModel):
                 return record
         raise KeyError(f"saga {self.saga_id!r} has no step {step_id!r} (steps: {[s.step_id for s in self.steps]})")
 
-    def result_of(self, step_id: str) -> Any:
-        """Return what a `$ref` to `step_id` gets: the step's stored result (None if it has none)."""
-        return self.step(step_id).result
+    def result_of(self, id: str) -> Any:
+        """Return what a `$ref` to `id` gets: a step's stored result (None if it has none), or for a group id a
+        `first` group's winner's result (None without a winner), else the list of its successful results.
+        """
+        join = self.group_joins.get(id)
+        if join is None:
+            return self.step(id).result
+        group, mode = join
+        wins = [s.result for s in self.steps if s.group == group and step_succeeded(s.status, s.error, s.finished_at)]
+        if mode == "first":
+            return wins[0] if wins else None
+        return wins
 
     def to_dict(self) -> dict[str, Any]:
         """Return the result as plain JSON-able data."""
@@ -209,6 +227,7 @@ def result_from_rows(saga: SagaRow, steps: Sequence[StepRow]) -> SagaResult:
         cost=saga.cost,
         tokens=saga.tokens,
         kind=saga.kind,
+        group_joins=plan_joins(saga.plan),
     )
 
 

@@ -26,6 +26,9 @@ __all__ = [
     "canonical_json",
     "idempotency_key",
     "now",
+    "plan_groups",
+    "plan_joins",
+    "step_succeeded",
     "to_json_value",
 ]
 
@@ -103,6 +106,37 @@ def to_json_value(value: Any, *, what: str, tool_name: str) -> Any:
             tool_name=tool_name,
             type_name=type_name,
         ) from None
+
+
+def step_succeeded(status: StepStatus, error: str | None, finished_at: datetime | None) -> bool:
+    """Tell whether a step's execute succeeded and counts: SUCCESS, or undone later with the saga.
+
+    A step that lost a `first` race and was undone carries an error saying so, and does not count.
+    """
+    if status is StepStatus.SUCCESS:
+        return True
+    undone = status is StepStatus.COMPENSATED or status is StepStatus.COMPENSATION_FAILED
+    return undone and error is None and finished_at is not None
+
+
+def plan_joins(plan: Any) -> dict[str, tuple[int, str]]:
+    """Return the ids a stored plan gives its groups, with each group's index and join mode."""
+    joins = {}
+    for g, group in enumerate(plan if isinstance(plan, list) else []):
+        if isinstance(group, dict) and isinstance(group.get("id"), str):
+            joins[group["id"]] = (g, str(group.get("join", "all")))
+    return joins
+
+
+def plan_groups(plan: Any) -> list[list[Any]]:
+    """Return the steps of each group of a stored plan (a group is a list, or `{"group": [...], "join": ...}`)."""
+    if not isinstance(plan, list):
+        return []
+    groups = []
+    for group in plan:
+        members = group.get("group") if isinstance(group, dict) else group
+        groups.append(list(members) if isinstance(members, list) else [])
+    return groups
 
 
 def canonical_json(value: Any) -> str:
