@@ -40,6 +40,7 @@ from saga_runtime._records import (
     idempotency_key,
     now,
     result_from_rows,
+    step_succeeded,
     to_json_value,
 )
 
@@ -217,16 +218,35 @@ class DynamicSaga:
         (result,) = await self.group([(tool, args)])
         return result
 
-    async def group(self, calls: Sequence[Call], *, return_exceptions: bool = False) -> list[Any]:
-        """Run calls concurrently as one group and return their results in the order given.
+    async def group(
+        self,
+        calls: Sequence[Call],
+        *,
+        join: str = "all",
+        k: int | None = None,
+        return_exceptions: bool = False,
+    ) -> Any:
+        """Run calls concurrently as one group; return what a `$ref` to the group would get.
 
-        Each call is `(tool, args)`, `(tool, args, step_id)` or a `Step`. When one fails, its running siblings
-        are cancelled and compensated at once (their outcome is unknown), then `StepFailedError` is raised for
-        the first failed call; siblings that succeeded stay done, to be undone if the block fails. With
-        `return_exceptions=True` (as in `asyncio.gather`), each failed call's error takes its place in the list.
+        Each call is `(tool, args)`, `(tool, args, step_id)` or a `Step`. With `join="all"` (the default) the
+        results come back in the order given; when one call fails, its running siblings are cancelled and
+        compensated at once (their outcome is unknown), then `StepFailedError` is raised for the call that
+        failed; siblings that succeeded stay done, to be undone if the block fails. With `return_exceptions=True`
+        (as in `asyncio.gather`), each failed call's error takes its place in the list.
+        `join="first"` returns the first successful call's result: the others are cancelled, and any that
+        succeeded too are compensated at once. `join="quorum"` (with `k`) and `join="any"` (k = 1) let every call
+        finish and return the list of successful results, in the order given. Such a group fails, raising
+        `StepFailedError`, only when every call failed (`first`) or fewer than `k` succeeded.
         """
         self._check_open()
+        if join not in ("all", "first", "quorum", "any"):
+            raise PlanValidationError([f"join must be all, first, quorum or any, got {join!r}"], saga_id=self.saga_id)
         prepared = self._prepare(calls)
+        needed = 1 if join == "any" else k
+        if join == "quorum" and (isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= len(prepared)):
+            raise PlanValidationError(
+                [f"a quorum needs k from 1 to its {len(prepared)} calls, got {k!r}"], saga_id=self.saga_id
+            )
         first = self._next_seq
         group = self._next_group
         # Every member is checked (against the record, or for a free step id) before any is added, so a refused
@@ -235,19 +255,20 @@ class DynamicSaga:
         self._next_seq += len(prepared)
         self._next_group += 1
         engine = self._engine
+        ok = True
         if engine is not None:
             for row in rows:
                 if row.step_id not in engine.rows:
                     engine.add_step(row)
-        if engine is not None:
-            to_run = [row for row in rows if row.status in (StepStatus.PENDING, *_UNKNOWN)]
-            if to_run:
-                await engine.run_group(to_run)
+            if join != "all" or any(row.status in (StepStatus.PENDING, *_UNKNOWN) for row in rows):
+                ok = await engine.run_group(rows, join=join, needed=needed)
                 engine.failure = None  # in a dynamic saga, the calling code decides whether a failure ends it
-                await engine.compensate_unknown(to_run)
+                await engine.compensate_unknown(rows)
                 # The caller acts on these results at once: they are durable before it sees them, so a
                 # re-execution never repeats a call whose result was handed out.
                 await engine.flush()
+        if join != "all":
+            return self._joined(rows, join, needed, ok)
         if not return_exceptions:
             # Raise for the call that failed, not for a sibling cancelled because of it.
             for row in sorted(rows, key=lambda r: r.error_type == "CancelledError"):
@@ -260,6 +281,23 @@ class DynamicSaga:
             except (StepFailedError, BudgetExceededError) as exc:
                 outcomes.append(exc)
         return outcomes
+
+    def _joined(self, rows: list[StepRow], join: str, needed: int | None, ok: bool) -> Any:
+        wins = [row for row in rows if step_succeeded(row.status, row.error, row.finished_at)]
+        if ok and len(wins) >= (1 if join == "first" else needed or 1):
+            return wins[0].result if join == "first" else [row.result for row in wins]
+        failed = [row for row in rows if row.error is not None and row.error_type != "CancelledError"] or rows
+        culprit = failed[0]
+        raise StepFailedError(
+            f"saga {self.saga_id!r}: the {join} group of {len(rows)} calls failed: {len(wins)} succeeded"
+            f"{'' if join == 'first' else f', {needed} needed'}; first error: {culprit.error}",
+            saga_id=self.saga_id,
+            step_id=culprit.step_id,
+            tool_name=culprit.tool_name,
+            attempts=culprit.attempts,
+            error=culprit.error,
+            error_type=culprit.error_type,
+        )
 
     def _prepare(self, calls: Sequence[Call]) -> list[tuple[str, dict[str, Any], str | None]]:
         if isinstance(calls, str | bytes | Mapping) or not calls:
