@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -60,7 +61,7 @@ class Join:
 _ALL = Join()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Plan:
     """A validated plan: groups of steps, run in order, the steps of a group concurrently."""
 
@@ -97,7 +98,7 @@ class Plan:
                 out.append(spec)
         return out
 
-    @property
+    @functools.cached_property
     def digest(self) -> str:
         """Return the plan's hash: two plans with the same hash run the same calls."""
         return hashlib.sha256(canonical_json(self.to_json()).encode()).hexdigest()
@@ -249,9 +250,6 @@ def _check_step(
     except ResultNotStorableError as exc:
         problems.append(f"{label}: {exc}")
         return None
-    if not _utf8(canonical_json(args)):
-        problems.append(f"{label}: the arguments hold text that is not valid Unicode (a lone surrogate)")
-        return None
     deferred: set[str] = set()
     for name, value in args.items():
         for ref in find_refs(value):
@@ -332,6 +330,14 @@ def build_plan(raw: Any, registry: ToolRegistry, *, policy: PlanPolicy | None = 
         groups.append(tuple(planned))
     plan = Plan(tuple(groups), tuple(joins) if any(join != _ALL for join in joins) else ())
     _check_rules(plan, registry, policy, problems)
+    try:
+        plan.digest  # noqa: B018 - computed once here: text a database cannot store is refused now
+    except UnicodeEncodeError:
+        problems.extend(
+            f"step {step.step_id!r}: the arguments hold text that is not valid Unicode (a lone surrogate)"
+            for step in plan.steps
+            if not _utf8(canonical_json(step.args))
+        )
     if problems:
         raise (UnknownToolError if unknown else PlanValidationError)(problems)
     return plan
