@@ -1,0 +1,193 @@
+"""How the command line draws sagas for people: the list table and the timeline of one saga.
+
+Everything here must read the same without colour (piped, NO_COLOR): styles only repeat what the words say.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from rich import box
+from rich.console import Group, RenderableType
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+from rich.tree import Tree
+
+from saga_runtime._records import SagaResult, SagaStatus, SagaSummary, StepRecord, StepStatus
+
+__all__ = ["duration", "saga_table", "timeline"]
+
+_STATUS_STYLE = {
+    "SUCCESS": "green",
+    "COMPENSATED": "yellow",
+    "COMPENSATION_FAILED": "bold red",
+    "FAILED": "red",
+    "CANCELLED": "magenta",
+    "RUNNING": "cyan",
+    "COMPENSATING": "cyan",
+    "PENDING": "dim",
+    "PARKED": "bold magenta",
+}
+_DETAIL_LIMIT = 300  # characters of args/results shown with --verbose; `show --json` has them whole
+
+
+def duration(seconds: float | None) -> str:
+    """Return a duration for people: 0.5ms, 1.23s, 2m05s; '-' when unknown."""
+    if seconds is None:
+        return "-"
+    if seconds < 1:
+        return f"{seconds * 1000:.1f}ms"
+    if seconds < 120:
+        return f"{seconds:.2f}s"
+    minutes, rest = divmod(int(seconds), 60)
+    return f"{minutes}m{rest:02d}s"
+
+
+def _when(value: datetime | None) -> str:
+    return "-" if value is None else value.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
+
+
+def _offset(start: datetime, value: datetime | None) -> str:
+    return "" if value is None else "+" + duration(max(0.0, (value - start).total_seconds()))
+
+
+def _status(value: str) -> Text:
+    return Text(value, style=_STATUS_STYLE.get(value, ""))
+
+
+def _short(value: Any) -> str:
+    return _cut(json.dumps(value, ensure_ascii=False, default=str), _DETAIL_LIMIT)
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def saga_table(summaries: Sequence[SagaSummary], *, width: int = 120) -> Table:
+    """Return the table `saga-runtime list` prints: one saga a row, newest first; errors when `width` allows."""
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), collapse_padding=True)
+    table.add_column("saga", overflow="fold", min_width=12)
+    table.add_column("status", no_wrap=True)
+    table.add_column("steps", justify="right", no_wrap=True)
+    table.add_column("created (UTC)", no_wrap=True)
+    table.add_column("took", justify="right", no_wrap=True)
+    table.add_column("cost", justify="right", no_wrap=True)
+    table.add_column("tokens", justify="right", no_wrap=True)
+    with_errors = width >= 120
+    if with_errors:
+        table.add_column("error", overflow="fold")
+    for item in summaries:
+        took = None if item.finished_at is None else (item.finished_at - item.created_at).total_seconds()
+        cells: list[str | Text] = [
+            item.saga_id if item.kind == "plan" else f"{item.saga_id} (dynamic)",
+            _status(item.status.value),
+            str(item.step_count),
+            item.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+            duration(took),
+            f"{item.cost:g}" if item.cost else "-",
+            str(item.tokens) if item.tokens else "-",
+        ]
+        if with_errors:
+            cells.append(_cut(item.error or "", 60))  # one line a saga: `show ID` has the error whole
+        table.add_row(*cells)
+    return table
+
+
+def _header(result: SagaResult) -> Table:
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column(overflow="fold")
+    grid.add_row("status", _status(result.status.value))
+    grid.add_row("kind", result.kind)
+    grid.add_row("created", _when(result.created_at))
+    total = None if result.finished_at is None else (result.finished_at - result.created_at).total_seconds()
+    grid.add_row(
+        "finished", "not yet" if result.finished_at is None else f"{_when(result.finished_at)}, took {duration(total)}"
+    )
+    counts = Counter(record.status.value for record in result.steps)
+    groups = len({record.group for record in result.steps})
+    tally = ", ".join(f"{count} {status}" for status, count in counts.items())
+    steps = f"{_plural(len(result.steps), 'step')} in {_plural(groups, 'group')}"
+    grid.add_row("steps", f"{steps}: {tally}" if tally else steps)
+    grid.add_row("cost", f"{result.cost:g}, {_plural(result.tokens, 'token')}")
+    if result.metadata:
+        grid.add_row("metadata", _short(result.metadata))
+    if result.error:
+        grid.add_row("error", Text(result.error, style="red"))
+    return grid
+
+
+def _step_line(record: StepRecord, id_width: int, tool_width: int, start: datetime) -> Text:
+    line = Text()
+    line.append(f"{record.step_id:<{id_width}}  ", style="bold")
+    line.append(f"{record.tool_name:<{tool_width}}  ")
+    line.append_text(_status(f"{record.status.value:<19}"))
+    if record.attempts == 0:
+        line.append("  never ran")
+        return line
+    line.append(f"  {_plural(record.attempts, 'attempt'):<11} {duration(record.duration):>8}")
+    if record.started_at is not None:
+        line.append(f"  started {_offset(start, record.started_at)}", style="dim")
+    return line
+
+
+def _step_details(record: StepRecord, start: datetime, verbose: bool) -> list[Text]:
+    details: list[Text] = []
+    if verbose:
+        details.append(Text(f"args: {_short(record.args)}"))
+        if record.result is not None:
+            details.append(Text(f"result: {_short(record.result)}"))
+        details.append(Text(f"idempotency key: {record.idempotency_key}", style="dim"))
+    if record.error:
+        details.append(Text(f"error: {record.error}", style="red"))
+    comp_attempts = _plural(record.compensation_attempts, "attempt")
+    if record.compensated_at is not None:
+        details.append(
+            Text(
+                f"undone by compensate() at {_offset(start, record.compensated_at)}, after {comp_attempts}",
+                style="yellow",
+            )
+        )
+        if record.compensation_error:
+            details.append(Text(f"an earlier compensation attempt failed: {record.compensation_error}", style="dim"))
+    elif record.status is StepStatus.COMPENSATION_FAILED or record.compensation_error:
+        details.append(
+            Text(
+                f"NOT undone: compensate() gave up after {comp_attempts}: {record.compensation_error}", style="bold red"
+            )
+        )
+    elif record.status is StepStatus.FAILED:
+        details.append(Text("not compensated: it raised, so it had no effect", style="dim"))
+    return details
+
+
+def timeline(result: SagaResult, *, verbose: bool = False) -> RenderableType:
+    """Return the timeline `saga-runtime show` prints: the saga's facts in a box, then its groups and steps."""
+    start = result.created_at
+    id_width = max((len(record.step_id) for record in result.steps), default=4)
+    tool_width = max((len(record.tool_name) for record in result.steps), default=4)
+    tree = Tree(Text("timeline", style="bold"), guide_style="dim")
+    by_group: dict[int, list[StepRecord]] = {}
+    for record in result.steps:
+        by_group.setdefault(record.group, []).append(record)
+    for group, records in sorted(by_group.items()):
+        branch = tree.add(Text(f"group {group}", style="bold"))
+        for record in records:
+            node = branch.add(_step_line(record, id_width, tool_width, start))
+            for detail in _step_details(record, start, verbose):
+                node.add(detail)
+    if not result.steps:
+        tree.add(Text("no steps", style="dim"))
+    if result.status in (SagaStatus.COMPENSATED, SagaStatus.COMPENSATION_FAILED):
+        tree.add(Text("compensation runs in reverse: the last group first", style="dim"))
+    panel = Panel(_header(result), title=f"saga {result.saga_id}", title_align="left", box=box.ROUNDED, expand=False)
+    return Group(panel, tree)

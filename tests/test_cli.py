@@ -1,0 +1,548 @@
+"""The `saga-runtime` console script, run for real in a subprocess against SQLite files and PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import hashlib
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from saga_runtime import RetryPolicy, SagaExecutor, StepContext, ToolRegistry, open_store
+from saga_runtime._records import (
+    SagaRow,
+    SagaStatus,
+    StepRow,
+    StepStatus,
+    canonical_json,
+    idempotency_key,
+    now,
+    seal_all,
+)
+
+SCRIPT = Path(sys.executable).with_name("saga-runtime")
+FAIL_UNDO = {"on": False}  # Reserve.compensate fails while on: makes a COMPENSATION_FAILED saga
+
+registry = ToolRegistry()
+
+
+@registry.tool
+class Charge:
+    async def execute(self, amount: int, ctx: StepContext) -> dict[str, int]:
+        ctx.charge(cost=0.25, tokens=100)
+        return {"charge": amount}
+
+    async def compensate(self, result: Any) -> None:
+        return None
+
+
+@registry.tool(compensation_retry=RetryPolicy(max_attempts=2, initial_interval=0.001))
+class Reserve:
+    def execute(self, sku: str) -> dict[str, str]:
+        return {"sku": sku}
+
+    def compensate(self, result: Any) -> None:
+        if FAIL_UNDO["on"]:
+            raise ConnectionError("the warehouse is down")
+
+
+@registry.tool(retry=RetryPolicy(max_attempts=3, initial_interval=0.001, jitter=False))
+class Ship:
+    async def execute(self, address: str) -> dict[str, str]:
+        raise ConnectionError(f"no carrier delivers to {address}")
+
+    async def compensate(self, result: Any) -> None:
+        return None
+
+
+# The tools module the CLI imports for recover / retry-compensation: the same tools, which log their effects.
+TOOLS_MODULE = textwrap.dedent(
+    """
+    from pathlib import Path
+    from saga_runtime import ToolRegistry
+
+    registry = ToolRegistry()
+    LOG = Path(__file__).with_name("effects.log")
+
+
+    def log(line):
+        with LOG.open("a") as f:
+            f.write(line + "\\n")
+
+
+    @registry.tool
+    class Charge:
+        def execute(self, amount: int) -> dict:
+            log(f"charge {amount}")
+            return {"charge": amount}
+
+        def compensate(self, result) -> None:
+            log("refund")
+
+
+    @registry.tool
+    class Reserve:
+        def execute(self, sku: str) -> dict:
+            log(f"reserve {sku}")
+            return {"sku": sku}
+
+        def compensate(self, result) -> None:
+            log(f"release {result['sku'] if result else None}")
+
+
+    @registry.tool
+    class Ship:
+        def execute(self, address: str) -> dict:
+            return {"address": address}
+    """
+)
+
+
+def run_sync(make: Callable[[], Awaitable[Any]]) -> Any:
+    """Run a coroutine on a loop of its own in a thread, whatever loop the test runs on."""
+
+    async def main() -> Any:
+        return await make()
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, main()).result()
+
+
+def orphan_rows(saga_id: str, status: SagaStatus = SagaStatus.RUNNING) -> tuple[SagaRow, list[StepRow]]:
+    """Return a plan saga as a dead executor leaves it: Charge done, Reserve pending, its lease long expired."""
+    plan = [
+        [{"id": "charge", "tool": "Charge", "args": {"amount": 7}}],
+        [{"id": "reserve", "tool": "Reserve", "args": {"sku": "LAMP"}}],
+    ]
+    started = now() - timedelta(minutes=5)
+    saga = SagaRow(
+        saga_id=saga_id,
+        kind="plan",
+        plan=plan,
+        plan_hash=hashlib.sha256(canonical_json(plan).encode()).hexdigest(),
+        status=status,
+        created_at=started,
+        updated_at=started,
+        owner="dead-executor",
+        lease_expires_at=started + timedelta(seconds=30),
+    )
+    charge = StepRow(saga_id, 0, "charge", 0, "Charge", {"amount": 7}, idempotency_key(saga_id, "charge"))
+    charge.status, charge.attempts, charge.result = StepStatus.SUCCESS, 1, {"charge": 7}
+    charge.started_at = charge.finished_at = started
+    reserve = StepRow(saga_id, 1, "reserve", 1, "Reserve", {"sku": "LAMP"}, idempotency_key(saga_id, "reserve"))
+    rows = [charge, reserve]
+    seal_all(rows, None)
+    return saga, rows
+
+
+async def populate(url: str, *, orphans: bool = False) -> None:
+    """Store a success, a compensated saga (a step failing after retries), a dynamic saga, a COMPENSATION_FAILED one."""
+    async with open_store(url) as store:
+        executor = SagaExecutor(registry, store=store)
+        await executor.run(
+            [
+                {"id": "charge", "tool": "Charge", "args": {"amount": 10}},
+                {"id": "reserve", "tool": "Reserve", "args": {"sku": "KB"}},
+            ],
+            saga_id="ok-1",
+        )
+        await executor.run(
+            [
+                {"id": "charge", "tool": "Charge", "args": {"amount": 20}},
+                {"id": "reserve", "tool": "Reserve", "args": {"sku": "KB"}},
+                {"id": "ship", "tool": "Ship", "args": {"address": "Atlantis"}},
+            ],
+            saga_id="comp-1",
+        )
+        async with executor.saga("dyn-1") as saga:
+            await saga.call("Charge", amount=5)
+            await saga.call("Reserve", sku="MOUSE")
+        FAIL_UNDO["on"] = True
+        try:
+            await executor.run(
+                [
+                    {"id": "reserve", "tool": "Reserve", "args": {"sku": "PEN"}},
+                    {"id": "ship", "tool": "Ship", "args": {"address": "Mars"}},
+                ],
+                saga_id="cfail-1",
+            )
+        finally:
+            FAIL_UNDO["on"] = False
+        if orphans:
+            assert await store.create_saga(*orphan_rows("orphan-1")) is None
+            parked, rows = orphan_rows("parked-1")
+            assert await store.create_saga(parked, rows) is None
+            parked.status, parked.parked_from, parked.owner, parked.lease_expires_at = (
+                SagaStatus.PARKED,
+                SagaStatus.RUNNING,
+                None,
+                None,
+            )
+            parked.error = "parked: recovery failed 5 times"
+            await store.save(parked, [])
+
+
+@dataclass
+class Ran:
+    """What one run of the console script did."""
+
+    code: int
+    out: str
+    err: str
+
+    def json(self) -> Any:
+        """Return stdout parsed as JSON."""
+        return json.loads(self.out)
+
+
+def cli(*args: str, db: str | None = None, cwd: Path | None = None, env: dict[str, str] | None = None) -> Ran:
+    """Run the real console script; return its exit code and output."""
+    environment = {k: v for k, v in os.environ.items() if k != "SAGA_RUNTIME_DATABASE_URL"}
+    environment.update({"NO_COLOR": "1", "COLUMNS": "200", **(env or {})})
+    command = [str(SCRIPT), *(["--db", db] if db else []), *args]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=cwd, env=environment, timeout=60, check=False)
+    return Ran(done.returncode, done.stdout, done.stderr)
+
+
+def one_line_error(ran: Ran) -> str:
+    """Return the error line of a failed run, checking it is one line without a traceback."""
+    lines = ran.err.strip().splitlines()
+    assert len(lines) == 1, ran.err
+    assert "Traceback" not in ran.err
+    assert lines[0].startswith("saga-runtime: error: ")
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def sqlite_db(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Return a SQLite URL holding the four sagas, shared by the read-only tests."""
+    url = f"sqlite:///{tmp_path_factory.mktemp('cli') / 'sagas.db'}"
+    run_sync(lambda: populate(url))
+    return url
+
+
+@pytest.fixture
+def work_db(tmp_path: Path) -> str:
+    """Return a SQLite URL of this test alone, with the four sagas and an orphaned and a parked one; tools beside it."""
+    url = f"sqlite:///{tmp_path / 'sagas.db'}"
+    run_sync(lambda: populate(url, orphans=True))
+    (tmp_path / "cli_tools.py").write_text(TOOLS_MODULE)
+    return url
+
+
+@pytest.fixture(scope="module")
+def postgres_db(postgres_databases: Any) -> str:
+    """Return a PostgreSQL database of its own holding the four sagas (unreachable: skip, under CI fail)."""
+    url: str = postgres_databases.create()
+    run_sync(lambda: populate(url))
+    return url
+
+
+# -- reading ---------------------------------------------------------------------------------------------------
+
+
+def test_script_is_installed_and_help_documents_exit_codes() -> None:
+    """`saga-runtime --help` runs and its epilog explains every exit code."""
+    ran = cli("--help")
+    assert ran.code == 0, ran.err
+    for text in ("0 ok", "1 saga not found", "2 usage", "3 store error", "4 verify failed", "recover", "replay"):
+        assert text in ran.out
+
+
+def test_list_shows_every_saga_and_parses_as_json(sqlite_db: str) -> None:
+    """`list` shows every saga with its status; `--json` gives summaries a script can read."""
+    ran = cli("list", db=sqlite_db)
+    assert ran.code == 0, ran.err
+    for saga_id, status in [
+        ("ok-1", "SUCCESS"),
+        ("comp-1", "COMPENSATED"),
+        ("dyn-1", "SUCCESS"),
+        ("cfail-1", "COMPENSATION_FAILED"),
+    ]:
+        assert saga_id in ran.out
+        assert status in ran.out
+    rows = cli("list", "--json", db=sqlite_db).json()
+    assert {row["saga_id"]: row["status"] for row in rows} == {
+        "ok-1": "SUCCESS",
+        "comp-1": "COMPENSATED",
+        "dyn-1": "SUCCESS",
+        "cfail-1": "COMPENSATION_FAILED",
+    }
+    assert {row["saga_id"]: row["kind"] for row in rows}["dyn-1"] == "dynamic"
+
+
+def test_list_filters_by_status_age_limit_and_offset(sqlite_db: str) -> None:
+    """--status, --since, --limit and --offset narrow the list; a bad status or age is a usage error (2)."""
+
+    def ids(*args: str) -> list[str]:
+        return [row["saga_id"] for row in cli("list", "--json", *args, db=sqlite_db).json()]
+
+    assert ids("--status", "compensated") == ["comp-1"]
+    everything = ids()
+    assert ids("--limit", "2") == everything[:2]
+    assert ids("--limit", "2", "--offset", "1") == everything[1:3]
+    assert set(ids("--since", "1h")) == set(everything)
+    assert ids("--since", "2099-01-01") == []
+    assert cli("list", "--status", "DONE", db=sqlite_db).code == 2
+    bad = cli("list", "--since", "yesterday", db=sqlite_db)
+    assert bad.code == 2
+    assert "30m, 1h, 2d" in one_line_error(bad)
+
+
+def test_show_prints_the_complete_timeline_of_a_compensated_saga(sqlite_db: str) -> None:
+    """`show` of a compensated saga names each group, step, status, attempts, error, compensation and the cost."""
+    ran = cli("show", "comp-1", db=sqlite_db)
+    assert ran.code == 0, ran.err
+    out = ran.out
+    for text in (
+        "saga comp-1",
+        "COMPENSATED",
+        "group 0",
+        "group 2",
+        "charge",
+        "Charge",
+        "Ship",
+        "FAILED",
+        "3 attempts",
+        "ConnectionError: no carrier delivers to Atlantis",
+        "undone by compensate()",
+        "not compensated: it raised",
+        "cost      0.25, 100 tokens",
+    ):
+        assert text in out, text
+    assert "\x1b[" not in out  # readable without colour
+
+
+def test_show_tells_what_was_not_undone(sqlite_db: str) -> None:
+    """`show` of a COMPENSATION_FAILED saga shows the compensation's attempts and error."""
+    out = cli("show", "cfail-1", db=sqlite_db).out
+    assert "COMPENSATION_FAILED" in out
+    assert "NOT undone: compensate() gave up after 2 attempts: ConnectionError: the warehouse is down" in out
+
+
+def test_show_json_and_verbose(sqlite_db: str) -> None:
+    """`show --json` is the saga's result as data; `show -v` adds args, results and idempotency keys."""
+    data = cli("show", "dyn-1", "--json", db=sqlite_db).json()
+    assert data["kind"] == "dynamic"
+    assert data["status"] == "SUCCESS"
+    assert [step["tool_name"] for step in data["steps"]] == ["Charge", "Reserve"]
+    out = cli("show", "ok-1", "-v", db=sqlite_db).out
+    assert 'args: {"sku": "KB"}' in out
+    assert 'result: {"charge": 10}' in out
+    assert "idempotency key: sr-" in out
+
+
+def test_export_import_round_trip_into_another_file(sqlite_db: str, tmp_path: Path) -> None:
+    """`export -o` then `import` into another SQLite file gives the same saga, intact; a second import is a no-op."""
+    exported = tmp_path / "comp-1.json"
+    ran = cli("export", "comp-1", "-o", str(exported), db=sqlite_db)
+    assert ran.code == 0, ran.err
+    assert json.loads(exported.read_text())["saga"]["saga_id"] == "comp-1"
+    other = f"sqlite:///{tmp_path / 'other.db'}"
+    assert cli("import", str(exported), db=other).code == 0
+    assert cli("import", str(exported), db=other).code == 0
+    assert cli("show", "comp-1", "--json", db=other).json() == cli("show", "comp-1", "--json", db=sqlite_db).json()
+    assert cli("verify", "comp-1", db=other).code == 0
+    stdout_doc = cli("export", "comp-1", db=sqlite_db).json()
+    assert stdout_doc == json.loads(exported.read_text())
+
+
+def test_import_of_many_sagas_and_of_a_conflict(sqlite_db: str, tmp_path: Path) -> None:
+    """`import` takes JSON lines of many exports; other content under a stored id exits 5; junk exits 3."""
+    docs = [cli("export", saga_id, db=sqlite_db).json() for saga_id in ("ok-1", "dyn-1")]
+    lines = tmp_path / "many.jsonl"
+    lines.write_text("".join(json.dumps(doc) + "\n" for doc in docs))
+    other = f"sqlite:///{tmp_path / 'other.db'}"
+    ran = cli("import", str(lines), db=other)
+    assert ran.code == 0, ran.err
+    assert "imported 2 saga(s)" in ran.out
+    docs[0]["steps"][0]["result"] = {"charge": 11}
+    changed = tmp_path / "changed.json"
+    changed.write_text(json.dumps(docs[0]))
+    conflict = cli("import", str(changed), db=other)
+    assert conflict.code == 5
+    assert "already exists" in one_line_error(conflict)
+    junk = tmp_path / "junk.json"
+    junk.write_text("{not json")
+    assert cli("import", str(junk), db=other).code == 3
+
+
+def test_verify_passes_then_fails_on_a_tampered_row(sqlite_db: str, tmp_path: Path) -> None:
+    """`verify` exits 0 on an intact saga and 4, naming the altered record, after a row is edited behind its back."""
+    copy = tmp_path / "tampered.db"
+    copy.write_bytes(Path(sqlite_db.removeprefix("sqlite:///")).read_bytes())
+    url = f"sqlite:///{copy}"
+    ok = cli("verify", "ok-1", db=url)
+    assert ok.code == 0
+    assert "intact" in ok.out
+    conn = sqlite3.connect(copy)
+    with conn:
+        conn.execute("UPDATE steps SET result = '{\"charge\": 1000000}' WHERE saga_id = 'ok-1' AND step_id = 'charge'")
+    conn.close()
+    broken = cli("verify", "ok-1", db=url)
+    assert broken.code == 4
+    assert "BROKEN" in broken.out
+    assert "record #0 (step 'charge')" in broken.out
+    assert "altered" in broken.out
+    data = cli("verify", "ok-1", "--json", db=url)
+    assert data.code == 4
+    assert data.json()["ok"] is False
+    assert data.json()["problems"]
+
+
+def test_replay_rebuilds_a_plan_saga_without_tools(sqlite_db: str) -> None:
+    """`replay` of a recorded plan saga succeeds with no tools at hand; `--json` is its result."""
+    ran = cli("replay", "comp-1", db=sqlite_db)
+    assert ran.code == 0, ran.err
+    assert "no tool called" in ran.out
+    assert cli("replay", "comp-1", "--json", db=sqlite_db).json()["status"] == "COMPENSATED"
+
+
+def test_replay_of_a_record_that_diverges_exits_4(sqlite_db: str, tmp_path: Path) -> None:
+    """`replay` exits 4 when a step's recorded args differ from its plan's."""
+    copy = tmp_path / "diverged.db"
+    copy.write_bytes(Path(sqlite_db.removeprefix("sqlite:///")).read_bytes())
+    conn = sqlite3.connect(copy)
+    with conn:
+        conn.execute("UPDATE steps SET args = '{\"amount\": 99}' WHERE saga_id = 'ok-1' AND step_id = 'charge'")
+    conn.close()
+    ran = cli("replay", "ok-1", db=f"sqlite:///{copy}")
+    assert ran.code == 4
+    one_line_error(ran)
+
+
+# -- operating -------------------------------------------------------------------------------------------------
+
+
+def test_recover_drives_an_orphaned_saga_with_the_users_tools(work_db: str, tmp_path: Path) -> None:
+    """`recover --tools module:attr` imports the registry, resumes the orphan forward, and reports it."""
+    ran = cli("recover", "--tools", "cli_tools:registry", db=work_db, cwd=tmp_path)
+    assert ran.code == 0, ran.err
+    assert "recovered 1 saga(s)" in ran.out
+    assert "orphan-1" in ran.out
+    assert "SUCCESS" in ran.out
+    assert (tmp_path / "effects.log").read_text().splitlines() == ["reserve LAMP"]  # Charge had run: not again
+    again = cli("recover", "--tools", "cli_tools.py:registry", "--json", db=work_db, cwd=tmp_path)
+    assert again.code == 0
+    assert again.json() == []
+
+
+def test_unpark_then_recover(work_db: str, tmp_path: Path) -> None:
+    """`unpark` makes a PARKED saga live again, so the next `recover` finishes it; unparking a finished one exits 5."""
+    ran = cli("unpark", "parked-1", db=work_db)
+    assert ran.code == 0, ran.err
+    assert "RUNNING again" in ran.out
+    recovered = cli("recover", "--tools", "cli_tools:registry", "--json", db=work_db, cwd=tmp_path).json()
+    assert {r["saga_id"]: r["status"] for r in recovered} == {"orphan-1": "SUCCESS", "parked-1": "SUCCESS"}
+    wrong = cli("unpark", "ok-1", db=work_db)
+    assert wrong.code == 5
+    assert "not PARKED" in one_line_error(wrong)
+
+
+def test_retry_compensation_undoes_what_was_left(work_db: str, tmp_path: Path) -> None:
+    """`retry-compensation` of a COMPENSATION_FAILED saga compensates it with the user's tools; on another saga, 5."""
+    ran = cli("retry-compensation", "cfail-1", "--tools", "cli_tools:registry", db=work_db, cwd=tmp_path)
+    assert ran.code == 0, ran.err
+    assert "every effect is undone now (COMPENSATED)" in ran.out
+    assert (tmp_path / "effects.log").read_text().splitlines() == ["release PEN"]
+    wrong = cli("retry-compensation", "ok-1", "--tools", "cli_tools:registry", db=work_db, cwd=tmp_path)
+    assert wrong.code == 5
+    one_line_error(wrong)
+
+
+def test_a_bad_tools_option_is_a_usage_error(work_db: str, tmp_path: Path) -> None:
+    """An unimportable module, a missing attribute or a non-registry exits 2 with one line saying what to pass."""
+    for spec, text in [
+        ("nowhere:registry", "cannot import the tools module 'nowhere'"),
+        ("cli_tools:nothing", "has no 'nothing'"),
+        ("cli_tools:LOG", "not a saga_runtime.ToolRegistry"),
+        ("cli_tools", "module:attribute"),
+    ]:
+        ran = cli("recover", "--tools", spec, db=work_db, cwd=tmp_path)
+        assert ran.code == 2, (spec, ran.err)
+        assert text in one_line_error(ran), spec
+
+
+# -- errors ----------------------------------------------------------------------------------------------------
+
+
+def test_a_missing_saga_exits_1_in_one_line(sqlite_db: str) -> None:
+    """Every command given an unknown id exits 1 with one line naming the id and how to list ids."""
+    for command in (["show", "nope"], ["export", "nope"], ["verify", "nope"], ["replay", "nope"], ["unpark", "nope"]):
+        ran = cli(*command, db=sqlite_db)
+        assert ran.code == 1, (command, ran.err)
+        assert "'nope'" in one_line_error(ran)
+        assert "saga-runtime list" in ran.err
+
+
+def test_bad_urls_and_missing_files_exit_3_in_one_line(tmp_path: Path) -> None:
+    """A URL of an unknown scheme, a malformed one, or a SQLite file that is not there exits 3 saying what to do."""
+    unknown = cli("list", db="oracle://db")
+    assert unknown.code == 3
+    assert "use one of" in one_line_error(unknown)
+    missing = cli("list", db=f"sqlite:///{tmp_path / 'absent.db'}")
+    assert missing.code == 3
+    assert "--db URL" in one_line_error(missing)
+    assert not (tmp_path / "absent.db").exists()  # reading never creates an empty database
+
+
+def test_the_environment_variable_names_the_store(sqlite_db: str, tmp_path: Path) -> None:
+    """Without --db, SAGA_RUNTIME_DATABASE_URL names the store; without either, ./sagas.db is the default."""
+    ran = cli("list", "--json", env={"SAGA_RUNTIME_DATABASE_URL": sqlite_db})
+    assert len(ran.json()) == 4
+    default = cli("list", cwd=tmp_path)
+    assert default.code == 3
+    assert "'sagas.db'" in one_line_error(default)
+
+
+def test_an_unreachable_server_exits_3_in_one_line() -> None:
+    """A PostgreSQL server that does not answer exits 3 with one line naming the URL, password hidden."""
+    ran = cli("list", db="postgresql://someone:secret@127.0.0.1:1/nothing")
+    assert ran.code == 3
+    line = one_line_error(ran)
+    assert "cannot connect" in line
+    assert "secret" not in line
+
+
+def test_without_the_cli_extra_the_script_says_what_to_install(tmp_path: Path) -> None:
+    """When typer is not importable, the entry point exits 3 with the pip command to run."""
+    (tmp_path / "typer.py").write_text("raise ImportError('hidden for the test', name='typer')\n")
+    code = "import sys; sys.path.insert(0, sys.argv[1]); from saga_runtime._cli import main; main()"
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=False)
+    assert done.returncode == 3
+    assert "pip install 'saga-runtime[cli]'" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+# -- PostgreSQL ------------------------------------------------------------------------------------------------
+
+
+def test_postgres_list_show_verify_export(postgres_db: str, tmp_path: Path) -> None:
+    """Against PostgreSQL: list (filtered, JSON), show, verify and an export imported into SQLite agree."""
+    rows = cli("list", "--json", db=postgres_db).json()
+    assert {row["saga_id"] for row in rows} == {"ok-1", "comp-1", "dyn-1", "cfail-1"}
+    assert [r["saga_id"] for r in cli("list", "--json", "--status", "COMPENSATED", db=postgres_db).json()] == ["comp-1"]
+    show = cli("show", "comp-1", db=postgres_db)
+    assert show.code == 0
+    assert "ConnectionError: no carrier delivers to Atlantis" in show.out
+    assert cli("verify", "comp-1", db=postgres_db).code == 0
+    assert cli("replay", "comp-1", db=postgres_db).code == 0
+    exported = tmp_path / "pg.json"
+    assert cli("export", "comp-1", "-o", str(exported), db=postgres_db).code == 0
+    local = f"sqlite:///{tmp_path / 'from-pg.db'}"
+    assert cli("import", str(exported), db=local).code == 0
+    assert cli("verify", "comp-1", db=local).code == 0
+    missing = cli("show", "nope", db=postgres_db)
+    assert missing.code == 1
+    one_line_error(missing)
