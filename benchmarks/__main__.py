@@ -11,7 +11,7 @@ import platform
 import sys
 from typing import Any
 
-from benchmarks import durable, overhead
+from benchmarks import durable, overhead, recovery
 
 
 def table(title: str, rows: list[dict[str, Any]]) -> str:
@@ -32,6 +32,9 @@ def main(argv: list[str] | None = None) -> int:
         "in memory: overhead over bare awaits": [item.as_dict() for item in overhead.run(quick=args.quick)],
         "durable: 10-step saga, one at a time, vs raw insert+commit per step": [
             item.as_dict() for item in durable.run(quick=args.quick)
+        ],
+        "recovery: one executor taking over orphaned sagas, and takeover after a SIGKILL": [
+            item.as_dict() for item in recovery.run(quick=args.quick)
         ],
     }
     print(f"python {platform.python_version()} on {platform.machine()} ({platform.system()}), quick={args.quick}\n")

@@ -242,7 +242,15 @@ class SagaExecutor:
                     await self._release(saga, uncount=True)
                     continue
                 fresh += 1
-                result = await self._recover_one(saga, rows)
+                # The batch was claimed at once, but its sagas are driven one by one: by the time this one's turn
+                # comes, its lease may have run out and another executor taken it. Claim it again, right before
+                # driving it; only if it is still ours (or free) is it driven here.
+                if not await self._claim(saga):
+                    continue
+                try:
+                    result = await self._recover_one(saga, rows)
+                finally:
+                    self._active.discard(saga.saga_id)
                 if result is not None:
                     results.append(result)
             if not fresh:
@@ -263,7 +271,6 @@ class SagaExecutor:
         logger.info("saga %s: recovering (attempt %d), left %s", saga.saga_id, saga.recovery_attempts, saga.status)
         engine = self._engine_for(saga, rows)
         engine.detached = True  # no caller: if this worker stops, the saga stays for the next recovery
-        self._active.add(saga.saga_id)
         engine.emit("saga_started")
         try:
             if saga.kind == "plan":
@@ -282,7 +289,6 @@ class SagaExecutor:
             logger.error("saga %s: recovery attempt %d failed: %s", saga.saga_id, saga.recovery_attempts, exc)
             return None
         finally:
-            self._active.discard(saga.saga_id)
             if engine.detached and engine.fenced and not engine.saga.status.is_terminal:
                 await self._release(engine.saga)  # stopped by a shutdown: let the next worker take it now
 
@@ -359,12 +365,24 @@ class SagaExecutor:
         return SagaEngine(self._config, saga, steps)
 
     async def _claim(self, saga: SagaRow) -> bool:
-        """Take over a live saga whose owner is gone (or is this executor, restarted); return whether it did."""
+        """Take over a live saga whose owner is gone (or is this executor, restarted); return whether it did.
+
+        On success the saga is marked active in this executor: the caller drives it and unmarks it when done.
+        It is marked before the store is asked, so two paths of one executor (a run() resuming, a recover())
+        never both take it.
+        """
         if saga.saga_id in self._active:
             return False
+        self._active.add(saga.saga_id)
         started = now()
         expires = started + timedelta(seconds=self.lease_timeout)
-        if not await self.store.claim_saga(saga.saga_id, self.executor_id, expires, started):
+        try:
+            claimed = await self.store.claim_saga(saga.saga_id, self.executor_id, expires, started)
+        except BaseException:
+            self._active.discard(saga.saga_id)
+            raise
+        if not claimed:
+            self._active.discard(saga.saga_id)
             return False
         saga.owner, saga.lease_expires_at = self.executor_id, expires
         return True
@@ -452,6 +470,8 @@ class SagaExecutor:
     async def _drive(self, engine: SagaEngine, plan: Plan) -> SagaResult:
         """Run (or resume) a plan saga from wherever its rows stand, to a terminal status."""
         if engine.saga.status is SagaStatus.COMPENSATING:
+            for g, group in enumerate(plan.groups):  # name the failure that started the compensation
+                engine.adopt([engine.rows[step.step_id] for step in group], plan.join_of(g).mode)
             return await engine.compensate()
         group_ids = plan.group_ids()
 

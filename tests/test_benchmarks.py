@@ -29,3 +29,7 @@ def test_quick_benchmarks_run_and_report_every_workload(tmp_path: Path) -> None:
     assert [row["store"].split(" ")[0] for row in durable] == ["sqlite", "postgresql", "mysql"]
     for row in durable:
         assert row["skipped"] is not None or row["ratio"] > 0, row
+    recovery = results["recovery: one executor taking over orphaned sagas, and takeover after a SIGKILL"]
+    assert [row["store"] for row in recovery] == ["sqlite", "postgresql", "mysql"]
+    for row in recovery:
+        assert row["skipped"] is not None or row["recovered_sagas_per_s"] > 0, row
