@@ -8,7 +8,7 @@ effect in reverse when the saga cannot finish.
 import logging as _logging
 
 from saga_runtime._dynamic import DynamicSaga
-from saga_runtime._engine import Budget, SagaEvent, SagaHook
+from saga_runtime._engine import Budget, LoggingHook, SagaEvent, SagaHook
 from saga_runtime._exceptions import (
     BudgetExceededError,
     IdempotencyConflictError,
@@ -53,6 +53,7 @@ __all__ = [
     "DynamicSaga",
     "IdempotencyConflictError",
     "LLMRunner",
+    "LoggingHook",
     "MemoryStore",
     "MockLLMClient",
     "PlanPolicy",

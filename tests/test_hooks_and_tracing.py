@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -10,7 +11,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from saga_runtime import RetryPolicy, SagaEvent, SagaExecutor, SagaHook, SagaStatus, ToolRegistry
+from saga_runtime import LoggingHook, RetryPolicy, SagaEvent, SagaExecutor, SagaHook, SagaStatus, ToolRegistry
 from saga_runtime.otel import TracingHook
 
 
@@ -114,3 +115,15 @@ async def test_tracing_hook_builds_the_span_tree_of_a_compensated_saga() -> None
     compensations = [span for span in exporter.get_finished_spans() if span.name == "compensate Reserve"]
     assert compensations[-1].attributes is not None
     assert compensations[-1].attributes["saga.step.status"] == "COMPENSATED"
+
+
+async def test_logging_hook_logs_one_line_per_event_with_the_event_attached(caplog: pytest.LogCaptureFixture) -> None:
+    """LoggingHook writes every event to saga_runtime.events, failures at WARNING, with record.saga_event."""
+    caplog.set_level(logging.INFO, logger="saga_runtime.events")
+    await SagaExecutor(make_registry(), hooks=[LoggingHook()]).run(PLAN, saga_id="logged")
+    records = [r for r in caplog.records if r.name == "saga_runtime.events"]
+    events = [getattr(r, "saga_event") for r in records]  # noqa: B009 - set through `extra`, unknown to typing
+    assert events[0].kind == "saga_started"
+    assert records[-1].getMessage() == f"saga logged saga finished -> COMPENSATED: {events[-1].error}"
+    failed = {event.kind for record, event in zip(records, events, strict=True) if record.levelno == logging.WARNING}
+    assert failed >= {"attempt_failed", "step_finished", "saga_finished"}

@@ -1,7 +1,7 @@
 """Engine: runs one saga's groups, retries, timeouts, cancellation and compensation. Knows no driver."""
 
 from saga_runtime._engine._budget import Account, Budget
-from saga_runtime._engine._events import EventKind, SagaEvent, SagaHook
+from saga_runtime._engine._events import EventKind, LoggingHook, SagaEvent, SagaHook
 from saga_runtime._engine._lease import LeaseKeeper
 from saga_runtime._engine._saga import RUNNABLE, EngineConfig, SagaEngine
 
@@ -12,6 +12,7 @@ __all__ = [
     "EngineConfig",
     "EventKind",
     "LeaseKeeper",
+    "LoggingHook",
     "SagaEngine",
     "SagaEvent",
     "SagaHook",

@@ -10,7 +10,7 @@ from typing import Literal, Protocol, runtime_checkable
 from saga_runtime._exceptions import describe
 from saga_runtime._records import now
 
-__all__ = ["EventKind", "SagaEvent", "SagaHook", "emit"]
+__all__ = ["EventKind", "LoggingHook", "SagaEvent", "SagaHook", "emit"]
 
 logger = logging.getLogger("saga_runtime")
 
@@ -66,3 +66,40 @@ def emit(hooks: tuple[SagaHook, ...], event: SagaEvent) -> None:
             hook(event)
         except Exception as exc:
             logger.warning("saga %s: hook %r failed on %s: %s", event.saga_id, hook, event.kind, describe(exc))
+
+
+class LoggingHook:
+    """A `SagaHook` that logs every event as one line on `logger` (default: the `saga_runtime.events` logger).
+
+    Failures (a failed attempt, a step that did not succeed, a compensation that gave up, a saga that did not
+    end SUCCESS) are logged at WARNING, everything else at `level` (INFO by default). Each record carries the
+    event as `record.saga_event`, for JSON formatters and log shippers.
+    """
+
+    def __init__(self, logger: logging.Logger | None = None, level: int = logging.INFO) -> None:
+        self.logger = logger or logging.getLogger("saga_runtime.events")
+        self.level = level
+
+    def __call__(self, event: SagaEvent) -> None:
+        """Log one event."""
+        failed = event.error is not None or event.status in ("FAILED", "COMPENSATION_FAILED", "COMPENSATED")
+        level = logging.WARNING if failed and event.kind != "compensation_finished" else self.level
+        if event.kind == "compensation_finished" and event.status == "COMPENSATION_FAILED":
+            level = logging.ERROR
+        if not self.logger.isEnabledFor(level):
+            return
+        where = f" step {event.step_id} ({event.tool_name})" if event.step_id else ""
+        detail = f" attempt {event.attempt}" if event.attempt else ""
+        status = f" -> {event.status}" if event.status else ""
+        error = f": {event.error}" if event.error else ""
+        self.logger.log(
+            level,
+            "saga %s%s %s%s%s%s",
+            event.saga_id,
+            where,
+            event.kind.replace("_", " "),
+            detail,
+            status,
+            error,
+            extra={"saga_event": event},
+        )
