@@ -53,12 +53,12 @@ class SagaStore(Protocol):
         """Make `owner` the owner of a live saga if nobody else holds it; atomic; return whether it now does.
 
         A saga is free when it is RUNNING or COMPENSATING and unowned, owned by `owner` already, or its lease
-        expired before `now`. A finished saga is never claimed.
+        expired before `now`. A finished or PARKED saga is never claimed.
         """
         ...
 
     async def renew_leases(self, owner: str, saga_ids: Sequence[str], lease_expires_at: datetime) -> set[str]:
-        """Extend the leases `owner` still holds on `saga_ids`; return the ids it still owns (fencing)."""
+        """Extend the leases `owner` still holds on live `saga_ids`; return the ids it still owns (fencing)."""
         ...
 
     async def claim_expired(
@@ -67,7 +67,9 @@ class SagaStore(Protocol):
         """Take over up to `limit` live sagas whose lease expired before `now`; return snapshots of them.
 
         Atomic per saga (`FOR UPDATE SKIP LOCKED` on PostgreSQL and MySQL/MariaDB, `BEGIN IMMEDIATE` on SQLite):
-        two owners claiming at once never get the same saga. A live saga without a lease (NULL) counts as expired.
+        two owners claiming at once never get the same saga. A live saga without a lease (NULL) counts as expired;
+        a PARKED one is not live. In the same transaction each claimed saga's `recovery_attempts` goes up by one,
+        and the snapshots carry the new count.
         """
         ...
 

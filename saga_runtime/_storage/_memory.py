@@ -25,6 +25,9 @@ from saga_runtime._storage._keys import signing_key_bytes
 
 __all__ = ["MemoryStore"]
 
+# The statuses a lease is held on (as the SQL stores' LIVE_STATUSES): PARKED and the terminal ones are never claimed.
+_LIVE = frozenset({SagaStatus.RUNNING, SagaStatus.COMPENSATING})
+
 
 class MemoryStore:
     """Keep sagas in this process's memory: fast, private to the store object, gone when the process ends."""
@@ -117,7 +120,7 @@ class MemoryStore:
         """Make `owner` the owner of a live saga nobody else holds; return whether it now does."""
         self._check_open()
         saga = self._sagas.get(saga_id)
-        if saga is None or saga.status.is_terminal:
+        if saga is None or saga.status not in _LIVE:
             return False
         free = saga.owner in (None, owner) or saga.lease_expires_at is None or saga.lease_expires_at < now
         if free:
@@ -130,7 +133,7 @@ class MemoryStore:
         held = set()
         for saga_id in saga_ids:
             saga = self._sagas.get(saga_id)
-            if saga is not None and saga.owner == owner and not saga.status.is_terminal:
+            if saga is not None and saga.owner == owner and saga.status in _LIVE:
                 self._sagas[saga_id] = replace(saga, lease_expires_at=lease_expires_at)
                 held.add(saga_id)
         return held
@@ -138,16 +141,18 @@ class MemoryStore:
     async def claim_expired(
         self, owner: str, lease_expires_at: datetime, now: datetime, limit: int = 100
     ) -> list[tuple[SagaRow, list[StepRow]]]:
-        """Take over up to `limit` live sagas whose lease expired; return snapshots of them."""
+        """Take over up to `limit` live sagas whose lease expired, counting the claim; return snapshots of them."""
         self._check_open()
         claimed: list[tuple[SagaRow, list[StepRow]]] = []
         for saga in sorted(self._sagas.values(), key=lambda row: (row.created_at, row.saga_id)):
             if len(claimed) >= limit:
                 break
             expired = saga.lease_expires_at is None or saga.lease_expires_at < now
-            if saga.status.is_terminal or not expired:
+            if saga.status not in _LIVE or not expired:
                 continue
-            self._sagas[saga.saga_id] = replace(saga, owner=owner, lease_expires_at=lease_expires_at)
+            self._sagas[saga.saga_id] = replace(
+                saga, owner=owner, lease_expires_at=lease_expires_at, recovery_attempts=saga.recovery_attempts + 1
+            )
             snapshot = self._snapshot(saga.saga_id)
             assert snapshot is not None
             claimed.append(snapshot)

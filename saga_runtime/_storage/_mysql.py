@@ -8,6 +8,10 @@ Options, as keywords of `open_store` or URL query parameters, keywords winning:
 - `connect_timeout`: seconds to wait for a connection (default 10).
 - `pool_recycle`: seconds after which an idle connection is replaced, to stay under the server's `wait_timeout`
   (default 3600).
+- `retry_for`: seconds an operation that lost its connection (`StoreConnectionError`: the server restarted, the
+  connection was killed) is retried for, with exponential backoff, on a fresh connection (default 30; 0 turns
+  retries off). A broken connection is closed, never handed out again; each retry is logged at WARNING on the
+  `saga_runtime` logger. Opening the store is not retried: a server that cannot be reached fails `open_store`.
 
 The server must be MySQL 8.0 or MariaDB 10.6 or newer: recovery takes leases with `FOR UPDATE SKIP LOCKED`, and
 the schema uses JSON and DATETIME(6) columns. Sessions run in strict SQL mode (`TRADITIONAL`), so a value that
@@ -29,9 +33,9 @@ import pymysql
 from saga_runtime._exceptions import StoreBusyError, StoreConnectionError, StoreError
 from saga_runtime._storage._errors import CONNECT_ADVICE, ErrorMap, convert
 from saga_runtime._storage._open import redact_url
-from saga_runtime._storage._sqlstore import SQLStore, Transaction
+from saga_runtime._storage._sqlstore import DEFAULT_RETRY_FOR, SQLStore, Transaction, retry_for_option
 
-__all__ = ["ERROR_MAP", "MySQLStore", "map_exceptions"]
+__all__ = ["CODE_MAP", "ERROR_MAP", "MySQLStore", "map_exceptions", "store_error"]
 
 _err = pymysql.err
 
@@ -55,17 +59,32 @@ CODE_MAP: dict[int, tuple[type[StoreError], str]] = {
     1044: (StoreConnectionError, "the user may not use this database; GRANT it the rights"),
     1045: (StoreConnectionError, "check the user name and password"),
     1049: (StoreConnectionError, "create the database first (CREATE DATABASE name)"),
+    1053: (StoreConnectionError, "the server is shutting down; retry when it is back"),
     1205: (StoreBusyError, "a lock wait timed out; nothing was written, retry it"),
     1213: (StoreBusyError, "the server broke a deadlock by rolling this transaction back; retry it"),
+    1927: (StoreConnectionError, "the server killed the connection (KILL, or a restart); is it up?"),
     2002: (StoreConnectionError, CONNECT_ADVICE),
     2003: (StoreConnectionError, CONNECT_ADVICE),
     2005: (StoreConnectionError, "is the host name right?"),
     2006: (StoreConnectionError, "the server closed the connection; is it up?"),
     2013: (StoreConnectionError, "the connection was lost mid-query; is the server up?"),
+    2055: (StoreConnectionError, "the connection was lost; is the server up?"),
+    4031: (StoreConnectionError, "the server closed the idle connection; lower pool_recycle below wait_timeout"),
 }
+# Server codes that mean the connection could not be made at all (the others lost one that was made).
+_CONNECT_CODES = frozenset({1040, 1044, 1045, 1049})
 _CATCH: tuple[type[BaseException], ...] = (_err.MySQLError, OSError, TimeoutError)
 _CLEANUP_SECONDS = 5.0
 _MIN_VERSION = {"MariaDB": (10, 6), "MySQL": (8, 0)}
+
+
+def store_error(exc: BaseException, url: str, *, connecting: bool = False) -> StoreError:
+    """Return the StoreError subclass of a pymysql/aiomysql (or socket) error, refined by its server code."""
+    code = exc.args[0] if isinstance(exc, _err.MySQLError) and exc.args else None
+    if isinstance(code, int) and code in CODE_MAP:
+        kind, advice = CODE_MAP[code]
+        return convert(exc, ERROR_MAP, url, kind=kind, advice=advice, connecting=connecting or code in _CONNECT_CODES)
+    return convert(exc, ERROR_MAP, url, connecting=connecting)
 
 
 @contextmanager
@@ -74,11 +93,7 @@ def map_exceptions(url: str, *, connecting: bool = False) -> Iterator[None]:
     try:
         yield
     except _CATCH as exc:
-        code = exc.args[0] if isinstance(exc, _err.MySQLError) and exc.args else None
-        if isinstance(code, int) and code in CODE_MAP:
-            kind, advice = CODE_MAP[code]
-            raise convert(exc, ERROR_MAP, url, kind=kind, advice=advice, connecting=connecting or code < 2000) from exc
-        raise convert(exc, ERROR_MAP, url, connecting=connecting) from exc
+        raise store_error(exc, url, connecting=connecting) from exc
 
 
 def _check_server(version: str, url: str) -> None:
@@ -121,8 +136,8 @@ class MySQLStore(SQLStore):
     dialect = "mysql"
     atomic_batches = True
 
-    def __init__(self, url: str, pool: Any, database: str) -> None:
-        super().__init__(url)
+    def __init__(self, url: str, pool: Any, database: str, *, retry_for: float = DEFAULT_RETRY_FOR) -> None:
+        super().__init__(url, retry_for=retry_for)
         self._pool = pool
         self._database = database
 
@@ -135,6 +150,7 @@ class MySQLStore(SQLStore):
         max_size: int | None = None,
         connect_timeout: float | None = None,
         pool_recycle: float | None = None,
+        retry_for: float | None = None,
     ) -> MySQLStore:
         """Connect a pool to the MySQL/MariaDB database at `url` and bring its schema up to date."""
         redacted = redact_url(url)
@@ -145,6 +161,7 @@ class MySQLStore(SQLStore):
         timeout = float(connect_timeout if connect_timeout is not None else query.pop("connect_timeout", 10.0))
         recycle = float(pool_recycle if pool_recycle is not None else query.pop("pool_recycle", 3600))
         unix_socket = query.pop("unix_socket", None)
+        retry = retry_for_option(retry_for, query)
         for name in ("min_size", "max_size", "connect_timeout", "pool_recycle"):
             query.pop(name, None)
         if query:
@@ -172,7 +189,7 @@ class MySQLStore(SQLStore):
                 # Autocommit for single-statement reads; writes open their own transaction with BEGIN.
                 autocommit=True,
             )
-        store = cls(url, pool, database)
+        store = cls(url, pool, database, retry_for=retry)
         try:
             async with store._transaction(begin=False) as tx:
                 _check_server(str((await tx.fetch("SELECT VERSION()"))[0][0]), redacted)
@@ -207,8 +224,11 @@ class MySQLStore(SQLStore):
                     yield _MySQLTransaction(cursor)
                     if begin:
                         await conn.commit()
-                except _err.MySQLError:
-                    if begin:
+                except _err.MySQLError as exc:
+                    if isinstance(store_error(exc, self._url), StoreConnectionError):
+                        # Lost (killed, server gone): closed, so the pool drops it instead of handing it out again.
+                        conn.close()
+                    elif begin:
                         await self._rollback(conn)
                     raise
                 except BaseException:

@@ -56,8 +56,9 @@ async def _open(url: str | None, options: dict[str, Any]) -> SagaStore:
     store_class = getattr(module, class_name)
     key = signing_key_bytes(options.pop("signing_key", None))
     if scheme == "memory":
+        options.pop("retry_for", None)  # no connection to lose
         if options:
-            raise TypeError(f"the memory store takes only signing_key=, got {sorted(options)}")
+            raise TypeError(f"the memory store takes only signing_key= (and retry_for=), got {sorted(options)}")
         store: SagaStore = store_class(signing_key=key)
         return store
     opened = await store_class.open(url, **options)
@@ -94,5 +95,10 @@ def open_store(url: str | None = None, **options: Any) -> StoreOpener:
 
     Awaitable (close the store with `await store.close()`) and an async context manager. Creates or migrates
     the schema of SQL stores. Each `memory://` store is a fresh, private one.
+
+    `retry_for` (seconds, default 30; 0 turns it off): how long a SQL store retries, with exponential backoff on a
+    fresh connection, an operation whose connection was lost (a server restart, a killed connection) before it
+    raises `StoreConnectionError`. Every store operation is safe to run again. Other options are the driver's
+    (see each store module's docstring).
     """
     return StoreOpener(url, options)

@@ -7,6 +7,10 @@ go to asyncpg. Options, as keywords of `open_store` or URL query parameters, key
   connection for one transaction; size `max_size` to the concurrency of the executors of this process.
 - `connect_timeout`: seconds to wait for a connection (default 10).
 - `command_timeout`: seconds a statement may run before it is cancelled (default: no limit).
+- `retry_for`: seconds an operation that lost its connection (`StoreConnectionError`: the server restarted, the
+  backend was terminated) is retried for, with exponential backoff, on a fresh connection (default 30; 0 turns
+  retries off). A broken connection is closed, never handed out again; each retry is logged at WARNING on the
+  `saga_runtime` logger. Opening the store is not retried: a server that cannot be reached fails `open_store`.
 """
 
 from __future__ import annotations
@@ -21,9 +25,9 @@ import anyio
 import asyncpg
 
 from saga_runtime._exceptions import StoreBusyError, StoreConnectionError, StoreError
-from saga_runtime._storage._errors import CONNECT_ADVICE, ErrorMap, mapping_errors
+from saga_runtime._storage._errors import CONNECT_ADVICE, ErrorMap, convert, mapping_errors
 from saga_runtime._storage._open import redact_url
-from saga_runtime._storage._sqlstore import SQLStore, Transaction
+from saga_runtime._storage._sqlstore import DEFAULT_RETRY_FOR, SQLStore, Transaction, retry_for_option
 
 __all__ = ["ERROR_MAP", "PostgresStore", "map_exceptions"]
 
@@ -37,6 +41,7 @@ ERROR_MAP: ErrorMap = {
     _exc.PostgresConnectionError: (StoreConnectionError, CONNECT_ADVICE),
     _exc.CannotConnectNowError: (StoreConnectionError, "the server is starting or stopping; retry shortly"),
     _exc.AdminShutdownError: (StoreConnectionError, "the server is shutting down; retry when it is back"),
+    _exc.CrashShutdownError: (StoreConnectionError, "the server crashed; retry when it is back"),
     _exc.TransactionRollbackError: (StoreBusyError, ""),
     _exc.LockNotAvailableError: (StoreBusyError, ""),
     _exc.QueryCanceledError: (StoreError, "a statement ran past its timeout; raise command_timeout"),
@@ -105,8 +110,8 @@ class PostgresStore(SQLStore):
     dialect = "postgresql"
     atomic_batches = True
 
-    def __init__(self, url: str, pool: Any) -> None:
-        super().__init__(url)
+    def __init__(self, url: str, pool: Any, *, retry_for: float = DEFAULT_RETRY_FOR) -> None:
+        super().__init__(url, retry_for=retry_for)
         self._pool = pool
 
     @classmethod
@@ -118,6 +123,7 @@ class PostgresStore(SQLStore):
         max_size: int | None = None,
         connect_timeout: float | None = None,
         command_timeout: float | None = None,
+        retry_for: float | None = None,
     ) -> PostgresStore:
         """Connect a pool to the PostgreSQL database at `url` and bring its schema up to date."""
         redacted = redact_url(url)
@@ -128,6 +134,7 @@ class PostgresStore(SQLStore):
         timeout = float(connect_timeout if connect_timeout is not None else query.pop("connect_timeout", 10.0))
         if command_timeout is None and "command_timeout" in query:
             command_timeout = float(query.pop("command_timeout"))
+        retry = retry_for_option(retry_for, query)
         for name in ("min_size", "max_size", "connect_timeout"):
             query.pop(name, None)
         if not 0 <= low <= high or high < 1:
@@ -142,7 +149,7 @@ class PostgresStore(SQLStore):
                 command_timeout=command_timeout,
                 reset=_keep_session,
             )
-        store = cls(url, pool)
+        store = cls(url, pool, retry_for=retry)
         try:
             await store._migrate()
         except BaseException:
@@ -156,12 +163,32 @@ class PostgresStore(SQLStore):
         with map_exceptions(self._url):
             # The pool releases a connection shielded and rolls back whatever a cancelled caller left open.
             async with self._pool.acquire() as conn:
-                if not begin:
-                    # Autocommit: each statement is atomic on its own, in one round trip.
-                    yield _PostgresTransaction(conn)
-                    return
-                async with conn.transaction():
-                    yield _PostgresTransaction(conn)
+                try:
+                    if not begin:
+                        # Autocommit: each statement is atomic on its own, in one round trip.
+                        yield _PostgresTransaction(conn)
+                        return
+                    async with conn.transaction():
+                        yield _PostgresTransaction(conn)
+                except _CATCH as exc:
+                    raise self._lost(conn, exc) from exc
+
+    def _lost(self, conn: Any, exc: BaseException) -> StoreError:
+        """Return the StoreError of a driver error; if the connection is lost, close it so the pool never reuses it.
+
+        A connection closed under the error is lost whatever the error says ("connection is closed", say).
+        """
+        error = convert(exc, ERROR_MAP, self._url)
+        try:
+            closed = conn.is_closed()
+        except _exc.InterfaceError:  # the pool detached it from its connection, which closed
+            closed = True
+        if closed and not isinstance(error, StoreConnectionError):
+            error = convert(exc, ERROR_MAP, self._url, kind=StoreConnectionError)
+        if isinstance(error, StoreConnectionError) and not closed:
+            # The pool drops a closed connection on release and opens a new one on the next acquire.
+            conn.terminate()
+        return error
 
     def _schema_transaction(self) -> AbstractAsyncContextManager[Transaction]:
         return self._locked_transaction()

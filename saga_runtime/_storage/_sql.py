@@ -45,6 +45,8 @@ SAGA_COLUMNS = (
     "created_at",
     "updated_at",
     "finished_at",
+    "recovery_attempts",
+    "parked_from",
 )
 STEP_COLUMNS = (
     "saga_id",
@@ -154,6 +156,17 @@ def _schema_v1(dialect: DialectName) -> list[str]:
     ]
 
 
+def _schema_v2(dialect: DialectName) -> list[str]:
+    # Recovery counts its claims of a saga, and parks one that failed too often, keeping the status it left.
+    # One ALTER where the dialect allows it: MySQL's DDL commits on its own, so one statement is all or nothing.
+    # `parked_from` holds a status name, as `status` does (the same type, so every status fits).
+    t = _TYPES[dialect]
+    columns = [f"ADD COLUMN recovery_attempts {t['int']} NOT NULL DEFAULT 0", f"ADD COLUMN parked_from {t['short']}"]
+    if dialect == "sqlite":  # one column per ALTER TABLE; its DDL is transactional anyway
+        return [f"ALTER TABLE sagas {column}" for column in columns]
+    return ["ALTER TABLE sagas " + ", ".join(columns)]
+
+
 @dataclass(frozen=True, slots=True)
 class Migration:
     """One step of the schema: the statements that take a database from `version - 1` to `version`."""
@@ -167,6 +180,7 @@ class Migration:
 # Append new versions here; never edit one that has shipped.
 MIGRATIONS: list[Migration] = [
     Migration(1, "sagas and steps", _schema_v1),
+    Migration(2, "recovery attempts and parked sagas", _schema_v2),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
@@ -301,8 +315,12 @@ class Queries:
         return self._in("SELECT saga_id FROM sagas WHERE owner = ? AND status IN (?, ?) AND saga_id IN (*)", count)
 
     def take(self, count: int) -> str:
-        """Return the UPDATE giving `count` sagas to an owner (params: owner, lease, ids...)."""
-        return self._in("UPDATE sagas SET owner = ?, lease_expires_at = ? WHERE saga_id IN (*)", count)
+        """Return the UPDATE giving `count` sagas to an owner, counting the claim (params: owner, lease, ids...)."""
+        return self._in(
+            "UPDATE sagas SET owner = ?, lease_expires_at = ?, recovery_attempts = recovery_attempts + 1 "
+            "WHERE saga_id IN (*)",
+            count,
+        )
 
     def load_many(self, count: int) -> str:
         """Return the read of `count` sagas and their steps, sagas in created order, steps by seq."""
@@ -313,7 +331,8 @@ class Queries:
         )
 
 
-# The statuses of a live saga (one a lease is held on), in the order the lease queries take them.
+# The statuses of a live saga (one a lease is held on), in the order the lease queries take them. PARKED is not
+# live: no lease query (claim_saga, renew_leases, claim_expired) ever touches a parked saga.
 LIVE_STATUSES = (SagaStatus.RUNNING.value, SagaStatus.COMPENSATING.value)
 
 _TIME_FORMAT = "%Y-%m-%d %H:%M:%S.%f+00:00"
@@ -398,6 +417,8 @@ class RowCodec:
             self.time_in(row.created_at),
             self.time_in(row.updated_at),
             self.time_in(row.finished_at),
+            int(row.recovery_attempts),
+            None if row.parked_from is None else row.parked_from.value,
         )
 
     def step_params(self, row: StepRow) -> tuple[Any, ...]:
@@ -447,6 +468,8 @@ class RowCodec:
             created_at=created_at,
             updated_at=updated_at,
             finished_at=self.time_out(r[14]),
+            recovery_attempts=int(r[15]),
+            parked_from=None if r[16] is None else SagaStatus(r[16]),
         )
 
     def step_row(self, r: Sequence[Any]) -> StepRow:

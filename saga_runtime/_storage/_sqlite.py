@@ -9,6 +9,9 @@ URLs: `sqlite:///relative/path.db` (relative to the working directory), `sqlite:
   commits (never the file's consistency) if the machine loses power. A process crash loses nothing with either.
 - `busy_timeout`: seconds a write waits for another process's write lock before failing with `StoreBusyError`
   (default 5).
+- `retry_for`: seconds an operation whose connection was lost (`StoreConnectionError`: the file could not be
+  opened again, the connection was closed under the store) is retried for, with exponential backoff, reopening
+  the file (default 30; 0 turns retries off). Each retry is logged at WARNING on the `saga_runtime` logger.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import anyio
 from saga_runtime._exceptions import StoreBusyError, StoreConnectionError, StoreError
 from saga_runtime._storage._errors import ErrorMap, convert
 from saga_runtime._storage._open import redact_url
-from saga_runtime._storage._sqlstore import SQLStore, Transaction
+from saga_runtime._storage._sqlstore import DEFAULT_RETRY_FOR, SQLStore, Transaction, retry_for_option
 
 __all__ = ["ERROR_MAP", "SQLiteStore", "map_exceptions"]
 
@@ -102,42 +105,95 @@ class _SQLiteTransaction:
         return list(await self._conn.execute_fetchall(sql, params))
 
 
+def _usable(conn: aiosqlite.Connection) -> bool:
+    """Tell whether an aiosqlite connection still runs (closed, every call on it raises ValueError)."""
+    # aiosqlite 0.22 has no public "is it open"; these are the attributes its own _execute checks.
+    return bool(getattr(conn, "_running", False)) and getattr(conn, "_connection", None) is not None
+
+
+async def _worker_stopped(conn: aiosqlite.Connection) -> None:
+    """Wait (bounded, shielded) for the thread of a connection that failed to open to end.
+
+    aiosqlite stops that thread without waiting for it; if the event loop closed first, the thread would fail
+    answering it ("Event loop is closed"), an unhandled exception in a thread.
+    """
+    thread = getattr(conn, "_thread", None)
+    with anyio.move_on_after(_CLEANUP_SECONDS, shield=True):
+        while thread is not None and thread.is_alive():  # noqa: ASYNC110 - a foreign thread sets no event
+            await anyio.sleep(0.001)
+
+
+async def _connect(path: str, synchronous: str, busy_timeout: float, url: str) -> aiosqlite.Connection:
+    """Open the file at `path` with the store's pragmas; raise StoreConnectionError if it cannot be opened."""
+    # isolation_level=None: the store issues BEGIN IMMEDIATE / COMMIT itself.
+    pending = aiosqlite.connect(path, isolation_level=None)
+    try:
+        with map_exceptions(url, connecting=True):
+            conn = await pending
+    except BaseException:
+        await _worker_stopped(pending)
+        raise
+    try:
+        with map_exceptions(url, connecting=True):
+            # Wait for another process's write lock instead of failing at once.
+            await conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+            # WAL: readers never block the writer, and a commit appends to the log instead of rewriting pages.
+            await conn.execute("PRAGMA journal_mode = WAL")
+            # FULL by default: a commit is on disk when save() returns (see the module docstring).
+            await conn.execute(f"PRAGMA synchronous = {synchronous}")
+    except BaseException:
+        with anyio.move_on_after(_CLEANUP_SECONDS, shield=True), contextlib.suppress(sqlite3.Error, ValueError):
+            await conn.close()
+        raise
+    return conn
+
+
 class SQLiteStore(SQLStore):
     """Keep sagas in a SQLite file, in WAL mode, writing through one connection."""
 
     dialect = "sqlite"
 
-    def __init__(self, url: str, conn: aiosqlite.Connection) -> None:
-        super().__init__(url)
+    def __init__(
+        self,
+        url: str,
+        conn: aiosqlite.Connection,
+        *,
+        synchronous: str = "FULL",
+        busy_timeout: float = 5.0,
+        retry_for: float = DEFAULT_RETRY_FOR,
+    ) -> None:
+        super().__init__(url, retry_for=retry_for)
         self._conn = conn
         self._tx = _SQLiteTransaction(conn)
         # One connection for the store: transactions of its tasks must not interleave on it.
         self._lock = asyncio.Lock()
+        # What a new connection needs, should this one be lost; and whether it was.
+        self._connect_args = (sqlite_path(url), synchronous, busy_timeout, self._url)
+        self._broken = False
 
     @classmethod
-    async def open(cls, url: str, *, synchronous: str | None = None, busy_timeout: float | None = None) -> SQLiteStore:
+    async def open(
+        cls,
+        url: str,
+        *,
+        synchronous: str | None = None,
+        busy_timeout: float | None = None,
+        retry_for: float | None = None,
+    ) -> SQLiteStore:
         """Open (creating if needed) the SQLite database at `url` and bring its schema up to date."""
         redacted = redact_url(url)
         path = sqlite_path(url)
         query = dict(parse_qsl(urlsplit(url).query))
         level = str(synchronous or query.pop("synchronous", "FULL")).upper()
         timeout = float(busy_timeout if busy_timeout is not None else query.pop("busy_timeout", 5.0))
+        retry = retry_for_option(retry_for, query)
         if query:
             raise TypeError(f"unknown SQLite store options in {redacted!r}: {sorted(query)}")
         if level not in _SYNCHRONOUS:
             raise ValueError(f"synchronous must be one of {', '.join(_SYNCHRONOUS)}, not {level!r}")
-        with map_exceptions(redacted, connecting=True):
-            # isolation_level=None: the store issues BEGIN IMMEDIATE / COMMIT itself.
-            conn = await aiosqlite.connect(path, isolation_level=None)
-        store = cls(url, conn)
+        conn = await _connect(path, level, timeout, redacted)
+        store = cls(url, conn, synchronous=level, busy_timeout=timeout, retry_for=retry)
         try:
-            with map_exceptions(redacted, connecting=True):
-                # Wait for another process's write lock instead of failing at once.
-                await conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
-                # WAL: readers never block the writer, and a commit appends to the log instead of rewriting pages.
-                await conn.execute("PRAGMA journal_mode = WAL")
-                # FULL by default: a commit is on disk when save() returns (see the module docstring).
-                await conn.execute(f"PRAGMA synchronous = {level}")
             await store._migrate()
         except BaseException:
             with anyio.move_on_after(_CLEANUP_SECONDS, shield=True):
@@ -145,30 +201,62 @@ class SQLiteStore(SQLStore):
             raise
         return store
 
+    async def _reconnect(self) -> None:
+        """Replace a lost connection with a new one; raise StoreConnectionError if the file cannot be opened."""
+        with anyio.move_on_after(_CLEANUP_SECONDS, shield=True), contextlib.suppress(sqlite3.Error, ValueError):
+            await self._conn.close()
+        if self._connect_args[0] == ":memory:":
+            # Not a StoreConnectionError, so not retried: a new connection would be a new, empty database.
+            raise StoreError(
+                f"the in-memory database of {self._url} was lost with its connection; open a new store", url=self._url
+            )
+        self._conn = await _connect(*self._connect_args)
+        self._tx = _SQLiteTransaction(self._conn)
+        self._broken = False
+
     @asynccontextmanager
     async def _transaction(self, *, begin: bool) -> AsyncIterator[Transaction]:
         async with self._lock:
-            with map_exceptions(self._url):
-                if not begin:
-                    # Autocommit: each statement is atomic (and durable) on its own.
-                    yield self._tx
-                    return
-                # IMMEDIATE: take the write lock now, so two processes never both read then write (no upgrade
-                # deadlock) and a busy database fails at BEGIN, before anything was done.
-                try:
-                    # Inside the try: a caller cancelled while BEGIN runs on aiosqlite's thread still rolls back.
-                    await self._conn.execute("BEGIN IMMEDIATE")
-                    yield self._tx
-                    await self._conn.execute("COMMIT")
-                except BaseException:
-                    await self._rollback()
+            if self._broken:
+                await self._reconnect()
+            try:
+                with map_exceptions(self._url):
+                    if not begin:
+                        # Autocommit: each statement is atomic (and durable) on its own.
+                        yield self._tx
+                        return
+                    # IMMEDIATE: take the write lock now, so two processes never both read then write (no upgrade
+                    # deadlock) and a busy database fails at BEGIN, before anything was done.
+                    try:
+                        # Inside the try: a caller cancelled while BEGIN runs on aiosqlite's thread still rolls back.
+                        await self._conn.execute("BEGIN IMMEDIATE")
+                        yield self._tx
+                        await self._conn.execute("COMMIT")
+                    except BaseException:
+                        await self._rollback()
+                        raise
+            except ValueError as exc:
+                if _usable(self._conn):
                     raise
+                # aiosqlite's connection was closed under the store (or its thread is gone): a lost connection.
+                self._broken = True
+                raise convert(
+                    exc,
+                    ERROR_MAP,
+                    self._url,
+                    kind=StoreConnectionError,
+                    advice="the store's SQLite connection was closed; it is reopened on the next call",
+                ) from exc
+            except StoreConnectionError:
+                self._broken = True
+                raise
 
     async def _rollback(self) -> None:
         # Shielded and bounded: a cancelled caller must still leave the connection out of its transaction.
         with anyio.move_on_after(_CLEANUP_SECONDS, shield=True):
-            # sqlite3.Error: no transaction was open (BEGIN failed, or COMMIT went through).
-            with contextlib.suppress(sqlite3.Error):
+            # sqlite3.Error: no transaction was open (BEGIN failed, or COMMIT went through); ValueError: the
+            # connection is closed, so is its transaction.
+            with contextlib.suppress(sqlite3.Error, ValueError):
                 await self._conn.execute("ROLLBACK")
 
     def _schema_transaction(self) -> AbstractAsyncContextManager[Transaction]:
@@ -176,5 +264,7 @@ class SQLiteStore(SQLStore):
         return self._transaction(begin=True)
 
     async def _close_connections(self) -> None:
+        if not _usable(self._conn):  # lost already: nothing to close
+            return
         with map_exceptions(self._url):
             await self._conn.close()

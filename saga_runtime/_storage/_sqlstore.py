@@ -1,15 +1,28 @@
-"""SQLStore: the SagaStore contract written once over a minimal transaction interface each driver provides."""
+"""SQLStore: the SagaStore contract written once over a minimal transaction interface each driver provides.
+
+Every operation is one transaction, safe to run again: `create_saga` inserts or does nothing, `save` upserts,
+claims are conditional. So an operation that lost its connection (`StoreConnectionError`: the server restarted,
+a connection was killed) is retried on a fresh connection, with exponential backoff, for up to `retry_for`
+seconds (`open_store(url, retry_for=30.0)`, the default; 0 turns retries off). Busy or deadlocked transactions
+(`StoreBusyError`) and refused values are not retried here: they are the caller's to handle.
+"""
 
 from __future__ import annotations
 
 import abc
+import logging
+import math
+import random
+import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, TypeVar
 
-from saga_runtime._exceptions import IdempotencyConflictError, StoreError
+import anyio
+
+from saga_runtime._exceptions import IdempotencyConflictError, StoreConnectionError, StoreError
 from saga_runtime._records import (
     SagaResult,
     SagaRow,
@@ -36,10 +49,32 @@ from saga_runtime._storage._sql import (
     schema_too_new,
 )
 
-__all__ = ["SQLStore", "Transaction"]
+__all__ = ["DEFAULT_RETRY_FOR", "SQLStore", "Transaction", "retry_for_option"]
+
+logger = logging.getLogger("saga_runtime")
 
 # Ids per `IN (...)` list: well under every driver's limit on parameters of one statement.
 _IN_CHUNK = 500
+
+# Retries after a lost connection: the first after about 50 ms, doubling up to 2 s between tries, each wait
+# jittered (50-100 %) so the workers of a restarted server do not all reconnect at the same instant.
+DEFAULT_RETRY_FOR = 30.0
+_FIRST_DELAY = 0.05
+_MAX_DELAY = 2.0
+
+_T = TypeVar("_T")
+
+
+def retry_for_option(value: float | None, query: dict[str, str]) -> float:
+    """Return the `retry_for` seconds of a store: the keyword, else the URL's query parameter, else the default.
+
+    Removes `retry_for` from `query` either way; raise ValueError unless it is a finite number >= 0.
+    """
+    raw = query.pop("retry_for", None)
+    seconds = float(value if value is not None else raw if raw is not None else DEFAULT_RETRY_FOR)
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise ValueError(f"retry_for must be a number of seconds >= 0 (0: no retries), not {seconds!r}")
+    return seconds
 
 
 class Transaction(Protocol):
@@ -66,11 +101,12 @@ class SQLStore(abc.ABC):
     # statement), so a batch of step rows needs no explicit transaction.
     atomic_batches: ClassVar[bool] = False
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, retry_for: float = DEFAULT_RETRY_FOR) -> None:
         self._url = redact_url(url)
         self._queries = Queries(self.dialect)
         self._codec = RowCodec(self.dialect)
         self._closed = False
+        self._retry_for = retry_for
 
     # -- what a driver provides ------------------------------------------------------------------------------
 
@@ -128,6 +164,46 @@ class SQLStore(abc.ABC):
         if self._closed:
             raise StoreError(f"the store {self._url} is closed; open a new one with open_store()", url=self._url)
 
+    @property
+    def retry_for(self) -> float:
+        """Return the seconds an operation that lost its connection is retried for (0: not retried)."""
+        return self._retry_for
+
+    async def _retrying(self, what: str, operation: Callable[[], Awaitable[_T]]) -> _T:
+        """Run `operation` (one whole transaction); run it again on a fresh connection while it loses its own.
+
+        Only StoreConnectionError is retried, with exponential backoff, until `retry_for` seconds have passed
+        since the first try; then the last error is raised. Cancellation goes through at once (a sleep).
+        """
+        started = time.monotonic()
+        retries = 0
+        while True:
+            self._check_open()
+            try:
+                return await operation()
+            except StoreConnectionError as exc:
+                elapsed = time.monotonic() - started
+                remaining = self._retry_for - elapsed
+                if remaining <= 0:
+                    if retries:
+                        exc.add_note(
+                            f"saga_runtime gave up after {retries} retries over {elapsed:.1f}s "
+                            f"(retry_for={self._retry_for:g}s)"
+                        )
+                    raise
+                delay = min(remaining, min(_MAX_DELAY, _FIRST_DELAY * 2**retries) * random.uniform(0.5, 1.0))
+                retries += 1
+                # The error names the store's URL (password hidden).
+                logger.warning(
+                    "%s lost its connection, retry %d in %.2fs (giving up in %.1fs): %s",
+                    what,
+                    retries,
+                    delay,
+                    remaining,
+                    exc,
+                )
+                await anyio.sleep(delay)
+
     async def _migrate(self) -> int:
         """Create the schema or bring it up to SCHEMA_VERSION in place; return the version found."""
         q = self._queries
@@ -153,7 +229,9 @@ class SQLStore(abc.ABC):
 
     async def schema_version(self) -> int:
         """Return the schema version recorded in the database."""
-        self._check_open()
+        return await self._retrying("schema_version", self._schema_version_once)
+
+    async def _schema_version_once(self) -> int:
         async with self._transaction(begin=False) as tx:
             return int((await tx.fetch(self._queries.read_version))[0][0] or 0)
 
@@ -161,11 +239,32 @@ class SQLStore(abc.ABC):
         sql = self._queries.load + (self._queries.lock_suffix if lock else "")
         return self._codec.rows_of_load(await tx.fetch(sql, (saga_id,)))
 
-    async def _insert(self, saga: SagaRow, steps: Sequence[StepRow]) -> tuple[SagaRow, list[StepRow]] | None:
-        """Insert a saga and its steps unless the id is taken; return what is stored under it if it is."""
+    async def _insert(
+        self, saga: SagaRow, steps: Sequence[StepRow], what: str = "create_saga"
+    ) -> tuple[SagaRow, list[StepRow]] | None:
+        """Insert a saga and its steps unless the id is taken; return what is stored under it if it is.
+
+        Retried on a lost connection. A retry finding exactly these rows stored returns None: they are this
+        call's own, committed by a try whose answer the connection took with it.
+        """
         codec = self._codec
         saga_params = codec.saga_params(saga)
         step_params = [codec.step_params(row) for row in steps]
+        tries = 0
+
+        async def insert() -> tuple[SagaRow, list[StepRow]] | None:
+            nonlocal tries
+            tries += 1
+            existing = await self._insert_once(saga, saga_params, step_params)
+            if existing is not None and tries > 1 and existing == (saga, sorted(steps, key=lambda row: row.seq)):
+                return None
+            return existing
+
+        return await self._retrying(what, insert)
+
+    async def _insert_once(
+        self, saga: SagaRow, saga_params: Sequence[Any], step_params: Sequence[Sequence[Any]]
+    ) -> tuple[SagaRow, list[StepRow]] | None:
         async with self._transaction(begin=True) as tx:
             # Insert-or-nothing, then read: race-free across processes, as the database decides who inserted.
             if await tx.execute(self._queries.insert_saga, saga_params) == 1:
@@ -178,7 +277,10 @@ class SQLStore(abc.ABC):
         return existing
 
     async def create_saga(self, saga: SagaRow, steps: Sequence[StepRow]) -> tuple[SagaRow, list[StepRow]] | None:
-        """Insert a new saga with its first step rows, atomically; return the existing saga if the id is taken."""
+        """Insert a new saga with its first step rows, atomically; return the existing saga if the id is taken.
+
+        Retried after a lost connection; a retry finding exactly these rows (the lost try's commit) returns None.
+        """
         self._check_open()
         return await self._insert(saga, steps)
 
@@ -192,17 +294,25 @@ class SQLStore(abc.ABC):
             return
         # The hot path: one statement (the usual write-ahead or outcome of steps) needs no BEGIN and COMMIT.
         one_statement = (saga_params is None and (len(step_params) == 1 or self.atomic_batches)) or not step_params
-        async with self._transaction(begin=not one_statement) as tx:
-            if saga_params is not None:
-                await tx.execute(self._queries.upsert_saga, saga_params)
-            if step_params:
-                await tx.executemany(self._queries.upsert_steps, step_params)
+
+        async def upsert() -> None:
+            async with self._transaction(begin=not one_statement) as tx:
+                if saga_params is not None:
+                    await tx.execute(self._queries.upsert_saga, saga_params)
+                if step_params:
+                    await tx.executemany(self._queries.upsert_steps, step_params)
+
+        await self._retrying("save", upsert)
 
     async def load_saga(self, saga_id: str) -> tuple[SagaRow, list[StepRow]] | None:
         """Return a saga's row and its step rows (ordered by seq), or None if it is not stored."""
         self._check_open()
-        async with self._transaction(begin=False) as tx:
-            return await self._read(tx, saga_id, lock=False)
+
+        async def read() -> tuple[SagaRow, list[StepRow]] | None:
+            async with self._transaction(begin=False) as tx:
+                return await self._read(tx, saga_id, lock=False)
+
+        return await self._retrying("load_saga", read)
 
     # -- leases ----------------------------------------------------------------------------------------------
 
@@ -210,18 +320,24 @@ class SQLStore(abc.ABC):
         """Make `owner` the owner of a live saga if nobody else holds it; atomic; return whether it now does.
 
         A saga is free when it is RUNNING or COMPENSATING and unowned, owned by `owner` already, or its lease
-        expired before `now` (no lease counts as expired). One conditional UPDATE, so two claimers never both win.
+        expired before `now` (no lease counts as expired); a finished or PARKED saga never is. One conditional
+        UPDATE, so two claimers never both win; retried after a lost connection, it still answers True if the
+        lost try had won (the saga is then `owner`'s own).
         """
         self._check_open()
         q, time_in = self._queries, self._codec.time_in
         params = (owner, time_in(lease_expires_at), saga_id, *LIVE_STATUSES, owner, time_in(now))
-        async with self._transaction(begin=False) as tx:
-            if await tx.execute(q.claim, params) == 1:
-                return True
-            if self.dialect != "mysql":
-                return False
-            # MySQL reports changed rows: 0 also when `owner` held it already and rewrote the same lease.
-            return int((await tx.fetch(q.owns, (saga_id, owner, *LIVE_STATUSES)))[0][0]) == 1
+
+        async def claim() -> bool:
+            async with self._transaction(begin=False) as tx:
+                if await tx.execute(q.claim, params) == 1:
+                    return True
+                if self.dialect != "mysql":
+                    return False
+                # MySQL reports changed rows: 0 also when `owner` held it already and rewrote the same lease.
+                return int((await tx.fetch(q.owns, (saga_id, owner, *LIVE_STATUSES)))[0][0]) == 1
+
+        return await self._retrying("claim_saga", claim)
 
     async def renew_leases(self, owner: str, saga_ids: Sequence[str], lease_expires_at: datetime) -> set[str]:
         """Extend the leases `owner` still holds on the live sagas `saga_ids`; return the ids it still owns."""
@@ -230,20 +346,24 @@ class SQLStore(abc.ABC):
         if not ids:
             return set()
         q, codec = self._queries, self._codec
-        held: set[str] = set()
-        # One statement needs no transaction of its own; a read-back or several chunks do.
-        async with self._transaction(begin=not q.renew_returns or len(ids) > _IN_CHUNK) as tx:
-            for start in range(0, len(ids), _IN_CHUNK):
-                chunk = ids[start : start + _IN_CHUNK]
-                params = (codec.time_in(lease_expires_at), owner, *LIVE_STATUSES, *chunk)
-                if q.renew_returns:
-                    records = await tx.fetch(q.renew(len(chunk)), params)
-                else:
-                    # The rows just updated are locked by this transaction: reading them back is exact.
-                    await tx.execute(q.renew(len(chunk)), params)
-                    records = await tx.fetch(q.owned(len(chunk)), (owner, *LIVE_STATUSES, *chunk))
-                held.update(codec.id_out(record[0]) for record in records)
-        return held
+
+        async def renew() -> set[str]:
+            held: set[str] = set()
+            # One statement needs no transaction of its own; a read-back or several chunks do.
+            async with self._transaction(begin=not q.renew_returns or len(ids) > _IN_CHUNK) as tx:
+                for start in range(0, len(ids), _IN_CHUNK):
+                    chunk = ids[start : start + _IN_CHUNK]
+                    params = (codec.time_in(lease_expires_at), owner, *LIVE_STATUSES, *chunk)
+                    if q.renew_returns:
+                        records = await tx.fetch(q.renew(len(chunk)), params)
+                    else:
+                        # The rows just updated are locked by this transaction: reading them back is exact.
+                        await tx.execute(q.renew(len(chunk)), params)
+                        records = await tx.fetch(q.owned(len(chunk)), (owner, *LIVE_STATUSES, *chunk))
+                    held.update(codec.id_out(record[0]) for record in records)
+            return held
+
+        return await self._retrying("renew_leases", renew)
 
     async def claim_expired(
         self, owner: str, lease_expires_at: datetime, now: datetime, limit: int = 100
@@ -251,20 +371,26 @@ class SQLStore(abc.ABC):
         """Take over up to `limit` live sagas whose lease expired before `now`; return snapshots, oldest first.
 
         One transaction: the expired rows are selected `FOR UPDATE SKIP LOCKED` (PostgreSQL, MySQL/MariaDB) or
-        under SQLite's write lock (`BEGIN IMMEDIATE`), given to `owner`, and read back with their steps; two
-        owners claiming at once never get the same saga.
+        under SQLite's write lock (`BEGIN IMMEDIATE`), given to `owner` with their `recovery_attempts` counted up,
+        and read back with their steps; two owners claiming at once never get the same saga. PARKED sagas are
+        not live, so never claimed. Retried after a lost connection: if the lost try had committed, its sagas are
+        `owner`'s until their lease runs out, then claimed (and counted) again.
         """
         self._check_open()
         if limit < 1:
             return []
         q, codec = self._queries, self._codec
-        async with self._claim_transaction() as tx:
-            records = await tx.fetch(q.expired, (*LIVE_STATUSES, codec.time_in(now), int(limit)))
-            ids = [codec.id_out(record[0]) for record in records]
-            if not ids:
-                return []
-            await tx.execute(q.take(len(ids)), (owner, codec.time_in(lease_expires_at), *ids))
-            return codec.rows_of_load_many(await tx.fetch(q.load_many(len(ids)), ids))
+
+        async def claim() -> list[tuple[SagaRow, list[StepRow]]]:
+            async with self._claim_transaction() as tx:
+                records = await tx.fetch(q.expired, (*LIVE_STATUSES, codec.time_in(now), int(limit)))
+                ids = [codec.id_out(record[0]) for record in records]
+                if not ids:
+                    return []
+                await tx.execute(q.take(len(ids)), (owner, codec.time_in(lease_expires_at), *ids))
+                return codec.rows_of_load_many(await tx.fetch(q.load_many(len(ids)), ids))
+
+        return await self._retrying("claim_expired", claim)
 
     async def get_saga(self, saga_id: str) -> SagaResult | None:
         """Return the result of a stored saga, or None."""
@@ -282,8 +408,12 @@ class SQLStore(abc.ABC):
             sql, params = q.list_all, (int(limit), int(offset))
         else:
             sql, params = q.list_status, (SagaStatus(status).value, int(limit), int(offset))
-        async with self._transaction(begin=False) as tx:
-            records = await tx.fetch(sql, params)
+
+        async def read() -> Sequence[Sequence[Any]]:
+            async with self._transaction(begin=False) as tx:
+                return await tx.fetch(sql, params)
+
+        records = await self._retrying("list_sagas", read)
         n = len(SAGA_COLUMNS)
         return [summary_from_rows(self._codec.saga_row(r), int(r[n])) for r in records]
 
@@ -298,7 +428,7 @@ class SQLStore(abc.ABC):
         """Store an exported saga; the same content again is a no-op, other content under its id a conflict."""
         self._check_open()
         saga, steps = import_rows(data)
-        existing = await self._insert(saga, steps)
+        existing = await self._insert(saga, steps, "import_saga")
         if existing is None:
             return
         # Rows compare by value: times as instants, whatever offset the document wrote them with.

@@ -131,6 +131,8 @@ def make_saga(
         row.metadata = {"user": "ann", "tags": ["a", "b"], "nested": {"x": None, "y": [1, 2.0, True]}}
         row.error = "ValueError: boom"
         row.finished_at = created_at + timedelta(minutes=2, microseconds=1)
+        row.recovery_attempts = 3
+        row.parked_from = SagaStatus.COMPENSATION_FAILED  # the longest status name fits the column too
     return row
 
 

@@ -147,6 +147,21 @@ async def test_list_sagas_order_filter_limit_offset_step_count(store: SagaStore)
     assert await store.list_sagas(status=SagaStatus.COMPENSATION_FAILED) == []
 
 
+async def test_a_parked_saga_round_trips_and_is_listed(store: SagaStore) -> None:
+    """PARKED fits the status column, with the status it left (parked_from) and its recovery attempts."""
+    saga = make_saga("p-1", status=SagaStatus.PARKED)
+    saga.parked_from, saga.recovery_attempts = SagaStatus.COMPENSATING, 5
+    await store.create_saga(saga, make_steps("p-1", 1))
+    await store.create_saga(make_saga("p-2", full=False), [])
+    assert await store.load_saga("p-1") == (saga, make_steps("p-1", 1))
+    assert [s.saga_id for s in await store.list_sagas(status=SagaStatus.PARKED)] == ["p-1"]
+    saga.status, saga.parked_from, saga.recovery_attempts = SagaStatus.RUNNING, None, 0  # unparked
+    await store.save(saga, [])
+    loaded = await store.load_saga("p-1")
+    assert loaded is not None
+    assert (loaded[0].status, loaded[0].parked_from, loaded[0].recovery_attempts) == (SagaStatus.RUNNING, None, 0)
+
+
 async def test_export_of_unknown_id_raises_key_error(store: SagaStore) -> None:
     """export_saga of an id never stored raises KeyError naming it."""
     with pytest.raises(KeyError, match="nope"):

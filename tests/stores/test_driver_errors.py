@@ -69,7 +69,14 @@ def test_every_mapped_class_converts_to_its_counterpart(module: Any) -> None:
 
 @pytest.mark.parametrize(
     ("code", "expected"),
-    [(1045, StoreConnectionError), (1049, StoreConnectionError), (2003, StoreConnectionError), (1213, StoreBusyError)],
+    [
+        (1045, StoreConnectionError),
+        (1049, StoreConnectionError),
+        (2003, StoreConnectionError),
+        (1213, StoreBusyError),
+        (1927, StoreConnectionError),
+        (2013, StoreConnectionError),
+    ],
 )
 def test_mysql_server_codes_refine_the_class(code: int, expected: type[StoreError]) -> None:
     """MySQL errors whose server code means "cannot connect" or "busy" get that StoreError subclass."""
@@ -95,3 +102,10 @@ def test_other_errors_pass_through() -> None:
     for module in (_sqlite, _postgres, _mysql):
         with pytest.raises(KeyError), module.map_exceptions(URL):
             raise KeyError("not a database error")
+
+
+@pytest.mark.parametrize(("code", "head"), [(1045, "cannot connect"), (1927, "lost the connection")])
+def test_mysql_server_codes_say_whether_the_connection_was_made(code: int, head: str) -> None:
+    """A refused login cannot connect; a killed connection (1927) was lost, and is retried as such."""
+    with pytest.raises(StoreConnectionError, match=head), _mysql.map_exceptions(URL):
+        raise pymysql.err.OperationalError(code, "server said no")

@@ -120,6 +120,25 @@ async def test_concurrent_claims_of_one_saga_have_one_winner(stores: Stores, kin
         assert await lease_of(first, saga_id) == (winner, LATER)
 
 
+async def test_claim_of_a_parked_saga_is_refused(store: SagaStore) -> None:
+    """A PARKED saga is not live: claim_saga never takes it, unowned, expired, or already one's own."""
+    await put(store, "parked", owner=None, lease=None, status=SagaStatus.PARKED)
+    await put(store, "parked-mine", owner="me", lease=FUTURE, status=SagaStatus.PARKED, order=1)
+    for saga_id in ("parked", "parked-mine"):
+        before = await store.load_saga(saga_id)
+        assert await store.claim_saga(saga_id, "me", LATER, NOW) is False
+        assert await store.load_saga(saga_id) == before
+
+
+async def test_claim_saga_does_not_count_recovery_attempts(store: SagaStore) -> None:
+    """Only recovery's claim_expired counts an attempt; claim_saga (a run resuming its own saga) does not."""
+    await put(store, "s", owner="dead", lease=PAST)
+    assert await store.claim_saga("s", "me", LATER, NOW) is True
+    loaded = await store.load_saga("s")
+    assert loaded is not None
+    assert loaded[0].recovery_attempts == 0
+
+
 # -- renew_leases ----------------------------------------------------------------------------------------------
 
 
@@ -140,6 +159,14 @@ async def test_renew_extends_only_the_leases_held(store: SagaStore) -> None:
     # The same lease again changes no value and still reports both held (MySQL counts changed rows only).
     assert await store.renew_leases("me", ["mine-1", "mine-2"], LATER) == {"mine-1", "mine-2"}
     assert await store.renew_leases("me", [], LATER) == set()
+
+
+async def test_renew_of_a_parked_saga_is_refused(store: SagaStore) -> None:
+    """Fencing after parking: the owner of a saga that was PARKED no longer holds it, and its lease is untouched."""
+    await put(store, "parked", owner="me", lease=FUTURE, status=SagaStatus.PARKED)
+    before = await store.load_saga("parked")
+    assert await store.renew_leases("me", ["parked"], LATER) == set()
+    assert await store.load_saga("parked") == before
 
 
 async def test_renew_after_a_takeover_returns_nothing(store: SagaStore) -> None:
@@ -183,6 +210,39 @@ async def test_claim_expired_takes_expired_live_sagas_only(store: SagaStore) -> 
     for saga_id, before in untouched.items():
         assert await store.load_saga(saga_id) == before
     assert await store.claim_expired("other", LATER, NOW) == []  # now held until LATER
+
+
+async def test_claim_expired_never_takes_a_parked_saga(store: SagaStore) -> None:
+    """PARKED sagas wait for an operator: claim_expired passes them over, whatever their lease."""
+    await put(store, "parked-none", owner=None, lease=None, status=SagaStatus.PARKED)
+    await put(store, "parked-expired", owner="dead", lease=PAST, status=SagaStatus.PARKED, order=1)
+    await put(store, "live", owner="dead", lease=PAST, order=2)
+    before = {saga_id: await store.load_saga(saga_id) for saga_id in ("parked-none", "parked-expired")}
+    assert [saga.saga_id for saga, _ in await store.claim_expired("me", LATER, NOW)] == ["live"]
+    for saga_id, row in before.items():
+        assert await store.load_saga(saga_id) == row
+
+
+async def test_claim_expired_counts_recovery_attempts(store: SagaStore) -> None:
+    """Each claim_expired of a saga adds one to its recovery_attempts, stored and in the rows it returns."""
+    saga = make_saga("r", full=False)
+    saga.owner, saga.lease_expires_at, saga.recovery_attempts = "dead", PAST, 2
+    await store.create_saga(saga, make_steps("r", 1, full=False))
+    await put(store, "fresh", owner=None, lease=None, order=1)
+    first = await store.claim_expired("me", FUTURE, NOW)
+    assert [(row.saga_id, row.recovery_attempts) for row, _ in first] == [("r", 3), ("fresh", 1)]
+    for row, steps in first:
+        assert await store.load_saga(row.saga_id) == (row, steps)
+    # Nobody renews: once the lease runs out, the next recovery claims (and counts) them again.
+    again = await store.claim_expired("other", LATER, FUTURE + timedelta(seconds=1))
+    assert [(row.saga_id, row.recovery_attempts, row.owner) for row, _ in again] == [
+        ("r", 4, "other"),
+        ("fresh", 2, "other"),
+    ]
+    assert await store.claim_expired("third", LATER, NOW) == []  # held: nothing claimed, nothing counted
+    loaded = await store.load_saga("r")
+    assert loaded is not None
+    assert loaded[0].recovery_attempts == 4
 
 
 async def test_claim_expired_respects_the_limit(store: SagaStore) -> None:
@@ -234,3 +294,7 @@ async def test_claim_expired_under_contention_is_disjoint_and_complete(stores: S
             assert await lease_of(second, saga_id) == (owner, LATER)
     assert await lease_of(first, "alive") == ("alive", FUTURE)
     assert await lease_of(first, "done") == ("dead", PAST)
+    for saga_id in ids:  # each claimed once, so counted once
+        loaded = await first.load_saga(saga_id)
+        assert loaded is not None
+        assert loaded[0].recovery_attempts == 1, saga_id

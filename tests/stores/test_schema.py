@@ -2,15 +2,29 @@
 
 from __future__ import annotations
 
+import sqlite3
 from typing import Any
+from urllib.parse import urlsplit
 
+import aiomysql
+import asyncpg
 import pytest
 
 from saga_runtime._exceptions import SchemaVersionError
+from saga_runtime._records import SagaRow, SagaStatus, StepRow
 from saga_runtime._storage import _sqlstore
-from saga_runtime._storage._sql import MIGRATIONS, SCHEMA_VERSION, VERSION_TABLE_DDL, Migration
+from saga_runtime._storage._sql import (
+    MIGRATIONS,
+    SAGA_COLUMNS,
+    SCHEMA_VERSION,
+    STEP_COLUMNS,
+    VERSION_TABLE_DDL,
+    DialectName,
+    RowCodec,
+    _placeholders,
+)
 
-from .conftest import Stores, make_saga, make_steps, sqlite_query
+from .conftest import T0, Stores, make_saga, make_steps, sqlite_file, sqlite_query
 
 
 async def _query(stores: Stores, kind: str, url: str, sql: str) -> list[Any]:
@@ -25,14 +39,14 @@ async def _query(stores: Stores, kind: str, url: str, sql: str) -> list[Any]:
 
 
 async def test_open_records_the_schema_version(stores: Stores, sql_kind: str) -> None:
-    """Opening an empty database creates the schema and records version 1 once, however often it is opened."""
+    """Opening an empty database creates the schema and records each version once, however often it is opened."""
     url = await stores.blank_url(sql_kind)
     store = await stores.open(sql_kind, url)
-    assert await store.schema_version() == SCHEMA_VERSION == 1  # type: ignore[attr-defined]
+    assert await store.schema_version() == SCHEMA_VERSION == 2  # type: ignore[attr-defined]
     await store.close()
     await (await stores.open(sql_kind, url)).close()
-    rows = await _query(stores, sql_kind, url, "SELECT version FROM schema_version")
-    assert [tuple(row) for row in rows] == [(1,)]
+    rows = await _query(stores, sql_kind, url, "SELECT version FROM schema_version ORDER BY version")
+    assert [tuple(row) for row in rows] == [(1,), (2,)]
 
 
 async def test_reopened_store_keeps_its_sagas(stores: Stores, sql_kind: str) -> None:
@@ -63,33 +77,114 @@ async def test_newer_schema_is_refused_with_the_upgrade_message(stores: Stores, 
     assert caught.value.url in str(caught.value)
 
 
-async def test_older_schema_is_migrated_in_place(
-    stores: Stores, sql_kind: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A version-1 database opened by a library that knows version 2 is migrated in place, its sagas kept."""
+def stores_row(row: Any) -> tuple[str, int, str | None]:
+    """Return a (saga_id, recovery_attempts, parked_from) record with ids as text (MySQL gives bytes)."""
+    saga_id = row[0].decode() if isinstance(row[0], bytes | bytearray) else row[0]
+    return saga_id, int(row[1]), row[2]
+
+
+async def _build_v1(stores: Stores, kind: str, url: str, rows: list[tuple[SagaRow, list[StepRow]]]) -> None:
+    """Create a version-1 database at `url` (the v1 DDL, its version row) holding `rows`, with the raw driver."""
+    dialect: DialectName = kind  # type: ignore[assignment]
+    codec = RowCodec(dialect)
+    v1_sagas = SAGA_COLUMNS[: SAGA_COLUMNS.index("finished_at") + 1]
+    insert_saga = _placeholders(
+        dialect, f"INSERT INTO sagas ({', '.join(v1_sagas)}) VALUES ({', '.join('?' * len(v1_sagas))})"
+    )
+    insert_step = _placeholders(
+        dialect, f"INSERT INTO steps ({', '.join(STEP_COLUMNS)}) VALUES ({', '.join('?' * len(STEP_COLUMNS))})"
+    )
+    record = _placeholders(dialect, "INSERT INTO schema_version (version, description, applied_at) VALUES (?, ?, ?)")
+    ddl = [VERSION_TABLE_DDL[dialect], *MIGRATIONS[0].statements(dialect)]
+    writes: list[tuple[str, tuple[Any, ...]]] = [(record, (1, MIGRATIONS[0].description, codec.time_in(T0)))]
+    for saga, steps in rows:
+        writes.append((insert_saga, codec.saga_params(saga)[: len(v1_sagas)]))
+        writes.extend((insert_step, codec.step_params(row)) for row in steps)
+    if kind == "sqlite":
+        conn = sqlite3.connect(sqlite_file(url))
+        try:
+            with conn:
+                for statement in ddl:
+                    conn.execute(statement)
+                for sql, params in writes:
+                    conn.execute(sql, params)
+        finally:
+            conn.close()
+    elif kind == "postgresql":
+        pg = await asyncpg.connect(url, timeout=5)
+        try:
+            async with pg.transaction():
+                for statement in ddl:
+                    await pg.execute(statement)
+                for sql, params in writes:
+                    await pg.execute(sql, *params)
+        finally:
+            await pg.close()
+    else:
+        parts = urlsplit(url)
+        my = await aiomysql.connect(
+            host=parts.hostname or "127.0.0.1",
+            port=parts.port or 3306,
+            user=parts.username or "root",
+            password=parts.password or "",
+            db=parts.path.lstrip("/"),
+            autocommit=True,
+        )
+        try:
+            async with my.cursor() as cursor:
+                for statement in ddl:
+                    await cursor.execute(statement)
+                for sql, params in writes:
+                    await cursor.execute(sql, params)
+        finally:
+            my.close()
+
+
+async def test_a_version_1_database_is_migrated_in_place(stores: Stores, sql_kind: str) -> None:
+    """A real version-1 database (v1 tables, rows in them) opened by this library gains the v2 columns, rows kept.
+
+    The old sagas read back with recovery_attempts 0 and parked_from NULL; the new fields are written and read;
+    schema_version says 2, recorded once; a library that knows only version 1 then refuses the database.
+    """
     url = await stores.blank_url(sql_kind)
+    old = [(make_saga("old-1"), make_steps("old-1", 2)), (make_saga("old-2", full=False), [])]
+    for saga, _ in old:  # what a version-1 database can hold
+        saga.recovery_attempts, saga.parked_from = 0, None
+    await _build_v1(stores, sql_kind, url, old)
+
     store = await stores.open(sql_kind, url)
-    saga, steps = make_saga("old"), make_steps("old", 2)
-    await store.create_saga(saga, steps)
+    assert await store.schema_version() == 2  # type: ignore[attr-defined]
+    for saga, steps in old:
+        assert await store.load_saga(saga.saga_id) == (saga, steps)
+    parked = make_saga("new", status=SagaStatus.PARKED)
+    parked.recovery_attempts, parked.parked_from = 6, SagaStatus.COMPENSATING
+    await store.create_saga(parked, make_steps("new", 1))
+    assert await store.load_saga("new") == (parked, make_steps("new", 1))
     await store.close()
 
-    def add_note(dialect: str) -> list[str]:
-        return ["ALTER TABLE sagas ADD COLUMN note TEXT", "CREATE INDEX steps_tool ON steps (seq, grp)"]
+    columns = await _query(stores, sql_kind, url, "SELECT saga_id, recovery_attempts, parked_from FROM sagas")
+    assert sorted(stores_row(row) for row in columns) == [
+        ("new", 6, "COMPENSATING"),
+        ("old-1", 0, None),
+        ("old-2", 0, None),
+    ]
+    versions = await _query(stores, sql_kind, url, "SELECT version FROM schema_version ORDER BY version")
+    assert [tuple(row) for row in versions] == [(1,), (2,)]
+    reopened = await stores.open(sql_kind, url)  # already at version 2: nothing to do
+    assert await reopened.schema_version() == 2  # type: ignore[attr-defined]
+    await reopened.close()
 
-    monkeypatch.setattr(_sqlstore, "MIGRATIONS", [*MIGRATIONS, Migration(2, "a note", add_note)])
-    migrated = await stores.open(sql_kind, url)
-    assert await migrated.schema_version() == 2  # type: ignore[attr-defined]
-    assert await migrated.load_saga("old") == (saga, steps)
-    await migrated.save(make_saga("new"), [])
-    await migrated.close()
-    rows = await _query(stores, sql_kind, url, "SELECT version FROM schema_version ORDER BY version")
-    assert [tuple(row) for row in rows] == [(1,), (2,)]
-    notes = await _query(stores, sql_kind, url, "SELECT note FROM sagas")
-    assert [tuple(row) for row in notes] == [(None,), (None,)]
 
-    monkeypatch.setattr(_sqlstore, "MIGRATIONS", MIGRATIONS)
-    with pytest.raises(SchemaVersionError):
+async def test_a_library_knowing_only_version_1_refuses_a_migrated_database(
+    stores: Stores, sql_kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once migrated to version 2, a database is too new for a saga-runtime that knows only version 1."""
+    url = await stores.blank_url(sql_kind)
+    await (await stores.open(sql_kind, url)).close()
+    monkeypatch.setattr(_sqlstore, "MIGRATIONS", MIGRATIONS[:1])
+    with pytest.raises(SchemaVersionError) as caught:
         await stores.open(sql_kind, url)
+    assert (caught.value.found, caught.value.supported) == (2, 1)
 
 
 async def test_a_database_with_the_version_table_but_no_rows_is_built_from_scratch(

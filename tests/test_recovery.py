@@ -1,0 +1,212 @@
+"""recover(), serve(), parking, unpark() and retry_compensation(), on sagas whose owner is gone."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from saga_runtime import (
+    MemoryStore,
+    RetryPolicy,
+    SagaExecutor,
+    SagaInProgressError,
+    SagaStatus,
+    StepContext,
+    StepStatus,
+    ToolRegistry,
+)
+from saga_runtime._records import SagaRow, StepRow, canonical_json, idempotency_key, now, seal_all
+
+
+class World:
+    """What the tools did, in order."""
+
+    def __init__(self) -> None:
+        self.log: list[tuple[str, int, str]] = []
+        self.refunds_fail = False
+
+
+@pytest.fixture
+def world() -> World:
+    """Return a fresh world."""
+    return World()
+
+
+@pytest.fixture
+def registry(world: World) -> ToolRegistry:
+    """Return tools that log their effects and undos with their idempotency keys."""
+    registry = ToolRegistry()
+
+    @registry.tool(compensation_retry=RetryPolicy(max_attempts=1))
+    class Charge:
+        async def execute(self, n: int, ctx: StepContext) -> dict[str, int]:
+            world.log.append(("do", n, ctx.idempotency_key))
+            if n < 0:
+                raise ValueError("refused")
+            return {"n": n}
+
+        async def compensate(self, result: Any, ctx: StepContext) -> None:
+            if world.refunds_fail:
+                raise ConnectionError("refunds are down")
+            world.log.append(("undo", ctx.args["n"], ctx.idempotency_key))
+
+    return registry
+
+
+def orphan(
+    store: MemoryStore,
+    saga_id: str,
+    statuses: list[StepStatus],
+    *,
+    kind: str = "plan",
+    amounts: list[int] | None = None,
+) -> list[StepRow]:
+    """Store a saga left by a dead executor: one step per status, its lease long expired."""
+    amounts = amounts or list(range(1, len(statuses) + 1))
+    plan = [[{"id": f"s{i}", "tool": "Charge", "args": {"n": n}}] for i, n in enumerate(amounts)]
+    started = now() - timedelta(minutes=5)
+    saga = SagaRow(
+        saga_id=saga_id,
+        kind=kind,  # type: ignore[arg-type]
+        plan=plan if kind == "plan" else None,
+        plan_hash=hashlib.sha256(canonical_json(plan).encode()).hexdigest() if kind == "plan" else None,
+        status=SagaStatus.RUNNING,
+        created_at=started,
+        updated_at=started,
+        owner="dead",
+        lease_expires_at=started + timedelta(seconds=30),
+    )
+    rows = []
+    for i, (status, n) in enumerate(zip(statuses, amounts, strict=True)):
+        row = StepRow(saga_id, i, f"s{i}", i, "Charge", {"n": n}, idempotency_key(saga_id, f"s{i}"), status=status)
+        if status is not StepStatus.PENDING:
+            row.attempts, row.started_at = 1, started
+        if status is StepStatus.SUCCESS:
+            row.result, row.finished_at = {"n": n}, started
+        rows.append(row)
+    seal_all(rows, None)
+    store._sagas[saga_id] = saga
+    store._steps[saga_id] = {row.step_id: row for row in rows}
+    return rows
+
+
+async def test_recover_resumes_a_plan_saga_forward(registry: ToolRegistry, world: World) -> None:
+    """SUCCESS steps never run again; the unknown step re-runs with its key; pending steps run; SUCCESS."""
+    store = MemoryStore()
+    rows = orphan(store, "p", [StepStatus.SUCCESS, StepStatus.RUNNING, StepStatus.PENDING])
+    results = await SagaExecutor(registry, store=store).recover()
+    assert [(r.saga_id, r.status) for r in results] == [("p", SagaStatus.SUCCESS)]
+    assert world.log == [("do", 2, rows[1].idempotency_key), ("do", 3, rows[2].idempotency_key)]
+    assert results[0].step("s1").attempts == 2
+    assert await store.verify_saga("p")
+
+
+async def test_recover_compensates_a_plan_saga_that_fails_on_resume(registry: ToolRegistry, world: World) -> None:
+    """A resumed plan saga whose next step fails compensates everything done, in reverse."""
+    store = MemoryStore()
+    rows = orphan(store, "p", [StepStatus.SUCCESS, StepStatus.RUNNING, StepStatus.PENDING], amounts=[1, 2, -3])
+    (result,) = await SagaExecutor(registry, store=store).recover()
+    assert result.status is SagaStatus.COMPENSATED
+    assert world.log[-2:] == [("undo", 2, rows[1].idempotency_key), ("undo", 1, rows[0].idempotency_key)]
+
+
+async def test_recover_compensates_a_dynamic_saga(registry: ToolRegistry, world: World) -> None:
+    """A dynamic saga's code died with its process: recovery compensates what it did, unknown steps too."""
+    store = MemoryStore()
+    orphan(store, "d", [StepStatus.SUCCESS, StepStatus.RUNNING], kind="dynamic")
+    (result,) = await SagaExecutor(registry, store=store).recover()
+    assert result.status is SagaStatus.COMPENSATED
+    assert [event[:2] for event in world.log] == [("undo", 2), ("undo", 1)]
+
+
+async def test_a_compensating_saga_continues_without_undoing_twice(registry: ToolRegistry, world: World) -> None:
+    """An interrupted compensation continues; a step already COMPENSATED is not compensated again."""
+    store = MemoryStore()
+    orphan(store, "c", [StepStatus.COMPENSATED, StepStatus.SUCCESS, StepStatus.FAILED], amounts=[1, 2, -3])
+    store._sagas["c"].status = SagaStatus.COMPENSATING
+    (result,) = await SagaExecutor(registry, store=store).recover()
+    assert result.status is SagaStatus.COMPENSATED
+    assert [event[:2] for event in world.log] == [("undo", 2)]
+
+
+async def test_live_sagas_and_missing_tools_are_left_alone(registry: ToolRegistry, world: World) -> None:
+    """Recovery takes neither a saga whose lease is alive nor one needing tools this executor lacks."""
+    store = MemoryStore()
+    orphan(store, "alive", [StepStatus.RUNNING])
+    store._sagas["alive"].lease_expires_at = now() + timedelta(minutes=1)
+    orphan(store, "foreign", [StepStatus.RUNNING])
+    store._steps["foreign"]["s0"].tool_name = "Unknown"
+    assert await SagaExecutor(registry, store=store).recover() == []
+    assert world.log == []
+    foreign = store._sagas["foreign"]
+    assert (foreign.owner, foreign.lease_expires_at, foreign.recovery_attempts) == (None, None, 0)
+
+
+async def test_two_executors_recovering_at_once_never_take_the_same_saga(registry: ToolRegistry, world: World) -> None:
+    """Concurrent recover() calls split the orphans: each saga's unknown step runs exactly once more."""
+    store = MemoryStore()
+    for i in range(20):
+        orphan(store, f"o{i}", [StepStatus.RUNNING])
+    first, second = await asyncio.gather(
+        SagaExecutor(registry, store=store).recover(), SagaExecutor(registry, store=store).recover()
+    )
+    assert sorted(r.saga_id for r in first + second) == sorted(f"o{i}" for i in range(20))
+    assert len(world.log) == 20
+
+
+async def test_a_saga_failing_recovery_too_often_is_parked_then_unparked(registry: ToolRegistry) -> None:
+    """After max_recovery_attempts failed recoveries a saga is PARKED, visible, and unpark() makes it live."""
+    store = MemoryStore()
+    orphan(store, "poison", [StepStatus.RUNNING])
+    store._sagas["poison"].recovery_attempts = 3  # three recoveries already died on it
+    executor = SagaExecutor(registry, store=store, max_recovery_attempts=3)
+    (parked,) = await executor.recover()
+    assert parked.status is SagaStatus.PARKED
+    assert "unpark" in (parked.error or "")
+    assert [s.saga_id for s in await store.list_sagas(status="PARKED")] == ["poison"]
+    assert await executor.recover() == []  # a parked saga is not retried
+    await executor.unpark("poison")
+    (result,) = await executor.recover()
+    assert result.status is SagaStatus.SUCCESS
+
+
+async def test_retry_compensation_finishes_what_gave_up(registry: ToolRegistry, world: World) -> None:
+    """A COMPENSATION_FAILED saga's failed compensations run again; COMPENSATED steps are not undone twice."""
+    store = MemoryStore()
+    executor = SagaExecutor(registry, store=store)
+    plan = [
+        {"tool": "Charge", "args": {"n": 1}},
+        {"tool": "Charge", "args": {"n": 2}},
+        {"tool": "Charge", "args": {"n": -1}},
+    ]
+    world.refunds_fail = True
+    failed = await executor.run(plan, saga_id="refunds")
+    assert failed.status is SagaStatus.COMPENSATION_FAILED
+    assert [s.saga_id for s in await store.list_sagas(status="COMPENSATION_FAILED")] == ["refunds"]
+    world.refunds_fail = False
+    fixed = await executor.retry_compensation("refunds")
+    assert fixed.status is SagaStatus.COMPENSATED
+    assert [event[:2] for event in world.log if event[0] == "undo"] == [("undo", 2), ("undo", 1)]
+    with pytest.raises(SagaInProgressError):
+        await executor.retry_compensation("refunds")
+    assert await store.verify_saga("refunds")
+
+
+async def test_serve_recovers_then_stops_cleanly_on_cancellation(registry: ToolRegistry, world: World) -> None:
+    """serve() recovers orphans round after round and ends quietly when its task is cancelled."""
+    store = MemoryStore()
+    executor = SagaExecutor(registry, store=store)
+    worker = asyncio.create_task(executor.serve(interval=0.01))
+    orphan(store, "late", [StepStatus.RUNNING])
+    for _ in range(200):
+        await asyncio.sleep(0.01)
+        if store._sagas["late"].status.is_terminal:
+            break
+    worker.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await worker
+    assert store._sagas["late"].status is SagaStatus.SUCCESS
