@@ -263,7 +263,8 @@ class DynamicSaga:
             if join != "all" or any(row.status in (StepStatus.PENDING, *_UNKNOWN) for row in rows):
                 ok = await engine.run_group(rows, join=join, needed=needed)
                 engine.failure = None  # in a dynamic saga, the calling code decides whether a failure ends it
-                await engine.compensate_unknown(rows)
+                # A failed quorum or race undoes its successes at once: the group failed as a whole.
+                await engine.compensate_unknown(rows, successes=join != "all" and not ok)
                 # The caller acts on these results at once: they are durable before it sees them, so a
                 # re-execution never repeats a call whose result was handed out.
                 await engine.flush()

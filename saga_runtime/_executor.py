@@ -470,8 +470,15 @@ class SagaExecutor:
     async def _drive(self, engine: SagaEngine, plan: Plan) -> SagaResult:
         """Run (or resume) a plan saga from wherever its rows stand, to a terminal status."""
         if engine.saga.status is SagaStatus.COMPENSATING:
-            for g, group in enumerate(plan.groups):  # name the failure that started the compensation
-                engine.adopt([engine.rows[step.step_id] for step in group], plan.join_of(g).mode)
+            # The saga's error names why it compensates; a record without one (written by an older version)
+            # gets it from its first failed group.
+            for g, group in enumerate(plan.groups):
+                if engine.failed or engine.saga.error is not None:
+                    break
+                join, rows = plan.join_of(g), [engine.rows[step.step_id] for step in group]
+                engine.adopt(rows, join.mode)
+                if join.mode != "all" and not any(row.status in RUNNABLE for row in rows):
+                    engine.judge(rows, join.mode, join.needed)
             return await engine.compensate()
         group_ids = plan.group_ids()
 

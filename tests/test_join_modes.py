@@ -318,14 +318,6 @@ async def test_first_loser_without_compensate_stays_cancelled() -> None:
     assert result.result_of("q") == quote("a")
 
 
-@pytest.mark.xfail(
-    reason=(
-        "library bug: a `first` loser that finished too and cannot compensate stays SUCCESS (error 'lost the "
-        "race'); step_succeeded() counts it, and group_result()/SagaResult.result_of() take the first success in "
-        "plan order, so a $ref to the group gets the loser's result instead of the winner's"
-    ),
-    strict=True,
-)
 async def test_first_ref_is_the_winner_even_when_an_earlier_loser_without_compensate_finished_too() -> None:
     """`first`: a $ref to the group is the winner's result, even if a plan-earlier, uncompensatable loser finished."""
     desk = Desk()
@@ -381,14 +373,6 @@ async def test_stored_result_knows_the_group_ids() -> None:
         assert answer.result_of("a") == quote("a")
 
 
-@pytest.mark.xfail(
-    reason=(
-        "library bug: executor.replay() checks $refs with planning._replay.check_plan_record(), whose lookup knows "
-        "step ids only, so a step that took a $ref to a group id makes replay raise ReplayDivergenceError "
-        "(\"'q' has no recorded result\")"
-    ),
-    strict=True,
-)
 async def test_replay_rebuilds_a_saga_whose_step_took_a_ref_to_a_group() -> None:
     """executor.replay() accepts a recorded step whose $ref pointed at a group id, calling no tool."""
     desk = Desk()
@@ -824,14 +808,6 @@ async def test_dynamic_any_returns_the_list_of_successes() -> None:
     assert saga.result.status is SagaStatus.SUCCESS
 
 
-@pytest.mark.xfail(
-    reason=(
-        "library bug (contradicts issue 9 / API.md 8): a failed quorum group in a dynamic saga raises "
-        "StepFailedError but leaves its successes in effect; if the caller catches the error, the saga ends "
-        "SUCCESS with them never compensated, where 'the group fails and the successes are compensated'"
-    ),
-    strict=True,
-)
 async def test_dynamic_quorum_not_met_compensates_its_successes_even_when_the_error_is_caught() -> None:
     """A failed saga.group(join="quorum") compensates its successes itself, whether or not the caller goes on."""
     desk = Desk()
@@ -848,13 +824,6 @@ async def test_dynamic_quorum_not_met_compensates_its_successes_even_when_the_er
     assert saga.result.step("a").status is StepStatus.COMPENSATED
 
 
-@pytest.mark.xfail(
-    reason=(
-        "library bug: DynamicSaga._joined() returns the first success in call order, and a `first` loser that "
-        "finished too and cannot compensate stays SUCCESS, so saga.group(join='first') returns the loser's result"
-    ),
-    strict=True,
-)
 async def test_dynamic_first_returns_the_winner_even_when_an_earlier_loser_without_compensate_finished_too() -> None:
     """saga.group(join="first") returns the winner's result, even if a call-earlier uncompensatable loser finished."""
     desk = Desk()

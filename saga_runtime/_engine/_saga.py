@@ -296,7 +296,7 @@ class SagaEngine:
             await self.flush()
             return False
         if not calls:
-            return self._judge(rows, join, needed)
+            return self.judge(rows, join, needed)
         started = now()
         if self._announced:
             ready = [call for call in calls if call[0].step_id in self._announced]
@@ -333,9 +333,9 @@ class SagaEngine:
             raise self._store_error
         if join == "first":
             await self._settle_first(rows)
-        return self._judge(rows, join, needed)
+        return self.judge(rows, join, needed)
 
-    def _judge(self, rows: Sequence[StepRow], join: str, needed: int | None) -> bool:
+    def judge(self, rows: Sequence[StepRow], join: str, needed: int | None) -> bool:
         """Decide whether a finished group lets the saga go on; fail the saga if not."""
         if join == "all":
             return not self.failed
@@ -641,6 +641,9 @@ class SagaEngine:
     async def _compensate(self) -> SagaResult:
         with anyio.move_on_after(self.config.compensation_timeout) as scope:
             self.saga.status = SagaStatus.COMPENSATING
+            if self.saga.error is None:
+                # Written now, not at the end: a compensation resumed after a crash still says why it began.
+                self.saga.error = self.failure or "the saga was cancelled by its caller"
             self._mark_saga()
             await self.flush()
             todo = [row for row in self.rows.values() if self._needs_compensation(row)]
@@ -667,14 +670,16 @@ class SagaEngine:
         status = SagaStatus.COMPENSATION_FAILED if failed or leftover else SagaStatus.COMPENSATED
         return await self._record_end(status)
 
-    async def compensate_unknown(self, rows: Sequence[StepRow]) -> None:
-        """Compensate at once the given steps whose outcome is unknown (stopped mid-run), concurrently."""
-        todo = [row for row in rows if row.status in _UNKNOWN and self._needs_compensation(row)]
+    async def compensate_unknown(self, rows: Sequence[StepRow], *, successes: bool = False) -> None:
+        """Compensate at once, concurrently, the given steps whose outcome is unknown (and, if asked, successes)."""
+        wanted = (*_UNKNOWN, StepStatus.SUCCESS) if successes else _UNKNOWN
+        todo = [row for row in rows if row.status in wanted and self._needs_compensation(row)]
         if not todo:
             return
         async with anyio.create_task_group() as tg:
             for row in todo:
-                tg.start_soon(self._compensate_now, row, self.config.registry.get(row.tool_name), None)
+                value = row.result if row.status is StepStatus.SUCCESS else None
+                tg.start_soon(self._compensate_now, row, self.config.registry.get(row.tool_name), value)
 
     async def _compensate_now(self, row: StepRow, spec: ToolSpec, result: Any) -> None:
         """Compensate one step at once (its effect is in doubt or unrecordable), whoever cancels meanwhile."""

@@ -8,7 +8,7 @@ from typing import Any
 
 from saga_runtime._exceptions import ReplayDivergenceError
 from saga_runtime._planning._refs import RefError, resolve_refs
-from saga_runtime._records import SagaRow, StepRow, canonical_json, plan_groups
+from saga_runtime._records import SagaRow, StepRow, canonical_json, plan_groups, plan_joins, step_succeeded
 
 __all__ = ["check_plan_record"]
 
@@ -31,7 +31,18 @@ def check_plan_record(saga: SagaRow, rows: Sequence[StepRow]) -> None:
     if len(planned) != len(rows) or {step["id"] for _, step in planned} != set(by_id):
         raise diverged(f"the plan has {len(planned)} steps, the record {len(rows)}")
 
+    joins = plan_joins(plan)
+
     def lookup(step_id: str) -> Any:
+        if step_id in joins:
+            group, mode = joins[step_id]
+            members = sorted((r for r in rows if r.group == group), key=lambda r: r.seq)
+            wins = [r.result for r in members if step_succeeded(r.status, r.error, r.finished_at)]
+            if mode != "first":
+                return wins
+            if not wins:
+                raise RefError(f"group {step_id!r} has no recorded winner")
+            return wins[0]
         row = by_id.get(step_id)
         if row is None or (row.result is None and row.error is not None):
             raise RefError(f"{step_id!r} has no recorded result")

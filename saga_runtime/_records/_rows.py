@@ -114,7 +114,7 @@ def step_succeeded(status: StepStatus, error: str | None, finished_at: datetime 
     A step that lost a `first` race and was undone carries an error saying so, and does not count.
     """
     if status is StepStatus.SUCCESS:
-        return True
+        return error is None  # a `first` loser that could not be undone stays SUCCESS, marked as lost
     undone = status is StepStatus.COMPENSATED or status is StepStatus.COMPENSATION_FAILED
     return undone and error is None and finished_at is not None
 

@@ -373,18 +373,7 @@ async def test_quorum_short_of_k_after_recovery_compensates_recorded_and_new_suc
     ("join", "expected"),
     [
         ("all", "step 'b' (Quote) failed: RuntimeError: b is down (after 1 attempt)"),
-        pytest.param(
-            "quorum",
-            "quorum group 1: 1 of 3 steps succeeded, 2 needed",
-            marks=pytest.mark.xfail(
-                reason=(
-                    "library bug: SagaEngine.adopt() ignores groups whose join is not 'all', so a saga recovered "
-                    "while COMPENSATING after a failed quorum/first group has no failure to name and is recorded "
-                    "with error 'the saga was cancelled by its caller'"
-                ),
-                strict=True,
-            ),
-        ),
+        ("quorum", "quorum group 1: 1 of 3 steps succeeded, 2 needed"),
     ],
 )
 async def test_interrupted_compensation_after_a_failed_group_names_that_failure(
