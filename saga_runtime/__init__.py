@@ -12,6 +12,7 @@ from saga_runtime._engine import Budget, LoggingHook, SagaEvent, SagaHook
 from saga_runtime._exceptions import (
     BudgetExceededError,
     IdempotencyConflictError,
+    LeaseLostError,
     PlanValidationError,
     ReplayDivergenceError,
     ResultNotStorableError,
@@ -53,6 +54,7 @@ __all__ = [
     "DynamicSaga",
     "IdempotencyConflictError",
     "LLMRunner",
+    "LeaseLostError",
     "LoggingHook",
     "MemoryStore",
     "MockLLMClient",

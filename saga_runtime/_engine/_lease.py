@@ -7,6 +7,8 @@ import logging
 from collections.abc import Callable
 from datetime import timedelta
 
+import anyio
+
 from saga_runtime._engine._saga import SagaEngine
 from saga_runtime._exceptions import describe
 from saga_runtime._records import now
@@ -51,11 +53,21 @@ class LeaseKeeper:
         config = engine.config
         if not _finished(engine):
             expires = now() + timedelta(seconds=config.lease_timeout)
+            held: set[str] | None = None
             try:
-                held = await config.store.renew_leases(config.executor_id, [saga.saga_id], expires)
+                # Bounded: a store retrying a lost connection must not outlast the lease it is renewing.
+                with anyio.fail_after(self._interval):
+                    held = await config.store.renew_leases(config.executor_id, [saga.saga_id], expires)
             except Exception as exc:
                 logger.warning("saga %s: could not renew its lease, trying again: %s", saga.saga_id, describe(exc))
-            else:
+                known = saga.lease_expires_at
+                if known is not None and now() >= known and not _finished(engine):
+                    # The lease ran out unrenewed: another executor may own the saga by now. Stop writing.
+                    logger.error("saga %s: its lease expired while the store was unreachable; stopping", saga.saga_id)
+                    engine.fence()
+                    self._on_lost()
+                    return
+            if held is not None:
                 if saga.saga_id in held:
                     saga.lease_expires_at = expires
                 elif not _finished(engine):  # not merely ended while the renewal was on its way
