@@ -1,47 +1,83 @@
-"""Run the benchmarks: `python -m benchmarks [--quick] [--json FILE]`.
+"""Run the benchmarks: `python -m benchmarks [--quick] [--json FILE] [--plot FILE]`.
 
-Every workload is reported against a floor measured in the same run on the same machine.
+Every workload is reported against a floor measured in the same run on the same machine. Tables go to stdout
+as markdown; progress goes to stderr (a bar on a terminal, plain lines otherwise).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
+from collections.abc import Callable
 from typing import Any
 
-from benchmarks import durable, overhead, recovery
+from benchmarks import concurrency, durable, group, memory, overhead, recovery
+from benchmarks._report import Progress, machine, plot, table
 
+Note = Callable[[str], None]
 
-def table(title: str, rows: list[dict[str, Any]]) -> str:
-    """Return rows of equal keys as a markdown table."""
-    keys = list(rows[0])
-    lines = [f"### {title}", "", "| " + " | ".join(keys) + " |", "|" + " --- |" * len(keys)]
-    lines += ["| " + " | ".join("" if row[k] is None else str(row[k]) for k in keys) + " |" for row in rows]
-    return "\n".join(lines)
+CONCURRENCY = (
+    "durable: 10-step sagas at concurrency 1, 8, 50, 200 vs raw insert+commit per step at the same concurrency"
+)
+
+# title (a key of the JSON's "results") -> what to show while it runs, and how to run it
+WORKLOADS: dict[str, tuple[str, Callable[[bool, Note], list[Any]]]] = {
+    "in memory: overhead over bare awaits": ("in memory: 10-step saga", lambda q, n: overhead.run(quick=q)),
+    "in memory: a group of 100 steps x 10 ms sleep vs asyncio.gather of the same sleeps": (
+        "in memory: group of 100 sleeps",
+        lambda q, n: group.run(quick=q),
+    ),
+    "durable: 10-step saga, one at a time, vs raw insert+commit per step": (
+        "durable: one saga at a time",
+        lambda q, n: durable.run(quick=q),
+    ),
+    CONCURRENCY: ("durable: concurrency", lambda q, n: concurrency.run(quick=q, note=n)),
+    "recovery: one executor taking over orphaned sagas, and takeover after a SIGKILL": (
+        "recovery",
+        lambda q, n: recovery.run(quick=q),
+    ),
+    "memory: peak RSS for 10,000 sagas (500 with --quick) vs RSS after setup": (
+        "memory: peak RSS",
+        lambda q, n: memory.rss(quick=q, note=n),
+    ),
+    "memory: finished sagas are released (tracemalloc after gc) vs after a warm-up": (
+        "memory: release",
+        lambda q, n: memory.release(quick=q, note=n),
+    ),
+}
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run every benchmark and print markdown tables (and JSON, if asked)."""
+    """Run every benchmark and print markdown tables (and JSON, and a plot, if asked)."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="a few rounds only: check the scripts work")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="few rounds, concurrency 1 and 8 only, 500 sagas for memory: check the scripts",
+    )
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    parser.add_argument(
+        "--plot",
+        metavar="FILE",
+        help="also draw throughput against concurrency as a PNG; needs matplotlib, which saga-runtime does not "
+        "depend on (pip install matplotlib): without it, the plot is skipped with a warning",
+    )
     args = parser.parse_args(argv)
-    results = {
-        "in memory: overhead over bare awaits": [item.as_dict() for item in overhead.run(quick=args.quick)],
-        "durable: 10-step saga, one at a time, vs raw insert+commit per step": [
-            item.as_dict() for item in durable.run(quick=args.quick)
-        ],
-        "recovery: one executor taking over orphaned sagas, and takeover after a SIGKILL": [
-            item.as_dict() for item in recovery.run(quick=args.quick)
-        ],
-    }
-    print(f"python {platform.python_version()} on {platform.machine()} ({platform.system()}), quick={args.quick}\n")
+    results: dict[str, list[dict[str, Any]]] = {}
+    with Progress(len(WORKLOADS)) as progress:
+        for title, (label, run) in WORKLOADS.items():
+            progress.note(label)
+            results[title] = [item.as_dict() for item in run(args.quick, progress.note)]
+            progress.advance()
+    host = machine()
+    print(f"python {host['python']} on {host['system']}, {host['cores']} cores ({host['cpu']}), quick={args.quick}\n")
     print("\n\n".join(table(title, rows) for title, rows in results.items()))
     if args.json:
         with open(args.json, "w") as handle:
-            json.dump({"quick": args.quick, "results": results}, handle, indent=2)
+            json.dump({"quick": args.quick, "machine": host, "results": results}, handle, indent=2)
+    if args.plot and not plot(results[CONCURRENCY], args.plot):
+        print("--plot: matplotlib is not installed (pip install matplotlib); no plot drawn", file=sys.stderr)
     return 0
 
 

@@ -2,8 +2,12 @@
 
 Throughput: 1,000 sagas left by a dead executor (a SUCCESS step, a step of unknown outcome, a pending step; lease
 long expired) are written straight into the store, then one executor's `recover()` drives them all to SUCCESS;
-the report is sagas per second. Takeover: a child process runs a saga with `lease_timeout=L` and is SIGKILLed in
-the middle of a step; an executor running `serve()` in this process re-runs that step. The report is the time
+the report is sagas per second. Its floor, measured right after on the same store, is the same executor running
+as many fresh sagas of the same plan one after another (as `recover()` drives its sagas); `ratio` is recovered
+sagas/s over fresh sagas/s (1.0: recovering a saga costs what running it anew does).
+
+Takeover: a child process runs a saga with `lease_timeout=L` and is SIGKILLed in the middle of a step; an
+executor running `serve()` in this process re-runs that step. The report is the time
 from the kill to the first recovered step (median of the rounds): about what was left of the dead owner's lease
 (between 2L/3 and L, as leases are renewed every L/3) plus one `serve()` interval.
 
@@ -66,6 +70,7 @@ class Recovery:
     store: str
     sagas: int = 0
     sagas_per_s: float | None = None
+    fresh_per_s: float | None = None
     takeover_s: float | None = None
     lease_s: float = LEASE
     skipped: str | None = None
@@ -75,6 +80,10 @@ class Recovery:
             "store": self.store,
             "orphans": self.sagas,
             "recovered_sagas_per_s": None if self.sagas_per_s is None else round(self.sagas_per_s, 1),
+            "floor: fresh sagas/s": None if self.fresh_per_s is None else round(self.fresh_per_s, 1),
+            "ratio": None
+            if not (self.sagas_per_s and self.fresh_per_s)
+            else round(self.sagas_per_s / self.fresh_per_s, 3),
             "takeover_s (kill -> first recovered step)": None if self.takeover_s is None else round(self.takeover_s, 3),
             "lease_timeout_s": self.lease_s,
             "skipped": self.skipped,
@@ -110,7 +119,8 @@ def _orphan(saga_id: str) -> tuple[SagaRow, list[StepRow]]:
     return saga, rows
 
 
-async def _throughput(url: str, count: int) -> float:
+async def _throughput(url: str, count: int) -> tuple[float, float]:
+    """Return recovered sagas/s, and the floor: fresh sagas of the same plan run one at a time, per second."""
     async with open_store(url) as store:
         for i in range(count):
             await store.create_saga(*_orphan(f"orphan-{i:05d}"))
@@ -118,9 +128,14 @@ async def _throughput(url: str, count: int) -> float:
         started = time.perf_counter()
         results = await executor.recover()
         elapsed = time.perf_counter() - started
-    assert len(results) == count, len(results)
-    assert all(r.status is SagaStatus.SUCCESS for r in results)
-    return count / elapsed
+        assert len(results) == count, len(results)
+        assert all(r.status is SagaStatus.SUCCESS for r in results)
+        started = time.perf_counter()
+        for _ in range(count):
+            result = await executor.run(PLAN)
+            assert result.status is SagaStatus.SUCCESS, result.error
+        fresh = time.perf_counter() - started
+    return count / elapsed, count / fresh
 
 
 _CHILD = """
@@ -168,9 +183,9 @@ async def _takeover(url: str, rounds: int) -> float:
 
 
 async def _measure(name: str, url: str, count: int, rounds: int) -> Recovery:
-    rate = await _throughput(url, count)
+    rate, fresh = await _throughput(url, count)
     takeover = await _takeover(url, rounds)
-    return Recovery(name, count, rate, takeover)
+    return Recovery(name, count, rate, fresh, takeover)
 
 
 async def _server(kind: str, count: int, rounds: int) -> Recovery:

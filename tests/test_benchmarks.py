@@ -6,8 +6,33 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+STORES = ["sqlite", "postgresql", "mysql"]
+
+
+def _one(results: dict[str, Any], start: str) -> list[dict[str, Any]]:
+    """Return the rows of the only table whose title starts with `start`."""
+    titles = [title for title in results if title.startswith(start)]
+    assert len(titles) == 1, (start, list(results))
+    rows: list[dict[str, Any]] = results[titles[0]]
+    assert rows, titles[0]
+    return rows
+
+
+def _floor(row: dict[str, Any]) -> Any:
+    """Return the row's floor: the value of its one key naming a floor (or the raw driver)."""
+    keys = [key for key in row if key.startswith(("floor", "raw_"))]
+    assert keys, row
+    return row[keys[0]]
+
+
+def _measured(row: dict[str, Any]) -> None:
+    """A row that was not skipped has a positive floor and a positive ratio."""
+    if row.get("skipped") is None:
+        assert _floor(row) > 0, row
+        assert row["ratio"] > 0, row
 
 
 def test_quick_benchmarks_run_and_report_every_workload(tmp_path: Path) -> None:
@@ -22,14 +47,37 @@ def test_quick_benchmarks_run_and_report_every_workload(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    results = json.loads(out.read_text())["results"]
-    memory = results["in memory: overhead over bare awaits"]
-    assert [row["ratio"] > 0 for row in memory] == [True, True]
+    report = json.loads(out.read_text())
+    assert report["quick"] is True
+    assert report["machine"]["cores"] >= 1
+    results = report["results"]
+    assert len(results) == 7, list(results)
+    for title, rows in results.items():
+        assert f"### {title}" in done.stdout, title  # every table is printed too
+        for row in rows:
+            _measured(row)
+
+    overhead = results["in memory: overhead over bare awaits"]
+    assert [row["ratio"] > 0 for row in overhead] == [True, True]
+    assert [row["floor_us_per_saga"] > 0 for row in overhead] == [True, True]
+    assert len(_one(results, "in memory: a group of 100 steps")) == 1
+
     durable = results["durable: 10-step saga, one at a time, vs raw insert+commit per step"]
-    assert [row["store"].split(" ")[0] for row in durable] == ["sqlite", "postgresql", "mysql"]
+    assert [row["store"].split(" ")[0] for row in durable] == STORES
     for row in durable:
         assert row["skipped"] is not None or row["ratio"] > 0, row
+
+    concurrent = _one(results, "durable: 10-step sagas at concurrency")
+    assert [(row["store"].split(" ")[0], row["concurrency"]) for row in concurrent] == [
+        (store, level) for store in STORES for level in (1, 8)
+    ]
+
     recovery = results["recovery: one executor taking over orphaned sagas, and takeover after a SIGKILL"]
-    assert [row["store"] for row in recovery] == ["sqlite", "postgresql", "mysql"]
+    assert [row["store"] for row in recovery] == STORES
     for row in recovery:
         assert row["skipped"] is not None or row["recovered_sagas_per_s"] > 0, row
+
+    rss = _one(results, "memory: peak RSS")
+    assert [row["sagas"] for row in rss] == [500, 500]  # --quick: the in-memory stores only
+    released = _one(results, "memory: finished sagas are released")
+    assert [row["store"].split(",")[0] for row in released] == ["memory:// (keeps every saga)", "memory"]
