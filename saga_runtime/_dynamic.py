@@ -141,9 +141,12 @@ class DynamicSaga:
         executor._active.add(self.saga_id)
         engine = executor._engine_for(saga, rows)
         if saga.status is SagaStatus.COMPENSATING:
-            # It was being undone when its process died: finish that first; the block then replays the record.
-            self.result = await engine.compensate()
-            executor._active.discard(self.saga_id)
+            # It was being undone when its process died: finish that first (keeping its lease); the block then
+            # replays the record.
+            try:
+                self.result = await executor._leased(engine, engine.compensate)
+            finally:
+                executor._active.discard(self.saga_id)
             self._adopt_record(engine.saga, list(engine.rows.values()))
             return self
         self._go_live(engine)
@@ -260,7 +263,16 @@ class DynamicSaga:
             for row in rows:
                 if row.step_id not in engine.rows:
                     engine.add_step(row)
-            if join != "all" or any(row.status in (StepStatus.PENDING, *_UNKNOWN) for row in rows):
+            registry = self._executor.registry
+            failed_live = join == "all" and any(
+                row.status is StepStatus.FAILED and registry.get(row.tool_name).retry_scope == "saga" for row in rows
+            )
+            if failed_live:
+                # Re-executed: this group failed live and cancelled its other calls, which were being undone when
+                # the process died. Finish undoing them; run nothing again.
+                await engine.compensate_unknown(rows)
+                await engine.flush()
+            elif join != "all" or any(row.status in (StepStatus.PENDING, *_UNKNOWN) for row in rows):
                 ok = await engine.run_group(rows, join=join, needed=needed)
                 engine.failure = None  # in a dynamic saga, the calling code decides whether a failure ends it
                 # A failed quorum or race undoes its successes at once: the group failed as a whole.

@@ -289,7 +289,7 @@ class SagaExecutor:
             logger.error("saga %s: recovery attempt %d failed: %s", saga.saga_id, saga.recovery_attempts, exc)
             return None
         finally:
-            if engine.detached and engine.fenced and not engine.saga.status.is_terminal:
+            if engine.detached and engine.fenced and not engine.lease_lost and not engine.saga.status.is_terminal:
                 await self._release(engine.saga)  # stopped by a shutdown: let the next worker take it now
 
     async def _park(self, saga: SagaRow, rows: list[StepRow], why: str) -> SagaResult:
@@ -322,6 +322,8 @@ class SagaExecutor:
         if stored is None:
             raise KeyError(f"no saga {saga_id!r} in {self.store.url}")
         saga, rows = stored
+        if saga_id in self._active:
+            raise SagaInProgressError(f"saga {saga_id!r} is being compensated by this executor", saga_id=saga_id)
         if saga.status is not SagaStatus.COMPENSATION_FAILED:
             raise SagaInProgressError(
                 f"saga {saga_id!r} is {saga.status.value}; only a COMPENSATION_FAILED saga has compensations to retry",
@@ -330,7 +332,8 @@ class SagaExecutor:
         for row in rows:
             if row.status is StepStatus.COMPENSATION_FAILED:
                 # Back to what it was before its compensation: done (SUCCESS) or of unknown outcome.
-                row.status = StepStatus.SUCCESS if row.error is None else StepStatus.CANCELLED
+                # A race loser kept its result (and an error saying it lost): it is undone with that result.
+                row.status = StepStatus.SUCCESS if row.error is None or row.result is not None else StepStatus.CANCELLED
                 row.compensation_error = None
         saga.status, saga.finished_at = SagaStatus.COMPENSATING, None
         started = now()

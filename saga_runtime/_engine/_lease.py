@@ -64,7 +64,7 @@ class LeaseKeeper:
                 if known is not None and now() >= known and not _finished(engine):
                     # The lease ran out unrenewed: another executor may own the saga by now. Stop writing.
                     logger.error("saga %s: its lease expired while the store was unreachable; stopping", saga.saga_id)
-                    engine.fence()
+                    engine.fence(lost=True)
                     self._on_lost()
                     return
             if held is not None:
@@ -75,7 +75,7 @@ class LeaseKeeper:
                         "saga %s: its lease was taken over by another executor; stopping here without writing",
                         saga.saga_id,
                     )
-                    engine.fence()
+                    engine.fence(lost=True)
                     self._on_lost()
                     return
         if not self._stopped:

@@ -120,6 +120,7 @@ class SagaEngine:
         self._write_lock = asyncio.Lock()
         self._store_error: BaseException | None = None
         self.fenced = False
+        self.lease_lost = False
         self._undo_failed: set[str] = set()  # steps whose refused result could not be undone
         self._winners: dict[int, str] = {}  # group -> the step that won a `first` race in this process
         # True for a saga recovery drives: no caller waits on it, so a cancellation (the worker shutting down)
@@ -157,9 +158,10 @@ class SagaEngine:
             )
         emit(self.config.hooks, event)
 
-    def fence(self) -> None:
-        """Stop this engine for good: another executor owns the saga now; nothing more is written."""
+    def fence(self, *, lost: bool = False) -> None:
+        """Stop this engine for good: nothing more is written. `lost`: another executor may own the saga now."""
         self.fenced = True
+        self.lease_lost = self.lease_lost or lost
 
     def add_dirty(self, row: StepRow) -> None:
         """Note that a row changed outside the engine (an operator reset it); it is written with the next flush."""
@@ -291,7 +293,15 @@ class SagaEngine:
         if join == "first" and any(self.succeeded(row) for row in rows):
             await self._settle_first(rows)  # resumed: the recorded winner stands, the rest lose
             return True
-        calls = [call for call in (self._prepare(row) for row in rows if row.status in RUNNABLE) if call]
+        undoing = [row for row in rows if row.status in _UNKNOWN and row.compensation_attempts > 0]
+        if undoing:
+            # Their compensation had begun (written ahead) when the process died: finish it, never run forward.
+            await self.compensate_unknown(undoing)
+        calls = [
+            call
+            for call in (self._prepare(row) for row in rows if row.status in RUNNABLE and row not in undoing)
+            if call
+        ]
         if self.failed:
             await self.flush()
             return False
@@ -523,8 +533,16 @@ class SagaEngine:
                 self._undo_failed.discard(row.step_id)
                 return
 
-        with anyio.move_on_after(self.config.compensation_timeout):
-            await shielded(undo())
+        async def bounded() -> None:
+            # The bound goes inside the shield: outside, the shield would keep it from ever firing.
+            with anyio.move_on_after(self.config.compensation_timeout) as scope:
+                await undo()
+            if scope.cancelled_caught:
+                row.compensation_error = f"undoing refused attempt {row.attempts}: compensation_timeout ran out"
+                self._undo_failed.add(row.step_id)
+                self._mark(row)
+
+        await shielded(bounded())
 
     async def _on_failure(
         self,
@@ -719,7 +737,13 @@ class SagaEngine:
                 raise
             except Exception as exc:
                 if policy.should_retry(exc, attempt):
-                    await anyio.sleep(policy.delay(attempt))
+                    try:
+                        await anyio.sleep(policy.delay(attempt))
+                    except _CANCELLED:  # the time ran out between two attempts: the effect is still there
+                        row.status = StepStatus.COMPENSATION_FAILED
+                        row.compensation_error = f"{describe(exc)}; then compensation_timeout ran out before a retry"
+                        self._mark(row)
+                        raise
                     continue
                 row.status = StepStatus.COMPENSATION_FAILED
                 row.compensation_error = f"{describe(exc)} (after {attempt} attempt{'s' if attempt != 1 else ''})"
