@@ -254,7 +254,11 @@ class SagaExecutor:
                 if result is not None:
                     results.append(result)
             if not fresh:
-                return results
+                if len(claimed) < limit:
+                    return results
+                # A full batch of sagas this executor cannot run (their tools are elsewhere) hid the rest:
+                # look further rather than starve behind them.
+                limit *= 2
 
     async def _release(self, saga: SagaRow, *, uncount: bool = False) -> None:
         """Give up a claimed saga at once (no owner, no lease), so another executor can take it."""

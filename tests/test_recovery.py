@@ -210,3 +210,16 @@ async def test_serve_recovers_then_stops_cleanly_on_cancellation(registry: ToolR
     with pytest.raises(asyncio.CancelledError):
         await worker
     assert store._sagas["late"].status is SagaStatus.SUCCESS
+
+
+async def test_recovery_does_not_starve_behind_sagas_it_cannot_run(registry: ToolRegistry, world: World) -> None:
+    """Bug: a full batch of sagas needing foreign tools hid every other orphan from recover() forever."""
+    store = MemoryStore()
+    for i in range(3):
+        orphan(store, f"foreign{i}", [StepStatus.RUNNING])
+        store._steps[f"foreign{i}"]["s0"].tool_name = "Elsewhere"
+        store._sagas[f"foreign{i}"].created_at -= timedelta(hours=1)  # the oldest: claimed first
+    orphan(store, "mine", [StepStatus.RUNNING])
+    results = await SagaExecutor(registry, store=store).recover(limit=3)
+    assert [r.saga_id for r in results] == ["mine"]
+    assert all(store._sagas[f"foreign{i}"].status is SagaStatus.RUNNING for i in range(3))
