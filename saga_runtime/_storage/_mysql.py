@@ -33,7 +33,14 @@ import pymysql
 from saga_runtime._exceptions import StoreBusyError, StoreConnectionError, StoreError
 from saga_runtime._storage._errors import CONNECT_ADVICE, ErrorMap, convert
 from saga_runtime._storage._open import redact_url
-from saga_runtime._storage._sqlstore import DEFAULT_RETRY_FOR, SQLStore, Transaction, retry_for_option
+from saga_runtime._storage._sqlstore import (
+    DEFAULT_RETRY_FOR,
+    SQLStore,
+    Transaction,
+    pool_sizes,
+    retry_for_option,
+    url_option,
+)
 
 __all__ = ["CODE_MAP", "ERROR_MAP", "MySQLStore", "map_exceptions", "store_error"]
 
@@ -156,18 +163,13 @@ class MySQLStore(SQLStore):
         redacted = redact_url(url)
         parts = urlsplit(url)
         query = dict(parse_qsl(parts.query))
-        low = int(min_size if min_size is not None else query.pop("min_size", 1))
-        high = int(max_size if max_size is not None else query.pop("max_size", 10))
-        timeout = float(connect_timeout if connect_timeout is not None else query.pop("connect_timeout", 10.0))
-        recycle = float(pool_recycle if pool_recycle is not None else query.pop("pool_recycle", 3600))
+        low, high = pool_sizes(min_size, max_size, query)
+        timeout = float(url_option(connect_timeout, query, "connect_timeout", 10.0))
+        recycle = float(url_option(pool_recycle, query, "pool_recycle", 3600))
         unix_socket = query.pop("unix_socket", None)
         retry = retry_for_option(retry_for, query)
-        for name in ("min_size", "max_size", "connect_timeout", "pool_recycle"):
-            query.pop(name, None)
         if query:
             raise TypeError(f"unknown MySQL store options in {redacted!r}: {sorted(query)}")
-        if not 0 <= low <= high or high < 1:
-            raise ValueError(f"need 0 <= min_size <= max_size and max_size >= 1, got {low} and {high}")
         database = unquote(parts.path.lstrip("/"))
         if not database:
             raise StoreError(f"the MySQL URL {redacted!r} names no database: add /DATABASE", url=redacted)

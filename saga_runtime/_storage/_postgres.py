@@ -27,7 +27,14 @@ import asyncpg
 from saga_runtime._exceptions import StoreBusyError, StoreConnectionError, StoreError
 from saga_runtime._storage._errors import CONNECT_ADVICE, ErrorMap, convert, mapping_errors
 from saga_runtime._storage._open import redact_url
-from saga_runtime._storage._sqlstore import DEFAULT_RETRY_FOR, SQLStore, Transaction, retry_for_option
+from saga_runtime._storage._sqlstore import (
+    DEFAULT_RETRY_FOR,
+    SQLStore,
+    Transaction,
+    pool_sizes,
+    retry_for_option,
+    url_option,
+)
 
 __all__ = ["ERROR_MAP", "PostgresStore", "map_exceptions"]
 
@@ -129,16 +136,11 @@ class PostgresStore(SQLStore):
         redacted = redact_url(url)
         parts = urlsplit(url)
         query = dict(parse_qsl(parts.query))
-        low = int(min_size if min_size is not None else query.pop("min_size", 1))
-        high = int(max_size if max_size is not None else query.pop("max_size", 10))
-        timeout = float(connect_timeout if connect_timeout is not None else query.pop("connect_timeout", 10.0))
+        low, high = pool_sizes(min_size, max_size, query)
+        timeout = float(url_option(connect_timeout, query, "connect_timeout", 10.0))
         if command_timeout is None and "command_timeout" in query:
             command_timeout = float(query.pop("command_timeout"))
         retry = retry_for_option(retry_for, query)
-        for name in ("min_size", "max_size", "connect_timeout"):
-            query.pop(name, None)
-        if not 0 <= low <= high or high < 1:
-            raise ValueError(f"need 0 <= min_size <= max_size and max_size >= 1, got {low} and {high}")
         dsn = parts._replace(scheme="postgresql", query=urlencode(query)).geturl()
         with map_exceptions(redacted, connecting=True):
             pool = await asyncpg.create_pool(

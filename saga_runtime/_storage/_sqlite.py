@@ -30,7 +30,7 @@ import anyio
 from saga_runtime._exceptions import StoreBusyError, StoreConnectionError, StoreError
 from saga_runtime._storage._errors import ErrorMap, convert
 from saga_runtime._storage._open import redact_url
-from saga_runtime._storage._sqlstore import DEFAULT_RETRY_FOR, SQLStore, Transaction, retry_for_option
+from saga_runtime._storage._sqlstore import DEFAULT_RETRY_FOR, SQLStore, Transaction, retry_for_option, url_option
 
 __all__ = ["ERROR_MAP", "SQLiteStore", "map_exceptions"]
 
@@ -184,8 +184,8 @@ class SQLiteStore(SQLStore):
         redacted = redact_url(url)
         path = sqlite_path(url)
         query = dict(parse_qsl(urlsplit(url).query))
-        level = str(synchronous or query.pop("synchronous", "FULL")).upper()
-        timeout = float(busy_timeout if busy_timeout is not None else query.pop("busy_timeout", 5.0))
+        level = str(url_option(synchronous or None, query, "synchronous", "FULL")).upper()
+        timeout = float(url_option(busy_timeout, query, "busy_timeout", 5.0))
         retry = retry_for_option(retry_for, query)
         if query:
             raise TypeError(f"unknown SQLite store options in {redacted!r}: {sorted(query)}")

@@ -77,6 +77,24 @@ def retry_for_option(value: float | None, query: dict[str, str]) -> float:
     return seconds
 
 
+def url_option(value: Any, query: dict[str, str], name: str, default: Any) -> Any:
+    """Return a store option: the keyword `value`, else the URL's query parameter `name`, else `default`.
+
+    Removes `name` from `query` either way, so what is left there is what the store does not know.
+    """
+    raw = query.pop(name, None)
+    return value if value is not None else raw if raw is not None else default
+
+
+def pool_sizes(min_size: int | None, max_size: int | None, query: dict[str, str]) -> tuple[int, int]:
+    """Return a pool's (min_size, max_size) from keywords or the URL (defaults 1 and 10); refuse bad sizes."""
+    low = int(url_option(min_size, query, "min_size", 1))
+    high = int(url_option(max_size, query, "max_size", 10))
+    if not 0 <= low <= high or high < 1:
+        raise ValueError(f"need 0 <= min_size <= max_size and max_size >= 1, got {low} and {high}")
+    return low, high
+
+
 class Transaction(Protocol):
     """What the shared store code needs of a driver inside one transaction."""
 
