@@ -49,6 +49,11 @@ class LLMRunner:
     model as the call's result; a failure of the loop itself (the model's API, the budget, no final answer
     within `max_turns`) compensates every call made, in reverse. Calls outside `policy` are refused before they
     run, and the model is told why.
+
+    Each answer of the model is recorded (`metadata["llm_responses"]`) before any call it asks for runs. Run an
+    unfinished saga id again (its process died) with the same prompt and model, and the recorded answers are
+    replayed instead of asking (and paying) the model again, while the dynamic saga serves the calls that
+    finished from the record; the model is asked only for the turns that were never answered.
     """
 
     def __init__(
@@ -90,9 +95,20 @@ class LLMRunner:
         if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
             raise ValueError(f"max_turns must be a positive int, got {max_turns!r}")
         if saga_id is not None:
-            finished = await self.executor.store.get_saga(saga_id)
-            if finished is not None and finished.status.is_terminal:
-                return finished  # the saga id is the run's idempotency key: the model is not asked again
+            stored = await self.executor.store.get_saga(saga_id)
+            if stored is not None and stored.status.is_terminal:
+                return stored  # the saga id is the run's idempotency key: the model is not asked again
+            if stored is not None and (stored.metadata.get("prompt"), stored.metadata.get("model")) != (
+                prompt,
+                self.model,
+            ):
+                # Checked before the block is entered: a refused re-entry must not compensate the recorded saga.
+                raise IdempotencyConflictError(
+                    f"saga {saga_id!r} was recorded for model {stored.metadata.get('model')!r} and prompt "
+                    f"{stored.metadata.get('prompt')!r}; re-enter it with the same model and prompt, or use "
+                    "another saga_id",
+                    saga_id=saga_id,
+                )
         saga = self.executor.saga(saga_id=saga_id, budget=budget, metadata={"model": self.model, "prompt": prompt})
         try:
             async with saga:
@@ -117,29 +133,35 @@ class LLMRunner:
         return await response if inspect.isawaitable(response) else response
 
     async def _loop(self, saga: DynamicSaga, prompt: str, max_turns: int) -> None:
+        recorded = list(saga.metadata.get("llm_responses") or [])  # a re-entered run's answers so far
         messages: list[dict[str, Any]] = [{"role": "system", "content": self.system}] if self.system else []
         messages.append({"role": "user", "content": prompt})
         calls_log: list[dict[str, Any]] = []
+        responses: list[dict[str, Any]] = []
         for turn in range(max_turns):
-            response = await self._complete(messages)
+            if turn < len(recorded):
+                response = recorded[turn]  # a re-entered run: the model was asked this already
+            else:
+                response = _normalized(await self._complete(messages), self.model)
+            responses.append(response)
             usage = usage_from_openai(response)
             cost = self.cost_of(usage.prompt_tokens, usage.completion_tokens)
             calls_log.append(
                 {
                     "turn": turn,
-                    "model": str(_get(response, "model", self.model)),
+                    "model": response["model"],
                     "prompt_tokens": usage.prompt_tokens,
                     "completion_tokens": usage.completion_tokens,
                     "cost": cost,
                 }
             )
-            await saga.set_metadata(llm_calls=calls_log)
+            # Durable before any of its calls runs: a re-entered run replays this answer instead of paying again.
+            await saga.set_metadata(llm_calls=calls_log, llm_responses=responses)
             await saga.charge(cost=cost, tokens=usage.total_tokens)  # BudgetExceededError ends the loop
-            choices = _get(response, "choices") or []
-            message = _get(choices[0], "message") if choices else None
-            tool_calls = _get(message, "tool_calls") or []
+            message = response["choices"][0]["message"]
+            tool_calls = message.get("tool_calls") or []
             if not tool_calls:
-                await saga.set_metadata(answer=_get(message, "content"), turns=turn + 1)
+                await saga.set_metadata(answer=message.get("content"), turns=turn + 1)
                 return
             messages.append(self._assistant(message, tool_calls))
             messages.extend(await self._run_calls(saga, message))
@@ -188,3 +210,42 @@ class LLMRunner:
             content = {"error": outcome.error} if isinstance(outcome, StepFailedError) else {"result": outcome}
             replies.append({"role": "tool", "tool_call_id": step["id"], "content": json.dumps(content)})
         return replies
+
+
+def _normalized(response: Any, model: str) -> dict[str, Any]:
+    """Return what the loop uses of a chat completion as plain JSON: model, usage and the first choice's message.
+
+    This is what is recorded (so a re-entered run needs no SDK object), and what the loop reads, so a first run
+    and a re-entered one take the same path.
+    """
+    usage = usage_from_openai(response)
+    choices = _get(response, "choices") or []
+    message = _get(choices[0], "message") if choices else None
+    tool_calls = _get(message, "tool_calls") or []
+    return {
+        "model": str(_get(response, "model", model) or model),
+        "usage": {
+            "prompt_tokens": usage.prompt_tokens,
+            "completion_tokens": usage.completion_tokens,
+            "total_tokens": usage.total_tokens,
+        },
+        "choices": [
+            {
+                "message": {
+                    "role": "assistant",
+                    "content": _get(message, "content"),
+                    "tool_calls": [
+                        {
+                            "id": _get(call, "id"),
+                            "type": "function",
+                            "function": {
+                                "name": _get(_get(call, "function"), "name"),
+                                "arguments": _get(_get(call, "function"), "arguments"),
+                            },
+                        }
+                        for call in tool_calls
+                    ],
+                }
+            }
+        ],
+    }
