@@ -358,7 +358,8 @@ class SagaExecutor:
 
         The worker loop of a process that keeps a database's sagas moving: run it in a task, and cancel the task
         to stop. A saga it was driving when stopped is not compensated: it is released for the next recovery.
-        A store that cannot be reached is retried at the next round.
+        A store that cannot be reached is retried at the next round; so is a round that failed in any other way
+        (logged with its traceback): a worker loop does not die of one bad round while sagas wait.
         """
         pause = self.lease_timeout / 2 if interval is None else interval
         while True:
@@ -366,6 +367,8 @@ class SagaExecutor:
                 await self.recover(limit=limit)
             except StoreError as exc:
                 logger.warning("recovery round failed, trying again in %gs: %s", pause, exc)
+            except Exception:
+                logger.exception("recovery round failed unexpectedly, trying again in %gs", pause)
             await anyio.sleep(pause)
 
     def _engine_for(self, saga: SagaRow, steps: list[StepRow]) -> SagaEngine:

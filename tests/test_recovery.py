@@ -223,3 +223,33 @@ async def test_recovery_does_not_starve_behind_sagas_it_cannot_run(registry: Too
     results = await SagaExecutor(registry, store=store).recover(limit=3)
     assert [r.saga_id for r in results] == ["mine"]
     assert all(store._sagas[f"foreign{i}"].status is SagaStatus.RUNNING for i in range(3))
+
+
+async def test_serve_survives_a_round_that_fails_unexpectedly(
+    registry: ToolRegistry, world: World, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """serve() logs a round that raised something other than a StoreError, and goes on recovering next round."""
+    store = MemoryStore()
+    executor = SagaExecutor(registry, store=store)
+    real_claim = store.claim_expired
+    calls = 0
+
+    async def flaky_claim(*args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise RuntimeError("a bug in one round")
+        return await real_claim(*args, **kwargs)
+
+    monkeypatch.setattr(store, "claim_expired", flaky_claim)
+    orphan(store, "late", [StepStatus.RUNNING])
+    worker = asyncio.create_task(executor.serve(interval=0.01))
+    for _ in range(200):
+        await asyncio.sleep(0.01)
+        if store._sagas["late"].status.is_terminal:
+            break
+    worker.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await worker
+    assert store._sagas["late"].status is SagaStatus.SUCCESS
+    assert "a bug in one round" in caplog.text
