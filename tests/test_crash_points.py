@@ -193,7 +193,7 @@ def test_the_harness_reports_a_broken_invariant() -> None:
     """A recovery that re-executes a SUCCESS step, or leaves an effect undone, is reported as a problem."""
     from saga_runtime import ToolRegistry
     from saga_runtime._records import SagaResult, StepRecord
-    from saga_runtime.testing import _problems
+    from saga_runtime.testing._harness import _problems
 
     registry = ToolRegistry()
 
