@@ -163,27 +163,9 @@ class LLMRunner:
             if not tool_calls:
                 await saga.set_metadata(answer=message.get("content"), turns=turn + 1)
                 return
-            messages.append(self._assistant(message, tool_calls))
+            messages.append(dict(message))  # normalized: role, content and the tool calls by id
             messages.extend(await self._run_calls(saga, message))
         raise TurnLimitError(f"the model gave no final answer within max_turns={max_turns}")
-
-    @staticmethod
-    def _assistant(message: Any, tool_calls: list[Any]) -> dict[str, Any]:
-        return {
-            "role": "assistant",
-            "content": _get(message, "content"),
-            "tool_calls": [
-                {
-                    "id": _get(call, "id"),
-                    "type": "function",
-                    "function": {
-                        "name": _get(_get(call, "function"), "name"),
-                        "arguments": _get(_get(call, "function"), "arguments"),
-                    },
-                }
-                for call in tool_calls
-            ],
-        }
 
     async def _run_calls(self, saga: DynamicSaga, message: Any) -> list[dict[str, Any]]:
         """Run one turn's tool calls as a group; return the tool messages that answer each call."""
