@@ -1,6 +1,6 @@
 """An LLM loop killed mid-run and run again with its saga id: the model is not asked again for answered turns.
 
-The process is killed for real (`os._exit`) inside a tool call on a SQLite store; the run that re-enters the id
+The process is killed for real (`os._exit`) inside a tool call, on every SQL store; the run that re-enters the id
 replays the recorded answers of the model, re-runs only the call whose outcome is unknown (with its key), and asks
 the model only for the turn that was never answered.
 """
@@ -8,46 +8,20 @@ the model only for the turn that was never answered.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
-from saga_runtime import IdempotencyConflictError, LLMRunner, MockLLMClient, SagaExecutor, SagaStatus, open_store
+from saga_runtime import IdempotencyConflictError, LLMRunner, MockLLMClient, SagaExecutor, SagaStatus, SagaStore
 
-TOOLS = textwrap.dedent(
-    """
-    import os
-    from saga_runtime import StepContext, ToolRegistry
-
-    def note(line: str) -> None:
-        with open(os.environ["LEDGER"], "a") as handle:
-            handle.write(line + "\\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-
-    registry = ToolRegistry()
-
-    @registry.tool
-    class Effect:
-        async def execute(self, name: str, ctx: StepContext) -> dict:
-            note(f"do {name} {ctx.idempotency_key}")
-            if name == os.environ.get("DIE_IN"):
-                os._exit(137)  # killed mid-call: the effect happened, its outcome was never recorded
-            return {"name": name}
-
-        async def compensate(self, result, ctx: StepContext) -> None:
-            note(f"undo {ctx.args['name']} {ctx.idempotency_key}")
-    """
-)
+from .conftest import Stores
+from .test_dynamic_kill import TOOLS, ledger_lines, load_tools, run_agent
 
 AGENT = textwrap.dedent(
     """
-    import asyncio, os, sys
+    import asyncio, sys
     from saga_runtime import LLMRunner, MockLLMClient, SagaExecutor, open_store
     from tools import note, registry
 
@@ -77,40 +51,29 @@ AGENT = textwrap.dedent(
 
 
 @pytest.fixture
-def killed(tmp_path: Path) -> Iterator[tuple[str, Path]]:
-    """Run the agent in a child process killed inside the call to `d`; return the store URL and the ledger."""
+async def killed(
+    stores: Stores, sql_kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[SagaStore, Path, ModuleType]:
+    """Run the agent in a child process killed inside the call to `d`; return the store, ledger and tools module."""
+    store = await stores.open(sql_kind, wipe=True)
     (tmp_path / "tools.py").write_text(TOOLS)
     (tmp_path / "agent.py").write_text(AGENT)
-    ledger = tmp_path / "ledger.txt"
-    url = f"sqlite:///{tmp_path / 'sagas.db'}"
-    env = {**os.environ, "LEDGER": str(ledger), "DIE_IN": "d", "PYTHONPATH": str(tmp_path)}
-    child = subprocess.run(
-        [sys.executable, str(tmp_path / "agent.py"), url], env=env, capture_output=True, text=True, timeout=60
-    )
-    assert child.returncode == 137, child.stderr
-    lines = ledger.read_text().splitlines()
+    assert run_agent(tmp_path, stores.url(sql_kind), die_in="d") == 137
+    lines = ledger_lines(tmp_path / "ledger.txt")
     assert _names(lines) == ["a", "b", "c", "d"]
     assert lines.count("model") == 3  # three turns answered, the last one's call killed the process
-    sys.path.insert(0, str(tmp_path))
-    os.environ["LEDGER"] = str(ledger)
-    yield url, ledger
-    sys.path.remove(str(tmp_path))
-    sys.modules.pop("tools", None)
-    os.environ.pop("LEDGER", None)
+    return store, tmp_path / "ledger.txt", load_tools(tmp_path, monkeypatch)
 
 
 async def test_a_reentered_llm_run_replays_the_recorded_answers_and_asks_only_for_new_turns(
-    killed: tuple[str, Path],
+    killed: tuple[SagaStore, Path, ModuleType],
 ) -> None:
     """Re-entered after a kill, the loop asks the model once (the unanswered turn) and repeats no finished call."""
-    url, ledger = killed
-    from tools import registry  # type: ignore[import-not-found]
-
+    store, ledger, tools = killed
     client = MockLLMClient(final_answer="all booked")  # answers in text at once: only the last turn is asked
-    async with open_store(url) as store:
-        executor = SagaExecutor(registry, store=store, executor_id="agent-host")
-        runner = LLMRunner(client, "mock-1", registry, executor, prices={"mock-1": (1.0, 2.0)})
-        result = await runner.run("book things", saga_id="agent-run")
+    executor = SagaExecutor(tools.registry, store=store, executor_id="agent-host")
+    runner = LLMRunner(client, "mock-1", tools.registry, executor, prices={"mock-1": (1.0, 2.0)})
+    result = await runner.run("book things", saga_id="agent-run")
 
     assert result.status is SagaStatus.SUCCESS
     assert result.metadata["answer"] == "all booked"
@@ -125,7 +88,7 @@ async def test_a_reentered_llm_run_replays_the_recorded_answers_and_asks_only_fo
     results = [json.loads(m["content"]) for m in sent if m["role"] == "tool"]
     assert [r["result"]["name"] for r in results] == ["a", "b", "c", "d"]
 
-    lines = ledger.read_text().splitlines()
+    lines = ledger_lines(ledger)
     assert lines.count("model") == 3  # the re-entered run asked this test's client, not the child's
     assert _names(lines) == ["a", "b", "c", "d", "d"]
     effects = [line.split() for line in lines if line != "model"]
@@ -138,20 +101,17 @@ async def test_a_reentered_llm_run_replays_the_recorded_answers_and_asks_only_fo
 
 
 async def test_a_reentered_llm_run_with_another_prompt_is_refused_and_compensates_nothing(
-    killed: tuple[str, Path],
+    killed: tuple[SagaStore, Path, ModuleType],
 ) -> None:
     """Re-entering an unfinished LLM saga with another prompt raises IdempotencyConflictError and changes nothing."""
-    url, ledger = killed
-    from tools import registry
-
+    store, ledger, tools = killed
     before = ledger.read_text()
     client = MockLLMClient(final_answer="never")
-    async with open_store(url) as store:
-        executor = SagaExecutor(registry, store=store, executor_id="agent-host")
-        runner = LLMRunner(client, "mock-1", registry, executor)
-        with pytest.raises(IdempotencyConflictError, match="same model and prompt"):
-            await runner.run("something else", saga_id="agent-run")
-        stored = await store.get_saga("agent-run")
+    executor = SagaExecutor(tools.registry, store=store, executor_id="agent-host")
+    runner = LLMRunner(client, "mock-1", tools.registry, executor)
+    with pytest.raises(IdempotencyConflictError, match="same model and prompt"):
+        await runner.run("something else", saga_id="agent-run")
+    stored = await store.get_saga("agent-run")
     assert client.requests == []
     assert ledger.read_text() == before  # nothing ran, nothing was undone
     assert stored is not None
