@@ -29,10 +29,9 @@ from saga_runtime._records import (
     SagaStatus,
     StepRow,
     StepStatus,
-    idempotency_key,
+    idempotency_keys,
     now,
     result_from_rows,
-    seal_all,
     to_json_value,
 )
 from saga_runtime._storage import MemoryStore, SagaStore
@@ -137,11 +136,11 @@ class SagaExecutor:
         first = [row for row in steps if row.group == 0]
         for row in first:
             row.status, row.attempts, row.started_at = StepStatus.RUNNING, 1, saga.created_at
-        seal_all(steps, self.store.signing_key)
+        engine = SagaEngine(self._config, saga, steps, announced=first)
+        engine.seal_all()  # the engine seals: it keeps what it hashed for the next seals of the same rows
         existing = await self.store.create_saga(saga.copy(), [row.copy() for row in steps])
         if existing is None:
             logger.debug("saga %s: started by %s, %d steps", saga.saga_id, self.executor_id, len(steps))
-            engine = SagaEngine(self._config, saga, steps, announced=first)
         else:
             stored, rows = existing
             finished = self._existing(saga, stored, rows)
@@ -422,17 +421,12 @@ class SagaExecutor:
             budget=None if budget is None else {**budget.to_json(), "charges": 0},
             metadata=stored_metadata,
         )
+        planned_steps = planned.steps
+        keys = idempotency_keys(saga_id, [step.step_id for step in planned_steps])
+        # Positional: saga_id, seq, step_id, group, tool_name, args, idempotency_key (faster, on the hot path).
         steps = [
-            StepRow(
-                saga_id=saga_id,
-                seq=seq,
-                step_id=step.step_id,
-                group=step.group,
-                tool_name=step.tool_name,
-                args=step.args,
-                idempotency_key=idempotency_key(saga_id, step.step_id),
-            )
-            for seq, step in enumerate(planned.steps)
+            StepRow(saga_id, seq, step.step_id, step.group, step.tool_name, step.args, key)
+            for seq, (step, key) in enumerate(zip(planned_steps, keys, strict=True))
         ]
         return saga, steps
 
@@ -498,16 +492,20 @@ class SagaExecutor:
                 return engine.group_result([engine.rows[s.step_id] for s in plan.groups[g]], plan.join_of(g).mode)
             return engine.result_for(target)
 
+        by_id = engine.rows
         try:
             for g, group in enumerate(plan.groups):
                 join = plan.join_of(g)
-                recorded = [engine.rows[step.step_id] for step in group]
+                recorded = [by_id[step.step_id] for step in group]
                 engine.adopt(recorded, join.mode)
                 if engine.failed:
                     break
-                for step in group:
-                    row = engine.rows[step.step_id]
-                    if row.status in RUNNABLE and has_refs(step):
+                for step, row in zip(group, recorded, strict=True):
+                    if row.status not in RUNNABLE:
+                        continue
+                    if step.kwargs is not None:
+                        engine.validated(row, step.kwargs)  # used only if the row runs with the plan's own args
+                    elif has_refs(step):
                         try:
                             row.args = resolve_refs(step.args, lookup)
                         except (RefError, LookupError) as exc:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import hashlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -31,14 +31,22 @@ class Step(BaseModel):
     id: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PlannedStep:
-    """A validated step: its id, tool, JSON arguments (maybe holding `$ref`s) and its place in the plan."""
+    """A validated step: its id, tool, JSON arguments (maybe holding `$ref`s) and its place in the plan.
+
+    `refs` tells whether the arguments hold a `$ref` (None: not known yet). `kwargs` are the arguments as
+    `execute` gets them, validated when the plan was (None when they hold a `$ref`): a step run with exactly
+    these `args` needs no second validation. (Not frozen: a frozen dataclass is several times slower to build,
+    and a plan builds one per step; nothing changes a planned step.)
+    """
 
     step_id: str
     tool_name: str
     args: dict[str, Any]
     group: int
+    refs: bool | None = field(default=None, compare=False)
+    kwargs: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
 
 JOINS = ("all", "first", "quorum", "any")
@@ -83,6 +91,11 @@ class Plan:
 
     def to_json(self) -> list[Any]:
         """Return the plan as stored: groups of `{"id", "tool", "args"}`, a join other than `all` spelled out."""
+        return self._json
+
+    @functools.cached_property
+    def _json(self) -> list[Any]:
+        # Built once per plan: its digest and the saga row read the same JSON (which nobody mutates).
         out: list[Any] = []
         for g, group in enumerate(self.groups):
             steps = [{"id": s.step_id, "tool": s.tool_name, "args": s.args} for s in group]
@@ -132,6 +145,8 @@ def _label(draft: _Draft) -> str:
 
 
 def _read_step(item: Any, group: int, index: int, problems: list[str]) -> _Draft | None:
+    if type(item) is dict and "tool" in item and _STEP_KEYS.issuperset(item):  # the common case, checked fast
+        return _Draft(group, index, item["tool"], item.get("args", {}), item.get("id"))
     where = f"step #{index + 1} of group {group}"
     if isinstance(item, Step):
         return _Draft(group, index, item.tool, item.args, item.id)
@@ -182,7 +197,7 @@ def _read_join(item: Mapping[str, Any], g: int, problems: list[str]) -> tuple[An
 
 
 def _read_groups(plan: Any, problems: list[str]) -> tuple[list[list[_Draft]], list[Join]]:
-    if isinstance(plan, str | bytes | Mapping | Step) or not isinstance(plan, Sequence):
+    if type(plan) is not list and (isinstance(plan, str | bytes | Mapping | Step) or not isinstance(plan, Sequence)):
         problems.append(f"a plan is a list of steps and groups, got {type(plan).__name__}")
         return [], []
     if not plan:
@@ -191,7 +206,12 @@ def _read_groups(plan: Any, problems: list[str]) -> tuple[list[list[_Draft]], li
     joins: list[Join] = []
     for g, item in enumerate(plan):
         join = _ALL
-        if isinstance(item, Mapping) and "group" in item:
+        if type(item) is dict:
+            if "group" in item:
+                members, join = _read_join(item, g, problems)
+            else:
+                members = [item]
+        elif isinstance(item, Mapping) and "group" in item:
             members, join = _read_join(item, g, problems)
         else:
             members = item if isinstance(item, list | tuple) else [item]
@@ -231,47 +251,61 @@ def _check_ids(groups: list[list[_Draft]], problems: list[str]) -> None:
             seen.add(candidate)
 
 
+_is_str = str.__instancecheck__  # isinstance(x, str) as a function: all(map(...)) runs without a generator
+_NONE: frozenset[str] = frozenset()
+
+
 def _check_step(
     draft: _Draft,
     registry: ToolRegistry,
     group_of: Mapping[str, int],
     problems: list[str],
     unknown: list[str],
-) -> dict[str, Any] | None:
-    label = _label(draft)
-    if not isinstance(draft.tool, str):
-        problems.append(f"{label}: 'tool' must be a tool name (a string), got {type(draft.tool).__name__}")
+) -> PlannedStep | None:
+    tool, args = draft.tool, draft.args
+    if not isinstance(tool, str):
+        problems.append(f"{_label(draft)}: 'tool' must be a tool name (a string), got {type(tool).__name__}")
         return None
-    if not isinstance(draft.args, Mapping) or not all(isinstance(k, str) for k in draft.args):
-        problems.append(f"{label}: 'args' must be a dict of argument names to values")
+    if not (type(args) is dict or isinstance(args, Mapping)) or not all(map(_is_str, args)):
+        problems.append(f"{_label(draft)}: 'args' must be a dict of argument names to values")
         return None
     try:
-        args = to_json_value(dict(draft.args), what="the arguments", tool_name=draft.tool)
+        args = to_json_value(dict(args), what="the arguments", tool_name=tool)
     except ResultNotStorableError as exc:
-        problems.append(f"{label}: {exc}")
+        problems.append(f"{_label(draft)}: {exc}")
         return None
     deferred: set[str] = set()
     for name, value in args.items():
+        if type(value) is not dict and type(value) is not list:
+            continue  # a scalar holds no $ref
         for ref in find_refs(value):
             deferred.add(name)
             try:
                 target, _ = ref_target(ref)
             except RefError as exc:
-                problems.append(f"{label}: argument {name!r}: {exc}")
+                problems.append(f"{_label(draft)}: argument {name!r}: {exc}")
                 continue
             if target not in group_of:
-                problems.append(f"{label}: argument {name!r}: $ref to {target!r}, which is no step of this plan")
+                problems.append(
+                    f"{_label(draft)}: argument {name!r}: $ref to {target!r}, which is no step of this plan"
+                )
             elif group_of[target] >= draft.group:
                 problems.append(
-                    f"{label}: argument {name!r}: $ref to {target!r} in group {group_of[target]}; a $ref may only "
-                    "point to a step of an earlier group"
+                    f"{_label(draft)}: argument {name!r}: $ref to {target!r} in group {group_of[target]}; a $ref "
+                    "may only point to a step of an earlier group"
                 )
-    if draft.tool not in registry:
-        unknown.append(draft.tool)
-        problems.append(f"{label}: {unknown_tool_message(draft.tool, registry.names())}")
+    spec = registry.find(tool)
+    if spec is None:
+        unknown.append(tool)
+        problems.append(f"{_label(draft)}: {unknown_tool_message(tool, registry.names())}")
         return None
-    problems.extend(f"{label}: {p}" for p in registry.get(draft.tool).check_args(args, deferred=frozenset(deferred)))
-    return dict(args)
+    found, kwargs = spec.checked_args(args, deferred=frozenset(deferred) if deferred else _NONE)
+    if found:
+        label = _label(draft)
+        problems.extend(f"{label}: {p}" for p in found)
+    if draft.id is None:
+        return None
+    return PlannedStep(draft.id, str(tool), dict(args), draft.group, bool(deferred), kwargs)
 
 
 def _check_rules(plan: Plan, registry: ToolRegistry, policy: PlanPolicy | None, problems: list[str]) -> None:
@@ -324,9 +358,9 @@ def build_plan(raw: Any, registry: ToolRegistry, *, policy: PlanPolicy | None = 
     for group in drafts:
         planned = []
         for draft in group:
-            args = _check_step(draft, registry, group_of, problems, unknown)
-            if args is not None and draft.id is not None:
-                planned.append(PlannedStep(draft.id, str(draft.tool), args, draft.group))
+            step = _check_step(draft, registry, group_of, problems, unknown)
+            if step is not None:
+                planned.append(step)
         groups.append(tuple(planned))
     plan = Plan(tuple(groups), tuple(joins) if any(join != _ALL for join in joins) else ())
     _check_rules(plan, registry, policy, problems)
@@ -345,4 +379,6 @@ def build_plan(raw: Any, registry: ToolRegistry, *, policy: PlanPolicy | None = 
 
 def has_refs(step: PlannedStep) -> bool:
     """Tell whether a step's arguments hold any `$ref`."""
+    if step.refs is not None:
+        return step.refs
     return any(next(find_refs(value), None) is not None for value in step.args.values())

@@ -1,6 +1,7 @@
 """Records: the rows stores persist and the models users read. Imports nothing above itself."""
 
 from saga_runtime._records._chain import (
+    Sealer,
     VerifyResult,
     chain_head,
     extend_head,
@@ -25,6 +26,7 @@ from saga_runtime._records._rows import (
     StepStatus,
     canonical_json,
     idempotency_key,
+    idempotency_keys,
     now,
     plan_groups,
     plan_joins,
@@ -40,6 +42,7 @@ __all__ = [
     "SagaRow",
     "SagaStatus",
     "SagaSummary",
+    "Sealer",
     "StepRecord",
     "StepRow",
     "StepStatus",
@@ -49,6 +52,7 @@ __all__ = [
     "export_rows",
     "extend_head",
     "idempotency_key",
+    "idempotency_keys",
     "identity_hash",
     "import_rows",
     "now",

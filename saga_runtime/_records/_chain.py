@@ -10,8 +10,9 @@ changes and seals what does:
 - A plan saga's rows must be exactly the steps of its plan (whose hash is stored); a dynamic saga stores the
   head of its identity chain in `plan_hash`, so a removed last record is detected as well.
 
-Updating one row re-seals that row only: a store write stays one row per changed step. The saga row itself is
-not sealed; with a signing key, a row can only be re-sealed by someone holding the key.
+Updating one row re-seals that row only: a store write stays one row per changed step. A running saga hashes the
+part of a row that never changes once (`Sealer`), then only the rest at each seal. The saga row itself is not
+sealed; with a signing key, a row can only be re-sealed by someone holding the key.
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from saga_runtime._records._rows import SagaRow, StepRow, plan_groups
+from saga_runtime._records._rows import SagaRow, StepRow, StepStatus, canonical_json, plan_groups
 
-__all__ = ["VerifyResult", "chain_head", "extend_head", "identity_hash", "seal", "seal_all", "verify_rows"]
+__all__ = ["Sealer", "VerifyResult", "chain_head", "extend_head", "identity_hash", "seal", "seal_all", "verify_rows"]
 
 
 def _normal(value: Any) -> Any:
@@ -41,72 +42,179 @@ def _normal(value: Any) -> Any:
     return value
 
 
-_dumps = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
-# The stdlib's C encoder, built once: json.dumps builds one per call, which costs more than the encoding of a
-# row. Same output (sorted keys, no spaces, float repr); the values were checked JSON-able when stored.
-_c_encoder = getattr(json.encoder, "c_make_encoder", None)
-_encode = (
-    None
-    if _c_encoder is None
-    else _c_encoder(None, None, json.encoder.encode_basestring, None, ":", ",", True, False, False)
-)
-
-
-def _text(value: Any) -> str:
-    if _encode is None:
-        return _dumps(value)
-    return "".join(_encode(value, 0))
+_text = canonical_json
+_quote = json.encoder.encode_basestring  # the text canonical_json writes for a str
+_STATUS = {status: _quote(status.value) for status in StepStatus}
 
 
 def _time(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat()
 
 
+def _plain(saga_id: Any, seq: Any, step_id: Any, group: Any, tool_name: Any, key: Any) -> bool:
+    """Tell whether a row's identity holds plain str and int values (which the f-strings below write as JSON)."""
+    return (
+        type(seq) is int
+        and type(group) is int
+        and type(saga_id) is str
+        and type(step_id) is str
+        and type(tool_name) is str
+        and type(key) is str
+    )
+
+
 def identity_hash(row: StepRow | None, saga_id: str) -> str:
     """Return the hash of a row's identity (what never changes), or of the saga id for the link before the first."""
     if row is None:
-        parts: list[Any] = ["saga", saga_id]
+        text = _text(["saga", saga_id])
     else:
-        parts = [row.saga_id, row.seq, row.step_id, row.group, row.tool_name, row.idempotency_key]
-    return hashlib.sha256(_text(parts).encode()).hexdigest()
-
-
-def _content(row: StepRow) -> bytes:
-    return _text(
-        [
+        saga, seq, step, group, tool, key = (
             row.saga_id,
             row.seq,
             row.step_id,
             row.group,
             row.tool_name,
-            _normal(row.args),
             row.idempotency_key,
-            row.status.value,
-            row.attempts,
-            _normal(row.result),
-            row.error,
-            row.error_type,
-            _time(row.started_at),
-            _time(row.finished_at),
-            _time(row.compensated_at),
-            row.compensation_error,
-            row.compensation_attempts,
-            row.prev_hash,
-        ]
-    ).encode()
+        )
+        if _plain(saga, seq, step, group, tool, key):
+            text = (
+                f"[{_quote(saga)},{int.__repr__(seq)},{_quote(step)},{int.__repr__(group)},{_quote(tool)},"
+                f"{_quote(key)}]"
+            )
+        else:
+            text = _text([saga, seq, step, group, tool, key])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+# A row's seal hashes the canonical JSON text of one array: saga id, seq, step id, group, tool, arguments
+# (integral floats as ints, as every database gives them back), idempotency key, status, attempts, result,
+# error, error type, started, finished and compensated times (ISO 8601), compensation error, compensation
+# attempts, prev_hash. The text up to the idempotency key never changes as the step runs: `Sealer` hashes it
+# once per row and copies the hash state for each seal, so a re-seal hashes the rest only. (The canonical text
+# of an array is "[" + its elements' texts joined by "," + "]": the two parts are cut from two shorter arrays,
+# or written directly, value by value, when the values are plain str, int and None.)
+
+
+def _fixed(row: StepRow, args: Any) -> bytes:
+    saga, seq, step, group, tool, key = row.saga_id, row.seq, row.step_id, row.group, row.tool_name, row.idempotency_key
+    if _plain(saga, seq, step, group, tool, key):
+        return (
+            f"[{_quote(saga)},{int.__repr__(seq)},{_quote(step)},{int.__repr__(group)},{_quote(tool)},"
+            f"{_text(args)},{_quote(key)},"
+        ).encode()
+    return (_text([saga, seq, step, group, tool, args, key])[:-1] + ",").encode()
+
+
+def _changing(row: StepRow) -> bytes:
+    result = row.result
+    if not (result is None or type(result) is int or type(result) is str):
+        result = _normal(result)
+    parts = [
+        row.status.value,
+        row.attempts,
+        result,
+        row.error,
+        row.error_type,
+        _time(row.started_at),
+        _time(row.finished_at),
+        _time(row.compensated_at),
+        row.compensation_error,
+        row.compensation_attempts,
+        row.prev_hash,
+    ]
+    return _text(parts)[1:].encode()  # the array's elements and its closing bracket: the fixed part opened it
+
+
+def _start(fixed: bytes, key: bytes | None) -> Any:
+    """Return the hash state (SHA-256, or HMAC-SHA-256 with a key) fed with a row's fixed part."""
+    if key is None:
+        return hashlib.sha256(fixed)
+    return hmac.new(key, fixed, hashlib.sha256)
+
+
+def _finish(state: Any, changing: bytes, key: bytes | None) -> str:
+    state.update(changing)
+    digest: str = state.hexdigest()
+    return digest if key is None else "hmac:" + digest
 
 
 def _seal_of(row: StepRow, key: bytes | None) -> str:
-    content = _content(row)
-    if key is None:
-        return hashlib.sha256(content).hexdigest()
-    return "hmac:" + hmac.new(key, content, hashlib.sha256).hexdigest()
+    return _finish(_start(_fixed(row, _normal(row.args)), key), _changing(row), key)
 
 
 def seal(row: StepRow, previous: StepRow | str | None, key: bytes | None) -> None:
     """Link `row` to the row before it (or to that row's identity hash, if known) and seal its content."""
     row.prev_hash = previous if isinstance(previous, str) else identity_hash(previous, row.saga_id)
     row.hash = _seal_of(row, key)
+
+
+class Sealer:
+    """Seal the rows of one saga again and again as they change, hashing each row's fixed part only once.
+
+    The hash state after a row's fixed part is kept with the arguments it was computed from (the object, and a
+    copy of its content): the engine replaces arguments (a `$ref` resolved is a new dict), and a tool that
+    changed its arguments in place makes them unequal to the copy (unless it swapped a value for an equal one
+    that JSON writes otherwise: 1 for true, 0 for false); either way the state is computed afresh. A seal is
+    the one `seal` gives.
+    """
+
+    __slots__ = ("_key", "_states", "_times")
+
+    def __init__(self, key: bytes | None) -> None:
+        self._key = key
+        self._states: dict[str, tuple[StepRow, Any, Any, Any]] = {}
+        # The text of each time sealed, by identity (equal instants in other offsets have other text).
+        self._times: dict[int, tuple[datetime, str]] = {}
+
+    def _time(self, value: datetime) -> str:
+        known = self._times.get(id(value))
+        if known is not None and known[0] is value:
+            return known[1]
+        text = _quote(value.isoformat())
+        self._times[id(value)] = (value, text)
+        return text
+
+    def _changing(self, row: StepRow, link: str) -> bytes:
+        """Return the text `_changing(row)` gives, written directly when every value is of a plain type."""
+        attempts, undo_attempts, result = row.attempts, row.compensation_attempts, row.result
+        if type(attempts) is not int or type(undo_attempts) is not int:
+            return _changing(row)
+        if result is None:
+            result_text = "null"
+        elif type(result) is int:
+            result_text = int.__repr__(result)
+        elif type(result) is str:
+            result_text = _quote(result)
+        else:
+            result_text = _text(_normal(result))
+        error, error_type, undo_error = row.error, row.error_type, row.compensation_error
+        started, finished, compensated = row.started_at, row.finished_at, row.compensated_at
+        try:
+            return (
+                f"{_STATUS[row.status]},{int.__repr__(attempts)},{result_text},"
+                f"{'null' if error is None else _quote(error)},"
+                f"{'null' if error_type is None else _quote(error_type)},"
+                f"{'null' if started is None else self._time(started)},"
+                f"{'null' if finished is None else self._time(finished)},"
+                f"{'null' if compensated is None else self._time(compensated)},"
+                f"{'null' if undo_error is None else _quote(undo_error)},{int.__repr__(undo_attempts)},"
+                f"{_quote(link)}]"
+            ).encode()
+        except (KeyError, TypeError, AttributeError):  # a value of another type: the general encoder says what it is
+            return _changing(row)
+
+    def seal(self, row: StepRow, link: str) -> None:
+        """Link `row` to the identity hash `link` of the row before it, and seal its content."""
+        row.prev_hash = link
+        args = row.args
+        known = self._states.get(row.step_id)
+        if known is None or known[0] is not row or known[1] is not args or known[2] != args:
+            normal = _normal(args)  # a new dict (lists and dicts inside copied): the copy to compare with
+            state = _start(_fixed(row, normal), self._key)
+            self._states[row.step_id] = (row, args, normal, state)
+        else:
+            state = known[3]
+        row.hash = _finish(state.copy(), self._changing(row, link), self._key)
 
 
 def extend_head(head: str | None, row: StepRow) -> str:

@@ -25,6 +25,7 @@ __all__ = [
     "StepStatus",
     "canonical_json",
     "idempotency_key",
+    "idempotency_keys",
     "now",
     "plan_groups",
     "plan_joins",
@@ -86,8 +87,22 @@ def now() -> datetime:
 
 def idempotency_key(saga_id: str, step_id: str) -> str:
     """Return the idempotency key of a step: stable for (saga, step), distinct for any other pair."""
-    digest = hashlib.sha256(json.dumps([saga_id, step_id]).encode()).hexdigest()
+    if type(saga_id) is str and type(step_id) is str:
+        # The text json.dumps([saga_id, step_id]) writes, without building an encoder per call.
+        text = f"[{_ascii(saga_id)}, {_ascii(step_id)}]"
+    else:
+        text = json.dumps([saga_id, step_id])
+    digest = hashlib.sha256(text.encode()).hexdigest()
     return f"sr-{digest[:40]}"
+
+
+def idempotency_keys(saga_id: str, step_ids: list[str]) -> list[str]:
+    """Return `idempotency_key(saga_id, step_id)` for each step id, in order (the saga's part encoded once)."""
+    if type(saga_id) is not str or not all(type(step_id) is str for step_id in step_ids):
+        return [idempotency_key(saga_id, step_id) for step_id in step_ids]
+    head = f"[{_ascii(saga_id)}, "
+    sha256 = hashlib.sha256
+    return [f"sr-{sha256(f'{head}{_ascii(step_id)}]'.encode()).hexdigest()[:40]}" for step_id in step_ids]
 
 
 def to_json_value(value: Any, *, what: str, tool_name: str) -> Any:
@@ -96,6 +111,9 @@ def to_json_value(value: Any, *, what: str, tool_name: str) -> Any:
     Pydantic models, dataclasses, datetimes, Decimals, UUIDs, enums, sets and tuples convert; NaN and infinities
     become null, as in JSON.
     """
+    kind = type(value)
+    if value is None or kind is int or kind is str or kind is bool:
+        return value  # already JSON, as pydantic would return it
     try:
         return pydantic_core.to_jsonable_python(value, inf_nan_mode="null")
     except (pydantic_core.PydanticSerializationError, ValueError, TypeError) as exc:
@@ -139,9 +157,31 @@ def plan_groups(plan: Any) -> list[list[Any]]:
     return groups
 
 
+_ascii = json.encoder.encode_basestring_ascii
+# The stdlib's C encoder, built once: json.dumps builds an encoder per call, which costs more than encoding a small
+# value. Same output as `json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+# allow_nan=False)`; it has no circular-reference check and no `default`, so a value it refuses is encoded again
+# by json.dumps, which raises the usual error.
+_c_encoder = getattr(json.encoder, "c_make_encoder", None)
+_encode = (
+    None
+    if _c_encoder is None
+    else _c_encoder(None, None, json.encoder.encode_basestring, None, ":", ",", True, False, False)
+)
+
+
+def _slow_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 def canonical_json(value: Any) -> str:
     """Return the one JSON text of a JSON-able value: sorted keys, no spaces; used for hashes and comparisons."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    if _encode is None:
+        return _slow_json(value)
+    try:
+        return "".join(_encode(value, 0))
+    except (TypeError, ValueError, RecursionError):
+        return _slow_json(value)
 
 
 @dataclass(slots=True)

@@ -116,6 +116,10 @@ class ToolRegistry:
         except (KeyError, TypeError):
             raise UnknownToolError([unknown_tool_message(name, self.names())]) from None
 
+    def find(self, name: str) -> ToolSpec | None:
+        """Return the spec of the tool called `name`, or None if there is none."""
+        return self._tools.get(name)
+
     def names(self) -> list[str]:
         """Return the registered tool names, sorted."""
         return sorted(self._tools)

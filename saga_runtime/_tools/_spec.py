@@ -69,10 +69,13 @@ class ToolSpec:
 
     def validate_args(self, args: Mapping[str, Any]) -> dict[str, Any]:
         """Return the keyword arguments for `execute`, validated; raise `pydantic.ValidationError` if invalid."""
-        model = self.args_model.model_validate(args)
-        kwargs = {name: getattr(model, name) for name in self._field_names}
-        if self.accepts_extra and model.model_extra:
-            kwargs.update(model.model_extra)
+        return self._kwargs(self.args_model.__pydantic_validator__.validate_python(args))
+
+    def _kwargs(self, model: pydantic.BaseModel) -> dict[str, Any]:
+        # A model's __dict__ holds exactly its fields, in order (extras live apart, in __pydantic_extra__).
+        kwargs = dict(model.__dict__)
+        if self.accepts_extra and model.__pydantic_extra__:
+            kwargs.update(model.__pydantic_extra__)
         return kwargs
 
     def check_args(self, args: Mapping[str, Any], *, deferred: frozenset[str] = frozenset()) -> list[str]:
@@ -81,12 +84,24 @@ class ToolSpec:
         A deferred argument (one whose value is a `$ref`) is checked for existence only: its value is known
         when the step runs, and is validated then.
         """
+        return self.checked_args(args, deferred=deferred)[0]
+
+    def checked_args(
+        self, args: Mapping[str, Any], *, deferred: frozenset[str] = frozenset()
+    ) -> tuple[list[str], dict[str, Any] | None]:
+        """Return `check_args`'s problems and, when there are none and nothing is deferred, the validated kwargs.
+
+        The kwargs are what `validate_args(args)` returns: a plan can keep them, and its step need not be
+        validated again when it starts.
+        """
         problems: list[str] = []
-        if not self.accepts_extra:
+        if deferred and not self.accepts_extra:
             unknown = sorted(deferred.difference(self._field_names))
             problems.extend(f"argument {name!r}: Extra inputs are not permitted" for name in unknown)
+        if deferred or type(args) is not dict:
+            args = {k: v for k, v in args.items() if k not in deferred}
         try:
-            self.args_model.model_validate({k: v for k, v in args.items() if k not in deferred})
+            model = self.args_model.__pydantic_validator__.validate_python(args)
         except pydantic.ValidationError as exc:
             for error in exc.errors(include_url=False):
                 loc = error["loc"]
@@ -94,7 +109,8 @@ class ToolSpec:
                     continue
                 where = ".".join(str(part) for part in loc) or "(arguments)"
                 problems.append(f"argument {where!r}: {error['msg']}")
-        return problems
+            return problems, None
+        return problems, None if problems or deferred else self._kwargs(model)
 
 
 def _resolve(fn: Callable[..., Any], name: str, annotation: Any) -> Any:

@@ -1,0 +1,156 @@
+"""The lean engine path keeps its behaviour: arguments validated once, groups cancelled as before, the end bounded."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+import pytest
+
+from saga_runtime import SagaExecutor, SagaStatus, StepStatus, StoreError, ToolRegistry
+from saga_runtime._engine import _saga
+from saga_runtime._records import SagaRow, StepRow
+from saga_runtime._storage import MemoryStore
+
+HANDSHAKE = 5.0
+
+
+class World:
+    """Tools that log what they get; `Wait` steps wait until cancelled, `Boom` fails at once."""
+
+    def __init__(self, width: int = 0) -> None:
+        self.log: list[tuple[str, Any]] = []
+        self.started = 0
+        self.all_started = anyio.Event()
+        self.width = width
+        self.registry = ToolRegistry()
+        world = self
+
+        @self.registry.tool
+        class Take:
+            async def execute(self, count: int, tags: list[str]) -> dict[str, Any]:
+                world.log.append(("take", (count, tags)))
+                return {"count": count}
+
+        @self.registry.tool
+        class Wait:
+            async def execute(self, n: int) -> int:
+                world.log.append(("start", n))
+                world.started += 1
+                if world.started == world.width:
+                    world.all_started.set()
+                await anyio.sleep_forever()
+                return n
+
+            async def compensate(self, result: Any) -> None:
+                world.log.append(("undo", result))
+
+        @self.registry.tool
+        class Guarded:
+            async def execute(self, n: int) -> int:
+                with anyio.CancelScope(shield=True):  # a critical section no cancellation may cut
+                    await anyio.sleep(0.05)
+                    world.log.append(("critical section done", n))
+                return n
+
+            async def compensate(self, result: Any) -> None:
+                world.log.append(("undo", result))
+
+        @self.registry.tool
+        class Boom:
+            async def execute(self) -> None:
+                raise RuntimeError("boom")
+
+
+async def test_arguments_are_validated_once_and_stored_as_given() -> None:
+    """A step gets its arguments as validated (lax: "5" becomes 5); its record keeps them as the plan gave them."""
+    world = World()
+    plan = [
+        {"id": "a", "tool": "Take", "args": {"count": "5", "tags": ("x", "y")}},
+        {"id": "b", "tool": "Take", "args": {"count": {"$ref": "a.count"}, "tags": []}},
+    ]
+    result = await SagaExecutor(world.registry).run(plan)
+    assert result.ok, result.describe()
+    assert world.log == [("take", (5, ["x", "y"])), ("take", (5, []))]
+    assert result.step("a").args == {"count": "5", "tags": ["x", "y"]}
+    assert result.step("b").args == {"count": 5, "tags": []}
+
+
+async def test_a_resolved_ref_is_validated_when_its_step_starts() -> None:
+    """A `$ref` argument is checked against the tool when its value is known, before the step runs."""
+    world = World()
+    plan = [
+        {"id": "a", "tool": "Take", "args": {"count": 1, "tags": []}},
+        {"id": "b", "tool": "Take", "args": {"count": {"$ref": "a"}, "tags": []}},
+    ]
+    result = await SagaExecutor(world.registry).run(plan)
+    assert result.status is SagaStatus.COMPENSATED
+    assert result.step("b").status is StepStatus.FAILED
+    assert "could not start" in (result.step("b").error or "")
+    assert world.log == [("take", (1, []))]
+
+
+async def test_a_step_failing_at_once_cancels_siblings_that_had_not_started() -> None:
+    """Siblings not yet started when a step fails still start, are cancelled, recorded and undone with None."""
+    world = World()
+    plan = [[{"id": "boom", "tool": "Boom"}, *({"id": f"w{i}", "tool": "Wait", "args": {"n": i}} for i in range(3))]]
+    result = await SagaExecutor(world.registry).run(plan)
+    assert result.status is SagaStatus.COMPENSATED, result.describe()
+    assert result.step("boom").status is StepStatus.FAILED
+    for i in range(3):
+        step = result.step(f"w{i}")
+        assert step.status is StepStatus.COMPENSATED
+        assert step.error == "cancelled while running: step 'boom' failed"
+        assert step.error_type == "CancelledError"
+    assert sorted(entry for entry in world.log if entry[0] == "start") == [("start", i) for i in range(3)]
+    assert world.log.count(("undo", None)) == 3
+
+
+async def test_a_sibling_failure_waits_for_a_tool_shielded_section() -> None:
+    """A step failing does not cut a sibling's own anyio-shielded section; that sibling ends and is undone."""
+    world = World()
+    plan = [[{"id": "guarded", "tool": "Guarded", "args": {"n": 7}}, {"id": "boom", "tool": "Boom"}]]
+    result = await SagaExecutor(world.registry).run(plan)
+    assert result.status is SagaStatus.COMPENSATED, result.describe()
+    assert ("critical section done", 7) in world.log
+    assert result.step("guarded").status is StepStatus.COMPENSATED
+    assert ("undo", 7) in world.log
+
+
+async def test_a_caller_leaving_a_wide_group_cancels_and_undoes_every_step() -> None:
+    """Cancelling the caller while a group of 50 runs: every step is CANCELLED, undone, then the cancel goes on."""
+    world = World(width=50)
+    executor = SagaExecutor(world.registry)
+    plan = [[{"id": f"w{i}", "tool": "Wait", "args": {"n": i}} for i in range(50)]]
+    task = asyncio.create_task(executor.run(plan, saga_id="wide"))
+    with anyio.fail_after(HANDSHAKE):
+        await world.all_started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    result = await executor.store.get_saga("wide")
+    assert result is not None
+    assert result.status is SagaStatus.COMPENSATED
+    assert {step.status for step in result.steps} == {StepStatus.COMPENSATED}
+    assert {step.error for step in result.steps} == {"cancelled while running: the caller was cancelled"}
+    assert world.log.count(("undo", None)) == 50
+
+
+class _HangingEnd(MemoryStore):
+    """A memory store whose write of a saga's end never returns."""
+
+    async def save(self, saga: SagaRow | None, steps: Sequence[StepRow], **options: Any) -> None:
+        if saga is not None and saga.status.is_terminal:
+            await anyio.sleep_forever()
+        await super().save(saga, steps, **options)
+
+
+async def test_the_final_write_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store that never records a saga's end makes run() raise StoreError after the bound, not hang."""
+    monkeypatch.setattr(_saga, "_FINAL_WRITE_TIMEOUT", 0.05)
+    world = World()
+    executor = SagaExecutor(world.registry, store=_HangingEnd())
+    with pytest.raises(StoreError, match="did not record it within"), anyio.fail_after(HANDSHAKE):
+        await executor.run([{"tool": "Take", "args": {"count": 1, "tags": []}}])

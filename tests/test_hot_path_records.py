@@ -1,0 +1,245 @@
+"""The lean in-memory path keeps the records as they were: seal bytes, keys, canonical JSON and result models."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+
+from saga_runtime import SagaExecutor, SagaResult, StepRecord, StepStatus, ToolRegistry
+from saga_runtime._records import (
+    Sealer,
+    StepRow,
+    canonical_json,
+    idempotency_key,
+    idempotency_keys,
+    identity_hash,
+    now,
+    seal,
+    verify_rows,
+)
+
+registry = ToolRegistry()
+
+
+@registry.tool
+class Echo:
+    async def execute(self, value: Any) -> Any:
+        return value
+
+    async def compensate(self, result: Any) -> None:
+        return None
+
+
+def _normal(value: Any) -> Any:
+    if type(value) is dict:
+        return {key: _normal(item) for key, item in value.items()}
+    if type(value) is list:
+        return [_normal(item) for item in value]
+    if type(value) is float and value.is_integer():
+        return int(value)
+    return value
+
+
+def _reference_seal(row: StepRow, key: bytes | None) -> str:
+    """The seal as first defined: SHA-256 (or HMAC) of one canonical JSON array of the row's fields."""
+    times = [None if t is None else t.isoformat() for t in (row.started_at, row.finished_at, row.compensated_at)]
+    content = json.dumps(
+        [
+            row.saga_id,
+            row.seq,
+            row.step_id,
+            row.group,
+            row.tool_name,
+            _normal(row.args),
+            row.idempotency_key,
+            row.status.value,
+            row.attempts,
+            _normal(row.result),
+            row.error,
+            row.error_type,
+            *times,
+            row.compensation_error,
+            row.compensation_attempts,
+            row.prev_hash,
+        ],
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        allow_nan=False,
+    ).encode()
+    if key is None:
+        return hashlib.sha256(content).hexdigest()
+    return "hmac:" + hmac.new(key, content, hashlib.sha256).hexdigest()
+
+
+def _rows() -> list[StepRow]:
+    """Rows in every shape the engine writes: pending, running, finished, failed, compensated; odd text too."""
+    started = now()
+    other_offset = datetime(2024, 5, 17, 11, 30, tzinfo=timezone(timedelta(hours=2)))
+    return [
+        StepRow("saga-é", 0, 'step "0"', 0, "Echo", {"value": 2.0, "nested": {"b": [1.0, "x"], "a": None}}, "k0"),
+        StepRow("saga-é", 1, "s1", 1, "Echo", {}, "k1", StepStatus.RUNNING, 1, started_at=started),
+        StepRow(
+            "saga-é",
+            2,
+            "s2",
+            1,
+            "Echo",
+            {"value": "\u2028"},
+            "k2",
+            StepStatus.SUCCESS,
+            2,
+            {"r": 1.5, "z": [3.0]},
+            started_at=started,
+            finished_at=started,
+        ),
+        StepRow(
+            "saga-é",
+            3,
+            "s3",
+            2,
+            "Echo",
+            {"value": 1},
+            "k3",
+            StepStatus.FAILED,
+            3,
+            None,
+            "boom\n",
+            "RuntimeError",
+            other_offset,
+            other_offset,
+        ),
+        StepRow(
+            "saga-é",
+            4,
+            "s4",
+            2,
+            "Echo",
+            {"value": True},
+            "k4",
+            StepStatus.COMPENSATION_FAILED,
+            1,
+            "text",
+            None,
+            None,
+            started,
+            started,
+            None,
+            "refund refused",
+            2,
+        ),
+        StepRow(
+            "saga-é",
+            5,
+            "s5",
+            3,
+            "Echo",
+            {"value": 10**30},
+            "k5",
+            StepStatus.COMPENSATED,
+            1,
+            7,
+            None,
+            None,
+            started,
+            started,
+            started + timedelta(seconds=1),
+            None,
+            1,
+        ),
+    ]
+
+
+@pytest.mark.parametrize("key", [None, b"signing-key"])
+def test_seals_keep_their_byte_format(key: bytes | None) -> None:
+    """A seal is still SHA-256 (HMAC-SHA-256 with a key) of the row's canonical JSON array, however it is made."""
+    sealer = Sealer(key)
+    for row in _rows():
+        link = identity_hash(None, row.saga_id)
+        seal(row, link, key)
+        assert row.hash == _reference_seal(row, key)
+        fresh = row.hash
+        sealer.seal(row, link)
+        assert row.hash == fresh
+        sealer.seal(row, link)  # again, from the hash state kept for the row
+        assert row.hash == fresh
+
+
+def test_a_row_resealed_after_each_change_verifies() -> None:
+    """The sealer's kept state never hides a change: new status, new result, new or edited-in-place arguments."""
+    sealer = Sealer(None)
+    rows = _rows()[:1]
+    row = rows[0]
+    link = identity_hash(None, row.saga_id)
+    sealer.seal(row, link)
+    row.status, row.attempts, row.started_at = StepStatus.RUNNING, 1, now()
+    sealer.seal(row, link)
+    assert row.hash == _reference_seal(row, None)
+    row.args["value"] = 3  # a tool that changed its own arguments in place
+    sealer.seal(row, link)
+    assert row.hash == _reference_seal(row, None)
+    row.args = {"value": "resolved"}  # a $ref resolved: a new dict
+    row.status, row.result, row.finished_at = StepStatus.SUCCESS, {"ok": 1}, now()
+    sealer.seal(row, link)
+    assert row.hash == _reference_seal(row, None)
+
+
+def test_identity_hash_and_idempotency_key_keep_their_definition() -> None:
+    """Chain links and idempotency keys are the hashes of the same JSON text as before, for any id."""
+    for saga_id, step_id in [("s", "a"), ("é\u2028", 'quo"te\\'), ("\ud800", "x"), ("", "-")]:
+        expected = hashlib.sha256(json.dumps([saga_id, step_id]).encode()).hexdigest()
+        assert idempotency_key(saga_id, step_id) == f"sr-{expected[:40]}"
+        assert idempotency_keys(saga_id, [step_id, "other"]) == [
+            idempotency_key(saga_id, step_id),
+            idempotency_key(saga_id, "other"),
+        ]
+    for row in _rows():
+        parts = [row.saga_id, row.seq, row.step_id, row.group, row.tool_name, row.idempotency_key]
+        text = json.dumps(parts, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        assert identity_hash(row, row.saga_id) == hashlib.sha256(text.encode()).hexdigest()
+
+
+def test_canonical_json_matches_json_dumps_and_its_errors() -> None:
+    """canonical_json writes what json.dumps writes (sorted, compact, unescaped) and refuses what it refuses."""
+    value = {"b": [1, 2.5, 1e100, "é\u2028", None, True], "a": {"z": {}, "y": []}}
+    assert canonical_json(value) == json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
+    with pytest.raises(ValueError, match="Out of range float"):
+        canonical_json({"x": float("nan")})
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        canonical_json({"x": object()})
+
+
+async def test_a_result_is_the_model_pydantic_would_build() -> None:
+    """SagaResult and StepRecord built from rows equal, field for field, the models pydantic validates."""
+    result = await SagaExecutor(registry).run([{"id": "a", "tool": "Echo", "args": {"value": [1, "x"]}}])
+    assert isinstance(result, SagaResult)
+    assert all(isinstance(step, StepRecord) for step in result.steps)
+    assert SagaResult.model_validate(result.model_dump()) == result
+    assert result.model_fields_set == set(SagaResult.model_fields)
+    assert result.steps[0].model_fields_set == set(StepRecord.model_fields)
+    assert result.to_dict()["steps"][0]["result"] == [1, "x"]
+    assert result.model_copy(update={"error": "x"}).error == "x"
+    with pytest.raises(ValueError, match="frozen"):
+        result.steps[0].status = StepStatus.FAILED  # type: ignore[misc]
+
+
+async def test_records_of_a_run_verify_with_and_without_a_key() -> None:
+    """Rows the engine sealed as it ran verify, and one edited afterwards does not."""
+    executor = SagaExecutor(registry)
+    plan = [{"id": f"s{i}", "tool": "Echo", "args": {"value": i * 1.0}} for i in range(4)]
+    result = await executor.run(plan, saga_id="v")
+    assert result.ok
+    assert await executor.store.verify_saga("v")
+    loaded = await executor.store.load_saga("v")
+    assert loaded is not None
+    saga, rows = loaded
+    assert verify_rows(saga, rows, None)
+    rows[2].finished_at = datetime.now(UTC)
+    assert not verify_rows(saga, rows, None)
