@@ -27,6 +27,7 @@ class Echo:
 
 def test_finished_sagas_leave_no_cyclic_garbage() -> None:
     """Twenty finished sagas leave nothing for the cyclic collector: reference counting frees them at once."""
+
     async def main() -> int:
         executor = SagaExecutor(registry)
         plan = [{"tool": "Echo", "args": {"n": i}} for i in range(5)]

@@ -41,8 +41,15 @@ class SagaStore(Protocol):
         """
         ...
 
-    async def save(self, saga: SagaRow | None, steps: Sequence[StepRow]) -> None:
-        """Write the saga row (if given) and upsert the step rows, all in one commit; return once it is durable."""
+    async def save(self, saga: SagaRow | None, steps: Sequence[StepRow], *, owner: str | None = None) -> None:
+        """Write the saga row (if given) and upsert the step rows, all in one commit; return once it is durable.
+
+        With `owner`, the write happens only if the stored saga's `owner` is `owner`, checked atomically with the
+        write (the saga row locked where the database needs it); otherwise nothing is written and `LeaseLostError`
+        is raised: another executor owns the saga now. The rows of an owner-conditional save are of one saga.
+        Concurrent saves may share a commit (group commit); each still returns only once its own rows are durable,
+        and a save refused (a stale owner, a duplicate idempotency key) fails alone.
+        """
         ...
 
     async def load_saga(self, saga_id: str) -> tuple[SagaRow, list[StepRow]] | None:

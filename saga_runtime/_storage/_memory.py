@@ -21,6 +21,7 @@ from saga_runtime._records import (
     summary_from_rows,
     verify_rows,
 )
+from saga_runtime._storage._batch import lease_lost
 from saga_runtime._storage._keys import signing_key_bytes
 
 __all__ = ["MemoryStore"]
@@ -72,13 +73,25 @@ class MemoryStore:
         self._put_steps(steps)
         return None
 
-    async def save(self, saga: SagaRow | None, steps: Sequence[StepRow]) -> None:
-        """Keep the given rows (snapshots the caller no longer touches)."""
+    async def save(self, saga: SagaRow | None, steps: Sequence[StepRow], *, owner: str | None = None) -> None:
+        """Keep the given rows (snapshots the caller no longer touches); with `owner`, only if it owns the saga."""
         self._check_open()
+        if owner is not None:
+            self._check_owner(saga, steps, owner)
         self._check_keys(steps)  # before anything is written: a refused save writes nothing
         if saga is not None:
             self._sagas[saga.saga_id] = saga
         self._put_steps(steps)
+
+    def _check_owner(self, saga: SagaRow | None, steps: Sequence[StepRow], owner: str) -> None:
+        """Raise LeaseLostError unless the stored saga of the rows is owned by `owner`."""
+        ids = {row.saga_id for row in steps} | ({saga.saga_id} if saga is not None else set())
+        if len(ids) > 1:
+            raise ValueError(f"an owner-conditional save writes the rows of one saga, not of {sorted(ids)}")
+        for saga_id in ids:
+            stored = self._sagas.get(saga_id)
+            if stored is None or stored.owner != owner:
+                raise lease_lost(saga_id, owner, self.url)
 
     def _check_keys(self, steps: Sequence[StepRow]) -> None:
         """Raise StoreError if a row takes an idempotency key another step holds (in the store or the batch)."""

@@ -31,8 +31,10 @@ import anyio
 import pymysql
 
 from saga_runtime._exceptions import StoreBusyError, StoreConnectionError, StoreError
+from saga_runtime._storage._batch import Outcome, Write
 from saga_runtime._storage._errors import CONNECT_ADVICE, ErrorMap, convert
 from saga_runtime._storage._open import redact_url
+from saga_runtime._storage._sql import SAGA_COLUMNS, STEP_COLUMNS
 from saga_runtime._storage._sqlstore import (
     DEFAULT_RETRY_FOR,
     SQLStore,
@@ -136,6 +138,113 @@ class _MySQLTransaction:
         await self._cursor.execute(sql, tuple(params) if params else None)
         return list(await self._cursor.fetchall())
 
+    async def script(self, sql: str, params: Sequence[Any]) -> Sequence[Sequence[Any]]:
+        """Run several statements in one round trip; return the rows of the last that has any.
+
+        The server stops at a failing statement: a transaction the script opened is rolled back before the error
+        goes on, so the connection goes back to the pool clean.
+        """
+        cursor = self._cursor
+        rows: Sequence[Sequence[Any]] = []
+        try:
+            await cursor.execute(sql, tuple(params))
+            while True:
+                if cursor.description:
+                    rows = list(await cursor.fetchall())
+                if not await cursor.nextset():
+                    return rows
+        except _err.MySQLError:
+            if not cursor.connection or cursor.connection.closed:
+                raise
+            with anyio.move_on_after(_CLEANUP_SECONDS, shield=True):
+                try:
+                    await cursor.execute("ROLLBACK")
+                except (_err.MySQLError, OSError):
+                    cursor.connection.close()
+            raise
+
+
+# The batch script (see MySQLStore._write_batch): column lists, one row's placeholders, and the upserts' updates.
+_SAGAS = ", ".join(SAGA_COLUMNS)
+_STEPS = ", ".join(STEP_COLUMNS)
+_SAGA_ROW = "(" + ", ".join(["%s"] * len(SAGA_COLUMNS)) + ")"
+_STEP_ROW = "(" + ", ".join(["%s"] * len(STEP_COLUMNS)) + ")"
+_SAGA_SET = ", ".join(f"{c} = VALUES({c})" for c in SAGA_COLUMNS[1:])
+# As Queries.upsert_steps (a new step taking another's idempotency key fails), qualified: the rows of a gated
+# insert come from a derived table with the same column names.
+_STEP_SET = ", ".join(
+    [
+        "steps.idempotency_key = IF(steps.saga_id = VALUES(saga_id) AND steps.step_id = VALUES(step_id), "
+        "VALUES(idempotency_key), NULL)",
+        *(f"steps.{c} = VALUES({c})" for c in STEP_COLUMNS[3:] if c != "idempotency_key"),
+    ]
+)
+_STEP_SELECT = "SELECT " + ", ".join(f"%s AS {c}" for c in STEP_COLUMNS)
+_STEP_SELECT_NEXT = "SELECT " + ", ".join(["%s"] * len(STEP_COLUMNS))
+_UPDATE_SET = ", ".join(f"{c} = %s" for c in SAGA_COLUMNS[1:])
+
+
+def _gate(i: int) -> str:
+    """Return the session variable holding whether write `i` of a batch passed its condition (1) or not (0)."""
+    return f"@saga_runtime_write_{i}"
+
+
+def _batch_script(writes: Sequence[Write]) -> tuple[list[str], list[Any], list[int]]:
+    """Return the statements writing a batch, their parameters, and the writes whose outcome the script reports.
+
+    Conditions first, under row locks: an owner-conditional write counts its saga row with that owner `FOR UPDATE`
+    into a session variable; a create inserts its saga if the id is free and keeps ROW_COUNT() likewise. Then every
+    row is written, a conditional write's only where its variable says it passed; the last statement reads the
+    variables back. Only the statements' shape comes from the batch; every value is a parameter.
+    """
+    statements: list[str] = []
+    params: list[Any] = []
+    gated: list[int] = []
+    for i, write in enumerate(writes):
+        if write.owner is not None:
+            statements.append(
+                f"SELECT COUNT(*) INTO {_gate(i)} FROM sagas WHERE saga_id = %s AND owner = %s FOR UPDATE"
+            )
+            params += (write.saga_id, write.owner)
+            gated.append(i)
+        elif write.create:
+            assert write.saga is not None
+            statements.append(
+                f"INSERT INTO sagas ({_SAGAS}) VALUES {_SAGA_ROW} ON DUPLICATE KEY UPDATE saga_id = saga_id"
+            )
+            statements.append(f"SET {_gate(i)} = ROW_COUNT()")
+            params += write.saga
+            gated.append(i)
+    conditional = set(gated)
+    sagas = [write.saga for i, write in enumerate(writes) if write.saga is not None and i not in conditional]
+    if sagas:
+        values = ", ".join([_SAGA_ROW] * len(sagas))
+        statements.append(f"INSERT INTO sagas ({_SAGAS}) VALUES {values} ON DUPLICATE KEY UPDATE {_SAGA_SET}")
+        params += [value for row in sagas for value in row]
+    steps = [row for i, write in enumerate(writes) if i not in conditional for row in write.steps]
+    if steps:
+        values = ", ".join([_STEP_ROW] * len(steps))
+        statements.append(f"INSERT INTO steps ({_STEPS}) VALUES {values} ON DUPLICATE KEY UPDATE {_STEP_SET}")
+        params += [value for row in steps for value in row]
+    selects: list[str] = []
+    for i in gated:
+        for row in writes[i].steps:
+            selects.append(f"{_STEP_SELECT_NEXT if selects else _STEP_SELECT} FROM DUAL WHERE {_gate(i)} = 1")
+            params += row
+    if selects:
+        union = " UNION ALL ".join(selects)
+        statements.append(
+            f"INSERT INTO steps ({_STEPS}) SELECT * FROM ({union}) AS v ON DUPLICATE KEY UPDATE {_STEP_SET}"
+        )
+    for i in gated:
+        write = writes[i]
+        if write.owner is not None and write.saga is not None:
+            statements.append(f"UPDATE sagas SET {_UPDATE_SET} WHERE saga_id = %s AND {_gate(i)} = 1")
+            params += (*write.saga[1:], write.saga_id)
+    if gated:
+        statements.append("SELECT " + ", ".join(_gate(i) for i in gated))
+    return statements, params, gated
+
 
 class MySQLStore(SQLStore):
     """Keep sagas in a MySQL or MariaDB database, through a pool of aiomysql connections."""
@@ -144,7 +253,7 @@ class MySQLStore(SQLStore):
     atomic_batches = True
 
     def __init__(self, url: str, pool: Any, database: str, *, retry_for: float = DEFAULT_RETRY_FOR) -> None:
-        super().__init__(url, retry_for=retry_for)
+        super().__init__(url, retry_for=retry_for, writers=pool.maxsize)
         self._pool = pool
         self._database = database
 
@@ -252,6 +361,28 @@ class MySQLStore(SQLStore):
                 conn.close()
         if scope.cancelled_caught:
             conn.close()
+
+    async def _write_batch(self, writes: Sequence[Write]) -> Sequence[Outcome | Exception]:
+        """Write a batch in one round trip: one statement alone, else a script in a transaction of its own.
+
+        aiomysql always lets a connection run several statements at once (CLIENT.MULTI_STATEMENTS); pymysql
+        escapes every value into the text, so only the script's shape is built here (see `_batch_script`).
+        """
+        statements, params, gated = _batch_script(writes)
+        async with self._transaction(begin=False) as tx:
+            assert isinstance(tx, _MySQLTransaction)
+            if len(statements) == 1:  # one statement commits on its own, atomically
+                await tx.execute(statements[0], params)
+                return [Outcome.WRITTEN] * len(writes)
+            rows = await tx.script("; ".join(["START TRANSACTION", *statements, "COMMIT"]), params)
+        passed = {i for i, value in zip(gated, rows[0] if gated else (), strict=True) if int(value) == 1}
+        outcomes: list[Outcome | Exception] = []
+        for i, write in enumerate(writes):
+            if (write.owner is None and not write.create) or i in passed:
+                outcomes.append(Outcome.WRITTEN)
+            else:
+                outcomes.append(Outcome.TAKEN if write.create else Outcome.LOST)
+        return outcomes
 
     def _claim_transaction(self) -> AbstractAsyncContextManager[Transaction]:
         # READ COMMITTED: the claim's scan takes no gap locks and keeps no locks on rows it did not return, so it

@@ -1,4 +1,4 @@
-"""What every SQL store shares: the schema per dialect, its migrations, the SQL text, and row <-> value conversion.
+"""What every SQL store shares: the schema per dialect, its migrations and the SQL text (rows <-> values: _codec).
 
 The schema (DESIGN.md) has one shape on every database; only column types differ. Values reach SQL as parameters
 only: tool names, step ids, args and results never become SQL text.
@@ -6,69 +6,25 @@ only: tool names, step ids, args and results never become SQL text.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any, Literal
 
 from saga_runtime._exceptions import SchemaVersionError, StoreError
-from saga_runtime._records import SagaRow, SagaStatus, StepRow, StepStatus
+from saga_runtime._records import SagaStatus
+from saga_runtime._storage._codec import SAGA_COLUMNS, STEP_COLUMNS, DialectName, RowCodec
 
 __all__ = [
     "LIVE_STATUSES",
     "MIGRATIONS",
+    "SAGA_COLUMNS",
     "SCHEMA_VERSION",
+    "STEP_COLUMNS",
     "DialectName",
     "Migration",
     "Queries",
     "RowCodec",
     "schema_too_new",
 ]
-
-DialectName = Literal["sqlite", "postgresql", "mysql"]
-
-# Column order of each table; the Python attribute of `grp` is StepRow.group.
-SAGA_COLUMNS = (
-    "saga_id",
-    "kind",
-    "plan",
-    "plan_hash",
-    "status",
-    "owner",
-    "lease_expires_at",
-    "budget",
-    "cost",
-    "tokens",
-    "metadata",
-    "error",
-    "created_at",
-    "updated_at",
-    "finished_at",
-    "recovery_attempts",
-    "parked_from",
-)
-STEP_COLUMNS = (
-    "saga_id",
-    "seq",
-    "step_id",
-    "grp",
-    "tool_name",
-    "args",
-    "idempotency_key",
-    "status",
-    "attempts",
-    "result",
-    "error",
-    "error_type",
-    "started_at",
-    "finished_at",
-    "compensated_at",
-    "compensation_error",
-    "compensation_attempts",
-    "prev_hash",
-    "hash",
-)
 
 # Column types per dialect. Ids are exact, case- and space-sensitive everywhere: "C" collation on PostgreSQL,
 # bytes on MySQL (its string collations ignore case or trailing spaces), SQLite's default BINARY collation.
@@ -334,181 +290,3 @@ class Queries:
 # The statuses of a live saga (one a lease is held on), in the order the lease queries take them. PARKED is not
 # live: no lease query (claim_saga, renew_leases, claim_expired) ever touches a parked saga.
 LIVE_STATUSES = (SagaStatus.RUNNING.value, SagaStatus.COMPENSATING.value)
-
-_TIME_FORMAT = "%Y-%m-%d %H:%M:%S.%f+00:00"
-
-
-class RowCodec:
-    """Convert rows to SQL parameter values and back, for one dialect.
-
-    Times are stored in UTC and come back timezone-aware: fixed-width ISO text on SQLite (so text order is time
-    order), TIMESTAMPTZ on PostgreSQL, naive-UTC DATETIME(6) on MySQL. JSON goes in as text on every driver.
-    """
-
-    def __init__(self, dialect: DialectName) -> None:
-        self.dialect = dialect
-        self._bytes_ids = dialect == "mysql"
-
-    def time_in(self, value: datetime | None) -> Any:
-        """Return a time as the driver stores it."""
-        if value is None:
-            return None
-        value = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-        if self.dialect == "sqlite":
-            return value.strftime(_TIME_FORMAT)
-        if self.dialect == "mysql":
-            return value.replace(tzinfo=None)
-        return value
-
-    def time_out(self, value: Any) -> datetime | None:
-        """Return a stored time as a timezone-aware UTC datetime."""
-        if value is None:
-            return None
-        if isinstance(value, str):
-            return datetime.fromisoformat(value)
-        assert isinstance(value, datetime)
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-    @staticmethod
-    def json_in(value: Any, what: str) -> str | None:
-        """Return a JSON value as text (None as SQL NULL); raise StoreError if it is not JSON."""
-        if value is None:
-            return None
-        try:
-            return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-        except (TypeError, ValueError) as exc:
-            raise StoreError(
-                f"{what} cannot be stored as JSON ({exc}); store JSON-like values only "
-                "(saga_runtime.to_json_value converts most Python values)"
-            ) from None
-
-    @staticmethod
-    def json_out(value: Any) -> Any:
-        """Return the JSON value of a stored column."""
-        if value is None:
-            return None
-        if isinstance(value, bytes | bytearray):
-            value = value.decode()
-        return json.loads(value)
-
-    def id_out(self, value: Any) -> str:
-        """Return an id column as str (MySQL keeps ids as bytes for exact comparison)."""
-        if isinstance(value, bytes | bytearray):
-            return value.decode()
-        assert isinstance(value, str)
-        return value
-
-    def saga_params(self, row: SagaRow) -> tuple[Any, ...]:
-        """Return the parameters of a saga row, in SAGA_COLUMNS order."""
-        what = f"saga {row.saga_id!r}"
-        return (
-            row.saga_id,
-            row.kind,
-            self.json_in(row.plan, f"the plan of {what}"),
-            row.plan_hash,
-            row.status.value,
-            row.owner,
-            self.time_in(row.lease_expires_at),
-            self.json_in(row.budget, f"the budget of {what}"),
-            float(row.cost),
-            int(row.tokens),
-            self.json_in(row.metadata, f"the metadata of {what}"),
-            row.error,
-            self.time_in(row.created_at),
-            self.time_in(row.updated_at),
-            self.time_in(row.finished_at),
-            int(row.recovery_attempts),
-            None if row.parked_from is None else row.parked_from.value,
-        )
-
-    def step_params(self, row: StepRow) -> tuple[Any, ...]:
-        """Return the parameters of a step row, in STEP_COLUMNS order."""
-        what = f"step {row.step_id!r} ({row.tool_name}) of saga {row.saga_id!r}"
-        return (
-            row.saga_id,
-            row.seq,
-            row.step_id,
-            row.group,
-            row.tool_name,
-            self.json_in(row.args, f"the args of {what}"),
-            row.idempotency_key,
-            row.status.value,
-            row.attempts,
-            self.json_in(row.result, f"the result of {what}"),
-            row.error,
-            row.error_type,
-            self.time_in(row.started_at),
-            self.time_in(row.finished_at),
-            self.time_in(row.compensated_at),
-            row.compensation_error,
-            row.compensation_attempts,
-            row.prev_hash,
-            row.hash,
-        )
-
-    def saga_row(self, r: Sequence[Any]) -> SagaRow:
-        """Return the saga row of the first len(SAGA_COLUMNS) values of a record."""
-        created_at = self.time_out(r[12])
-        updated_at = self.time_out(r[13])
-        assert created_at is not None
-        assert updated_at is not None
-        return SagaRow(
-            saga_id=self.id_out(r[0]),
-            kind=r[1],
-            plan=self.json_out(r[2]),
-            plan_hash=r[3],
-            status=SagaStatus(r[4]),
-            owner=r[5],
-            lease_expires_at=self.time_out(r[6]),
-            budget=self.json_out(r[7]),
-            cost=float(r[8]),
-            tokens=int(r[9]),
-            metadata=self.json_out(r[10]),
-            error=r[11],
-            created_at=created_at,
-            updated_at=updated_at,
-            finished_at=self.time_out(r[14]),
-            recovery_attempts=int(r[15]),
-            parked_from=None if r[16] is None else SagaStatus(r[16]),
-        )
-
-    def step_row(self, r: Sequence[Any]) -> StepRow:
-        """Return the step row of a record's values in STEP_COLUMNS order."""
-        return StepRow(
-            saga_id=self.id_out(r[0]),
-            seq=int(r[1]),
-            step_id=self.id_out(r[2]),
-            group=int(r[3]),
-            tool_name=r[4],
-            args=self.json_out(r[5]),
-            idempotency_key=self.id_out(r[6]),
-            status=StepStatus(r[7]),
-            attempts=int(r[8]),
-            result=self.json_out(r[9]),
-            error=r[10],
-            error_type=r[11],
-            started_at=self.time_out(r[12]),
-            finished_at=self.time_out(r[13]),
-            compensated_at=self.time_out(r[14]),
-            compensation_error=r[15],
-            compensation_attempts=int(r[16]),
-            prev_hash=r[17],
-            hash=r[18],
-        )
-
-    def rows_of_load(self, records: Sequence[Sequence[Any]]) -> tuple[SagaRow, list[StepRow]] | None:
-        """Return the rows of a `Queries.load` result (saga columns then step columns, one record per step)."""
-        if not records:
-            return None
-        n = len(SAGA_COLUMNS)
-        saga = self.saga_row(records[0])
-        steps = [self.step_row(record[n:]) for record in records if record[n] is not None]
-        return saga, steps
-
-    def rows_of_load_many(self, records: Sequence[Sequence[Any]]) -> list[tuple[SagaRow, list[StepRow]]]:
-        """Return the rows of a `Queries.load_many` result, one (saga, steps) per saga, in the records' order."""
-        grouped: dict[str, list[Sequence[Any]]] = {}
-        for record in records:
-            grouped.setdefault(self.id_out(record[0]), []).append(record)
-        snapshots = [self.rows_of_load(group) for group in grouped.values()]
-        return [snapshot for snapshot in snapshots if snapshot is not None]

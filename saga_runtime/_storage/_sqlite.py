@@ -19,17 +19,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlsplit
 
 import aiosqlite
 import anyio
 
 from saga_runtime._exceptions import StoreBusyError, StoreConnectionError, StoreError
+from saga_runtime._storage._batch import Outcome, Write
 from saga_runtime._storage._errors import ErrorMap, convert
 from saga_runtime._storage._open import redact_url
+from saga_runtime._storage._sql import Queries
 from saga_runtime._storage._sqlstore import DEFAULT_RETRY_FOR, SQLStore, Transaction, retry_for_option, url_option
 
 __all__ = ["ERROR_MAP", "SQLiteStore", "map_exceptions"]
@@ -45,6 +48,9 @@ ERROR_MAP: ErrorMap = {
 }
 
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
+# Whether aiosqlite can run a function of ours on its thread (else a batch takes one hop per statement).
+_ONE_HOP = callable(getattr(aiosqlite.Connection, "_execute", None))
+_T = TypeVar("_T")
 _CLEANUP_SECONDS = 5.0
 
 
@@ -104,6 +110,92 @@ class _SQLiteTransaction:
     async def fetch(self, sql: str, params: Sequence[Any] = ()) -> Sequence[Sequence[Any]]:
         return list(await self._conn.execute_fetchall(sql, params))
 
+    async def call(self, function: Callable[[sqlite3.Connection], _T]) -> _T:
+        """Run `function` on the connection's own thread, given the sqlite3 connection: one hop for many statements."""
+        conn = self._conn
+        # aiosqlite runs each of its calls as a function on its thread (Connection._execute, in every version since
+        # 0.17). The sqlite3 connection is looked up there, so a closed one fails as any call on it does.
+        execute: Callable[[Callable[[], _T]], Awaitable[_T]] = conn._execute
+        return await execute(lambda: function(conn._conn))
+
+
+# Errors of one write of a batch (a constraint, a value the driver refuses): it fails alone, the others commit.
+# Others (I/O, a full disk, a lock) are the transaction's.
+_WRITE_ERRORS = (
+    sqlite3.IntegrityError,
+    sqlite3.InterfaceError,
+    sqlite3.ProgrammingError,
+    sqlite3.DataError,
+    OverflowError,
+)
+
+
+def _write_all(conn: sqlite3.Connection, q: Queries, writes: Sequence[Write]) -> list[Outcome | Exception]:
+    """Write a batch in one transaction, on aiosqlite's thread: one statement per table when all goes well.
+
+    Should a write fail (a duplicate idempotency key, a value refused), the batch is written again write by
+    write, each in a savepoint, so that one fails alone and the others commit.
+    """
+    # IMMEDIATE: take the write lock now (see SQLiteStore._transaction).
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute("SAVEPOINT saga_batch")
+        try:
+            outcomes = _write_together(conn, q, writes)
+        except _WRITE_ERRORS:
+            if len(writes) == 1:
+                raise
+            conn.execute("ROLLBACK TO saga_batch")
+            outcomes = [_write_one(conn, q, write) for write in writes]
+        conn.execute("COMMIT")
+    except BaseException:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")
+        raise
+    return outcomes
+
+
+def _write_together(conn: sqlite3.Connection, q: Queries, writes: Sequence[Write]) -> list[Outcome | Exception]:
+    """Write a batch's rows with one statement per table (and one per create); return each write's outcome."""
+    # The transaction holds the database's write lock: nobody changes an owner between this read and the writes.
+    checked = [write.saga_id for write in writes if write.owner is not None]
+    owners = dict(conn.execute(_OWNERS.format(", ".join("?" * len(checked))), checked).fetchall()) if checked else {}
+    outcomes: list[Outcome | Exception] = []
+    sagas: list[tuple[Any, ...]] = []
+    steps: list[tuple[Any, ...]] = []
+    for write in writes:
+        if write.owner is not None and owners.get(write.saga_id) != write.owner:
+            outcomes.append(Outcome.LOST)
+            continue
+        if write.create:
+            if conn.execute(q.insert_saga, write.saga or ()).rowcount != 1:
+                outcomes.append(Outcome.TAKEN)
+                continue
+        elif write.saga is not None:
+            sagas.append(write.saga)
+        steps.extend(write.steps)
+        outcomes.append(Outcome.WRITTEN)
+    if sagas:
+        conn.executemany(q.upsert_saga, sagas)
+    if steps:
+        conn.executemany(q.upsert_steps, steps)
+    return outcomes
+
+
+def _write_one(conn: sqlite3.Connection, q: Queries, write: Write) -> Outcome | Exception:
+    """Write one write of a batch in a savepoint of its own; return its outcome, or the error that refused it."""
+    conn.execute("SAVEPOINT saga_write")
+    try:
+        (outcome,) = _write_together(conn, q, [write])
+    except _WRITE_ERRORS as exc:
+        conn.execute("ROLLBACK TO saga_write")
+        outcome = exc
+    conn.execute("RELEASE saga_write")
+    return outcome
+
+
+_OWNERS = "SELECT saga_id, owner FROM sagas WHERE saga_id IN ({})"  # `?` per id; a batch holds at most MAX_BATCH
+
 
 def _usable(conn: aiosqlite.Connection) -> bool:
     """Tell whether an aiosqlite connection still runs (closed, every call on it raises ValueError)."""
@@ -162,7 +254,8 @@ class SQLiteStore(SQLStore):
         busy_timeout: float = 5.0,
         retry_for: float = DEFAULT_RETRY_FOR,
     ) -> None:
-        super().__init__(url, retry_for=retry_for)
+        # One writer: a batch at a time (SQLite has one write lock; the next batch gathers while one commits).
+        super().__init__(url, retry_for=retry_for, writers=1)
         self._conn = conn
         self._tx = _SQLiteTransaction(conn)
         # One connection for the store: transactions of its tasks must not interleave on it.
@@ -258,6 +351,21 @@ class SQLiteStore(SQLStore):
             # connection is closed, so is its transaction.
             with contextlib.suppress(sqlite3.Error, ValueError):
                 await self._conn.execute("ROLLBACK")
+
+    async def _write_batch(self, writes: Sequence[Write]) -> Sequence[Outcome | Exception]:
+        """Write a batch in one transaction run whole on aiosqlite's thread: one hop, one commit (one fsync)."""
+        if not _ONE_HOP:
+            return await super()._write_batch(writes)
+        async with self._transaction(begin=False) as tx:
+            assert isinstance(tx, _SQLiteTransaction)
+            # Cancelled while it runs, the thread still finishes the transaction (commit or rollback) on its own.
+            outcomes = await tx.call(partial(_write_all, q=self._queries, writes=writes))
+        return [convert(item, ERROR_MAP, self._url) if isinstance(item, sqlite3.Error) else item for item in outcomes]
+
+    def _shared_failure(self, exc: Exception) -> bool:
+        # A write's own error fails it alone inside the batch's transaction (`_write_all`); what fails the whole
+        # transaction (the write lock held by another process past busy_timeout, I/O) would fail each write too.
+        return _ONE_HOP or super()._shared_failure(exc)
 
     def _schema_transaction(self) -> AbstractAsyncContextManager[Transaction]:
         # BEGIN IMMEDIATE is the schema lock; SQLite's DDL is transactional, so a migration is all or nothing.

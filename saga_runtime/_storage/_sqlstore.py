@@ -1,5 +1,10 @@
 """SQLStore: the SagaStore contract written once over a minimal transaction interface each driver provides.
 
+Writes (`save`, `create_saga`, `import_saga`) go through a group commit (saga_runtime._storage._batch): concurrent
+writes share one transaction, each caller returning once its own rows are durable; a write refused (a stale owner,
+a duplicate idempotency key, a taken id) fails alone. Each driver writes a batch in as few round trips as it can
+(`_write_batch`).
+
 Every operation is one transaction, safe to run again: `create_saga` inserts or does nothing, `save` upserts,
 claims are conditional. So an operation that lost its connection (`StoreConnectionError`: the server restarted,
 a connection was killed) is retried on a fresh connection, with exponential backoff, for up to `retry_for`
@@ -18,7 +23,7 @@ import warnings
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
-from typing import Any, ClassVar, Protocol, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import anyio
 
@@ -37,6 +42,7 @@ from saga_runtime._records import (
     summary_from_rows,
     verify_rows,
 )
+from saga_runtime._storage._batch import Batcher, Outcome, Write, lease_lost
 from saga_runtime._storage._open import redact_url
 from saga_runtime._storage._sql import (
     LIVE_STATUSES,
@@ -48,6 +54,7 @@ from saga_runtime._storage._sql import (
     RowCodec,
     schema_too_new,
 )
+from saga_runtime._storage._sqlwrite import Transaction, write_by_statements, write_of
 
 __all__ = ["DEFAULT_RETRY_FOR", "SQLStore", "Transaction", "retry_for_option"]
 
@@ -95,22 +102,6 @@ def pool_sizes(min_size: int | None, max_size: int | None, query: dict[str, str]
     return low, high
 
 
-class Transaction(Protocol):
-    """What the shared store code needs of a driver inside one transaction."""
-
-    async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
-        """Run one statement; return the number of rows it changed."""
-        ...
-
-    async def executemany(self, sql: str, params: Sequence[Sequence[Any]]) -> None:
-        """Run one statement for each parameter tuple, in as few round trips as the driver allows."""
-        ...
-
-    async def fetch(self, sql: str, params: Sequence[Any] = ()) -> Sequence[Sequence[Any]]:
-        """Run a query; return its records as sequences of column values."""
-        ...
-
-
 class SQLStore(abc.ABC):
     """A SagaStore on a SQL database; subclasses bring the driver, connections and error conversion."""
 
@@ -119,12 +110,16 @@ class SQLStore(abc.ABC):
     # statement), so a batch of step rows needs no explicit transaction.
     atomic_batches: ClassVar[bool] = False
 
-    def __init__(self, url: str, *, retry_for: float = DEFAULT_RETRY_FOR) -> None:
+    def __init__(self, url: str, *, retry_for: float = DEFAULT_RETRY_FOR, writers: int = 1) -> None:
         self._url = redact_url(url)
         self._queries = Queries(self.dialect)
         self._codec = RowCodec(self.dialect)
         self._closed = False
         self._retry_for = retry_for
+        # Group commit: up to `writers` batches of writes at once (SQLite has one writer; a pool has more).
+        self._batcher = Batcher(
+            self._flush, slots=writers, shared=self._shared_failure, closed_error=self._closed_error
+        )
 
     # -- what a driver provides ------------------------------------------------------------------------------
 
@@ -257,6 +252,32 @@ class SQLStore(abc.ABC):
         sql = self._queries.load + (self._queries.lock_suffix if lock else "")
         return self._codec.rows_of_load(await tx.fetch(sql, (saga_id,)))
 
+    # -- writes: every one goes through the group commit ------------------------------------------------------
+
+    async def _flush(self, writes: Sequence[Write]) -> Sequence[Outcome | Exception]:
+        """Write one batch (one transaction), retried on a fresh connection while the connection is lost."""
+
+        async def once() -> Sequence[Outcome | Exception]:
+            for write in writes:
+                write.tries += 1
+            return await self._write_batch(writes)
+
+        return await self._retrying(" and ".join(sorted({write.what for write in writes})), once)
+
+    def _shared_failure(self, exc: Exception) -> bool:
+        """Tell whether a batch's error concerns every write of it (else each is written alone to find out)."""
+        return isinstance(exc, StoreConnectionError) or self._closed
+
+    def _closed_error(self) -> StoreError:
+        return StoreError(
+            f"the store {self._url} was closed before this write was committed; open a new one with open_store()",
+            url=self._url,
+        )
+
+    async def _write_batch(self, writes: Sequence[Write]) -> Sequence[Outcome | Exception]:
+        """Write a batch in one transaction, statement by statement; drivers override it with fewer round trips."""
+        return await write_by_statements(self._transaction, self._queries, self._codec, writes, self.atomic_batches)
+
     async def _insert(
         self, saga: SagaRow, steps: Sequence[StepRow], what: str = "create_saga"
     ) -> tuple[SagaRow, list[StepRow]] | None:
@@ -265,33 +286,15 @@ class SQLStore(abc.ABC):
         Retried on a lost connection. A retry finding exactly these rows stored returns None: they are this
         call's own, committed by a try whose answer the connection took with it.
         """
-        codec = self._codec
-        saga_params = codec.saga_params(saga)
-        step_params = [codec.step_params(row) for row in steps]
-        tries = 0
-
-        async def insert() -> tuple[SagaRow, list[StepRow]] | None:
-            nonlocal tries
-            tries += 1
-            existing = await self._insert_once(saga, saga_params, step_params)
-            if existing is not None and tries > 1 and existing == (saga, sorted(steps, key=lambda row: row.seq)):
-                return None
-            return existing
-
-        return await self._retrying(what, insert)
-
-    async def _insert_once(
-        self, saga: SagaRow, saga_params: Sequence[Any], step_params: Sequence[Sequence[Any]]
-    ) -> tuple[SagaRow, list[StepRow]] | None:
-        async with self._transaction(begin=True) as tx:
-            # Insert-or-nothing, then read: race-free across processes, as the database decides who inserted.
-            if await tx.execute(self._queries.insert_saga, saga_params) == 1:
-                if step_params:
-                    await tx.executemany(self._queries.upsert_steps, step_params)
-                return None
-            existing = await self._read(tx, saga.saga_id, lock=True)
-        if existing is None:  # pragma: no cover - the database said the id was taken
+        write = write_of(self._codec, what, saga, steps, create=True)
+        assert write is not None
+        if await self._batcher.submit(write) is Outcome.WRITTEN:
+            return None
+        existing = await self._retrying(what, lambda: self._load_once(saga.saga_id))
+        if existing is None:  # pragma: no cover - the database said the id was taken, and sagas are never deleted
             raise StoreError(f"saga {saga.saga_id!r} is both taken and absent in {self._url}", url=self._url)
+        if write.tries > 1 and existing == (saga, sorted(steps, key=lambda row: row.seq)):
+            return None
         return existing
 
     async def create_saga(self, saga: SagaRow, steps: Sequence[StepRow]) -> tuple[SagaRow, list[StepRow]] | None:
@@ -302,35 +305,27 @@ class SQLStore(abc.ABC):
         self._check_open()
         return await self._insert(saga, steps)
 
-    async def save(self, saga: SagaRow | None, steps: Sequence[StepRow]) -> None:
-        """Write the saga row (if given) and upsert the step rows in one commit; return once it is durable."""
+    async def save(self, saga: SagaRow | None, steps: Sequence[StepRow], *, owner: str | None = None) -> None:
+        """Write the saga row (if given) and upsert the step rows in one commit; return once it is durable.
+
+        With `owner`, write only if the stored saga's owner is `owner`, checked in the same transaction (the row
+        locked); else write nothing and raise LeaseLostError. Concurrent saves share commits (group commit).
+        """
         self._check_open()
-        codec = self._codec
-        saga_params = None if saga is None else codec.saga_params(saga)
-        step_params = [codec.step_params(row) for row in steps]
-        if saga_params is None and not step_params:
+        write = write_of(self._codec, "save", saga, steps, owner=owner)
+        if write is None:
             return
-        # The hot path: one statement (the usual write-ahead or outcome of steps) needs no BEGIN and COMMIT.
-        one_statement = (saga_params is None and (len(step_params) == 1 or self.atomic_batches)) or not step_params
+        if await self._batcher.submit(write) is Outcome.LOST:
+            raise lease_lost(write.saga_id, owner, self._url)
 
-        async def upsert() -> None:
-            async with self._transaction(begin=not one_statement) as tx:
-                if saga_params is not None:
-                    await tx.execute(self._queries.upsert_saga, saga_params)
-                if step_params:
-                    await tx.executemany(self._queries.upsert_steps, step_params)
-
-        await self._retrying("save", upsert)
+    async def _load_once(self, saga_id: str) -> tuple[SagaRow, list[StepRow]] | None:
+        async with self._transaction(begin=False) as tx:
+            return await self._read(tx, saga_id, lock=False)
 
     async def load_saga(self, saga_id: str) -> tuple[SagaRow, list[StepRow]] | None:
         """Return a saga's row and its step rows (ordered by seq), or None if it is not stored."""
         self._check_open()
-
-        async def read() -> tuple[SagaRow, list[StepRow]] | None:
-            async with self._transaction(begin=False) as tx:
-                return await self._read(tx, saga_id, lock=False)
-
-        return await self._retrying("load_saga", read)
+        return await self._retrying("load_saga", lambda: self._load_once(saga_id))
 
     # -- leases ----------------------------------------------------------------------------------------------
 
@@ -463,7 +458,10 @@ class SQLStore(abc.ABC):
         if self._closed:
             return
         self._closed = True
-        await self._close_connections()
+        try:
+            await self._batcher.close()
+        finally:
+            await self._close_connections()
 
     def __del__(self, _warn: Any = warnings.warn) -> None:
         # Like aiosqlite: a store dropped without close() leaks connections (and, for SQLite, a thread).

@@ -1,0 +1,265 @@
+"""Group commit: concurrent writes of many sagas share one transaction; every caller waits for its own commit.
+
+A write arriving at an idle store is written at once, in its caller's task: nothing waits for company. Writes
+arriving while others are being written enter a queue, their callers waiting on futures. Flushers, tasks the store
+owns, take every ready write (up to a limit) as one batch, hand it to the store's flush function (one transaction,
+or one statement), and resolve each caller's future with that write's own outcome once the batch committed. The
+busier the store, the larger the batches and the fewer the commits per write.
+
+Rules the batcher keeps:
+
+- At most `slots` batches at once (1 for SQLite's single writer, more for a server's connection pool).
+- No two writes of the same saga in one batch or in two batches at once, and the writes of a saga keep their order:
+  a statement may touch a row once, and a later write of a saga must land after an earlier one.
+- A caller cancelled while waiting leaves alone: a write not yet taken is dropped, one being written goes on for the
+  others of its batch (its outcome is then unknown to the caller, as for any interrupted write).
+- A batch that fails as a whole with an error that may be one write's doing (a constraint, a deadlock) is written
+  again write by write, so each caller gets its own outcome; errors that say nothing about the writes (a connection
+  lost past the retries, the store closed) go to every caller of the batch.
+- `close()` refuses new writes, fails those still queued, and waits (bounded) for the batches being written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import enum
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from saga_runtime._exceptions import LeaseLostError
+
+__all__ = ["Batcher", "Outcome", "Write", "lease_lost"]
+
+# Writes and bytes per batch: the statement of a batch stays well under every driver's limits (parameters, packet
+# size: MySQL's max_allowed_packet is 16 MiB by default). A larger write still goes, alone.
+MAX_BATCH = 100
+MAX_BATCH_BYTES = 4 << 20
+_CLOSE_SECONDS = 5.0
+
+
+class Outcome(enum.Enum):
+    """What became of one write of a batch that committed."""
+
+    WRITTEN = "written"
+    LOST = "lost"  # an owner-conditional write found another owner (or no saga): nothing of it was written
+    TAKEN = "taken"  # a create found its saga id taken: nothing of it was written
+
+
+@dataclass(slots=True, eq=False)
+class Write:
+    """One caller's write, its values already converted to the driver's parameters."""
+
+    what: str  # the operation, for logs: "save", "create_saga", "import_saga"
+    saga_id: str
+    saga: tuple[Any, ...] | None  # the saga row's parameters (SAGA_COLUMNS order), or None
+    steps: list[tuple[Any, ...]]  # step rows' parameters (STEP_COLUMNS order)
+    owner: str | None = None  # write only if the stored saga's owner is this
+    create: bool = False  # insert the saga (and its steps) only if its id is free
+    keys: frozenset[str] = frozenset()  # the saga ids the write touches
+    size: int = 0  # about how many bytes its values take (a batch is kept under MAX_BATCH_BYTES)
+    tries: int = 0  # attempts that included this write (a retry may find its own lost commit)
+    future: asyncio.Future[Outcome] | None = field(default=None, repr=False)
+
+
+Flush = Callable[[Sequence[Write]], Awaitable[Sequence[Outcome | Exception]]]
+
+
+class Batcher:
+    """Queue writes and commit them in shared batches through `flush`, at most `slots` batches at a time."""
+
+    def __init__(
+        self,
+        flush: Flush,
+        *,
+        slots: int,
+        shared: Callable[[Exception], bool],
+        closed_error: Callable[[], Exception],
+    ) -> None:
+        self._flush = flush
+        self._slots = max(1, slots)
+        # Whether a batch's error concerns every write (so is not worth writing them one by one).
+        self._shared = shared
+        self._closed_error = closed_error
+        self._queue: deque[Write] = deque()
+        self._busy: set[str] = set()  # saga ids of the writes being written
+        self._flushers: set[asyncio.Task[None]] = set()
+        self._idle = 0  # flushers started that have not taken their first batch yet
+        self._direct: set[asyncio.Future[None]] = set()  # writes written alone in their callers' tasks (a slot each)
+        self._closed = False
+
+    async def submit(self, write: Write) -> Outcome:
+        """Queue `write` and return its outcome once its batch committed; raise what failed it."""
+        if self._closed:
+            raise self._closed_error()
+        if not self._queue and not self._flushers and not self._direct:
+            return await self._alone(write)
+        future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+        write.future = future
+        self._queue.append(write)
+        self._wake()
+        # Cancelled here, the future is cancelled: a flusher drops the write, or ignores its outcome.
+        return await future
+
+    async def _alone(self, write: Write) -> Outcome:
+        """Write `write` in the caller's own task: nothing else is being written, so no flusher is needed.
+
+        It takes a slot like a batch, so writes arriving meanwhile queue up (and gather) behind it. Cancelled, the
+        caller only interrupts its own write.
+        """
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()  # what close() waits for
+        self._direct.add(done)
+        self._busy |= write.keys
+        try:
+            outcome = (await self._outcomes([write]))[0]
+        finally:
+            self._busy -= write.keys
+            self._direct.discard(done)
+            done.set_result(None)
+            if not self._closed:
+                self._wake()
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    def _wake(self) -> None:
+        """Start a flusher if a write is ready, no flusher is about to take it, and a slot is free."""
+        if not self._idle and len(self._flushers) + len(self._direct) < self._slots and self._ready():
+            self._idle += 1
+            # A context of its own: a flusher writes for every caller, so it carries none's context variables.
+            flusher = asyncio.get_running_loop().create_task(self._flusher(), context=contextvars.Context())
+            self._flushers.add(flusher)
+
+    def _ready(self) -> bool:
+        """Tell whether a queued write could go into a batch now (its sagas are not being written)."""
+        blocked: set[str] = set()
+        for write in self._queue:
+            assert write.future is not None
+            if write.future.done():
+                continue
+            if write.keys.isdisjoint(blocked) and write.keys.isdisjoint(self._busy):
+                return True
+            blocked |= write.keys
+        return False
+
+    def _take(self) -> list[Write]:
+        """Remove and return the next batch: ready writes in order, one per saga, none of a saga being written."""
+        batch: list[Write] = []
+        size = 0
+        blocked: set[str] = set()  # a write left behind holds back the later writes of its sagas
+        kept: deque[Write] = deque()
+        while self._queue:
+            write = self._queue.popleft()
+            assert write.future is not None
+            if write.future.done():  # its caller left before it was taken
+                continue
+            full = batch and (len(batch) >= MAX_BATCH or size + write.size > MAX_BATCH_BYTES)
+            if full or not write.keys.isdisjoint(blocked) or not write.keys.isdisjoint(self._busy):
+                blocked |= write.keys
+                kept.append(write)
+                continue
+            batch.append(write)
+            size += write.size
+            blocked |= write.keys
+            self._busy |= write.keys
+        self._queue = kept
+        return batch
+
+    async def _flusher(self) -> None:
+        idle = True
+        try:
+            while not self._closed:
+                batch = self._take()
+                if idle:
+                    self._idle -= 1
+                    idle = False
+                if not batch:
+                    return
+                # Writes left in the queue (a full batch, a saga being written) may go to another slot now.
+                self._wake()
+                try:
+                    await self._commit(batch)
+                finally:
+                    for write in batch:
+                        self._busy -= write.keys
+        finally:
+            if idle:
+                self._idle -= 1
+            # Out of the set now, not in a done callback: a write queued before that callback ran would find
+            # every slot taken by flushers that are over.
+            task = asyncio.current_task()
+            assert task is not None
+            self._flushers.discard(task)
+            if not self._closed:
+                self._wake()
+
+    async def _commit(self, batch: list[Write]) -> None:
+        """Write one batch and resolve its callers' futures."""
+        try:
+            outcomes = await self._outcomes(batch)
+        except BaseException:
+            # Cancelled (the store closed and stopped waiting): the writes' fate is unknown to their callers.
+            error = self._closed_error()
+            for write in batch:
+                _resolve(write, error)
+            raise
+        for write, outcome in zip(batch, outcomes, strict=True):
+            _resolve(write, outcome)
+
+    async def _outcomes(self, batch: list[Write]) -> Sequence[Outcome | Exception]:
+        try:
+            return await self._flush(batch)
+        except Exception as exc:
+            if len(batch) == 1 or self._shared(exc):
+                return [exc] * len(batch)
+        # The batch failed as a whole, maybe for one write's sake: write each alone, each getting its own answer.
+        outcomes: list[Outcome | Exception] = []
+        for write in batch:
+            if write.future is not None and write.future.done():  # its caller left: not written, and nobody asks
+                outcomes.append(Outcome.WRITTEN)
+                continue
+            try:
+                outcomes.extend(await self._flush([write]))
+            except Exception as exc:
+                outcomes.append(exc)
+        return outcomes
+
+    async def close(self) -> None:
+        """Refuse new writes, fail the queued ones, and wait (bounded) for the batches being written."""
+        self._closed = True
+        while self._queue:
+            _resolve(self._queue.popleft(), self._closed_error())
+        writing: list[asyncio.Future[Any]] = [*self._flushers, *self._direct]
+        if not writing:
+            return
+        _, pending = await asyncio.wait(writing, timeout=_CLOSE_SECONDS)
+        # Flushers still writing are stopped (their callers get an error); a write in a caller's task is the
+        # caller's to stop.
+        stuck = [task for task in self._flushers if task in pending]
+        for task in stuck:
+            task.cancel()
+        if stuck:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait(stuck, timeout=_CLOSE_SECONDS)
+
+
+def _resolve(write: Write, outcome: Outcome | BaseException) -> None:
+    future = write.future
+    if future is None or future.done():
+        return
+    if isinstance(outcome, BaseException):
+        future.set_exception(outcome)
+    else:
+        future.set_result(outcome)
+
+
+def lease_lost(saga_id: str, owner: str | None, where: str) -> LeaseLostError:
+    """Return the error of an owner-conditional write that found another owner: nothing of it was written."""
+    return LeaseLostError(
+        f"saga {saga_id!r} is owned by another executor now (or is not stored), not by {owner!r}: this executor's "
+        f"lease on it was lost, and nothing of this write was stored in {where}; the new owner drives the saga on",
+        saga_id=saga_id,
+    )
