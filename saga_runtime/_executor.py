@@ -332,22 +332,30 @@ class SagaExecutor:
                 f"saga {saga_id!r} is {saga.status.value}; only a COMPENSATION_FAILED saga has compensations to retry",
                 saga_id=saga_id,
             )
-        for row in rows:
-            if row.status is StepStatus.COMPENSATION_FAILED:
-                # Back to what it was before its compensation: done (SUCCESS) or of unknown outcome.
-                # A race loser kept its result (and an error saying it lost): it is undone with that result.
-                row.status = StepStatus.SUCCESS if row.error is None or row.result is not None else StepStatus.CANCELLED
-                row.compensation_error = None
-        saga.status, saga.finished_at = SagaStatus.COMPENSATING, None
-        started = now()
-        saga.owner, saga.lease_expires_at = self.executor_id, started + timedelta(seconds=self.lease_timeout)
-        engine = self._engine_for(saga, rows)
-        for row in rows:
-            engine.add_dirty(row)
-        engine.touch_saga()
         self._active.add(saga_id)
-        engine.emit("saga_started")
         try:
+            started = now()
+            expires = started + timedelta(seconds=self.lease_timeout)
+            # The claim: of two callers at once (two operators, two processes), only one reopens the saga.
+            if not await self.store.reopen_compensation(saga_id, self.executor_id, expires, started):
+                raise SagaInProgressError(
+                    f"saga {saga_id!r} is no longer COMPENSATION_FAILED: another caller is retrying its compensations",
+                    saga_id=saga_id,
+                )
+            for row in rows:
+                if row.status is StepStatus.COMPENSATION_FAILED:
+                    # Back to what it was before its compensation: done (SUCCESS) or of unknown outcome.
+                    # A race loser kept its result (and an error saying it lost): it is undone with that result.
+                    done = row.error is None or row.result is not None
+                    row.status = StepStatus.SUCCESS if done else StepStatus.CANCELLED
+                    row.compensation_error = None
+            saga.status, saga.finished_at = SagaStatus.COMPENSATING, None
+            saga.owner, saga.lease_expires_at, saga.updated_at = self.executor_id, expires, started
+            engine = self._engine_for(saga, rows)
+            for row in rows:
+                engine.add_dirty(row)
+            engine.touch_saga()
+            engine.emit("saga_started")
             return await self._leased(engine, engine.compensate)
         finally:
             self._active.discard(saga_id)

@@ -64,6 +64,14 @@ class SagaStore(Protocol):
         """
         ...
 
+    async def reopen_compensation(self, saga_id: str, owner: str, lease_expires_at: datetime, now: datetime) -> bool:
+        """Make a COMPENSATION_FAILED saga COMPENSATING under `owner` (leased); atomic; return whether it did.
+
+        The claim of `executor.retry_compensation()`: one conditional change, so of two callers at once (two
+        operators, two processes) only one reopens the saga; the other gets False. Any other status: False.
+        """
+        ...
+
     async def renew_leases(self, owner: str, saga_ids: Sequence[str], lease_expires_at: datetime) -> set[str]:
         """Extend the leases `owner` still holds on live `saga_ids`; return the ids it still owns (fencing)."""
         ...

@@ -140,6 +140,22 @@ class MemoryStore:
             self._sagas[saga_id] = replace(saga, owner=owner, lease_expires_at=lease_expires_at)
         return free
 
+    async def reopen_compensation(self, saga_id: str, owner: str, lease_expires_at: datetime, now: datetime) -> bool:
+        """Make a COMPENSATION_FAILED saga COMPENSATING under `owner`; return whether it did."""
+        self._check_open()
+        saga = self._sagas.get(saga_id)
+        if saga is None or saga.status is not SagaStatus.COMPENSATION_FAILED:
+            return False
+        self._sagas[saga_id] = replace(
+            saga,
+            status=SagaStatus.COMPENSATING,
+            owner=owner,
+            lease_expires_at=lease_expires_at,
+            updated_at=now,
+            finished_at=None,
+        )
+        return True
+
     async def renew_leases(self, owner: str, saga_ids: Sequence[str], lease_expires_at: datetime) -> set[str]:
         """Extend the leases `owner` holds; return the ids it still owns."""
         self._check_open()

@@ -248,6 +248,12 @@ class Queries:
         # MySQL counts changed rows, not matched ones (aiomysql never sets CLIENT_FOUND_ROWS): a claim that
         # rewrote its own lease with the same values reports 0, so a 0 is checked with this.
         self.owns = q(dialect, f"SELECT COUNT(*) FROM sagas WHERE saga_id = ? AND owner = ? AND {live}")
+        # retry_compensation's claim: one conditional UPDATE, so of two operators at once only one reopens it.
+        self.reopen = q(
+            dialect,
+            "UPDATE sagas SET status = ?, owner = ?, lease_expires_at = ?, updated_at = ?, finished_at = NULL "
+            "WHERE saga_id = ? AND status = ?",
+        )
         # Recovery's scan, on the (status, lease_expires_at) index. PostgreSQL and MySQL/MariaDB lock the rows
         # they return and skip those another claimer holds; SQLite's BEGIN IMMEDIATE already excludes writers.
         self.expired = q(

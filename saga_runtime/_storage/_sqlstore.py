@@ -352,6 +352,36 @@ class SQLStore(abc.ABC):
 
         return await self._retrying("claim_saga", claim)
 
+    async def reopen_compensation(self, saga_id: str, owner: str, lease_expires_at: datetime, now: datetime) -> bool:
+        """Make a COMPENSATION_FAILED saga COMPENSATING under `owner` (leased); atomic; return whether it did.
+
+        One conditional UPDATE, so of two callers at once only one wins. Retried after a lost connection, a try
+        finding the saga already reopened by `owner` (the lost try's commit) answers True.
+        """
+        self._check_open()
+        time_in = self._codec.time_in
+        params = (
+            SagaStatus.COMPENSATING.value,
+            owner,
+            time_in(lease_expires_at),
+            time_in(now),
+            saga_id,
+            SagaStatus.COMPENSATION_FAILED.value,
+        )
+        tries = 0
+
+        async def reopen() -> bool:
+            nonlocal tries
+            tries += 1
+            async with self._transaction(begin=False) as tx:
+                if await tx.execute(self._queries.reopen, params) == 1:
+                    return True
+                if tries == 1:
+                    return False
+                return int((await tx.fetch(self._queries.owns, (saga_id, owner, *LIVE_STATUSES)))[0][0]) == 1
+
+        return await self._retrying("reopen_compensation", reopen)
+
     async def renew_leases(self, owner: str, saga_ids: Sequence[str], lease_expires_at: datetime) -> set[str]:
         """Extend the leases `owner` still holds on the live sagas `saga_ids`; return the ids it still owns."""
         self._check_open()

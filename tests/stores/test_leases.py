@@ -298,3 +298,29 @@ async def test_claim_expired_under_contention_is_disjoint_and_complete(stores: S
         loaded = await first.load_saga(saga_id)
         assert loaded is not None
         assert loaded[0].recovery_attempts == 1, saga_id
+
+
+# -- reopen_compensation (retry_compensation's claim) ----------------------------------------------------------
+
+
+async def test_reopen_compensation_gives_a_failed_compensation_to_one_caller(store: SagaStore) -> None:
+    """reopen_compensation makes a COMPENSATION_FAILED saga COMPENSATING under its caller, once: a second gets False."""
+    await put(store, "s", owner="gone", lease=None, status=SagaStatus.COMPENSATION_FAILED)
+    results = await asyncio.gather(*(store.reopen_compensation("s", who, LATER, NOW) for who in ("me", "you")))
+    assert sorted(results) == [False, True]
+    winner = "me" if results[0] else "you"
+    loaded = await store.load_saga("s")
+    assert loaded is not None
+    assert loaded[0].status is SagaStatus.COMPENSATING
+    assert (loaded[0].owner, loaded[0].lease_expires_at, loaded[0].finished_at) == (winner, LATER, None)
+
+
+@pytest.mark.parametrize(
+    "status", [SagaStatus.RUNNING, SagaStatus.COMPENSATING, SagaStatus.SUCCESS, SagaStatus.COMPENSATED]
+)
+async def test_reopen_compensation_refuses_any_other_status(store: SagaStore, status: SagaStatus) -> None:
+    """reopen_compensation changes nothing of a saga that is not COMPENSATION_FAILED, nor of a missing one."""
+    await put(store, "s", owner="other", lease=FUTURE, status=status)
+    assert await store.reopen_compensation("s", "me", LATER, NOW) is False
+    assert await store.reopen_compensation("missing", "me", LATER, NOW) is False
+    assert await lease_of(store, "s") == ("other", FUTURE)

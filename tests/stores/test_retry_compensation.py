@@ -1,0 +1,78 @@
+"""retry_compensation() claims the saga first: two callers at once (two executors, two processes) never both undo."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from saga_runtime import SagaExecutor, SagaInProgressError, SagaStatus, SagaStore, ToolRegistry
+
+
+class Refunds:
+    """A charge whose refund fails while the service is down, and blocks while `hold` is set."""
+
+    def __init__(self) -> None:
+        self.down = True
+        self.hold: asyncio.Event | None = None
+        self.refunded: list[int] = []
+        self.registry = ToolRegistry()
+        refunds = self
+
+        @self.registry.tool
+        class Charge:
+            """Charge `n`; a negative `n` fails (after the others ran, so they are compensated)."""
+
+            async def execute(self, n: int) -> int:
+                if n < 0:
+                    raise ValueError("card declined")
+                return n
+
+            async def compensate(self, result: int) -> None:
+                if refunds.down:
+                    raise ConnectionError("refund service down")
+                if refunds.hold is not None:
+                    await refunds.hold.wait()
+                refunds.refunded.append(result)
+
+
+async def test_two_executors_retrying_one_saga_compensate_it_once(
+    stores: Any, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Of two executors calling retry_compensation at once, one compensates; the other gets SagaInProgressError."""
+    store: SagaStore = await stores.open(kind, wipe=True)
+    world = Refunds()
+    first = SagaExecutor(world.registry, store=store, executor_id="operator-1")
+    second = SagaExecutor(world.registry, store=store, executor_id="operator-2")
+    plan = [
+        {"tool": "Charge", "args": {"n": 1}},
+        {"tool": "Charge", "args": {"n": 2}},
+        {"tool": "Charge", "args": {"n": -1}},
+    ]
+    failed = await first.run(plan, saga_id="refunds")
+    assert failed.status is SagaStatus.COMPENSATION_FAILED
+
+    world.down, world.hold = False, asyncio.Event()
+    # Both callers read the saga (COMPENSATION_FAILED) before either claims it: the race the claim must settle.
+    both_read = asyncio.Barrier(2)
+    load = store.load_saga
+
+    async def load_then_wait(saga_id: str) -> Any:
+        loaded = await load(saga_id)
+        await both_read.wait()
+        return loaded
+
+    monkeypatch.setattr(store, "load_saga", load_then_wait)
+    tries = [asyncio.create_task(caller.retry_compensation("refunds")) for caller in (first, second)]
+    done, _ = await asyncio.wait(tries, return_when=asyncio.FIRST_COMPLETED)
+    (loser,) = done
+    with pytest.raises(SagaInProgressError, match="another caller is retrying"):
+        loser.result()
+    monkeypatch.undo()
+    world.hold.set()
+    (winner,) = [task for task in tries if task is not loser]
+    result = await winner
+    assert result.status is SagaStatus.COMPENSATED
+    assert world.refunded == [2, 1]
+    assert await store.verify_saga("refunds")
