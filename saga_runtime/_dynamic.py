@@ -125,7 +125,7 @@ class DynamicSaga:
             return self
         existing = await executor.store.create_saga(row.copy(), [])
         if existing is None:
-            self._go_live(executor._engine_for(row, []))
+            self._go_live(executor._engine_for(row, [], owner=executor.executor_id))
             return self
         saga, rows = existing
         self._adopt_record(saga, rows)
@@ -139,7 +139,7 @@ class DynamicSaga:
                 owner=saga.owner,
             )
         executor._active.add(self.saga_id)
-        engine = executor._engine_for(saga, rows)
+        engine = executor._engine_for(saga, rows, owner=executor.executor_id)
         if saga.status is SagaStatus.COMPENSATING:
             # It was being undone when its process died: finish that first (keeping its lease); the block then
             # replays the record.

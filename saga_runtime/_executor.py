@@ -136,7 +136,7 @@ class SagaExecutor:
         first = [row for row in steps if row.group == 0]
         for row in first:
             row.status, row.attempts, row.started_at = StepStatus.RUNNING, 1, saga.created_at
-        engine = SagaEngine(self._config, saga, steps, announced=first)
+        engine = SagaEngine(self._config, saga, steps, announced=first, owner=self.executor_id)
         engine.seal_all()  # the engine seals: it keeps what it hashed for the next seals of the same rows
         existing = await self.store.create_saga(saga.copy(), [row.copy() for row in steps])
         if existing is None:
@@ -148,7 +148,7 @@ class SagaExecutor:
                 return finished
             await self._resume_or_refuse(stored)
             logger.info("saga %s: resuming where its previous owner %r left it", saga.saga_id, stored.owner)
-            engine = self._engine_for(stored, rows)
+            engine = self._engine_for(stored, rows, owner=self.executor_id)
         self._active.add(engine.saga.saga_id)
         engine.emit("saga_started")
         try:
@@ -238,7 +238,7 @@ class SagaExecutor:
                             "saga %s: left for an executor that has the tools %s", saga.saga_id, ", ".join(missing)
                         )
                     passed_over.add(saga.saga_id)
-                    await self._release(saga, uncount=True)
+                    await self._release(saga, uncount=True, owner=self.executor_id)
                     continue
                 fresh += 1
                 # The batch was claimed at once, but its sagas are driven one by one: by the time this one's turn
@@ -259,20 +259,30 @@ class SagaExecutor:
                 # look further rather than starve behind them.
                 limit *= 2
 
-    async def _release(self, saga: SagaRow, *, uncount: bool = False) -> None:
-        """Give up a claimed saga at once (no owner, no lease), so another executor can take it."""
+    async def _release(self, saga: SagaRow, *, uncount: bool = False, owner: str | None = None) -> bool:
+        """Give up a claimed saga at once (no owner, no lease), so another executor can take it; return if written.
+
+        With `owner` (the claim this executor holds), only while the store still names it the owner: a saga
+        another executor took over meanwhile is left as it is.
+        """
         saga.owner, saga.lease_expires_at = None, None
         if uncount:
             saga.recovery_attempts = max(0, saga.recovery_attempts - 1)
         saga.updated_at = now()
         with anyio.move_on_after(10, shield=True):
-            await self.store.save(saga.copy(), [])
+            try:
+                await self.store.save(saga.copy(), [], owner=owner)
+            except LeaseLostError:
+                logger.info("saga %s: not released, another executor owns it now", saga.saga_id)
+                return False
+            return True
+        return False
 
     async def _recover_one(self, saga: SagaRow, rows: list[StepRow]) -> SagaResult | None:
         if saga.recovery_attempts > self.max_recovery_attempts:
             return await self._park(saga, rows, f"recovery failed {saga.recovery_attempts - 1} times")
         logger.info("saga %s: recovering (attempt %d), left %s", saga.saga_id, saga.recovery_attempts, saga.status)
-        engine = self._engine_for(saga, rows)
+        engine = self._engine_for(saga, rows, owner=self.executor_id)
         engine.detached = True  # no caller: if this worker stops, the saga stays for the next recovery
         engine.emit("saga_started")
         try:
@@ -293,14 +303,17 @@ class SagaExecutor:
             return None
         finally:
             if engine.detached and engine.fenced and not engine.lease_lost and not engine.saga.status.is_terminal:
-                await self._release(engine.saga)  # stopped by a shutdown: let the next worker take it now
+                # Stopped by a shutdown: let the next worker take it now.
+                await self._release(engine.saga, owner=self.executor_id)
 
-    async def _park(self, saga: SagaRow, rows: list[StepRow], why: str) -> SagaResult:
+    async def _park(self, saga: SagaRow, rows: list[StepRow], why: str) -> SagaResult | None:
+        """Set a claimed saga PARKED for an operator; None if another executor took it over meanwhile."""
         saga.parked_from = saga.status
         saga.status = SagaStatus.PARKED
         saga.error = f"parked: {why}; fix the cause, then executor.unpark({saga.saga_id!r})"
+        if not await self._release(saga, owner=self.executor_id):
+            return None
         logger.error("saga %s: %s", saga.saga_id, saga.error)
-        await self._release(saga)
         return result_from_rows(saga, rows)
 
     async def unpark(self, saga_id: str) -> None:
@@ -351,7 +364,7 @@ class SagaExecutor:
                     row.compensation_error = None
             saga.status, saga.finished_at = SagaStatus.COMPENSATING, None
             saga.owner, saga.lease_expires_at, saga.updated_at = self.executor_id, expires, started
-            engine = self._engine_for(saga, rows)
+            engine = self._engine_for(saga, rows, owner=self.executor_id)
             for row in rows:
                 engine.add_dirty(row)
             engine.touch_saga()
@@ -378,8 +391,9 @@ class SagaExecutor:
                 logger.exception("recovery round failed unexpectedly, trying again in %gs", pause)
             await anyio.sleep(pause)
 
-    def _engine_for(self, saga: SagaRow, steps: list[StepRow]) -> SagaEngine:
-        return SagaEngine(self._config, saga, steps)
+    def _engine_for(self, saga: SagaRow, steps: list[StepRow], *, owner: str | None = None) -> SagaEngine:
+        """Return an engine for a stored saga; `owner`: the executor id holding its lease (writes check it)."""
+        return SagaEngine(self._config, saga, steps, owner=owner)
 
     async def _claim(self, saga: SagaRow) -> bool:
         """Take over a live saga whose owner is gone (or is this executor, restarted); return whether it did.

@@ -3,12 +3,24 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import pytest
 
-from saga_runtime import LeaseLostError, MemoryStore, SagaExecutor, SagaStatus, StoreConnectionError, ToolRegistry
+from saga_runtime import (
+    LeaseLostError,
+    MemoryStore,
+    RetryPolicy,
+    SagaEvent,
+    SagaExecutor,
+    SagaStatus,
+    StepStatus,
+    StoreConnectionError,
+    ToolRegistry,
+)
+from saga_runtime._records import SagaRow, StepRow, now
 
 
 class UnreachableForRenewals(MemoryStore):
@@ -46,3 +58,92 @@ async def test_a_lease_that_runs_out_unrenewed_fences_the_saga() -> None:
     stored = await store.get_saga("stalled")
     assert stored is not None
     assert stored.status is SagaStatus.RUNNING  # left live, for recovery
+
+
+class RecordingStore(MemoryStore):
+    """A memory store that keeps a copy of every save it is asked for, in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.saves: list[tuple[SagaRow | None, list[StepRow]]] = []
+
+    async def save(self, saga: SagaRow | None, steps: Sequence[StepRow], *, owner: str | None = None) -> None:
+        self.saves.append((None if saga is None else saga.copy(), [row.copy() for row in steps]))
+        await super().save(saga, steps, owner=owner)
+
+
+async def test_a_step_never_starts_on_an_almost_expired_lease() -> None:
+    """The intent write of a step starting with under a quarter of the lease left also extends the lease."""
+    lease = 0.5
+    stalled_until: list[datetime] = []
+    registry = ToolRegistry()
+
+    @registry.tool
+    class Step:
+        async def execute(self, name: str) -> str:
+            if name == "stall":
+                time.sleep(lease * 0.9)  # noqa: ASYNC251 - the point: the loop stalls, no renewal runs, the lease nearly ends
+                stalled_until.append(now())
+            return name
+
+    store = RecordingStore()
+    executor = SagaExecutor(registry, store=store, lease_timeout=lease)
+    plan = [
+        {"id": "stall", "tool": "Step", "args": {"name": "stall"}},
+        {"id": "next", "tool": "Step", "args": {"name": "next"}},
+    ]
+
+    result = await executor.run(plan, saga_id="late-lease")
+
+    assert result.status is SagaStatus.SUCCESS
+    (intent,) = [
+        saga
+        for saga, steps in store.saves
+        if any(r.step_id == "next" and r.status is StepStatus.RUNNING for r in steps)
+    ]
+    assert intent is not None, "the intent of the next step was written without extending the lease"
+    assert intent.lease_expires_at is not None
+    assert intent.lease_expires_at >= stalled_until[0] + timedelta(seconds=lease)
+
+
+class TakenOverAtRenewal(MemoryStore):
+    """A store whose lease renewals answer that another executor owns the saga now."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.renewed = asyncio.Event()
+
+    async def renew_leases(self, owner: str, saga_ids: Sequence[str], lease_expires_at: datetime) -> set[str]:
+        self.renewed.set()
+        return set()
+
+
+async def test_a_fenced_engine_runs_and_retries_no_compensation(caplog: pytest.LogCaptureFixture) -> None:
+    """Fenced while compensating: the compensation in flight ends; no other starts, is retried or is reported failed."""
+    store = TakenOverAtRenewal()
+    undone: list[str] = []
+    events: list[SagaEvent] = []
+    registry = ToolRegistry()
+
+    @registry.tool(compensation_retry=RetryPolicy(max_attempts=3, initial_interval=0.01, jitter=False))
+    class Charge:
+        async def execute(self, name: str) -> str:
+            if name == "fails":
+                raise ValueError("declined")
+            return name
+
+        async def compensate(self, result: str | None) -> None:
+            if result == "second":
+                await store.renewed.wait()  # in flight when the lease is lost: it runs to its end
+            undone.append(str(result))
+
+    executor = SagaExecutor(registry, store=store, lease_timeout=0.3, hooks=[events.append])
+    plan = [{"tool": "Charge", "args": {"name": name}} for name in ("first", "second", "fails")]
+
+    with pytest.raises(LeaseLostError):
+        await asyncio.wait_for(executor.run(plan, saga_id="fenced-undo"), timeout=10)
+
+    assert undone == ["second"]  # "first" is left to the new owner
+    finished = [(e.step_id, e.error) for e in events if e.kind == "compensation_finished"]
+    assert all(error is None for _, error in finished), finished
+    assert "NOT undone" not in caplog.text

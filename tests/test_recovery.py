@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -17,6 +18,7 @@ from saga_runtime import (
     SagaStatus,
     StepContext,
     StepStatus,
+    StoreError,
     ToolRegistry,
 )
 from saga_runtime._records import SagaRow, StepRow, canonical_json, idempotency_key, now, seal_all
@@ -253,3 +255,61 @@ async def test_serve_survives_a_round_that_fails_unexpectedly(
         await worker
     assert store._sagas["late"].status is SagaStatus.SUCCESS
     assert "a bug in one round" in caplog.text
+
+
+def always_failing(calls: list[int]) -> ToolRegistry:
+    """Return a registry whose Charge fails every attempt, allowed three attempts, logging each attempt number."""
+    registry = ToolRegistry()
+
+    @registry.tool(retry=RetryPolicy(max_attempts=3, initial_interval=0.001, jitter=False))
+    class Charge:
+        async def execute(self, n: int, ctx: StepContext) -> None:
+            calls.append(ctx.attempt)
+            raise ConnectionError("the provider is down")
+
+    return registry
+
+
+@pytest.mark.parametrize(("recorded", "expected"), [(1, [2, 3]), (3, [4])], ids=["budget-left", "budget-spent"])
+async def test_the_retry_budget_spans_recoveries(recorded: int, expected: list[int]) -> None:
+    """Bug: each recovery granted max_attempts afresh; recorded attempts now count (one unknown one still re-runs)."""
+    calls: list[int] = []
+    store = MemoryStore()
+    rows = orphan(store, "budget", [StepStatus.RUNNING])
+    rows[0].attempts = recorded  # died during attempt `recorded` of 3: its outcome is unknown
+    seal_all(rows, None)
+    (result,) = await SagaExecutor(always_failing(calls), store=store).recover()
+    # The unknown attempt runs again with its key (even when that makes a fourth); retries stop at the policy's 3.
+    assert calls == expected
+    assert result.status is SagaStatus.COMPENSATED
+    assert result.step("s0").attempts == expected[-1]
+
+
+class PoisonStore(MemoryStore):
+    """A memory store that fails every write of step rows: each recovery of a saga fails before its tools run."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failed_writes = 0
+
+    async def save(self, saga: SagaRow | None, steps: Sequence[StepRow], *, owner: str | None = None) -> None:
+        if steps:
+            self.failed_writes += 1
+            raise StoreError("the disk is full", url=self.url)
+        await super().save(saga, steps, owner=owner)
+
+
+async def test_a_saga_is_parked_exactly_when_its_claims_exceed_max_recovery_attempts(registry: ToolRegistry) -> None:
+    """max_recovery_attempts=2: two claims drive the saga and fail; the third parks it, saying it failed 2 times."""
+    store = PoisonStore()
+    orphan(store, "poison", [StepStatus.RUNNING])
+    executor = SagaExecutor(registry, store=store, max_recovery_attempts=2)
+    for claim in (1, 2):
+        assert await executor.recover() == []
+        assert (store.failed_writes, store._sagas["poison"].status) == (claim, SagaStatus.RUNNING)
+        store._sagas["poison"].lease_expires_at = now() - timedelta(seconds=1)  # this recovery's worker is gone
+    (parked,) = await executor.recover()
+    assert parked.status is SagaStatus.PARKED
+    assert store.failed_writes == 2  # the third claim did not drive it again
+    assert (parked.error or "").startswith("parked: recovery failed 2 times")
+    assert store._sagas["poison"].recovery_attempts == 3

@@ -142,7 +142,7 @@ class Lab:
                 lab.log.append(("use", value))
                 return value
 
-        @self.registry.tool(retry_scope="step")
+        @self.registry.tool(retry_scope="step", **options)
         class Optional:
             """Returns an int, by its annotation; its failure does not fail the saga."""
 
@@ -396,6 +396,70 @@ async def test_a_failed_undo_of_a_refused_result_is_compensation_failed() -> Non
     assert step.compensation_error is not None
     assert step.compensation_error.startswith("undoing refused attempt 1: ConnectionError: the refund service is down")
     assert lab.entries("undo") == [("x", "lots")]
+
+
+async def test_a_refused_result_that_could_not_be_undone_is_not_retried_and_fails_the_saga() -> None:
+    """Bug: a failed undo then a good retry ended SUCCESS; now no retry follows, the saga ends COMPENSATION_FAILED."""
+    lab = Lab(RetryPolicy(max_attempts=3, **FAST), undo_fails=True)
+    lab.outputs["x"] = ["lots", 5, 6]
+
+    result = await SagaExecutor(lab.registry).run(chain("Count"))
+
+    assert result.status is SagaStatus.COMPENSATION_FAILED, result.describe()
+    step = result.step("x")
+    assert (step.status, step.attempts, step.error_type) == (StepStatus.COMPENSATION_FAILED, 1, "ResultValidationError")
+    assert step.compensation_error is not None
+    assert step.compensation_error.startswith("undoing refused attempt 1: ConnectionError")
+    assert result.error is not None
+    assert "could not be undone" in result.error
+    assert lab.entries("do") == [("hold", 1, "hold"), ("x", 1, "lots")]  # no attempt piled on the stuck effect
+    assert lab.entries("undo") == [("x", "lots"), ("hold", "hold")]  # the rest of the saga is undone
+    assert lab.entries("use") == []
+
+
+async def test_a_refused_result_that_could_not_be_undone_fails_the_saga_even_in_step_scope() -> None:
+    """retry_scope="step" does not hide an effect left behind: the saga fails, compensates, ends COMPENSATION_FAILED."""
+    lab = Lab(RetryPolicy(max_attempts=3, **FAST), undo_fails=True)
+    lab.outputs["x"] = ["lots", 5]
+    plan = [
+        {"id": "hold", "tool": "Hold", "args": {"name": "hold"}},
+        {"id": "x", "tool": "Optional", "args": {"name": "x"}},
+        {"id": "after", "tool": "Hold", "args": {"name": "after"}},
+    ]
+
+    result = await SagaExecutor(lab.registry).run(plan)
+
+    assert result.status is SagaStatus.COMPENSATION_FAILED, result.describe()
+    assert result.step("x").status is StepStatus.COMPENSATION_FAILED
+    assert result.step("after").status is StepStatus.PENDING
+    assert lab.entries("undo") == [("x", "lots"), ("hold", "hold")]
+
+
+async def test_no_attempt_follows_a_refused_result_that_could_not_be_undone() -> None:
+    """Bug: a timed-out attempt after a failed undo was never compensated; now no attempt follows the stuck effect."""
+    log: list[tuple[str, Any]] = []
+    registry = ToolRegistry()
+
+    @registry.tool(
+        retry=RetryPolicy(max_attempts=2, **FAST), timeout=0.5, compensation_retry=RetryPolicy(max_attempts=1)
+    )
+    class Quote:
+        async def execute(self, ctx: StepContext) -> int:
+            log.append(("do", ctx.attempt))
+            if ctx.attempt == 1:
+                return "junk"  # type: ignore[return-value]  # refused by the annotation
+            await anyio.sleep(30)  # would time out: an effect of unknown outcome
+            return 1
+
+        async def compensate(self, result: Any) -> None:
+            log.append(("undo", result))
+            raise ConnectionError("the refund service is down")
+
+    result = await SagaExecutor(registry).run([{"id": "q", "tool": "Quote"}])
+
+    assert result.status is SagaStatus.COMPENSATION_FAILED, result.describe()
+    assert (result.step("q").status, result.step("q").attempts) == (StepStatus.COMPENSATION_FAILED, 1)
+    assert log == [("do", 1), ("undo", "junk")]
 
 
 # -- where the step goes on -------------------------------------------------------------------------------------

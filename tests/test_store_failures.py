@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import anyio
 import pytest
 
 from saga_runtime import MemoryStore, RetryPolicy, SagaExecutor, StoreError, ToolRegistry
@@ -17,11 +18,11 @@ class FailingStore(MemoryStore):
         super().__init__()
         self.ok_saves = ok_saves
 
-    async def save(self, saga: SagaRow | None, steps: Sequence[StepRow]) -> None:
+    async def save(self, saga: SagaRow | None, steps: Sequence[StepRow], *, owner: str | None = None) -> None:
         if self.ok_saves <= 0:
             raise StoreError("the database went away", url=self.url)
         self.ok_saves -= 1
-        await super().save(saga, steps)
+        await super().save(saga, steps, owner=owner)
 
 
 def tools(calls: list[str]) -> ToolRegistry:
@@ -64,3 +65,27 @@ async def test_unrecorded_retry_attempt_is_not_made() -> None:
     with pytest.raises(StoreError):
         await executor.run([{"tool": "Flaky", "args": {"name": "flaky"}}], saga_id="s")
     assert calls == ["flaky"]
+
+
+class RetryingStore(MemoryStore):
+    """A memory store that says it retries a lost connection for `retry_for` seconds, like the SQL stores."""
+
+    retry_for = 100.0
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.end_write_allowed: list[float] = []
+
+    async def save(self, saga: SagaRow | None, steps: Sequence[StepRow], *, owner: str | None = None) -> None:
+        if saga is not None and saga.status.is_terminal:
+            self.end_write_allowed.append(anyio.current_effective_deadline() - anyio.current_time())
+        await super().save(saga, steps, owner=owner)
+
+
+async def test_the_end_write_is_allowed_the_stores_retry_window() -> None:
+    """Bug: the end write was cut at 10 s while the store retries for retry_for; it now gets retry_for and a margin."""
+    store = RetryingStore()
+    result = await SagaExecutor(tools([]), store=store).run([{"tool": "Step", "args": {"name": "one"}}])
+    assert result.status.value == "SUCCESS"
+    (allowed,) = store.end_write_allowed
+    assert RetryingStore.retry_for < allowed < RetryingStore.retry_for + 60

@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import anyio
 
-from saga_runtime._engine._saga import SagaEngine
+from saga_runtime._engine._core import EngineCore
 from saga_runtime._exceptions import describe
 from saga_runtime._records import now
 
@@ -28,7 +28,7 @@ class LeaseKeeper:
     `on_lost` is called, which stops the saga's work instead of racing the new owner.
     """
 
-    def __init__(self, engine: SagaEngine, on_lost: Callable[[], None]) -> None:
+    def __init__(self, engine: EngineCore, on_lost: Callable[[], None]) -> None:
         self._engine = engine
         self._on_lost = on_lost
         self._interval = engine.config.lease_timeout / 3
@@ -38,7 +38,12 @@ class LeaseKeeper:
         self._stopped = False
 
     def start(self) -> LeaseKeeper:
-        """Schedule the first renewal; return the keeper."""
+        """Schedule the first renewal; return the keeper.
+
+        The engine calls `on_lost` too when it learns of the loss itself (the store refused an owner-conditional
+        write), whichever comes first.
+        """
+        self._engine.on_lost = self._on_lost
         self._timer = self._loop.call_later(self._interval, self._due)
         return self
 
@@ -64,8 +69,7 @@ class LeaseKeeper:
                 if known is not None and now() >= known and not _finished(engine):
                     # The lease ran out unrenewed: another executor may own the saga by now. Stop writing.
                     logger.error("saga %s: its lease expired while the store was unreachable; stopping", saga.saga_id)
-                    engine.fence(lost=True)
-                    self._on_lost()
+                    engine.fence(lost=True)  # calls on_lost
                     return
             if held is not None:
                 if saga.saga_id in held:
@@ -75,8 +79,7 @@ class LeaseKeeper:
                         "saga %s: its lease was taken over by another executor; stopping here without writing",
                         saga.saga_id,
                     )
-                    engine.fence(lost=True)
-                    self._on_lost()
+                    engine.fence(lost=True)  # calls on_lost
                     return
         if not self._stopped:
             self._timer = self._loop.call_later(self._interval, self._due)
@@ -84,17 +87,22 @@ class LeaseKeeper:
     async def stop(self) -> None:
         """Cancel the next renewal, and one in flight, and wait for it to end."""
         self._stopped = True
+        if self._engine.on_lost is self._on_lost:
+            self._engine.on_lost = None
         if self._timer is not None:
             self._timer.cancel()
         renewal = self._renewal
         if renewal is not None and not renewal.done():
             renewal.cancel()
-            try:
-                await asyncio.shield(asyncio.wait([renewal]))
-            except asyncio.CancelledError:
-                await asyncio.wait([renewal])  # the caller is leaving: still never leave the renewal behind
-                raise
+            # Shielded from anyio scopes: the fence's own cancellation (the lease just lost) must not cut this
+            # short and escape from a caller's cleanup; it is taken back by the fence scope right after.
+            with anyio.CancelScope(shield=True):
+                try:
+                    await asyncio.shield(asyncio.wait([renewal]))
+                except asyncio.CancelledError:
+                    await asyncio.wait([renewal])  # the caller is leaving: still never leave the renewal behind
+                    raise
 
 
-def _finished(engine: SagaEngine) -> bool:
+def _finished(engine: EngineCore) -> bool:
     return engine.saga.status.is_terminal
