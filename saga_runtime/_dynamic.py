@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import pydantic
 
-from saga_runtime._engine import Budget, LeaseKeeper, SagaEngine
+from saga_runtime._engine import Budget, LeaseKeeper, SagaEngine, own_copy
 from saga_runtime._exceptions import (
     BudgetExceededError,
     IdempotencyConflictError,
@@ -408,10 +408,11 @@ class DynamicSaga:
         )
 
     def _outcome(self, row: StepRow) -> Any:
+        # A copy: the caller may change what it got; the record (and a later call's $ref to it) must not change.
         if row.status is StepStatus.SUCCESS or (row.status is StepStatus.COMPENSATED and row.error is None):
-            return row.result
+            return own_copy(row.result)
         if row.status is StepStatus.COMPENSATION_FAILED and row.error is None:
-            return row.result
+            return own_copy(row.result)
         if row.error_type == "BudgetExceededError":
             raise BudgetExceededError(
                 f"saga {self.saga_id!r}: call {row.step_id!r} ({row.tool_name}) crossed the budget: {row.error}",

@@ -355,6 +355,12 @@ class SagaExecutor:
                     f"saga {saga_id!r} is no longer COMPENSATION_FAILED: another caller is retrying its compensations",
                     saga_id=saga_id,
                 )
+            # Read again now that it is ours: what was read before the claim may predate another caller's retry
+            # (a step it compensated meanwhile must not be compensated twice).
+            reread = await self.store.load_saga(saga_id)
+            if reread is None or reread[0].owner != self.executor_id or reread[0].status is not SagaStatus.COMPENSATING:
+                raise SagaInProgressError(f"saga {saga_id!r} was taken by another caller", saga_id=saga_id)
+            saga, rows = reread
             for row in rows:
                 if row.status is StepStatus.COMPENSATION_FAILED:
                     # Back to what it was before its compensation: done (SUCCESS) or of unknown outcome.

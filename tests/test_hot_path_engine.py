@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -154,3 +155,23 @@ async def test_the_final_write_is_bounded(monkeypatch: pytest.MonkeyPatch) -> No
     executor = SagaExecutor(world.registry, store=_HangingEnd())
     with pytest.raises(StoreError, match="did not record it within"), anyio.fail_after(HANDSHAKE):
         await executor.run([{"tool": "Take", "args": {"count": 1, "tags": []}}])
+
+
+async def test_a_group_cancelled_by_an_anyio_scope_waits_for_shielded_steps_without_spinning() -> None:
+    """A group whose caller an anyio scope cancels waits for its shielded steps idle (it does not busy-loop)."""
+    registry = ToolRegistry()
+
+    @registry.tool
+    class Settle:
+        """Finish a shielded piece of work even when cancelled."""
+
+        async def execute(self, n: int) -> int:
+            with anyio.CancelScope(shield=True):
+                await asyncio.sleep(0.6)
+            return n
+
+    executor = SagaExecutor(registry)
+    cpu = time.process_time()
+    with anyio.move_on_after(0.05):
+        await executor.run([[{"tool": "Settle", "args": {"n": 1}}, {"tool": "Settle", "args": {"n": 2}}]])
+    assert time.process_time() - cpu < 0.4  # a spinning wait burns the whole 0.6 s; idle waiting costs ~nothing

@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 import pydantic
 
-from saga_runtime._engine._calls import AttemptTimeout
+from saga_runtime._engine._calls import AttemptTimeout, own_values
 from saga_runtime._engine._compensation import Compensator
 from saga_runtime._engine._core import CANCELLED
 from saga_runtime._engine._shield import shielded
@@ -110,13 +110,14 @@ class StepRunner(Compensator):
             first = False
             attempt = row.attempts
             raw: Any = _NOTHING
+            given = own_values(kwargs)  # each attempt gets arguments of its own, never the record's objects
             try:
                 if direct:
-                    raw = await spec.execute(**kwargs)
+                    raw = await spec.execute(**given)
                 else:
                     ctx = self._context(row, row.attempts, "execute") if spec.execute_ctx_params else None
                     raw = await self._invoke(
-                        spec, spec.execute, spec.execute_is_async, (), kwargs, spec.execute_ctx_params, ctx
+                        spec, spec.execute, spec.execute_is_async, (), given, spec.execute_ctx_params, ctx
                     )
                 if spec.result_adapter is None and spec.validate_result is None:
                     return raw

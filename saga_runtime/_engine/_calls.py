@@ -4,6 +4,7 @@ the tool's timeout, and in a worker thread for a sync method.
 
 from __future__ import annotations
 
+import copy
 import inspect
 from collections.abc import Callable
 from functools import partial
@@ -15,7 +16,25 @@ from saga_runtime._engine._core import EngineCore
 from saga_runtime._records import StepRow
 from saga_runtime._tools import StepContext, ToolSpec
 
-__all__ = ["AttemptTimeout", "ToolCalls"]
+__all__ = ["AttemptTimeout", "ToolCalls", "own_copy", "own_values"]
+
+
+def own_copy(value: Any) -> Any:
+    """Return a JSON container (dict or list) deep-copied, anything else as it is.
+
+    What a tool is handed is its own: a tool changing its arguments (or the result its compensation gets) in
+    place must not change the record (a stored result another step's `$ref` points to, a row's sealed args).
+    Only dicts and lists can be shared with records; scalars are immutable and validated models are new objects.
+    """
+    return copy.deepcopy(value) if type(value) is dict or type(value) is list else value
+
+
+def own_values(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Return `kwargs` with every dict or list value deep-copied (see `own_copy`); the same dict if none is."""
+    for value in kwargs.values():
+        if type(value) is dict or type(value) is list:
+            return {name: own_copy(item) for name, item in kwargs.items()}
+    return kwargs
 
 
 class ToolCalls(EngineCore):
@@ -30,7 +49,7 @@ class ToolCalls(EngineCore):
             saga_id=row.saga_id,
             step_id=row.step_id,
             tool_name=row.tool_name,
-            args=row.args,
+            args=own_copy(row.args),
             attempt=attempt,
             idempotency_key=row.idempotency_key,
             phase=phase,

@@ -11,7 +11,7 @@ from typing import Any
 
 import anyio
 
-from saga_runtime._engine._calls import ToolCalls
+from saga_runtime._engine._calls import ToolCalls, own_copy
 from saga_runtime._engine._core import CANCELLED, UNKNOWN, seq_of
 from saga_runtime._engine._shield import shielded
 from saga_runtime._exceptions import describe
@@ -120,14 +120,14 @@ class Compensator(ToolCalls):
                 if self.config.hooks:
                     self.emit("compensation_started", row, attempt=row.compensation_attempts)
                 if direct:
-                    await spec.compensate(result)
+                    await spec.compensate(own_copy(result))
                 else:
                     ctx = self._context(row, attempt, "compensate") if spec.compensate_ctx_params else None
                     await self._invoke(
                         spec,
                         spec.compensate,
                         spec.compensate_is_async,
-                        (result,),
+                        (own_copy(result),),
                         {},
                         spec.compensate_ctx_params,
                         ctx,

@@ -72,7 +72,13 @@ class Siblings:
         while self._pending:
             self._done = self._loop.create_future()
             try:
-                await self._done
+                if caught is None:
+                    await self._done
+                else:
+                    # anyio delivers a scope's cancellation again at every turn of the loop: once the steps are
+                    # cancelled, wait for them shielded, or this loop would spin while they finish shielded work.
+                    with anyio.CancelScope(shield=True):
+                        await self._done
             except asyncio.CancelledError as exc:
                 caught = caught or exc
                 self.cancel()

@@ -316,7 +316,18 @@ class SQLStore(abc.ABC):
         if write is None:
             return
         if await self._batcher.submit(write) is Outcome.LOST:
+            if write.tries > 1 and await self._stored_as(saga, steps):
+                return  # a lost try had committed it (a release or a park changes the owner it checks)
             raise lease_lost(write.saga_id, owner, self._url)
+
+    async def _stored_as(self, saga: SagaRow | None, steps: Sequence[StepRow]) -> bool:
+        """Tell whether the store holds exactly these rows (what a retried write's lost try may have committed)."""
+        saga_id = saga.saga_id if saga is not None else steps[0].saga_id if steps else None
+        stored = None if saga_id is None else await self.load_saga(saga_id)
+        if stored is None:
+            return False
+        by_id = {row.step_id: row for row in stored[1]}
+        return (saga is None or stored[0] == saga) and all(by_id.get(row.step_id) == row for row in steps)
 
     async def _load_once(self, saga_id: str) -> tuple[SagaRow, list[StepRow]] | None:
         async with self._transaction(begin=False) as tx:

@@ -153,3 +153,31 @@ async def test_the_owner_is_checked_on_the_row_a_takeover_just_committed(
             await asyncio.wait_for(save, 20)
     saga.owner = "executor-2"
     assert await store.load_saga("own-11") == (saga, rows)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql", "mysql"])
+async def test_a_release_retried_after_its_commit_lost_its_answer_is_not_reported_lost(
+    stores: Stores, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A save that changed the owner, committed, then lost its connection is retried and reported written."""
+    from saga_runtime._exceptions import StoreConnectionError
+
+    store = await stores.open(kind, wipe=True)
+    await stored(store, "released")
+    write_batch, calls = store._write_batch, []  # type: ignore[attr-defined]
+
+    async def answer_lost_once(writes: object) -> object:
+        outcome = await write_batch(writes)  # committed for real
+        calls.append(writes)
+        if len(calls) == 1:
+            raise StoreConnectionError("connection lost after the commit", url=store.url)
+        return outcome
+
+    monkeypatch.setattr(store, "_write_batch", answer_lost_once)
+    released = make_saga("released")
+    released.owner, released.lease_expires_at = None, None
+    await store.save(released, [], owner=OWNER)  # no LeaseLostError: the lost try's commit was this write
+    loaded = await store.load_saga("released")
+    assert loaded is not None
+    assert loaded[0].owner is None
+    assert len(calls) == 2
