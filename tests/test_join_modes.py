@@ -862,3 +862,44 @@ async def test_dynamic_bad_join_options_are_refused_before_any_call(options: dic
 
     assert caught.value.problems == [message]
     assert desk.log == []
+
+
+async def test_a_race_loser_whose_release_fails_fails_the_saga_instead_of_being_forgotten() -> None:
+    """A `first` race whose loser cannot be undone ends COMPENSATION_FAILED (winner undone too), then retryable."""
+    from saga_runtime import RetryPolicy
+
+    released: list[str] = []
+    down = {"slow"}
+    registry = ToolRegistry()
+
+    @registry.tool(compensation_retry=RetryPolicy(max_attempts=1))
+    class Book:
+        """Book with a provider; `slow` never answers before the race is won."""
+
+        async def execute(self, name: str) -> str:
+            if name == "slow":
+                await anyio.sleep(30)
+            return name
+
+        async def compensate(self, result: Any, ctx: StepContext) -> None:
+            if ctx.args["name"] in down:
+                raise ConnectionError(f"{ctx.args['name']} cannot release right now")
+            released.append(ctx.args["name"])
+
+    executor = SagaExecutor(registry)
+    plan = [
+        {
+            "group": [{"tool": "Book", "args": {"name": "fast"}}, {"tool": "Book", "args": {"name": "slow"}}],
+            "join": "first",
+        }
+    ]
+    result = await executor.run(plan, saga_id="hedge")
+    assert result.status is SagaStatus.COMPENSATION_FAILED
+    assert "could not be undone" in (result.error or "")
+    assert released == ["fast"]  # the winner is undone with the saga; the loser's booking is still out
+    assert [s.status for s in result.steps] == [StepStatus.COMPENSATED, StepStatus.COMPENSATION_FAILED]
+
+    down.clear()
+    again = await executor.retry_compensation("hedge")
+    assert again.status is SagaStatus.COMPENSATED
+    assert released == ["fast", "slow"]

@@ -103,7 +103,7 @@ class SagaEngine(StepRunner):
         """
         if join == "first" and any(self.succeeded(row) for row in rows):
             await self._settle_first(rows)  # resumed: the recorded winner stands, the rest lose
-            return True
+            return self._nothing_left_out(rows)
         undoing = [row for row in rows if row.status in UNKNOWN and row.compensation_attempts > 0]
         if undoing:
             # Their compensation had begun (written ahead) when the process died: finish it, never run forward.
@@ -161,8 +161,23 @@ class SagaEngine(StepRunner):
             await self._settle_first(rows)
         return self.judge(rows, join, needed)
 
+    def _nothing_left_out(self, rows: Sequence[StepRow]) -> bool:
+        """Fail the saga if a step of the group has an effect its compensation could not undo; tell if it goes on.
+
+        A race loser whose release failed, or a timed-out step (scope "step") whose undo failed, leaves an effect
+        out in the world: the saga must not end SUCCESS with it forgotten. It fails, compensates, and ends
+        COMPENSATION_FAILED, so `list_sagas(status="COMPENSATION_FAILED")` shows it and `retry_compensation()`
+        undoes it once the cause is fixed.
+        """
+        for row in rows:
+            if row.status is StepStatus.COMPENSATION_FAILED:
+                self._fail_saga(row, f"its effect could not be undone: {row.compensation_error}")
+        return not self.failed
+
     def judge(self, rows: Sequence[StepRow], join: str, needed: int | None) -> bool:
         """Decide whether a finished group lets the saga go on; fail the saga if not."""
+        if not self._nothing_left_out(rows):
+            return False
         if join == "all" or self.failed:
             return not self.failed
         wins = sum(1 for row in rows if self.succeeded(row))
