@@ -185,7 +185,16 @@ class DynamicSaga:
             if engine.fenced:
                 pass  # another executor owns the saga now: nothing is compensated or written from here
             elif exc is None:
-                self.result = await engine.finish(SagaStatus.SUCCESS)
+                stuck = self._not_undone(engine)
+                if stuck is None:
+                    self.result = await engine.finish(SagaStatus.SUCCESS)
+                else:
+                    # The block caught the failure of a call whose effect could not be undone: the saga must not
+                    # end SUCCESS with that effect forgotten. It compensates and ends COMPENSATION_FAILED.
+                    engine.failure = (
+                        f"call {stuck.step_id!r} ({stuck.tool_name}) has an effect that could not be undone"
+                    )
+                    self.result = await engine.compensate()
             else:
                 if engine.failure is None:
                     engine.failure = (
@@ -205,6 +214,11 @@ class DynamicSaga:
                 saga_id=self.saga_id,
             ) from exc
         return bool(swallowed)
+
+    @staticmethod
+    def _not_undone(engine: SagaEngine) -> StepRow | None:
+        """Return a call whose effect could not be undone (recorded COMPENSATION_FAILED), if any."""
+        return next((row for row in engine.rows.values() if row.status is StepStatus.COMPENSATION_FAILED), None)
 
     def _check_open(self) -> None:
         if not self._entered or self._closed:

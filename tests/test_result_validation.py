@@ -542,3 +542,19 @@ async def test_dynamic_call_with_a_refused_result_raises_after_the_undo() -> Non
     assert saga.result.status is SagaStatus.SUCCESS
     assert saga.result.step("Checked-0").status is StepStatus.FAILED
     assert lab.entries("undo") == [("x", {"error": "quota"})]
+
+
+async def test_a_dynamic_saga_that_catches_a_stuck_refused_call_still_ends_compensation_failed() -> None:
+    """A block catching the failure of a call whose refused effect could not be undone does not end SUCCESS."""
+    lab = Lab(undo_fails=True)
+    lab.outputs.update({"x": ["lots"], "y": [7]})
+    executor = SagaExecutor(lab.registry)
+    async with executor.saga(saga_id="caught") as saga:
+        with pytest.raises(StepFailedError):
+            await saga.call("Count", name="x")
+        await saga.call("Count", name="y")  # the agent goes on, as agents do
+
+    assert saga.result is not None
+    assert saga.result.status is SagaStatus.COMPENSATION_FAILED, saga.result.describe()
+    assert "could not be undone" in (saga.result.error or "")
+    assert lab.entries("undo") == [("x", "lots"), ("y", 7)]  # y is compensated with the saga

@@ -146,21 +146,40 @@ def _values(columns: Sequence[str], source: str) -> str:
     return ", ".join(_value(column, source) for column in columns)
 
 
-def _arrays(columns: Sequence[str], first: int) -> str:
-    return ", ".join(f"${first + i}::{_ARRAY_TYPES.get(c, 'text')}[]" for i, c in enumerate(columns))
+def _source(columns: Sequence[str], extra: Sequence[str], first: int, rows: int) -> tuple[str, int]:
+    """Return the rows a part of the batch statement reads, and how many parameters they take.
+
+    `rows` 0: one array per column (`columns`, then the `extra` types), unnested; else that many rows of scalar
+    parameters (VALUES), row by row. Scalars cost the client no array encoding, and the server no unnesting; and
+    PostgreSQL costs an array as 10 elements, so only the scalar form gets a generic plan, kept for the prepared
+    statement instead of planning it at every call.
+    """
+    types = [*(_ARRAY_TYPES.get(c, "text") for c in columns), *extra]
+    if not rows:
+        return "unnest(" + ", ".join(f"${first + i}::{t}[]" for i, t in enumerate(types)) + ")", len(types)
+    width = len(types)
+    values = ", ".join(
+        "(" + ", ".join(f"${first + r * width + i}::{t}" for i, t in enumerate(types)) + ")" for r in range(rows)
+    )
+    return f"(VALUES {values})", rows * width
 
 
 _SAGAS = ", ".join(SAGA_COLUMNS)
 _STEPS = ", ".join(STEP_COLUMNS)
+# Step rows a lone write sends as scalar parameters (VALUES) rather than arrays: its create (a plan of up to this
+# many steps) or save takes a statement of its own shape, prepared once per connection. Batches of several writes
+# (group commits under load) and longer plans unnest arrays: one statement whatever their size.
+_VALUES_ROWS = 32
 
 
-@functools.cache
-def _batch_statement(modes: frozenset[str], checks: int, steps: bool) -> str:
+@functools.lru_cache(maxsize=256)
+def _batch_statement(modes: frozenset[str], checks: int, steps: bool, saga_rows: int = 0, step_rows: int = 0) -> str:
     """Return the one statement that writes a batch of this shape (only the parts it needs: each plans quickly).
 
     Parameters, for the parts present: one array per saga column, then each saga row's write index, mode and
-    expected owner; the owner checks of writes without a saga row (index, saga id, owner: arrays, or scalars when
-    `checks` is 1); one array per step column, then each step row's write index and whether it is gated.
+    expected owner (or, with `saga_rows`, those values row by row); the owner checks of writes without a saga row
+    (index, saga id, owner: arrays, or scalars when `checks` is 1); one array per step column, then each step row's
+    write index and whether it is gated (or, with `step_rows`, those values row by row).
 
     Saga rows are inserted if absent (`create`), upserted (`upsert`: no owner), or updated where the stored owner is
     the expected one (`update`: a conditional UPDATE, which re-checks the owner on the current row once it holds its
@@ -172,12 +191,9 @@ def _batch_statement(modes: frozenset[str], checks: int, steps: bool) -> str:
     passed: list[str] = []
     n = 1
     if modes:
-        parts.append(
-            f"u AS (SELECT * FROM unnest({_arrays(SAGA_COLUMNS, n)}, ${n + len(SAGA_COLUMNS)}::int4[], "
-            f"${n + len(SAGA_COLUMNS) + 1}::text[], ${n + len(SAGA_COLUMNS) + 2}::text[]) "
-            f"AS u({_SAGAS}, w, mode, expected))"
-        )
-        n += len(SAGA_COLUMNS) + 3
+        source, used = _source(SAGA_COLUMNS, ("int4", "text", "text"), n, saga_rows)
+        parts.append(f"u AS (SELECT * FROM {source} AS u({_SAGAS}, w, mode, expected))")
+        n += used
         insert = f"INSERT INTO sagas ({_SAGAS}) SELECT {_values(SAGA_COLUMNS, 'u')} FROM u"
         if "create" in modes:
             parts.append(
@@ -213,10 +229,10 @@ def _batch_statement(modes: frozenset[str], checks: int, steps: bool) -> str:
     if steps:
         step_set = ", ".join(f"{c} = excluded.{c}" for c in STEP_COLUMNS[3:])
         gate = " WHERE NOT s.gated OR s.w IN (SELECT w FROM passed)" if passed else ""
+        source, _ = _source(STEP_COLUMNS, ("int4", "bool"), n, step_rows)
         parts.append(
             f"stepped AS (INSERT INTO steps ({_STEPS}) SELECT {_values(STEP_COLUMNS, 's')} "
-            f"FROM unnest({_arrays(STEP_COLUMNS, n)}, ${n + len(STEP_COLUMNS)}::int4[], "
-            f"${n + len(STEP_COLUMNS) + 1}::bool[]) AS s({_STEPS}, w, gated){gate} "
+            f"FROM {source} AS s({_STEPS}, w, gated){gate} "
             f"ON CONFLICT (saga_id, step_id) DO UPDATE SET {step_set})"
         )
     # Data-modifying parts run to completion whether or not the final SELECT reads them.
@@ -316,7 +332,15 @@ class PostgresStore(SQLStore):
         ]
         modes = ["create" if write.create else "upsert" if write.owner is None else "update" for _, write, _ in sagas]
         params: list[Any] = []
-        if sagas:
+        # Scalars for a lone write (the latency of one saga at a time); a batch of several unnests arrays, so that
+        # batches of every size share a few statements instead of preparing one per shape on every connection.
+        alone = len(writes) == 1 and len(steps) <= _VALUES_ROWS
+        saga_rows = len(sagas) if alone else 0
+        step_rows = len(steps) if alone else 0
+        if saga_rows:
+            for (i, write, row), mode in zip(sagas, modes, strict=True):
+                params += (*row, i, mode, write.owner)
+        elif sagas:
             params += _columns([row for _, _, row in sagas], len(SAGA_COLUMNS))
             params += [[i for i, _, _ in sagas], modes, [write.owner for _, write, _ in sagas]]
         if len(checks) == 1:
@@ -328,10 +352,13 @@ class PostgresStore(SQLStore):
                 [write.saga_id for _, write in checks],
                 [write.owner for _, write in checks],
             ]
-        if steps:
+        if step_rows:
+            for i, row, gated in steps:
+                params += (*row, i, gated)
+        elif steps:
             params += _columns([row for _, row, _ in steps], len(STEP_COLUMNS))
             params += [[i for i, _, _ in steps], [gated for _, _, gated in steps]]
-        sql = _batch_statement(frozenset(modes), min(len(checks), 2), bool(steps))
+        sql = _batch_statement(frozenset(modes), min(len(checks), 2), bool(steps), saga_rows, step_rows)
         async with self._transaction(begin=False) as tx:
             passed = {record[0] for record in await tx.fetch(sql, params)}
         outcomes: list[Outcome | Exception] = []

@@ -32,7 +32,7 @@ from saga_runtime._exceptions import StoreBusyError, StoreConnectionError, Store
 from saga_runtime._storage._batch import Outcome, Write
 from saga_runtime._storage._errors import ErrorMap, convert
 from saga_runtime._storage._open import redact_url
-from saga_runtime._storage._sql import Queries
+from saga_runtime._storage._sql import STEP_COLUMNS, Queries
 from saga_runtime._storage._sqlstore import DEFAULT_RETRY_FOR, SQLStore, Transaction, retry_for_option, url_option
 
 __all__ = ["ERROR_MAP", "SQLiteStore", "map_exceptions"]
@@ -178,7 +178,8 @@ def _write_together(conn: sqlite3.Connection, q: Queries, writes: Sequence[Write
     if sagas:
         conn.executemany(q.upsert_saga, sagas)
     if steps:
-        conn.executemany(q.upsert_steps, steps)
+        conn.executemany(_UPSERT_STEPS, steps)
+        conn.executemany(_SET_KEY, [(row[6], row[0], row[2], row[6]) for row in steps])
     return outcomes
 
 
@@ -195,6 +196,17 @@ def _write_one(conn: sqlite3.Connection, q: Queries, write: Write) -> Outcome | 
 
 
 _OWNERS = "SELECT saga_id, owner FROM sagas WHERE saga_id IN ({})"  # `?` per id; a batch holds at most MAX_BATCH
+
+# The batch's step upsert leaves the idempotency key out of its SET: SQLite rewrites the entries of every index
+# whose column a SET names, changed or not, so naming the key dirtied a page of its unique index at every save (one
+# more page in the WAL, written and synced at commit). A key that does change is set by _SET_KEY, which writes
+# nothing when the stored key is the same, and fails as the upsert would when another step holds the key.
+_UPSERT_STEPS = (
+    f"INSERT INTO steps ({', '.join(STEP_COLUMNS)}) VALUES ({', '.join('?' * len(STEP_COLUMNS))}) "
+    "ON CONFLICT (saga_id, step_id) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in STEP_COLUMNS[3:] if c != "idempotency_key")
+)
+_SET_KEY = "UPDATE steps SET idempotency_key = ? WHERE saga_id = ? AND step_id = ? AND idempotency_key IS NOT ?"
 
 
 def _usable(conn: aiosqlite.Connection) -> bool:

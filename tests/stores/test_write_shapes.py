@@ -1,0 +1,69 @@
+"""Writes whatever their shape: the statement a store picks for a batch (scalars or arrays, a key left out of an
+update) changes no outcome."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from saga_runtime import LeaseLostError
+from saga_runtime._exceptions import StoreError
+from saga_runtime._records import SagaStatus, idempotency_key
+from saga_runtime._storage import SagaStore
+
+from .conftest import Stores, make_saga, make_steps
+
+
+async def test_a_saved_step_keeps_a_changed_idempotency_key(store: SagaStore) -> None:
+    """A saved step's new idempotency key is stored; another step's key fails the save, which writes nothing."""
+    saga, steps = make_saga("keys"), make_steps("keys", 2)
+    await store.create_saga(saga, steps)
+    steps[0].idempotency_key = "renewed-key"
+    steps[0].attempts = 2
+    await store.save(None, [steps[0]])
+    assert await store.load_saga("keys") == (saga, steps)
+    before = await store.load_saga("keys")
+    thief = steps[1].copy()
+    thief.idempotency_key = "renewed-key"
+    thief.attempts = 7
+    with pytest.raises(StoreError):
+        await store.save(None, [thief])
+    assert await store.load_saga("keys") == before
+    assert idempotency_key("keys", "step-1") == steps[1].idempotency_key
+
+
+@pytest.mark.parametrize("count", [1, 2, 32, 33, 80])
+async def test_batches_of_every_size_round_trip(store: SagaStore, count: int) -> None:
+    """Creates and owner-conditional saves of 1 to 80 step rows store every row exactly, and refuse a stale owner."""
+    saga, steps = make_saga(f"size-{count}"), make_steps(f"size-{count}", count)
+    saga.owner = "me"
+    assert await store.create_saga(saga, steps) is None
+    for row in steps:
+        row.attempts += 1
+    saga.status = SagaStatus.SUCCESS
+    await store.save(saga, steps, owner="me")
+    assert await store.load_saga(saga.saga_id) == (saga, steps)
+    for row in steps:
+        row.attempts += 1
+    await store.save(None, steps, owner="me")
+    assert await store.load_saga(saga.saga_id) == (saga, steps)
+    stale = [row.copy() for row in steps]
+    for row in stale:
+        row.attempts = 99
+    with pytest.raises(LeaseLostError):
+        await store.save(None, stale, owner="someone else")
+    assert await store.load_saga(saga.saga_id) == (saga, steps)
+
+
+async def test_concurrent_writes_of_many_sagas_all_land(stores: Stores, kind: str) -> None:
+    """Many sagas created and saved at once (batches past the scalar-statement size) are all stored exactly."""
+    store = await stores.open(kind, wipe=True)
+    sagas = [(make_saga(f"many-{i}"), make_steps(f"many-{i}", 3)) for i in range(60)]
+    await asyncio.gather(*(store.create_saga(saga, steps) for saga, steps in sagas))
+    for _, steps in sagas:
+        for row in steps:
+            row.attempts += 1
+    await asyncio.gather(*(store.save(saga, steps) for saga, steps in sagas))
+    for saga, steps in sagas:
+        assert await store.load_saga(saga.saga_id) == (saga, steps)
