@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import pydantic
 
-from saga_runtime._engine import Budget, LeaseKeeper, SagaEngine, own_copy
+from saga_runtime._engine import Budget, LeaseKeeper, SagaEngine
 from saga_runtime._exceptions import (
     BudgetExceededError,
     IdempotencyConflictError,
@@ -39,6 +39,7 @@ from saga_runtime._records import (
     canonical_json,
     idempotency_key,
     now,
+    own_copy,
     result_from_rows,
     step_succeeded,
     to_json_value,
@@ -312,7 +313,7 @@ class DynamicSaga:
     def _joined(self, rows: list[StepRow], join: str, needed: int | None, ok: bool) -> Any:
         wins = [row for row in rows if step_succeeded(row.status, row.error, row.finished_at)]
         if ok and len(wins) >= (1 if join == "first" else needed or 1):
-            return wins[0].result if join == "first" else [row.result for row in wins]
+            return own_copy(wins[0].result) if join == "first" else [own_copy(row.result) for row in wins]
         failed = [row for row in rows if row.error is not None and row.error_type != "CancelledError"] or rows
         culprit = failed[0]
         raise StepFailedError(

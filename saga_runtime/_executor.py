@@ -31,6 +31,7 @@ from saga_runtime._records import (
     StepStatus,
     idempotency_keys,
     now,
+    own_copy,
     result_from_rows,
     to_json_value,
 )
@@ -517,8 +518,10 @@ class SagaExecutor:
         def lookup(target: str) -> Any:
             if target in group_ids:
                 g = group_ids[target]
-                return engine.group_result([engine.rows[s.step_id] for s in plan.groups[g]], plan.join_of(g).mode)
-            return engine.result_for(target)
+                return own_copy(
+                    engine.group_result([engine.rows[s.step_id] for s in plan.groups[g]], plan.join_of(g).mode)
+                )
+            return own_copy(engine.result_for(target))  # a copy: the step it is given to may change it
 
         by_id = engine.rows
         try:

@@ -313,3 +313,19 @@ async def test_a_saga_is_parked_exactly_when_its_claims_exceed_max_recovery_atte
     assert store.failed_writes == 2  # the third claim did not drive it again
     assert (parked.error or "").startswith("parked: recovery failed 2 times")
     assert store._sagas["poison"].recovery_attempts == 3
+
+
+async def test_a_step_whose_attempt_was_running_after_a_refused_undo_never_lets_the_saga_succeed(
+    registry: ToolRegistry, world: World
+) -> None:
+    """Bug: a step undone on recovery (its refused attempt's undo counted) was skipped and the saga ended SUCCESS."""
+    store = MemoryStore()
+    rows = orphan(store, "undone", [StepStatus.SUCCESS, StepStatus.RUNNING, StepStatus.PENDING])
+    # Attempt 1 of s1 returned a refused result and was undone at once; attempt 2 was running at the crash.
+    rows[1].attempts, rows[1].compensation_attempts = 2, 1
+    seal_all(rows, None)
+    results = await SagaExecutor(registry, store=store).recover()
+    assert [r.status for r in results] == [SagaStatus.COMPENSATED]
+    assert ("do", 3, rows[2].idempotency_key) not in world.log  # the saga did not go on without s1
+    assert [entry[:2] for entry in world.log] == [("undo", 2), ("undo", 1)]
+    assert await store.verify_saga("undone")

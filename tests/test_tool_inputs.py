@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import pydantic
+import pytest
+
 from saga_runtime import SagaExecutor, SagaStatus, StepContext, ToolRegistry
 
 
@@ -78,3 +81,51 @@ async def test_a_dynamic_call_result_changed_by_the_caller_changes_no_record() -
     assert stored is not None
     assert stored.steps[0].result == {"tx": "t1", "amount": 200}
     assert await executor.store.verify_saga("dyn")
+
+
+async def test_a_dynamic_group_result_changed_by_the_caller_changes_no_record() -> None:
+    """What saga.group(join=...) returns is the caller's own: changing it changes no record, nor the refund."""
+    refunds: list[Any] = []
+    executor = SagaExecutor(registry_with(refunds))
+
+    async def agent() -> None:
+        async with executor.saga(saga_id="grp") as saga:
+            won = await saga.group([("Charge", {"amount": 500})], join="first")
+            won["amount"] = 0
+            every = await saga.group([("Charge", {"amount": 70})], join="any")
+            every[0]["amount"] = 0
+            raise RuntimeError("the agent gives up")
+
+    with pytest.raises(RuntimeError, match="gives up"):
+        await agent()
+    assert sorted(r["amount"] for r in refunds) == [70, 500]
+
+
+class Order(pydantic.BaseModel):
+    """An argument model holding whatever it is given."""
+
+    charge: Any
+
+
+async def test_a_ref_inside_a_model_argument_is_a_copy_of_the_earlier_result() -> None:
+    """A $ref result a tool gets inside a model argument is a copy: changing it leaves the earlier refund right."""
+    refunds: list[Any] = []
+    registry = registry_with(refunds)
+
+    @registry.tool
+    class Discount:
+        """Take 100 off the charge inside the order, in place."""
+
+        async def execute(self, order: Order) -> int:
+            order.charge["amount"] -= 100
+            return int(order.charge["amount"])
+
+    plan = [
+        {"id": "c", "tool": "Charge", "args": {"amount": 500}},
+        {"id": "d", "tool": "Discount", "args": {"order": {"charge": {"$ref": "c"}}}},
+        {"id": "s", "tool": "Ship", "args": {}},
+    ]
+    result = await SagaExecutor(registry).run(plan)
+    assert result.status is SagaStatus.COMPENSATED
+    assert refunds == [{"tx": "t1", "amount": 500}]
+    assert result.step("c").result == {"tx": "t1", "amount": 500}

@@ -1,7 +1,6 @@
 """Engine: runs one saga's groups, retries, timeouts, cancellation and compensation. Knows no driver."""
 
 from saga_runtime._engine._budget import Account, Budget
-from saga_runtime._engine._calls import own_copy
 from saga_runtime._engine._events import EventKind, LoggingHook, SagaEvent, SagaHook
 from saga_runtime._engine._lease import LeaseKeeper
 from saga_runtime._engine._saga import RUNNABLE, EngineConfig, SagaEngine
@@ -17,5 +16,4 @@ __all__ = [
     "SagaEngine",
     "SagaEvent",
     "SagaHook",
-    "own_copy",
 ]

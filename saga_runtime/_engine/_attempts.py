@@ -11,13 +11,13 @@ from typing import Any
 import anyio
 import pydantic
 
-from saga_runtime._engine._calls import AttemptTimeout, own_values
+from saga_runtime._engine._calls import AttemptTimeout
 from saga_runtime._engine._compensation import Compensator
 from saga_runtime._engine._core import CANCELLED
 from saga_runtime._engine._shield import shielded
 from saga_runtime._engine._siblings import Siblings
 from saga_runtime._exceptions import BudgetExceededError, ResultNotStorableError, ResultValidationError, describe
-from saga_runtime._records import StepRow, StepStatus, to_json_value
+from saga_runtime._records import StepRow, StepStatus, own_values, to_json_value
 from saga_runtime._tools import ToolSpec
 
 __all__ = ["StepRunner"]

@@ -4,7 +4,6 @@ the tool's timeout, and in a worker thread for a sync method.
 
 from __future__ import annotations
 
-import copy
 import inspect
 from collections.abc import Callable
 from functools import partial
@@ -13,28 +12,10 @@ from typing import Any
 import anyio
 
 from saga_runtime._engine._core import EngineCore
-from saga_runtime._records import StepRow
+from saga_runtime._records import StepRow, own_copy
 from saga_runtime._tools import StepContext, ToolSpec
 
-__all__ = ["AttemptTimeout", "ToolCalls", "own_copy", "own_values"]
-
-
-def own_copy(value: Any) -> Any:
-    """Return a JSON container (dict or list) deep-copied, anything else as it is.
-
-    What a tool is handed is its own: a tool changing its arguments (or the result its compensation gets) in
-    place must not change the record (a stored result another step's `$ref` points to, a row's sealed args).
-    Only dicts and lists can be shared with records; scalars are immutable and validated models are new objects.
-    """
-    return copy.deepcopy(value) if type(value) is dict or type(value) is list else value
-
-
-def own_values(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """Return `kwargs` with every dict or list value deep-copied (see `own_copy`); the same dict if none is."""
-    for value in kwargs.values():
-        if type(value) is dict or type(value) is list:
-            return {name: own_copy(item) for name, item in kwargs.items()}
-    return kwargs
+__all__ = ["AttemptTimeout", "ToolCalls"]
 
 
 class ToolCalls(EngineCore):

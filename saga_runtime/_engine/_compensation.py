@@ -11,11 +11,11 @@ from typing import Any
 
 import anyio
 
-from saga_runtime._engine._calls import ToolCalls, own_copy
+from saga_runtime._engine._calls import ToolCalls
 from saga_runtime._engine._core import CANCELLED, UNKNOWN, seq_of
 from saga_runtime._engine._shield import shielded
 from saga_runtime._exceptions import describe
-from saga_runtime._records import SagaResult, SagaStatus, StepRow, StepStatus, now
+from saga_runtime._records import SagaResult, SagaStatus, StepRow, StepStatus, now, own_copy
 from saga_runtime._tools import ToolSpec
 
 __all__ = ["Compensator"]

@@ -209,13 +209,17 @@ class EngineCore:
             self._dirty.clear()
             saga = None
             if self._saga_dirty:
-                self.saga.updated_at = now()
-                if self.saga.status in (SagaStatus.RUNNING, SagaStatus.COMPENSATING):
-                    self.saga.lease_expires_at = self.saga.updated_at + timedelta(seconds=self.config.lease_timeout)
+                # The new lease goes on the copy written; the engine believes it only once it is stored (the lease
+                # keeper fences a saga whose lease ran out while the store was unreachable).
                 saga = self.saga.copy()
+                saga.updated_at = now()
+                if saga.status in (SagaStatus.RUNNING, SagaStatus.COMPENSATING):
+                    saga.lease_expires_at = saga.updated_at + timedelta(seconds=self.config.lease_timeout)
                 self._saga_dirty = False
             try:
                 await self.config.store.save(saga, steps, owner=self.owner)
+                if saga is not None:
+                    self.saga.updated_at, self.saga.lease_expires_at = saga.updated_at, saga.lease_expires_at
             except BaseException as exc:
                 # Not written: keep the rows dirty, so the next flush (or recovery's reading) is not misled.
                 for row in steps:

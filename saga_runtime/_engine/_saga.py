@@ -19,7 +19,7 @@ from saga_runtime._engine._attempts import StepRunner
 from saga_runtime._engine._core import RUNNABLE, UNKNOWN, EngineConfig
 from saga_runtime._engine._siblings import Siblings
 from saga_runtime._exceptions import ResultValidationError, describe
-from saga_runtime._records import StepRow, StepStatus, now, step_succeeded
+from saga_runtime._records import StepRow, StepStatus, now, own_values, step_succeeded
 from saga_runtime._tools import ToolSpec
 
 __all__ = ["RUNNABLE", "EngineConfig", "SagaEngine"]
@@ -85,7 +85,7 @@ class SagaEngine(StepRunner):
         if known is not None and known[0] is row.args:
             return row, spec, known[1]
         try:
-            kwargs = spec.validate_args(row.args)
+            kwargs = spec.validate_args(own_values(row.args))  # never objects of the record (see own_values)
         except pydantic.ValidationError as exc:
             self.fail_before_start(row, exc)
             return None
@@ -108,6 +108,15 @@ class SagaEngine(StepRunner):
         if undoing:
             # Their compensation had begun (written ahead) when the process died: finish it, never run forward.
             await self.compensate_unknown(undoing)
+            for row in undoing:
+                # Undone, never completed: it cannot count as done. (A refused attempt's undo counts compensation
+                # attempts too, so a step whose next attempt was running at the crash lands here: undone, not
+                # re-run, and the saga fails rather than going on without it.)
+                if row.error is None:
+                    row.error, row.error_type = "its outcome was unknown after a crash; it was undone", "Crash"
+                    self._mark(row)
+                if join == "all" and self.config.registry.get(row.tool_name).retry_scope == "saga":
+                    self._fail_saga(row, row.error)
         calls = [
             call
             for call in (self._prepare(row) for row in rows if row.status in RUNNABLE and row not in undoing)

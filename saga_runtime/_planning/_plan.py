@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from saga_runtime._exceptions import PlanValidationError, ResultNotStorableError, UnknownToolError
 from saga_runtime._planning._policy import PlanPolicy
 from saga_runtime._planning._refs import RefError, find_refs, ref_target
-from saga_runtime._records import canonical_json, to_json_value
+from saga_runtime._records import canonical_json, own_values, to_json_value
 from saga_runtime._tools import ToolRegistry, unknown_tool_message
 
 __all__ = ["JOINS", "Join", "Plan", "PlannedStep", "Step", "build_plan", "has_refs"]
@@ -299,7 +299,7 @@ def _check_step(
         unknown.append(tool)
         problems.append(f"{_label(draft)}: {unknown_tool_message(tool, registry.names())}")
         return None
-    found, kwargs = spec.checked_args(args, deferred=frozenset(deferred) if deferred else _NONE)
+    found, kwargs = spec.checked_args(own_values(args), deferred=frozenset(deferred) if deferred else _NONE)
     if found:
         label = _label(draft)
         problems.extend(f"{label}: {p}" for p in found)

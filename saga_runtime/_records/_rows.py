@@ -6,6 +6,7 @@ The engine mutates its own rows while it runs and hands them to the store, which
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -277,3 +278,21 @@ class SagaRow:
             self.recovery_attempts,
             self.parked_from,
         )
+
+
+def own_copy(value: Any) -> Any:
+    """Return a JSON container (dict or list) deep-copied, anything else as it is.
+
+    What a tool is handed is its own: a tool changing its arguments (or the result its compensation gets) in
+    place must not change the record (a stored result another step's `$ref` points to, a row's sealed args).
+    Only dicts and lists can be shared with records; scalars are immutable and validated models are new objects.
+    """
+    return copy.deepcopy(value) if type(value) is dict or type(value) is list else value
+
+
+def own_values(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Return `kwargs` with every dict or list value deep-copied (see `own_copy`); the same dict if none is."""
+    for value in kwargs.values():
+        if type(value) is dict or type(value) is list:
+            return {name: own_copy(item) for name, item in kwargs.items()}
+    return kwargs
