@@ -248,6 +248,11 @@ class PostgresStore(SQLStore):
     def __init__(self, url: str, pool: Any, *, retry_for: float = DEFAULT_RETRY_FOR) -> None:
         super().__init__(url, retry_for=retry_for, writers=pool.get_max_size())
         self._pool = pool
+        # One connection the store keeps between calls instead of handing it back to the pool: a saga written one
+        # step at a time then costs one round trip per write and nothing else (a pool's release is a shielded task,
+        # three turns of the event loop). Kept only while no call waits for the pool, and never inside a transaction.
+        self._spare: Any = None
+        self._waiting = 0  # calls waiting for a connection from the pool
 
     @classmethod
     async def open(
@@ -291,17 +296,41 @@ class PostgresStore(SQLStore):
     @asynccontextmanager
     async def _transaction(self, *, begin: bool) -> AsyncIterator[Transaction]:
         with map_exceptions(self._url):
-            # The pool releases a connection shielded and rolls back whatever a cancelled caller left open.
-            async with self._pool.acquire() as conn:
+            conn = await self._connection()
+            kept = False
+            try:
                 try:
                     if not begin:
                         # Autocommit: each statement is atomic on its own, in one round trip.
                         yield _PostgresTransaction(conn)
-                        return
-                    async with conn.transaction():
-                        yield _PostgresTransaction(conn)
+                    else:
+                        async with conn.transaction():
+                            yield _PostgresTransaction(conn)
                 except _CATCH as exc:
                     raise self._lost(conn, exc) from exc
+                kept = self._keep(conn)
+            finally:
+                if not kept:
+                    # Shielded by the pool, which rolls back whatever a cancelled caller left open.
+                    await self._pool.release(conn)
+
+    async def _connection(self) -> Any:
+        """Return the spare connection if it is free, else one from the pool (released by `_transaction`)."""
+        conn, self._spare = self._spare, None
+        if conn is not None:
+            return conn
+        self._waiting += 1
+        try:
+            return await self._pool.acquire()
+        finally:
+            self._waiting -= 1
+
+    def _keep(self, conn: Any) -> bool:
+        """Keep `conn` as the spare if it is healthy, idle, and no call is waiting for the pool (so none starves)."""
+        if self._spare is not None or self._waiting or self._closed or conn.is_closed() or conn.is_in_transaction():
+            return False
+        self._spare = conn
+        return True
 
     def _lost(self, conn: Any, exc: BaseException) -> StoreError:
         """Return the StoreError of a driver error; if the connection is lost, close it so the pool never reuses it.
@@ -381,6 +410,9 @@ class PostgresStore(SQLStore):
 
     async def _close_connections(self) -> None:
         with anyio.move_on_after(_CLEANUP_SECONDS, shield=True) as scope, map_exceptions(self._url):
+            spare, self._spare = self._spare, None
+            if spare is not None:
+                await self._pool.release(spare)  # the pool's close waits for every connection to be released
             await self._pool.close()
         if scope.cancelled_caught:
             self._pool.terminate()
