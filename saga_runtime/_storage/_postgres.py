@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import socket
+import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from typing import Any
@@ -75,6 +76,9 @@ _CATCH: tuple[type[BaseException], ...] = (
 )
 _SCHEMA_LOCK = 0x5A6A_0001  # pg_advisory_xact_lock key: one process migrates the schema at a time
 _CLEANUP_SECONDS = 5.0
+# A spare connection unused for this long goes back to the pool before its next use (the pool's checks then apply:
+# reconnecting a closed connection, expiring old ones).
+_SPARE_IDLE = 10.0
 
 
 @contextmanager
@@ -90,6 +94,14 @@ async def _keep_session(conn: Any) -> None:
     asyncpg still rolls back any open transaction; the store changes no session state (its advisory lock is a
     transaction's), so the default reset query (RESET ALL, UNLISTEN, ...) would be one wasted round trip per call.
     """
+
+
+def _alive(conn: Any) -> bool:
+    """Tell whether a pool connection is still open (one the pool took back when it closed is not)."""
+    try:
+        return not conn.is_closed()
+    except _exc.InterfaceError:  # detached from its connection: "released back to the pool"
+        return False
 
 
 def _rowcount(status: str) -> int:
@@ -252,6 +264,7 @@ class PostgresStore(SQLStore):
         # step at a time then costs one round trip per write and nothing else (a pool's release is a shielded task,
         # three turns of the event loop). Kept only while no call waits for the pool, and never inside a transaction.
         self._spare: Any = None
+        self._spare_since = 0.0  # when the spare was last kept (time.monotonic)
         self._waiting = 0  # calls waiting for a connection from the pool
 
     @classmethod
@@ -318,7 +331,11 @@ class PostgresStore(SQLStore):
         """Return the spare connection if it is free, else one from the pool (released by `_transaction`)."""
         conn, self._spare = self._spare, None
         if conn is not None:
-            return conn
+            if time.monotonic() - self._spare_since < _SPARE_IDLE and _alive(conn):
+                return conn
+            # Closed while it waited (a server restart, an idle timeout: the pool has taken it back already) or
+            # idle for long: back to the pool, which reconnects a closed connection and expires old ones.
+            await self._pool.release(conn)
         self._waiting += 1
         try:
             return await self._pool.acquire()
@@ -327,9 +344,14 @@ class PostgresStore(SQLStore):
 
     def _keep(self, conn: Any) -> bool:
         """Keep `conn` as the spare if it is healthy, idle, and no call is waiting for the pool (so none starves)."""
-        if self._spare is not None or self._waiting or self._closed or conn.is_closed() or conn.is_in_transaction():
+        if self._spare is not None or self._waiting or self._closed or not _alive(conn):
             return False
-        self._spare = conn
+        try:
+            if conn.is_in_transaction():
+                return False
+        except _exc.InterfaceError:
+            return False
+        self._spare, self._spare_since = conn, time.monotonic()
         return True
 
     def _lost(self, conn: Any, exc: BaseException) -> StoreError:
