@@ -323,11 +323,12 @@ class SagaExecutor:
         if stored is None:
             raise KeyError(f"no saga {saga_id!r} in {self.store.url}")
         saga, _ = stored
-        if saga.status is not SagaStatus.PARKED:
-            raise SagaInProgressError(f"saga {saga_id!r} is {saga.status.value}, not PARKED", saga_id=saga_id)
-        saga.status = saga.parked_from or SagaStatus.RUNNING
-        saga.parked_from, saga.recovery_attempts, saga.error = None, 0, None
-        await self._release(saga)
+        # One conditional change in the store: of two operators unparking at once, one gets the error below, and a
+        # recovery that took the saga over in between is never rewritten from a stale read.
+        if saga.status is not SagaStatus.PARKED or not await self.store.unpark_saga(saga_id, now()):
+            stored = await self.store.load_saga(saga_id)
+            status = "gone" if stored is None else stored[0].status.value
+            raise SagaInProgressError(f"saga {saga_id!r} is {status}, not PARKED", saga_id=saga_id)
 
     async def retry_compensation(self, saga_id: str) -> SagaResult:
         """Run again the compensations of a COMPENSATION_FAILED saga that gave up; return its new result.

@@ -176,6 +176,21 @@ async def test_a_saga_failing_recovery_too_often_is_parked_then_unparked(registr
     assert result.status is SagaStatus.SUCCESS
 
 
+async def test_two_operators_unparking_at_once_unpark_once(registry: ToolRegistry) -> None:
+    """Of two unpark() calls at once one makes the saga live; the other raises, naming its status now."""
+    store = MemoryStore()
+    orphan(store, "poison", [StepStatus.RUNNING])
+    store._sagas["poison"].recovery_attempts = 3
+    executor = SagaExecutor(registry, store=store, max_recovery_attempts=3)
+    await executor.recover()
+    outcomes = await asyncio.gather(executor.unpark("poison"), executor.unpark("poison"), return_exceptions=True)
+    assert outcomes[0] is None
+    assert isinstance(outcomes[1], SagaInProgressError)
+    assert "is RUNNING, not PARKED" in str(outcomes[1])
+    (result,) = await executor.recover()
+    assert result.status is SagaStatus.SUCCESS
+
+
 async def test_retry_compensation_finishes_what_gave_up(registry: ToolRegistry, world: World) -> None:
     """A COMPENSATION_FAILED saga's failed compensations run again; COMPENSATED steps are not undone twice."""
     store = MemoryStore()

@@ -72,6 +72,15 @@ class SagaStore(Protocol):
         """
         ...
 
+    async def unpark_saga(self, saga_id: str, now: datetime) -> bool:
+        """Make a PARKED saga live again (the status it was parked from), unowned; atomic; return whether it did.
+
+        Its recovery attempts go back to 0 and its error is cleared. One conditional change, so of two operators
+        at once only one unparks the saga (the other gets False), and neither rewrites what a recovery that took
+        the saga over in between has written. Any other status: False.
+        """
+        ...
+
     async def renew_leases(self, owner: str, saga_ids: Sequence[str], lease_expires_at: datetime) -> set[str]:
         """Extend the leases `owner` still holds on live `saga_ids`; return the ids it still owns (fencing)."""
         ...

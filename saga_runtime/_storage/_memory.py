@@ -156,6 +156,24 @@ class MemoryStore:
         )
         return True
 
+    async def unpark_saga(self, saga_id: str, now: datetime) -> bool:
+        """Make a PARKED saga live again, unowned, its recovery attempts reset; return whether it did."""
+        self._check_open()
+        saga = self._sagas.get(saga_id)
+        if saga is None or saga.status is not SagaStatus.PARKED:
+            return False
+        self._sagas[saga_id] = replace(
+            saga,
+            status=saga.parked_from or SagaStatus.RUNNING,
+            parked_from=None,
+            recovery_attempts=0,
+            error=None,
+            owner=None,
+            lease_expires_at=None,
+            updated_at=now,
+        )
+        return True
+
     async def renew_leases(self, owner: str, saga_ids: Sequence[str], lease_expires_at: datetime) -> set[str]:
         """Extend the leases `owner` holds; return the ids it still owns."""
         self._check_open()

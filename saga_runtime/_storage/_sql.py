@@ -254,6 +254,14 @@ class Queries:
             "UPDATE sagas SET status = ?, owner = ?, lease_expires_at = ?, updated_at = ?, finished_at = NULL "
             "WHERE saga_id = ? AND status = ?",
         )
+        # unpark's change, conditional likewise: of two operators at once only one unparks the saga.
+        self.unpark = q(
+            dialect,
+            "UPDATE sagas SET status = COALESCE(parked_from, ?), parked_from = NULL, recovery_attempts = 0, "
+            "error = NULL, owner = NULL, lease_expires_at = NULL, updated_at = ? WHERE saga_id = ? AND status = ?",
+        )
+        # Whether a saga was last written at a time (a retried unpark finding its own lost try's commit).
+        self.written_at = q(dialect, "SELECT COUNT(*) FROM sagas WHERE saga_id = ? AND updated_at = ?")
         # Recovery's scan, on the (status, lease_expires_at) index. PostgreSQL and MySQL/MariaDB lock the rows
         # they return and skip those another claimer holds; SQLite's BEGIN IMMEDIATE already excludes writers.
         self.expired = q(

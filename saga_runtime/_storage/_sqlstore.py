@@ -393,6 +393,29 @@ class SQLStore(abc.ABC):
 
         return await self._retrying("reopen_compensation", reopen)
 
+    async def unpark_saga(self, saga_id: str, now: datetime) -> bool:
+        """Make a PARKED saga live again, unowned, its recovery attempts reset; atomic; return whether it did.
+
+        One conditional UPDATE, so of two callers at once only one wins. Retried after a lost connection, a try
+        finding the saga last written at `now` (the lost try's commit) answers True.
+        """
+        self._check_open()
+        stamp = self._codec.time_in(now)
+        params = (SagaStatus.RUNNING.value, stamp, saga_id, SagaStatus.PARKED.value)
+        tries = 0
+
+        async def unpark() -> bool:
+            nonlocal tries
+            tries += 1
+            async with self._transaction(begin=False) as tx:
+                if await tx.execute(self._queries.unpark, params) == 1:
+                    return True
+                if tries == 1:
+                    return False
+                return int((await tx.fetch(self._queries.written_at, (saga_id, stamp)))[0][0]) == 1
+
+        return await self._retrying("unpark_saga", unpark)
+
     async def renew_leases(self, owner: str, saga_ids: Sequence[str], lease_expires_at: datetime) -> set[str]:
         """Extend the leases `owner` still holds on the live sagas `saga_ids`; return the ids it still owns."""
         self._check_open()

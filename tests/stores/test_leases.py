@@ -324,3 +324,58 @@ async def test_reopen_compensation_refuses_any_other_status(store: SagaStore, st
     assert await store.reopen_compensation("s", "me", LATER, NOW) is False
     assert await store.reopen_compensation("missing", "me", LATER, NOW) is False
     assert await lease_of(store, "s") == ("other", FUTURE)
+
+
+# -- unpark_saga ----------------------------------------------------------------------------------------------
+
+
+async def parked(store: SagaStore, saga_id: str, parked_from: SagaStatus | None) -> None:
+    """Store a PARKED saga, left by its owner, with recovery attempts and an error."""
+    saga = await put(store, saga_id, owner=None, lease=None, status=SagaStatus.PARKED)
+    saga.parked_from, saga.recovery_attempts, saga.error = parked_from, 6, "parked: recovery failed 5 times"
+    await store.save(saga.copy(), [])
+
+
+@pytest.mark.parametrize("parked_from", [SagaStatus.RUNNING, SagaStatus.COMPENSATING, None])
+async def test_unpark_makes_a_parked_saga_live_again_for_one_caller(
+    store: SagaStore, parked_from: SagaStatus | None
+) -> None:
+    """unpark_saga restores the status a saga was parked from, unowned and uncounted, once: a second gets False."""
+    await parked(store, "s", parked_from)
+    results = await asyncio.gather(store.unpark_saga("s", NOW), store.unpark_saga("s", LATER))
+    assert sorted(results) == [False, True]
+    loaded = await store.load_saga("s")
+    assert loaded is not None
+    saga = loaded[0]
+    assert saga.status is (parked_from or SagaStatus.RUNNING)
+    assert (saga.parked_from, saga.recovery_attempts, saga.error) == (None, 0, None)
+    assert (saga.owner, saga.lease_expires_at) == (None, None)
+    assert saga.updated_at == (NOW if results[0] else LATER)
+
+
+async def test_a_late_unpark_leaves_a_saga_a_recovery_took_over_alone(store: SagaStore) -> None:
+    """An unpark acting on a stale read (the saga unparked and claimed since) changes nothing of the claimer's."""
+    await parked(store, "s", SagaStatus.RUNNING)
+    assert await store.unpark_saga("s", NOW) is True
+    [(claimed, _)] = await store.claim_expired("worker", FUTURE, NOW)
+    claimed.status = SagaStatus.COMPENSATING
+    await store.save(claimed.copy(), [], owner="worker")
+    assert await store.unpark_saga("s", LATER) is False
+    loaded = await store.load_saga("s")
+    assert loaded is not None
+    assert (loaded[0].status, loaded[0].owner, loaded[0].lease_expires_at) == (
+        SagaStatus.COMPENSATING,
+        "worker",
+        FUTURE,
+    )
+
+
+@pytest.mark.parametrize(
+    "status", [SagaStatus.RUNNING, SagaStatus.COMPENSATING, SagaStatus.SUCCESS, SagaStatus.COMPENSATION_FAILED]
+)
+async def test_unpark_refuses_any_other_status(store: SagaStore, status: SagaStatus) -> None:
+    """unpark_saga changes nothing of a saga that is not PARKED, nor of a missing one."""
+    await put(store, "s", owner="other", lease=FUTURE, status=status)
+    assert await store.unpark_saga("s", NOW) is False
+    assert await store.unpark_saga("missing", NOW) is False
+    assert await lease_of(store, "s") == ("other", FUTURE)
