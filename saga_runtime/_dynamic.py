@@ -7,6 +7,7 @@ re-entered after a crash is served the recorded results of the calls it already 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import pydantic
 
-from saga_runtime._engine import Budget, LeaseKeeper, SagaEngine
+from saga_runtime._engine import Budget, LeaseKeeper, SagaEngine, cancel_requests
 from saga_runtime._exceptions import (
     BudgetExceededError,
     IdempotencyConflictError,
@@ -159,6 +160,7 @@ class DynamicSaga:
         self._engine = engine
         self._executor._active.add(self.saga_id)
         # Entered here and left in __aexit__ (same task): cancelled if another executor takes the saga over.
+        self._pending = cancel_requests()
         self._fence = anyio.CancelScope()
         self._fence.__enter__()
         self._keeper = LeaseKeeper(engine, self._fence.cancel).start()
@@ -209,6 +211,9 @@ class DynamicSaga:
             await self._keeper.stop()
             swallowed = self._fence.__exit__(exc_type, exc, tb)
         if engine.fenced:
+            if cancel_requests() > self._pending:
+                # The caller cancelled in the same turn as the fence: its cancellation goes on.
+                raise asyncio.CancelledError
             raise LeaseLostError(
                 f"saga {self.saga_id!r} was taken over by another executor while this block ran (its lease "
                 "expired); it stopped here without compensating, and goes on under its new owner",

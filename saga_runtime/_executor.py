@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 
 from saga_runtime._dynamic import DynamicSaga
-from saga_runtime._engine import RUNNABLE, Budget, EngineConfig, LeaseKeeper, SagaEngine, SagaHook
+from saga_runtime._engine import RUNNABLE, Budget, EngineConfig, LeaseKeeper, SagaEngine, SagaHook, cancel_requests
 from saga_runtime._exceptions import (
     IdempotencyConflictError,
     LeaseLostError,
@@ -159,6 +159,7 @@ class SagaExecutor:
 
     async def _leased(self, engine: SagaEngine, work: Callable[[], Awaitable[SagaResult]]) -> SagaResult:
         """Run `work` while its lease is renewed; raise `LeaseLostError` if another executor took the saga over."""
+        pending = cancel_requests()
         with anyio.CancelScope() as fence:
             keeper = LeaseKeeper(engine, fence.cancel).start()
             try:
@@ -168,6 +169,10 @@ class SagaExecutor:
                     raise
             finally:
                 await keeper.stop()
+        if cancel_requests() > pending:
+            # The caller cancelled in the same turn as the fence: its cancellation goes on (the saga is the new
+            # owner's either way).
+            raise asyncio.CancelledError
         raise LeaseLostError(
             f"saga {engine.saga.saga_id!r} was taken over by another executor while this one ran it (its lease "
             "expired); it stopped here without compensating, and goes on under its new owner",

@@ -147,3 +147,67 @@ async def test_a_fenced_engine_runs_and_retries_no_compensation(caplog: pytest.L
     finished = [(e.step_id, e.error) for e in events if e.kind == "compensation_finished"]
     assert all(error is None for _, error in finished), finished
     assert "NOT undone" not in caplog.text
+
+
+class TakenOverAsTheCallerCancels(MemoryStore):
+    """A store whose lease renewal answers "taken over" in the same turn as the caller cancels the run."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.caller: asyncio.Task[object] | None = None
+
+    async def renew_leases(self, owner: str, saga_ids: Sequence[str], lease_expires_at: datetime) -> set[str]:
+        assert self.caller is not None
+        self.caller.cancel()
+        return set()
+
+
+def _blocking_registry() -> ToolRegistry:
+    registry = ToolRegistry()
+
+    @registry.tool
+    class Wait:
+        async def execute(self) -> str:
+            await asyncio.sleep(5)
+            return "done"
+
+        async def compensate(self, result: str | None) -> None:
+            return None
+
+    return registry
+
+
+async def test_a_caller_cancelling_as_the_lease_is_lost_gets_its_cancellation() -> None:
+    """run() cancelled by its caller in the turn its lease is lost raises CancelledError, not LeaseLostError."""
+    store = TakenOverAsTheCallerCancels()
+    executor = SagaExecutor(_blocking_registry(), store=store, lease_timeout=0.3)
+    task = asyncio.create_task(executor.run([{"tool": "Wait"}], saga_id="both"))
+    store.caller = task
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, timeout=5)
+    assert task.cancelled()
+
+
+async def test_a_dynamic_saga_cancelled_as_its_lease_is_lost_gives_the_cancellation() -> None:
+    """A dynamic block cancelled by its caller in the turn its lease is lost raises CancelledError out of it."""
+    store = TakenOverAsTheCallerCancels()
+    executor = SagaExecutor(_blocking_registry(), store=store, lease_timeout=0.3)
+
+    async def block() -> None:
+        async with executor.saga("both-dynamic") as saga:
+            await saga.call("Wait")
+
+    task = asyncio.create_task(block())
+    store.caller = task
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, timeout=5)
+    assert task.cancelled()
+
+
+async def test_a_lease_lost_without_a_cancellation_still_raises_lease_lost() -> None:
+    """Fenced alone (nobody cancelled the caller), a dynamic block raises LeaseLostError."""
+    store = TakenOverAtRenewal()
+    executor = SagaExecutor(_blocking_registry(), store=store, lease_timeout=0.3)
+    with pytest.raises(LeaseLostError):
+        async with executor.saga("fenced-dynamic") as saga:
+            await asyncio.wait_for(saga.call("Wait"), timeout=5)

@@ -2,7 +2,7 @@
 
 from saga_runtime._engine._budget import Account, Budget
 from saga_runtime._engine._events import EventKind, LoggingHook, SagaEvent, SagaHook
-from saga_runtime._engine._lease import LeaseKeeper
+from saga_runtime._engine._lease import LeaseKeeper, cancel_requests
 from saga_runtime._engine._saga import RUNNABLE, EngineConfig, SagaEngine
 
 __all__ = [
@@ -16,4 +16,5 @@ __all__ = [
     "SagaEngine",
     "SagaEvent",
     "SagaHook",
+    "cancel_requests",
 ]

@@ -13,9 +13,20 @@ from saga_runtime._engine._core import EngineCore
 from saga_runtime._exceptions import describe
 from saga_runtime._records import now
 
-__all__ = ["LeaseKeeper"]
+__all__ = ["LeaseKeeper", "cancel_requests"]
 
 logger = logging.getLogger("saga_runtime")
+
+
+def cancel_requests() -> int:
+    """Return how many cancellations of the current asyncio task are pending (`Task.cancelling()`; 0 outside one).
+
+    A fence's cancel scope swallows the cancellation it caused; a caller's `task.cancel()` landing in the same turn
+    is swallowed with it but stays counted here. Compared with the count taken before the fence, it tells a lost
+    lease (raise LeaseLostError) from a caller's cancellation that must go on.
+    """
+    task = asyncio.current_task()
+    return 0 if task is None else task.cancelling()
 
 
 class LeaseKeeper:
