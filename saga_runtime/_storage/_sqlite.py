@@ -34,6 +34,7 @@ from saga_runtime._storage._errors import ErrorMap, convert
 from saga_runtime._storage._open import redact_url
 from saga_runtime._storage._sql import STEP_COLUMNS, Queries
 from saga_runtime._storage._sqlstore import DEFAULT_RETRY_FOR, SQLStore, Transaction, retry_for_option, url_option
+from saga_runtime._storage._sqlwrite import gated, passed_rows
 
 __all__ = ["ERROR_MAP", "SQLiteStore", "map_exceptions"]
 
@@ -160,21 +161,11 @@ def _write_together(conn: sqlite3.Connection, q: Queries, writes: Sequence[Write
     # The transaction holds the database's write lock: nobody changes an owner between this read and the writes.
     checked = [write.saga_id for write in writes if write.owner is not None]
     owners = dict(conn.execute(_OWNERS.format(", ".join("?" * len(checked))), checked).fetchall()) if checked else {}
-    outcomes: list[Outcome | Exception] = []
-    sagas: list[tuple[Any, ...]] = []
-    steps: list[tuple[Any, ...]] = []
-    for write in writes:
-        if write.owner is not None and owners.get(write.saga_id) != write.owner:
-            outcomes.append(Outcome.LOST)
-            continue
-        if write.create:
-            if conn.execute(q.insert_saga, write.saga or ()).rowcount != 1:
-                outcomes.append(Outcome.TAKEN)
-                continue
-        elif write.saga is not None:
-            sagas.append(write.saga)
-        steps.extend(write.steps)
-        outcomes.append(Outcome.WRITTEN)
+    gates = gated(writes, owners)
+    for i, write in enumerate(writes):
+        if gates[i] is None and write.create and conn.execute(q.insert_saga, write.saga or ()).rowcount != 1:
+            gates[i] = Outcome.TAKEN
+    outcomes, sagas, steps = passed_rows(writes, gates)
     if sagas:
         conn.executemany(q.upsert_saga, sagas)
     if steps:

@@ -379,19 +379,8 @@ class SQLStore(abc.ABC):
             saga_id,
             SagaStatus.COMPENSATION_FAILED.value,
         )
-        tries = 0
-
-        async def reopen() -> bool:
-            nonlocal tries
-            tries += 1
-            async with self._transaction(begin=False) as tx:
-                if await tx.execute(self._queries.reopen, params) == 1:
-                    return True
-                if tries == 1:
-                    return False
-                return int((await tx.fetch(self._queries.owns, (saga_id, owner, *LIVE_STATUSES)))[0][0]) == 1
-
-        return await self._retrying("reopen_compensation", reopen)
+        lost_try = (self._queries.owns, (saga_id, owner, *LIVE_STATUSES))
+        return await self._conditional("reopen_compensation", self._queries.reopen, params, lost_try)
 
     async def unpark_saga(self, saga_id: str, now: datetime) -> bool:
         """Make a PARKED saga live again, unowned, its recovery attempts reset; atomic; return whether it did.
@@ -402,19 +391,30 @@ class SQLStore(abc.ABC):
         self._check_open()
         stamp = self._codec.time_in(now)
         params = (SagaStatus.RUNNING.value, stamp, saga_id, SagaStatus.PARKED.value)
+        lost_try = (self._queries.written_at, (saga_id, stamp))
+        return await self._conditional("unpark_saga", self._queries.unpark, params, lost_try)
+
+    async def _conditional(
+        self, what: str, update: str, params: Sequence[Any], lost_try: tuple[str, Sequence[Any]]
+    ) -> bool:
+        """Run a conditional UPDATE of one saga; return whether it changed the saga.
+
+        Retried after a lost connection, a try changing nothing asks `lost_try` (a COUNT query) whether the lost
+        try's commit is what it finds.
+        """
         tries = 0
 
-        async def unpark() -> bool:
+        async def once() -> bool:
             nonlocal tries
             tries += 1
             async with self._transaction(begin=False) as tx:
-                if await tx.execute(self._queries.unpark, params) == 1:
+                if await tx.execute(update, params) == 1:
                     return True
                 if tries == 1:
                     return False
-                return int((await tx.fetch(self._queries.written_at, (saga_id, stamp)))[0][0]) == 1
+                return int((await tx.fetch(*lost_try))[0][0]) == 1
 
-        return await self._retrying("unpark_saga", unpark)
+        return await self._retrying(what, once)
 
     async def renew_leases(self, owner: str, saga_ids: Sequence[str], lease_expires_at: datetime) -> set[str]:
         """Extend the leases `owner` still holds on the live sagas `saga_ids`; return the ids it still owns."""

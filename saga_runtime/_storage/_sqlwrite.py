@@ -6,7 +6,7 @@ on SQLite); this is the plain form they fall back on, and the reference for what
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
@@ -15,7 +15,7 @@ from saga_runtime._storage._batch import Outcome, Write
 from saga_runtime._storage._codec import RowCodec
 from saga_runtime._storage._sql import Queries
 
-__all__ = ["Transaction", "write_by_statements", "write_of"]
+__all__ = ["Transaction", "gated", "passed_rows", "write_by_statements", "write_of"]
 
 # Ids per `IN (...)` list: well under every driver's limit on parameters of one statement.
 _IN_CHUNK = 500
@@ -87,29 +87,48 @@ async def write_by_statements(
             if steps:
                 await tx.executemany(q.upsert_steps, steps)
         return [Outcome.WRITTEN] * len(writes)
-    outcomes: list[Outcome | Exception] = []
-    sagas, steps = [], []
     async with transaction(begin=True) as tx:
         checked = sorted({write.saga_id for write in writes if write.owner is not None})
-        owners = await _owners(tx, q, codec, checked)
-        for write in writes:
-            if write.owner is not None and owners.get(write.saga_id) != write.owner:
-                outcomes.append(Outcome.LOST)
-                continue
-            if write.create:
-                assert write.saga is not None
-                if await tx.execute(q.insert_saga, write.saga) != 1:
-                    outcomes.append(Outcome.TAKEN)
-                    continue
-            elif write.saga is not None:
-                sagas.append(write.saga)
-            steps.extend(write.steps)
-            outcomes.append(Outcome.WRITTEN)
+        gates = gated(writes, await _owners(tx, q, codec, checked))
+        for i, write in enumerate(writes):
+            if gates[i] is None and write.create and await tx.execute(q.insert_saga, write.saga or ()) != 1:
+                gates[i] = Outcome.TAKEN
+        outcomes, sagas, steps = passed_rows(writes, gates)
         if sagas:
             await tx.executemany(q.upsert_saga, sagas)
         if steps:
             await tx.executemany(q.upsert_steps, steps)
     return outcomes
+
+
+def gated(writes: Sequence[Write], owners: Mapping[str, str | None]) -> list[Outcome | None]:
+    """Return LOST for each owner-conditional write whose saga has another owner (or none), None for the rest.
+
+    A driver then inserts the saga of each create still None, setting TAKEN where the id was taken.
+    """
+    return [
+        Outcome.LOST if write.owner is not None and owners.get(write.saga_id) != write.owner else None
+        for write in writes
+    ]
+
+
+def passed_rows(
+    writes: Sequence[Write], gates: Sequence[Outcome | None]
+) -> tuple[list[Outcome | Exception], list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """Return each write's outcome (WRITTEN where its gate let it pass), and the saga rows (not those of creates,
+    inserted already) and step rows of the writes that passed, for the driver to upsert."""
+    outcomes: list[Outcome | Exception] = []
+    sagas: list[tuple[Any, ...]] = []
+    steps: list[tuple[Any, ...]] = []
+    for write, gate in zip(writes, gates, strict=True):
+        if gate is not None:
+            outcomes.append(gate)
+            continue
+        if write.saga is not None and not write.create:
+            sagas.append(write.saga)
+        steps.extend(write.steps)
+        outcomes.append(Outcome.WRITTEN)
+    return outcomes, sagas, steps
 
 
 async def _owners(tx: Transaction, q: Queries, codec: RowCodec, saga_ids: Sequence[str]) -> dict[str, str | None]:

@@ -38,10 +38,8 @@ class Refunds:
                 refunds.refunded.append(result)
 
 
-async def test_two_executors_retrying_one_saga_compensate_it_once(
-    stores: Any, kind: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Of two executors calling retry_compensation at once, one compensates; the other gets SagaInProgressError."""
+async def failed_refunds(stores: Any, kind: str) -> tuple[SagaStore, Refunds, SagaExecutor, SagaExecutor]:
+    """Return a store holding saga "refunds" left COMPENSATION_FAILED (its refunds were down), and two operators."""
     store: SagaStore = await stores.open(kind, wipe=True)
     world = Refunds()
     first = SagaExecutor(world.registry, store=store, executor_id="operator-1")
@@ -51,8 +49,15 @@ async def test_two_executors_retrying_one_saga_compensate_it_once(
         {"tool": "Charge", "args": {"n": 2}},
         {"tool": "Charge", "args": {"n": -1}},
     ]
-    failed = await first.run(plan, saga_id="refunds")
-    assert failed.status is SagaStatus.COMPENSATION_FAILED
+    assert (await first.run(plan, saga_id="refunds")).status is SagaStatus.COMPENSATION_FAILED
+    return store, world, first, second
+
+
+async def test_two_executors_retrying_one_saga_compensate_it_once(
+    stores: Any, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Of two executors calling retry_compensation at once, one compensates; the other gets SagaInProgressError."""
+    store, world, first, second = await failed_refunds(stores, kind)
 
     world.down, world.hold = False, asyncio.Event()
     # Both callers read the saga (COMPENSATION_FAILED) before either claims it: the race the claim must settle.
@@ -88,16 +93,7 @@ async def test_a_retry_that_read_the_saga_before_another_finished_compensates_no
     stores: Any, kind: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A caller whose first read predates another caller's whole retry compensates only what is still not undone."""
-    store: SagaStore = await stores.open(kind, wipe=True)
-    world = Refunds()
-    first = SagaExecutor(world.registry, store=store, executor_id="operator-1")
-    second = SagaExecutor(world.registry, store=store, executor_id="operator-2")
-    plan = [
-        {"tool": "Charge", "args": {"n": 1}},
-        {"tool": "Charge", "args": {"n": 2}},
-        {"tool": "Charge", "args": {"n": -1}},
-    ]
-    assert (await first.run(plan, saga_id="refunds")).status is SagaStatus.COMPENSATION_FAILED
+    store, world, first, second = await failed_refunds(stores, kind)
     world.down = False
     stale_read = asyncio.Event()
     go_on = asyncio.Event()
