@@ -7,21 +7,18 @@ re-entered after a crash is served the recorded results of the calls it already 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Mapping, Sequence
-from datetime import timedelta
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 import pydantic
 
-from saga_runtime._engine import Budget, LeaseKeeper, SagaEngine, cancel_requests
+from saga_runtime._engine import Budget, Claims, SagaEngine, Session
 from saga_runtime._exceptions import (
     BudgetExceededError,
     IdempotencyConflictError,
-    LeaseLostError,
     PlanValidationError,
     ReplayDivergenceError,
     ResultNotStorableError,
@@ -39,15 +36,11 @@ from saga_runtime._records import (
     StepStatus,
     canonical_json,
     idempotency_key,
-    now,
     own_copy,
     result_from_rows,
     step_succeeded,
     to_json_value,
 )
-
-if TYPE_CHECKING:
-    from saga_runtime._executor import SagaExecutor
 
 __all__ = ["DynamicSaga"]
 
@@ -67,19 +60,22 @@ class DynamicSaga:
 
     def __init__(
         self,
-        executor: SagaExecutor,
+        claims: Claims,
         saga_id: str,
         *,
         budget: Budget | None,
         metadata: dict[str, Any],
         replay: bool,
     ) -> None:
-        self._executor = executor
+        self._claims = claims
+        self._store = claims.config.store
+        self._registry = claims.config.registry
         self.saga_id = saga_id
         self._budget = budget
         self._metadata = metadata
         self._replay_requested = replay
         self._engine: SagaEngine | None = None
+        self._session: Session | None = None
         self._record: list[StepRow] = []  # what a re-entered or replayed saga had recorded, in call order
         self._stored: tuple[SagaRow, list[StepRow]] | None = None
         self._next_seq = 0
@@ -100,55 +96,39 @@ class DynamicSaga:
         if self._entered:
             raise RuntimeError("a DynamicSaga is entered once; call executor.saga() again for another block")
         self._entered = True
-        executor = self._executor
-        started = now()
-        row = SagaRow(
-            saga_id=self.saga_id,
-            kind="dynamic",
-            plan=None,
-            plan_hash=None,
-            status=SagaStatus.RUNNING,
-            created_at=started,
-            updated_at=started,
-            owner=executor.executor_id,
-            lease_expires_at=started + timedelta(seconds=executor.lease_timeout),
-            budget=_account(self._budget, 0),
-            metadata=self._metadata,
-        )
+        claims, store = self._claims, self._store
         # plan_hash holds the head of the call chain (none yet); see saga_runtime._records._chain.
+        row = claims.new_saga(self.saga_id, "dynamic", budget=_account(self._budget, 0), metadata=self._metadata)
         if self._replay_requested:
-            stored = await executor.store.load_saga(self.saga_id)
+            stored = await store.load_saga(self.saga_id)
             if stored is None:
                 raise ReplayDivergenceError(
-                    f"saga {self.saga_id!r} is not in {executor.store.url}: there is nothing to replay",
+                    f"saga {self.saga_id!r} is not in {store.url}: there is nothing to replay",
                     saga_id=self.saga_id,
                 )
             self._adopt_record(*stored)
             return self
-        existing = await executor.store.create_saga(row.copy(), [])
+        existing = await store.create_saga(row.copy(), [])
         if existing is None:
-            self._go_live(executor._engine_for(row, [], owner=executor.executor_id))
+            self._go_live(claims.engine(row, []))
             return self
         saga, rows = existing
         self._adopt_record(saga, rows)
         if saga.status.is_terminal:
             return self  # a finished saga re-entered: served from the record, like a replay
-        if self.saga_id in executor._active or not await executor._claim(saga):
+        if not await claims.claim(saga):
             raise SagaInProgressError(
                 f"saga {self.saga_id!r} is {saga.status.value} under executor {saga.owner!r}; it can be re-entered "
                 "once that executor is gone (its lease expired) or has finished it",
                 saga_id=self.saga_id,
                 owner=saga.owner,
             )
-        executor._active.add(self.saga_id)
-        engine = executor._engine_for(saga, rows, owner=executor.executor_id)
-        if saga.status is SagaStatus.COMPENSATING:
+        engine = claims.engine(saga, rows)
+        if engine.compensating:
             # It was being undone when its process died: finish that first (keeping its lease); the block then
             # replays the record.
-            try:
-                self.result = await executor._leased(engine, engine.compensate)
-            finally:
-                executor._active.discard(self.saga_id)
+            async with Session(claims, engine):
+                self.result = await engine.compensate()
             self._adopt_record(engine.saga, list(engine.rows.values()))
             return self
         self._go_live(engine)
@@ -158,13 +138,17 @@ class DynamicSaga:
     def _go_live(self, engine: SagaEngine) -> None:
         """Run calls on `engine` from now on, keeping the saga's lease while the block runs."""
         self._engine = engine
-        self._executor._active.add(self.saga_id)
-        # Entered here and left in __aexit__ (same task): cancelled if another executor takes the saga over.
-        self._pending = cancel_requests()
-        self._fence = anyio.CancelScope()
-        self._fence.__enter__()
-        self._keeper = LeaseKeeper(engine, self._fence.cancel).start()
+        # Entered here and left in __aexit__ (same task): its work is cancelled if another executor takes the saga
+        # over, and leaving it tells a lost lease from the caller's cancellation.
+        self._session = Session(self._claims, engine, where="while this block ran")
+        self._session.enter()
         engine.emit("saga_started")
+
+    @property
+    def _keeper(self) -> Any:
+        """The renewal of the live saga's lease (a test stops it to play a process that died)."""
+        assert self._session is not None
+        return self._session.keeper
 
     def _adopt_record(self, saga: SagaRow, rows: list[StepRow]) -> None:
         if saga.kind != "dynamic":
@@ -179,8 +163,8 @@ class DynamicSaga:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> bool:
         self._closed = True
-        engine = self._engine
-        if engine is None:
+        engine, session = self._engine, self._session
+        if engine is None or session is None:
             if self.result is None and self._stored is not None:
                 self.result = result_from_rows(*self._stored)
             return False
@@ -194,32 +178,18 @@ class DynamicSaga:
                 else:
                     # The block caught the failure of a call whose effect could not be undone: the saga must not
                     # end SUCCESS with that effect forgotten. It compensates and ends COMPENSATION_FAILED.
-                    engine.failure = (
-                        f"call {stuck.step_id!r} ({stuck.tool_name}) has an effect that could not be undone"
-                    )
+                    engine.fail(f"call {stuck.step_id!r} ({stuck.tool_name}) has an effect that could not be undone")
                     self.result = await engine.compensate()
             else:
-                if engine.failure is None:
-                    engine.failure = (
-                        "the saga was cancelled by its caller"
-                        if isinstance(exc, anyio.get_cancelled_exc_class())
-                        else f"the saga block raised {describe(exc)}"
-                    )
+                engine.fail(
+                    "the saga was cancelled by its caller"
+                    if isinstance(exc, anyio.get_cancelled_exc_class())
+                    else f"the saga block raised {describe(exc)}"
+                )
                 self.result = await engine.compensate()
         finally:
-            self._executor._active.discard(self.saga_id)
-            await self._keeper.stop()
-            swallowed = self._fence.__exit__(exc_type, exc, tb)
-        if engine.fenced:
-            if cancel_requests() > self._pending:
-                # The caller cancelled in the same turn as the fence: its cancellation goes on.
-                raise asyncio.CancelledError
-            raise LeaseLostError(
-                f"saga {self.saga_id!r} was taken over by another executor while this block ran (its lease "
-                "expired); it stopped here without compensating, and goes on under its new owner",
-                saga_id=self.saga_id,
-            ) from exc
-        return bool(swallowed)
+            await session.exit(exc)  # raises LeaseLostError (or the caller's cancellation) if the lease was lost
+        return False
 
     @staticmethod
     def _not_undone(engine: SagaEngine) -> StepRow | None:
@@ -283,7 +253,7 @@ class DynamicSaga:
             for row in rows:
                 if row.step_id not in engine.rows:
                     engine.add_step(row)
-            registry = self._executor.registry
+            registry = self._registry
             failed_live = join == "all" and any(
                 row.status is StepStatus.FAILED and registry.get(row.tool_name).retry_scope == "saga" for row in rows
             )
@@ -294,7 +264,7 @@ class DynamicSaga:
                 await engine.flush()
             elif join != "all" or any(row.status in (StepStatus.PENDING, *_UNKNOWN) for row in rows):
                 ok = await engine.run_group(rows, join=join, needed=needed)
-                engine.failure = None  # in a dynamic saga, the calling code decides whether a failure ends it
+                engine.forgive()  # in a dynamic saga, the calling code decides whether a failure ends it
                 # A failed quorum or race undoes its successes at once: the group failed as a whole.
                 await engine.compensate_unknown(rows, successes=join != "all" and not ok)
                 # The caller acts on these results at once: they are durable before it sees them, so a
@@ -340,7 +310,7 @@ class DynamicSaga:
         problems: list[str] = []
         prepared = []
         unknown = False
-        registry = self._executor.registry
+        registry = self._registry
         items: list[Any] = list(calls)  # checked one by one: calls may come straight from a model's output
         for i, call in enumerate(items):
             name: Any
@@ -440,7 +410,7 @@ class DynamicSaga:
                 cost=self._saga_row.cost,
                 tokens=self._saga_row.tokens,
             )
-        cause = self._engine.errors.get(row.step_id) if self._engine is not None else None
+        cause = self._engine.verdict.errors.get(row.step_id) if self._engine is not None else None
         raise StepFailedError(
             f"saga {self.saga_id!r}: call {row.step_id!r} ({row.tool_name}) failed: {row.error}",
             saga_id=self.saga_id,
@@ -472,8 +442,7 @@ class DynamicSaga:
         if engine is None:
             return
         stored = to_json_value(values, what="the metadata", tool_name="(saga)")
-        engine.saga.metadata = {**engine.saga.metadata, **stored}
-        engine.touch_saga()
+        engine.record(metadata={**engine.saga.metadata, **stored})
         await engine.flush()
 
     # -- money -------------------------------------------------------------------------------------------------
@@ -500,15 +469,14 @@ class DynamicSaga:
                     tokens=engine.saga.tokens,
                 )
             return
-        engine.saga.budget = {**account, "charges": self._charges_seen}
+        engine.record(budget={**account, "charges": self._charges_seen})
         try:
             engine.account.charge(cost, tokens)
         except BudgetExceededError:
             if crossed_at is None:
-                engine.saga.budget = {**engine.saga.budget, "crossed_at": self._charges_seen}
+                engine.record(budget={**(engine.saga.budget or {}), "crossed_at": self._charges_seen})
             raise
         finally:
-            engine.touch_saga()
             await engine.flush()
 
     @property

@@ -5,14 +5,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from datetime import timedelta
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import anyio
 
 from saga_runtime._dynamic import DynamicSaga
-from saga_runtime._engine import RUNNABLE, Budget, EngineConfig, LeaseKeeper, SagaEngine, SagaHook, cancel_requests
+from saga_runtime._engine import RUNNABLE, Budget, Claims, EngineConfig, SagaEngine, SagaHook, Session
 from saga_runtime._exceptions import (
     IdempotencyConflictError,
     LeaseLostError,
@@ -28,7 +27,6 @@ from saga_runtime._records import (
     SagaRow,
     SagaStatus,
     StepRow,
-    StepStatus,
     idempotency_keys,
     now,
     own_copy,
@@ -99,9 +97,8 @@ class SagaExecutor:
         self.lease_timeout = float(lease_timeout)
         self.compensation_timeout = float(compensation_timeout)
         self.max_concurrency = max_concurrency
-        self._active: set[str] = set()  # sagas this executor is running right now
         self.max_recovery_attempts = max_recovery_attempts
-        self._config = EngineConfig(
+        config = EngineConfig(
             registry=registry,
             store=self.store,
             executor_id=self.executor_id,
@@ -111,6 +108,8 @@ class SagaExecutor:
             call_limiter=None if max_concurrency is None else anyio.CapacityLimiter(max_concurrency),
             hooks=tuple(hooks),
         )
+        self._claims = Claims(config)
+        self._active = self._claims.active  # sagas this executor is running right now
 
     def __repr__(self) -> str:
         return f"SagaExecutor(id={self.executor_id!r}, store={self.store.url!r}, tools={self.registry.names()!r})"
@@ -134,11 +133,7 @@ class SagaExecutor:
         planned = build_plan(plan, self.registry, policy=policy)
         saga, steps = self._new_saga(planned, saga_id, budget, metadata)
         # The first group's intent (RUNNING, attempt 1) is committed with the saga itself: one write less.
-        first = [row for row in steps if row.group == 0]
-        for row in first:
-            row.status, row.attempts, row.started_at = StepStatus.RUNNING, 1, saga.created_at
-        engine = SagaEngine(self._config, saga, steps, announced=first, owner=self.executor_id)
-        engine.seal_all()  # the engine seals: it keeps what it hashed for the next seals of the same rows
+        engine = self._claims.start_plan(saga, steps)
         existing = await self.store.create_saga(saga.copy(), [row.copy() for row in steps])
         if existing is None:
             logger.debug("saga %s: started by %s, %d steps", saga.saga_id, self.executor_id, len(steps))
@@ -149,35 +144,10 @@ class SagaExecutor:
                 return finished
             await self._resume_or_refuse(stored)
             logger.info("saga %s: resuming where its previous owner %r left it", saga.saga_id, stored.owner)
-            engine = self._engine_for(stored, rows, owner=self.executor_id)
-        self._active.add(engine.saga.saga_id)
+            engine = self._claims.engine(stored, rows)
         engine.emit("saga_started")
-        try:
-            return await self._leased(engine, lambda: self._drive(engine, planned))
-        finally:
-            self._active.discard(engine.saga.saga_id)
-
-    async def _leased(self, engine: SagaEngine, work: Callable[[], Awaitable[SagaResult]]) -> SagaResult:
-        """Run `work` while its lease is renewed; raise `LeaseLostError` if another executor took the saga over."""
-        pending = cancel_requests()
-        with anyio.CancelScope() as fence:
-            keeper = LeaseKeeper(engine, fence.cancel).start()
-            try:
-                return await work()
-            except _CANCELLED:
-                if not fence.cancel_called:  # the caller's cancellation (or a worker's shutdown): let it go on
-                    raise
-            finally:
-                await keeper.stop()
-        if cancel_requests() > pending:
-            # The caller cancelled in the same turn as the fence: its cancellation goes on (the saga is the new
-            # owner's either way).
-            raise asyncio.CancelledError
-        raise LeaseLostError(
-            f"saga {engine.saga.saga_id!r} was taken over by another executor while this one ran it (its lease "
-            "expired); it stopped here without compensating, and goes on under its new owner",
-            saga_id=engine.saga.saga_id,
-        )
+        async with Session(self._claims, engine):
+            return await self._drive(engine, planned)
 
     def saga(
         self,
@@ -199,7 +169,7 @@ class SagaExecutor:
         if problems:
             raise PlanValidationError(problems, saga_id=saga_id)
         return DynamicSaga(
-            self, saga_id or uuid.uuid4().hex, budget=budget, metadata=stored_metadata, replay=bool(replay)
+            self._claims, saga_id or uuid.uuid4().hex, budget=budget, metadata=stored_metadata, replay=bool(replay)
         )
 
     async def replay(self, saga_id: str) -> SagaResult:
@@ -233,7 +203,7 @@ class SagaExecutor:
         while True:
             started = now()
             claimed = await self.store.claim_expired(
-                self.executor_id, started + timedelta(seconds=self.lease_timeout), started, limit
+                self.executor_id, self._claims.lease_until(started), started, limit
             )
             fresh = 0
             for saga, rows in claimed:
@@ -244,13 +214,13 @@ class SagaExecutor:
                             "saga %s: left for an executor that has the tools %s", saga.saga_id, ", ".join(missing)
                         )
                     passed_over.add(saga.saga_id)
-                    await self._release(saga, uncount=True, owner=self.executor_id)
+                    await self._claims.release(saga, uncount=True, owner=self.executor_id)
                     continue
                 fresh += 1
                 # The batch was claimed at once, but its sagas are driven one by one: by the time this one's turn
                 # comes, its lease may have run out and another executor taken it. Claim it again, right before
                 # driving it; only if it is still ours (or free) is it driven here.
-                if not await self._claim(saga):
+                if not await self._claims.claim(saga):
                     continue
                 try:
                     result = await self._recover_one(saga, rows)
@@ -265,42 +235,24 @@ class SagaExecutor:
                 # look further rather than starve behind them.
                 limit *= 2
 
-    async def _release(self, saga: SagaRow, *, uncount: bool = False, owner: str | None = None) -> bool:
-        """Give up a claimed saga at once (no owner, no lease), so another executor can take it; return if written.
-
-        With `owner` (the claim this executor holds), only while the store still names it the owner: a saga
-        another executor took over meanwhile is left as it is.
-        """
-        saga.owner, saga.lease_expires_at = None, None
-        if uncount:
-            saga.recovery_attempts = max(0, saga.recovery_attempts - 1)
-        saga.updated_at = now()
-        with anyio.move_on_after(10, shield=True):
-            try:
-                await self.store.save(saga.copy(), [], owner=owner)
-            except LeaseLostError:
-                logger.info("saga %s: not released, another executor owns it now", saga.saga_id)
-                return False
-            return True
-        return False
-
     async def _recover_one(self, saga: SagaRow, rows: list[StepRow]) -> SagaResult | None:
         if saga.recovery_attempts > self.max_recovery_attempts:
-            return await self._park(saga, rows, f"recovery failed {saga.recovery_attempts - 1} times")
+            return await self._claims.park(saga, rows, f"recovery failed {saga.recovery_attempts - 1} times")
         logger.info("saga %s: recovering (attempt %d), left %s", saga.saga_id, saga.recovery_attempts, saga.status)
-        engine = self._engine_for(saga, rows, owner=self.executor_id)
-        engine.detached = True  # no caller: if this worker stops, the saga stays for the next recovery
+        # No caller: if this worker stops, the saga stays for the next recovery.
+        engine = self._claims.engine(saga, rows, detached=True)
         engine.emit("saga_started")
         try:
             if saga.kind == "plan":
                 try:
                     plan = build_plan(saga.plan, self.registry)
                 except PlanValidationError as exc:  # the tools changed under the saga: no retry can help
-                    return await self._park(saga, rows, f"its plan no longer validates: {exc}")
-                return await self._leased(engine, lambda: self._drive(engine, plan))
-            if engine.failure is None:
-                engine.failure = "its process stopped in the middle of the saga; recovery compensated it"
-            return await self._leased(engine, engine.compensate)
+                    return await self._claims.park(saga, rows, f"its plan no longer validates: {exc}")
+                async with Session(self._claims, engine):
+                    return await self._drive(engine, plan)
+            engine.fail("its process stopped in the middle of the saga; recovery compensated it")
+            async with Session(self._claims, engine):
+                return await engine.compensate()
         except LeaseLostError as exc:
             logger.warning("saga %s: %s", saga.saga_id, exc)
             return None
@@ -310,17 +262,7 @@ class SagaExecutor:
         finally:
             if engine.detached and engine.fenced and not engine.lease_lost and not engine.saga.status.is_terminal:
                 # Stopped by a shutdown: let the next worker take it now.
-                await self._release(engine.saga, owner=self.executor_id)
-
-    async def _park(self, saga: SagaRow, rows: list[StepRow], why: str) -> SagaResult | None:
-        """Set a claimed saga PARKED for an operator; None if another executor took it over meanwhile."""
-        saga.parked_from = saga.status
-        saga.status = SagaStatus.PARKED
-        saga.error = f"parked: {why}; fix the cause, then executor.unpark({saga.saga_id!r})"
-        if not await self._release(saga, owner=self.executor_id):
-            return None
-        logger.error("saga %s: %s", saga.saga_id, saga.error)
-        return result_from_rows(saga, rows)
+                await self._claims.release(engine.saga, owner=self.executor_id)
 
     async def unpark(self, saga_id: str) -> None:
         """Make a PARKED saga live again (recovery attempts reset); the next `recover()` takes it over."""
@@ -355,7 +297,7 @@ class SagaExecutor:
         self._active.add(saga_id)
         try:
             started = now()
-            expires = started + timedelta(seconds=self.lease_timeout)
+            expires = self._claims.lease_until(started)
             # The claim: of two callers at once (two operators, two processes), only one reopens the saga.
             if not await self.store.reopen_compensation(saga_id, self.executor_id, expires, started):
                 raise SagaInProgressError(
@@ -368,21 +310,12 @@ class SagaExecutor:
             if reread is None or reread[0].owner != self.executor_id or reread[0].status is not SagaStatus.COMPENSATING:
                 raise SagaInProgressError(f"saga {saga_id!r} was taken by another caller", saga_id=saga_id)
             saga, rows = reread
-            for row in rows:
-                if row.status is StepStatus.COMPENSATION_FAILED:
-                    # Back to what it was before its compensation: done (SUCCESS) or of unknown outcome.
-                    # A race loser kept its result (and an error saying it lost): it is undone with that result.
-                    done = row.error is None or row.result is not None
-                    row.status = StepStatus.SUCCESS if done else StepStatus.CANCELLED
-                    row.compensation_error = None
-            saga.status, saga.finished_at = SagaStatus.COMPENSATING, None
             saga.owner, saga.lease_expires_at, saga.updated_at = self.executor_id, expires, started
-            engine = self._engine_for(saga, rows, owner=self.executor_id)
-            for row in rows:
-                engine.add_dirty(row)
-            engine.touch_saga()
+            engine = self._claims.engine(saga, rows)
+            engine.reopen_compensation()  # its failed compensations are due again; none done is redone
             engine.emit("saga_started")
-            return await self._leased(engine, engine.compensate)
+            async with Session(self._claims, engine):
+                return await engine.compensate()
         finally:
             self._active.discard(saga_id)
 
@@ -404,33 +337,6 @@ class SagaExecutor:
                 logger.exception("recovery round failed unexpectedly, trying again in %gs", pause)
             await anyio.sleep(pause)
 
-    def _engine_for(self, saga: SagaRow, steps: list[StepRow], *, owner: str | None = None) -> SagaEngine:
-        """Return an engine for a stored saga; `owner`: the executor id holding its lease (writes check it)."""
-        return SagaEngine(self._config, saga, steps, owner=owner)
-
-    async def _claim(self, saga: SagaRow) -> bool:
-        """Take over a live saga whose owner is gone (or is this executor, restarted); return whether it did.
-
-        On success the saga is marked active in this executor: the caller drives it and unmarks it when done.
-        It is marked before the store is asked, so two paths of one executor (a run() resuming, a recover())
-        never both take it.
-        """
-        if saga.saga_id in self._active:
-            return False
-        self._active.add(saga.saga_id)
-        started = now()
-        expires = started + timedelta(seconds=self.lease_timeout)
-        try:
-            claimed = await self.store.claim_saga(saga.saga_id, self.executor_id, expires, started)
-        except BaseException:
-            self._active.discard(saga.saga_id)
-            raise
-        if not claimed:
-            self._active.discard(saga.saga_id)
-            return False
-        saga.owner, saga.lease_expires_at = self.executor_id, expires
-        return True
-
     def _new_saga(
         self,
         planned: Plan,
@@ -441,21 +347,15 @@ class SagaExecutor:
         problems, stored_metadata = self._check_saga_options(saga_id, budget, metadata)
         if problems:
             raise PlanValidationError(problems, saga_id=saga_id)
-        saga_id = saga_id or uuid.uuid4().hex
-        started = now()
-        saga = SagaRow(
-            saga_id=saga_id,
-            kind="plan",
+        saga = self._claims.new_saga(
+            saga_id,
+            "plan",
             plan=planned.to_json(),
             plan_hash=planned.digest,
-            status=SagaStatus.RUNNING,
-            created_at=started,
-            updated_at=started,
-            owner=self.executor_id,
-            lease_expires_at=started + timedelta(seconds=self.lease_timeout),
             budget=None if budget is None else {**budget.to_json(), "charges": 0},
             metadata=stored_metadata,
         )
+        saga_id = saga.saga_id
         planned_steps = planned.steps
         keys = idempotency_keys(saga_id, [step.step_id for step in planned_steps])
         # Positional: saga_id, seq, step_id, group, tool_name, args, idempotency_key (faster, on the hot path).
@@ -497,7 +397,7 @@ class SagaExecutor:
         return None
 
     async def _resume_or_refuse(self, saga: SagaRow) -> None:
-        if await self._claim(saga):
+        if await self._claims.claim(saga):
             return
         raise SagaInProgressError(
             f"saga {saga.saga_id!r} is {saga.status.value} under executor {saga.owner!r}; wait for it and read "
@@ -544,7 +444,7 @@ class SagaExecutor:
                         engine.validated(row, step.kwargs)  # used only if the row runs with the plan's own args
                     elif has_refs(step):
                         try:
-                            row.args = resolve_refs(step.args, lookup)
+                            engine.set_args(row, resolve_refs(step.args, lookup))
                         except (RefError, LookupError) as exc:
                             engine.fail_before_start(row, exc)
                 if not await engine.run_group(recorded, join=join.mode, needed=join.needed):
@@ -553,7 +453,7 @@ class SagaExecutor:
             if engine.fenced or engine.detached:
                 # Another executor owns the saga now, or a recovering worker is shutting down: it is not undone
                 # from here; its owner (or the next recovery) drives it on from its records.
-                engine.fence()
+                engine.stop()
                 raise
             logger.warning("saga %s: cancelled by its caller, compensating", engine.saga.saga_id)
             await engine.compensate()

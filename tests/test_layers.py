@@ -57,3 +57,127 @@ def test_stores_and_tools_do_not_know_each_other() -> None:
         assert not any(m.startswith("saga_runtime._tools") for m in imports_of(path)), path
     for path in (PACKAGE / "_tools").rglob("*.py"):
         assert not any(m.startswith("saga_runtime._storage") for m in imports_of(path)), path
+
+
+# -- the engine's shape, and the front doors on top of it ----------------------------------------------------------
+
+ENGINE = PACKAGE / "_engine"
+# Front doors: everything on top of the engine. Each may use the layers below it, never another's private parts.
+FRONT_DOORS = [PACKAGE / "_executor.py", PACKAGE / "_dynamic.py", *sorted((PACKAGE / "_llm").glob("*.py"))]
+FRONT_DOORS += sorted((PACKAGE / "_cli").glob("*.py"))
+
+
+def _module_of(path: Path) -> str:
+    return ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__")
+
+
+def test_no_engine_module_is_over_300_lines() -> None:
+    """Every module of the engine stays under 300 lines: one concept each."""
+    long = {path.name: n for path in ENGINE.glob("*.py") if (n := len(path.read_text().splitlines())) > 300}
+    assert not long, long
+
+
+def test_no_engine_class_inherits_from_another_engine_class() -> None:
+    """The engine's pieces are composed, never stacked: no class derives from a class defined in the engine."""
+    defined: set[str] = set()
+    bases: list[tuple[str, str, str]] = []
+    for path in ENGINE.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                defined.add(node.name)
+                bases.extend((path.name, node.name, ast.unparse(base)) for base in node.bases)
+    stacked = [f"{file}: {name}({base})" for file, name, base in bases if base.split(".")[-1] in defined]
+    assert not stacked, stacked
+
+
+def _status_assignments(path: Path) -> list[str]:
+    """Return the places in a source file that set a status: `x.status = ...` or `status=...` in a call."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = list(node.targets)
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+            targets = [node.target]
+        for target in targets:
+            for item in target.elts if isinstance(target, ast.Tuple) else [target]:
+                if isinstance(item, ast.Attribute) and item.attr == "status":
+                    found.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
+        if isinstance(node, ast.Call):
+            for keyword in node.keywords:
+                if keyword.arg == "status" and "Status." in ast.unparse(keyword.value):
+                    found.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_front_doors_assign_no_status() -> None:
+    """Only the engine changes a saga's or a step's status (through its transition table); front doors never do."""
+    found = [line for path in FRONT_DOORS for line in _status_assignments(path)]
+    assert not found, "\n".join(found)
+
+
+def test_the_status_guard_sees_an_assignment(tmp_path: Path) -> None:
+    """The guard above finds the assignments it forbids (a guard that cannot fail guards nothing)."""
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "row.status = StepStatus.FAILED\nrow.status, row.error = x, y\nSagaRow(status=SagaStatus.RUNNING)\n"
+    )
+    assert len(_status_assignments(sample)) == 3
+
+
+def _private_defined(path: Path) -> set[str]:
+    """Return the private names a module defines: functions, classes, and attributes it assigns."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+    return {name for name in names if name.startswith("_")}
+
+
+def test_front_doors_use_no_private_member_of_another() -> None:
+    """A front door reads only its own private members (`x._y` for a `_y` it defines), never another's."""
+    found = []
+    for path in FRONT_DOORS:
+        own = _private_defined(path)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Attribute) or not node.attr.startswith("_") or node.attr.startswith("__"):
+                continue
+            if node.attr not in own:
+                found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}: {ast.unparse(node)}")
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("saga_runtime"):
+                private = [
+                    a.name for a in node.names if a.name.startswith("_") and not node.module.endswith("._engine")
+                ]
+                if private and layer_of(node.module) in {"_executor", "_dynamic", "_llm", "_cli"}:
+                    own_package = layer_of(_module_of(path)) == layer_of(node.module)
+                    if not own_package:
+                        found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}: imports {private}")
+    assert not found, "\n".join(found)
+
+
+def test_front_doors_import_each_other_without_a_cycle() -> None:
+    """The front doors' imports of each other (type-only ones too) form no cycle: the dynamic saga does not
+    depend on the executor that hands it out."""
+    doors = {_module_of(path): path for path in FRONT_DOORS}
+    layer_names = {layer_of(name) for name in doors}
+    graph = {
+        name: {layer for module in imports_of(path) if (layer := layer_of(module)) in layer_names} - {layer_of(name)}
+        for name, path in doors.items()
+    }
+    by_layer: dict[str | None, set[str | None]] = {}
+    for name, targets in graph.items():
+        by_layer.setdefault(layer_of(name), set()).update(targets)
+
+    def reaches(start: str | None, goal: str | None, seen: set[str | None]) -> bool:
+        for nxt in by_layer.get(start, set()):
+            if nxt == goal or (nxt not in seen and reaches(nxt, goal, seen | {nxt})):
+                return True
+        return False
+
+    cycles = sorted(str(layer) for layer in by_layer if reaches(layer, layer, set()))
+    assert not cycles, f"front doors in an import cycle: {cycles}"

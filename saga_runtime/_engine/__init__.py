@@ -1,20 +1,29 @@
-"""Engine: runs one saga's groups, retries, timeouts, cancellation and compensation. Knows no driver."""
+"""Engine: runs one saga's groups, retries, timeouts, cancellation and compensation. Knows no driver.
+
+Its shape (DESIGN.md): a transition table owns every status change (`_transitions`); the Recorder owns a saga's
+rows, their sealing and writing, and fencing (`_recorder`); the Invoker calls tools (`_invoker`); the StepRunner
+(`_steps`) and the Compensator (`_compensator`) receive them; `SagaEngine` (`_saga`) composes them for one saga;
+`Claims` and `Session` (`_session`) hold sagas under this executor's lease for every front door.
+"""
 
 from saga_runtime._engine._budget import Account, Budget
 from saga_runtime._engine._events import EventKind, LoggingHook, SagaEvent, SagaHook
-from saga_runtime._engine._lease import LeaseKeeper, cancel_requests
-from saga_runtime._engine._saga import RUNNABLE, EngineConfig, SagaEngine
+from saga_runtime._engine._recorder import EngineConfig
+from saga_runtime._engine._saga import RUNNABLE, SagaEngine
+from saga_runtime._engine._session import Claims, Session
+from saga_runtime._engine._transitions import TransitionError
 
 __all__ = [
     "RUNNABLE",
     "Account",
     "Budget",
+    "Claims",
     "EngineConfig",
     "EventKind",
-    "LeaseKeeper",
     "LoggingHook",
     "SagaEngine",
     "SagaEvent",
     "SagaHook",
-    "cancel_requests",
+    "Session",
+    "TransitionError",
 ]

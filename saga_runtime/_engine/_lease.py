@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import anyio
 
-from saga_runtime._engine._core import EngineCore
+from saga_runtime._engine._recorder import Recorder
 from saga_runtime._exceptions import describe
 from saga_runtime._records import now
 
@@ -35,14 +35,14 @@ class LeaseKeeper:
     A timer, not a task, waits between renewals: most sagas end before the first renewal is due, and then cost
     nothing but the timer. A renewal runs as a task owned by the keeper, and `stop()` cancels and awaits it.
     A store error only costs one renewal: the lease still has two thirds of its time when the next one is due.
-    When the store says another executor owns the saga, the engine is fenced (it writes nothing more) and
+    When the store says another executor owns the saga, the recorder is fenced (it writes nothing more) and
     `on_lost` is called, which stops the saga's work instead of racing the new owner.
     """
 
-    def __init__(self, engine: EngineCore, on_lost: Callable[[], None]) -> None:
-        self._engine = engine
+    def __init__(self, recorder: Recorder, on_lost: Callable[[], None]) -> None:
+        self._recorder = recorder
         self._on_lost = on_lost
-        self._interval = engine.config.lease_timeout / 3
+        self._interval = recorder.config.lease_timeout / 3
         self._loop = asyncio.get_running_loop()
         self._timer: asyncio.TimerHandle | None = None
         self._renewal: asyncio.Task[None] | None = None
@@ -51,10 +51,10 @@ class LeaseKeeper:
     def start(self) -> LeaseKeeper:
         """Schedule the first renewal; return the keeper.
 
-        The engine calls `on_lost` too when it learns of the loss itself (the store refused an owner-conditional
+        The recorder calls `on_lost` too when it learns of the loss itself (the store refused an owner-conditional
         write), whichever comes first.
         """
-        self._engine.on_lost = self._on_lost
+        self._recorder.on_lost = self._on_lost
         self._timer = self._loop.call_later(self._interval, self._due)
         return self
 
@@ -64,10 +64,10 @@ class LeaseKeeper:
             self._renewal = self._loop.create_task(self._renew())
 
     async def _renew(self) -> None:
-        engine = self._engine
-        saga = engine.saga
-        config = engine.config
-        if not _finished(engine):
+        recorder = self._recorder
+        saga = recorder.saga
+        config = recorder.config
+        if not _finished(recorder):
             expires = now() + timedelta(seconds=config.lease_timeout)
             held: set[str] | None = None
             try:
@@ -77,20 +77,20 @@ class LeaseKeeper:
             except Exception as exc:
                 logger.warning("saga %s: could not renew its lease, trying again: %s", saga.saga_id, describe(exc))
                 known = saga.lease_expires_at
-                if known is not None and now() >= known and not _finished(engine):
+                if known is not None and now() >= known and not _finished(recorder):
                     # The lease ran out unrenewed: another executor may own the saga by now. Stop writing.
                     logger.error("saga %s: its lease expired while the store was unreachable; stopping", saga.saga_id)
-                    engine.fence(lost=True)  # calls on_lost
+                    recorder.fence(lost=True)  # calls on_lost
                     return
             if held is not None:
                 if saga.saga_id in held:
                     saga.lease_expires_at = expires
-                elif not _finished(engine):  # not merely ended while the renewal was on its way
+                elif not _finished(recorder):  # not merely ended while the renewal was on its way
                     logger.error(
                         "saga %s: its lease was taken over by another executor; stopping here without writing",
                         saga.saga_id,
                     )
-                    engine.fence(lost=True)  # calls on_lost
+                    recorder.fence(lost=True)  # calls on_lost
                     return
         if not self._stopped:
             self._timer = self._loop.call_later(self._interval, self._due)
@@ -98,8 +98,8 @@ class LeaseKeeper:
     async def stop(self) -> None:
         """Cancel the next renewal, and one in flight, and wait for it to end."""
         self._stopped = True
-        if self._engine.on_lost is self._on_lost:
-            self._engine.on_lost = None
+        if self._recorder.on_lost is self._on_lost:
+            self._recorder.on_lost = None
         if self._timer is not None:
             self._timer.cancel()
         renewal = self._renewal
@@ -115,5 +115,5 @@ class LeaseKeeper:
                     raise
 
 
-def _finished(engine: EngineCore) -> bool:
-    return engine.saga.status.is_terminal
+def _finished(recorder: Recorder) -> bool:
+    return recorder.saga.status.is_terminal

@@ -1,5 +1,5 @@
-"""Calling a tool's `execute` or `compensate`: its StepContext injected, under the executor's call limiter, within
-the tool's timeout, and in a worker thread for a sync method.
+"""The Invoker: calls a tool's `execute` or `compensate` with its StepContext injected, under the executor's call
+limiter, within the tool's timeout, and in a worker thread for a sync method.
 """
 
 from __future__ import annotations
@@ -11,21 +11,33 @@ from typing import Any
 
 import anyio
 
-from saga_runtime._engine._core import EngineCore
 from saga_runtime._records import StepRow, own_copy
 from saga_runtime._tools import StepContext, ToolSpec
 
-__all__ = ["AttemptTimeout", "ToolCalls"]
+__all__ = ["AttemptTimeout", "Invoker"]
 
 
-class ToolCalls(EngineCore):
-    """Invoke tool methods for the engine (see the module docstring)."""
+class Invoker:
+    """Invoke tool methods for one saga (see the module docstring)."""
 
-    def _direct(self, is_async: bool, ctx_params: tuple[str, ...], spec: ToolSpec) -> bool:
-        """Tell whether a tool method can be awaited as it is: what `_invoke` would do, without its layers."""
-        return is_async and not ctx_params and spec.timeout is None and self.config.call_limiter is None
+    __slots__ = ("_call_limiter", "_charge", "_thread_limiter")
 
-    def _context(self, row: StepRow, attempt: int, phase: Any) -> StepContext:
+    def __init__(
+        self,
+        thread_limiter: anyio.CapacityLimiter,
+        call_limiter: anyio.CapacityLimiter | None,
+        charge: Callable[[float, int], None],
+    ) -> None:
+        self._thread_limiter = thread_limiter
+        self._call_limiter = call_limiter
+        self._charge = charge
+
+    def direct(self, is_async: bool, ctx_params: tuple[str, ...], spec: ToolSpec) -> bool:
+        """Tell whether a tool method can be awaited as it is: what `invoke` would do, without its layers."""
+        return is_async and not ctx_params and spec.timeout is None and self._call_limiter is None
+
+    def context(self, row: StepRow, attempt: int, phase: Any) -> StepContext:
+        """Return the StepContext handed to a tool method of `row`."""
         return StepContext(
             saga_id=row.saga_id,
             step_id=row.step_id,
@@ -34,10 +46,24 @@ class ToolCalls(EngineCore):
             attempt=attempt,
             idempotency_key=row.idempotency_key,
             phase=phase,
-            _charge=self.account.charge,
+            _charge=self._charge,
         )
 
-    async def _invoke(
+    async def execute(self, spec: ToolSpec, row: StepRow, kwargs: dict[str, Any]) -> Any:
+        """Run one attempt of `spec.execute(**kwargs)` for `row` (its attempt number is `row.attempts`)."""
+        params = spec.execute_ctx_params
+        ctx = self.context(row, row.attempts, "execute") if params else None
+        return await self.invoke(spec, spec.execute, spec.execute_is_async, (), kwargs, params, ctx)
+
+    async def compensate(self, spec: ToolSpec, row: StepRow, attempt: int, value: Any) -> None:
+        """Run one attempt of `spec.compensate(value)` for `row`."""
+        compensate = spec.compensate
+        assert compensate is not None
+        params = spec.compensate_ctx_params
+        ctx = self.context(row, attempt, "compensate") if params else None
+        await self.invoke(spec, compensate, spec.compensate_is_async, (value,), {}, params, ctx)
+
+    async def invoke(
         self,
         spec: ToolSpec,
         fn: Callable[..., Any],
@@ -47,9 +73,10 @@ class ToolCalls(EngineCore):
         ctx_params: tuple[str, ...],
         ctx: StepContext | None,
     ) -> Any:
+        """Call `fn` as the tool's method: context injected, limited, timed, in a thread if sync."""
         if ctx_params:
             kwargs = {**kwargs, **dict.fromkeys(ctx_params, ctx)}
-        limiter = self.config.call_limiter
+        limiter = self._call_limiter
         if limiter is not None:
             async with limiter:
                 return await self._timed(spec, fn, is_async, args, kwargs)
@@ -74,7 +101,7 @@ class ToolCalls(EngineCore):
             return await fn(*args, **kwargs)
         # A sync tool runs in a worker thread; on cancellation or timeout the thread is abandoned, not stopped.
         value = await anyio.to_thread.run_sync(
-            partial(fn, *args, **kwargs), abandon_on_cancel=True, limiter=self.config.thread_limiter
+            partial(fn, *args, **kwargs), abandon_on_cancel=True, limiter=self._thread_limiter
         )
         if inspect.isawaitable(value):  # a sync wrapper around a coroutine function
             return await value

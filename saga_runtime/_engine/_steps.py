@@ -1,9 +1,10 @@
-"""A step's attempts: run it with its retry policy, check its result (return annotation, `validate()`), undo a
+"""The StepRunner: run one step with its retry policy, check its result (return annotation, `validate()`), undo a
 refused result at once with the value in hand, and record how the step ended.
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 from typing import Any
@@ -11,11 +12,11 @@ from typing import Any
 import anyio
 import pydantic
 
-from saga_runtime._engine._calls import AttemptTimeout
-from saga_runtime._engine._compensation import Compensator
-from saga_runtime._engine._core import CANCELLED
-from saga_runtime._engine._shield import shielded
+from saga_runtime._engine._compensator import Compensator
+from saga_runtime._engine._invoker import AttemptTimeout, Invoker
+from saga_runtime._engine._recorder import Recorder
 from saga_runtime._engine._siblings import Siblings
+from saga_runtime._engine._verdict import Verdict
 from saga_runtime._exceptions import BudgetExceededError, ResultNotStorableError, ResultValidationError, describe
 from saga_runtime._records import StepRow, StepStatus, own_values, to_json_value
 from saga_runtime._tools import ToolSpec
@@ -25,6 +26,8 @@ __all__ = ["StepRunner"]
 logger = logging.getLogger("saga_runtime")
 
 _NOTHING: Any = object()
+# asyncio-native: the caller leaving is asyncio.CancelledError (anyio raises the same on this backend).
+_CANCELLED = asyncio.CancelledError
 
 
 class _StepFailed(Exception):
@@ -41,70 +44,72 @@ class _WriteFailed(Exception):
     """Internal: a write-ahead record could not be written, so the attempt it announced must not run."""
 
 
-class StepRunner(Compensator):
+class StepRunner:
     """Run one step to its outcome (see the module docstring)."""
 
-    async def _run_step(
-        self,
-        row: StepRow,
-        spec: ToolSpec,
-        kwargs: dict[str, Any],
-        group_scope: Siblings | None,
-        join: str = "all",
+    __slots__ = ("_compensator", "_invoker", "_recorder", "_verdict")
+
+    def __init__(self, recorder: Recorder, invoker: Invoker, compensator: Compensator, verdict: Verdict) -> None:
+        self._recorder = recorder
+        self._invoker = invoker
+        self._compensator = compensator
+        self._verdict = verdict
+
+    async def run(
+        self, row: StepRow, spec: ToolSpec, kwargs: dict[str, Any], siblings: Siblings | None, join: str = "all"
     ) -> None:
+        """Run a step announced RUNNING to its outcome; cancel `siblings` when it fails the group."""
+        recorder = self._recorder
         try:
             value = await self._attempts(row, spec, kwargs)
-        except CANCELLED:
+        except _CANCELLED:
             if row.status is StepStatus.RUNNING:
-                if row.group in self._winners:
-                    why = f"step {self._winners[row.group]!r} won the race"
-                elif self._failed_step:
-                    why = f"step {self._failed_step!r} failed"
-                else:
-                    why = "the caller was cancelled"
-                self._finish(
+                why = self._verdict.why_cancelled(row)
+                recorder.finish_step(
                     row, StepStatus.CANCELLED, error=f"cancelled while running: {why}", error_type="CancelledError"
                 )
             raise
         except _StepFailed as failure:
-            await self._on_failure(row, spec, failure, group_scope, join)
+            await self._on_failure(row, spec, failure, siblings, join)
             return
         except _WriteFailed as exc:
-            self._finish(row, StepStatus.FAILED, error=f"not retried: {exc}", error_type="StoreError")
-            if self._store_error is None:
-                self._store_error = exc.__cause__
-            self._cancel(group_scope)
+            recorder.finish_step(row, StepStatus.FAILED, error=f"not retried: {exc}", error_type="StoreError")
+            if self._verdict.store_error is None:
+                self._verdict.store_error = exc.__cause__
+            _cancel(siblings)
             return
         try:
             row.result = to_json_value(value, what="the result", tool_name=spec.name)
         except ResultNotStorableError as exc:
             # The effect happened but cannot be recorded: undo it now, with the value in hand.
-            self._finish(row, StepStatus.FAILED, error=str(exc), error_type=type(exc).__name__)
-            await self._compensate_now(row, spec, value)
+            recorder.finish_step(row, StepStatus.FAILED, error=str(exc), error_type=type(exc).__name__)
+            await self._compensator.compensate_now(row, value, known=True)
             if spec.retry_scope == "saga" and join == "all":
-                self._fail_saga(row, str(exc))
-                self._cancel(group_scope)
+                self._verdict.fail(row, str(exc))
+                _cancel(siblings)
             return
-        self._finish(row, StepStatus.SUCCESS)
-        if join == "first" and row.group not in self._winners:
-            self._winners[row.group] = row.step_id
-            self._cancel(group_scope)  # the race is won: stop the others
+        recorder.finish_step(row, StepStatus.SUCCESS)
+        winners = self._verdict.winners
+        if join == "first" and row.group not in winners:
+            winners[row.group] = row.step_id
+            _cancel(siblings)  # the race is won: stop the others
         logger.debug("saga %s: step %s (%s) succeeded", row.saga_id, row.step_id, row.tool_name)
 
     async def _attempts(self, row: StepRow, spec: ToolSpec, kwargs: dict[str, Any]) -> Any:
         # The retry policy counts row.attempts, every attempt recorded for the step, this one included: its budget
         # spans recoveries. A step resumed with an unknown outcome (recorded RUNNING) always runs once more with
         # its key, even past max_attempts: that run is how its outcome is learned; it is not retried beyond it.
+        recorder = self._recorder
         first = True
-        direct = self._direct(spec.execute_is_async, spec.execute_ctx_params, spec)
+        direct = self._invoker.direct(spec.execute_is_async, spec.execute_ctx_params, spec)
         while True:
             if not first:
                 row.attempts += 1
-                self._mark(row)
-                self.keep_lease()
+                recorder.mark(row)
+                recorder.keep_lease()
                 try:
-                    await self.flush()
-                    self._check_fence()  # fenced while the attempt was being written: it does not start
+                    await recorder.flush()
+                    recorder.check_fence()  # fenced while the attempt was being written: it does not start
                 except Exception as exc:
                     raise _WriteFailed(f"attempt {row.attempts} could not be recorded: {describe(exc)}") from exc
             first = False
@@ -115,27 +120,23 @@ class StepRunner(Compensator):
                 if direct:
                     raw = await spec.execute(**given)
                 else:
-                    ctx = self._context(row, row.attempts, "execute") if spec.execute_ctx_params else None
-                    raw = await self._invoke(
-                        spec, spec.execute, spec.execute_is_async, (), given, spec.execute_ctx_params, ctx
-                    )
+                    raw = await self._invoker.execute(spec, row, given)
                 if spec.result_adapter is None and spec.validate_result is None:
                     return raw
                 return await self._checked(row, spec, raw)
             except Exception as exc:
                 if raw is not _NOTHING:
                     # The attempt had its effect, but its result was refused: undo it now, with the value in hand.
-                    await self._undo_attempt(row, spec, raw)
-                timed_out = isinstance(exc, AttemptTimeout)
+                    await self._compensator.undo_refused(row, spec, raw)
                 # A refused effect that could not be undone ends the step: another attempt would only pile a new
                 # effect on one still out, and the saga fails for it anyway (see _on_failure).
                 retry = (
-                    row.step_id not in self._undo_failed
+                    row.step_id not in self._verdict.stuck
                     and not isinstance(exc, BudgetExceededError)
                     and spec.retry.should_retry(exc, attempt)
                 )
-                if self.config.hooks:
-                    self.emit("attempt_failed", row, error=describe(exc), will_retry=retry)
+                if recorder.config.hooks:
+                    recorder.emit("attempt_failed", row, error=describe(exc), will_retry=retry)
                 if retry:
                     logger.info(
                         "saga %s: step %s (%s) attempt %d failed, retrying: %s",
@@ -147,7 +148,7 @@ class StepRunner(Compensator):
                     )
                     await anyio.sleep(spec.retry.delay(attempt))
                     continue
-                raise _StepFailed(exc, timed_out=timed_out, attempts=row.attempts) from exc
+                raise _StepFailed(exc, timed_out=isinstance(exc, AttemptTimeout), attempts=row.attempts) from exc
 
     async def _checked(self, row: StepRow, spec: ToolSpec, value: Any) -> Any:
         """Return the result as execute's return annotation validates it; raise `ResultValidationError` if refused."""
@@ -177,92 +178,37 @@ class StepRunner(Compensator):
                 ) from exc
         return value
 
-    async def _undo_attempt(self, row: StepRow, spec: ToolSpec, value: Any) -> None:
-        """Compensate one refused attempt's effect with its raw result, shielded and bounded; keep the step going."""
-        if spec.compensate is None:
-            logger.error("saga %s: step %s (%s) refused a result it cannot undo", row.saga_id, row.step_id, spec.name)
-            return
-        compensate = spec.compensate
-
-        async def undo() -> None:
-            policy = spec.compensation_retry
-            attempt = 0
-            while not self.fenced:  # fenced: another executor owns the saga, nothing more is undone from here
-                attempt += 1
-                row.compensation_attempts += 1
-                self._mark(row)
-                try:
-                    self.keep_lease()
-                    await self.flush()  # write ahead, as for every compensation
-                    self._check_fence()
-                    ctx = self._context(row, attempt, "compensate") if spec.compensate_ctx_params else None
-                    await self._invoke(
-                        spec, compensate, spec.compensate_is_async, (value,), {}, spec.compensate_ctx_params, ctx
-                    )
-                except Exception as exc:
-                    if self.is_fenced():
-                        return
-                    if policy.should_retry(exc, attempt):
-                        await anyio.sleep(policy.delay(attempt))
-                        continue
-                    row.compensation_error = f"undoing refused attempt {row.attempts}: {describe(exc)}"
-                    self._undo_failed.add(row.step_id)
-                    logger.error(
-                        "saga %s: step %s (%s): %s; its effect was NOT undone",
-                        row.saga_id,
-                        row.step_id,
-                        spec.name,
-                        row.compensation_error,
-                    )
-                    return
-                return
-
-        async def bounded() -> None:
-            # The bound goes inside the shield: outside, the shield would keep it from ever firing.
-            with anyio.move_on_after(self.config.compensation_timeout) as scope:
-                await undo()
-            if scope.cancelled_caught:
-                row.compensation_error = f"undoing refused attempt {row.attempts}: compensation_timeout ran out"
-                self._undo_failed.add(row.step_id)
-                self._mark(row)
-
-        await shielded(bounded())
-
     async def _on_failure(
-        self,
-        row: StepRow,
-        spec: ToolSpec,
-        failure: _StepFailed,
-        group_scope: Siblings | None,
-        join: str = "all",
+        self, row: StepRow, spec: ToolSpec, failure: _StepFailed, siblings: Siblings | None, join: str
     ) -> None:
         exc, timed_out, attempts = failure.error, failure.timed_out, failure.attempts
-        self.errors[row.step_id] = exc
+        verdict = self._verdict
+        verdict.errors[row.step_id] = exc
         error = f"{describe(exc)} (after {attempts} attempt{'s' if attempts != 1 else ''})"
         error_type = "TimeoutError" if timed_out else type(exc).__name__
         # A timed-out attempt may have had its effect: its outcome is unknown (CANCELLED), not FAILED.
         status = StepStatus.CANCELLED if timed_out else StepStatus.FAILED
-        stuck = row.step_id in self._undo_failed
+        stuck = row.step_id in verdict.stuck
         if stuck:
             # A refused result whose undo failed left an effect behind (no attempt followed it): COMPENSATION_FAILED,
             # and the saga fails whatever the step's scope or group, so it compensates the rest and ends
             # COMPENSATION_FAILED, where operators look (list_sagas, retry_compensation), not SUCCESS.
             status = StepStatus.COMPENSATION_FAILED
-        self._finish(row, status, error=error, error_type=error_type)
+        self._recorder.finish_step(row, status, error=error, error_type=error_type)
         logger.warning("saga %s: step %s (%s) failed: %s", row.saga_id, row.step_id, row.tool_name, error)
         if stuck:
-            self._fail_saga(row, f"{error}; the effect of its refused result could not be undone")
-            self._cancel(group_scope)
+            verdict.fail(row, f"{error}; the effect of its refused result could not be undone")
+            _cancel(siblings)
             return
         if spec.retry_scope == "step" or join != "all":
             # Scope "step", or a member of a race or quorum: recorded, and the group (not this step) decides.
             if timed_out:
-                await self._compensate_now(row, spec, None)
+                await self._compensator.compensate_now(row, None, known=True)
             return
-        self._fail_saga(row, error)
-        self._cancel(group_scope)
+        verdict.fail(row, error)
+        _cancel(siblings)
 
-    @staticmethod
-    def _cancel(group_scope: Siblings | None) -> None:
-        if group_scope is not None:
-            group_scope.cancel()
+
+def _cancel(siblings: Siblings | None) -> None:
+    if siblings is not None:
+        siblings.cancel()

@@ -1,0 +1,235 @@
+"""The Compensator: undo every step that succeeded or whose outcome is unknown, groups in reverse, shielded from the
+caller's cancellation and bounded in time; or one step at once (a race loser, a timed-out step, a result that
+cannot be stored, a refused attempt). Every path undoes a step through one loop, `compensate_one`: each attempt is
+written ahead, retried by the tool's `compensation_retry`, and a fenced engine starts none and retries none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+
+from saga_runtime._engine._invoker import Invoker
+from saga_runtime._engine._recorder import Recorder, seq_of
+from saga_runtime._engine._shield import shielded
+from saga_runtime._engine._verdict import Verdict
+from saga_runtime._exceptions import describe
+from saga_runtime._records import SagaResult, SagaStatus, StepRow, StepStatus, now, own_copy
+from saga_runtime._tools import ToolRegistry, ToolSpec
+
+__all__ = ["UNKNOWN", "Compensator"]
+
+logger = logging.getLogger("saga_runtime")
+
+#: Steps whose outcome is unknown: started, and never recorded as ended (a crash, a cancellation, a timeout).
+UNKNOWN = frozenset({StepStatus.RUNNING, StepStatus.CANCELLED})
+# asyncio-native: the caller leaving is asyncio.CancelledError (anyio raises the same on this backend).
+_CANCELLED = asyncio.CancelledError
+
+
+class Compensator:
+    """Compensate a saga's steps (see the module docstring)."""
+
+    __slots__ = ("_invoker", "_recorder", "_registry", "_timeout", "_verdict")
+
+    def __init__(
+        self, recorder: Recorder, invoker: Invoker, verdict: Verdict, registry: ToolRegistry, timeout: float
+    ) -> None:
+        self._recorder = recorder
+        self._invoker = invoker
+        self._verdict = verdict
+        self._registry = registry
+        self._timeout = timeout
+
+    def needs(self, row: StepRow) -> bool:
+        """Tell whether a step must be undone when the saga compensates: done or in doubt, and undoable."""
+        return (row.status is StepStatus.SUCCESS or row.status in UNKNOWN) and self._registry.get(
+            row.tool_name
+        ).has_compensate
+
+    # -- the whole saga ------------------------------------------------------------------------------------------------
+
+    async def compensate_all(self) -> SagaResult:
+        """Undo every step that succeeded or whose outcome is unknown, groups in reverse; record the saga's end.
+
+        Runs to its end even if the caller is cancelled meanwhile (the cancellation goes on afterwards), and is
+        bounded by the executor's `compensation_timeout`.
+        """
+        return await shielded(self._compensate_all())
+
+    async def _compensate_all(self) -> SagaResult:
+        recorder = self._recorder
+        recorder.check_fence()
+        with anyio.move_on_after(self._timeout) as scope:
+            recorder.saga_to(SagaStatus.COMPENSATING)
+            if recorder.saga.error is None:
+                # Written now, not at the end: a compensation resumed after a crash still says why it began.
+                recorder.saga.error = self._verdict.reason or "the saga was cancelled by its caller"
+            await recorder.flush()
+            groups: dict[int, list[StepRow]] = {}
+            for row in sorted((row for row in recorder.rows.values() if self.needs(row)), key=seq_of):
+                groups.setdefault(row.group, []).append(row)
+            for group in sorted(groups, reverse=True):
+                recorder.check_fence()  # a compensation stopped by the fence: the saga's end is not ours to record
+                members = groups[group]
+                if len(members) == 1:  # nothing to run concurrently: no task group (the sequential case)
+                    await self.compensate_one(members[0])
+                    continue
+                async with anyio.create_task_group() as tg:
+                    for row in members:
+                        tg.start_soon(self.compensate_one, row)
+        recorder.check_fence()
+        if scope.cancelled_caught:
+            logger.error(
+                "saga %s: compensation did not finish within compensation_timeout=%gs",
+                recorder.saga.saga_id,
+                self._timeout,
+            )
+        failed = any(row.status is StepStatus.COMPENSATION_FAILED for row in recorder.rows.values())
+        leftover = [row for row in recorder.rows.values() if self.needs(row)]
+        for row in leftover:
+            recorder.step_to(row, StepStatus.COMPENSATION_FAILED)
+            row.compensation_error = f"compensation did not run: compensation_timeout ({self._timeout:g}s) ran out"
+        status = SagaStatus.COMPENSATION_FAILED if failed or leftover else SagaStatus.COMPENSATED
+        return await recorder.write_end(status, self._verdict.reason)
+
+    def reopen(self) -> None:
+        """Make a COMPENSATION_FAILED saga's failed compensations due again (an operator's retry)."""
+        recorder = self._recorder
+        for row in recorder.rows.values():
+            if row.status is StepStatus.COMPENSATION_FAILED:
+                # Back to what it was before its compensation: done (SUCCESS) or of unknown outcome. A race loser
+                # kept its result (and an error saying it lost): it is undone with that result.
+                done = row.error is None or row.result is not None
+                recorder.step_to(row, StepStatus.SUCCESS if done else StepStatus.CANCELLED)
+                row.compensation_error = None
+            recorder.mark(row)
+        recorder.saga.finished_at = None
+        recorder.touch_saga()
+
+    # -- single steps, at once -----------------------------------------------------------------------------------------
+
+    async def compensate_unknown(self, rows: Sequence[StepRow], *, successes: bool = False) -> None:
+        """Compensate at once, concurrently, the given steps whose outcome is unknown (and, if asked, successes)."""
+        wanted = (*UNKNOWN, StepStatus.SUCCESS) if successes else UNKNOWN
+        todo = [row for row in rows if row.status in wanted and self.needs(row)]
+        if not todo:
+            return
+        async with anyio.create_task_group() as tg:
+            for row in todo:
+                tg.start_soon(self.compensate_now, row)
+
+    async def compensate_now(self, row: StepRow, value: Any = None, *, known: bool = False) -> None:
+        """Compensate one step at once (its effect is in doubt or unrecordable), whoever cancels meanwhile.
+
+        The value undone is the step's stored result when it succeeded, None when its outcome is unknown, or
+        `value` when `known` (a result that could not be stored).
+        """
+        await shielded(self._bounded(row, value, known))
+
+    async def _bounded(self, row: StepRow, value: Any, known: bool) -> None:
+        with anyio.move_on_after(self._timeout):
+            await self.compensate_one(row, value, known=known)
+
+    async def undo_refused(self, row: StepRow, spec: ToolSpec, value: Any) -> None:
+        """Compensate one refused attempt's effect with its raw result, shielded and bounded; the step goes on."""
+        if spec.compensate is None:
+            logger.error("saga %s: step %s (%s) refused a result it cannot undo", row.saga_id, row.step_id, spec.name)
+            return
+        await shielded(self._bounded_refused(row, value))
+
+    async def _bounded_refused(self, row: StepRow, value: Any) -> None:
+        # The bound goes inside the shield: outside, the shield would keep it from ever firing.
+        with anyio.move_on_after(self._timeout) as scope:
+            await self.compensate_one(row, value, known=True, settle=False)
+        if scope.cancelled_caught:
+            row.compensation_error = f"undoing refused attempt {row.attempts}: compensation_timeout ran out"
+            self._verdict.stuck.add(row.step_id)
+            self._recorder.mark(row)
+
+    # -- the one loop --------------------------------------------------------------------------------------------------
+
+    async def compensate_one(
+        self, row: StepRow, value: Any = None, *, known: bool = False, settle: bool = True
+    ) -> bool:
+        """Undo one step's effect with its compensation's retry policy, each attempt written ahead; tell if it was.
+
+        The value handed to `compensate` is `value` when `known`, else the step's stored result if it succeeded
+        and None if its outcome is unknown (a copy of its own: the record must not change). `settle`: record the
+        step COMPENSATED or COMPENSATION_FAILED; without it (a refused attempt undone while its step goes on),
+        only a failure is recorded, and the step is marked stuck. A fenced engine runs nothing and records no
+        failure for what it did not run: the new owner compensates from the records.
+        """
+        spec = self._registry.get(row.tool_name)
+        compensate = spec.compensate
+        if compensate is None:
+            return False
+        recorder = self._recorder
+        if not known:
+            value = row.result if row.status is StepStatus.SUCCESS else None
+        policy = spec.compensation_retry
+        direct = settle and self._invoker.direct(spec.compensate_is_async, spec.compensate_ctx_params, spec)
+        attempt = 0
+        while not recorder.fenced:
+            attempt += 1
+            row.compensation_attempts += 1
+            recorder.mark(row)
+            try:
+                recorder.keep_lease()
+                await recorder.flush()  # write ahead: the compensation attempt is recorded before it runs
+                recorder.check_fence()  # fenced meanwhile (the flush may have waited): it does not start
+                if settle and recorder.config.hooks:
+                    recorder.emit("compensation_started", row, attempt=row.compensation_attempts)
+                given = own_copy(value) if settle else value  # a refused raw value is the tool's own already
+                if direct:
+                    await compensate(given)
+                else:
+                    await self._invoker.compensate(spec, row, attempt, given)
+            except _CANCELLED:
+                if settle:
+                    self._gave_up(row, "interrupted before it finished: compensation_timeout ran out")
+                raise
+            except Exception as exc:
+                if recorder.is_fenced():
+                    return False
+                if policy.should_retry(exc, attempt):
+                    try:
+                        await anyio.sleep(policy.delay(attempt))
+                    except _CANCELLED:  # the time ran out between two attempts: the effect is still there
+                        if settle:
+                            why = f"{describe(exc)}; then compensation_timeout ran out before a retry"
+                            self._gave_up(row, why, tell=False)
+                        raise
+                    continue
+                if settle:
+                    self._gave_up(row, f"{describe(exc)} (after {attempt} attempt{'s' if attempt != 1 else ''})")
+                else:
+                    row.compensation_error = f"undoing refused attempt {row.attempts}: {describe(exc)}"
+                    self._verdict.stuck.add(row.step_id)
+                    recorder.mark(row)
+                logger.error(
+                    "saga %s: compensation of step %s (%s) failed, its effect was NOT undone: %s",
+                    row.saga_id,
+                    row.step_id,
+                    row.tool_name,
+                    row.compensation_error,
+                )
+                return False
+            if settle:
+                recorder.step_to(row, StepStatus.COMPENSATED)
+                row.compensated_at = now()
+                row.compensation_error = None
+                recorder.emit("compensation_finished", row, attempt=row.compensation_attempts)
+                logger.debug("saga %s: step %s (%s) compensated", row.saga_id, row.step_id, row.tool_name)
+            return True
+        return False
+
+    def _gave_up(self, row: StepRow, why: str, *, tell: bool = True) -> None:
+        self._recorder.step_to(row, StepStatus.COMPENSATION_FAILED)
+        row.compensation_error = why
+        if tell:
+            self._recorder.emit("compensation_finished", row, attempt=row.compensation_attempts, error=why)

@@ -1,0 +1,218 @@
+"""Groups: the steps of one group started together and ended by their join.
+
+A group's steps that are not done yet have their intents committed in one write, then run concurrently
+(`Siblings`); how the group ends is its join: `all` (a failure cancels the siblings and fails the saga), `first`
+(the first success wins, the others are cancelled and compensated), `quorum`/`any` (every step runs; too few
+successes fail the saga).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pydantic
+
+from saga_runtime._engine._compensator import UNKNOWN, Compensator
+from saga_runtime._engine._recorder import Recorder
+from saga_runtime._engine._siblings import Siblings
+from saga_runtime._engine._steps import StepRunner
+from saga_runtime._engine._verdict import Verdict
+from saga_runtime._exceptions import describe
+from saga_runtime._records import StepRow, StepStatus, now, own_values, step_succeeded
+from saga_runtime._tools import ToolRegistry, ToolSpec
+
+__all__ = ["RUNNABLE", "GroupRunner"]
+
+#: Steps a forward run (first or resumed) executes: never started, or started with an unknown outcome.
+RUNNABLE = frozenset({StepStatus.PENDING, StepStatus.RUNNING, StepStatus.CANCELLED})
+
+_Call = tuple[StepRow, ToolSpec, dict[str, Any]]
+
+
+def succeeded(row: StepRow) -> bool:
+    """Tell whether a step's execute succeeded and counts (also when it was undone later with the saga)."""
+    return step_succeeded(row.status, row.error, row.finished_at)
+
+
+class GroupRunner:
+    """Run groups of one saga's steps (see the module docstring)."""
+
+    __slots__ = ("_compensator", "_recorder", "_registry", "_runner", "_validated", "_verdict")
+
+    def __init__(
+        self,
+        recorder: Recorder,
+        verdict: Verdict,
+        runner: StepRunner,
+        compensator: Compensator,
+        registry: ToolRegistry,
+    ) -> None:
+        self._recorder = recorder
+        self._verdict = verdict
+        self._runner = runner
+        self._compensator = compensator
+        self._registry = registry
+        # Arguments validated when the plan was, by step: (the args they were validated from, the kwargs).
+        self._validated: dict[str, tuple[Any, dict[str, Any]]] = {}
+
+    def validated(self, row: StepRow, kwargs: dict[str, Any]) -> None:
+        """Note that `kwargs` are `row`'s current arguments validated; the step will not validate them again."""
+        self._validated[row.step_id] = (row.args, kwargs)
+
+    def fail_before_start(self, row: StepRow, exc: BaseException) -> None:
+        """Record that a step could not start (its arguments could not be prepared); it never ran."""
+        spec = self._registry.get(row.tool_name)
+        self._recorder.step_to(row, StepStatus.FAILED)
+        row.error = f"the step could not start: {describe(exc)}"
+        row.error_type = type(exc).__name__
+        row.finished_at = now()
+        if spec.retry_scope == "saga":
+            self._verdict.fail(row, row.error)
+
+    def _prepare(self, row: StepRow) -> _Call | None:
+        spec = self._registry.get(row.tool_name)
+        known = self._validated.pop(row.step_id, None) if self._validated else None
+        if known is not None and known[0] is row.args:
+            return row, spec, known[1]
+        try:
+            kwargs = spec.validate_args(own_values(row.args))  # never objects of the record (see own_values)
+        except pydantic.ValidationError as exc:
+            self.fail_before_start(row, exc)
+            return None
+        return row, spec, kwargs
+
+    async def run(self, rows: Sequence[StepRow], *, join: str = "all", needed: int | None = None) -> bool:
+        """Run the steps of one group concurrently; return whether the saga can go on.
+
+        `rows` are the group's steps; those not yet done (never started, or of unknown outcome) run. They are
+        committed RUNNING (attempt n) with the outcomes of earlier groups in one write before any of them starts.
+        `join` says how the group ends: `all` (a step failing with scope "saga" cancels its running siblings and
+        fails the saga), `first` (the first success wins; its running siblings are cancelled and every loser is
+        compensated at once; the group fails only if every step failed), `quorum`/`any` (every step runs to its
+        end; the group fails, failing the saga, with fewer than `needed` successes).
+        """
+        recorder = self._recorder
+        if join == "first" and any(succeeded(row) for row in rows):
+            await self._settle_first(rows)  # resumed: the recorded winner stands, the rest lose
+            return self._nothing_left_out(rows)
+        undoing = [row for row in rows if row.status in UNKNOWN and row.compensation_attempts > 0]
+        if undoing:
+            await self._finish_undoing(undoing, join)
+        calls = [
+            call
+            for call in (self._prepare(row) for row in rows if row.status in RUNNABLE and row not in undoing)
+            if call
+        ]
+        if self._verdict.failed:
+            await recorder.flush()
+            return False
+        if not calls:
+            return self.judge(rows, join, needed)
+        calls = await self._announce(calls, join)
+        if len(calls) == 1 and join == "all":
+            # One step needs no task group and has no siblings to cancel: run it inline (the sequential case).
+            await self._runner.run(*calls[0], None)
+        else:
+            siblings = Siblings()
+            for row, spec, kwargs in calls:
+                siblings.start(self._runner.run, row, spec, kwargs, siblings, join)
+            await siblings.wait()
+        if self._verdict.store_error is not None:
+            raise self._verdict.store_error
+        if join == "first":
+            await self._settle_first(rows)
+        return self.judge(rows, join, needed)
+
+    async def _finish_undoing(self, undoing: Sequence[StepRow], join: str) -> None:
+        """Finish compensations that had begun (written ahead) when the process died; never run those steps forward."""
+        await self._compensator.compensate_unknown(undoing)
+        for row in undoing:
+            # Undone, never completed: it cannot count as done. (A refused attempt's undo counts compensation
+            # attempts too, so a step whose next attempt was running at the crash lands here: undone, not
+            # re-run, and the saga fails rather than going on without it.)
+            if row.error is None:
+                row.error, row.error_type = "its outcome was unknown after a crash; it was undone", "Crash"
+                self._recorder.mark(row)
+            if join == "all" and self._registry.get(row.tool_name).retry_scope == "saga":
+                self._verdict.fail(row, row.error)
+
+    async def _announce(self, calls: list[_Call], join: str) -> list[_Call]:
+        """Commit the intents (RUNNING, attempt n) of the calls not yet announced; return every call to start."""
+        recorder = self._recorder
+        started = now()
+        ready: list[_Call] = []
+        if recorder.announced:
+            waiting: list[_Call] = []
+            for call in calls:
+                (ready if call[0].step_id in recorder.announced else waiting).append(call)
+            recorder.announced.difference_update(call[0].step_id for call in ready)
+            calls = waiting
+        before = [(row.status, row.attempts, row.started_at) for row, _, _ in calls]
+        for row, _, _ in calls:
+            # A step resumed after a crash (RUNNING or CANCELLED: outcome unknown) runs again with the same
+            # idempotency key; its attempts keep counting.
+            recorder.step_to(row, StepStatus.RUNNING)
+            row.attempts += 1
+            row.started_at = row.started_at or started
+        if calls:
+            recorder.keep_lease()  # never start on an almost expired lease: extend it in the same write
+        try:
+            await recorder.flush()
+        except BaseException:
+            for (row, _, _), (status, attempts, started_at) in zip(calls, before, strict=True):
+                recorder.restore(row, status, attempts, started_at)  # never written: never ran
+            raise
+        recorder.check_fence()  # fenced while the intent was being written: no step starts after the fence
+        calls += ready
+        if self._recorder.config.hooks:
+            for row, _, _ in calls:
+                recorder.emit("step_started", row)
+        return calls
+
+    def _nothing_left_out(self, rows: Sequence[StepRow]) -> bool:
+        """Fail the saga if a step of the group has an effect its compensation could not undo; tell if it goes on.
+
+        A race loser whose release failed, or a timed-out step (scope "step") whose undo failed, leaves an effect
+        out in the world: the saga must not end SUCCESS with it forgotten. It fails, compensates, and ends
+        COMPENSATION_FAILED, so `list_sagas(status="COMPENSATION_FAILED")` shows it and `retry_compensation()`
+        undoes it once the cause is fixed.
+        """
+        for row in rows:
+            if row.status is StepStatus.COMPENSATION_FAILED:
+                self._verdict.fail(row, f"its effect could not be undone: {row.compensation_error}")
+        return not self._verdict.failed
+
+    def judge(self, rows: Sequence[StepRow], join: str, needed: int | None) -> bool:
+        """Decide whether a finished group lets the saga go on; fail the saga if not."""
+        if not self._nothing_left_out(rows):
+            return False
+        if join == "all" or self._verdict.failed:
+            return not self._verdict.failed
+        wins = sum(1 for row in rows if succeeded(row))
+        required = 1 if join == "first" else needed or 1
+        if wins >= required:
+            return True
+        group = rows[0].group if rows else -1
+        self._verdict.fail_with(
+            f"every step of 'first' group {group} failed"
+            if join == "first"
+            else f"{join} group {group}: {wins} of {len(rows)} steps succeeded, {required} needed"
+        )
+        return False
+
+    async def _settle_first(self, rows: Sequence[StepRow]) -> None:
+        """Keep a `first` group's winner (the earliest success); compensate every other step at once."""
+        wins = sorted((row for row in rows if succeeded(row)), key=lambda r: (r.finished_at or now(), r.seq))
+        if not wins:
+            return
+        winner = wins[0]
+        losers = [
+            row for row in rows if row is not winner and (row.status is StepStatus.SUCCESS or row.status in UNKNOWN)
+        ]
+        for row in losers:
+            if row.error is None:
+                row.error, row.error_type = f"lost the race to step {winner.step_id!r}", "LostRace"
+                self._recorder.mark(row)
+        if losers:
+            await self._compensator.compensate_unknown(losers, successes=True)

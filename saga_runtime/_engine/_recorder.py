@@ -1,0 +1,291 @@
+"""The Recorder: one saga's rows, and the only piece that writes them while the saga runs.
+
+It keeps the rows, the set of those changed since the last write, seals them (the hash chain) and writes them
+ahead through the store (durability invariants 1 and 2 of DESIGN.md): owner-conditionally while the engine holds
+the saga's lease, and never again once fenced (the lease is lost). Every status change goes through it, checked
+against the transition table; it tells the hooks what happened, and records the saga's end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import anyio
+
+from saga_runtime._engine._events import EventKind, SagaEvent, SagaHook, emit
+from saga_runtime._engine._transitions import saga_to, step_to
+from saga_runtime._exceptions import LeaseLostError, StoreError
+from saga_runtime._records import (
+    SagaResult,
+    SagaRow,
+    SagaStatus,
+    Sealer,
+    StepRow,
+    StepStatus,
+    extend_head,
+    identity_hash,
+    now,
+    result_from_rows,
+)
+from saga_runtime._storage import SagaStore
+from saga_runtime._tools import ToolRegistry
+
+__all__ = ["EngineConfig", "Recorder", "final_write_bound", "seq_of"]
+
+logger = logging.getLogger("saga_runtime")
+
+# How long the engine may spend recording a saga's end, beyond the store's own retry window (`retry_for`): a
+# store retrying a lost connection must be allowed its whole window, then one last try, before the end is given up.
+_FINAL_WRITE_MARGIN = 10.0
+# A step starts only on a lease with at least this share of `lease_timeout` left; with less (renewals late or
+# failing), the intent write that announces the step extends the lease (owner-conditionally) first.
+_LEASE_MARGIN = 0.25
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """What every saga of one executor shares."""
+
+    registry: ToolRegistry
+    store: SagaStore
+    executor_id: str
+    lease_timeout: float
+    compensation_timeout: float
+    thread_limiter: anyio.CapacityLimiter
+    call_limiter: anyio.CapacityLimiter | None
+    hooks: tuple[SagaHook, ...] = ()
+
+
+class Recorder:
+    """One saga's rows and how they are written (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: EngineConfig,
+        saga: SagaRow,
+        steps: Sequence[StepRow],
+        *,
+        announced: Sequence[StepRow] = (),
+        owner: str | None = None,
+    ) -> None:
+        self.config = config
+        self.store = config.store
+        self.saga = saga
+        # The executor id holding the saga's lease, when the engine holds one: every write is then conditional on
+        # the store still naming it the owner (a stalled worker must not write after another took the saga over).
+        self.owner = owner
+        # Called when the recorder learns that the lease is lost (set by the LeaseKeeper): stops the saga's work.
+        self.on_lost: Callable[[], None] | None = None
+        self.rows: dict[str, StepRow] = {row.step_id: row for row in steps}
+        self._by_seq: dict[int, StepRow] = {row.seq: row for row in steps}
+        self._links: dict[int, str] = {}
+        self._sealer = Sealer(config.store.signing_key)
+        # Steps whose first attempt was already committed RUNNING with the saga itself (write-ahead done).
+        self.announced = {row.step_id for row in announced}
+        self._dirty: dict[str, StepRow] = {}
+        self._saga_dirty = False
+        # asyncio.Lock, not anyio.Lock: it does not yield to the loop when nobody holds it (the common case).
+        self._write_lock = asyncio.Lock()
+        self.fenced = False
+        self.lease_lost = False
+
+    # -- changes -------------------------------------------------------------------------------------------------------
+
+    def mark(self, row: StepRow) -> None:
+        """Note that a row changed; it is written with the next flush."""
+        self._dirty[row.step_id] = row
+
+    def touch_saga(self) -> None:
+        """Note that the saga row changed (metadata, budget, cost); it is written with the next flush."""
+        self._saga_dirty = True
+
+    def step_to(self, row: StepRow, status: StepStatus) -> None:
+        """Move a step to `status` (checked against the transition table); it is written with the next flush."""
+        step_to(row, status)
+        self._dirty[row.step_id] = row
+
+    def saga_to(self, status: SagaStatus) -> None:
+        """Move the saga to `status` (checked against the transition table); written with the next flush."""
+        saga_to(self.saga, status)
+        self._saga_dirty = True
+
+    def finish_step(
+        self, row: StepRow, status: StepStatus, *, error: str | None = None, error_type: str | None = None
+    ) -> None:
+        """Record how a step's run ended, and tell the hooks."""
+        step_to(row, status)
+        row.error = error
+        row.error_type = error_type
+        row.finished_at = now()
+        self._dirty[row.step_id] = row
+        if self.config.hooks:
+            self.emit("step_finished", row, error=error)
+
+    def restore(self, row: StepRow, status: StepStatus, attempts: int, started_at: Any) -> None:
+        """Put back a step's state from before an intent that was never written (its step never ran)."""
+        row.status, row.attempts, row.started_at = status, attempts, started_at
+
+    def add_step(self, row: StepRow) -> None:
+        """Add a step to the saga (dynamic sagas add them as they go); it is written with the next flush."""
+        self.rows[row.step_id] = row
+        self._by_seq[row.seq] = row
+        self.saga.plan_hash = extend_head(self.saga.plan_hash, row)  # the chain head seals the list of calls
+        self._saga_dirty = True
+        self._dirty[row.step_id] = row
+
+    def emit(self, kind: EventKind, row: StepRow | None = None, **fields: Any) -> None:
+        """Tell the executor's hooks what just happened (nothing to do without hooks)."""
+        if not self.config.hooks:
+            return
+        if row is None:
+            event = SagaEvent(kind, self.saga.saga_id, status=self.saga.status.value, **fields)
+        else:
+            event = SagaEvent(
+                kind,
+                self.saga.saga_id,
+                step_id=row.step_id,
+                tool_name=row.tool_name,
+                group=row.group,
+                idempotency_key=row.idempotency_key,
+                **{"status": row.status.value, "attempt": row.attempts, **fields},
+            )
+        emit(self.config.hooks, event)
+
+    # -- writing -------------------------------------------------------------------------------------------------------
+
+    def _link(self, row: StepRow) -> str:
+        """Return the identity hash of the row before `row`: what `row` links to in the chain (cached)."""
+        link = self._links.get(row.seq)
+        if link is None:
+            link = self._links[row.seq] = identity_hash(self._by_seq.get(row.seq - 1), row.saga_id)
+        return link
+
+    def seal_all(self) -> None:
+        """Link and seal every row, in order (before the saga's first write)."""
+        seal, link = self._sealer.seal, self._link
+        for row in sorted(self.rows.values(), key=seq_of):
+            seal(row, link(row))
+
+    async def flush(self) -> None:
+        """Commit every changed row in one store write; return once it is durable.
+
+        A fenced recorder writes nothing and raises `LeaseLostError`. One holding the lease writes only while the
+        store still names it the owner; a store refusing the write (another executor took the saga over) fences
+        it, and the `LeaseLostError` goes on.
+        """
+        async with self._write_lock:
+            self.check_fence()
+            if not self._dirty and not self._saga_dirty:
+                return
+            seal, link = self._sealer.seal, self._link
+            steps = []
+            for row in self._dirty.values():
+                seal(row, link(row))
+                steps.append(row.copy())
+            self._dirty.clear()
+            saga = None
+            if self._saga_dirty:
+                # The new lease goes on the copy written; the recorder believes it only once it is stored (the lease
+                # keeper fences a saga whose lease ran out while the store was unreachable).
+                saga = self.saga.copy()
+                saga.updated_at = now()
+                if saga.status in (SagaStatus.RUNNING, SagaStatus.COMPENSATING):
+                    saga.lease_expires_at = saga.updated_at + timedelta(seconds=self.config.lease_timeout)
+                self._saga_dirty = False
+            try:
+                await self.store.save(saga, steps, owner=self.owner)
+                if saga is not None:
+                    self.saga.updated_at, self.saga.lease_expires_at = saga.updated_at, saga.lease_expires_at
+            except BaseException as exc:
+                # Not written: keep the rows dirty, so the next flush (or recovery's reading) is not misled.
+                for row in steps:
+                    self._dirty.setdefault(row.step_id, self.rows[row.step_id])
+                if saga is not None:
+                    self._saga_dirty = True
+                if isinstance(exc, LeaseLostError) and self.owner is not None:
+                    logger.error(
+                        "saga %s: the store refused a write, another executor owns the saga now; stopping here",
+                        self.saga.saga_id,
+                    )
+                    self.fence(lost=True)
+                raise
+
+    async def write_end(self, status: SagaStatus, error: str | None) -> SagaResult:
+        """Record the saga's terminal status (bounded by the store's retry window) and return its result."""
+        self.check_fence()  # another executor owns the saga: its end is not ours to record
+        self.saga_to(status)
+        if status is not SagaStatus.SUCCESS and self.saga.error is None:
+            self.saga.error = error or "the saga was cancelled by its caller"
+        self.saga.finished_at = now()
+        self.saga.lease_expires_at = None
+        bound = final_write_bound(self.store)
+        with anyio.move_on_after(bound) as scope:
+            await self.flush()
+        if scope.cancelled_caught:
+            raise StoreError(
+                f"saga {self.saga.saga_id!r} ended {status.value} but the store did not record it within "
+                f"{bound:g}s ({self.store.url}); check the database: recovery will finish it"
+            )
+        self.emit("saga_finished", error=self.saga.error)
+        log = logger.info if status is SagaStatus.SUCCESS else logger.warning
+        log("saga %s ended %s%s", self.saga.saga_id, status.value, f": {self.saga.error}" if self.saga.error else "")
+        return result_from_rows(self.saga, list(self.rows.values()))
+
+    # -- the lease and fencing -----------------------------------------------------------------------------------------
+
+    def fence(self, *, lost: bool = False) -> None:
+        """Stop writing for good. `lost`: another executor may own the saga now (its work is stopped too)."""
+        self.fenced = True
+        if lost and not self.lease_lost:
+            self.lease_lost = True
+            if self.on_lost is not None:
+                self.on_lost()
+
+    def is_fenced(self) -> bool:
+        """Tell whether the recorder is fenced now (a call, not the attribute: it changes across every await)."""
+        return self.fenced
+
+    def lost_error(self) -> LeaseLostError:
+        """Return the error a fenced recorder raises instead of writing."""
+        return LeaseLostError(
+            f"saga {self.saga.saga_id!r} was taken over by another executor (this one lost its lease); "
+            "it goes on there",
+            saga_id=self.saga.saga_id,
+        )
+
+    def check_fence(self) -> None:
+        """Raise `LeaseLostError` if fenced: nothing more may start or be written from here."""
+        if self.fenced:
+            raise self.lost_error()
+
+    def keep_lease(self) -> None:
+        """Make the next write extend the lease when too little of it is left to start a step on.
+
+        Only for a recorder holding the lease: its writes are owner-conditional, so the extension is refused (and
+        the recorder fenced) if another executor took the saga over meanwhile.
+        """
+        expires = self.saga.lease_expires_at
+        if self.owner is None or expires is None:
+            return
+        if (expires - now()).total_seconds() < self.config.lease_timeout * _LEASE_MARGIN:
+            self._saga_dirty = True  # flush() writes the saga row with a fresh lease_expires_at
+
+
+def seq_of(row: StepRow) -> int:
+    """Return a row's position in its saga (a sort key)."""
+    return row.seq
+
+
+def final_write_bound(store: SagaStore) -> float:
+    """Return the seconds the write of a saga's end may take: the store's retry window (`retry_for`) and a margin."""
+    retry_for = getattr(store, "retry_for", None)  # SQL stores retry a lost connection that long; memory: none
+    window = 0.0
+    if isinstance(retry_for, int | float) and not isinstance(retry_for, bool) and math.isfinite(retry_for):
+        window = max(0.0, float(retry_for))
+    return window + _FINAL_WRITE_MARGIN

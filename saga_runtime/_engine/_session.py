@@ -1,0 +1,207 @@
+"""Sessions: one executor's hold on the sagas it drives — claiming them, keeping their leases, and letting go.
+
+`Claims` is what one executor holds: the sagas it drives right now, how it takes one (a conditional change in the
+store), gives one up, parks one for an operator, and starts a new one. `Session` is one saga driven under the lease:
+the async context manager every front door runs a saga in (`run()`, dynamic sagas, `recover()`,
+`retry_compensation()`, and so the LLM runner), so the cancellation rules live in one place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Sequence
+from datetime import timedelta
+from types import TracebackType
+from typing import Any
+
+import anyio
+
+from saga_runtime._engine._lease import LeaseKeeper, cancel_requests
+from saga_runtime._engine._recorder import EngineConfig
+from saga_runtime._engine._saga import SagaEngine
+from saga_runtime._engine._transitions import saga_to
+from saga_runtime._exceptions import LeaseLostError
+from saga_runtime._records import SagaKind, SagaResult, SagaRow, SagaStatus, StepRow, StepStatus, now, result_from_rows
+
+__all__ = ["Claims", "Session"]
+
+logger = logging.getLogger("saga_runtime")
+
+# How long giving a saga up (or parking it) may take, shielded from the caller's cancellation: it is one write.
+_RELEASE_BOUND = 10.0
+
+
+class Claims:
+    """The sagas one executor drives, and how it takes them, starts them, gives them up and parks them."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        # Sagas this executor drives right now: two paths of one executor (a run() resuming, a recover(), a
+        # re-entered dynamic saga) never both take the same one.
+        self.active: set[str] = set()
+
+    def lease_until(self, start: Any) -> Any:
+        """Return when a lease taken at `start` expires."""
+        return start + timedelta(seconds=self.config.lease_timeout)
+
+    def new_saga(
+        self,
+        saga_id: str | None,
+        kind: SagaKind,
+        *,
+        plan: Any = None,
+        plan_hash: str | None = None,
+        budget: dict[str, Any] | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> SagaRow:
+        """Return the row of a new saga, RUNNING under this executor's lease (not yet stored)."""
+        started = now()
+        return SagaRow(
+            saga_id=saga_id or uuid.uuid4().hex,
+            kind=kind,
+            plan=plan,
+            plan_hash=plan_hash,
+            status=SagaStatus.RUNNING,
+            created_at=started,
+            updated_at=started,
+            owner=self.config.executor_id,
+            lease_expires_at=self.lease_until(started),
+            budget=budget,
+            metadata=metadata if metadata is not None else {},
+        )
+
+    def start_plan(self, saga: SagaRow, steps: list[StepRow]) -> SagaEngine:
+        """Return the engine of a new plan saga; its first group's intent (RUNNING, attempt 1) is written with it."""
+        first = [row for row in steps if row.group == 0]
+        for row in first:
+            row.status, row.attempts, row.started_at = StepStatus.RUNNING, 1, saga.created_at  # new rows: no move
+        engine = SagaEngine(self.config, saga, steps, announced=first, owner=self.config.executor_id)
+        engine.recorder.seal_all()  # the recorder seals: it keeps what it hashed for the next seals of the same rows
+        return engine
+
+    def engine(self, saga: SagaRow, steps: Sequence[StepRow], *, detached: bool = False) -> SagaEngine:
+        """Return an engine driving a stored saga under this executor's lease.
+
+        `detached`: no caller waits on it (recovery): a cancellation (the worker shutting down) stops it without
+        compensating, and the next recovery resumes it.
+        """
+        engine = SagaEngine(self.config, saga, steps, owner=self.config.executor_id)
+        engine.detached = detached
+        return engine
+
+    async def claim(self, saga: SagaRow) -> bool:
+        """Take over a live saga whose owner is gone (or is this executor, restarted); return whether it did.
+
+        On success the saga is marked active: the caller drives it and unmarks it when done. It is marked before
+        the store is asked, so two paths of one executor never both take it.
+        """
+        if saga.saga_id in self.active:
+            return False
+        self.active.add(saga.saga_id)
+        started = now()
+        expires = self.lease_until(started)
+        try:
+            claimed = await self.config.store.claim_saga(saga.saga_id, self.config.executor_id, expires, started)
+        except BaseException:
+            self.active.discard(saga.saga_id)
+            raise
+        if not claimed:
+            self.active.discard(saga.saga_id)
+            return False
+        saga.owner, saga.lease_expires_at = self.config.executor_id, expires
+        return True
+
+    async def release(self, saga: SagaRow, *, uncount: bool = False, owner: str | None = None) -> bool:
+        """Give up a claimed saga at once (no owner, no lease), so another executor can take it; return if written.
+
+        With `owner` (the claim this executor holds), only while the store still names it the owner: a saga
+        another executor took over meanwhile is left as it is.
+        """
+        saga.owner, saga.lease_expires_at = None, None
+        if uncount:
+            saga.recovery_attempts = max(0, saga.recovery_attempts - 1)
+        saga.updated_at = now()
+        with anyio.move_on_after(_RELEASE_BOUND, shield=True):
+            try:
+                await self.config.store.save(saga.copy(), [], owner=owner)
+            except LeaseLostError:
+                logger.info("saga %s: not released, another executor owns it now", saga.saga_id)
+                return False
+            return True
+        return False
+
+    async def park(self, saga: SagaRow, rows: list[StepRow], why: str) -> SagaResult | None:
+        """Set a claimed saga PARKED for an operator; None if another executor took it over meanwhile."""
+        saga.parked_from = saga.status
+        saga_to(saga, SagaStatus.PARKED)
+        saga.error = f"parked: {why}; fix the cause, then executor.unpark({saga.saga_id!r})"
+        if not await self.release(saga, owner=self.config.executor_id):
+            return None
+        logger.error("saga %s: %s", saga.saga_id, saga.error)
+        return result_from_rows(saga, rows)
+
+
+class Session:
+    """Drive one saga under this executor's lease: `async with Session(claims, engine):`.
+
+    Entering marks the saga active and starts renewing its lease. A lease lost (another executor took the saga
+    over, or it ran out unrenewed) fences the engine — it writes and starts nothing more — and cancels the work
+    inside the block. Leaving stops the renewals and tells the two cancellations apart: the caller's own goes on
+    as `CancelledError` (also when it lands in the same turn as the fence); a lost lease becomes `LeaseLostError`,
+    unless the saga's end was recorded before it was lost.
+    """
+
+    def __init__(self, claims: Claims, engine: SagaEngine, *, where: str = "while this one ran it") -> None:
+        self._claims = claims
+        self.engine = engine
+        self._where = where
+        self._fence = anyio.CancelScope()
+        self._pending = 0
+        self.keeper: LeaseKeeper | None = None
+
+    def enter(self) -> None:
+        """Start the session in the current task (what `async with` does; for front doors that enter by hand)."""
+        self._claims.active.add(self.engine.saga.saga_id)
+        self._pending = cancel_requests()
+        self._fence.__enter__()
+        self.keeper = LeaseKeeper(self.engine.recorder, self._fence.cancel).start()
+
+    async def stop_renewing(self) -> None:
+        """Stop renewing the lease (it runs out; the saga stays this executor's until then)."""
+        if self.keeper is not None:
+            await self.keeper.stop()
+
+    async def exit(self, exc: BaseException | None) -> None:
+        """Leave the session in the task that entered it; raise what the caller must see (see the class)."""
+        try:
+            await self.stop_renewing()
+        finally:
+            self._claims.active.discard(self.engine.saga.saga_id)
+            self._fence.__exit__(
+                type(exc) if exc is not None else None, exc, None if exc is None else exc.__traceback__
+            )
+        recorder = self.engine.recorder
+        if not recorder.lease_lost:
+            return
+        if cancel_requests() > self._pending:
+            # The caller cancelled in the same turn as the fence: its cancellation goes on (the saga is the new
+            # owner's either way).
+            raise asyncio.CancelledError
+        if exc is None and self.engine.saga.status.is_terminal:
+            return  # its end was recorded while the lease was still ours
+        raise LeaseLostError(
+            f"saga {self.engine.saga.saga_id!r} was taken over by another executor {self._where} (its lease "
+            "expired); it stopped here without compensating, and goes on under its new owner",
+            saga_id=self.engine.saga.saga_id,
+        ) from exc
+
+    async def __aenter__(self) -> SagaEngine:
+        self.enter()
+        return self.engine
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.exit(exc)

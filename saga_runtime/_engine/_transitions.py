@@ -1,0 +1,67 @@
+"""The transition table: which saga and step statuses may follow which.
+
+Every status change of a running saga goes through `step_to` / `saga_to` (the Recorder calls them); nothing else
+assigns a status. A change the table does not allow is a bug in the engine, and raises `TransitionError` at once
+instead of writing a record that says something impossible.
+"""
+
+from __future__ import annotations
+
+from saga_runtime._records import SagaRow, SagaStatus, StepRow, StepStatus
+
+__all__ = ["SAGA_MOVES", "STEP_MOVES", "TransitionError", "saga_to", "step_to"]
+
+_S = SagaStatus
+_T = StepStatus
+
+#: Saga statuses and those that may follow each. A live status may follow itself (a resumed saga goes on as it
+#: was); COMPENSATION_FAILED reopens to COMPENSATING when an operator retries its compensations; PARKED is left
+#: by the store's own conditional `unpark_saga`, never by the engine.
+SAGA_MOVES: dict[SagaStatus, frozenset[SagaStatus]] = {
+    _S.RUNNING: frozenset({_S.RUNNING, _S.COMPENSATING, _S.SUCCESS, _S.PARKED}),
+    _S.COMPENSATING: frozenset({_S.COMPENSATING, _S.COMPENSATED, _S.COMPENSATION_FAILED, _S.PARKED}),
+    _S.COMPENSATION_FAILED: frozenset({_S.COMPENSATING}),
+    _S.SUCCESS: frozenset(),
+    _S.COMPENSATED: frozenset(),
+    _S.PARKED: frozenset(),
+}
+
+_UNDONE = frozenset({_T.COMPENSATED, _T.COMPENSATION_FAILED})
+
+#: Step statuses and those that may follow each.
+#: - A step starts (RUNNING) from PENDING, or again from an unknown outcome (RUNNING, CANCELLED) when resumed.
+#: - FAILED is compensated only when its effect is known to be out there (a result that could not be stored).
+#: - COMPENSATION_FAILED reopens to what it was before (SUCCESS, or CANCELLED: unknown) for an operator's retry.
+STEP_MOVES: dict[StepStatus, frozenset[StepStatus]] = {
+    _T.PENDING: frozenset({_T.RUNNING, _T.FAILED}),
+    _T.RUNNING: frozenset({_T.RUNNING, _T.SUCCESS, _T.FAILED, _T.CANCELLED}) | _UNDONE,
+    _T.CANCELLED: frozenset({_T.RUNNING}) | _UNDONE,
+    _T.SUCCESS: _UNDONE,
+    _T.FAILED: _UNDONE,
+    _T.COMPENSATION_FAILED: frozenset({_T.SUCCESS, _T.CANCELLED, _T.COMPENSATION_FAILED}),
+    _T.COMPENSATED: frozenset(),
+}
+
+
+class TransitionError(RuntimeError):
+    """A status change the transition table does not allow: a bug in saga_runtime, never a user's error."""
+
+
+def step_to(row: StepRow, status: StepStatus) -> None:
+    """Move a step to `status`; raise `TransitionError` if the table does not allow it."""
+    if status not in STEP_MOVES[row.status]:
+        raise TransitionError(
+            f"step {row.step_id!r} of saga {row.saga_id!r} cannot go from {row.status.value} to {status.value} "
+            "(a bug in saga_runtime: please report it)"
+        )
+    row.status = status
+
+
+def saga_to(saga: SagaRow, status: SagaStatus) -> None:
+    """Move a saga to `status`; raise `TransitionError` if the table does not allow it."""
+    if status not in SAGA_MOVES[saga.status]:
+        raise TransitionError(
+            f"saga {saga.saga_id!r} cannot go from {saga.status.value} to {status.value} "
+            "(a bug in saga_runtime: please report it)"
+        )
+    saga.status = status
