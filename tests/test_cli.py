@@ -18,8 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import typer
 
 from saga_runtime import RetryPolicy, SagaExecutor, StepContext, ToolRegistry, open_store
+from saga_runtime._cli._app import app
 from saga_runtime._records import (
     SagaRow,
     SagaStatus,
@@ -472,6 +474,133 @@ def test_a_bad_tools_option_is_a_usage_error(work_db: str, tmp_path: Path) -> No
         ran = cli("recover", "--tools", spec, db=work_db, cwd=tmp_path)
         assert ran.code == 2, (spec, ran.err)
         assert text in one_line_error(ran), spec
+
+
+# -- the store options, before or after the command -----------------------------------------------------------
+
+# Each command with arguments that succeed on the store of `placed_db`, and a text its output then holds.
+COMMANDS: dict[str, tuple[list[str], str]] = {
+    "list": (["list", "--json"], '"saga_id": "orphan-1"'),
+    "show": (["show", "ok-1"], "saga ok-1"),
+    "export": (["export", "ok-1"], '"saga_id": "ok-1"'),
+    "verify": (["verify", "ok-1"], "the record is intact"),
+    "replay": (["replay", "ok-1"], "no tool called"),
+    "import": (["import", "ok-1.json"], "placed.db"),  # the same saga again: a no-op, into the store named
+    "recover": (["recover", "--tools", "cli_tools:registry"], "orphan-1"),
+    "retry-compensation": (["retry-compensation", "cfail-1", "--tools", "cli_tools:registry"], "(COMPENSATED)"),
+    "unpark": (["unpark", "parked-1"], "RUNNING again"),
+}
+SIGNING_KEY = "the signing key of the test"
+
+
+def placed(placement: str, option: str, value: str, args: list[str]) -> tuple[list[str], dict[str, str]]:
+    """Return the command line and environment that give `option` before the command, after it, or in the env."""
+    if placement == "before":
+        return [option, value, *args], {}
+    if placement == "after":
+        return [*args, option, value], {}
+    variable = {"--db": "SAGA_RUNTIME_DATABASE_URL", "--signing-key": "SAGA_RUNTIME_SIGNING_KEY"}[option]
+    return args, {variable: value}
+
+
+@pytest.fixture
+def placed_db(tmp_path: Path) -> str:
+    """Return the URL of a store in a folder of its own (not ./sagas.db), with an export of ok-1 and tools in cwd."""
+    (tmp_path / "store").mkdir()
+    url = f"sqlite:///{tmp_path / 'store' / 'placed.db'}"
+    run_sync(lambda: populate(url, orphans=True))
+
+    async def export() -> Any:
+        async with open_store(url) as store:
+            return await store.export_saga("ok-1")
+
+    (tmp_path / "ok-1.json").write_text(json.dumps(run_sync(export)))
+    (tmp_path / "cli_tools.py").write_text(TOOLS_MODULE)
+    return url
+
+
+@pytest.fixture(scope="module")
+def signed_db(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Return a SQLite URL holding one saga whose records are signed with SIGNING_KEY."""
+    url = f"sqlite:///{tmp_path_factory.mktemp('signed') / 'signed.db'}"
+
+    async def sign() -> None:
+        async with open_store(url, signing_key=SIGNING_KEY) as store:
+            plan = [{"id": "charge", "tool": "Charge", "args": {"amount": 3}}]
+            await SagaExecutor(registry, store=store).run(plan, saga_id="signed-1")
+
+    run_sync(sign)
+    return url
+
+
+@pytest.mark.parametrize("placement", ["before", "after", "env"])
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_every_command_takes_db_before_or_after_its_name_or_from_the_env(
+    command: str, placement: str, placed_db: str, tmp_path: Path
+) -> None:
+    """Each command works on the store of `--db` given before its name, after it, or of SAGA_RUNTIME_DATABASE_URL."""
+    args, text = COMMANDS[command]
+    argv, env = placed(placement, "--db", placed_db, args)
+    ran = cli(*argv, cwd=tmp_path, env=env)
+    assert ran.code == 0, (argv, ran.err)
+    assert text in ran.out, (argv, ran.out)
+    assert not (tmp_path / "sagas.db").exists()  # not the default store of the working directory
+
+
+def test_every_command_is_covered_and_its_help_shows_the_store_options() -> None:
+    """`COMMAND --help` of every command lists --db and --signing-key, their env variables, and which one wins."""
+    group = typer.main.get_command(app)
+    assert sorted(group.commands) == sorted(COMMANDS)  # a new command joins COMMANDS, and so its tests
+    for command in COMMANDS:
+        ran = cli(command, "--help")
+        assert ran.code == 0, ran.err
+        for text in (
+            "--db",
+            "SAGA_RUNTIME_DATABASE_URL",
+            "--signing-key",
+            "SAGA_RUNTIME_SIGNING_KEY",
+            "before or after the command name; given in both places, the one after it wins",
+        ):
+            assert text in " ".join(ran.out.split()), (command, text)
+
+
+def test_db_after_the_command_wins_over_db_before_it_and_both_over_the_env(sqlite_db: str, tmp_path: Path) -> None:
+    """--db after the command wins over --db before it; either, typed, wins over SAGA_RUNTIME_DATABASE_URL."""
+    absent = f"sqlite:///{tmp_path / 'absent.db'}"
+    assert cli("--db", absent, "list", "--db", sqlite_db, "--json").json()  # the issue's `list --db URL --json`
+    assert cli("--db", absent, "show", "--db", sqlite_db, "ok-1").code == 0
+    wrong = cli("--db", sqlite_db, "show", "ok-1", "--db", absent)
+    assert wrong.code == 3
+    assert "absent.db" in one_line_error(wrong)
+    in_env = {"SAGA_RUNTIME_DATABASE_URL": absent}
+    assert cli("--db", sqlite_db, "verify", "ok-1", env=in_env).code == 0  # the command's own env does not undo it
+    assert cli("verify", "ok-1", "--db", sqlite_db, env=in_env).code == 0
+    assert cli("--db", absent, "verify", "ok-1", env={"SAGA_RUNTIME_DATABASE_URL": sqlite_db}).code == 3
+
+
+@pytest.mark.parametrize("placement", ["before", "after", "env"])
+def test_signing_key_before_or_after_the_command_or_from_the_env(placement: str, signed_db: str) -> None:
+    """--signing-key given before the command, after it, or as SAGA_RUNTIME_SIGNING_KEY verifies a signed saga."""
+    argv, env = placed(placement, "--signing-key", SIGNING_KEY, ["verify", "signed-1"])
+    ran = cli(*argv, db=signed_db, env=env)
+    assert ran.code == 0, ran.out
+    assert "intact (signed and chained)" in ran.out
+    unsigned = cli("verify", "signed-1", db=signed_db)
+    assert unsigned.code == 4
+    assert "configure the signing key" in unsigned.out
+
+
+def test_signing_key_after_the_command_wins_over_one_before_it_and_the_env(signed_db: str) -> None:
+    """--signing-key after the command wins over one before it; either, typed, wins over SAGA_RUNTIME_SIGNING_KEY."""
+    right, wrong = ["--signing-key", SIGNING_KEY], ["--signing-key", "another key"]
+    verify = ["verify", "signed-1", "--db", signed_db]
+    assert cli(*wrong, *verify, *right).code == 0
+    altered = cli(*right, *verify, *wrong)
+    assert altered.code == 4
+    assert "does not match its seal" in altered.out
+    assert cli(*right, *verify, env={"SAGA_RUNTIME_SIGNING_KEY": "another key"}).code == 0
+    assert cli(*verify, *right, env={"SAGA_RUNTIME_SIGNING_KEY": "another key"}).code == 0
+    assert cli(*wrong, *verify, env={"SAGA_RUNTIME_SIGNING_KEY": SIGNING_KEY}).code == 4
 
 
 # -- errors ----------------------------------------------------------------------------------------------------

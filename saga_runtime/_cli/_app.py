@@ -8,7 +8,6 @@ import logging
 import os
 import sys
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -19,6 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.table import Table
 
 from saga_runtime._cli._load import load_registry, parse_since
+from saga_runtime._cli._options import KEY_VAR, JsonOption, ToolsOption, options, store_options
 from saga_runtime._cli._render import saga_table, timeline
 from saga_runtime._engine import SagaEvent
 from saga_runtime._exceptions import (
@@ -36,7 +36,6 @@ from saga_runtime._tools import ToolRegistry
 __all__ = ["ExitCode", "app", "run"]
 
 PROG = "saga-runtime"
-KEY_VAR = "SAGA_RUNTIME_SIGNING_KEY"
 
 
 class ExitCode(IntEnum):
@@ -54,7 +53,9 @@ class ExitCode(IntEnum):
 
 EPILOG = (
     f"Store: --db URL, else ${ENV_VAR}, else {DEFAULT_URL}. URLs: sqlite:///relative.db, sqlite:////absolute.db, "
-    "postgresql://user:pw@host:port/db, mysql://user:pw@host:port/db.\n\n"
+    "postgresql://user:pw@host:port/db, mysql://user:pw@host:port/db. Signing key: --signing-key, else "
+    f"${KEY_VAR}. Every command takes --db and --signing-key before or after its name (`{PROG} --db URL list` "
+    f"or `{PROG} list --db URL`); given in both places, the one after the command wins.\n\n"
     "Exit codes: 0 ok; 1 saga not found; 2 usage error; 3 store error (unreachable, bad URL, missing driver); "
     "4 verify failed or replay diverged; 5 the saga's status does not allow the command, or an import conflicts; "
     "6 a saga ended COMPENSATION_FAILED or PARKED; 130 interrupted."
@@ -77,26 +78,6 @@ class CliError(Exception):
     def __init__(self, message: str, code: ExitCode) -> None:
         super().__init__(message)
         self.code = code
-
-
-@dataclass
-class Options:
-    """The global options, shared by every command."""
-
-    db: str | None
-    signing_key: str | None
-    verbose: bool
-
-    @property
-    def url(self) -> str:
-        """Return the store URL in effect."""
-        return self.db or os.environ.get(ENV_VAR) or DEFAULT_URL
-
-
-def _options(ctx: typer.Context) -> Options:
-    options = ctx.obj
-    assert isinstance(options, Options)
-    return options
 
 
 def _stdout() -> Console:
@@ -137,13 +118,13 @@ def _check_sqlite_file(url: str) -> None:
 
 def _execute(ctx: typer.Context, work: Callable[[SagaStore], Awaitable[ExitCode]], *, create: bool = False) -> NoReturn:
     """Open the store, run `work` on it, close the store whatever happens; exit with what `work` returned."""
-    options = _options(ctx)
+    given = options(ctx)
 
     async def main() -> ExitCode:
         if not create:
-            _check_sqlite_file(options.url)
-        extra: dict[str, Any] = {} if options.signing_key is None else {"signing_key": options.signing_key}
-        async with open_store(options.url, **extra) as store:
+            _check_sqlite_file(given.url)
+        extra: dict[str, Any] = {} if given.signing_key is None else {"signing_key": given.signing_key}
+        async with open_store(given.url, **extra) as store:
             return await work(store)
 
     try:
@@ -174,18 +155,8 @@ def _error(message: str, code: ExitCode) -> NoReturn:
 
 
 @app.callback()
+@store_options
 def _main(
-    ctx: typer.Context,
-    db: Annotated[
-        str | None,
-        typer.Option("--db", envvar=ENV_VAR, show_envvar=True, help=f"Store URL (default {DEFAULT_URL})."),
-    ] = None,
-    signing_key: Annotated[
-        str | None,
-        typer.Option(
-            "--signing-key", envvar=KEY_VAR, show_envvar=True, help="Key the records are signed with (use the env)."
-        ),
-    ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log what the library does (INFO).")] = False,
 ) -> None:
     """Inspect and operate the sagas of a saga_runtime store."""
@@ -194,24 +165,13 @@ def _main(
     library = logging.getLogger("saga_runtime")
     library.addHandler(handler)
     library.setLevel(logging.INFO if verbose else logging.WARNING)
-    ctx.obj = Options(db=db, signing_key=signing_key, verbose=verbose)
-
-
-JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
-ToolsOption = Annotated[
-    str,
-    typer.Option(
-        "--tools",
-        "-t",
-        help="Where your ToolRegistry is: module:attribute (importable from here) or path/to/file.py:attribute.",
-    ),
-]
 
 
 # -- reading ---------------------------------------------------------------------------------------------------
 
 
 @app.command("list")
+@store_options
 def list_command(
     ctx: typer.Context,
     status: Annotated[
@@ -255,6 +215,7 @@ def list_command(
 
 
 @app.command()
+@store_options
 def show(
     ctx: typer.Context,
     saga_id: Annotated[str, typer.Argument(metavar="ID", help="The saga id.")],
@@ -282,6 +243,7 @@ async def _get(store: SagaStore, saga_id: str) -> SagaResult:
 
 
 @app.command()
+@store_options
 def export(
     ctx: typer.Context,
     saga_id: Annotated[str, typer.Argument(metavar="ID", help="The saga id.")],
@@ -307,6 +269,7 @@ def export(
 
 
 @app.command()
+@store_options
 def verify(
     ctx: typer.Context,
     saga_id: Annotated[str, typer.Argument(metavar="ID", help="The saga id.")],
@@ -332,6 +295,7 @@ def verify(
 
 
 @app.command()
+@store_options
 def replay(
     ctx: typer.Context,
     saga_id: Annotated[str, typer.Argument(metavar="ID", help="The saga id.")],
@@ -358,6 +322,7 @@ def replay(
 
 
 @app.command("import")
+@store_options
 def import_command(
     ctx: typer.Context,
     file: Annotated[Path, typer.Argument(metavar="FILE", help="An export: one document, a JSON list, or JSON lines.")],
@@ -426,6 +391,7 @@ def _outcome_code(results: list[SagaResult]) -> ExitCode:
 
 
 @app.command()
+@store_options
 def recover(
     ctx: typer.Context,
     tools: ToolsOption,
@@ -469,6 +435,7 @@ def _print_outcomes(results: list[SagaResult], title: str) -> None:
 
 
 @app.command("retry-compensation")
+@store_options
 def retry_compensation(
     ctx: typer.Context,
     saga_id: Annotated[str, typer.Argument(metavar="ID", help="A COMPENSATION_FAILED saga.")],
@@ -491,6 +458,7 @@ def retry_compensation(
 
 
 @app.command()
+@store_options
 def unpark(
     ctx: typer.Context,
     saga_id: Annotated[str, typer.Argument(metavar="ID", help="A PARKED saga.")],
