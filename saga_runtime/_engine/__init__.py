@@ -7,8 +7,8 @@ rows, their sealing and writing, and fencing (`_recorder`); the Invoker calls to
 """
 
 from saga_runtime._engine._budget import Account, Budget
+from saga_runtime._engine._config import EngineConfig
 from saga_runtime._engine._events import EventKind, LoggingHook, SagaEvent, SagaHook
-from saga_runtime._engine._recorder import EngineConfig
 from saga_runtime._engine._saga import RUNNABLE, SagaEngine
 from saga_runtime._engine._session import Claims, Session
 from saga_runtime._engine._transitions import TransitionError

@@ -12,13 +12,13 @@ import asyncio
 import logging
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 import anyio
 
-from saga_runtime._engine._events import EventKind, SagaEvent, SagaHook, emit
+from saga_runtime._engine._config import EngineConfig
+from saga_runtime._engine._events import EventKind, SagaEvent, emit
 from saga_runtime._engine._transitions import saga_to, step_to
 from saga_runtime._exceptions import LeaseLostError, StoreError
 from saga_runtime._records import (
@@ -34,7 +34,6 @@ from saga_runtime._records import (
     result_from_rows,
 )
 from saga_runtime._storage import SagaStore
-from saga_runtime._tools import ToolRegistry
 
 __all__ = ["EngineConfig", "Recorder", "final_write_bound", "seq_of"]
 
@@ -46,20 +45,6 @@ _FINAL_WRITE_MARGIN = 10.0
 # A step starts only on a lease with at least this share of `lease_timeout` left; with less (renewals late or
 # failing), the intent write that announces the step extends the lease (owner-conditionally) first.
 _LEASE_MARGIN = 0.25
-
-
-@dataclass(frozen=True, slots=True)
-class EngineConfig:
-    """What every saga of one executor shares."""
-
-    registry: ToolRegistry
-    store: SagaStore
-    executor_id: str
-    lease_timeout: float
-    compensation_timeout: float
-    thread_limiter: anyio.CapacityLimiter
-    call_limiter: anyio.CapacityLimiter | None
-    hooks: tuple[SagaHook, ...] = ()
 
 
 class Recorder:
@@ -86,6 +71,9 @@ class Recorder:
         self._by_seq: dict[int, StepRow] = {row.seq: row for row in steps}
         self._links: dict[int, str] = {}
         self._sealer = Sealer(config.store.signing_key)
+        # A store that seals rows itself before anyone reads them (memory) is written unsealed rows: a row changes
+        # three or four times as its step runs, and is sealed once there instead of at every change.
+        self._sealing = not getattr(config.store, "seals_on_read", False)
         # Steps whose first attempt was already committed RUNNING with the saga itself (write-ahead done).
         self.announced = {row.step_id for row in announced}
         self._dirty: dict[str, StepRow] = {}
@@ -168,6 +156,8 @@ class Recorder:
 
     def seal_all(self) -> None:
         """Link and seal every row, in order (before the saga's first write)."""
+        if not self._sealing:
+            return
         seal, link = self._sealer.seal, self._link
         for row in sorted(self.rows.values(), key=seq_of):
             seal(row, link(row))
@@ -183,11 +173,16 @@ class Recorder:
             self.check_fence()
             if not self._dirty and not self._saga_dirty:
                 return
-            seal, link = self._sealer.seal, self._link
-            steps = []
-            for row in self._dirty.values():
-                seal(row, link(row))
-                steps.append(row.copy())
+            if self._sealing:
+                seal, link = self._sealer.seal, self._link
+                steps = []
+                for row in self._dirty.values():
+                    seal(row, link(row))
+                    steps.append(row.copy())
+            else:
+                steps = [row.copy() for row in self._dirty.values()]
+                for copy in steps:
+                    copy.hash = None  # changed since it was sealed, if ever: the store seals it afresh
             self._dirty.clear()
             saga = None
             if self._saga_dirty:

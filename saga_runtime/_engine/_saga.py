@@ -15,9 +15,10 @@ from typing import Any
 
 from saga_runtime._engine._budget import Account, Budget
 from saga_runtime._engine._compensator import Compensator
+from saga_runtime._engine._config import EngineConfig
 from saga_runtime._engine._groups import RUNNABLE, GroupRunner, succeeded
 from saga_runtime._engine._invoker import Invoker
-from saga_runtime._engine._recorder import EngineConfig, Recorder
+from saga_runtime._engine._recorder import Recorder
 from saga_runtime._engine._shield import shielded
 from saga_runtime._engine._steps import StepRunner
 from saga_runtime._engine._verdict import Verdict

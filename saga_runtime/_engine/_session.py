@@ -18,8 +18,8 @@ from typing import Any
 
 import anyio
 
+from saga_runtime._engine._config import EngineConfig
 from saga_runtime._engine._lease import LeaseKeeper, cancel_requests
-from saga_runtime._engine._recorder import EngineConfig
 from saga_runtime._engine._saga import SagaEngine
 from saga_runtime._engine._transitions import saga_to
 from saga_runtime._exceptions import LeaseLostError

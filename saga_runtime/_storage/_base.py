@@ -18,7 +18,12 @@ __all__ = ["SagaStore"]
 
 @runtime_checkable
 class SagaStore(Protocol):
-    """A durable home for sagas; memory, SQLite, PostgreSQL and MySQL/MariaDB implement it alike."""
+    """A durable home for sagas; memory, SQLite, PostgreSQL and MySQL/MariaDB implement it alike.
+
+    A store may set a class attribute `seals_on_read = True` to be written step rows unsealed (`hash` None): it
+    then seals them itself (see `saga_runtime._records.seal`) before any of them is read, and at the latest when
+    their saga ends. Stores without it are written sealed rows.
+    """
 
     @property
     def url(self) -> str:

@@ -16,8 +16,10 @@ from saga_runtime._records import (
     StepRow,
     VerifyResult,
     export_rows,
+    identity_hash,
     import_rows,
     result_from_rows,
+    seal,
     summary_from_rows,
     verify_rows,
 )
@@ -31,7 +33,15 @@ _LIVE = frozenset({SagaStatus.RUNNING, SagaStatus.COMPENSATING})
 
 
 class MemoryStore:
-    """Keep sagas in this process's memory: fast, private to the store object, gone when the process ends."""
+    """Keep sagas in this process's memory: fast, private to the store object, gone when the process ends.
+
+    Rows written without a seal (`hash` None: the engine leaves sealing to a store that `seals_on_read`) are
+    sealed here when their saga ends, or earlier when anything reads it: a running saga in memory is read by
+    nobody but its engine, so most of its rows are sealed once, not once per change.
+    """
+
+    #: The engine may write this store's rows unsealed: it seals them itself before anyone reads them.
+    seals_on_read = True
 
     def __init__(self, *, signing_key: bytes | str | None = None) -> None:
         self._sagas: dict[str, SagaRow] = {}
@@ -40,6 +50,7 @@ class MemoryStore:
         self._keys: dict[str, tuple[str, str]] = {}
         self._closed = False
         self._signing_key = signing_key_bytes(signing_key)
+        self._unsealed: set[str] = set()  # sagas with rows written unsealed since they were last sealed
 
     @property
     def url(self) -> str:
@@ -71,6 +82,7 @@ class MemoryStore:
         self._check_keys(steps)
         self._sagas[saga.saga_id] = saga
         self._put_steps(steps)
+        self._note_unsealed(saga.saga_id, steps)
         return None
 
     async def save(self, saga: SagaRow | None, steps: Sequence[StepRow], *, owner: str | None = None) -> None:
@@ -82,6 +94,10 @@ class MemoryStore:
         if saga is not None:
             self._sagas[saga.saga_id] = saga
         self._put_steps(steps)
+        if steps:
+            self._note_unsealed(steps[0].saga_id, steps)
+        if saga is not None and saga.status.is_terminal and saga.saga_id in self._unsealed:
+            self._seal(saga.saga_id)  # the saga ended: its record is final, seal it now
 
     def _check_owner(self, saga: SagaRow | None, steps: Sequence[StepRow], owner: str) -> None:
         """Raise LeaseLostError unless the stored saga of the rows is owned by `owner`."""
@@ -117,10 +133,27 @@ class MemoryStore:
             rows[row.step_id] = row
             self._keys[row.idempotency_key] = (row.saga_id, row.step_id)
 
+    def _note_unsealed(self, saga_id: str, steps: Sequence[StepRow]) -> None:
+        for row in steps:
+            if row.hash is None:
+                self._unsealed.add(saga_id)
+                return
+
+    def _seal(self, saga_id: str) -> None:
+        """Seal the rows of a saga that were written unsealed, each linked to the row before it."""
+        self._unsealed.discard(saga_id)
+        previous: StepRow | None = None
+        for row in sorted(self._steps.get(saga_id, {}).values(), key=lambda r: r.seq):
+            if row.hash is None:
+                seal(row, identity_hash(previous, saga_id), self._signing_key)
+            previous = row
+
     def _snapshot(self, saga_id: str) -> tuple[SagaRow, list[StepRow]] | None:
         saga = self._sagas.get(saga_id)
         if saga is None:
             return None
+        if saga_id in self._unsealed:
+            self._seal(saga_id)
         steps = sorted((row.copy() for row in self._steps.get(saga_id, {}).values()), key=lambda r: r.seq)
         return saga.copy(), steps
 

@@ -1,0 +1,27 @@
+"""What every saga of one executor shares: its tools, its store, its identity, its limits and its hooks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import anyio
+
+from saga_runtime._engine._events import SagaHook
+from saga_runtime._storage import SagaStore
+from saga_runtime._tools import ToolRegistry
+
+__all__ = ["EngineConfig"]
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """What every saga of one executor shares."""
+
+    registry: ToolRegistry
+    store: SagaStore
+    executor_id: str
+    lease_timeout: float
+    compensation_timeout: float
+    thread_limiter: anyio.CapacityLimiter
+    call_limiter: anyio.CapacityLimiter | None
+    hooks: tuple[SagaHook, ...] = ()
