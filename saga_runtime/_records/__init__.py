@@ -6,8 +6,10 @@ from saga_runtime._records._chain import (
     chain_head,
     extend_head,
     identity_hash,
+    saga_seal,
     seal,
     seal_all,
+    seal_saga,
     verify_rows,
 )
 from saga_runtime._records._export import EXPORT_FORMAT, EXPORT_VERSION, export_rows, import_rows
@@ -63,8 +65,10 @@ __all__ = [
     "plan_groups",
     "plan_joins",
     "result_from_rows",
+    "saga_seal",
     "seal",
     "seal_all",
+    "seal_saga",
     "step_succeeded",
     "summary_from_rows",
     "to_json_value",

@@ -17,7 +17,9 @@ from saga_runtime._records import (
     VerifyResult,
     export_rows,
     import_rows,
+    now,
     result_from_rows,
+    seal_saga,
     summary_from_rows,
     verify_rows,
 )
@@ -40,6 +42,8 @@ class MemoryStore:
         self._keys: dict[str, tuple[str, str]] = {}
         self._closed = False
         self._signing_key = signing_key_bytes(signing_key)
+        # Saga rows written by this store are sealed; only an imported one created before it may carry no seal.
+        self._sealed_since = now()
 
     @property
     def url(self) -> str:
@@ -56,7 +60,7 @@ class MemoryStore:
         snapshot = await self.load_saga(saga_id)
         if snapshot is None:
             raise KeyError(f"no saga {saga_id!r} in {self.url}")
-        return verify_rows(*snapshot, self._signing_key)
+        return verify_rows(*snapshot, self._signing_key, sealed_since=self._sealed_since)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -69,6 +73,7 @@ class MemoryStore:
         if existing is not None:
             return existing
         self._check_keys(steps)
+        seal_saga(saga, self._signing_key)
         self._sagas[saga.saga_id] = saga
         self._put_steps(steps)
         return None
@@ -80,6 +85,7 @@ class MemoryStore:
             self._check_owner(saga, steps, owner)
         self._check_keys(steps)  # before anything is written: a refused save writes nothing
         if saga is not None:
+            seal_saga(saga, self._signing_key)
             self._sagas[saga.saga_id] = saga
         self._put_steps(steps)
 
@@ -146,7 +152,7 @@ class MemoryStore:
         saga = self._sagas.get(saga_id)
         if saga is None or saga.status is not SagaStatus.COMPENSATION_FAILED:
             return False
-        self._sagas[saga_id] = replace(
+        reopened = replace(
             saga,
             status=SagaStatus.COMPENSATING,
             owner=owner,
@@ -154,6 +160,8 @@ class MemoryStore:
             updated_at=now,
             finished_at=None,
         )
+        seal_saga(reopened, self._signing_key)
+        self._sagas[saga_id] = reopened
         return True
 
     async def unpark_saga(self, saga_id: str, now: datetime) -> bool:
@@ -162,7 +170,7 @@ class MemoryStore:
         saga = self._sagas.get(saga_id)
         if saga is None or saga.status is not SagaStatus.PARKED:
             return False
-        self._sagas[saga_id] = replace(
+        unparked = replace(
             saga,
             status=saga.parked_from or SagaStatus.RUNNING,
             parked_from=None,
@@ -172,6 +180,8 @@ class MemoryStore:
             lease_expires_at=None,
             updated_at=now,
         )
+        seal_saga(unparked, self._signing_key)
+        self._sagas[saga_id] = unparked
         return True
 
     async def renew_leases(self, owner: str, saga_ids: Sequence[str], lease_expires_at: datetime) -> set[str]:
