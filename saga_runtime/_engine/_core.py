@@ -29,6 +29,7 @@ from saga_runtime._records import (
     SagaRow,
     SagaStatus,
     Sealer,
+    SecretKeyring,
     StepRow,
     StepStatus,
     extend_head,
@@ -69,6 +70,7 @@ class EngineConfig:
     thread_limiter: anyio.CapacityLimiter
     call_limiter: anyio.CapacityLimiter | None
     hooks: tuple[SagaHook, ...] = ()
+    keyring: SecretKeyring | None = None  # opens secret arguments for the tools (SagaExecutor's secret_key)
 
 
 def _saga_marker(engine: EngineCore) -> Callable[[], None]:

@@ -18,8 +18,8 @@ import pydantic
 from saga_runtime._engine._attempts import StepRunner
 from saga_runtime._engine._core import RUNNABLE, UNKNOWN, EngineConfig
 from saga_runtime._engine._siblings import Siblings
-from saga_runtime._exceptions import ResultValidationError, describe
-from saga_runtime._records import StepRow, StepStatus, now, own_values, step_succeeded
+from saga_runtime._exceptions import ResultValidationError, SecretKeyError, describe
+from saga_runtime._records import StepRow, StepStatus, now, open_args, own_values, step_succeeded
 from saga_runtime._tools import ToolSpec
 
 __all__ = ["RUNNABLE", "EngineConfig", "SagaEngine"]
@@ -85,8 +85,9 @@ class SagaEngine(StepRunner):
         if known is not None and known[0] is row.args:
             return row, spec, known[1]
         try:
-            kwargs = spec.validate_args(own_values(row.args))  # never objects of the record (see own_values)
-        except pydantic.ValidationError as exc:
+            # Never objects of the record (see own_values); secrets in clear (open_args).
+            kwargs = spec.validate_args(own_values(open_args(row, spec.secrets, self.config.keyring)))
+        except (pydantic.ValidationError, SecretKeyError) as exc:
             self.fail_before_start(row, exc)
             return None
         return row, spec, kwargs
