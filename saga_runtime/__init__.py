@@ -21,6 +21,7 @@ from saga_runtime._exceptions import (
     SagaFailedError,
     SagaInProgressError,
     SchemaVersionError,
+    SecretKeyError,
     StepFailedError,
     StoreBusyError,
     StoreConnectionError,
@@ -41,7 +42,7 @@ from saga_runtime._planning import (
 )
 from saga_runtime._records import SagaResult, SagaStatus, SagaSummary, StepRecord, StepStatus, VerifyResult
 from saga_runtime._storage import MemoryStore, SagaStore, open_store
-from saga_runtime._tools import RetryPolicy, StepContext, ToolRegistry, ToolSpec
+from saga_runtime._tools import RetryPolicy, Secret, StepContext, ToolRegistry, ToolSpec
 
 __version__ = "0.1.0"
 
@@ -75,6 +76,8 @@ __all__ = [
     "SagaStore",
     "SagaSummary",
     "SchemaVersionError",
+    "Secret",
+    "SecretKeyError",
     "Step",
     "StepContext",
     "StepFailedError",

@@ -23,11 +23,12 @@ from saga_runtime._exceptions import (
     ReplayDivergenceError,
     ResultNotStorableError,
     SagaInProgressError,
+    SecretKeyError,
     StepFailedError,
     UnknownToolError,
     describe,
 )
-from saga_runtime._planning import Step
+from saga_runtime._planning import Step, call_args
 from saga_runtime._records import (
     SagaResult,
     SagaRow,
@@ -36,6 +37,7 @@ from saga_runtime._records import (
     StepStatus,
     canonical_json,
     idempotency_key,
+    mask_secrets,
     own_copy,
     result_from_rows,
     step_succeeded,
@@ -336,12 +338,11 @@ class DynamicSaga:
                 problems.append(f"{label}: step_id must be a non-empty string without '.'")
                 continue
             try:
-                registry.get(name).validate_args(args)
-                json_args = to_json_value(dict(args), what="the arguments", tool_name=name)
+                json_args = call_args(registry.get(name), args, self._claims.config.keyring, what=label)
             except pydantic.ValidationError as exc:
                 problems.extend(f"{label}: {error['loc']}: {error['msg']}" for error in exc.errors(include_url=False))
                 continue
-            except ResultNotStorableError as exc:
+            except (ResultNotStorableError, SecretKeyError) as exc:
                 problems.append(f"{label}: {exc}")
                 continue
             prepared.append((name, json_args, step_id))
@@ -361,7 +362,8 @@ class DynamicSaga:
                 raise PlanValidationError([f"step id {step_id!r} is already used in this saga"], saga_id=self.saga_id)
         if seq < len(self._record):
             row = self._record[seq]
-            if row.tool_name != tool or canonical_json(row.args) != canonical_json(args):
+            # Secrets compare as "**********": each encryption of one differs.
+            if row.tool_name != tool or canonical_json(mask_secrets(row.args)) != canonical_json(mask_secrets(args)):
                 raise ReplayDivergenceError(
                     f"saga {self.saga_id!r} call #{seq + 1} is {tool}({_brief(args)}) but the record holds "
                     f"{row.tool_name}({_brief(row.args)}); a re-executed or replayed saga must make the same calls "

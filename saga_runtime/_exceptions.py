@@ -15,6 +15,7 @@ Every error derives from `SagaError`, so `except SagaError` catches them all::
     ├── ResultNotStorableError     a tool returned a value that cannot be stored as JSON
     ├── StepFailedError            a call of a dynamic saga failed (saga.call / saga.group)
     ├── TurnLimitError             an LLMRunner's model gave no final answer within max_turns
+    ├── SecretKeyError             a secret argument cannot be encrypted or decrypted: no key, or not the right one
     └── StoreError                 the database failed; the message says which and what to do
         ├── StoreConnectionError   the database cannot be reached, or the connection was lost
         ├── StoreBusyError         the database stayed locked (or deadlocked); nothing was written, retry
@@ -40,6 +41,7 @@ __all__ = [
     "SagaFailedError",
     "SagaInProgressError",
     "SchemaVersionError",
+    "SecretKeyError",
     "StepFailedError",
     "StoreBusyError",
     "StoreConnectionError",
@@ -201,6 +203,10 @@ class StepFailedError(SagaError):
 
 class TurnLimitError(SagaError):
     """An LLMRunner's model gave no final answer within `max_turns`; the run failed and was compensated."""
+
+
+class SecretKeyError(SagaError):
+    """A secret argument cannot be encrypted (no key configured) or decrypted (no key of the executor opens it)."""
 
 
 class StoreError(SagaError):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -23,9 +24,11 @@ from saga_runtime._exceptions import (
 )
 from saga_runtime._planning import Plan, PlanPolicy, RefError, build_plan, check_plan_record, has_refs, resolve_refs
 from saga_runtime._records import (
+    KEY_ENV,
     SagaResult,
     SagaRow,
     SagaStatus,
+    SecretKeyring,
     StepRow,
     idempotency_keys,
     now,
@@ -69,6 +72,9 @@ class SagaExecutor:
     compensation started/finished, saga finished), e.g. `saga_runtime.otel.TracingHook()`.
     `max_concurrency` caps how many tool calls (execute or compensate) run at once in this executor;
     `max_threads` caps the worker threads sync tools run in.
+    `secret_key` (else the environment variable SAGA_RUNTIME_SECRET_KEY) encrypts secret arguments at rest: a
+    URL-safe base64 key of 32 bytes (`Fernet.generate_key()`), or several, newest first (a list, or joined by
+    commas), so keys rotate; needs the `secrets` extra. Without one, a plan holding a secret is refused.
     """
 
     def __init__(
@@ -83,6 +89,7 @@ class SagaExecutor:
         max_threads: int = 40,
         max_recovery_attempts: int = 5,
         hooks: Sequence[SagaHook] = (),
+        secret_key: str | bytes | Sequence[str | bytes] | None = None,
     ) -> None:
         if not isinstance(registry, ToolRegistry):
             raise TypeError(f"registry must be a ToolRegistry, got {type(registry).__name__}")
@@ -107,6 +114,7 @@ class SagaExecutor:
             thread_limiter=anyio.CapacityLimiter(max_threads),
             call_limiter=None if max_concurrency is None else anyio.CapacityLimiter(max_concurrency),
             hooks=tuple(hooks),
+            keyring=SecretKeyring.configured(secret_key if secret_key is not None else os.environ.get(KEY_ENV)),
         )
         self._claims = Claims(config)
         self._active = self._claims.active  # sagas this executor is running right now
@@ -130,7 +138,7 @@ class SagaExecutor:
         saga's id returns its stored result without calling a tool; the same id with another plan raises
         `IdempotencyConflictError`; an id that is running right now raises `SagaInProgressError`.
         """
-        planned = build_plan(plan, self.registry, policy=policy)
+        planned = build_plan(plan, self.registry, policy=policy, keyring=self._claims.config.keyring)
         saga, steps = self._new_saga(planned, saga_id, budget, metadata)
         # The first group's intent (RUNNING, attempt 1) is committed with the saga itself: one write less.
         engine = self._claims.start_plan(saga, steps)
@@ -245,7 +253,7 @@ class SagaExecutor:
         try:
             if saga.kind == "plan":
                 try:
-                    plan = build_plan(saga.plan, self.registry)
+                    plan = build_plan(saga.plan, self.registry, keyring=self._claims.config.keyring)
                 except PlanValidationError as exc:  # the tools changed under the saga: no retry can help
                     return await self._claims.park(saga, rows, f"its plan no longer validates: {exc}")
                 async with Session(self._claims, engine):

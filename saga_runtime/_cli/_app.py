@@ -280,10 +280,19 @@ def verify(
     async def work(store: SagaStore) -> ExitCode:
         verdict = await store.verify_saga(saga_id)
         if as_json:
-            _json({"saga_id": saga_id, "ok": verdict.ok, "signed": verdict.signed, "problems": verdict.problems})
+            _json(
+                {
+                    "saga_id": saga_id,
+                    "ok": verdict.ok,
+                    "signed": verdict.signed,
+                    "saga_sealed": verdict.saga_sealed,
+                    "problems": verdict.problems,
+                }
+            )
         elif verdict.ok:
             signed = "signed and " if verdict.signed else ""
-            _stdout().print(f"saga {saga_id}: the record is intact ({signed}chained)")
+            legacy = "" if verdict.saga_sealed else "; its saga row predates sealed saga rows: steps checked only"
+            _stdout().print(f"saga {saga_id}: the record is intact ({signed}chained{legacy})")
         else:
             console = _stdout()
             console.print(f"saga {saga_id}: the record is BROKEN ({len(verdict.problems)} problems)")

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import anyio
 
 from saga_runtime._engine._events import SagaHook
+from saga_runtime._records import SecretKeyring
 from saga_runtime._storage import SagaStore
 from saga_runtime._tools import ToolRegistry
 
@@ -25,3 +26,4 @@ class EngineConfig:
     thread_limiter: anyio.CapacityLimiter
     call_limiter: anyio.CapacityLimiter | None
     hooks: tuple[SagaHook, ...] = ()
+    keyring: SecretKeyring | None = None  # opens secret arguments for the tools (SagaExecutor's secret_key)

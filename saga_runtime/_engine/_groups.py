@@ -18,8 +18,8 @@ from saga_runtime._engine._recorder import Recorder
 from saga_runtime._engine._siblings import Siblings
 from saga_runtime._engine._steps import StepRunner
 from saga_runtime._engine._verdict import Verdict
-from saga_runtime._exceptions import describe
-from saga_runtime._records import StepRow, StepStatus, now, own_values, step_succeeded
+from saga_runtime._exceptions import SecretKeyError, describe
+from saga_runtime._records import SecretKeyring, StepRow, StepStatus, now, open_args, own_values, step_succeeded
 from saga_runtime._tools import ToolRegistry, ToolSpec
 
 __all__ = ["RUNNABLE", "GroupRunner"]
@@ -38,7 +38,7 @@ def succeeded(row: StepRow) -> bool:
 class GroupRunner:
     """Run groups of one saga's steps (see the module docstring)."""
 
-    __slots__ = ("_compensator", "_recorder", "_registry", "_runner", "_validated", "_verdict")
+    __slots__ = ("_compensator", "_keyring", "_recorder", "_registry", "_runner", "_validated", "_verdict")
 
     def __init__(
         self,
@@ -47,12 +47,14 @@ class GroupRunner:
         runner: StepRunner,
         compensator: Compensator,
         registry: ToolRegistry,
+        keyring: SecretKeyring | None = None,
     ) -> None:
         self._recorder = recorder
         self._verdict = verdict
         self._runner = runner
         self._compensator = compensator
         self._registry = registry
+        self._keyring = keyring  # opens secret arguments for the tools
         # Arguments validated when the plan was, by step: (the args they were validated from, the kwargs).
         self._validated: dict[str, tuple[Any, dict[str, Any]]] = {}
 
@@ -76,8 +78,9 @@ class GroupRunner:
         if known is not None and known[0] is row.args:
             return row, spec, known[1]
         try:
-            kwargs = spec.validate_args(own_values(row.args))  # never objects of the record (see own_values)
-        except pydantic.ValidationError as exc:
+            # Never objects of the record (see own_values); secrets in clear (open_args).
+            kwargs = spec.validate_args(own_values(open_args(row, spec.secrets, self._keyring)))
+        except (pydantic.ValidationError, SecretKeyError) as exc:
             self.fail_before_start(row, exc)
             return None
         return row, spec, kwargs

@@ -57,7 +57,7 @@ class SagaEngine:
             recorder, invoker, verdict, config.registry, config.compensation_timeout
         )
         runner = StepRunner(recorder, invoker, compensator, verdict)
-        self._groups = GroupRunner(recorder, verdict, runner, compensator, config.registry)
+        self._groups = GroupRunner(recorder, verdict, runner, compensator, config.registry, config.keyring)
         # True for a saga recovery drives: no caller waits on it, so a cancellation (the worker shutting down)
         # stops it without compensating; the next recovery resumes it.
         self.detached = False

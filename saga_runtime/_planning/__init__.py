@@ -2,7 +2,7 @@
 
 from saga_runtime._planning._llm_plans import plan_from_anthropic, plan_from_openai
 from saga_runtime._planning._llm_usage import TokenUsage, usage_from_anthropic, usage_from_openai
-from saga_runtime._planning._plan import JOINS, Join, Plan, PlannedStep, Step, build_plan, has_refs
+from saga_runtime._planning._plan import JOINS, Join, Plan, PlannedStep, Step, build_plan, call_args, has_refs
 from saga_runtime._planning._policy import PlanPolicy
 from saga_runtime._planning._refs import RefError, resolve_refs
 from saga_runtime._planning._replay import check_plan_record
@@ -17,6 +17,7 @@ __all__ = [
     "Step",
     "TokenUsage",
     "build_plan",
+    "call_args",
     "check_plan_record",
     "has_refs",
     "plan_from_anthropic",

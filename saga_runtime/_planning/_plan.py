@@ -10,13 +10,21 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from saga_runtime._exceptions import PlanValidationError, ResultNotStorableError, UnknownToolError
+from saga_runtime._exceptions import PlanValidationError, ResultNotStorableError, SecretKeyError, UnknownToolError
 from saga_runtime._planning._policy import PlanPolicy
 from saga_runtime._planning._refs import RefError, find_refs, ref_target
-from saga_runtime._records import canonical_json, own_values, to_json_value
-from saga_runtime._tools import ToolRegistry, unknown_tool_message
+from saga_runtime._records import (
+    SecretKeyring,
+    canonical_json,
+    conceal,
+    mask_secrets,
+    own_values,
+    reveal,
+    to_json_value,
+)
+from saga_runtime._tools import ToolRegistry, ToolSpec, unknown_tool_message, unwrap_secrets
 
-__all__ = ["JOINS", "Join", "Plan", "PlannedStep", "Step", "build_plan", "has_refs"]
+__all__ = ["JOINS", "Join", "Plan", "PlannedStep", "Step", "build_plan", "call_args", "has_refs"]
 
 _STEP_KEYS = frozenset({"tool", "args", "id"})
 
@@ -113,8 +121,11 @@ class Plan:
 
     @functools.cached_property
     def digest(self) -> str:
-        """Return the plan's hash: two plans with the same hash run the same calls."""
-        return hashlib.sha256(canonical_json(self.to_json()).encode()).hexdigest()
+        """Return the plan's hash: two plans with the same hash run the same calls.
+
+        Secrets count as "**********": each encryption of a secret differs, and the same plan must keep its hash.
+        """
+        return hashlib.sha256(canonical_json(mask_secrets(self.to_json())).encode()).hexdigest()
 
 
 #: The longest step id, in UTF-8 bytes (every store keeps ids of this size as they are).
@@ -261,6 +272,7 @@ def _check_step(
     group_of: Mapping[str, int],
     problems: list[str],
     unknown: list[str],
+    keyring: SecretKeyring | None = None,
 ) -> PlannedStep | None:
     tool, args = draft.tool, draft.args
     if not isinstance(tool, str):
@@ -270,7 +282,8 @@ def _check_step(
         problems.append(f"{_label(draft)}: 'args' must be a dict of argument names to values")
         return None
     try:
-        args = to_json_value(dict(args), what="the arguments", tool_name=tool)
+        # A secret object (SecretStr, ...) stands for its value: as JSON it would become "**********".
+        args = to_json_value(unwrap_secrets(dict(args)), what="the arguments", tool_name=tool)
     except ResultNotStorableError as exc:
         problems.append(f"{_label(draft)}: {exc}")
         return None
@@ -299,13 +312,35 @@ def _check_step(
         unknown.append(tool)
         problems.append(f"{_label(draft)}: {unknown_tool_message(tool, registry.names())}")
         return None
-    found, kwargs = spec.checked_args(own_values(args), deferred=frozenset(deferred) if deferred else _NONE)
+    plain = args
+    if spec.secrets:
+        # Stored encrypted (an envelope of a stored plan is kept as it is); validated, and handed over, in clear.
+        paths = {name: path for name, path in spec.secrets.items() if name not in deferred}
+        try:
+            plain = reveal(args, keyring)
+            args = conceal(args, paths, keyring, what=_label(draft))
+        except SecretKeyError as exc:
+            problems.append(f"{_label(draft)}: {exc}")
+            return None
+    found, kwargs = spec.checked_args(own_values(plain), deferred=frozenset(deferred) if deferred else _NONE)
     if found:
         label = _label(draft)
         problems.extend(f"{label}: {p}" for p in found)
     if draft.id is None:
         return None
     return PlannedStep(draft.id, str(tool), dict(args), draft.group, bool(deferred), kwargs)
+
+
+def call_args(spec: ToolSpec, args: Mapping[str, Any], keyring: SecretKeyring | None, *, what: str) -> dict[str, Any]:
+    """Return the arguments of one call as stored (JSON, secrets encrypted), once `execute` would accept them.
+
+    Raise `pydantic.ValidationError` for bad arguments, `ResultNotStorableError` for values that are not JSON,
+    `SecretKeyError` for a secret this executor has no key to encrypt.
+    """
+    plain = unwrap_secrets(dict(args))
+    spec.validate_args(plain)
+    stored = to_json_value(plain, what="the arguments", tool_name=spec.name)
+    return dict(conceal(stored, spec.secrets, keyring, what=what))
 
 
 def _check_rules(plan: Plan, registry: ToolRegistry, policy: PlanPolicy | None, problems: list[str]) -> None:
@@ -341,8 +376,14 @@ def _check_rules(plan: Plan, registry: ToolRegistry, policy: PlanPolicy | None, 
                 )
 
 
-def build_plan(raw: Any, registry: ToolRegistry, *, policy: PlanPolicy | None = None) -> Plan:
-    """Return the validated plan of `raw`; raise `PlanValidationError` listing every problem found."""
+def build_plan(
+    raw: Any, registry: ToolRegistry, *, policy: PlanPolicy | None = None, keyring: SecretKeyring | None = None
+) -> Plan:
+    """Return the validated plan of `raw`; raise `PlanValidationError` listing every problem found.
+
+    Secret arguments are encrypted with `keyring` in the plan (and opened, where a stored plan holds them, to be
+    validated); a plan holding a secret without a keyring is refused, saying how to configure a key.
+    """
     problems: list[str] = []
     drafts, joins = _read_groups(raw, problems)
     _check_ids(drafts, problems)
@@ -358,7 +399,7 @@ def build_plan(raw: Any, registry: ToolRegistry, *, policy: PlanPolicy | None = 
     for group in drafts:
         planned = []
         for draft in group:
-            step = _check_step(draft, registry, group_of, problems, unknown)
+            step = _check_step(draft, registry, group_of, problems, unknown, keyring)
             if step is not None:
                 planned.append(step)
         groups.append(tuple(planned))

@@ -8,7 +8,15 @@ from typing import Any
 
 from saga_runtime._exceptions import ReplayDivergenceError
 from saga_runtime._planning._refs import RefError, resolve_refs
-from saga_runtime._records import SagaRow, StepRow, canonical_json, plan_groups, plan_joins, step_succeeded
+from saga_runtime._records import (
+    SagaRow,
+    StepRow,
+    canonical_json,
+    mask_secrets,
+    plan_groups,
+    plan_joins,
+    step_succeeded,
+)
 
 __all__ = ["check_plan_record"]
 
@@ -24,7 +32,7 @@ def check_plan_record(saga: SagaRow, rows: Sequence[StepRow]) -> None:
     plan: Any = saga.plan
     if not isinstance(plan, list) or saga.plan_hash is None:
         raise diverged("it has no stored plan")
-    if hashlib.sha256(canonical_json(plan).encode()).hexdigest() != saga.plan_hash:
+    if hashlib.sha256(canonical_json(mask_secrets(plan)).encode()).hexdigest() != saga.plan_hash:
         raise diverged("its stored plan does not match the plan's hash")
     by_id = {row.step_id: row for row in rows}
     planned = [(g, step) for g, group in enumerate(plan_groups(plan)) for step in group]
@@ -64,7 +72,8 @@ def check_plan_record(saga: SagaRow, rows: Sequence[StepRow]) -> None:
             raise diverged(
                 f"step {row.step_id!r} ran, yet its $ref cannot be resolved from the record: {exc}", position
             ) from None
-        if canonical_json(expected) != canonical_json(row.args):
+        # Secrets compare as "**********": each encryption of one differs.
+        if canonical_json(mask_secrets(expected)) != canonical_json(mask_secrets(row.args)):
             raise diverged(
                 f"step {row.step_id!r} ran with arguments its plan and the recorded results do not give", position
             )

@@ -11,8 +11,19 @@ changes and seals what does:
   head of its identity chain in `plan_hash`, so a removed last record is detected as well.
 
 Updating one row re-seals that row only: a store write stays one row per changed step. A running saga hashes the
-part of a row that never changes once (`Sealer`), then only the rest at each seal. The saga row itself is not
-sealed; with a signing key, a row can only be re-sealed by someone holding the key.
+part of a row that never changes once (`Sealer`), then only the rest at each seal.
+
+The saga row is sealed too (`seal_saga`, by the store each time it writes the row): its kind, plan (by digest),
+plan hash (a dynamic saga's chain head), status, budget, cost, tokens, metadata, error, times and the status it was
+parked from. Removing a step together with its plan entry changes the plan, so it breaks the saga's seal. Not
+sealed: the owner, the lease, `updated_at` and the count of recovery attempts, which leases and recovery change
+outside any saga's run. A saga row written before the schema sealed saga rows (version 3) has no seal; it verifies
+on its step rows alone (`VerifyResult.saga_sealed` is False), while a saga created since without a seal is
+reported.
+
+Without a signing key the chain proves the record is consistent: an edit by someone who does not also recompute
+the hashes is found. With a signing key (HMAC-SHA-256), a row can only be sealed by someone holding the key, so a
+re-sealed forgery is found too.
 """
 
 from __future__ import annotations
@@ -22,12 +33,23 @@ import hmac
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from saga_runtime._records._rows import SagaRow, StepRow, StepStatus, canonical_json, plan_groups
 
-__all__ = ["Sealer", "VerifyResult", "chain_head", "extend_head", "identity_hash", "seal", "seal_all", "verify_rows"]
+__all__ = [
+    "Sealer",
+    "VerifyResult",
+    "chain_head",
+    "extend_head",
+    "identity_hash",
+    "saga_seal",
+    "seal",
+    "seal_all",
+    "seal_saga",
+    "verify_rows",
+]
 
 
 def _normal(value: Any) -> Any:
@@ -239,22 +261,113 @@ def seal_all(rows: Sequence[StepRow], key: bytes | None) -> None:
         previous = row
 
 
+# The digests of plans sealed lately, by identity (the object is kept, so its id is not reused): a running saga
+# writes its row several times with the same plan object, which is hashed once.
+_PLAN_DIGESTS: dict[int, tuple[Any, str]] = {}
+_PLAN_DIGESTS_KEPT = 256
+
+
+def _plan_digest(plan: Any, *, cached: bool) -> str:
+    known = _PLAN_DIGESTS.get(id(plan)) if cached else None
+    if known is not None and known[0] is plan:
+        return known[1]
+    digest = hashlib.sha256(_text(_normal(plan)).encode()).hexdigest()
+    if plan is not None:
+        if len(_PLAN_DIGESTS) >= _PLAN_DIGESTS_KEPT:
+            _PLAN_DIGESTS.clear()
+        _PLAN_DIGESTS[id(plan)] = (plan, digest)
+    return digest
+
+
+def _instant(value: datetime | None) -> str | None:
+    """Return a time as one text for one instant (UTC, microseconds), whatever offset it is given in."""
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+def saga_seal(saga: SagaRow, key: bytes | None, *, cached: bool = False) -> str:
+    """Return the seal of a saga row's content (SHA-256, or HMAC-SHA-256 with a key, then prefixed "hmac:").
+
+    `cached`: the plan's digest may come from an earlier seal of the same plan object (writers seal one saga's row
+    again and again; plans are never changed in place). A check of a record computes it afresh.
+    """
+    status = saga.status
+    parked = saga.parked_from
+    text = _text(
+        [
+            "saga",
+            saga.saga_id,
+            saga.kind,
+            _plan_digest(saga.plan, cached=cached),
+            saga.plan_hash,
+            getattr(status, "value", status),
+            _normal(saga.budget),
+            repr(float(saga.cost)),  # as text: a float stays one (and NaN would not be JSON)
+            saga.tokens,
+            _normal(saga.metadata),
+            saga.error,
+            _instant(saga.created_at),
+            _instant(saga.finished_at),
+            getattr(parked, "value", parked),
+        ]
+    ).encode()
+    if key is None:
+        return hashlib.sha256(text).hexdigest()
+    return "hmac:" + hmac.new(key, text, hashlib.sha256).hexdigest()
+
+
+def seal_saga(saga: SagaRow, key: bytes | None) -> None:
+    """Seal a saga row's content (a store does it each time it writes the row)."""
+    saga.seal = saga_seal(saga, key, cached=True)
+
+
 @dataclass(frozen=True)
 class VerifyResult:
-    """The verdict of `store.verify_saga`: truthy when the record is intact; `problems` says what broke where."""
+    """The verdict of `store.verify_saga`: truthy when the record is intact; `problems` says what broke where.
+
+    `saga_sealed` is False for a saga row written before saga rows were sealed (schema version 3): only its step
+    rows could be checked.
+    """
 
     saga_id: str
     ok: bool
     problems: list[str] = field(default_factory=list)
     signed: bool = False
+    saga_sealed: bool = True
 
     def __bool__(self) -> bool:
         return self.ok
 
 
-def verify_rows(saga: SagaRow, rows: Sequence[StepRow], key: bytes | None) -> VerifyResult:
-    """Check a saga's step rows against their chain, their seals and the saga's plan."""
+def _seal_problem(where: str, stored: str, key: bytes | None) -> str:
+    if key is not None and not stored.startswith("hmac:"):
+        return f"{where}: is not signed, but a signing key is configured"
+    if key is None and stored.startswith("hmac:"):
+        return f"{where}: is signed; configure the signing key to verify it"
+    return f"{where}: its content does not match its seal (altered)"
+
+
+def verify_rows(
+    saga: SagaRow, rows: Sequence[StepRow], key: bytes | None, *, sealed_since: datetime | None = None
+) -> VerifyResult:
+    """Check a saga's row and step rows against their seals, the chain and the saga's plan.
+
+    `sealed_since`: when the store began sealing saga rows (a saga created before and never written since carries
+    no seal, and is checked on its step rows alone); None: every saga row must carry a seal.
+    """
     problems: list[str] = []
+    saga_sealed = True
+    where = "the saga record (status, plan, error, cost, tokens, metadata)"
+    if saga.seal is None:
+        if sealed_since is not None and saga.created_at < sealed_since:
+            saga_sealed = False
+        else:
+            problems.append(f"{where}: carries no seal (it was removed)")
+    elif saga.seal != saga_seal(saga, key):
+        problems.append(_seal_problem(where, saga.seal, key))
     ordered = sorted(rows, key=lambda row: row.seq)
     for position, row in enumerate(ordered):
         where = f"record #{position} (step {row.step_id!r})"
@@ -266,16 +379,11 @@ def verify_rows(saga: SagaRow, rows: Sequence[StepRow], key: bytes | None) -> Ve
         if row.hash is None:
             problems.append(f"{where}: carries no seal")
         elif row.hash != _seal_of(row, key):
-            if key is not None and not row.hash.startswith("hmac:"):
-                problems.append(f"{where}: is not signed, but a signing key is configured")
-            elif key is None and row.hash.startswith("hmac:"):
-                problems.append(f"{where}: is signed; configure the signing key to verify it")
-            else:
-                problems.append(f"{where}: its content does not match its seal (altered)")
+            problems.append(_seal_problem(where, row.hash, key))
     if saga.kind == "plan" and isinstance(saga.plan, list):
         planned = [step.get("id") for group in plan_groups(saga.plan) for step in group if isinstance(step, dict)]
         if [row.step_id for row in ordered] != planned:
             problems.append(f"the records are not the plan's steps: {len(ordered)} records for {len(planned)} steps")
     elif saga.kind == "dynamic" and saga.plan_hash != chain_head(ordered):
         problems.append("the saga's chain head does not match its records: a record was removed or added")
-    return VerifyResult(saga.saga_id, not problems, problems, signed=key is not None)
+    return VerifyResult(saga.saga_id, not problems, problems, signed=key is not None, saga_sealed=saga_sealed)

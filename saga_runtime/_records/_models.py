@@ -18,6 +18,7 @@ from saga_runtime._records._rows import (
     plan_joins,
     step_succeeded,
 )
+from saga_runtime._records._secrets import mask_secrets
 
 __all__ = ["SagaResult", "SagaSummary", "StepRecord", "result_from_rows", "summary_from_rows"]
 
@@ -218,7 +219,7 @@ def step_record(row: StepRow) -> StepRecord:
             "step_id": row.step_id,
             "group": row.group,
             "tool_name": row.tool_name,
-            "args": row.args,
+            "args": mask_secrets(row.args),  # an encrypted secret is shown as "**********"
             "status": row.status,
             "result": row.result,
             "error": row.error,

@@ -256,6 +256,9 @@ class SagaRow:
     finished_at: datetime | None = None
     recovery_attempts: int = 0
     parked_from: SagaStatus | None = None
+    # The hash sealing the row's content (see saga_runtime._records._chain.seal_saga); set by the store as it writes
+    # the row. Not part of a row's value: two rows with the same content are equal whether sealed or not.
+    seal: str | None = field(default=None, compare=False)
 
     def copy(self) -> SagaRow:
         """Return a snapshot of this row."""
@@ -277,6 +280,7 @@ class SagaRow:
             self.finished_at,
             self.recovery_attempts,
             self.parked_from,
+            self.seal,
         )
 
 

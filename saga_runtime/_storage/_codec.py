@@ -33,6 +33,7 @@ SAGA_COLUMNS = (
     "finished_at",
     "recovery_attempts",
     "parked_from",
+    "seal",
 )
 STEP_COLUMNS = (
     "saga_id",
@@ -64,7 +65,9 @@ class RowCodec:
     """Convert rows to SQL parameter values and back, for one dialect.
 
     Times are stored in UTC and come back timezone-aware: fixed-width ISO text on SQLite (so text order is time
-    order), TIMESTAMPTZ on PostgreSQL, naive-UTC DATETIME(6) on MySQL. JSON goes in as text on every driver.
+    order), TIMESTAMPTZ on PostgreSQL, naive-UTC DATETIME(6) on MySQL. JSON is stored as text on every database
+    (schema version 3): it comes back exactly as written, so a float stays a float, 1e23 stays 1e23 and -0.0
+    keeps its sign (PostgreSQL's JSONB and MySQL's JSON rewrite numbers).
     """
 
     def __init__(self, dialect: DialectName) -> None:
@@ -144,6 +147,7 @@ class RowCodec:
             self.time_in(row.finished_at),
             int(row.recovery_attempts),
             None if row.parked_from is None else row.parked_from.value,
+            row.seal,
         )
 
     def step_params(self, row: StepRow) -> tuple[Any, ...]:
@@ -201,6 +205,7 @@ class RowCodec:
             finished_at=self.time_out(r[14]),
             recovery_attempts=int(r[15]),
             parked_from=None if r[16] is None else SagaStatus(r[16]),
+            seal=r[17],
         )
 
     def step_row(self, r: Sequence[Any]) -> StepRow:

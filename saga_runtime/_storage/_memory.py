@@ -18,8 +18,10 @@ from saga_runtime._records import (
     export_rows,
     identity_hash,
     import_rows,
+    now,
     result_from_rows,
     seal,
+    seal_saga,
     summary_from_rows,
     verify_rows,
 )
@@ -51,6 +53,8 @@ class MemoryStore:
         self._closed = False
         self._signing_key = signing_key_bytes(signing_key)
         self._unsealed: set[str] = set()  # sagas with rows written unsealed since they were last sealed
+        # Saga rows written by this store are sealed; only an imported one created before it may carry no seal.
+        self._sealed_since = now()
 
     @property
     def url(self) -> str:
@@ -67,7 +71,7 @@ class MemoryStore:
         snapshot = await self.load_saga(saga_id)
         if snapshot is None:
             raise KeyError(f"no saga {saga_id!r} in {self.url}")
-        return verify_rows(*snapshot, self._signing_key)
+        return verify_rows(*snapshot, self._signing_key, sealed_since=self._sealed_since)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -80,6 +84,7 @@ class MemoryStore:
         if existing is not None:
             return existing
         self._check_keys(steps)
+        seal_saga(saga, self._signing_key)
         self._sagas[saga.saga_id] = saga
         self._put_steps(steps)
         self._note_unsealed(saga.saga_id, steps)
@@ -92,6 +97,7 @@ class MemoryStore:
             self._check_owner(saga, steps, owner)
         self._check_keys(steps)  # before anything is written: a refused save writes nothing
         if saga is not None:
+            seal_saga(saga, self._signing_key)
             self._sagas[saga.saga_id] = saga
         self._put_steps(steps)
         if steps:
@@ -179,7 +185,7 @@ class MemoryStore:
         saga = self._sagas.get(saga_id)
         if saga is None or saga.status is not SagaStatus.COMPENSATION_FAILED:
             return False
-        self._sagas[saga_id] = replace(
+        reopened = replace(
             saga,
             status=SagaStatus.COMPENSATING,
             owner=owner,
@@ -187,6 +193,8 @@ class MemoryStore:
             updated_at=now,
             finished_at=None,
         )
+        seal_saga(reopened, self._signing_key)
+        self._sagas[saga_id] = reopened
         return True
 
     async def unpark_saga(self, saga_id: str, now: datetime) -> bool:
@@ -195,7 +203,7 @@ class MemoryStore:
         saga = self._sagas.get(saga_id)
         if saga is None or saga.status is not SagaStatus.PARKED:
             return False
-        self._sagas[saga_id] = replace(
+        unparked = replace(
             saga,
             status=saga.parked_from or SagaStatus.RUNNING,
             parked_from=None,
@@ -205,6 +213,8 @@ class MemoryStore:
             lease_expires_at=None,
             updated_at=now,
         )
+        seal_saga(unparked, self._signing_key)
+        self._sagas[saga_id] = unparked
         return True
 
     async def renew_leases(self, owner: str, saga_ids: Sequence[str], lease_expires_at: datetime) -> set[str]:

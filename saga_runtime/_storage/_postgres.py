@@ -126,7 +126,7 @@ class _PostgresTransaction:
         return [tuple(record) for record in await self._conn.fetch(sql, *params)]
 
 
-# The array type each column travels in (JSON as text, cast to JSONB in the statement).
+# The array type each column travels in (text for the others: ids, statuses, JSON, which is stored as text).
 _ARRAY_TYPES = {
     "seq": "int4",
     "grp": "int4",
@@ -142,7 +142,6 @@ _ARRAY_TYPES = {
     "started_at": "timestamptz",
     "compensated_at": "timestamptz",
 }
-_JSON_COLUMNS = frozenset({"plan", "budget", "metadata", "args", "result"})
 
 
 def _columns(rows: Sequence[Sequence[Any]], width: int) -> list[list[Any]]:
@@ -151,7 +150,7 @@ def _columns(rows: Sequence[Sequence[Any]], width: int) -> list[list[Any]]:
 
 
 def _value(column: str, source: str) -> str:
-    return f"{source}.{column}::jsonb" if column in _JSON_COLUMNS else f"{source}.{column}"
+    return f"{source}.{column}"
 
 
 def _values(columns: Sequence[str], source: str) -> str:

@@ -18,6 +18,7 @@ __all__ = [
     "MIGRATIONS",
     "SAGA_COLUMNS",
     "SCHEMA_VERSION",
+    "SEALED_SAGAS_VERSION",
     "STEP_COLUMNS",
     "DialectName",
     "Migration",
@@ -123,6 +124,40 @@ def _schema_v2(dialect: DialectName) -> list[str]:
     return ["ALTER TABLE sagas " + ", ".join(columns)]
 
 
+def _schema_v3(dialect: DialectName) -> list[str]:
+    # Saga rows are sealed (a `seal` column), and JSON is stored as text: PostgreSQL's JSONB and MySQL's JSON
+    # rewrite numbers (1e16 comes back an int, -0.0 as 0, 1e23 as another float), which broke the seals of records
+    # nobody touched. MariaDB's JSON is text already; the change makes its columns plain LONGTEXT like MySQL's.
+    # Existing JSON keeps its value (a JSONB document becomes its text); its saga rows stay unsealed (legacy).
+    t = _TYPES[dialect]
+    if dialect == "sqlite":  # JSON is TEXT already
+        return [f"ALTER TABLE sagas ADD COLUMN seal {t['short']}"]
+    if dialect == "postgresql":
+        text = "TEXT"
+        sagas = [f"ALTER COLUMN {c} TYPE {text} USING {c}::text" for c in ("plan", "budget", "metadata")]
+        steps = [f"ALTER COLUMN {c} TYPE {text} USING {c}::text" for c in ("args", "result")]
+        # PostgreSQL's DDL is transactional: the migration is all or nothing.
+        return [
+            "ALTER TABLE sagas " + ", ".join([f"ADD COLUMN seal {t['short']}", *sagas]),
+            "ALTER TABLE steps " + ", ".join(steps),
+        ]
+    # MySQL's DDL commits statement by statement: the steps' change comes first, as it can run twice harmlessly
+    # (should the second statement fail, the next open runs both again).
+    text = t["text"]
+    return [
+        "ALTER TABLE steps " + ", ".join(f"MODIFY {c} {text}" for c in ("args", "result")),
+        "ALTER TABLE sagas "
+        + ", ".join(
+            [
+                f"ADD COLUMN seal {t['short']}",
+                f"MODIFY plan {text}",
+                f"MODIFY budget {text}",
+                f"MODIFY metadata {text} NOT NULL",
+            ]
+        ),
+    ]
+
+
 @dataclass(frozen=True, slots=True)
 class Migration:
     """One step of the schema: the statements that take a database from `version - 1` to `version`."""
@@ -137,7 +172,10 @@ class Migration:
 MIGRATIONS: list[Migration] = [
     Migration(1, "sagas and steps", _schema_v1),
     Migration(2, "recovery attempts and parked sagas", _schema_v2),
+    Migration(3, "sealed saga rows, JSON kept as text", _schema_v3),
 ]
+#: The version from which saga rows carry a seal (one written before, untouched since, has none).
+SEALED_SAGAS_VERSION = 3
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
 VERSION_TABLE_DDL: dict[DialectName, str] = {
@@ -248,20 +286,18 @@ class Queries:
         # MySQL counts changed rows, not matched ones (aiomysql never sets CLIENT_FOUND_ROWS): a claim that
         # rewrote its own lease with the same values reports 0, so a 0 is checked with this.
         self.owns = q(dialect, f"SELECT COUNT(*) FROM sagas WHERE saga_id = ? AND owner = ? AND {live}")
-        # retry_compensation's claim: one conditional UPDATE, so of two operators at once only one reopens it.
-        self.reopen = q(
+        # A saga row read under a lock for the rest of the transaction (SQLite: BEGIN IMMEDIATE locks it all), then
+        # rewritten whole where its status is still the one read: the conditional changes of operators
+        # (retry_compensation's reopening, unpark), which re-seal the row.
+        self.lock_saga = q(
             dialect,
-            "UPDATE sagas SET status = ?, owner = ?, lease_expires_at = ?, updated_at = ?, finished_at = NULL "
-            "WHERE saga_id = ? AND status = ?",
+            f"SELECT {sagas} FROM sagas WHERE saga_id = ?" + ("" if dialect == "sqlite" else " FOR UPDATE"),
         )
-        # unpark's change, conditional likewise: of two operators at once only one unparks the saga.
-        self.unpark = q(
+        self.rewrite_saga = q(
             dialect,
-            "UPDATE sagas SET status = COALESCE(parked_from, ?), parked_from = NULL, recovery_attempts = 0, "
-            "error = NULL, owner = NULL, lease_expires_at = NULL, updated_at = ? WHERE saga_id = ? AND status = ?",
+            f"UPDATE sagas SET {', '.join(f'{c} = ?' for c in SAGA_COLUMNS[1:])} WHERE saga_id = ? AND status = ?",
         )
-        # Whether a saga was last written at a time (a retried unpark finding its own lost try's commit).
-        self.written_at = q(dialect, "SELECT COUNT(*) FROM sagas WHERE saga_id = ? AND updated_at = ?")
+        self.sealed_since = q(dialect, "SELECT applied_at FROM schema_version WHERE version = ?")
         # Recovery's scan, on the (status, lease_expires_at) index. PostgreSQL and MySQL/MariaDB lock the rows
         # they return and skip those another claimer holds; SQLite's BEGIN IMMEDIATE already excludes writers.
         self.expired = q(

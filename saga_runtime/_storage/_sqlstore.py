@@ -39,6 +39,7 @@ from saga_runtime._records import (
     import_rows,
     now,
     result_from_rows,
+    seal_saga,
     summary_from_rows,
     verify_rows,
 )
@@ -48,6 +49,7 @@ from saga_runtime._storage._sql import (
     LIVE_STATUSES,
     MIGRATIONS,
     SAGA_COLUMNS,
+    SEALED_SAGAS_VERSION,
     VERSION_TABLE_DDL,
     DialectName,
     Queries,
@@ -163,12 +165,15 @@ class SQLStore(abc.ABC):
         """Sign (and verify) saga records with `key` (HMAC-SHA-256) from now on."""
         self._signing_key = key
 
+    # When the database began sealing saga rows (schema version 3 applied); read at open.
+    _sealed_since: datetime | None = None
+
     async def verify_saga(self, saga_id: str) -> VerifyResult:
         """Check a stored saga's hash chain; raise `KeyError` if it is not stored."""
         snapshot = await self.load_saga(saga_id)
         if snapshot is None:
             raise KeyError(f"no saga {saga_id!r} in {self._url}")
-        return verify_rows(*snapshot, self._signing_key)
+        return verify_rows(*snapshot, self._signing_key, sealed_since=self._sealed_since)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self._url}{' (closed)' if self._closed else ''}>"
@@ -238,6 +243,8 @@ class SQLStore(abc.ABC):
                         q.record_version,
                         (migration.version, migration.description, self._codec.time_in(now())),
                     )
+            applied = await tx.fetch(q.sealed_since, (SEALED_SAGAS_VERSION,))
+            self._sealed_since = self._codec.time_out(applied[0][0]) if applied else None
         return found
 
     async def schema_version(self) -> int:
@@ -286,6 +293,8 @@ class SQLStore(abc.ABC):
         Retried on a lost connection. A retry finding exactly these rows stored returns None: they are this
         call's own, committed by a try whose answer the connection took with it.
         """
+        if what != "import_saga":  # an import keeps the seal it was exported with
+            seal_saga(saga, self._signing_key)
         write = write_of(self._codec, what, saga, steps, create=True)
         assert write is not None
         if await self._batcher.submit(write) is Outcome.WRITTEN:
@@ -312,6 +321,8 @@ class SQLStore(abc.ABC):
         locked); else write nothing and raise LeaseLostError. Concurrent saves share commits (group commit).
         """
         self._check_open()
+        if saga is not None:
+            seal_saga(saga, self._signing_key)
         write = write_of(self._codec, "save", saga, steps, owner=owner)
         if write is None:
             return
@@ -366,53 +377,68 @@ class SQLStore(abc.ABC):
     async def reopen_compensation(self, saga_id: str, owner: str, lease_expires_at: datetime, now: datetime) -> bool:
         """Make a COMPENSATION_FAILED saga COMPENSATING under `owner` (leased); atomic; return whether it did.
 
-        One conditional UPDATE, so of two callers at once only one wins. Retried after a lost connection, a try
-        finding the saga already reopened by `owner` (the lost try's commit) answers True.
+        One conditional change (the row locked, read, re-sealed and written in one transaction), so of two callers
+        at once only one wins. Retried after a lost connection, a try finding the saga already reopened by `owner`
+        (the lost try's commit) answers True.
         """
-        self._check_open()
-        time_in = self._codec.time_in
-        params = (
-            SagaStatus.COMPENSATING.value,
-            owner,
-            time_in(lease_expires_at),
-            time_in(now),
-            saga_id,
-            SagaStatus.COMPENSATION_FAILED.value,
-        )
-        lost_try = (self._queries.owns, (saga_id, owner, *LIVE_STATUSES))
-        return await self._conditional("reopen_compensation", self._queries.reopen, params, lost_try)
+
+        def reopen(saga: SagaRow) -> None:
+            saga.status, saga.finished_at = SagaStatus.COMPENSATING, None
+            saga.owner, saga.lease_expires_at, saga.updated_at = owner, lease_expires_at, now
+
+        def reopened(saga: SagaRow) -> bool:
+            return saga.owner == owner and saga.status.value in LIVE_STATUSES
+
+        return await self._conditional("reopen_compensation", saga_id, SagaStatus.COMPENSATION_FAILED, reopen, reopened)
 
     async def unpark_saga(self, saga_id: str, now: datetime) -> bool:
         """Make a PARKED saga live again, unowned, its recovery attempts reset; atomic; return whether it did.
 
-        One conditional UPDATE, so of two callers at once only one wins. Retried after a lost connection, a try
+        One conditional change, so of two callers at once only one wins. Retried after a lost connection, a try
         finding the saga last written at `now` (the lost try's commit) answers True.
         """
-        self._check_open()
-        stamp = self._codec.time_in(now)
-        params = (SagaStatus.RUNNING.value, stamp, saga_id, SagaStatus.PARKED.value)
-        lost_try = (self._queries.written_at, (saga_id, stamp))
-        return await self._conditional("unpark_saga", self._queries.unpark, params, lost_try)
+
+        def unpark(saga: SagaRow) -> None:
+            saga.status, saga.parked_from = saga.parked_from or SagaStatus.RUNNING, None
+            saga.recovery_attempts, saga.error = 0, None
+            saga.owner, saga.lease_expires_at, saga.updated_at = None, None, now
+
+        def unparked(saga: SagaRow) -> bool:
+            return saga.updated_at == now
+
+        return await self._conditional("unpark_saga", saga_id, SagaStatus.PARKED, unpark, unparked)
 
     async def _conditional(
-        self, what: str, update: str, params: Sequence[Any], lost_try: tuple[str, Sequence[Any]]
+        self,
+        what: str,
+        saga_id: str,
+        status: SagaStatus,
+        change: Callable[[SagaRow], None],
+        lost_try: Callable[[SagaRow], bool],
     ) -> bool:
-        """Run a conditional UPDATE of one saga; return whether it changed the saga.
+        """Apply `change` to a saga in `status`, re-sealed, in one transaction; return whether it changed it.
 
-        Retried after a lost connection, a try changing nothing asks `lost_try` (a COUNT query) whether the lost
-        try's commit is what it finds.
+        The row is read under a lock, so nobody writes it between the read and the write. Retried after a lost
+        connection, a try finding the saga in another status asks `lost_try` whether it is the lost try's commit.
         """
+        self._check_open()
+        q, codec = self._queries, self._codec
         tries = 0
 
         async def once() -> bool:
             nonlocal tries
             tries += 1
-            async with self._transaction(begin=False) as tx:
-                if await tx.execute(update, params) == 1:
-                    return True
-                if tries == 1:
+            async with self._transaction(begin=True) as tx:
+                records = await tx.fetch(q.lock_saga, (saga_id,))
+                if not records:
                     return False
-                return int((await tx.fetch(*lost_try))[0][0]) == 1
+                saga = codec.saga_row(records[0])
+                if saga.status is not status:
+                    return tries > 1 and lost_try(saga)
+                change(saga)
+                seal_saga(saga, self._signing_key)
+                params = codec.saga_params(saga)
+                return await tx.execute(q.rewrite_saga, (*params[1:], saga_id, status.value)) == 1
 
         return await self._retrying(what, once)
 

@@ -3,6 +3,17 @@
 from saga_runtime._tools._context import StepContext
 from saga_runtime._tools._registry import ToolRegistry, unknown_tool_message
 from saga_runtime._tools._retry import RetryPolicy
+from saga_runtime._tools._secrets import Secret, secret_paths, unwrap_secrets
 from saga_runtime._tools._spec import RetryScope, ToolSpec
 
-__all__ = ["RetryPolicy", "RetryScope", "StepContext", "ToolRegistry", "ToolSpec", "unknown_tool_message"]
+__all__ = [
+    "RetryPolicy",
+    "RetryScope",
+    "Secret",
+    "StepContext",
+    "ToolRegistry",
+    "ToolSpec",
+    "secret_paths",
+    "unknown_tool_message",
+    "unwrap_secrets",
+]

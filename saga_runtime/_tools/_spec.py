@@ -14,6 +14,7 @@ import pydantic
 
 from saga_runtime._tools._context import StepContext
 from saga_runtime._tools._retry import DEFAULT_COMPENSATION_RETRY, NO_RETRY, RetryPolicy
+from saga_runtime._tools._secrets import secret_paths
 
 __all__ = ["RetryScope", "ToolSpec", "build_spec"]
 
@@ -56,6 +57,8 @@ class ToolSpec:
     result_adapter: pydantic.TypeAdapter[Any] | None = field(default=None, repr=False)
     validate_result: Callable[..., Any] | None = field(default=None, repr=False)
     validate_is_async: bool = False
+    # Where the secret arguments stand (see saga_runtime._tools._secrets); empty when the tool takes none.
+    secrets: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
     @property
     def has_compensate(self) -> bool:
@@ -191,6 +194,10 @@ def _args_model(tool_name: str, owner: str, execute: Callable[..., Any]) -> tupl
     config = _ARGS_CONFIG_EXTRA if accepts_extra else _ARGS_CONFIG
     try:
         model = pydantic.create_model(f"{tool_name}Args", __config__=config, **fields)
+        if secret_paths(model):
+            # A refused secret must not be quoted in the error (which is stored, logged and shown).
+            hidden = pydantic.ConfigDict(**{**config, "hide_input_in_errors": True})
+            model = pydantic.create_model(f"{tool_name}Args", __config__=hidden, **fields)
     except pydantic.PydanticSchemaGenerationError as exc:
         raise TypeError(
             f"{owner}.execute has an argument type pydantic cannot validate ({exc}); tool arguments must be "
@@ -281,6 +288,7 @@ def build_spec(
         result_adapter=_result_adapter(owner, execute),
         validate_result=validate,
         validate_is_async=validate is not None and inspect.iscoroutinefunction(validate),
+        secrets=secret_paths(model),
     )
 
 

@@ -10,9 +10,10 @@ import aiomysql
 import asyncpg
 import pytest
 
+from saga_runtime import SagaExecutor, ToolRegistry
 from saga_runtime._exceptions import SchemaVersionError
 from saga_runtime._records import SagaRow, SagaStatus, StepRow
-from saga_runtime._storage import _sqlstore
+from saga_runtime._storage import MemoryStore, _sqlstore
 from saga_runtime._storage._sql import (
     MIGRATIONS,
     SAGA_COLUMNS,
@@ -25,6 +26,14 @@ from saga_runtime._storage._sql import (
 )
 
 from .conftest import T0, Stores, make_saga, make_steps, sqlite_file, sqlite_query
+
+_registry = ToolRegistry()
+
+
+@_registry.tool
+class Add:
+    async def execute(self, x: int, y: float) -> float:
+        return x + y
 
 
 async def _query(stores: Stores, kind: str, url: str, sql: str) -> list[Any]:
@@ -42,11 +51,11 @@ async def test_open_records_the_schema_version(stores: Stores, sql_kind: str) ->
     """Opening an empty database creates the schema and records each version once, however often it is opened."""
     url = await stores.blank_url(sql_kind)
     store = await stores.open(sql_kind, url)
-    assert await store.schema_version() == SCHEMA_VERSION == 2  # type: ignore[attr-defined]
+    assert await store.schema_version() == SCHEMA_VERSION == 3  # type: ignore[attr-defined]
     await store.close()
     await (await stores.open(sql_kind, url)).close()
     rows = await _query(stores, sql_kind, url, "SELECT version FROM schema_version ORDER BY version")
-    assert [tuple(row) for row in rows] == [(1,), (2,)]
+    assert [tuple(row) for row in rows] == [(1,), (2,), (3,)]
 
 
 async def test_reopened_store_keeps_its_sagas(stores: Stores, sql_kind: str) -> None:
@@ -83,11 +92,13 @@ def stores_row(row: Any) -> tuple[str, int, str | None]:
     return saga_id, int(row[1]), row[2]
 
 
-async def _build_v1(stores: Stores, kind: str, url: str, rows: list[tuple[SagaRow, list[StepRow]]]) -> None:
-    """Create a version-1 database at `url` (the v1 DDL, its version row) holding `rows`, with the raw driver."""
+async def _build_v1(
+    stores: Stores, kind: str, url: str, rows: list[tuple[SagaRow, list[StepRow]]], version: int = 1
+) -> None:
+    """Create a database of an old `version` at `url` (its DDL and version rows) holding `rows`, with the raw driver."""
     dialect: DialectName = kind  # type: ignore[assignment]
     codec = RowCodec(dialect)
-    v1_sagas = SAGA_COLUMNS[: SAGA_COLUMNS.index("finished_at") + 1]
+    v1_sagas = SAGA_COLUMNS[: SAGA_COLUMNS.index("finished_at" if version == 1 else "parked_from") + 1]
     insert_saga = _placeholders(
         dialect, f"INSERT INTO sagas ({', '.join(v1_sagas)}) VALUES ({', '.join('?' * len(v1_sagas))})"
     )
@@ -95,8 +106,10 @@ async def _build_v1(stores: Stores, kind: str, url: str, rows: list[tuple[SagaRo
         dialect, f"INSERT INTO steps ({', '.join(STEP_COLUMNS)}) VALUES ({', '.join('?' * len(STEP_COLUMNS))})"
     )
     record = _placeholders(dialect, "INSERT INTO schema_version (version, description, applied_at) VALUES (?, ?, ?)")
-    ddl = [VERSION_TABLE_DDL[dialect], *MIGRATIONS[0].statements(dialect)]
-    writes: list[tuple[str, tuple[Any, ...]]] = [(record, (1, MIGRATIONS[0].description, codec.time_in(T0)))]
+    ddl = [VERSION_TABLE_DDL[dialect], *(sql for m in MIGRATIONS[:version] for sql in m.statements(dialect))]
+    writes: list[tuple[str, tuple[Any, ...]]] = [
+        (record, (m.version, m.description, codec.time_in(T0))) for m in MIGRATIONS[:version]
+    ]
     for saga, steps in rows:
         writes.append((insert_saga, codec.saga_params(saga)[: len(v1_sagas)]))
         writes.extend((insert_step, codec.step_params(row)) for row in steps)
@@ -141,10 +154,10 @@ async def _build_v1(stores: Stores, kind: str, url: str, rows: list[tuple[SagaRo
 
 
 async def test_a_version_1_database_is_migrated_in_place(stores: Stores, sql_kind: str) -> None:
-    """A real version-1 database (v1 tables, rows in them) opened by this library gains the v2 columns, rows kept.
+    """A real version-1 database (v1 tables, rows in them) opened by this library gains the later columns, rows kept.
 
-    The old sagas read back with recovery_attempts 0 and parked_from NULL; the new fields are written and read;
-    schema_version says 2, recorded once; a library that knows only version 1 then refuses the database.
+    The old sagas read back with recovery_attempts 0, parked_from and seal NULL; the new fields are written and
+    read; schema_version says 3, each version recorded once.
     """
     url = await stores.blank_url(sql_kind)
     old = [(make_saga("old-1"), make_steps("old-1", 2)), (make_saga("old-2", full=False), [])]
@@ -153,7 +166,7 @@ async def test_a_version_1_database_is_migrated_in_place(stores: Stores, sql_kin
     await _build_v1(stores, sql_kind, url, old)
 
     store = await stores.open(sql_kind, url)
-    assert await store.schema_version() == 2  # type: ignore[attr-defined]
+    assert await store.schema_version() == 3  # type: ignore[attr-defined]
     for saga, steps in old:
         assert await store.load_saga(saga.saga_id) == (saga, steps)
     parked = make_saga("new", status=SagaStatus.PARKED)
@@ -169,22 +182,22 @@ async def test_a_version_1_database_is_migrated_in_place(stores: Stores, sql_kin
         ("old-2", 0, None),
     ]
     versions = await _query(stores, sql_kind, url, "SELECT version FROM schema_version ORDER BY version")
-    assert [tuple(row) for row in versions] == [(1,), (2,)]
-    reopened = await stores.open(sql_kind, url)  # already at version 2: nothing to do
-    assert await reopened.schema_version() == 2  # type: ignore[attr-defined]
+    assert [tuple(row) for row in versions] == [(1,), (2,), (3,)]
+    reopened = await stores.open(sql_kind, url)  # already at version 3: nothing to do
+    assert await reopened.schema_version() == 3  # type: ignore[attr-defined]
     await reopened.close()
 
 
 async def test_a_library_knowing_only_version_1_refuses_a_migrated_database(
     stores: Stores, sql_kind: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Once migrated to version 2, a database is too new for a saga-runtime that knows only version 1."""
+    """Once migrated to version 3, a database is too new for a saga-runtime that knows only version 1."""
     url = await stores.blank_url(sql_kind)
     await (await stores.open(sql_kind, url)).close()
     monkeypatch.setattr(_sqlstore, "MIGRATIONS", MIGRATIONS[:1])
     with pytest.raises(SchemaVersionError) as caught:
         await stores.open(sql_kind, url)
-    assert (caught.value.found, caught.value.supported) == (2, 1)
+    assert (caught.value.found, caught.value.supported) == (3, 1)
 
 
 async def test_a_database_with_the_version_table_but_no_rows_is_built_from_scratch(
@@ -201,3 +214,28 @@ async def test_a_database_with_the_version_table_but_no_rows_is_built_from_scrat
     assert await store.schema_version() == SCHEMA_VERSION  # type: ignore[attr-defined]
     await store.create_saga(make_saga("v0"), make_steps("v0", 1))
     assert await store.load_saga("v0") is not None
+
+
+async def test_a_version_2_database_keeps_verifying_its_unsealed_saga_rows(stores: Stores, sql_kind: str) -> None:
+    """A saga recorded under schema version 2 (no saga seal, JSON columns of the time) verifies after the migration,
+    on its step rows alone (`saga_sealed` False); once written again its saga row is sealed."""
+    source = MemoryStore()
+    executor = SagaExecutor(_registry, store=source)
+    await executor.run([{"id": "a", "tool": "Add", "args": {"x": 2, "y": 0.5}}], saga_id="legacy")
+    loaded = await source.load_saga("legacy")
+    assert loaded is not None
+    saga, steps = loaded
+    saga.seal = None
+    url = await stores.blank_url(sql_kind)
+    await _build_v1(stores, sql_kind, url, [(saga, steps)], version=2)
+
+    store = await stores.open(sql_kind, url)
+    assert await store.schema_version() == 3  # type: ignore[attr-defined]
+    verdict = await store.verify_saga("legacy")
+    assert verdict, verdict.problems
+    assert not verdict.saga_sealed
+    assert await store.load_saga("legacy") == (saga, steps)
+    await store.save(saga, [])
+    verdict = await store.verify_saga("legacy")
+    assert verdict
+    assert verdict.saga_sealed
