@@ -75,7 +75,7 @@ class MemoryStore:
 
     async def save(self, saga: SagaRow | None, steps: Sequence[StepRow], *, owner: str | None = None) -> None:
         """Keep the given rows (snapshots the caller no longer touches); with `owner`, only if it owns the saga."""
-        if self._closed:
+        if self._closed:  # checked inline: a running saga saves at every step
             self._check_open()
         if owner is not None:
             self._check_owner(saga, steps, owner)
@@ -107,8 +107,8 @@ class MemoryStore:
                 fresh.append(row.idempotency_key)
             elif holder[1] != row.step_id or holder[0] != row.saga_id:
                 self._check_batch(steps)  # raises, naming the holder as it always did
-        # A key its own step holds already clashes with no other row of the batch (that row would be refused above
-        # for taking it); only keys new to the store can clash, with each other, which distinct keys cannot.
+        # A key its own step holds cannot clash in the batch: another row taking it is refused above. Only keys new
+        # to the store can clash, with each other, and distinct ones cannot: then the batch needs no bookkeeping.
         if len(fresh) > 1 and len(set(fresh)) != len(fresh):
             self._check_batch(steps)
 
