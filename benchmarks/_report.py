@@ -5,8 +5,12 @@ from __future__ import annotations
 import os
 import platform
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
+
+Rows = list[dict[str, Any]]
 
 
 class Progress:
@@ -52,12 +56,49 @@ class Progress:
             self._bar.update(self._task, completed=self._done)
 
 
-def table(title: str, rows: list[dict[str, Any]]) -> str:
+def table(title: str, rows: Rows) -> str:
     """Return rows of equal keys as a markdown table."""
     keys = list(rows[0])
     lines = [f"### {title}", "", "| " + " | ".join(keys) + " |", "|" + " --- |" * len(keys)]
     lines += ["| " + " | ".join("" if row[k] is None else str(row[k]) for k in keys) + " |" for row in rows]
     return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Target:
+    """A goal of one workload: the value `pick` reads from its rows is at most `bound` (in `unit`)."""
+
+    name: str
+    bound: float
+    unit: str
+    pick: Callable[[Rows], float | None]
+
+    def verdict(self, rows: Rows) -> dict[str, Any]:
+        """Return the target's line of the report: the bound, what was measured, and met or missed."""
+        value = self.pick(rows)
+        status = "not measured" if value is None else "met" if value <= self.bound else "missed"
+        return {
+            "target": self.name,
+            "at most": f"{self.bound:g} {self.unit}",
+            "measured": None if value is None else f"{value:.3g} {self.unit}",
+            "status": status,
+        }
+
+
+def value(key: str, **match: Any) -> Callable[[Rows], float | None]:
+    """Return a `pick` reading `key` of the first row matching `match` (a string matches a value it starts).
+
+    The pick returns None when no row matches or the row was skipped.
+    """
+
+    def pick(rows: Rows) -> float | None:
+        for row in rows:
+            if all(row.get(k) == v or (type(v) is str and str(row.get(k)).startswith(v)) for k, v in match.items()):
+                found = row.get(key)
+                return None if row.get("skipped") is not None or found is None else float(found)
+        return None
+
+    return pick
 
 
 def machine() -> dict[str, Any]:
@@ -77,7 +118,7 @@ def machine() -> dict[str, Any]:
     }
 
 
-def plot(rows: list[dict[str, Any]], path: str) -> bool:
+def plot(rows: Rows, path: str) -> bool:
     """Plot saga and raw throughput against concurrency per store into the PNG `path`; False without matplotlib."""
     try:
         import matplotlib

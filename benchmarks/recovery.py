@@ -30,9 +30,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
-from benchmarks.durable import SERVERS, _admin
+from benchmarks._floors import SERVERS, Unreachable, database
 from saga_runtime import SagaExecutor, SagaStatus, StepContext, ToolRegistry, open_store
 from saga_runtime._planning import build_plan
 from saga_runtime._records import SagaRow, StepRow, StepStatus, idempotency_key, now, seal_all
@@ -189,17 +188,11 @@ async def _measure(name: str, url: str, count: int, rounds: int) -> Recovery:
 
 
 async def _server(kind: str, count: int, rounds: int) -> Recovery:
-    variable, default = SERVERS[kind]
-    admin_url = os.environ.get(variable, default)
-    name = f"saga_runtime_bench_{secrets.token_hex(4)}"
     try:
-        await _admin(kind, admin_url, f"CREATE DATABASE {name}")
-    except Exception as exc:
-        return Recovery(kind, skipped=f"{type(exc).__name__}: {exc} (set {variable})")
-    try:
-        return await _measure(kind, urlsplit(admin_url)._replace(path=f"/{name}").geturl(), count, rounds)
-    finally:
-        await _admin(kind, admin_url, f"DROP DATABASE IF EXISTS {name}")
+        async with database(kind) as url:
+            return await _measure(kind, url, count, rounds)
+    except Unreachable as exc:
+        return Recovery(kind, skipped=str(exc))
 
 
 async def _all(count: int, rounds: int) -> list[Recovery]:

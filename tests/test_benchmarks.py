@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 STORES = ["sqlite", "postgresql", "mysql"]
 
@@ -62,15 +64,18 @@ def test_quick_benchmarks_run_and_report_every_workload(tmp_path: Path) -> None:
     assert [row["floor_us_per_saga"] > 0 for row in overhead] == [True, True]
     assert len(_one(results, "in memory: a group of 100 steps")) == 1
 
-    durable = results["durable: 10-step saga, one at a time, vs raw insert+commit per step"]
+    durable = _one(results, "durable: 10-step saga, one at a time")
     assert [row["store"].split(" ")[0] for row in durable] == STORES
     for row in durable:
         assert row["skipped"] is not None or row["ratio"] > 0, row
 
     concurrent = _one(results, "durable: 10-step sagas at concurrency")
     assert [(row["store"].split(" ")[0], row["concurrency"]) for row in concurrent] == [
-        (store, level) for store in STORES for level in (1, 8)
+        (store, level) for store in STORES for level in (1, 50)
     ]
+    for row in durable + concurrent:  # time per saga, the saga's as a multiple of the floor's
+        if row["skipped"] is None:
+            assert row["ratio"] == pytest.approx(row["saga_ms_per_saga"] / row["floor_ms_per_saga"], rel=0.01), row
 
     recovery = results["recovery: one executor taking over orphaned sagas, and takeover after a SIGKILL"]
     assert [row["store"] for row in recovery] == STORES
@@ -81,3 +86,10 @@ def test_quick_benchmarks_run_and_report_every_workload(tmp_path: Path) -> None:
     assert [row["sagas"] for row in rss] == [500, 500]  # --quick: the in-memory stores only
     released = _one(results, "memory: finished sagas are released")
     assert [row["store"].split(",")[0] for row in released] == ["memory:// (keeps every saga)", "memory"]
+
+    targets = report["targets"]
+    assert [target["target"].split(",")[0] for target in targets] == ["in memory"] * 3 + ["durable"] * 5
+    assert all(target["status"] in ("met", "missed", "not measured") for target in targets), targets
+    measured = [target for target in targets if target["status"] != "not measured"]
+    assert len(measured) >= 3  # the in-memory ones at least: they need no server
+    assert "### targets: " in done.stdout

@@ -104,6 +104,8 @@ class Plan:
     @functools.cached_property
     def _json(self) -> list[Any]:
         # Built once per plan: its digest and the saga row read the same JSON (which nobody mutates).
+        if not self.joins:  # every group joins `all`: plain lists
+            return [[{"id": s.step_id, "tool": s.tool_name, "args": s.args} for s in group] for group in self.groups]
         out: list[Any] = []
         for g, group in enumerate(self.groups):
             steps = [{"id": s.step_id, "tool": s.tool_name, "args": s.args} for s in group]
@@ -376,6 +378,103 @@ def _check_rules(plan: Plan, registry: ToolRegistry, policy: PlanPolicy | None, 
                 )
 
 
+_SCALARS = frozenset({str, int, bool, float, type(None)})
+_STR = frozenset({str})
+
+
+def _plain(args: dict[str, Any]) -> bool:
+    """Tell whether `args` maps plain names to JSON scalars: its own JSON value, holding no `$ref`."""
+    if not _STR.issuperset(map(type, args)):
+        return False
+    kinds = set(map(type, args.values()))
+    if not kinds <= _SCALARS:
+        return False
+    # NaN and infinities are stored as null (to_json_value converts them); x - x is 0.0 for finite x only.
+    return float not in kinds or all(value - value == 0.0 for value in args.values() if type(value) is float)
+
+
+def _fast_plan(raw: Any, registry: ToolRegistry, policy: PlanPolicy | None) -> Plan | None:
+    """Return the plan of a valid `raw` written plainly, in one walk; None for anything else.
+
+    Plainly: a list of step dicts (or `Step`s) and lists of them, no join groups. This path only accepts: at the
+    first doubt (a problem, an unusual type, a join, a generated id that meets a given one) it returns None, and
+    `build_plan`'s full walk, the one place problems are worded, checks the plan from the start. A plain step
+    skips `to_json_value`, the `$ref` search and the draft bookkeeping (its arguments are JSON scalars already);
+    any other step goes through `_check_step` once every id is known, as in the full walk.
+    """
+    if (type(raw) is not list and type(raw) is not tuple) or not raw:
+        return None
+    group_of: dict[str, int] = {}
+    groups: list[list[Any]] = []
+    later: list[tuple[int, int]] = []  # (group, index) of the steps `_check_step` checks
+    last = len(raw) - 1
+    find = registry.find
+    for g, item in enumerate(raw):
+        kind = type(item)
+        if kind is dict or kind is Step:
+            members: Any = (item,)
+        elif (kind is list or kind is tuple) and item:
+            members = item
+        else:
+            return None
+        planned: list[Any] = []
+        for i, member in enumerate(members):
+            kind = type(member)
+            if kind is dict:
+                if "tool" not in member or not _STEP_KEYS.issuperset(member):
+                    return None
+                tool, args, step_id = member["tool"], member.get("args", {}), member.get("id")
+            elif kind is Step:
+                tool, args, step_id = member.tool, member.args, member.id
+            else:
+                return None
+            if type(tool) is not str or type(args) is not dict:
+                return None
+            if step_id is None:
+                # The full walk's id; it differs only when a given id takes it, which sends the plan there.
+                step_id = f"{tool}-{g}-{i}"
+            elif type(step_id) is not str or not step_id or "." in step_id:
+                return None
+            else:
+                try:
+                    if len(step_id.encode()) > MAX_ID_BYTES:
+                        return None
+                except UnicodeEncodeError:
+                    return None
+            if step_id in group_of:
+                return None
+            group_of[step_id] = g
+            spec = find(tool)
+            if spec is None or spec.secrets or (spec.irreversible and g != last):
+                return None  # (a tool with secrets: the full walk encrypts them)
+            if _plain(args):
+                kwargs = spec.valid_args(args)
+                if kwargs is None:
+                    return None
+                planned.append(PlannedStep(step_id, tool, dict(args), g, False, kwargs))
+            else:
+                later.append((g, len(planned)))
+                planned.append(_Draft(g, i, tool, args, step_id))
+        groups.append(planned)
+    for g, index in later:
+        problems: list[str] = []
+        step = _check_step(groups[g][index], registry, group_of, problems, [])
+        if problems or step is None:
+            return None
+        groups[g][index] = step
+    plan = Plan(tuple(map(tuple, groups)))
+    if policy is not None:
+        problems = []
+        _check_rules(plan, registry, policy, problems)
+        if problems:
+            return None
+    try:
+        plan.digest  # noqa: B018 - as in build_plan: text a database cannot store goes to the full walk
+    except UnicodeEncodeError:
+        return None
+    return plan
+
+
 def build_plan(
     raw: Any, registry: ToolRegistry, *, policy: PlanPolicy | None = None, keyring: SecretKeyring | None = None
 ) -> Plan:
@@ -384,6 +483,13 @@ def build_plan(
     Secret arguments are encrypted with `keyring` in the plan (and opened, where a stored plan holds them, to be
     validated); a plan holding a secret without a keyring is refused, saying how to configure a key.
     """
+    return _fast_plan(raw, registry, policy) or _full_plan(raw, registry, policy, keyring)
+
+
+def _full_plan(
+    raw: Any, registry: ToolRegistry, policy: PlanPolicy | None, keyring: SecretKeyring | None = None
+) -> Plan:
+    """Return the validated plan of `raw`, read and checked in full; raise `PlanValidationError` if it is not."""
     problems: list[str] = []
     drafts, joins = _read_groups(raw, problems)
     _check_ids(drafts, problems)

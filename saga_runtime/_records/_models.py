@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from operator import attrgetter
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict
@@ -194,6 +195,7 @@ class SagaSummary(BaseModel):
 
 
 _object_setattr = object.__setattr__
+_new = object.__new__
 
 
 def _construct(model: type[_M], values: dict[str, Any], fields: set[str]) -> _M:
@@ -203,7 +205,7 @@ def _construct(model: type[_M], values: dict[str, Any], fields: set[str]) -> _M:
     slower than the rows it reads (a loop over aliases and defaults per field); this sets the same state.
     `fields` is the set of every field name (copied: each model has its own set of fields set).
     """
-    instance = model.__new__(model)
+    instance = _new(model)
     _object_setattr(instance, "__dict__", values)
     _object_setattr(instance, "__pydantic_fields_set__", fields.copy())
     _object_setattr(instance, "__pydantic_extra__", None)
@@ -213,38 +215,51 @@ def _construct(model: type[_M], values: dict[str, Any], fields: set[str]) -> _M:
 
 def step_record(row: StepRow) -> StepRecord:
     """Return the user-facing record of a step row."""
-    return _construct(
-        StepRecord,
-        {
-            "step_id": row.step_id,
-            "group": row.group,
-            "tool_name": row.tool_name,
-            "args": mask_secrets(row.args),  # an encrypted secret is shown as "**********"
-            "status": row.status,
-            "result": row.result,
-            "error": row.error,
-            "error_type": row.error_type,
-            "attempts": row.attempts,
-            "idempotency_key": row.idempotency_key,
-            "started_at": row.started_at,
-            "finished_at": row.finished_at,
-            "compensated_at": row.compensated_at,
-            "compensation_error": row.compensation_error,
-            "compensation_attempts": row.compensation_attempts,
-        },
-        _STEP_FIELDS,
-    )
+    return _step_records((row,))[0]
+
+
+def _step_records(rows: Sequence[StepRow]) -> list[StepRecord]:
+    """Return the records of `rows`, in their order: `_construct` inlined, as a saga's result builds one per step."""
+    records = []
+    fields = _STEP_FIELDS
+    for row in rows:
+        record = _new(StepRecord)
+        _object_setattr(
+            record,
+            "__dict__",
+            {
+                "step_id": row.step_id,
+                "group": row.group,
+                "tool_name": row.tool_name,
+                "args": mask_secrets(row.args),  # an encrypted secret is shown as "**********"
+                "status": row.status,
+                "result": row.result,
+                "error": row.error,
+                "error_type": row.error_type,
+                "attempts": row.attempts,
+                "idempotency_key": row.idempotency_key,
+                "started_at": row.started_at,
+                "finished_at": row.finished_at,
+                "compensated_at": row.compensated_at,
+                "compensation_error": row.compensation_error,
+                "compensation_attempts": row.compensation_attempts,
+            },
+        )
+        _object_setattr(record, "__pydantic_fields_set__", fields.copy())
+        _object_setattr(record, "__pydantic_extra__", None)
+        _object_setattr(record, "__pydantic_private__", None)
+        records.append(record)
+    return records
 
 
 def result_from_rows(saga: SagaRow, steps: Sequence[StepRow]) -> SagaResult:
     """Return the SagaResult of a saga row and its step rows (in any order; sorted by `seq`)."""
-    ordered = sorted(steps, key=_seq)
     return _construct(
         SagaResult,
         {
             "saga_id": saga.saga_id,
             "status": saga.status,
-            "steps": [step_record(row) for row in ordered],
+            "steps": _step_records(sorted(steps, key=_seq)),
             "error": saga.error,
             "metadata": dict(saga.metadata),
             "created_at": saga.created_at,
@@ -260,10 +275,7 @@ def result_from_rows(saga: SagaRow, steps: Sequence[StepRow]) -> SagaResult:
 
 _STEP_FIELDS = set(StepRecord.model_fields)
 _RESULT_FIELDS = set(SagaResult.model_fields)
-
-
-def _seq(row: StepRow) -> int:
-    return row.seq
+_seq = attrgetter("seq")
 
 
 def summary_from_rows(saga: SagaRow, step_count: int) -> SagaSummary:

@@ -92,7 +92,8 @@ class MemoryStore:
 
     async def save(self, saga: SagaRow | None, steps: Sequence[StepRow], *, owner: str | None = None) -> None:
         """Keep the given rows (snapshots the caller no longer touches); with `owner`, only if it owns the saga."""
-        self._check_open()
+        if self._closed:  # checked inline: a running saga saves at every step
+            self._check_open()
         if owner is not None:
             self._check_owner(saga, steps, owner)
         self._check_keys(steps)  # before anything is written: a refused save writes nothing
@@ -107,16 +108,34 @@ class MemoryStore:
 
     def _check_owner(self, saga: SagaRow | None, steps: Sequence[StepRow], owner: str) -> None:
         """Raise LeaseLostError unless the stored saga of the rows is owned by `owner`."""
-        ids = {row.saga_id for row in steps} | ({saga.saga_id} if saga is not None else set())
-        if len(ids) > 1:
-            raise ValueError(f"an owner-conditional save writes the rows of one saga, not of {sorted(ids)}")
-        for saga_id in ids:
-            stored = self._sagas.get(saga_id)
-            if stored is None or stored.owner != owner:
-                raise lease_lost(saga_id, owner, self.url)
+        saga_id = saga.saga_id if saga is not None else steps[0].saga_id if steps else None
+        if saga_id is None:
+            return  # nothing to write
+        for row in steps:
+            if row.saga_id != saga_id:
+                ids = {row.saga_id for row in steps} | ({saga.saga_id} if saga is not None else set())
+                raise ValueError(f"an owner-conditional save writes the rows of one saga, not of {sorted(ids)}")
+        stored = self._sagas.get(saga_id)
+        if stored is None or stored.owner != owner:
+            raise lease_lost(saga_id, owner, self.url)
 
     def _check_keys(self, steps: Sequence[StepRow]) -> None:
         """Raise StoreError if a row takes an idempotency key another step holds (in the store or the batch)."""
+        keys = self._keys
+        fresh = []
+        for row in steps:
+            holder = keys.get(row.idempotency_key)
+            if holder is None:
+                fresh.append(row.idempotency_key)
+            elif holder[1] != row.step_id or holder[0] != row.saga_id:
+                self._check_batch(steps)  # raises, naming the holder as it always did
+        # A key its own step holds cannot clash in the batch: another row taking it is refused above. Only keys new
+        # to the store can clash, with each other, and distinct ones cannot: then the batch needs no bookkeeping.
+        if len(fresh) > 1 and len(set(fresh)) != len(fresh):
+            self._check_batch(steps)
+
+    def _check_batch(self, steps: Sequence[StepRow]) -> None:
+        """Check every row against the store and the rows before it in the batch; raise StoreError on a clash."""
         batch: dict[str, tuple[str, str]] = {}
         for row in steps:
             ident = (row.saga_id, row.step_id)
@@ -131,13 +150,23 @@ class MemoryStore:
             batch[row.idempotency_key] = ident
 
     def _put_steps(self, steps: Sequence[StepRow]) -> None:
+        keys, by_saga = self._keys, self._steps
+        saga_id, rows = None, None
         for row in steps:
-            rows = self._steps.setdefault(row.saga_id, {})
+            if row.saga_id != saga_id or rows is None:
+                saga_id = row.saga_id
+                rows = by_saga.get(saga_id)
+                if rows is None:
+                    rows = by_saga[saga_id] = {}
             old = rows.get(row.step_id)
-            if old is not None and old.idempotency_key != row.idempotency_key:
-                self._keys.pop(old.idempotency_key, None)
             rows[row.step_id] = row
-            self._keys[row.idempotency_key] = (row.saga_id, row.step_id)
+            if old is not None and old is not row and old.idempotency_key == row.idempotency_key:
+                # A new snapshot keeping its step's key: the key is held by this step already (no other step can
+                # take it), so the index stays as it is. The stored row itself changed in place says nothing.
+                continue
+            if old is not None and old.idempotency_key != row.idempotency_key:
+                keys.pop(old.idempotency_key, None)
+            keys[row.idempotency_key] = (row.saga_id, row.step_id)
 
     def _note_unsealed(self, saga_id: str, steps: Sequence[StepRow]) -> None:
         for row in steps:

@@ -74,6 +74,14 @@ class ToolSpec:
         """Return the keyword arguments for `execute`, validated; raise `pydantic.ValidationError` if invalid."""
         return self._kwargs(self.args_model.__pydantic_validator__.validate_python(args))
 
+    def valid_args(self, args: dict[str, Any]) -> dict[str, Any] | None:
+        """Return `validate_args(args)`, or None if `args` are invalid (`checked_args` then says why)."""
+        try:
+            model = self.args_model.__pydantic_validator__.validate_python(args)
+        except pydantic.ValidationError:
+            return None
+        return self._kwargs(model) if self.accepts_extra else dict(model.__dict__)
+
     def _kwargs(self, model: pydantic.BaseModel) -> dict[str, Any]:
         # A model's __dict__ holds exactly its fields, in order (extras live apart, in __pydantic_extra__).
         kwargs = dict(model.__dict__)

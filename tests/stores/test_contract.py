@@ -234,6 +234,21 @@ async def test_many_concurrent_sagas_all_complete(store: SagaStore) -> None:
     assert [record.result for record in result.steps] == [{"n": 123}] * 3
 
 
+async def test_two_new_rows_of_one_write_cannot_share_a_key(store: SagaStore) -> None:
+    """Two rows new to the store taking one idempotency key in one write: StoreError, and nothing written."""
+    saga, steps = make_saga("twin"), make_steps("twin", 3)
+    steps[2].idempotency_key = steps[1].idempotency_key
+    with pytest.raises(StoreError):
+        await store.create_saga(saga, steps)
+    assert await store.load_saga("twin") is None
+    await store.create_saga(saga, steps[:1])
+    kept = steps[0].copy()
+    kept.attempts = 5  # keeps its own key: no clash with the two new rows, which clash with each other
+    with pytest.raises(StoreError):
+        await store.save(None, [kept, steps[1], steps[2]])
+    assert await store.load_saga("twin") == (saga, steps[:1])
+
+
 async def test_an_idempotency_key_belongs_to_one_step(store: SagaStore) -> None:
     """A step taking another step's idempotency key: StoreError on create, save and import, and nothing written."""
     saga, steps = make_saga("key-a"), make_steps("key-a", 2)

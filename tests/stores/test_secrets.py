@@ -43,6 +43,16 @@ TOOLS = textwrap.dedent(
 
 
     @registry.tool
+    class Token:
+        async def execute(self, api_key: SecretStr, note: str = "") -> str:
+            SEEN.append({"api_key": api_key})
+            return note
+
+        async def compensate(self, result: Any) -> None:
+            return None
+
+
+    @registry.tool
     class Login:
         async def execute(
             self,
@@ -263,3 +273,16 @@ async def test_recovery_on_another_executor_with_the_key_hands_the_tool_the_secr
     assert_got_the_real_values()
     assert_no_plaintext(await database_bytes(stores, sql_kind, store), "the database after recovery")
     assert await store.verify_saga("crashed")
+
+
+async def test_a_secret_given_as_a_plain_string_in_a_plain_plan_is_stored_encrypted(
+    stores: Stores, store: SagaStore, kind: str
+) -> None:
+    """A plan of scalar arguments only (build_plan's one-walk path) still encrypts a secret given as a str."""
+    executor = SagaExecutor(registry, store=store, secret_key=KEY)
+    steps = [{"id": "token", "tool": "Token", "args": {"api_key": PLAINTEXTS["api_key"], "note": "visible"}}]
+    result = await executor.run(steps, saga_id="plain-secret")
+    assert result.ok, result.describe()
+    assert SEEN[-1]["api_key"].get_secret_value() == PLAINTEXTS["api_key"]
+    assert result.step("token").args == {"api_key": "**********", "note": "visible"}
+    assert_no_plaintext(await database_bytes(stores, kind, store), "the database")
