@@ -13,10 +13,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from saga_runtime._exceptions import PlanValidationError, ResultNotStorableError, UnknownToolError
 from saga_runtime._planning._policy import PlanPolicy
 from saga_runtime._planning._refs import RefError, find_refs, ref_target
-from saga_runtime._records import canonical_json, own_values, to_json_value
+from saga_runtime._records import MAX_JSON_BYTES, canonical_json, own_values, to_json_value
 from saga_runtime._tools import ToolRegistry, unknown_tool_message
 
-__all__ = ["JOINS", "Join", "Plan", "PlannedStep", "Step", "build_plan", "has_refs"]
+__all__ = ["JOINS", "MAX_ID_BYTES", "Join", "Plan", "PlannedStep", "Step", "build_plan", "has_refs", "valid_id"]
 
 _STEP_KEYS = frozenset({"tool", "args", "id"})
 
@@ -114,7 +114,11 @@ class Plan:
     @functools.cached_property
     def digest(self) -> str:
         """Return the plan's hash: two plans with the same hash run the same calls."""
-        return hashlib.sha256(canonical_json(self.to_json()).encode()).hexdigest()
+        return _digest(canonical_json(self.to_json()).encode())
+
+
+def _digest(encoded: bytes) -> str:
+    return hashlib.sha256(encoded).hexdigest()
 
 
 #: The longest step id, in UTF-8 bytes (every store keeps ids of this size as they are).
@@ -128,6 +132,20 @@ def _utf8(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def valid_id(value: Any) -> bool:
+    """Tell whether `value` can be a saga, step or group id on every store.
+
+    A non-empty string of Unicode text (no lone surrogate) without NUL, of at most `MAX_ID_BYTES` bytes in UTF-8.
+    """
+    return (
+        isinstance(value, str)
+        and bool(value)
+        and "\x00" not in value
+        and _utf8(value)
+        and len(value.encode()) <= MAX_ID_BYTES
+    )
 
 
 @dataclass(slots=True)
@@ -190,8 +208,11 @@ def _read_join(item: Mapping[str, Any], g: int, problems: list[str]) -> tuple[An
         k = None
     if mode == "any":
         k = None
-    if group_id is not None and (not isinstance(group_id, str) or not group_id or "." in group_id):
-        problems.append(f"{where}: 'id' must be a non-empty string without '.'")
+    if group_id is not None and (not valid_id(group_id) or "." in group_id):
+        problems.append(
+            f"{where}: 'id' must be a non-empty string without '.' or NUL, valid Unicode of at most {MAX_ID_BYTES} "
+            "bytes"
+        )
         group_id = None
     return members, Join(mode, k, group_id)
 
@@ -231,8 +252,10 @@ def _check_ids(groups: list[list[_Draft]], problems: list[str]) -> None:
         if not isinstance(draft.id, str) or not draft.id:
             problems.append(f"{_label(draft)}: 'id' must be a non-empty string, got {draft.id!r}")
             draft.id = None
-        elif not _utf8(draft.id) or len(draft.id.encode()) > MAX_ID_BYTES:
-            problems.append(f"{_label(draft)}: 'id' must be valid Unicode text of at most {MAX_ID_BYTES} bytes")
+        elif not valid_id(draft.id):
+            problems.append(
+                f"{_label(draft)}: 'id' must be valid Unicode text without NUL, of at most {MAX_ID_BYTES} bytes"
+            )
             draft.id = None
         elif "." in draft.id:
             problems.append(f"{_label(draft)}: 'id' must not contain '.', which $ref paths use")
@@ -365,13 +388,21 @@ def build_plan(raw: Any, registry: ToolRegistry, *, policy: PlanPolicy | None = 
     plan = Plan(tuple(groups), tuple(joins) if any(join != _ALL for join in joins) else ())
     _check_rules(plan, registry, policy, problems)
     try:
-        plan.digest  # noqa: B018 - computed once here: text a database cannot store is refused now
+        # Computed once here: a plan a database cannot store is refused now.
+        encoded = canonical_json(plan.to_json()).encode()
     except UnicodeEncodeError:
         problems.extend(
             f"step {step.step_id!r}: the arguments hold text that is not valid Unicode (a lone surrogate)"
             for step in plan.steps
             if not _utf8(canonical_json(step.args))
         )
+    else:
+        if len(encoded) > MAX_JSON_BYTES:
+            problems.append(
+                f"the plan's JSON takes {len(encoded) / 1e6:.1f} MB, more than the {MAX_JSON_BYTES / 1e6:g} MB a "
+                "stored plan may take; keep large data elsewhere and pass a reference to it"
+            )
+        plan.__dict__["digest"] = _digest(encoded)  # the cached property, without encoding the plan again
     if problems:
         raise (UnknownToolError if unknown else PlanValidationError)(problems)
     return plan

@@ -28,17 +28,28 @@ from saga_runtime._records._rows import (
     idempotency_key,
     idempotency_keys,
     now,
-    own_copy,
-    own_values,
     plan_groups,
     plan_joins,
     step_succeeded,
+)
+from saga_runtime._records._values import (
+    MAX_JSON_BYTES,
+    MAX_JSON_DEPTH,
+    MAX_JSON_INT,
+    MIN_JSON_INT,
+    json_problem,
+    own_copy,
+    own_values,
     to_json_value,
 )
 
 __all__ = [
     "EXPORT_FORMAT",
     "EXPORT_VERSION",
+    "MAX_JSON_BYTES",
+    "MAX_JSON_DEPTH",
+    "MAX_JSON_INT",
+    "MIN_JSON_INT",
     "SagaKind",
     "SagaResult",
     "SagaRow",
@@ -57,6 +68,7 @@ __all__ = [
     "idempotency_keys",
     "identity_hash",
     "import_rows",
+    "json_problem",
     "now",
     "own_copy",
     "own_values",
