@@ -25,6 +25,7 @@ from saga_runtime._exceptions import (
     StoreBusyError,
     StoreConnectionError,
     StoreError,
+    StoreFileError,
     TurnLimitError,
     UnknownToolError,
 )
@@ -83,6 +84,7 @@ __all__ = [
     "StoreBusyError",
     "StoreConnectionError",
     "StoreError",
+    "StoreFileError",
     "TokenUsage",
     "ToolRegistry",
     "ToolSpec",
