@@ -26,6 +26,7 @@ from saga_runtime._exceptions import (
     StoreBusyError,
     StoreConnectionError,
     StoreError,
+    StoreFileError,
     TurnLimitError,
     UnknownToolError,
 )
@@ -86,6 +87,7 @@ __all__ = [
     "StoreBusyError",
     "StoreConnectionError",
     "StoreError",
+    "StoreFileError",
     "TokenUsage",
     "ToolRegistry",
     "ToolSpec",

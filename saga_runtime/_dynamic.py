@@ -28,7 +28,7 @@ from saga_runtime._exceptions import (
     UnknownToolError,
     describe,
 )
-from saga_runtime._planning import Step, call_args
+from saga_runtime._planning import MAX_ID_BYTES, Step, call_args, valid_id
 from saga_runtime._records import (
     SagaResult,
     SagaRow,
@@ -334,8 +334,11 @@ class DynamicSaga:
             if not isinstance(args, Mapping):
                 problems.append(f"{label}: args must be a mapping")
                 continue
-            if step_id is not None and (not isinstance(step_id, str) or not step_id or "." in step_id):
-                problems.append(f"{label}: step_id must be a non-empty string without '.'")
+            if step_id is not None and (not valid_id(step_id) or "." in step_id):
+                problems.append(
+                    f"{label}: step_id must be non-empty Unicode text without '.' or NUL, of at most "
+                    f"{MAX_ID_BYTES} bytes in UTF-8"
+                )
                 continue
             try:
                 json_args = call_args(registry.get(name), args, self._claims.config.keyring, what=label)

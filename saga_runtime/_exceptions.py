@@ -19,7 +19,8 @@ Every error derives from `SagaError`, so `except SagaError` catches them all::
     └── StoreError                 the database failed; the message says which and what to do
         ├── StoreConnectionError   the database cannot be reached, or the connection was lost
         ├── StoreBusyError         the database stayed locked (or deadlocked); nothing was written, retry
-        └── SchemaVersionError     the database was written by a newer saga-runtime; upgrade it
+        ├── SchemaVersionError     the database was written by a newer saga-runtime; upgrade it
+        └── StoreFileError         the SQLite file was deleted or replaced while the store had it open
 
 Errors carry structured fields (`saga_id`, `step_id`, `tool_name`, `attempts`, ...) so code can react to them
 without parsing messages; the messages are for people and say what to do next.
@@ -46,6 +47,7 @@ __all__ = [
     "StoreBusyError",
     "StoreConnectionError",
     "StoreError",
+    "StoreFileError",
     "TurnLimitError",
     "UnknownToolError",
 ]
@@ -231,6 +233,15 @@ class StoreBusyError(StoreError):
     """The database stayed locked past its timeout, or chose this transaction to break a deadlock.
 
     The transaction was rolled back, so nothing of it was written; trying again is safe.
+    """
+
+
+class StoreFileError(StoreError):
+    """The SQLite file was deleted or replaced while the store had it open.
+
+    What the store wrote since went to a file no other process can open, so the store reports nothing as written
+    from then on: every later call raises this error. Close the store, find out what happened to the file (restore
+    it from a backup), and open a new store.
     """
 
 

@@ -22,7 +22,17 @@ from saga_runtime._exceptions import (
     SagaInProgressError,
     StoreError,
 )
-from saga_runtime._planning import Plan, PlanPolicy, RefError, build_plan, check_plan_record, has_refs, resolve_refs
+from saga_runtime._planning import (
+    MAX_ID_BYTES,
+    Plan,
+    PlanPolicy,
+    RefError,
+    build_plan,
+    check_plan_record,
+    has_refs,
+    resolve_refs,
+    valid_id,
+)
 from saga_runtime._records import (
     KEY_ENV,
     SagaResult,
@@ -52,15 +62,6 @@ def _check_positive(name: str, value: float | None, *, allow_none: bool = False)
         return
     if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
         raise ValueError(f"{name} must be a positive number, got {value!r}")
-
-
-def _valid_id(value: object) -> bool:
-    if not isinstance(value, str) or not value:
-        return False
-    try:
-        return len(value.encode()) <= 200
-    except UnicodeEncodeError:  # a lone surrogate: no database can store it
-        return False
 
 
 class SagaExecutor:
@@ -378,8 +379,11 @@ class SagaExecutor:
         saga_id: str | None, budget: Budget | None, metadata: Mapping[str, Any] | None
     ) -> tuple[list[str], dict[str, Any]]:
         problems = []
-        if saga_id is not None and not _valid_id(saga_id):
-            problems.append(f"saga_id must be non-empty Unicode text of at most 200 bytes in UTF-8, got {saga_id!r}")
+        if saga_id is not None and not valid_id(saga_id):
+            problems.append(
+                f"saga_id must be non-empty Unicode text without NUL, of at most {MAX_ID_BYTES} bytes in UTF-8, "
+                f"got {saga_id!r}"
+            )
         given: object = budget  # callers outside mypy's reach pass anything
         if not isinstance(given, Budget | None):
             problems.append(f"budget must be a Budget, got {type(budget).__name__}")

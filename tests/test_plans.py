@@ -534,3 +534,42 @@ async def test_require_compensation_still_refuses_irreversible_tools_before_the_
     assert len(problems) == 1
     assert "irreversible" in problems[0]
     assert calls == []
+
+
+async def test_a_saga_id_holding_nul_is_refused_before_anything_is_stored() -> None:
+    """NUL in a saga id is a PlanValidationError on every store (PostgreSQL cannot store it), nothing stored."""
+    from saga_runtime import SagaExecutor
+    from saga_runtime._storage import MemoryStore
+
+    registry = ToolRegistry()
+
+    @registry.tool
+    class Noop:
+        async def execute(self) -> None:
+            return None
+
+    store = MemoryStore()
+    executor = SagaExecutor(registry, store=store)
+    with pytest.raises(PlanValidationError, match="without NUL"):
+        await executor.run([{"tool": "Noop"}], saga_id="order\x00-1")
+    with pytest.raises(PlanValidationError, match="without NUL"):
+        executor.saga(saga_id="chat\x00-1")
+    assert await store.list_sagas() == []
+
+
+async def test_a_dynamic_step_id_holding_nul_is_refused_before_the_call() -> None:
+    """NUL in a dynamic call's step id is refused like a '.' in it, before the call runs."""
+    from saga_runtime import SagaExecutor
+
+    registry = ToolRegistry()
+    calls: list[str] = []
+
+    @registry.tool
+    class Noop:
+        async def execute(self) -> None:
+            calls.append("noop")
+
+    async with SagaExecutor(registry).saga() as saga:
+        with pytest.raises(PlanValidationError, match="NUL"):
+            await saga.group([("Noop", {}, "step\x00one")])
+    assert calls == []

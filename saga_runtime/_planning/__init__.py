@@ -2,13 +2,25 @@
 
 from saga_runtime._planning._llm_plans import plan_from_anthropic, plan_from_openai
 from saga_runtime._planning._llm_usage import TokenUsage, usage_from_anthropic, usage_from_openai
-from saga_runtime._planning._plan import JOINS, Join, Plan, PlannedStep, Step, build_plan, call_args, has_refs
+from saga_runtime._planning._plan import (
+    JOINS,
+    MAX_ID_BYTES,
+    Join,
+    Plan,
+    PlannedStep,
+    Step,
+    build_plan,
+    call_args,
+    has_refs,
+    valid_id,
+)
 from saga_runtime._planning._policy import PlanPolicy
 from saga_runtime._planning._refs import RefError, resolve_refs
 from saga_runtime._planning._replay import check_plan_record
 
 __all__ = [
     "JOINS",
+    "MAX_ID_BYTES",
     "Join",
     "Plan",
     "PlanPolicy",
@@ -25,4 +37,5 @@ __all__ = [
     "resolve_refs",
     "usage_from_anthropic",
     "usage_from_openai",
+    "valid_id",
 ]

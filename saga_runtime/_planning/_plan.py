@@ -14,6 +14,9 @@ from saga_runtime._exceptions import PlanValidationError, ResultNotStorableError
 from saga_runtime._planning._policy import PlanPolicy
 from saga_runtime._planning._refs import RefError, find_refs, ref_target
 from saga_runtime._records import (
+    MAX_JSON_BYTES,
+    MAX_JSON_INT,
+    MIN_JSON_INT,
     SecretKeyring,
     canonical_json,
     conceal,
@@ -24,7 +27,18 @@ from saga_runtime._records import (
 )
 from saga_runtime._tools import ToolRegistry, ToolSpec, unknown_tool_message, unwrap_secrets
 
-__all__ = ["JOINS", "Join", "Plan", "PlannedStep", "Step", "build_plan", "call_args", "has_refs"]
+__all__ = [
+    "JOINS",
+    "MAX_ID_BYTES",
+    "Join",
+    "Plan",
+    "PlannedStep",
+    "Step",
+    "build_plan",
+    "call_args",
+    "has_refs",
+    "valid_id",
+]
 
 _STEP_KEYS = frozenset({"tool", "args", "id"})
 
@@ -143,6 +157,20 @@ def _utf8(text: str) -> bool:
     return True
 
 
+def valid_id(value: Any) -> bool:
+    """Tell whether `value` can be a saga, step or group id on every store.
+
+    A non-empty string of Unicode text (no lone surrogate) without NUL, of at most `MAX_ID_BYTES` bytes in UTF-8.
+    """
+    return (
+        isinstance(value, str)
+        and bool(value)
+        and "\x00" not in value
+        and _utf8(value)
+        and len(value.encode()) <= MAX_ID_BYTES
+    )
+
+
 @dataclass(slots=True)
 class _Draft:
     group: int
@@ -203,8 +231,11 @@ def _read_join(item: Mapping[str, Any], g: int, problems: list[str]) -> tuple[An
         k = None
     if mode == "any":
         k = None
-    if group_id is not None and (not isinstance(group_id, str) or not group_id or "." in group_id):
-        problems.append(f"{where}: 'id' must be a non-empty string without '.'")
+    if group_id is not None and (not valid_id(group_id) or "." in group_id):
+        problems.append(
+            f"{where}: 'id' must be a non-empty string without '.' or NUL, valid Unicode of at most {MAX_ID_BYTES} "
+            "bytes"
+        )
         group_id = None
     return members, Join(mode, k, group_id)
 
@@ -244,8 +275,10 @@ def _check_ids(groups: list[list[_Draft]], problems: list[str]) -> None:
         if not isinstance(draft.id, str) or not draft.id:
             problems.append(f"{_label(draft)}: 'id' must be a non-empty string, got {draft.id!r}")
             draft.id = None
-        elif not _utf8(draft.id) or len(draft.id.encode()) > MAX_ID_BYTES:
-            problems.append(f"{_label(draft)}: 'id' must be valid Unicode text of at most {MAX_ID_BYTES} bytes")
+        elif not valid_id(draft.id):
+            problems.append(
+                f"{_label(draft)}: 'id' must be valid Unicode text without NUL, of at most {MAX_ID_BYTES} bytes"
+            )
             draft.id = None
         elif "." in draft.id:
             problems.append(f"{_label(draft)}: 'id' must not contain '.', which $ref paths use")
@@ -383,14 +416,29 @@ _STR = frozenset({str})
 
 
 def _plain(args: dict[str, Any]) -> bool:
-    """Tell whether `args` maps plain names to JSON scalars: its own JSON value, holding no `$ref`."""
+    """Tell whether `args` maps plain names to JSON scalars every store keeps: its own JSON value, no `$ref`.
+
+    Text without NUL and integers of 64 bits (the rule of `to_json_value`); a lone surrogate is found when the plan
+    is encoded; NaN and infinities (stored as null) are not plain.
+    """
     if not _STR.issuperset(map(type, args)):
         return False
     kinds = set(map(type, args.values()))
     if not kinds <= _SCALARS:
         return False
-    # NaN and infinities are stored as null (to_json_value converts them); x - x is 0.0 for finite x only.
-    return float not in kinds or all(value - value == 0.0 for value in args.values() if type(value) is float)
+    if any("\x00" in name for name in args):
+        return False
+    for value in args.values():
+        kind = type(value)
+        if kind is str:
+            if "\x00" in value:
+                return False
+        elif kind is int:
+            if not MIN_JSON_INT <= value <= MAX_JSON_INT:
+                return False
+        elif kind is float and value - value != 0.0:  # x - x is 0.0 for finite x only
+            return False
+    return True
 
 
 def _fast_plan(raw: Any, registry: ToolRegistry, policy: PlanPolicy | None) -> Plan | None:
@@ -433,14 +481,8 @@ def _fast_plan(raw: Any, registry: ToolRegistry, policy: PlanPolicy | None) -> P
             if step_id is None:
                 # The full walk's id; it differs only when a given id takes it, which sends the plan there.
                 step_id = f"{tool}-{g}-{i}"
-            elif type(step_id) is not str or not step_id or "." in step_id:
+            elif type(step_id) is not str or "." in step_id or not valid_id(step_id):
                 return None
-            else:
-                try:
-                    if len(step_id.encode()) > MAX_ID_BYTES:
-                        return None
-                except UnicodeEncodeError:
-                    return None
             if step_id in group_of:
                 return None
             group_of[step_id] = g
@@ -469,8 +511,10 @@ def _fast_plan(raw: Any, registry: ToolRegistry, policy: PlanPolicy | None) -> P
         if problems:
             return None
     try:
-        plan.digest  # noqa: B018 - as in build_plan: text a database cannot store goes to the full walk
-    except UnicodeEncodeError:
+        encoded = canonical_json(plan.to_json()).encode()
+    except UnicodeEncodeError:  # text a database cannot store: the full walk says where
+        return None
+    if len(encoded) > MAX_JSON_BYTES:  # too large to store: the full walk says how large
         return None
     return plan
 
@@ -512,13 +556,20 @@ def _full_plan(
     plan = Plan(tuple(groups), tuple(joins) if any(join != _ALL for join in joins) else ())
     _check_rules(plan, registry, policy, problems)
     try:
-        plan.digest  # noqa: B018 - computed once here: text a database cannot store is refused now
+        # Computed once here: a plan a database cannot store is refused now.
+        encoded = canonical_json(plan.to_json()).encode()
     except UnicodeEncodeError:
         problems.extend(
             f"step {step.step_id!r}: the arguments hold text that is not valid Unicode (a lone surrogate)"
             for step in plan.steps
             if not _utf8(canonical_json(step.args))
         )
+    else:
+        if len(encoded) > MAX_JSON_BYTES:
+            problems.append(
+                f"the plan's JSON takes {len(encoded) / 1e6:.1f} MB, more than the {MAX_JSON_BYTES / 1e6:g} MB a "
+                "stored plan may take; keep large data elsewhere and pass a reference to it"
+            )
     if problems:
         raise (UnknownToolError if unknown else PlanValidationError)(problems)
     return plan

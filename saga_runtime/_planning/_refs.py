@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from saga_runtime._records import json_problem
+
 __all__ = ["RefError", "find_refs", "is_ref", "ref_target", "resolve_refs"]
 
 REF_KEY = "$ref"
@@ -58,12 +60,24 @@ def _follow(value: Any, target: str, path: list[str]) -> Any:
 
 
 def resolve_refs(value: Any, lookup: Callable[[str], Any]) -> Any:
-    """Return `value` with every `$ref` replaced; `lookup(id)` returns an id's result or raises `RefError`."""
+    """Return `value` with every `$ref` replaced; `lookup(id)` returns an id's result or raises `RefError`.
+
+    Raise `RefError` too if the value with its results in place is more than a store can hold (results each
+    within the limits, several of them together, or one placed deep in the arguments, may not be).
+    """
+    resolved = _resolve(value, lookup)
+    problem = json_problem(resolved)
+    if problem is not None:
+        raise RefError(f"the arguments with their $refs resolved cannot be stored: {problem}")
+    return resolved
+
+
+def _resolve(value: Any, lookup: Callable[[str], Any]) -> Any:
     if is_ref(value):
         head, path = ref_target(value)
         return _follow(lookup(head), value[REF_KEY], path)
     if type(value) is dict:
-        return {key: resolve_refs(item, lookup) for key, item in value.items()}
+        return {key: _resolve(item, lookup) for key, item in value.items()}
     if type(value) is list:
-        return [resolve_refs(item, lookup) for item in value]
+        return [_resolve(item, lookup) for item in value]
     return value

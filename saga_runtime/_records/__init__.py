@@ -30,12 +30,9 @@ from saga_runtime._records._rows import (
     idempotency_key,
     idempotency_keys,
     now,
-    own_copy,
-    own_values,
     plan_groups,
     plan_joins,
     step_succeeded,
-    to_json_value,
 )
 from saga_runtime._records._secrets import (
     KEY_ENV,
@@ -49,12 +46,26 @@ from saga_runtime._records._secrets import (
     open_args,
     reveal,
 )
+from saga_runtime._records._values import (
+    MAX_JSON_BYTES,
+    MAX_JSON_DEPTH,
+    MAX_JSON_INT,
+    MIN_JSON_INT,
+    json_problem,
+    own_copy,
+    own_values,
+    to_json_value,
+)
 
 __all__ = [
     "EXPORT_FORMAT",
     "EXPORT_VERSION",
     "KEY_ENV",
     "MASK",
+    "MAX_JSON_BYTES",
+    "MAX_JSON_DEPTH",
+    "MAX_JSON_INT",
+    "MIN_JSON_INT",
     "SagaKind",
     "SagaResult",
     "SagaRow",
@@ -78,6 +89,7 @@ __all__ = [
     "identity_hash",
     "import_rows",
     "is_envelope",
+    "json_problem",
     "mask_secrets",
     "now",
     "open_args",

@@ -6,17 +6,12 @@ The engine mutates its own rows while it runs and hands them to the store, which
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Literal
-
-import pydantic_core
-
-from saga_runtime._exceptions import ResultNotStorableError
 
 __all__ = [
     "SagaKind",
@@ -31,7 +26,6 @@ __all__ = [
     "plan_groups",
     "plan_joins",
     "step_succeeded",
-    "to_json_value",
 ]
 
 SagaKind = Literal["plan", "dynamic"]
@@ -104,27 +98,6 @@ def idempotency_keys(saga_id: str, step_ids: list[str]) -> list[str]:
     head = f"[{_ascii(saga_id)}, "
     sha256 = hashlib.sha256
     return [f"sr-{sha256(f'{head}{_ascii(step_id)}]'.encode()).hexdigest()[:40]}" for step_id in step_ids]
-
-
-def to_json_value(value: Any, *, what: str, tool_name: str) -> Any:
-    """Return `value` as the JSON-able structure it is stored as; raise `ResultNotStorableError` if it has none.
-
-    Pydantic models, dataclasses, datetimes, Decimals, UUIDs, enums, sets and tuples convert; NaN and infinities
-    become null, as in JSON.
-    """
-    kind = type(value)
-    if value is None or kind is int or kind is str or kind is bool:
-        return value  # already JSON, as pydantic would return it
-    try:
-        return pydantic_core.to_jsonable_python(value, inf_nan_mode="null")
-    except (pydantic_core.PydanticSerializationError, ValueError, TypeError) as exc:
-        type_name = type(value).__qualname__
-        raise ResultNotStorableError(
-            f"{what} of tool {tool_name!r} cannot be stored as JSON: {type_name} ({exc}). Return JSON-like values, "
-            "pydantic models or dataclasses",
-            tool_name=tool_name,
-            type_name=type_name,
-        ) from None
 
 
 def step_succeeded(status: StepStatus, error: str | None, finished_at: datetime | None) -> bool:
@@ -282,21 +255,3 @@ class SagaRow:
             self.parked_from,
             self.seal,
         )
-
-
-def own_copy(value: Any) -> Any:
-    """Return a JSON container (dict or list) deep-copied, anything else as it is.
-
-    What a tool is handed is its own: a tool changing its arguments (or the result its compensation gets) in
-    place must not change the record (a stored result another step's `$ref` points to, a row's sealed args).
-    Only dicts and lists can be shared with records; scalars are immutable and validated models are new objects.
-    """
-    return copy.deepcopy(value) if type(value) is dict or type(value) is list else value
-
-
-def own_values(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """Return `kwargs` with every dict or list value deep-copied (see `own_copy`); the same dict if none is."""
-    for value in kwargs.values():
-        if type(value) is dict or type(value) is list:
-            return {name: own_copy(item) for name, item in kwargs.items()}
-    return kwargs

@@ -34,8 +34,9 @@ from saga_runtime._exceptions import LeaseLostError
 
 __all__ = ["Batcher", "Outcome", "Write", "lease_lost"]
 
-# Writes and bytes per batch: the statement of a batch stays well under every driver's limits (parameters, packet
-# size: MySQL's max_allowed_packet is 16 MiB by default). A larger write still goes, alone.
+# Writes and bytes (of JSON, in UTF-8) per batch: the statement of a batch stays well under every driver's limits
+# (parameters, packet size: MariaDB's max_allowed_packet is 16 MiB by default, and MySQL may escape each byte into
+# two). A larger write still goes, alone (the MySQL store splits it into statements of one row).
 MAX_BATCH = 100
 MAX_BATCH_BYTES = 4 << 20
 _CLOSE_SECONDS = 5.0

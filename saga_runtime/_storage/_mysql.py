@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 import aiomysql
@@ -84,6 +84,10 @@ CODE_MAP: dict[int, tuple[type[StoreError], str]] = {
 _CONNECT_CODES = frozenset({1040, 1044, 1045, 1049})
 _CATCH: tuple[type[BaseException], ...] = (_err.MySQLError, OSError, TimeoutError)
 _CLEANUP_SECONDS = 5.0
+# JSON bytes of a batch past which it is sent statement by statement, a row each: pymysql may escape each byte into
+# two, and MariaDB's max_allowed_packet is 16 MiB by default. A row at the value limits (arguments and result of
+# 4,000,000 bytes each, see saga_runtime._records) still fits one packet.
+_SCRIPT_BYTES = 6 << 20
 _MIN_VERSION = {"MariaDB": (10, 6), "MySQL": (8, 0)}
 
 
@@ -189,61 +193,88 @@ def _gate(i: int) -> str:
     return f"@saga_runtime_write_{i}"
 
 
-def _batch_script(writes: Sequence[Write]) -> tuple[list[str], list[Any], list[int]]:
-    """Return the statements writing a batch, their parameters, and the writes whose outcome the script reports.
+Statement = tuple[str, list[Any]]
+
+
+def _batch_script(writes: Sequence[Write], *, split: bool = False) -> tuple[list[Statement], list[int]]:
+    """Return the statements writing a batch with their parameters, and the writes whose outcome the script reports.
 
     Conditions first, under row locks: an owner-conditional write counts its saga row with that owner `FOR UPDATE`
     into a session variable; a create inserts its saga if the id is free and keeps ROW_COUNT() likewise. Then every
     row is written, a conditional write's only where its variable says it passed; the last statement reads the
-    variables back. Only the statements' shape comes from the batch; every value is a parameter.
+    variables back. Only the statements' shape comes from the batch; every value is a parameter. With `split`,
+    each statement writes one row (a batch too large for one packet is sent statement by statement).
     """
-    statements: list[str] = []
-    params: list[Any] = []
+    statements: list[Statement] = []
     gated: list[int] = []
     for i, write in enumerate(writes):
         if write.owner is not None:
             statements.append(
-                f"SELECT COUNT(*) INTO {_gate(i)} FROM sagas WHERE saga_id = %s AND owner = %s FOR UPDATE"
+                (
+                    f"SELECT COUNT(*) INTO {_gate(i)} FROM sagas WHERE saga_id = %s AND owner = %s FOR UPDATE",
+                    [write.saga_id, write.owner],
+                )
             )
-            params += (write.saga_id, write.owner)
             gated.append(i)
         elif write.create:
             assert write.saga is not None
             statements.append(
-                f"INSERT INTO sagas ({_SAGAS}) VALUES {_SAGA_ROW} ON DUPLICATE KEY UPDATE saga_id = saga_id"
+                (
+                    f"INSERT INTO sagas ({_SAGAS}) VALUES {_SAGA_ROW} ON DUPLICATE KEY UPDATE saga_id = saga_id",
+                    list(write.saga),
+                )
             )
-            statements.append(f"SET {_gate(i)} = ROW_COUNT()")
-            params += write.saga
+            statements.append((f"SET {_gate(i)} = ROW_COUNT()", []))
             gated.append(i)
     conditional = set(gated)
     sagas = [write.saga for i, write in enumerate(writes) if write.saga is not None and i not in conditional]
-    if sagas:
-        values = ", ".join([_SAGA_ROW] * len(sagas))
-        statements.append(f"INSERT INTO sagas ({_SAGAS}) VALUES {values} ON DUPLICATE KEY UPDATE {_SAGA_SET}")
-        params += [value for row in sagas for value in row]
-    steps = [row for i, write in enumerate(writes) if i not in conditional for row in write.steps]
-    if steps:
-        values = ", ".join([_STEP_ROW] * len(steps))
-        statements.append(f"INSERT INTO steps ({_STEPS}) VALUES {values} ON DUPLICATE KEY UPDATE {_STEP_SET}")
-        params += [value for row in steps for value in row]
-    selects: list[str] = []
-    for i in gated:
-        for row in writes[i].steps:
-            selects.append(f"{_STEP_SELECT_NEXT if selects else _STEP_SELECT} FROM DUAL WHERE {_gate(i)} = 1")
-            params += row
-    if selects:
-        union = " UNION ALL ".join(selects)
+    for chunk in _chunks(sagas, split):
+        values = ", ".join([_SAGA_ROW] * len(chunk))
         statements.append(
-            f"INSERT INTO steps ({_STEPS}) SELECT * FROM ({union}) AS v ON DUPLICATE KEY UPDATE {_STEP_SET}"
+            (
+                f"INSERT INTO sagas ({_SAGAS}) VALUES {values} ON DUPLICATE KEY UPDATE {_SAGA_SET}",
+                [value for row in chunk for value in row],
+            )
+        )
+    steps = [row for i, write in enumerate(writes) if i not in conditional for row in write.steps]
+    for chunk in _chunks(steps, split):
+        values = ", ".join([_STEP_ROW] * len(chunk))
+        statements.append(
+            (
+                f"INSERT INTO steps ({_STEPS}) VALUES {values} ON DUPLICATE KEY UPDATE {_STEP_SET}",
+                [value for row in chunk for value in row],
+            )
+        )
+    selects = [(i, row) for i in gated for row in writes[i].steps]
+    for chunk in _chunks(selects, split):
+        union = " UNION ALL ".join(
+            f"{_STEP_SELECT_NEXT if n else _STEP_SELECT} FROM DUAL WHERE {_gate(i)} = 1"
+            for n, (i, _) in enumerate(chunk)
+        )
+        statements.append(
+            (
+                f"INSERT INTO steps ({_STEPS}) SELECT * FROM ({union}) AS v ON DUPLICATE KEY UPDATE {_STEP_SET}",
+                [value for _, row in chunk for value in row],
+            )
         )
     for i in gated:
         write = writes[i]
         if write.owner is not None and write.saga is not None:
-            statements.append(f"UPDATE sagas SET {_UPDATE_SET} WHERE saga_id = %s AND {_gate(i)} = 1")
-            params += (*write.saga[1:], write.saga_id)
+            update = f"UPDATE sagas SET {_UPDATE_SET} WHERE saga_id = %s AND {_gate(i)} = 1"
+            statements.append((update, [*write.saga[1:], write.saga_id]))
     if gated:
-        statements.append("SELECT " + ", ".join(_gate(i) for i in gated))
-    return statements, params, gated
+        statements.append(("SELECT " + ", ".join(_gate(i) for i in gated), []))
+    return statements, gated
+
+
+_T = TypeVar("_T")
+
+
+def _chunks(items: list[_T], split: bool) -> list[list[_T]]:
+    """Return `items` as the lists one statement each writes: all at once, or (`split`) one by one."""
+    if not items:
+        return []
+    return [[item] for item in items] if split else [items]
 
 
 class MySQLStore(SQLStore):
@@ -366,15 +397,27 @@ class MySQLStore(SQLStore):
         """Write a batch in one round trip: one statement alone, else a script in a transaction of its own.
 
         aiomysql always lets a connection run several statements at once (CLIENT.MULTI_STATEMENTS); pymysql
-        escapes every value into the text, so only the script's shape is built here (see `_batch_script`).
+        escapes every value into the text, so only the script's shape is built here (see `_batch_script`). A batch
+        whose text could pass the server's packet limit (a lone write too large to share a batch) is sent
+        statement by statement, a row each, in one transaction.
         """
-        statements, params, gated = _batch_script(writes)
-        async with self._transaction(begin=False) as tx:
-            assert isinstance(tx, _MySQLTransaction)
-            if len(statements) == 1:  # one statement commits on its own, atomically
-                await tx.execute(statements[0], params)
-                return [Outcome.WRITTEN] * len(writes)
-            rows = await tx.script("; ".join(["START TRANSACTION", *statements, "COMMIT"]), params)
+        split = sum(write.size for write in writes) > _SCRIPT_BYTES
+        statements, gated = _batch_script(writes, split=split)
+        rows: Sequence[Sequence[Any]] = ()
+        if split:
+            async with self._transaction(begin=True) as tx:
+                for sql, params in statements[:-1] if gated else statements:
+                    await tx.execute(sql, params)
+                if gated:  # the last statement reads the outcomes back
+                    rows = await tx.fetch(*statements[-1])
+        else:
+            async with self._transaction(begin=False) as tx:
+                assert isinstance(tx, _MySQLTransaction)
+                if len(statements) == 1:  # one statement commits on its own, atomically
+                    await tx.execute(*statements[0])
+                    return [Outcome.WRITTEN] * len(writes)
+                script = "; ".join(["START TRANSACTION", *(sql for sql, _ in statements), "COMMIT"])
+                rows = await tx.script(script, [value for _, params in statements for value in params])
         passed = {i for i, value in zip(gated, rows[0] if gated else (), strict=True) if int(value) == 1}
         outcomes: list[Outcome | Exception] = []
         for i, write in enumerate(writes):

@@ -76,6 +76,9 @@ _CATCH: tuple[type[BaseException], ...] = (
 )
 _SCHEMA_LOCK = 0x5A6A_0001  # pg_advisory_xact_lock key: one process migrates the schema at a time
 _CLEANUP_SECONDS = 5.0
+# How asyncpg's protocol refuses to start a statement on a connection the server has ended (see PostgresStore._lost).
+_ENDED_BY_SERVER = ("cannot switch to state", "cannot process message")
+_CLOSED_ADVICE = "the server closed the connection (a terminated backend, a restart); a new one is used"
 # A spare connection unused for this long goes back to the pool before its next use (the pool's checks then apply:
 # reconnecting a closed connection, expiring old ones).
 _SPARE_IDLE = 10.0
@@ -358,13 +361,24 @@ class PostgresStore(SQLStore):
 
         A connection closed under the error is lost whatever the error says ("connection is closed", say).
         """
-        error = convert(exc, ERROR_MAP, self._url)
         try:
             closed = conn.is_closed()
         except _exc.InterfaceError:  # the pool detached it from its connection, which closed
             closed = True
+        if isinstance(exc, _exc.InternalClientError) and str(exc).startswith(_ENDED_BY_SERVER):
+            # The server ended the connection (a terminated backend, a restart): its last words, an unsolicited
+            # error, left asyncpg's protocol waiting for more, and the next statement cannot start ("cannot switch
+            # to state ..."). A lost connection, not a bug: nothing was sent, and the call is retried on another.
+            if not closed:
+                conn.terminate()
+            return StoreConnectionError(
+                f"lost the connection to {self._url}: the server ended it (its backend was terminated, or the "
+                "server restarted); a new connection is used",
+                url=self._url,
+            )
+        error = convert(exc, ERROR_MAP, self._url)
         if closed and not isinstance(error, StoreConnectionError):
-            error = convert(exc, ERROR_MAP, self._url, kind=StoreConnectionError)
+            error = convert(exc, ERROR_MAP, self._url, kind=StoreConnectionError, advice=_CLOSED_ADVICE)
         if isinstance(error, StoreConnectionError) and not closed:
             # The pool drops a closed connection on release and opens a new one on the next acquire.
             conn.terminate()

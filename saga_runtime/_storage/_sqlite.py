@@ -12,12 +12,18 @@ URLs: `sqlite:///relative/path.db` (relative to the working directory), `sqlite:
 - `retry_for`: seconds an operation whose connection was lost (`StoreConnectionError`: the file could not be
   opened again, the connection was closed under the store) is retried for, with exponential backoff, reopening
   the file (default 30; 0 turns retries off). Each retry is logged at WARNING on the `saga_runtime` logger.
+
+The store keeps to the file it opened: should the file at its path be deleted or replaced while the store is open,
+whatever it wrote would be lost with the old file, so every call from then on raises `StoreFileError` (checked at
+the end of each transaction: a write is reported done only once the file at the path holds it), and a lost
+connection is never reopened on another file.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
@@ -28,7 +34,7 @@ from urllib.parse import parse_qsl, urlsplit
 import aiosqlite
 import anyio
 
-from saga_runtime._exceptions import StoreBusyError, StoreConnectionError, StoreError
+from saga_runtime._exceptions import StoreBusyError, StoreConnectionError, StoreError, StoreFileError
 from saga_runtime._storage._batch import Outcome, Write
 from saga_runtime._storage._errors import ErrorMap, convert
 from saga_runtime._storage._open import redact_url
@@ -81,6 +87,20 @@ def map_exceptions(url: str, *, connecting: bool = False) -> Iterator[None]:
                 advice="does the file's directory exist, and may this process write there?",
             ) from exc
         raise convert(exc, ERROR_MAP, url, connecting=connecting) from exc
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    """Return the (device, inode) of the file at `path`, or None if there is none."""
+    try:
+        stat = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return stat.st_dev, stat.st_ino
+
+
+def _file_of(path: str) -> str:
+    """Return a database path made absolute (a chdir of the process later must not point it at another file)."""
+    return path if path == ":memory:" else os.path.abspath(path)  # getcwd: no disk access
 
 
 def sqlite_path(url: str) -> str:
@@ -264,8 +284,12 @@ class SQLiteStore(SQLStore):
         # One connection for the store: transactions of its tasks must not interleave on it.
         self._lock = asyncio.Lock()
         # What a new connection needs, should this one be lost; and whether it was.
-        self._connect_args = (sqlite_path(url), synchronous, busy_timeout, self._url)
+        path = _file_of(sqlite_path(url))
+        self._connect_args = (path, synchronous, busy_timeout, self._url)
         self._broken = False
+        # The file the store opened (device, inode), checked at the end of every transaction; None: in memory.
+        self._identity = None if path == ":memory:" else _identity(path)
+        self._file_error: StoreFileError | None = None
 
     @classmethod
     async def open(
@@ -287,7 +311,7 @@ class SQLiteStore(SQLStore):
             raise TypeError(f"unknown SQLite store options in {redacted!r}: {sorted(query)}")
         if level not in _SYNCHRONOUS:
             raise ValueError(f"synchronous must be one of {', '.join(_SYNCHRONOUS)}, not {level!r}")
-        conn = await _connect(path, level, timeout, redacted)
+        conn = await _connect(_file_of(path), level, timeout, redacted)
         store = cls(url, conn, synchronous=level, busy_timeout=timeout, retry_for=retry)
         try:
             await store._migrate()
@@ -306,13 +330,31 @@ class SQLiteStore(SQLStore):
             raise StoreError(
                 f"the in-memory database of {self._url} was lost with its connection; open a new store", url=self._url
             )
+        self._check_file()  # never reopen the path onto another file (SQLite would create an empty one)
         self._conn = await _connect(*self._connect_args)
         self._tx = _SQLiteTransaction(self._conn)
         self._broken = False
 
+    def _check_file(self) -> None:
+        """Raise StoreFileError if the file at the store's path is no longer the one it opened."""
+        if self._file_error is None and self._identity is not None:
+            found = _identity(self._connect_args[0])
+            if found != self._identity:
+                what = "deleted" if found is None else "replaced by another file"
+                self._file_error = StoreFileError(
+                    f"the SQLite file of {self._url} was {what} while the store had it open: what the store "
+                    "writes now is lost with the old file, so nothing more is reported written. Close the store, "
+                    "restore the file (from a backup) or move the new one away, and open a new store",
+                    url=self._url,
+                )
+        if self._file_error is not None:
+            raise self._file_error
+
     @asynccontextmanager
     async def _transaction(self, *, begin: bool) -> AsyncIterator[Transaction]:
         async with self._lock:
+            if self._file_error is not None:
+                raise self._file_error
             if self._broken:
                 await self._reconnect()
             try:
@@ -320,17 +362,18 @@ class SQLiteStore(SQLStore):
                     if not begin:
                         # Autocommit: each statement is atomic (and durable) on its own.
                         yield self._tx
-                        return
-                    # IMMEDIATE: take the write lock now, so two processes never both read then write (no upgrade
-                    # deadlock) and a busy database fails at BEGIN, before anything was done.
-                    try:
-                        # Inside the try: a caller cancelled while BEGIN runs on aiosqlite's thread still rolls back.
-                        await self._conn.execute("BEGIN IMMEDIATE")
-                        yield self._tx
-                        await self._conn.execute("COMMIT")
-                    except BaseException:
-                        await self._rollback()
-                        raise
+                    else:
+                        # IMMEDIATE: take the write lock now, so two processes never both read then write (no
+                        # upgrade deadlock) and a busy database fails at BEGIN, before anything was done.
+                        try:
+                            # Inside the try: a caller cancelled while BEGIN runs on aiosqlite's thread still rolls
+                            # back.
+                            await self._conn.execute("BEGIN IMMEDIATE")
+                            yield self._tx
+                            await self._conn.execute("COMMIT")
+                        except BaseException:
+                            await self._rollback()
+                            raise
             except ValueError as exc:
                 if _usable(self._conn):
                     raise
@@ -346,6 +389,9 @@ class SQLiteStore(SQLStore):
             except StoreConnectionError:
                 self._broken = True
                 raise
+            # Last, after the commit: what was written is reported done only if the file at the path is the one
+            # it went to (one stat per transaction).
+            self._check_file()
 
     async def _rollback(self) -> None:
         # Shielded and bounded: a cancelled caller must still leave the connection out of its transaction.

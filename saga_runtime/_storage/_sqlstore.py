@@ -104,6 +104,17 @@ def pool_sizes(min_size: int | None, max_size: int | None, query: dict[str, str]
     return low, high
 
 
+def _storable(text: str) -> bool:
+    """Tell whether a string can be sent to every database: no NUL, no lone surrogate."""
+    if "\x00" in text:
+        return False
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 class SQLStore(abc.ABC):
     """A SagaStore on a SQL database; subclasses bring the driver, connections and error conversion."""
 
@@ -347,6 +358,8 @@ class SQLStore(abc.ABC):
     async def load_saga(self, saga_id: str) -> tuple[SagaRow, list[StepRow]] | None:
         """Return a saga's row and its step rows (ordered by seq), or None if it is not stored."""
         self._check_open()
+        if not _storable(saga_id):
+            return None  # nothing is stored under an id no store can hold (the driver would refuse to send it)
         return await self._retrying("load_saga", lambda: self._load_once(saga_id))
 
     # -- leases ----------------------------------------------------------------------------------------------

@@ -57,11 +57,19 @@ def write_of(
     if owner is not None and len(keys) > 1:
         raise ValueError(f"an owner-conditional save writes the rows of one saga, not of {sorted(keys)}")
     rows = list(by_step.values())
-    # The bulk of a write is its JSON (plan, metadata; args, result): what keeps a batch's statement in bounds.
-    size = sum(len(row[5] or "") + len(row[9] or "") for row in rows)
+    # The bulk of a write is its JSON (plan, metadata; args, result): what keeps a batch's statement in bounds,
+    # counted in UTF-8 bytes (a character may take four).
+    size = sum(_bytes(row[5]) + _bytes(row[9]) for row in rows)
     if saga_params is not None:
-        size += len(saga_params[2] or "") + len(saga_params[10])
+        size += _bytes(saga_params[2]) + _bytes(saga_params[10])
     return Write(what, saga_id, saga_params, rows, owner=owner, create=create, keys=keys, size=size)
+
+
+def _bytes(text: str | None) -> int:
+    """Return the size of a JSON text in UTF-8 bytes (0 for None)."""
+    if text is None:
+        return 0
+    return len(text) if text.isascii() else len(text.encode())
 
 
 async def write_by_statements(

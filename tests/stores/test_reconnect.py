@@ -333,3 +333,21 @@ async def test_the_memory_store_accepts_retry_for() -> None:
     """open_store("memory://", retry_for=...) works (there is no connection to lose), so callers need no branch."""
     async with open_store("memory://", retry_for=5) as store:
         assert await store.load_saga("x") is None
+
+
+async def test_a_postgres_backend_terminated_between_saves_is_reported_as_a_lost_connection(
+    stores: Stores, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A save right after its backend was terminated is retried as a lost connection, never logged as a bug."""
+    url = await stores.blank_url("postgresql")
+    store = await stores.open("postgresql", url, max_size=1)
+    await fill(store, "a", 1)
+    caplog.set_level(logging.DEBUG)
+    async with admin("postgresql", url) as db:
+        for _ in range(8):
+            assert await db.kill_store_connections() == 1
+            await store.save(make_saga("a-00"), make_steps("a-00", 2))  # at once: the server's farewell just came
+            await all_there(store, "a", 1)
+    logged = [record.getMessage() for record in caplog.records]
+    assert not [text for text in logged if "bug" in text or "cannot switch to state" in text], logged
+    assert retries(caplog, "save") or retries(caplog, "load_saga"), logged  # each kill was a reconnect
