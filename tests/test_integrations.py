@@ -7,6 +7,7 @@ without asking the model again for the turns it answered.
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import shutil
 import subprocess
@@ -20,7 +21,16 @@ import anyio
 import pytest
 from framework_drivers import DRIVERS, FRAMEWORKS
 
-from saga_runtime import Budget, SagaExecutor, SagaStatus, StepContext, StepStatus, ToolRegistry, open_store
+from saga_runtime import (
+    Budget,
+    SagaExecutor,
+    SagaStatus,
+    StepContext,
+    StepStatus,
+    ToolRegistry,
+    UnknownToolError,
+    open_store,
+)
 
 
 class Ledger:
@@ -234,3 +244,38 @@ async def test_a_killed_run_resumes_without_asking_the_model_again_for_answered_
     assert len({key for verb, name, key in effects if name == "d"}) == 1  # d again, with its own idempotency key
     assert [e for e in effects if e[0] == "undo"] == []
     assert len(saga.result.metadata["model_responses"]) == 4
+
+
+@pytest.mark.parametrize(
+    ("module", "framework", "extra"),
+    [
+        ("pydantic_ai", "pydantic_ai", "pydantic-ai"),
+        ("langchain", "langchain_core", "langchain"),
+        ("openai_agents", "agents", "openai-agents"),
+    ],
+)
+def test_a_missing_framework_says_which_extra_to_install(
+    module: str, framework: str, extra: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Importing an integration whose framework is not installed raises ImportError naming the extra."""
+    monkeypatch.setitem(sys.modules, framework, None)  # as if not installed: importing it raises ImportError
+    monkeypatch.delitem(sys.modules, f"saga_runtime.integrations.{module}", raising=False)
+    with pytest.raises(ImportError, match=rf"install saga-runtime\[{extra}\]"):
+        importlib.import_module(f"saga_runtime.integrations.{module}")
+
+
+async def test_saga_tools_give_the_registry_schemas_and_only_the_tools_named(registry: ToolRegistry) -> None:
+    """saga_tools(saga, names) gives only the tools named, with the registry's descriptions and JSON schemas."""
+    from saga_runtime.integrations import langchain, openai_agents, pydantic_ai
+
+    async with SagaExecutor(registry).saga() as saga:
+        schema = registry.to_anthropic_tools()[0]["input_schema"]
+        (lc,) = langchain.saga_tools(saga, ["Book"])
+        (oa,) = openai_agents.saga_tools(saga, ["Book"])
+        (pa,) = pydantic_ai.saga_tools(saga, ["Book"])
+        assert (lc.name, lc.description, lc.args_schema) == ("Book", "Book an item.", schema)
+        assert (oa.name, oa.description, oa.params_json_schema) == ("Book", "Book an item.", schema)
+        assert (pa.name, pa.description) == ("Book", "Book an item.")
+        assert [t.name for t in langchain.saga_tools(saga)] == ["Book", "Fail", "Spend"]
+        with pytest.raises(UnknownToolError, match="Teleport"):
+            pydantic_ai.saga_tools(saga, ["Teleport"])

@@ -52,7 +52,7 @@ def missing_extra(framework: str, extra: str) -> ImportError:
 
 
 def specs_of(saga: DynamicSaga, names: Iterable[str] | None) -> list[ToolSpec]:
-    """Return the specs of the saga's registry, or of the tools named (an unknown name raises KeyError)."""
+    """Return the specs of the saga's registry, or of the tools named (an unknown name raises UnknownToolError)."""
     registry = saga._executor.registry  # the registry the saga's calls are checked against
     if names is None:
         return list(registry)
