@@ -258,7 +258,8 @@ def test_a_missing_framework_says_which_extra_to_install(
     module: str, framework: str, extra: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Importing an integration whose framework is not installed raises ImportError naming the extra."""
-    monkeypatch.setitem(sys.modules, framework, None)  # as if not installed: importing it raises ImportError
+    for name in [m for m in sys.modules if m == framework or m.startswith(f"{framework}.")] or [framework]:
+        monkeypatch.setitem(sys.modules, name, None)  # as if not installed: importing it raises ImportError
     monkeypatch.delitem(sys.modules, f"saga_runtime.integrations.{module}", raising=False)
     with pytest.raises(ImportError, match=rf"install saga-runtime\[{extra}\]"):
         importlib.import_module(f"saga_runtime.integrations.{module}")
