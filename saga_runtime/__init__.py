@@ -31,7 +31,7 @@ from saga_runtime._exceptions import (
     UnknownToolError,
 )
 from saga_runtime._executor import SagaExecutor
-from saga_runtime._llm import LLMRunner, MockLLMClient
+from saga_runtime._llm import LLMRunner, MockLLMClient, tool_result_messages
 from saga_runtime._planning import (
     PlanPolicy,
     Step,
@@ -98,6 +98,7 @@ __all__ = [
     "open_store",
     "plan_from_anthropic",
     "plan_from_openai",
+    "tool_result_messages",
     "usage_from_anthropic",
     "usage_from_openai",
 ]

@@ -43,6 +43,7 @@ from saga_runtime._records import (
     step_succeeded,
     to_json_value,
 )
+from saga_runtime._tools import ToolRegistry
 
 __all__ = ["DynamicSaga"]
 
@@ -88,6 +89,11 @@ class DynamicSaga:
         self.result: SagaResult | None = None
 
     # -- entering and leaving ----------------------------------------------------------------------------------
+
+    @property
+    def registry(self) -> ToolRegistry:
+        """Return the registry the saga's calls are checked against (its executor's)."""
+        return self._registry
 
     @property
     def replaying(self) -> bool:

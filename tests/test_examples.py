@@ -86,3 +86,18 @@ def test_agent_loop_rolls_back_then_replays_from_the_database(tmp_path: Path) ->
     assert "tool calls made: 0" in out
     assert "a changed decision is caught" in out
     assert "the record verifies: True" in out
+
+
+@pytest.mark.parametrize("name", ["pydantic_ai_agent.py", "langchain_agent.py", "openai_agents_agent.py"])
+def test_framework_examples_run_steps_tell_failures_and_serve_reentry_from_the_record(
+    name: str, tmp_path: Path
+) -> None:
+    """Each framework example runs its tool calls as steps, reports a failure, and re-runs from the record alone."""
+    out = run_example(name, tmp_path)
+    first, again = out.split("same saga id again:")
+    assert "saga trip-lisbon: SUCCESS, the model was asked 3 times" in first
+    assert "RentCar: FAILED LookupError: no rental cars left in Lisbon" in first
+    assert "booked a transfer in Lisbon to the hotel" in first
+    assert "SUCCESS, the model was asked 0 times" in again
+    assert "effects: none (served from the record)" in again
+    assert again.count("answer: Booked: the flight to Lisbon") == 1

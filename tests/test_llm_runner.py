@@ -21,6 +21,7 @@ from saga_runtime import (
     MockLLMClient,
     PlanPolicy,
     ReplayDivergenceError,
+    RetryPolicy,
     SagaExecutor,
     SagaResult,
     SagaStatus,
@@ -336,11 +337,24 @@ async def test_usage_and_cost_are_recorded_per_call_and_summed_into_the_saga(
     assert [c["turn"] for c in calls] == [0, 1, 2]
     assert {c["model"] for c in calls} == {MODEL}
     for call in calls:
-        assert set(call) == {"turn", "model", "prompt_tokens", "completion_tokens", "cost"}
+        assert set(call) == {
+            "turn",
+            "model",
+            "prompt_tokens",
+            "completion_tokens",
+            "cached_tokens",
+            "cache_write_tokens",
+            "reasoning_tokens",
+            "cost",
+            "finish_reason",
+            "refusal",
+        }
         assert call["prompt_tokens"] > 0
         assert call["completion_tokens"] > 0
         assert call["cost"] == pytest.approx((call["prompt_tokens"] * 2.5 + call["completion_tokens"] * 10.0) / 1e6)
     assert calls[2]["prompt_tokens"] > calls[1]["prompt_tokens"] > calls[0]["prompt_tokens"]  # the history grows
+    assert [c["finish_reason"] for c in calls] == ["tool_calls", "tool_calls", "stop"]
+    assert [c["refusal"] for c in calls] == [None, None, None]
     assert result.cost == pytest.approx(sum(c["cost"] for c in calls))
     assert result.tokens == sum(c["prompt_tokens"] + c["completion_tokens"] for c in calls)
     stored = await executor.store.get_saga("priced")
@@ -443,10 +457,11 @@ async def test_max_turns_must_be_a_positive_int(executor: SagaExecutor, registry
 async def test_a_client_raising_mid_loop_compensates_and_run_returns(
     executor: SagaExecutor, registry: ToolRegistry, ledger: Ledger
 ) -> None:
-    """The model's API failing on turn 3 undoes the calls of turns 1 and 2 in reverse; run() returns, not raises."""
+    """The model's API failing on turn 3 (no retry left) undoes turns 1 and 2 in reverse; run() returns, not raises."""
     mock = MockLLMClient(tool_sequence=[("Book", {"item": "desk"}), ("Ship", {"to": "Seoul"})])
     client = Harness(mock, turn=2, error=ConnectionError("the model API is down"))
-    result = await LLMRunner(client, MODEL, registry, executor).run("go", saga_id="down")
+    runner = LLMRunner(client, MODEL, registry, executor, model_retry=RetryPolicy(max_attempts=1))
+    result = await runner.run("go", saga_id="down")
 
     assert result.status is SagaStatus.COMPENSATED
     assert result.error is not None
@@ -468,32 +483,32 @@ async def test_a_client_raising_mid_loop_compensates_and_run_returns(
     ],
     ids=["outside-the-policy", "unknown-tool", "bad-arguments"],
 )
-async def test_refused_calls_run_nothing_and_the_model_is_told_why(
+async def test_a_refused_call_is_refused_alone_and_its_siblings_run(
     registry: ToolRegistry,
     ledger: Ledger,
     policy: PlanPolicy | None,
     bad_call: tuple[str, dict[str, Any]],
     named: str,
 ) -> None:
-    """A turn with a call the policy or registry refuses runs none of its calls; each id gets the refusal back."""
+    """A call the policy or registry refuses runs nothing and gets its own reason back; its sibling runs."""
     executor = SagaExecutor(registry)
     mock = MockLLMClient(
         tool_sequence=[[("Book", {"item": "desk"}), bad_call], ("Book", {"item": "lamp"})],
-        final_answer="I could only book the lamp.",
+        final_answer="I booked the desk and the lamp.",
     )
     client = Harness(mock)
     result = await LLMRunner(client, MODEL, registry, executor, policy=policy).run("go")
 
     assert result.status is SagaStatus.SUCCESS
-    assert result.metadata["answer"] == "I could only book the lamp."
-    assert ledger.executed == [("Book", "lamp")]  # not the desk: the refused turn ran nothing
-    assert [s.step_id for s in result.steps] == ["call_1_0"]
+    assert result.metadata["answer"] == "I booked the desk and the lamp."
+    assert ledger.executed == [("Book", "desk"), ("Book", "lamp")]  # the refused call's sibling ran
+    assert [s.step_id for s in result.steps] == ["call_0_0", "call_1_0"]
     replies = tool_replies(client.sent[1]["messages"])
-    assert set(replies) == {"call_0_0", "call_0_1"}
-    for reply in replies.values():
-        assert set(reply) == {"error"}
-        assert reply["error"].startswith("refused before running")
-        assert named in reply["error"]
+    assert replies["call_0_0"] == {"result": {"booked": "desk"}}
+    assert set(replies["call_0_1"]) == {"error"}
+    assert replies["call_0_1"]["error"].startswith("refused before running")
+    assert named in replies["call_0_1"]["error"]
+    assert "desk" not in replies["call_0_1"]["error"]  # each call is told its own reason, not its sibling's
 
 
 async def test_a_call_id_reused_from_an_earlier_turn_is_refused_and_the_model_told(
@@ -679,8 +694,30 @@ async def test_an_openai_compatible_client_answering_dicts_works(
     assert [(s.step_id, s.group) for s in result.steps] == [("call_Ab1", 0), ("call_Cd2", 0)]
     assert sorted(ledger.executed) == [("Book", "a"), ("Ship", "b")]
     assert result.metadata["llm_calls"] == [
-        {"turn": 0, "model": "compat-model-2025-01-01", "prompt_tokens": 120, "completion_tokens": 30, "cost": 0.00024},
-        {"turn": 1, "model": "compat-model-2025-01-01", "prompt_tokens": 200, "completion_tokens": 5, "cost": 0.00022},
+        {
+            "turn": 0,
+            "model": "compat-model-2025-01-01",
+            "prompt_tokens": 120,
+            "completion_tokens": 30,
+            "cached_tokens": 0,
+            "cache_write_tokens": 0,
+            "reasoning_tokens": 0,
+            "cost": 0.00024,
+            "finish_reason": "tool_calls",
+            "refusal": None,
+        },
+        {
+            "turn": 1,
+            "model": "compat-model-2025-01-01",
+            "prompt_tokens": 200,
+            "completion_tokens": 5,
+            "cached_tokens": 0,
+            "cache_write_tokens": 0,
+            "reasoning_tokens": 0,
+            "cost": 0.00022,
+            "finish_reason": "stop",
+            "refusal": None,
+        },
     ]
     assert result.tokens == 355
     assert result.cost == pytest.approx(0.00046)
@@ -691,9 +728,14 @@ async def test_an_openai_compatible_client_answering_dicts_works(
     assert all(r["model"] == "compat-model" for r in client.requests)
 
 
-async def test_a_client_without_chat_completions_create_is_refused(
-    executor: SagaExecutor, registry: ToolRegistry
-) -> None:
-    """A client that is not OpenAI-compatible is refused when the runner is made, naming what is missing."""
+async def test_a_client_without_the_api_endpoint_is_refused(executor: SagaExecutor, registry: ToolRegistry) -> None:
+    """A client lacking its API's create method is refused when the runner is made, naming what is missing."""
     with pytest.raises(TypeError, match=r"chat\.completions\.create"):
-        LLMRunner(SimpleNamespace(messages=SimpleNamespace(create=lambda **_: None)), MODEL, registry, executor)
+        LLMRunner(SimpleNamespace(), MODEL, registry, executor)
+    with pytest.raises(TypeError, match=r"responses\.create"):
+        LLMRunner(MockLLMClient(), MODEL, registry, executor, api="responses")
+    anthropic_like = SimpleNamespace(messages=SimpleNamespace(create=lambda **_: None))
+    assert LLMRunner(anthropic_like, MODEL, registry, executor).api == "anthropic"
+    assert LLMRunner(MockLLMClient(), MODEL, registry, executor).api == "chat"
+    with pytest.raises(ValueError, match="api must be one of"):
+        LLMRunner(MockLLMClient(), MODEL, registry, executor, api="gemini")

@@ -1,9 +1,8 @@
-"""LLMRunner: an OpenAI-compatible function-calling loop whose tool calls run as a dynamic saga."""
+"""LLMRunner: a model's function-calling loop (Chat Completions, Responses or Anthropic) run as a dynamic saga."""
 
 from __future__ import annotations
 
 import inspect
-import json
 import logging
 from collections.abc import Mapping
 from functools import partial
@@ -13,17 +12,18 @@ import anyio
 
 from saga_runtime._engine import Budget
 from saga_runtime._exceptions import (
-    BudgetExceededError,
     IdempotencyConflictError,
     LeaseLostError,
-    PlanValidationError,
     ReplayDivergenceError,
-    StepFailedError,
     TurnLimitError,
 )
-from saga_runtime._planning import PlanPolicy, build_plan, plan_from_openai, usage_from_openai
-from saga_runtime._records import SagaResult
-from saga_runtime._tools import ToolRegistry
+from saga_runtime._llm._adapter import Adapter, get, plain
+from saga_runtime._llm._calls import adapter_for, run_turn
+from saga_runtime._llm._model_retry import DEFAULT_MODEL_RETRY, call_with_retry
+from saga_runtime._llm._prices import Price, PriceTable
+from saga_runtime._planning import PlanPolicy, TokenUsage
+from saga_runtime._records import SagaResult, canonical_json
+from saga_runtime._tools import RetryPolicy, ToolRegistry
 
 if TYPE_CHECKING:
     from saga_runtime._dynamic import DynamicSaga
@@ -34,26 +34,30 @@ __all__ = ["LLMRunner", "TurnLimitError"]
 logger = logging.getLogger("saga_runtime")
 
 
-def _get(obj: Any, name: str, default: Any = None) -> Any:
-    if isinstance(obj, Mapping):
-        return obj.get(name, default)
-    return getattr(obj, name, default)
+def _pick_api(client: Any) -> str:
+    """Return "anthropic" for a client with `messages.create` and no `chat`, else "chat"."""
+    if get(client, "chat") is None and callable(get(get(client, "messages"), "create")):
+        return "anthropic"
+    return "chat"
 
 
 class LLMRunner:
     """Drive a model's function calls as one saga: each turn's calls run as a group, results go back to the model.
 
-    `client` is OpenAI-compatible (`client.chat.completions.create(model=, messages=, tools=)`), sync or async.
-    Each model call is recorded in the saga (model, prompt and completion tokens, cost from `prices`: model name
-    to USD per million input and output tokens) and charged to its budget. A tool's failure is sent back to the
-    model as the call's result; a failure of the loop itself (the model's API, the budget, no final answer
-    within `max_turns`) compensates every call made, in reverse. Calls outside `policy` are refused before they
-    run, and the model is told why.
+    `api` names the model API: "chat" (OpenAI Chat Completions, `client.chat.completions.create`), "responses"
+    (OpenAI Responses, `client.responses.create`) or "anthropic" (`client.messages.create`); `None` picks
+    "anthropic" for a client with `messages.create` and no `chat`, else "chat". Sync and async clients work.
+    Only the tools `policy` allows are sent; a call outside it (or malformed, or of an unknown tool, or with bad
+    arguments) is refused alone and the model told why, while the other calls of its turn run. A tool's failure
+    goes back to the model as that call's result. A model call failing with a transient error is tried again as
+    `model_retry` allows (default: 4 attempts with backoff). A failure of the loop itself (the model's API, the
+    budget, no final answer within `max_turns`) compensates every call made, in reverse.
 
-    Each answer of the model is recorded (`metadata["llm_responses"]`) before any call it asks for runs. Run an
-    unfinished saga id again (its process died) with the same prompt and model, and the recorded answers are
-    replayed instead of asking (and paying) the model again, while the dynamic saga serves the calls that
-    finished from the record; the model is asked only for the turns that were never answered.
+    Each model call is recorded in the saga (`metadata["llm_calls"]`: model, tokens, cost from `prices`, the
+    finish reason and any refusal) and charged to its budget. Each answer is recorded too
+    (`metadata["llm_responses"]`) before any call it asks for runs: run an unfinished saga id again (its process
+    died) with the same prompt and model, and the recorded answers are replayed instead of asking (and paying)
+    the model again; it is asked only for the turns never answered.
     """
 
     def __init__(
@@ -63,56 +67,94 @@ class LLMRunner:
         registry: ToolRegistry,
         executor: SagaExecutor,
         *,
-        prices: Mapping[str, tuple[float, float]] | None = None,
+        api: str | None = None,
+        prices: Mapping[str, Price] | None = None,
         system: str | None = None,
         policy: PlanPolicy | None = None,
         strict_tools: bool = False,
+        model_retry: RetryPolicy | None = None,
     ) -> None:
-        if not callable(_get(_get(_get(client, "chat"), "completions"), "create")):
-            raise TypeError("client must be OpenAI-compatible: client.chat.completions.create(...) is missing")
+        self.api = _pick_api(client) if api is None else api
+        self._adapter: Adapter = adapter_for(self.api)
+        if self._adapter.endpoint(client) is None:
+            path = ".".join(("client", *self._adapter.endpoint_path))
+            raise TypeError(
+                f"client has no {path}(...), which api={self.api!r} calls: pass a client of that API "
+                "(or name its API with api='chat', 'responses' or 'anthropic')"
+            )
+        if model_retry is not None and not isinstance(model_retry, RetryPolicy):
+            raise TypeError(f"model_retry must be a RetryPolicy, got {model_retry!r}")
         self.client = client
         self.model = model
         self.registry = registry
         self.executor = executor
         self.prices = dict(prices or {})
+        self._prices = PriceTable(self.prices)
         self.system = system
         self.policy = policy
-        self.tools = registry.to_openai_tools(strict=strict_tools)
+        self.model_retry = model_retry or DEFAULT_MODEL_RETRY
+        allowed = None if policy is None else policy.allowed_tools
+        specs = [spec for spec in registry if allowed is None or spec.name in allowed]
+        self.tools = self._adapter.tools(specs, strict=strict_tools)
 
-    def cost_of(self, prompt_tokens: int, completion_tokens: int) -> float:
-        """Return what a call of this runner's model cost, from the price table (0 for a model not in it)."""
-        price_in, price_out = self.prices.get(self.model, (0.0, 0.0))
-        return (prompt_tokens * price_in + completion_tokens * price_out) / 1_000_000
+    def cost_of(
+        self, prompt_tokens: int | TokenUsage, completion_tokens: int = 0, *, model: str | None = None
+    ) -> float:
+        """Return what a call cost, from the price table (0 for a model without a price).
+
+        Give the call's `TokenUsage` (cached and cache-written input are billed at their own prices), or its
+        prompt and completion tokens. `model` is the model that answered (default: the runner's).
+        """
+        usage = prompt_tokens if isinstance(prompt_tokens, TokenUsage) else TokenUsage(prompt_tokens, completion_tokens)
+        models = [self.model] if model is None else [model, self.model]
+        return self._prices.cost(usage, *models)
 
     async def run(
-        self, prompt: str, *, saga_id: str | None = None, budget: Budget | None = None, max_turns: int = 10
+        self,
+        prompt: str | list[Any],
+        *,
+        saga_id: str | None = None,
+        budget: Budget | None = None,
+        max_turns: int = 10,
+        **options: Any,
     ) -> SagaResult:
         """Run the loop until the model answers in text; return the saga's result (its answer in `metadata`).
 
-        Like `executor.run`, a failure does not raise: the result is COMPENSATED (or COMPENSATION_FAILED) and
-        its `error` says why. Cancellation of the caller compensates, then goes on.
+        `prompt` is one user message, or a list of messages in this API's own format (an earlier conversation).
+        `options` go to every model call as given (`temperature`, `tool_choice`, `max_tokens`, ...); the runner
+        sets the model, the messages and the tools. Like `executor.run`, a failure does not raise: the result is
+        COMPENSATED (or COMPENSATION_FAILED) and its `error` says why. Cancellation of the caller compensates,
+        then goes on.
         """
         if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
             raise ValueError(f"max_turns must be a positive int, got {max_turns!r}")
+        if not isinstance(prompt, str | list):
+            raise TypeError(f"prompt must be a string or a list of messages, got {type(prompt).__name__}")
+        taken = sorted(self._adapter.reserved(self.system) & set(options))
+        if taken:
+            raise TypeError(f"the runner sets {', '.join(taken)} itself: leave them out of run()'s options")
+        recorded_prompt = plain(prompt)
         if saga_id is not None:
             stored = await self.executor.store.get_saga(saga_id)
             if stored is not None and stored.status.is_terminal:
                 return stored  # the saga id is the run's idempotency key: the model is not asked again
-            if stored is not None and (stored.metadata.get("prompt"), stored.metadata.get("model")) != (
-                prompt,
-                self.model,
-            ):
+            if stored is not None and (
+                canonical_json(stored.metadata.get("prompt")),
+                stored.metadata.get("model"),
+                stored.metadata.get("api", "chat"),
+            ) != (canonical_json(recorded_prompt), self.model, self.api):
                 # Checked before the block is entered: a refused re-entry must not compensate the recorded saga.
                 raise IdempotencyConflictError(
                     f"saga {saga_id!r} was recorded for model {stored.metadata.get('model')!r} and prompt "
-                    f"{stored.metadata.get('prompt')!r}; re-enter it with the same model and prompt, or use "
-                    "another saga_id",
+                    f"{stored.metadata.get('prompt')!r}; re-enter it with the same model and prompt (and API), or "
+                    "use another saga_id",
                     saga_id=saga_id,
                 )
-        saga = self.executor.saga(saga_id=saga_id, budget=budget, metadata={"model": self.model, "prompt": prompt})
+        metadata = {"model": self.model, "prompt": recorded_prompt, "api": self.api}
+        saga = self.executor.saga(saga_id=saga_id, budget=budget, metadata=metadata)
         try:
             async with saga:
-                await self._loop(saga, prompt, max_turns)
+                await self._loop(saga, recorded_prompt, max_turns, options)
         except (ReplayDivergenceError, IdempotencyConflictError, LeaseLostError):
             raise  # not a failure of the loop: the caller must know
         except Exception as exc:
@@ -122,112 +164,62 @@ class LLMRunner:
         assert saga.result is not None
         return saga.result
 
-    async def _complete(self, messages: list[dict[str, Any]]) -> Any:
-        create = self.client.chat.completions.create
-        request = {"model": self.model, "messages": list(messages)}  # a snapshot: the loop keeps appending
-        if self.tools:
-            request["tools"] = self.tools
-        if inspect.iscoroutinefunction(create):
-            return await create(**request)
-        response = await anyio.to_thread.run_sync(partial(create, **request))  # a sync client must not block
+    async def _complete(self, request: dict[str, Any]) -> Any:
+        """Call the model once (a sync client in a worker thread, so it does not block the event loop)."""
+        create = self._adapter.endpoint(self.client)  # looked up each time, as a client's attribute would be
+        if create is None:
+            raise TypeError(f"the client's {'.'.join(self._adapter.endpoint_path)} is gone")
+        if inspect.iscoroutinefunction(inspect.unwrap(create)):
+            response = create(**request)
+        else:
+            response = await anyio.to_thread.run_sync(partial(create, **request))
         return await response if inspect.isawaitable(response) else response
 
-    async def _loop(self, saga: DynamicSaga, prompt: str, max_turns: int) -> None:
-        recorded = list(saga.metadata.get("llm_responses") or [])  # a re-entered run's answers so far
-        messages: list[dict[str, Any]] = [{"role": "system", "content": self.system}] if self.system else []
-        messages.append({"role": "user", "content": prompt})
+    async def _ask(self, conversation: list[Any], options: Mapping[str, Any]) -> dict[str, Any]:
+        """Ask the model for the next turn (tried again on transient errors); return the recorded turn."""
+        request = self._adapter.request(self.model, conversation, self.tools, self.system, options)
+        response = await call_with_retry(self.model_retry, partial(self._complete, request), f"model {self.model}")
+        return self._adapter.record(response, self.model)
+
+    def _recorded(self, record: Any) -> dict[str, Any]:
+        """Return a recorded turn; a chat completion recorded by an earlier version is read as one."""
+        if isinstance(record, Mapping) and "api" not in record:
+            return adapter_for("chat").record(record, self.model)
+        return dict(record)
+
+    async def _loop(
+        self, saga: DynamicSaga, prompt: str | list[Any], max_turns: int, options: Mapping[str, Any]
+    ) -> None:
+        recorded = [self._recorded(r) for r in saga.metadata.get("llm_responses") or []]  # a re-entered run's
+        conversation = self._adapter.conversation(prompt, self.system)
         calls_log: list[dict[str, Any]] = []
         responses: list[dict[str, Any]] = []
+        used_ids: set[str] = set()
         for turn in range(max_turns):
             if turn < len(recorded):
-                response = recorded[turn]  # a re-entered run: the model was asked this already
+                answer = recorded[turn]  # a re-entered run: the model was asked this already
             else:
-                response = _normalized(await self._complete(messages), self.model)
-            responses.append(response)
-            usage = usage_from_openai(response)
-            cost = self.cost_of(usage.prompt_tokens, usage.completion_tokens)
+                answer = await self._ask(conversation, options)
+            responses.append(answer)
+            usage = TokenUsage.from_dict(answer["usage"])
+            cost = self.cost_of(usage, model=answer["model"])
             calls_log.append(
                 {
                     "turn": turn,
-                    "model": response["model"],
-                    "prompt_tokens": usage.prompt_tokens,
-                    "completion_tokens": usage.completion_tokens,
+                    "model": answer["model"],
+                    **usage.as_dict(),
                     "cost": cost,
+                    "finish_reason": answer["finish_reason"],
+                    "refusal": answer["refusal"],
                 }
             )
             # Durable before any of its calls runs: a re-entered run replays this answer instead of paying again.
             await saga.set_metadata(llm_calls=calls_log, llm_responses=responses)
             await saga.charge(cost=cost, tokens=usage.total_tokens)  # BudgetExceededError ends the loop
-            message = response["choices"][0]["message"]
-            tool_calls = message.get("tool_calls") or []
-            if not tool_calls:
-                await saga.set_metadata(answer=message.get("content"), turns=turn + 1)
+            if not answer["calls"]:
+                await saga.set_metadata(answer=answer["text"], turns=turn + 1)
                 return
-            messages.append(dict(message))  # normalized: role, content and the tool calls by id
-            messages.extend(await self._run_calls(saga, message))
+            conversation.extend(answer["output"])
+            replies = await run_turn(saga, self.registry, self.policy, answer["calls"], used_ids)
+            conversation.extend(self._adapter.replies(replies))
         raise TurnLimitError(f"the model gave no final answer within max_turns={max_turns}")
-
-    async def _run_calls(self, saga: DynamicSaga, message: Any) -> list[dict[str, Any]]:
-        """Run one turn's tool calls as a group; return the tool messages that answer each call."""
-        try:
-            plan = plan_from_openai(message)
-            build_plan(plan, self.registry, policy=self.policy)
-        except PlanValidationError as exc:
-            # Nothing ran: tell the model what was wrong with its calls, so it can correct them.
-            ids = [_get(call, "id") for call in _get(message, "tool_calls") or []]
-            refusal = json.dumps({"error": f"refused before running: {exc}"})
-            return [{"role": "tool", "tool_call_id": call_id, "content": refusal} for call_id in ids]
-        steps = plan[0]
-        try:
-            outcomes = await saga.group(
-                [(step["tool"], step["args"], step["id"]) for step in steps], return_exceptions=True
-            )
-        except PlanValidationError as exc:  # e.g. a provider that reuses a call id of an earlier turn
-            refusal = json.dumps({"error": f"refused before running: {exc}"})
-            return [{"role": "tool", "tool_call_id": step["id"], "content": refusal} for step in steps]
-        replies = []
-        for step, outcome in zip(steps, outcomes, strict=True):
-            if isinstance(outcome, BudgetExceededError):
-                raise outcome
-            content = {"error": outcome.error} if isinstance(outcome, StepFailedError) else {"result": outcome}
-            replies.append({"role": "tool", "tool_call_id": step["id"], "content": json.dumps(content)})
-        return replies
-
-
-def _normalized(response: Any, model: str) -> dict[str, Any]:
-    """Return what the loop uses of a chat completion as plain JSON: model, usage and the first choice's message.
-
-    This is what is recorded (so a re-entered run needs no SDK object), and what the loop reads, so a first run
-    and a re-entered one take the same path.
-    """
-    usage = usage_from_openai(response)
-    choices = _get(response, "choices") or []
-    message = _get(choices[0], "message") if choices else None
-    tool_calls = _get(message, "tool_calls") or []
-    return {
-        "model": str(_get(response, "model", model) or model),
-        "usage": {
-            "prompt_tokens": usage.prompt_tokens,
-            "completion_tokens": usage.completion_tokens,
-            "total_tokens": usage.total_tokens,
-        },
-        "choices": [
-            {
-                "message": {
-                    "role": "assistant",
-                    "content": _get(message, "content"),
-                    "tool_calls": [
-                        {
-                            "id": _get(call, "id"),
-                            "type": "function",
-                            "function": {
-                                "name": _get(_get(call, "function"), "name"),
-                                "arguments": _get(_get(call, "function"), "arguments"),
-                            },
-                        }
-                        for call in tool_calls
-                    ],
-                }
-            }
-        ],
-    }

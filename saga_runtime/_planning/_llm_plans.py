@@ -236,6 +236,9 @@ def _openai_call(item: Any, position: int) -> _Call | str | None:
         if function is _MISSING or function is None:
             return f"tool call #{position}: it has no 'function' (name and arguments)"
         return _Call(position, _get(item, "id"), _get(function, "name"), _get(function, "arguments"))
+    if kind == "tool_call" or (kind is _MISSING and _get(item, "args") is not _MISSING):
+        # LangChain's ToolCall (`ai_message.tool_calls`): name, args (already parsed) and id.
+        return _Call(position, _get(item, "id"), _get(item, "name"), _get(item, "args"))
     if kind == "tool_use":
         return f"item #{position} is an Anthropic tool_use block; read Anthropic output with plan_from_anthropic"
     if kind in ("custom", "custom_tool_call"):
@@ -253,7 +256,8 @@ def plan_from_openai(message_or_tool_calls: Any) -> list[list[dict[str, Any]]]:
     """Return the plan of one OpenAI assistant turn: its tool calls as one group; raise `PlanValidationError`.
 
     Accepts a Chat Completions assistant message, its `tool_calls`, a chat completion with one choice, a Responses
-    API response or its `output` list (message and reasoning items are skipped), as dicts or SDK objects. Each
+    API response or its `output` list (message and reasoning items are skipped), as dicts or SDK objects, and
+    LangChain's tool calls (`ai_message.tool_calls`, or the AIMessage itself). Each
     call becomes `{"tool": name, "args": arguments, "id": call_id}`; JSON arguments are parsed (an empty string
     means no arguments). Every faulty call is reported at once: malformed JSON, arguments that are not an object,
     a missing name or id, an id with a '.' or over 200 bytes, a repeated id, text that is not Unicode (a lone

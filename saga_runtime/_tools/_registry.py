@@ -124,13 +124,14 @@ class ToolRegistry:
         """Return the registered tool names, sorted."""
         return sorted(self._tools)
 
-    def to_openai_tools(self, strict: bool = False) -> list[dict[str, Any]]:
+    def to_openai_tools(self, strict: bool = False, *, api: str = "chat") -> list[dict[str, Any]]:
         """Return every tool as an OpenAI function tool; with `strict`, in schemas OpenAI's strict mode accepts.
 
+        `api="chat"` gives Chat Completions tools, `api="responses"` the Responses API's (flat) function tools.
         Strict mode cannot express some argument types (`Any`, free-form dicts, tuples); `strict=True` raises
         `ValueError` naming each such argument.
         """
-        return openai_tools(self, strict=strict)
+        return openai_tools(self, strict=strict, api=api)
 
     def to_anthropic_tools(self) -> list[dict[str, Any]]:
         """Return every tool as an Anthropic Messages API tool definition."""

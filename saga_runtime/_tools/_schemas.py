@@ -253,24 +253,37 @@ def strict_schema(spec: ToolSpec) -> dict[str, Any]:
     return schema
 
 
-def openai_tool(spec: ToolSpec, *, strict: bool = False) -> dict[str, Any]:
-    """Return a tool as an OpenAI Chat Completions function tool (`strict=True`: in strict mode)."""
+OPENAI_APIS = ("chat", "responses")
+
+
+def openai_tool(spec: ToolSpec, *, strict: bool = False, api: str = "chat") -> dict[str, Any]:
+    """Return a tool as an OpenAI function tool (`strict=True`: in strict mode).
+
+    `api="chat"` gives the Chat Completions form (`{"type": "function", "function": {...}}`), `api="responses"`
+    the Responses API's flat one, which always says `strict`: that API takes a tool without it as strict.
+    """
+    if api not in OPENAI_APIS:
+        raise ValueError(f"api must be 'chat' or 'responses', got {api!r}")
     function: dict[str, Any] = {"name": spec.name}
     if spec.description:
         function["description"] = spec.description
     function["parameters"] = strict_schema(spec) if strict else plain_schema(spec)
+    if api == "responses":
+        return {"type": "function", **function, "strict": strict}
     if strict:
         function["strict"] = True
     return {"type": "function", "function": function}
 
 
-def openai_tools(specs: Iterable[ToolSpec], *, strict: bool = False) -> list[dict[str, Any]]:
+def openai_tools(specs: Iterable[ToolSpec], *, strict: bool = False, api: str = "chat") -> list[dict[str, Any]]:
     """Return OpenAI function tools for `specs`; with `strict`, raise one `ValueError` naming every problem."""
+    if api not in OPENAI_APIS:
+        raise ValueError(f"api must be 'chat' or 'responses', got {api!r}")
     tools: list[dict[str, Any]] = []
     problems: list[str] = []
     for spec in specs:
         try:
-            tools.append(openai_tool(spec, strict=strict))
+            tools.append(openai_tool(spec, strict=strict, api=api))
         except ValueError as exc:
             problems.append(str(exc))
     if problems:

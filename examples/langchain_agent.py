@@ -1,0 +1,127 @@
+"""A LangChain tool-calling loop whose tool calls are saga steps, and whose model answers are kept in the saga.
+
+`saga_tools(saga)` gives the registry's tools as StructuredTools; `durable_model(saga, model)` records each answer
+of the chat model in the saga before the loop acts on it. The model here is a LangChain fake chat model, scripted
+(no network, no API key): it books a flight and asks for a rental car (that tool fails, and the error goes back to
+the model), books a transfer instead, and answers. Running the same saga id again serves everything from the
+record: the model is not asked and no tool runs. Needs `pip install saga-runtime[langchain]`.
+
+Run it: `python examples/langchain_agent.py`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from saga_runtime import SagaExecutor, ToolRegistry, open_store
+
+registry = ToolRegistry()
+effects: list[str] = []
+asked: list[int] = []
+
+
+@registry.tool
+class BookFlight:
+    """Book a flight to a city on a date (YYYY-MM-DD)."""
+
+    async def execute(self, to: str, date: str) -> dict[str, Any]:
+        effects.append(f"booked a flight to {to} on {date}")
+        return {"pnr": "PNR-7Q2", "to": to}
+
+    async def compensate(self, result: dict[str, Any] | None) -> None:
+        effects.append(f"cancelled flight {result['pnr'] if result else '(outcome unknown)'}")
+
+
+@registry.tool
+class RentCar:
+    """Rent a car in a city for a number of days."""
+
+    async def execute(self, city: str, days: int) -> dict[str, Any]:
+        effects.append(f"asked for a car in {city}: none left")
+        raise LookupError(f"no rental cars left in {city}")
+
+
+@registry.tool
+class BookTransfer:
+    """Book a transfer from the airport of a city to an address."""
+
+    async def execute(self, city: str, to: str) -> dict[str, Any]:
+        effects.append(f"booked a transfer in {city} to {to}")
+        return {"transfer": "TX-88"}
+
+    async def compensate(self, result: dict[str, Any] | None) -> None:
+        effects.append("cancelled the transfer")
+
+
+# What the scripted model asks for, turn by turn (no network, no API key); then it answers in text.
+SCRIPT: list[Any] = [
+    [
+        ("call_1", "BookFlight", {"to": "Lisbon", "date": "2025-06-01"}),
+        ("call_2", "RentCar", {"city": "Lisbon", "days": 3}),
+    ],
+    [("call_3", "BookTransfer", {"city": "Lisbon", "to": "the hotel"})],
+    "Booked: the flight to Lisbon and an airport transfer (no rental cars were left).",
+]
+
+
+def next_turn() -> Any:
+    """Return the scripted model's next turn, counting each time it is asked."""
+    asked.append(1)
+    return SCRIPT[len(asked) - 1]
+
+
+async def run_agent(saga: Any, prompt: str) -> str:
+    """Loop: ask the durable chat model, run its tool calls with the saga's tools, until it answers in text."""
+    from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
+    from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+    from langchain_core.outputs import ChatResult
+
+    from saga_runtime.integrations.langchain import durable_model, saga_tools
+
+    class Scripted(FakeMessagesListChatModel):
+        async def _agenerate(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> ChatResult:
+            turn = next_turn()
+            if isinstance(turn, str):
+                self.responses = [AIMessage(content=turn)]
+            else:
+                calls = [{"name": name, "args": args, "id": cid} for cid, name, args in turn]
+                self.responses = [AIMessage(content="", tool_calls=calls)]
+            self.i = 0
+            return self._generate(messages)
+
+    tools = {tool.name: tool for tool in saga_tools(saga)}
+    model = durable_model(saga, Scripted(responses=[])).bind_tools(list(tools.values()))
+    messages: list[BaseMessage] = [HumanMessage(prompt)]
+    while (answer := await model.ainvoke(messages)).tool_calls:
+        messages += [answer, *[await tools[call["name"]].ainvoke(call) for call in answer.tool_calls]]
+    return str(answer.content)
+
+
+async def main() -> None:
+    """Run the agent in a saga, then run the same saga id again: everything is served from the record."""
+    with tempfile.TemporaryDirectory() as folder:
+        async with open_store(f"sqlite:///{Path(folder) / 'sagas.db'}") as store:
+            executor = SagaExecutor(registry, store=store)
+            for attempt in ("first run", "same saga id again"):
+                asked.clear()
+                effects.clear()
+                async with executor.saga(saga_id="trip-lisbon") as saga:
+                    answer = await run_agent(saga, "Book me a trip to Lisbon on 2025-06-01.")
+                result = saga.result
+                assert result is not None
+                print(
+                    f"{attempt}: saga {result.saga_id}: {result.status.value}, the model was asked {len(asked)} times"
+                )
+                for step in result.steps:
+                    outcome = json.dumps(step.result) if step.error is None else step.error
+                    print(f"  step {step.step_id} {step.tool_name}: {step.status.value} {outcome}")
+                print(f"  effects: {effects or 'none (served from the record)'}")
+                print(f"  answer: {answer}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,131 @@
+"""What every model API adapter shares: reading SDK objects, the recorded turn, and the adapter's interface.
+
+A model's answer is kept as a `turn`: plain JSON saying what the loop needs (model, usage, finish reason,
+refusal, text, the tool calls) and the items that carry it into the conversation. The turn is what the saga
+records, so a re-entered run replays it without an SDK, and what the loop reads, so a first run and a re-entered
+one take the same path.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from saga_runtime._planning import TokenUsage
+from saga_runtime._tools import ToolSpec
+
+__all__ = ["Adapter", "ToolReply", "get", "plain", "turn"]
+
+
+def get(obj: Any, name: str, default: Any = None) -> Any:
+    """Return `obj[name]` of a mapping or `obj.name` of an object (`default` when absent or None)."""
+    value = obj.get(name, default) if isinstance(obj, Mapping) else getattr(obj, name, default)
+    return default if value is None else value
+
+
+def plain(value: Any) -> Any:
+    """Return an SDK object (pydantic models, dataclasses of the mock, dicts, lists) as plain JSON values."""
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        return plain(dump(mode="json", exclude_none=True))
+    fields = getattr(value, "__dataclass_fields__", None)
+    if fields is not None:
+        return {name: plain(getattr(value, name)) for name in fields if getattr(value, name) is not None}
+    raise TypeError(f"cannot record a {type(value).__name__} of the model's answer as JSON")
+
+
+@dataclass(frozen=True, slots=True)
+class ToolReply:
+    """What goes back to the model for one tool call: its id, the text, and whether it reports an error."""
+
+    call_id: str
+    content: str
+    is_error: bool = False
+
+
+def turn(
+    api: str,
+    model: str,
+    usage: TokenUsage,
+    *,
+    finish_reason: Any,
+    refusal: str | None,
+    text: str | None,
+    calls: list[dict[str, Any]],
+    output: list[Any],
+) -> dict[str, Any]:
+    """Return one recorded turn of the model (plain JSON)."""
+    return {
+        "api": api,
+        "model": model,
+        "usage": usage.as_dict(),
+        "finish_reason": None if finish_reason is None else str(finish_reason),
+        "refusal": refusal,
+        "text": text,
+        "calls": calls,
+        "output": output,
+    }
+
+
+class Adapter(ABC):
+    """One model API: where its endpoint is, how a request and its tools look, and how its answers read."""
+
+    api: ClassVar[str]
+    endpoint_path: ClassVar[tuple[str, ...]]
+    conversation_key: ClassVar[str]
+    system_key: ClassVar[str | None] = None  # a request parameter holding the system prompt, if the API has one
+
+    def endpoint(self, client: Any) -> Callable[..., Any] | None:
+        """Return the client's method that asks the model, or `None` when it has none."""
+        found: Any = client
+        for name in self.endpoint_path:
+            found = get(found, name)
+        return found if callable(found) else None
+
+    @abstractmethod
+    def tools(self, specs: Iterable[ToolSpec], *, strict: bool) -> list[dict[str, Any]]:
+        """Return the tool definitions of `specs` in this API's format."""
+
+    @abstractmethod
+    def conversation(self, prompt: str | list[Any], system: str | None) -> list[Any]:
+        """Return the conversation a run starts from: the prompt as one user message, or the messages given."""
+
+    def request(
+        self,
+        model: str,
+        conversation: list[Any],
+        tools: list[dict[str, Any]],
+        system: str | None,
+        options: Mapping[str, Any],
+    ) -> dict[str, Any]:
+        """Return the keyword arguments of one model call (a snapshot of the conversation)."""
+        request: dict[str, Any] = {"model": model, self.conversation_key: list(conversation)}
+        if tools:
+            request["tools"] = tools
+        if system is not None and self.system_key is not None:
+            request[self.system_key] = system
+        request.update(options)
+        return request
+
+    def reserved(self, system: str | None) -> set[str]:
+        """Return the request parameters the runner sets itself."""
+        keys = {"model", "tools", "stream", self.conversation_key}
+        if system is not None and self.system_key is not None:
+            keys.add(self.system_key)
+        return keys
+
+    @abstractmethod
+    def record(self, response: Any, model: str) -> dict[str, Any]:
+        """Return the recorded turn of one response of this API."""
+
+    @abstractmethod
+    def replies(self, replies: list[ToolReply]) -> list[dict[str, Any]]:
+        """Return the messages (or input items) that give the model its tool calls' results."""

@@ -1,0 +1,156 @@
+"""What the framework integrations share: a tool call run as a saga step, and model responses kept in the saga.
+
+A framework calls tools and its model on its own schedule; the saga identifies calls by their position. So the
+calls of one saga run one at a time, in the order the framework made them, and each model response is recorded
+(`metadata["model_responses"]`) before the framework acts on it: a re-entered saga is served the same responses,
+makes the same calls in the same order, and those are served from the record too.
+"""
+
+from __future__ import annotations
+
+import json
+import weakref
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import anyio
+
+from saga_runtime._dynamic import DynamicSaga
+from saga_runtime._exceptions import (
+    BudgetExceededError,
+    LeaseLostError,
+    PlanValidationError,
+    ReplayDivergenceError,
+    StepFailedError,
+)
+from saga_runtime._llm._prices import Price, PriceTable
+from saga_runtime._planning import TokenUsage
+from saga_runtime._tools import ToolSpec
+from saga_runtime._tools._schemas import plain_schema
+
+__all__ = ["ENDS_RUN", "ModelRecord", "call_step", "ends_run", "missing_extra", "specs_of"]
+
+T = TypeVar("T")
+
+# Errors that end the framework's run (and so the saga block): never shown to the model as a tool's failure.
+ENDS_RUN: tuple[type[BaseException], ...] = (BudgetExceededError, LeaseLostError, ReplayDivergenceError)
+# Known by name: the approvals issue adds it, and it ends a run the same way.
+_ENDS_RUN_NAMES = frozenset({"ApprovalPendingError"})
+
+RESPONSES_KEY = "model_responses"
+
+
+def ends_run(exc: BaseException) -> bool:
+    """Tell whether an error of a saga call ends the run rather than going back to the model."""
+    return isinstance(exc, ENDS_RUN) or any(kind.__name__ in _ENDS_RUN_NAMES for kind in type(exc).__mro__)
+
+
+def missing_extra(framework: str, extra: str) -> ImportError:
+    """Return the error raised when a framework's extra is not installed."""
+    return ImportError(f"{framework} is not installed: install saga-runtime[{extra}]")
+
+
+def specs_of(saga: DynamicSaga, names: Iterable[str] | None) -> list[ToolSpec]:
+    """Return the specs of the saga's registry, or of the tools named (an unknown name raises UnknownToolError)."""
+    registry = saga.registry  # the registry the saga's calls are checked against
+    if names is None:
+        return list(registry)
+    return [registry.get(name) for name in names]
+
+
+def schema_of(spec: ToolSpec) -> dict[str, Any]:
+    """Return a tool's JSON schema of arguments, as the registry gives it to model APIs."""
+    return plain_schema(spec)
+
+
+@dataclass
+class _SagaState:
+    """What the integrations keep per saga: one lock for its calls, and how many model responses were served."""
+
+    lock: anyio.Lock = field(default_factory=anyio.Lock)
+    served: int = 0
+
+
+_STATES: weakref.WeakKeyDictionary[DynamicSaga, _SagaState] = weakref.WeakKeyDictionary()
+
+
+def _state(saga: DynamicSaga) -> _SagaState:
+    state = _STATES.get(saga)
+    if state is None:
+        state = _STATES[saga] = _SagaState()
+    return state
+
+
+async def call_step(saga: DynamicSaga, tool: str, args: Mapping[str, Any], call_id: str | None = None) -> str:
+    """Run one tool call as a step of `saga`; return the text for the model: `{"result": ...}` or `{"error": ...}`.
+
+    A tool's failure (after its retries), or arguments the tool refuses, go back to the model as the error;
+    `BudgetExceededError`, `LeaseLostError`, `ReplayDivergenceError` (and `ApprovalPendingError`) are raised, and
+    end the run.
+    """
+    step = (tool, dict(args)) if call_id is None or "." in call_id else (tool, dict(args), call_id)
+    async with _state(saga).lock:
+        try:
+            (outcome,) = await saga.group([step], return_exceptions=True)
+        except PlanValidationError as exc:
+            if ends_run(exc):
+                raise
+            return json.dumps({"error": f"refused before running: {exc}"})
+    if isinstance(outcome, BaseException) and ends_run(outcome):
+        raise outcome
+    if isinstance(outcome, StepFailedError):
+        return json.dumps({"error": outcome.error})
+    return json.dumps({"result": outcome})
+
+
+class ModelRecord:
+    """Record each model response of a saga before it is acted on; serve recorded ones on re-entry.
+
+    `dump` turns a framework response into JSON, `load` turns it back; `usage` reads its tokens, charged to the
+    saga (with `prices`, their cost too) so a `Budget` bounds the model's spending.
+    """
+
+    def __init__(
+        self,
+        saga: DynamicSaga,
+        framework: str,
+        *,
+        dump: Callable[[Any], Any],
+        load: Callable[[Any], Any],
+        usage: Callable[[Any], TokenUsage],
+        model_name: Callable[[Any], str],
+        prices: Mapping[str, Price] | None = None,
+    ) -> None:
+        self.saga = saga
+        self.framework = framework
+        self._dump, self._load, self._usage, self._model_name = dump, load, usage, model_name
+        self._prices = PriceTable(prices) if prices is not None else None
+
+    async def respond(self, ask: Callable[[], Awaitable[T]]) -> T:
+        """Return the next model response: from the record when the saga holds it, else asked and recorded."""
+        state = _state(self.saga)
+        async with state.lock:
+            position = state.served
+            recorded = self.saga.metadata.get(RESPONSES_KEY) or []
+            if position < len(recorded):
+                entry = recorded[position]
+                if entry.get("framework") != self.framework:
+                    raise ReplayDivergenceError(
+                        f"saga {self.saga.saga_id!r} model response #{position + 1} was recorded by "
+                        f"{entry.get('framework')!r}, not {self.framework!r}",
+                        saga_id=self.saga.saga_id,
+                        position=position,
+                    )
+                response: T = self._load(entry["response"])
+            else:
+                response = await ask()
+                entry = {"framework": self.framework, "response": self._dump(response)}
+                # Durable before the framework acts on it: a re-entered run is served this, not a new answer.
+                await self.saga.set_metadata(**{RESPONSES_KEY: [*recorded, entry]})
+            state.served = position + 1
+            usage = self._usage(response)
+            cost = 0.0 if self._prices is None else self._prices.cost(usage, self._model_name(response))
+            # A re-entered saga does not count again the charges its earlier run recorded.
+            await self.saga.charge(cost=cost, tokens=usage.total_tokens)
+        return response
