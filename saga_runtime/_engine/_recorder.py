@@ -22,6 +22,7 @@ from saga_runtime._engine._events import EventKind, SagaEvent, SagaHook, emit
 from saga_runtime._engine._transitions import saga_to, step_to
 from saga_runtime._exceptions import LeaseLostError, StoreError
 from saga_runtime._records import (
+    ApprovalRow,
     SagaResult,
     SagaRow,
     SagaStatus,
@@ -94,6 +95,8 @@ class Recorder:
         self._write_lock = asyncio.Lock()
         self.fenced = False
         self.lease_lost = False
+        # The saga's approval requests, as the engine last knew them (kept by the Gate; part of its result).
+        self.approvals: list[ApprovalRow] = []
 
     # -- changes -------------------------------------------------------------------------------------------------------
 
@@ -235,7 +238,7 @@ class Recorder:
         self.emit("saga_finished", error=self.saga.error)
         log = logger.info if status is SagaStatus.SUCCESS else logger.warning
         log("saga %s ended %s%s", self.saga.saga_id, status.value, f": {self.saga.error}" if self.saga.error else "")
-        return result_from_rows(self.saga, list(self.rows.values()))
+        return result_from_rows(self.saga, list(self.rows.values()), self.approvals)
 
     # -- the lease and fencing -----------------------------------------------------------------------------------------
 

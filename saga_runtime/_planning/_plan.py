@@ -18,17 +18,22 @@ from saga_runtime._tools import ToolRegistry, unknown_tool_message
 
 __all__ = ["JOINS", "Join", "Plan", "PlannedStep", "Step", "build_plan", "has_refs"]
 
-_STEP_KEYS = frozenset({"tool", "args", "id"})
+_STEP_KEYS = frozenset({"tool", "args", "id", "approval"})
 
 
 class Step(BaseModel):
-    """One step of a plan: a tool, its arguments, and an optional id (unique in the plan, without '.')."""
+    """One step of a plan: a tool, its arguments, and an optional id (unique in the plan, without '.').
+
+    `approval=True`: the step waits for a person's decision before it runs (as every call of a tool registered
+    `approval=True` does).
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     tool: str
     args: dict[str, Any] = Field(default_factory=dict)
     id: str | None = None
+    approval: bool = False
 
 
 @dataclass(slots=True)
@@ -47,6 +52,8 @@ class PlannedStep:
     group: int
     refs: bool | None = field(default=None, compare=False)
     kwargs: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+    # The step waits for a person's decision before it runs (stored in the plan as "approval": true).
+    approval: bool = False
 
 
 JOINS = ("all", "first", "quorum", "any")
@@ -98,7 +105,12 @@ class Plan:
         # Built once per plan: its digest and the saga row read the same JSON (which nobody mutates).
         out: list[Any] = []
         for g, group in enumerate(self.groups):
-            steps = [{"id": s.step_id, "tool": s.tool_name, "args": s.args} for s in group]
+            steps = [
+                {"id": s.step_id, "tool": s.tool_name, "args": s.args, "approval": True}
+                if s.approval
+                else {"id": s.step_id, "tool": s.tool_name, "args": s.args}
+                for s in group
+            ]
             join = self.join_of(g)
             if join == _ALL:
                 out.append(steps)
@@ -137,6 +149,7 @@ class _Draft:
     tool: Any
     args: Any
     id: str | None
+    approval: Any = False
 
 
 def _label(draft: _Draft) -> str:
@@ -146,20 +159,20 @@ def _label(draft: _Draft) -> str:
 
 def _read_step(item: Any, group: int, index: int, problems: list[str]) -> _Draft | None:
     if type(item) is dict and "tool" in item and _STEP_KEYS.issuperset(item):  # the common case, checked fast
-        return _Draft(group, index, item["tool"], item.get("args", {}), item.get("id"))
+        return _Draft(group, index, item["tool"], item.get("args", {}), item.get("id"), item.get("approval", False))
     where = f"step #{index + 1} of group {group}"
     if isinstance(item, Step):
-        return _Draft(group, index, item.tool, item.args, item.id)
+        return _Draft(group, index, item.tool, item.args, item.id, item.approval)
     if not isinstance(item, Mapping):
         problems.append(f"{where}: expected a step (a dict or Step) or a group (a list), got {type(item).__name__}")
         return None
     unknown = sorted(str(key) for key in item if key not in _STEP_KEYS)
     if unknown:
-        problems.append(f"{where}: unknown key(s) {unknown}; a step has only 'tool', 'args' and 'id'")
+        problems.append(f"{where}: unknown key(s) {unknown}; a step has only 'tool', 'args', 'id' and 'approval'")
     if "tool" not in item:
         problems.append(f"{where}: missing 'tool'")
         return None
-    return _Draft(group, index, item["tool"], item.get("args", {}), item.get("id"))
+    return _Draft(group, index, item["tool"], item.get("args", {}), item.get("id"), item.get("approval", False))
 
 
 _GROUP_KEYS = frozenset({"group", "join", "k", "id"})
@@ -303,9 +316,12 @@ def _check_step(
     if found:
         label = _label(draft)
         problems.extend(f"{label}: {p}" for p in found)
+    if type(draft.approval) is not bool:
+        problems.append(f"{_label(draft)}: 'approval' must be true or false, got {draft.approval!r}")
     if draft.id is None:
         return None
-    return PlannedStep(draft.id, str(tool), dict(args), draft.group, bool(deferred), kwargs)
+    gated = draft.approval is True or spec.approval
+    return PlannedStep(draft.id, str(tool), dict(args), draft.group, bool(deferred), kwargs, gated)
 
 
 def _check_rules(plan: Plan, registry: ToolRegistry, policy: PlanPolicy | None, problems: list[str]) -> None:
@@ -322,6 +338,8 @@ def _check_rules(plan: Plan, registry: ToolRegistry, policy: PlanPolicy | None, 
             )
         if policy is None:
             continue
+        if policy.needs_approval(step.tool_name):
+            step.approval = True  # recorded in the plan: recovery and approve() know it without the policy
         if policy.allowed_tools is not None and step.tool_name not in policy.allowed_tools:
             problems.append(f"step {step.step_id!r}: tool {step.tool_name!r} is not allowed by the plan policy")
         if policy.require_compensation and not spec.has_compensate and not spec.irreversible:

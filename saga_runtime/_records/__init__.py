@@ -1,5 +1,16 @@
 """Records: the rows stores persist and the models users read. Imports nothing above itself."""
 
+from saga_runtime._records._approvals import (
+    APPROVED,
+    DEADLINE,
+    REJECTED,
+    ApprovalRequest,
+    ApprovalRow,
+    approval_request,
+    args_digest,
+    gated_steps,
+    seal_approval,
+)
 from saga_runtime._records._chain import (
     Sealer,
     VerifyResult,
@@ -10,11 +21,12 @@ from saga_runtime._records._chain import (
     seal_all,
     verify_rows,
 )
-from saga_runtime._records._export import EXPORT_FORMAT, EXPORT_VERSION, export_rows, import_rows
+from saga_runtime._records._export import EXPORT_FORMAT, EXPORT_VERSION, export_rows, import_approvals, import_rows
 from saga_runtime._records._models import (
     SagaResult,
     SagaSummary,
     StepRecord,
+    approval_line,
     result_from_rows,
     summary_from_rows,
 )
@@ -37,8 +49,13 @@ from saga_runtime._records._rows import (
 )
 
 __all__ = [
+    "APPROVED",
+    "DEADLINE",
     "EXPORT_FORMAT",
     "EXPORT_VERSION",
+    "REJECTED",
+    "ApprovalRequest",
+    "ApprovalRow",
     "SagaKind",
     "SagaResult",
     "SagaRow",
@@ -49,13 +66,18 @@ __all__ = [
     "StepRow",
     "StepStatus",
     "VerifyResult",
+    "approval_line",
+    "approval_request",
+    "args_digest",
     "canonical_json",
     "chain_head",
     "export_rows",
     "extend_head",
+    "gated_steps",
     "idempotency_key",
     "idempotency_keys",
     "identity_hash",
+    "import_approvals",
     "import_rows",
     "now",
     "own_copy",
@@ -65,6 +87,7 @@ __all__ = [
     "result_from_rows",
     "seal",
     "seal_all",
+    "seal_approval",
     "step_succeeded",
     "summary_from_rows",
     "to_json_value",

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from saga_runtime._records._approvals import ApprovalRow, approval_problems
 from saga_runtime._records._rows import SagaRow, StepRow, StepStatus, canonical_json, plan_groups
 
 __all__ = ["Sealer", "VerifyResult", "chain_head", "extend_head", "identity_hash", "seal", "seal_all", "verify_rows"]
@@ -252,8 +253,10 @@ class VerifyResult:
         return self.ok
 
 
-def verify_rows(saga: SagaRow, rows: Sequence[StepRow], key: bytes | None) -> VerifyResult:
-    """Check a saga's step rows against their chain, their seals and the saga's plan."""
+def verify_rows(
+    saga: SagaRow, rows: Sequence[StepRow], key: bytes | None, approvals: Sequence[ApprovalRow] = ()
+) -> VerifyResult:
+    """Check a saga's step rows against their chain, their seals and the saga's plan, and its approval records."""
     problems: list[str] = []
     ordered = sorted(rows, key=lambda row: row.seq)
     for position, row in enumerate(ordered):
@@ -278,4 +281,5 @@ def verify_rows(saga: SagaRow, rows: Sequence[StepRow], key: bytes | None) -> Ve
             problems.append(f"the records are not the plan's steps: {len(ordered)} records for {len(planned)} steps")
     elif saga.kind == "dynamic" and saga.plan_hash != chain_head(ordered):
         problems.append("the saga's chain head does not match its records: a record was removed or added")
+    problems += approval_problems(saga, ordered, approvals, key, lambda step: identity_hash(step, saga.saga_id))
     return VerifyResult(saga.saga_id, not problems, problems, signed=key is not None)
