@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -175,6 +175,7 @@ class SagaExecutor:
         budget: Budget | None = None,
         metadata: Mapping[str, Any] | None = None,
         replay: bool = False,
+        approval_required: Iterable[str] | None = None,
     ) -> DynamicSaga:
         """Return a dynamic saga to use as `async with executor.saga(saga_id=...) as saga:`.
 
@@ -183,12 +184,22 @@ class SagaExecutor:
         saga that did not finish (its process died) serves the calls already made from the record, without
         calling the tools, and continues live. With `replay=True`, or for a finished saga, every call is served
         from the record and a call the record does not hold raises `ReplayDivergenceError`; nothing is written.
+        A call of a tool registered `approval=True`, or named in `approval_required`, records its request and
+        raises `ApprovalPendingError` (the saga WAITs); entered again once decided, it runs, or raises
+        `ApprovalRejectedError`.
         """
+        if isinstance(approval_required, str):
+            raise TypeError("approval_required is a collection of tool names, not one string")
         problems, stored_metadata = self._check_saga_options(saga_id, budget, metadata)
         if problems:
             raise PlanValidationError(problems, saga_id=saga_id)
         return DynamicSaga(
-            self._claims, saga_id or uuid.uuid4().hex, budget=budget, metadata=stored_metadata, replay=bool(replay)
+            self._claims,
+            saga_id or uuid.uuid4().hex,
+            budget=budget,
+            metadata=stored_metadata,
+            replay=bool(replay),
+            approval_required=approval_required,
         )
 
     async def replay(self, saga_id: str) -> SagaResult:

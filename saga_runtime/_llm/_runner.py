@@ -13,6 +13,8 @@ import anyio
 
 from saga_runtime._engine import Budget
 from saga_runtime._exceptions import (
+    ApprovalPendingError,
+    ApprovalRejectedError,
     BudgetExceededError,
     IdempotencyConflictError,
     LeaseLostError,
@@ -109,12 +111,22 @@ class LLMRunner:
                     "another saga_id",
                     saga_id=saga_id,
                 )
-        saga = self.executor.saga(saga_id=saga_id, budget=budget, metadata={"model": self.model, "prompt": prompt})
+        # A call that needs a person's decision ends the run WAITING (the model's answer is recorded); run the same
+        # prompt and saga id again once decided: an approved call runs, a rejected one is told to the model.
+        gated = None if self.policy is None else self.policy.approval_required
+        saga = self.executor.saga(
+            saga_id=saga_id,
+            budget=budget,
+            metadata={"model": self.model, "prompt": prompt},
+            approval_required=gated,
+        )
         try:
             async with saga:
                 await self._loop(saga, prompt, max_turns)
         except (ReplayDivergenceError, IdempotencyConflictError, LeaseLostError):
             raise  # not a failure of the loop: the caller must know
+        except ApprovalPendingError as exc:
+            logger.info("saga %s: the LLM loop waits for a decision on call %s", saga.saga_id, exc.step_id)
         except Exception as exc:
             if saga.result is None:  # the saga never started (an id in use, a conflict): nothing to report
                 raise
@@ -189,7 +201,14 @@ class LLMRunner:
         for step, outcome in zip(steps, outcomes, strict=True):
             if isinstance(outcome, BudgetExceededError):
                 raise outcome
-            content = {"error": outcome.error} if isinstance(outcome, StepFailedError) else {"result": outcome}
+            content: dict[str, Any]
+            if isinstance(outcome, ApprovalRejectedError):  # a person refused it: the model is told who, and why
+                why = f": {outcome.note}" if outcome.note else ""
+                content = {"error": f"refused by {outcome.by}{why}; the call was not made"}
+            elif isinstance(outcome, StepFailedError):
+                content = {"error": outcome.error}
+            else:
+                content = {"result": outcome}
             replies.append({"role": "tool", "tool_call_id": step["id"], "content": json.dumps(content)})
         return replies
 
