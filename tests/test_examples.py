@@ -86,3 +86,16 @@ def test_agent_loop_rolls_back_then_replays_from_the_database(tmp_path: Path) ->
     assert "tool calls made: 0" in out
     assert "a changed decision is caught" in out
     assert "the record verifies: True" in out
+
+
+def test_refund_approval_waits_for_the_cli_approval_then_refunds_once(tmp_path: Path) -> None:
+    """refund_approval.py: the refund over the limit waits, is approved from the CLI, runs once, and verifies."""
+    out = run_example("refund_approval.py", tmp_path)
+    assert "the saga is WAITING" in out
+    assert "refunds made so far: 0" in out
+    assert "approved by alice; the saga is WAITING" in out  # the CLI recorded the decision only
+    assert "a worker went on with it: SUCCESS" in out
+    assert "approved by alice: checked with the bank" in out
+    assert out.count("refund 900.00 EUR on A-7") == 1
+    assert "approving again is refused" in out
+    assert "refunds made: 1; the record verifies: True" in out
