@@ -389,9 +389,9 @@ class SagaExecutor:
                 return None
             try:
                 plan = build_plan(saga.plan, self.registry)
-            except PlanValidationError as exc:
+            except PlanValidationError:  # the tools changed under the saga: left for an executor that has them
                 await self._claims.release(saga, owner=self.executor_id)
-                raise PlanValidationError([f"saga {saga_id!r} cannot go on here: {exc}"], saga_id=saga_id) from exc
+                raise
             engine = self._claims.engine(saga, rows, detached=detached)
             async with Session(self._claims, engine):
                 await engine.resume()
