@@ -10,6 +10,9 @@ import logging as _logging
 from saga_runtime._dynamic import DynamicSaga
 from saga_runtime._engine import Budget, LoggingHook, SagaEvent, SagaHook
 from saga_runtime._exceptions import (
+    ApprovalError,
+    ApprovalPendingError,
+    ApprovalRejectedError,
     BudgetExceededError,
     IdempotencyConflictError,
     LeaseLostError,
@@ -41,7 +44,15 @@ from saga_runtime._planning import (
     usage_from_anthropic,
     usage_from_openai,
 )
-from saga_runtime._records import SagaResult, SagaStatus, SagaSummary, StepRecord, StepStatus, VerifyResult
+from saga_runtime._records import (
+    ApprovalRequest,
+    SagaResult,
+    SagaStatus,
+    SagaSummary,
+    StepRecord,
+    StepStatus,
+    VerifyResult,
+)
 from saga_runtime._storage import MemoryStore, SagaStore, open_store
 from saga_runtime._tools import RetryPolicy, Secret, StepContext, ToolRegistry, ToolSpec
 
@@ -51,6 +62,10 @@ __version__ = "0.1.0"
 _logging.getLogger("saga_runtime").addHandler(_logging.NullHandler())
 
 __all__ = [
+    "ApprovalError",
+    "ApprovalPendingError",
+    "ApprovalRejectedError",
+    "ApprovalRequest",
     "Budget",
     "BudgetExceededError",
     "DynamicSaga",

@@ -8,15 +8,17 @@ re-entered after a crash is served the recorded results of the calls it already 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, NoReturn
 
 import anyio
 import pydantic
 
-from saga_runtime._engine import Budget, Claims, SagaEngine, Session
+from saga_runtime._engine import HOLDABLE, Budget, Claims, SagaEngine, Session
 from saga_runtime._exceptions import (
+    ApprovalPendingError,
+    ApprovalRejectedError,
     BudgetExceededError,
     IdempotencyConflictError,
     PlanValidationError,
@@ -30,6 +32,7 @@ from saga_runtime._exceptions import (
 )
 from saga_runtime._planning import MAX_ID_BYTES, Step, call_args, valid_id
 from saga_runtime._records import (
+    ApprovalRow,
     SagaResult,
     SagaRow,
     SagaStatus,
@@ -69,6 +72,7 @@ class DynamicSaga:
         budget: Budget | None,
         metadata: dict[str, Any],
         replay: bool,
+        approval_required: Iterable[str] | None = None,
     ) -> None:
         self._claims = claims
         self._store = claims.config.store
@@ -87,6 +91,12 @@ class DynamicSaga:
         self._entered = False
         self._closed = False
         self.result: SagaResult | None = None
+        # Tools whose calls wait for a person's decision in this saga (besides those registered approval=True).
+        self._approval_required = frozenset(approval_required or ())
+        # The requests of a saga served from its record (replayed or finished), by step id.
+        self._requests: dict[str, ApprovalRow] = {}
+        # Set once a call waits for a decision: the saga is WAITING, and every later call raises it again.
+        self._waiting: ApprovalPendingError | None = None
 
     # -- entering and leaving ----------------------------------------------------------------------------------
 
@@ -115,6 +125,7 @@ class DynamicSaga:
                     saga_id=self.saga_id,
                 )
             self._adopt_record(*stored)
+            await self._read_requests()
             return self
         existing = await store.create_saga(row.copy(), [])
         if existing is None:
@@ -123,8 +134,10 @@ class DynamicSaga:
         saga, rows = existing
         self._adopt_record(saga, rows)
         if saga.status.is_terminal:
+            await self._read_requests()
             return self  # a finished saga re-entered: served from the record, like a replay
-        if not await claims.claim(saga):
+        waited = saga.status is SagaStatus.WAITING
+        if not await (claims.claim_waiting(saga) if waited else claims.claim(saga)):
             raise SagaInProgressError(
                 f"saga {self.saga_id!r} is {saga.status.value} under executor {saga.owner!r}; it can be re-entered "
                 "once that executor is gone (its lease expired) or has finished it",
@@ -132,6 +145,13 @@ class DynamicSaga:
                 owner=saga.owner,
             )
         engine = claims.engine(saga, rows)
+        try:
+            await engine.gate.load()
+            if waited:
+                await engine.resume()  # its calls are served from the record up to the one that waited
+        except BaseException:
+            claims.active.discard(self.saga_id)
+            raise
         if engine.compensating:
             # It was being undone when its process died: finish that first (keeping its lease); the block then
             # replays the record.
@@ -142,6 +162,11 @@ class DynamicSaga:
         self._go_live(engine)
         logger.info("saga %s: re-entered with %d recorded calls", self.saga_id, len(self._record))
         return self
+
+    async def _read_requests(self) -> None:
+        """Read the approval requests of a saga served from its record (a refused call is refused again)."""
+        if any(row.status in (StepStatus.REJECTED, StepStatus.WAITING) for row in self._record):
+            self._requests = {row.step_id: row for row in await self._store.load_approvals(self.saga_id)}
 
     def _go_live(self, engine: SagaEngine) -> None:
         """Run calls on `engine` from now on, keeping the saga's lease while the block runs."""
@@ -178,7 +203,9 @@ class DynamicSaga:
             return False
         try:
             if engine.fenced:
-                pass  # another executor owns the saga now: nothing is compensated or written from here
+                # Another executor owns the saga now, or it WAITs for a decision (ApprovalPendingError leaving the
+                # block): nothing is compensated or written from here.
+                pass
             elif exc is None:
                 stuck = self._not_undone(engine)
                 if stuck is None:
@@ -240,6 +267,8 @@ class DynamicSaga:
         `StepFailedError`, only when every call failed (`first`) or fewer than `k` succeeded.
         """
         self._check_open()
+        if self._waiting is not None:
+            raise self._waiting  # the saga waits for a decision: no call goes on until it is re-entered
         if join not in ("all", "first", "quorum", "any"):
             raise PlanValidationError([f"join must be all, first, quorum or any, got {join!r}"], saga_id=self.saga_id)
         prepared = self._prepare(calls)
@@ -265,13 +294,18 @@ class DynamicSaga:
             failed_live = join == "all" and any(
                 row.status is StepStatus.FAILED and registry.get(row.tool_name).retry_scope == "saga" for row in rows
             )
+            refused = await self._hold(engine, rows)
+            if refused and (join != "all" or not return_exceptions):
+                await engine.flush()
+                self._refuse(refused[0])
+            runnable = [row for row in rows if row not in refused]
             if failed_live:
                 # Re-executed: this group failed live and cancelled its other calls, which were being undone when
                 # the process died. Finish undoing them; run nothing again.
                 await engine.compensate_unknown(rows)
                 await engine.flush()
-            elif join != "all" or any(row.status in (StepStatus.PENDING, *_UNKNOWN) for row in rows):
-                ok = await engine.run_group(rows, join=join, needed=needed)
+            elif join != "all" or any(row.status in (StepStatus.PENDING, *_UNKNOWN) for row in runnable):
+                ok = await engine.run_group(runnable, join=join, needed=needed)
                 engine.forgive()  # in a dynamic saga, the calling code decides whether a failure ends it
                 # A failed quorum or race undoes its successes at once: the group failed as a whole.
                 await engine.compensate_unknown(rows, successes=join != "all" and not ok)
@@ -289,9 +323,59 @@ class DynamicSaga:
         for row in rows:
             try:
                 outcomes.append(self._outcome(row))
-            except (StepFailedError, BudgetExceededError) as exc:
+            except (StepFailedError, BudgetExceededError, ApprovalRejectedError) as exc:
                 outcomes.append(exc)
         return outcomes
+
+    async def _hold(self, engine: SagaEngine, rows: list[StepRow]) -> list[StepRow]:
+        """Hold a group whose calls need a person's decision; return its refused calls (REJECTED).
+
+        A call that needs a decision and has none yet records its request (every such call of the group) and
+        makes the saga WAIT: `ApprovalPendingError` is raised before any call of the group runs.
+        """
+        registry, gate = self._registry, engine.gate
+        gated = [
+            row
+            for row in rows
+            if row.status in HOLDABLE
+            and (
+                registry.get(row.tool_name).approval
+                or row.tool_name in self._approval_required
+                or gate.request_of(row.step_id) is not None
+            )
+        ]
+        refused = [row for row in rows if row.status is StepStatus.REJECTED]
+        if not gated:
+            return refused
+        waiting, rejected = await engine.hold(gated)
+        if waiting:
+            self.result = await engine.wait()
+            row = next(row for row in gated if (request := gate.request_of(row.step_id)) and request.decision is None)
+            self._waiting = ApprovalPendingError(
+                f"saga {self.saga_id!r}: call {row.step_id!r} ({row.tool_name}) waits for a person's decision; "
+                f"the saga is WAITING. Decide with executor.approve({self.saga_id!r}, {row.step_id!r}, by=...) or "
+                "reject(...), then enter the saga again",
+                saga_id=self.saga_id,
+                step_id=row.step_id,
+                tool_name=row.tool_name,
+                arguments=own_copy(row.args),
+            )
+            raise self._waiting
+        return refused + rejected
+
+    def _refuse(self, row: StepRow) -> NoReturn:
+        """Raise the ApprovalRejectedError of a refused call."""
+        request = self._requests.get(row.step_id)
+        if request is None and self._engine is not None:
+            request = self._engine.gate.request_of(row.step_id)
+        raise ApprovalRejectedError(
+            f"saga {self.saga_id!r}: call {row.step_id!r} ({row.tool_name}) was {row.error or 'rejected'}, never run",
+            saga_id=self.saga_id,
+            step_id=row.step_id,
+            tool_name=row.tool_name,
+            by=None if request is None else request.decided_by,
+            note=None if request is None else request.note,
+        )
 
     def _joined(self, rows: list[StepRow], join: str, needed: int | None, ok: bool) -> Any:
         wins = [row for row in rows if step_succeeded(row.status, row.error, row.finished_at)]
@@ -380,7 +464,7 @@ class DynamicSaga:
                     saga_id=self.saga_id,
                     position=seq,
                 )
-            if self._engine is None and row.status in (StepStatus.PENDING, *_UNKNOWN):
+            if self._engine is None and row.status in (StepStatus.PENDING, StepStatus.WAITING, *_UNKNOWN):
                 raise ReplayDivergenceError(
                     f"saga {self.saga_id!r} call #{seq + 1} ({tool}) was recorded without an outcome; it cannot be "
                     "replayed",
@@ -414,6 +498,8 @@ class DynamicSaga:
             return own_copy(row.result)
         if row.status is StepStatus.COMPENSATION_FAILED and row.error is None:
             return own_copy(row.result)
+        if row.status is StepStatus.REJECTED:
+            self._refuse(row)
         if row.error_type == "BudgetExceededError":
             raise BudgetExceededError(
                 f"saga {self.saga_id!r}: call {row.step_id!r} ({row.tool_name}) crossed the budget: {row.error}",

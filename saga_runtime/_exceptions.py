@@ -16,6 +16,9 @@ Every error derives from `SagaError`, so `except SagaError` catches them all::
     ├── StepFailedError            a call of a dynamic saga failed (saga.call / saga.group)
     ├── TurnLimitError             an LLMRunner's model gave no final answer within max_turns
     ├── SecretKeyError             a secret argument cannot be encrypted or decrypted: no key, or not the right one
+    ├── ApprovalError              a decision on an approval request was refused (decided already, wrong digest, ...)
+    ├── ApprovalPendingError       a dynamic saga's call waits for a person's decision; the saga is WAITING
+    ├── ApprovalRejectedError      a dynamic saga's call was refused by a person (or its deadline)
     └── StoreError                 the database failed; the message says which and what to do
         ├── StoreConnectionError   the database cannot be reached, or the connection was lost
         ├── StoreBusyError         the database stayed locked (or deadlocked); nothing was written, retry
@@ -31,6 +34,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 __all__ = [
+    "ApprovalError",
+    "ApprovalPendingError",
+    "ApprovalRejectedError",
     "BudgetExceededError",
     "IdempotencyConflictError",
     "LeaseLostError",
@@ -209,6 +215,65 @@ class TurnLimitError(SagaError):
 
 class SecretKeyError(SagaError):
     """A secret argument cannot be encrypted (no key configured) or decrypted (no key of the executor opens it)."""
+
+
+class ApprovalError(SagaError):
+    """A decision on an approval request was refused, and nothing was recorded.
+
+    The request was decided already (the earlier decision is named, and `decision`, `decided_by` hold it), the
+    saga or the step waits for nothing, the `args_digest` given is not the request's, or its deadline passed.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        saga_id: str,
+        step_id: str | None = None,
+        decision: str | None = None,
+        decided_by: str | None = None,
+    ) -> None:
+        self.saga_id = saga_id
+        self.step_id = step_id
+        self.decision = decision
+        self.decided_by = decided_by
+        super().__init__(message)
+
+
+class ApprovalPendingError(SagaError):
+    """A call of a dynamic saga needs a person's decision first: its request is recorded and the saga is WAITING.
+
+    Leaving the saga's block with it compensates nothing. Decide with `executor.approve()` / `reject()`, then
+    enter the saga id again: the earlier calls are served from the record and this one runs (or is refused).
+    """
+
+    def __init__(self, message: str, *, saga_id: str, step_id: str, tool_name: str, arguments: object) -> None:
+        self.saga_id = saga_id
+        self.step_id = step_id
+        self.tool_name = tool_name
+        self.arguments = arguments
+        super().__init__(message)
+
+
+class ApprovalRejectedError(SagaError):
+    """A call of a dynamic saga was refused (`by` a person, or "deadline"); it never ran. Catch it to go on."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        saga_id: str,
+        step_id: str,
+        tool_name: str,
+        by: str | None,
+        note: str | None,
+    ) -> None:
+        self.saga_id = saga_id
+        self.step_id = step_id
+        self.tool_name = tool_name
+        self.by = by
+        self.note = note
+        super().__init__(message)
 
 
 class StoreError(SagaError):

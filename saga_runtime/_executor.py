@@ -6,13 +6,23 @@ import asyncio
 import logging
 import os
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import anyio
 
 from saga_runtime._dynamic import DynamicSaga
-from saga_runtime._engine import RUNNABLE, Budget, Claims, EngineConfig, SagaEngine, SagaHook, Session
+from saga_runtime._engine import (
+    HOLDABLE,
+    RUNNABLE,
+    Budget,
+    Claims,
+    Decisions,
+    EngineConfig,
+    SagaEngine,
+    SagaHook,
+    Session,
+)
 from saga_runtime._exceptions import (
     IdempotencyConflictError,
     LeaseLostError,
@@ -34,12 +44,17 @@ from saga_runtime._planning import (
     valid_id,
 )
 from saga_runtime._records import (
+    APPROVED,
     KEY_ENV,
+    REJECTED,
+    ApprovalRequest,
+    ApprovalRow,
     SagaResult,
     SagaRow,
     SagaStatus,
     SecretKeyring,
     StepRow,
+    gated_steps,
     idempotency_keys,
     now,
     own_copy,
@@ -119,6 +134,7 @@ class SagaExecutor:
         )
         self._claims = Claims(config)
         self._active = self._claims.active  # sagas this executor is running right now
+        self._decisions = Decisions(config)
 
     def __repr__(self) -> str:
         return f"SagaExecutor(id={self.executor_id!r}, store={self.store.url!r}, tools={self.registry.names()!r})"
@@ -141,16 +157,19 @@ class SagaExecutor:
         """
         planned = build_plan(plan, self.registry, policy=policy, keyring=self._claims.config.keyring)
         saga, steps = self._new_saga(planned, saga_id, budget, metadata)
-        # The first group's intent (RUNNING, attempt 1) is committed with the saga itself: one write less.
-        engine = self._claims.start_plan(saga, steps)
+        # The first group's intent (RUNNING, attempt 1) is committed with the saga itself: one write less (unless a
+        # step of it waits for a person's decision first).
+        held = bool(planned.groups) and any(step.approval for step in planned.groups[0])
+        engine = self._claims.start_plan(saga, steps, announce=not held)
         existing = await self.store.create_saga(saga.copy(), [row.copy() for row in steps])
         if existing is None:
             logger.debug("saga %s: started by %s, %d steps", saga.saga_id, self.executor_id, len(steps))
         else:
             stored, rows = existing
             finished = self._existing(saga, stored, rows)
-            if finished is not None:
-                return finished
+            if finished is not None or stored.status is SagaStatus.WAITING:
+                # Finished, or waiting for a decision: the stored result, and no tool called.
+                return result_from_rows(stored, rows, await self._approvals_of(stored))
             await self._resume_or_refuse(stored)
             logger.info("saga %s: resuming where its previous owner %r left it", saga.saga_id, stored.owner)
             engine = self._claims.engine(stored, rows)
@@ -165,6 +184,7 @@ class SagaExecutor:
         budget: Budget | None = None,
         metadata: Mapping[str, Any] | None = None,
         replay: bool = False,
+        approval_required: Iterable[str] | None = None,
     ) -> DynamicSaga:
         """Return a dynamic saga to use as `async with executor.saga(saga_id=...) as saga:`.
 
@@ -173,12 +193,22 @@ class SagaExecutor:
         saga that did not finish (its process died) serves the calls already made from the record, without
         calling the tools, and continues live. With `replay=True`, or for a finished saga, every call is served
         from the record and a call the record does not hold raises `ReplayDivergenceError`; nothing is written.
+        A call of a tool registered `approval=True`, or named in `approval_required`, records its request and
+        raises `ApprovalPendingError` (the saga WAITs); entered again once decided, it runs, or raises
+        `ApprovalRejectedError`.
         """
+        if isinstance(approval_required, str):
+            raise TypeError("approval_required is a collection of tool names, not one string")
         problems, stored_metadata = self._check_saga_options(saga_id, budget, metadata)
         if problems:
             raise PlanValidationError(problems, saga_id=saga_id)
         return DynamicSaga(
-            self._claims, saga_id or uuid.uuid4().hex, budget=budget, metadata=stored_metadata, replay=bool(replay)
+            self._claims,
+            saga_id or uuid.uuid4().hex,
+            budget=budget,
+            metadata=stored_metadata,
+            replay=bool(replay),
+            approval_required=approval_required,
         )
 
     async def replay(self, saga_id: str) -> SagaResult:
@@ -207,7 +237,7 @@ class SagaExecutor:
         whose recovery failed `max_recovery_attempts` times is PARKED for an operator (`unpark`). Two executors
         recovering at once never take the same saga. Returns the results of the sagas it finished.
         """
-        results: list[SagaResult] = []
+        results = await self._go_on_waiting(limit)
         passed_over: set[str] = set()
         while True:
             started = now()
@@ -269,9 +299,121 @@ class SagaExecutor:
             logger.error("saga %s: recovery attempt %d failed: %s", saga.saga_id, saga.recovery_attempts, exc)
             return None
         finally:
-            if engine.detached and engine.fenced and not engine.lease_lost and not engine.saga.status.is_terminal:
+            stopped = engine.fenced and not engine.lease_lost and engine.saga.status is not SagaStatus.WAITING
+            if engine.detached and stopped and not engine.saga.status.is_terminal:
                 # Stopped by a shutdown: let the next worker take it now.
                 await self._claims.release(engine.saga, owner=self.executor_id)
+
+    # -- approvals ---------------------------------------------------------------------------------------------
+
+    async def pending_approvals(self, *, limit: int = 100) -> list[ApprovalRequest]:
+        """Return the undecided approval requests of waiting sagas in the store, oldest first, across sagas."""
+        return await self._decisions.pending(limit)
+
+    async def approve(
+        self,
+        saga_id: str,
+        step_id: str,
+        *,
+        by: str,
+        note: str | None = None,
+        args_digest: str | None = None,
+        resume: bool = True,
+    ) -> SagaResult:
+        """Allow a waiting step to run; record who decided, when, and why (once; raise `ApprovalError` otherwise).
+
+        `args_digest` (the request's, as `pending_approvals` shows it) binds the decision to the arguments seen.
+        With `resume`, once every request of the waiting group is decided, the saga goes on under this executor's
+        lease as `run()` would, until its next wait or its end, and that result is returned (a plan saga; its
+        tools must be in this executor's registry). Otherwise the saga as it stands is returned.
+        """
+        return await self._decide(saga_id, step_id, APPROVED, by, note, args_digest, resume)
+
+    async def reject(
+        self, saga_id: str, step_id: str, *, by: str, note: str | None = None, resume: bool = True
+    ) -> SagaResult:
+        """Refuse a waiting step: it ends REJECTED, never runs, and fails its saga, which compensates what it did.
+
+        Recorded once (raise `ApprovalError` otherwise); `resume` as for `approve`.
+        """
+        return await self._decide(saga_id, step_id, REJECTED, by, note, None, resume)
+
+    async def _decide(
+        self,
+        saga_id: str,
+        step_id: str,
+        decision: str,
+        by: str,
+        note: str | None,
+        digest: str | None,
+        resume: bool,
+    ) -> SagaResult:
+        saga, requests = await self._decisions.decide(saga_id, step_id, decision, by=by, note=note, digest=digest)
+        if resume and saga.kind == "plan" and all(request.decision is not None for request in requests):
+            result = await self._go_on(saga_id)
+            if result is not None:
+                return result
+        stored = await self.store.load_saga(saga_id)
+        assert stored is not None  # sagas are never deleted
+        return result_from_rows(*stored, await self.store.load_approvals(saga_id))
+
+    async def _go_on_waiting(self, limit: int) -> list[SagaResult]:
+        """Reject the requests whose deadline passed; go on with each WAITING plan saga whose requests are decided."""
+        await self._decisions.expire_due(limit)
+        results = []
+        for saga_id in await self.store.waiting_sagas(now(), limit):
+            try:
+                result = await self._go_on(saga_id, detached=True)
+            except LeaseLostError as exc:
+                logger.warning("saga %s: %s", saga_id, exc)
+                continue
+            except Exception as exc:
+                logger.error("saga %s: going on after its approvals failed: %s", saga_id, exc)
+                continue
+            if result is not None:
+                results.append(result)
+        return results
+
+    async def _go_on(self, saga_id: str, *, detached: bool = False) -> SagaResult | None:
+        """Drive a WAITING plan saga whose requests are all decided, under this executor's lease, until its next
+        wait or its end; None when it is not for this executor (held elsewhere, undecided, tools missing)."""
+        stored = await self.store.load_saga(saga_id)
+        if stored is None or stored[0].status is not SagaStatus.WAITING or stored[0].kind != "plan":
+            return None
+        missing = sorted({row.tool_name for row in stored[1]} - set(self.registry.names()))
+        if missing:
+            logger.warning("saga %s: decided, left for an executor that has the tools %s", saga_id, ", ".join(missing))
+            return None
+        if not await self._claims.claim_waiting(stored[0]):
+            return None
+        try:
+            # Read again now that it is ours: what was read before the claim may predate another executor's run.
+            reread = await self.store.load_saga(saga_id)
+            requests = await self.store.load_approvals(saga_id)
+            if reread is None or reread[0].owner != self.executor_id or reread[0].status is not SagaStatus.WAITING:
+                return None
+            saga, rows = reread
+            if any(request.decision is None for request in requests):
+                await self._claims.release(saga, owner=self.executor_id)  # decided meanwhile the other way round
+                return None
+            try:
+                plan = build_plan(saga.plan, self.registry)
+            except PlanValidationError:  # the tools changed under the saga: left for an executor that has them
+                await self._claims.release(saga, owner=self.executor_id)
+                raise
+            engine = self._claims.engine(saga, rows, detached=detached)
+            async with Session(self._claims, engine):
+                await engine.resume()
+                engine.emit("saga_started")
+                return await self._drive(engine, plan)
+        finally:
+            self._active.discard(saga_id)
+
+    async def _approvals_of(self, saga: SagaRow) -> list[ApprovalRow]:
+        """Return a stored saga's approval rows (none to read for a plan without a step needing approval)."""
+        if saga.kind == "plan" and not gated_steps(saga.plan):
+            return []
+        return await self.store.load_approvals(saga.saga_id)
 
     async def unpark(self, saga_id: str) -> None:
         """Make a PARKED saga live again (recovery attempts reset); the next `recover()` takes it over."""
@@ -442,6 +584,8 @@ class SagaExecutor:
             return own_copy(engine.result_for(target))  # a copy: the step it is given to may change it
 
         by_id = engine.rows
+        if any(step.approval for step in plan.steps):
+            await engine.gate.load()  # its requests are part of its result, decided in an earlier run or not
         try:
             for g, group in enumerate(plan.groups):
                 join = plan.join_of(g)
@@ -459,6 +603,17 @@ class SagaExecutor:
                             engine.set_args(row, resolve_refs(step.args, lookup))
                         except (RefError, LookupError) as exc:
                             engine.fail_before_start(row, exc)
+                gated = [
+                    row for step, row in zip(group, recorded, strict=True) if step.approval and row.status in HOLDABLE
+                ]
+                if gated and not engine.failed:
+                    waiting, rejected = await engine.hold(gated)
+                    if waiting:
+                        return await engine.wait()  # the saga stops here until every request is decided
+                    if rejected:
+                        for row in rejected:
+                            engine.fail(f"step {row.step_id!r} ({row.tool_name}) was {row.error}")
+                        break
                 if not await engine.run_group(recorded, join=join.mode, needed=join.needed):
                     break
         except _CANCELLED:

@@ -59,6 +59,12 @@ class Reserve:
             raise ConnectionError("the warehouse is down")
 
 
+@registry.tool(approval=True)
+class Refund:
+    async def execute(self, amount: int) -> dict[str, int]:
+        return {"refund": amount}
+
+
 @registry.tool(retry=RetryPolicy(max_attempts=3, initial_interval=0.001, jitter=False))
 class Ship:
     async def execute(self, address: str) -> dict[str, str]:
@@ -107,6 +113,13 @@ TOOLS_MODULE = textwrap.dedent(
     class Ship:
         def execute(self, address: str) -> dict:
             return {"address": address}
+
+
+    @registry.tool(approval=True)
+    class Refund:
+        def execute(self, amount: int) -> dict:
+            log(f"refund-card {amount}")
+            return {"refund": amount}
     """
 )
 
@@ -193,6 +206,14 @@ async def populate(url: str, *, orphans: bool = False) -> None:
             )
             parked.error = "parked: recovery failed 5 times"
             await store.save(parked, [])
+            waiting = await executor.run(
+                [
+                    {"id": "charge", "tool": "Charge", "args": {"amount": 3}},
+                    {"id": "refund", "tool": "Refund", "args": {"amount": 3}},
+                ],
+                saga_id="wait-1",
+            )
+            assert waiting.status is SagaStatus.WAITING
 
 
 @dataclass
@@ -463,6 +484,44 @@ def test_retry_compensation_undoes_what_was_left(work_db: str, tmp_path: Path) -
     one_line_error(wrong)
 
 
+def test_approvals_lists_the_waiting_steps(work_db: str) -> None:
+    """`approvals` lists each waiting step with its tool and arguments; `--json` gives the requests in full."""
+    ran = cli("approvals", db=work_db)
+    assert ran.code == 0, ran.err
+    for text in ("wait-1", "refund", "Refund", '{"amount": 3}', "approve SAGA STEP --by NAME"):
+        assert text in ran.out
+    (request,) = cli("approvals", "--json", db=work_db).json()
+    assert (request["saga_id"], request["step_id"], request["args"]) == ("wait-1", "refund", {"amount": 3})
+    assert request["decision"] is None
+
+
+def test_approve_without_tools_records_and_a_worker_goes_on(work_db: str, tmp_path: Path) -> None:
+    """`approve` without --tools records the decision only; `recover` then runs the step, once; again: exit 5."""
+    ran = cli("approve", "wait-1", "refund", "--by", "alice", "--note", "under the limit", db=work_db)
+    assert ran.code == 0, ran.err
+    assert "approved by alice; the saga is WAITING" in ran.out
+    assert not (tmp_path / "effects.log").exists()
+    assert cli("approvals", "--json", db=work_db).json() == []
+    recovered = cli("recover", "--tools", "cli_tools:registry", "--json", db=work_db, cwd=tmp_path).json()
+    assert {r["saga_id"]: r["status"] for r in recovered} == {"wait-1": "SUCCESS", "orphan-1": "SUCCESS"}
+    assert (tmp_path / "effects.log").read_text().splitlines().count("refund-card 3") == 1
+    again = cli("approve", "wait-1", "refund", "--by", "carol", db=work_db)
+    assert again.code == 5
+    assert "approved by alice" in one_line_error(again)
+    shown = cli("show", "wait-1", db=work_db)
+    assert "approved by alice: under the limit" in shown.out
+
+
+def test_reject_with_tools_compensates_at_once(work_db: str, tmp_path: Path) -> None:
+    """`reject --tools` records the refusal and compensates the saga here: the step never runs."""
+    ran = cli("reject", "wait-1", "refund", "--by", "bob", "--tools", "cli_tools:registry", db=work_db, cwd=tmp_path)
+    assert ran.code == 0, ran.err
+    assert "REJECTED" in ran.out
+    assert "the saga is COMPENSATED" in ran.out
+    assert (tmp_path / "effects.log").read_text().splitlines() == ["refund"]  # Charge's undo; Refund never ran
+    assert cli("reject", "nope", "refund", "--by", "bob", db=work_db).code == 1
+
+
 def test_a_bad_tools_option_is_a_usage_error(work_db: str, tmp_path: Path) -> None:
     """An unimportable module, a missing attribute or a non-registry exits 2 with one line saying what to pass."""
     for spec, text in [
@@ -489,6 +548,9 @@ COMMANDS: dict[str, tuple[list[str], str]] = {
     "recover": (["recover", "--tools", "cli_tools:registry"], "orphan-1"),
     "retry-compensation": (["retry-compensation", "cfail-1", "--tools", "cli_tools:registry"], "(COMPENSATED)"),
     "unpark": (["unpark", "parked-1"], "RUNNING again"),
+    "approvals": (["approvals", "--json"], '"saga_id": "wait-1"'),
+    "approve": (["approve", "wait-1", "refund", "--by", "alice"], "approved by alice"),
+    "reject": (["reject", "wait-1", "refund", "--by", "bob", "--tools", "cli_tools:registry"], "rejected by bob"),
 }
 SIGNING_KEY = "the signing key of the test"
 

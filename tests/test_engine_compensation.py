@@ -389,6 +389,7 @@ def test_statuses_are_str_enums_whose_values_are_their_names() -> None:
         "COMPENSATED",
         "COMPENSATION_FAILED",
         "PARKED",
+        "WAITING",
     ]
     assert {s.name for s in StepStatus} == {
         "PENDING",
@@ -398,6 +399,8 @@ def test_statuses_are_str_enums_whose_values_are_their_names() -> None:
         "CANCELLED",
         "COMPENSATED",
         "COMPENSATION_FAILED",
+        "WAITING",
+        "REJECTED",
     }
     for enum in (SagaStatus, StepStatus):
         for member in enum:

@@ -101,3 +101,16 @@ def test_framework_examples_run_steps_tell_failures_and_serve_reentry_from_the_r
     assert "SUCCESS, the model was asked 0 times" in again
     assert "effects: none (served from the record)" in again
     assert again.count("answer: Booked: the flight to Lisbon") == 1
+
+
+def test_refund_approval_waits_for_the_cli_approval_then_refunds_once(tmp_path: Path) -> None:
+    """refund_approval.py: the refund over the limit waits, is approved from the CLI, runs once, and verifies."""
+    out = run_example("refund_approval.py", tmp_path)
+    assert "the saga is WAITING" in out
+    assert "refunds made so far: 0" in out
+    assert "approved by alice; the saga is WAITING" in out  # the CLI recorded the decision only
+    assert "a worker went on with it: SUCCESS" in out
+    assert "approved by alice: checked with the bank" in out
+    assert out.count("refund 900.00 EUR on A-7") == 1
+    assert "approving again is refused" in out
+    assert "refunds made: 1; the record verifies: True" in out

@@ -31,6 +31,11 @@ CONTRACT = [
     "ReplayDivergenceError",
     "ResultValidationError",
     "StoreError",
+    # Human approval (API.md §9).
+    "ApprovalRequest",
+    "ApprovalError",
+    "ApprovalPendingError",
+    "ApprovalRejectedError",
 ]
 # The LLM front door's names (plan_from_openai, plan_from_anthropic, LLMRunner, MockLLMClient) join this list
 # with the issue that builds it.

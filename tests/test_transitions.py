@@ -90,3 +90,22 @@ async def test_every_move_of_a_real_saga_is_in_the_table() -> None:
     )
     assert result.status is SagaStatus.COMPENSATED
     assert [step.status for step in result.steps] == [StepStatus.COMPENSATED, StepStatus.COMPENSATED, StepStatus.FAILED]
+
+
+def test_a_waiting_step_never_runs_before_it_is_approved() -> None:
+    """WAITING goes back to PENDING (approved, then written ahead RUNNING) or to REJECTED, never straight to RUNNING;
+    REJECTED is final: a refused step is never run nor compensated."""
+    assert STEP_MOVES[StepStatus.WAITING] == {StepStatus.PENDING, StepStatus.REJECTED}
+    assert STEP_MOVES[StepStatus.REJECTED] == frozenset()
+    with pytest.raises(TransitionError, match="WAITING to RUNNING"):
+        step_to(_step(StepStatus.WAITING), StepStatus.RUNNING)
+    with pytest.raises(TransitionError, match="REJECTED to COMPENSATED"):
+        step_to(_step(StepStatus.REJECTED), StepStatus.COMPENSATED)
+
+
+def test_a_waiting_saga_goes_on_or_compensates_and_never_ends_from_there() -> None:
+    """A RUNNING saga may WAIT; a WAITING one runs on or compensates, and never jumps to an end."""
+    assert SagaStatus.WAITING in SAGA_MOVES[SagaStatus.RUNNING]
+    assert SAGA_MOVES[SagaStatus.WAITING] == {SagaStatus.RUNNING, SagaStatus.COMPENSATING}
+    with pytest.raises(TransitionError, match="WAITING to SUCCESS"):
+        saga_to(_saga(SagaStatus.WAITING), SagaStatus.SUCCESS)

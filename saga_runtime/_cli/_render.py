@@ -18,9 +18,17 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from saga_runtime._records import SagaResult, SagaStatus, SagaSummary, StepRecord, StepStatus
+from saga_runtime._records import (
+    ApprovalRequest,
+    SagaResult,
+    SagaStatus,
+    SagaSummary,
+    StepRecord,
+    StepStatus,
+    approval_line,
+)
 
-__all__ = ["duration", "saga_table", "timeline"]
+__all__ = ["approvals_table", "duration", "saga_table", "timeline"]
 
 _STATUS_STYLE = {
     "SUCCESS": "green",
@@ -32,6 +40,8 @@ _STATUS_STYLE = {
     "COMPENSATING": "cyan",
     "PENDING": "dim",
     "PARKED": "bold magenta",
+    "WAITING": "bold yellow",
+    "REJECTED": "red",
 }
 _DETAIL_LIMIT = 300  # characters of args/results shown with --verbose; `show --json` has them whole
 
@@ -102,6 +112,24 @@ def saga_table(summaries: Sequence[SagaSummary], *, width: int = 120) -> Table:
     return table
 
 
+def approvals_table(requests: Sequence[ApprovalRequest]) -> Table:
+    """Return the table `saga-runtime approvals` prints: one waiting step a row, oldest first."""
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), collapse_padding=True)
+    for name in ("saga", "step", "tool", "arguments", "requested (UTC)", "deadline (UTC)", "args digest"):
+        table.add_column(name, overflow="fold")
+    for request in requests:
+        table.add_row(
+            request.saga_id,
+            request.step_id,
+            request.tool_name,
+            _short(request.args),
+            request.requested_at.strftime("%Y-%m-%d %H:%M:%S"),
+            "-" if request.deadline is None else request.deadline.strftime("%Y-%m-%d %H:%M:%S"),
+            request.args_digest[:12],
+        )
+    return table
+
+
 def _header(result: SagaResult) -> Table:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold", no_wrap=True)
@@ -140,8 +168,12 @@ def _step_line(record: StepRecord, id_width: int, tool_width: int, start: dateti
     return line
 
 
-def _step_details(record: StepRecord, start: datetime, verbose: bool) -> list[Text]:
+def _step_details(
+    record: StepRecord, start: datetime, verbose: bool, request: ApprovalRequest | None = None
+) -> list[Text]:
     details: list[Text] = []
+    if request is not None:
+        details.append(Text(approval_line(request), style="yellow" if request.decision is None else ""))
     if verbose:
         details.append(Text(f"args: {_short(record.args)}"))
         if record.result is not None:
@@ -167,6 +199,8 @@ def _step_details(record: StepRecord, start: datetime, verbose: bool) -> list[Te
         )
     elif record.status is StepStatus.FAILED:
         details.append(Text("not compensated: it raised, so it had no effect", style="dim"))
+    elif record.status is StepStatus.REJECTED:
+        details.append(Text("never ran, so nothing to undo", style="dim"))
     return details
 
 
@@ -179,11 +213,12 @@ def timeline(result: SagaResult, *, verbose: bool = False) -> RenderableType:
     by_group: dict[int, list[StepRecord]] = {}
     for record in result.steps:
         by_group.setdefault(record.group, []).append(record)
+    requests = {request.step_id: request for request in result.approvals}
     for group, records in sorted(by_group.items()):
         branch = tree.add(Text(f"group {group}", style="bold"))
         for record in records:
             node = branch.add(_step_line(record, id_width, tool_width, start))
-            for detail in _step_details(record, start, verbose):
+            for detail in _step_details(record, start, verbose, requests.get(record.step_id)):
                 node.add(detail)
     if not result.steps:
         tree.add(Text("no steps", style="dim"))

@@ -22,6 +22,8 @@ EventKind = Literal[
     "compensation_started",
     "compensation_finished",
     "saga_finished",
+    "approval_requested",
+    "approval_decided",
 ]
 
 
@@ -31,7 +33,8 @@ class SagaEvent:
 
     `status` is the saga's status for saga events and the step's for step events; `attempt` counts attempts of
     the step (or of its compensation, for compensation events); `will_retry` tells, for a failed attempt,
-    whether another attempt follows.
+    whether another attempt follows. `approval_requested` and `approval_decided` are emitted once the request
+    (or the decision) is stored; `decision` ("approved" or "rejected") and `decided_by` say what was decided.
     """
 
     kind: EventKind
@@ -45,6 +48,8 @@ class SagaEvent:
     error: str | None = None
     idempotency_key: str | None = None
     will_retry: bool | None = None
+    decision: str | None = None
+    decided_by: str | None = None
 
 
 @runtime_checkable

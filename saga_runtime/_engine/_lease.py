@@ -11,7 +11,7 @@ import anyio
 
 from saga_runtime._engine._recorder import Recorder
 from saga_runtime._exceptions import describe
-from saga_runtime._records import now
+from saga_runtime._records import SagaStatus, now
 
 __all__ = ["LeaseKeeper", "cancel_requests"]
 
@@ -116,4 +116,5 @@ class LeaseKeeper:
 
 
 def _finished(recorder: Recorder) -> bool:
-    return recorder.saga.status.is_terminal
+    # A WAITING saga gave its lease up on purpose (its write cleared the owner): not a lease lost.
+    return recorder.saga.status.is_terminal or recorder.saga.status is SagaStatus.WAITING

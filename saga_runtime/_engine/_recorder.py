@@ -19,9 +19,10 @@ import anyio
 
 from saga_runtime._engine._config import EngineConfig
 from saga_runtime._engine._events import EventKind, SagaEvent, emit
-from saga_runtime._engine._transitions import saga_to, step_to
+from saga_runtime._engine._transitions import TransitionError, saga_to, step_to
 from saga_runtime._exceptions import LeaseLostError, StoreError
 from saga_runtime._records import (
+    ApprovalRow,
     SagaResult,
     SagaRow,
     SagaStatus,
@@ -45,6 +46,8 @@ _FINAL_WRITE_MARGIN = 10.0
 # A step starts only on a lease with at least this share of `lease_timeout` left; with less (renewals late or
 # failing), the intent write that announces the step extends the lease (owner-conditionally) first.
 _LEASE_MARGIN = 0.25
+# Steps that never ran: a saga holding one has not succeeded.
+_NEVER_RAN = frozenset({StepStatus.PENDING, StepStatus.WAITING})
 
 
 class Recorder:
@@ -82,6 +85,8 @@ class Recorder:
         self._write_lock = asyncio.Lock()
         self.fenced = False
         self.lease_lost = False
+        # The saga's approval requests, as the engine last knew them (kept by the Gate; part of its result).
+        self.approvals: list[ApprovalRow] = []
 
     # -- changes -------------------------------------------------------------------------------------------------------
 
@@ -214,6 +219,13 @@ class Recorder:
     async def write_end(self, status: SagaStatus, error: str | None) -> SagaResult:
         """Record the saga's terminal status (bounded by the store's retry window) and return its result."""
         self.check_fence()  # another executor owns the saga: its end is not ours to record
+        if status is SagaStatus.SUCCESS:
+            left = [row.step_id for row in self.rows.values() if row.status in _NEVER_RAN]
+            if left:  # a bug, never a user's error: a saga that skipped a step must not say it succeeded
+                raise TransitionError(
+                    f"saga {self.saga.saga_id!r} cannot end SUCCESS: steps {left} never ran (a bug in saga_runtime: "
+                    "please report it)"
+                )
         self.saga_to(status)
         if status is not SagaStatus.SUCCESS and self.saga.error is None:
             self.saga.error = error or "the saga was cancelled by its caller"
@@ -230,7 +242,7 @@ class Recorder:
         self.emit("saga_finished", error=self.saga.error)
         log = logger.info if status is SagaStatus.SUCCESS else logger.warning
         log("saga %s ended %s%s", self.saga.saga_id, status.value, f": {self.saga.error}" if self.saga.error else "")
-        return result_from_rows(self.saga, list(self.rows.values()))
+        return result_from_rows(self.saga, list(self.rows.values()), self.approvals)
 
     # -- the lease and fencing -----------------------------------------------------------------------------------------
 

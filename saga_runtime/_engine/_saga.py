@@ -13,6 +13,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from saga_runtime._engine._approvals import Gate
 from saga_runtime._engine._budget import Account, Budget
 from saga_runtime._engine._compensator import Compensator
 from saga_runtime._engine._config import EngineConfig
@@ -29,6 +30,7 @@ from saga_runtime._records import (
     SagaStatus,
     StepRow,
     StepStatus,
+    result_from_rows,
 )
 
 __all__ = ["RUNNABLE", "EngineConfig", "SagaEngine"]
@@ -58,6 +60,7 @@ class SagaEngine:
         )
         runner = StepRunner(recorder, invoker, compensator, verdict)
         self._groups = GroupRunner(recorder, verdict, runner, compensator, config.registry, config.keyring)
+        self.gate = Gate(recorder)
         # True for a saga recovery drives: no caller waits on it, so a cancellation (the worker shutting down)
         # stops it without compensating; the next recovery resumes it.
         self.detached = False
@@ -132,6 +135,8 @@ class SagaEngine:
         for row in rows:
             if row.status is StepStatus.COMPENSATION_FAILED and row.error_type == ResultValidationError.__name__:
                 self.verdict.fail(row, f"{row.error}; the effect of its refused result could not be undone")
+            elif row.status is StepStatus.REJECTED:
+                self.verdict.fail(row, f"step {row.step_id!r} ({row.tool_name}) was {row.error or 'rejected'}")
         if join != "all":
             return
         for row in rows:
@@ -194,6 +199,28 @@ class SagaEngine:
     async def run_group(self, rows: Sequence[StepRow], *, join: str = "all", needed: int | None = None) -> bool:
         """Run the steps of one group concurrently; return whether the saga can go on (see `GroupRunner.run`)."""
         return await self._groups.run(rows, join=join, needed=needed)
+
+    # -- approvals -----------------------------------------------------------------------------------------------------
+
+    async def hold(self, gated: Sequence[StepRow]) -> tuple[bool, list[StepRow]]:
+        """Record the approval requests of a group's `gated` steps; return (waiting, rejected) (see `Gate.hold`)."""
+        return await self.gate.hold(gated)
+
+    async def wait(self) -> SagaResult:
+        """Record the saga WAITING for decisions, its lease given up; return its result. Nothing more is written."""
+        recorder = self.recorder
+        recorder.check_fence()
+        recorder.saga_to(SagaStatus.WAITING)
+        self.saga.owner, self.saga.lease_expires_at = None, None
+        await shielded(recorder.flush())
+        recorder.fence()  # the saga is nobody's now: whoever claims it next goes on
+        logger.info("saga %s: waits for approval", self.saga.saga_id)
+        return result_from_rows(self.saga, list(self.rows.values()), recorder.approvals)
+
+    async def resume(self) -> None:
+        """Run a WAITING saga claimed by this executor again (RUNNING), written at once."""
+        self.recorder.saga_to(SagaStatus.RUNNING)
+        await self.recorder.flush()
 
     def judge(self, rows: Sequence[StepRow], join: str, needed: int | None) -> bool:
         """Decide whether a finished group lets the saga go on; fail the saga if not."""

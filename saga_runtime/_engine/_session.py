@@ -72,9 +72,12 @@ class Claims:
             metadata=metadata if metadata is not None else {},
         )
 
-    def start_plan(self, saga: SagaRow, steps: list[StepRow]) -> SagaEngine:
-        """Return the engine of a new plan saga; its first group's intent (RUNNING, attempt 1) is written with it."""
-        first = [row for row in steps if row.group == 0]
+    def start_plan(self, saga: SagaRow, steps: list[StepRow], *, announce: bool = True) -> SagaEngine:
+        """Return the engine of a new plan saga; its first group's intent (RUNNING, attempt 1) is written with it.
+
+        Not with `announce=False`: a first group holding a step that needs approval waits for a decision first.
+        """
+        first = [row for row in steps if row.group == 0] if announce else []
         for row in first:
             row.status, row.attempts, row.started_at = StepStatus.RUNNING, 1, saga.created_at  # new rows: no move
         engine = SagaEngine(self.config, saga, steps, announced=first, owner=self.config.executor_id)
@@ -104,6 +107,27 @@ class Claims:
         expires = self.lease_until(started)
         try:
             claimed = await self.config.store.claim_saga(saga.saga_id, self.config.executor_id, expires, started)
+        except BaseException:
+            self.active.discard(saga.saga_id)
+            raise
+        if not claimed:
+            self.active.discard(saga.saga_id)
+            return False
+        saga.owner, saga.lease_expires_at = self.config.executor_id, expires
+        return True
+
+    async def claim_waiting(self, saga: SagaRow) -> bool:
+        """Take a WAITING saga nobody holds (its requests decided) to drive it on; return whether it did.
+
+        As `claim`: marked active first, and on success the caller drives it and unmarks it when done.
+        """
+        if saga.saga_id in self.active:
+            return False
+        self.active.add(saga.saga_id)
+        started = now()
+        expires = self.lease_until(started)
+        try:
+            claimed = await self.config.store.claim_waiting(saga.saga_id, self.config.executor_id, expires, started)
         except BaseException:
             self.active.discard(saga.saga_id)
             raise
@@ -189,8 +213,8 @@ class Session:
             # The caller cancelled in the same turn as the fence: its cancellation goes on (the saga is the new
             # owner's either way).
             raise asyncio.CancelledError
-        if exc is None and self.engine.saga.status.is_terminal:
-            return  # its end was recorded while the lease was still ours
+        if exc is None and (self.engine.saga.status.is_terminal or self.engine.saga.status is SagaStatus.WAITING):
+            return  # its end (or its wait) was recorded while the lease was still ours
         raise LeaseLostError(
             f"saga {self.engine.saga.saga_id!r} was taken over by another executor {self._where} (its lease "
             "expired); it stopped here without compensating, and goes on under its new owner",

@@ -16,9 +16,12 @@ _T = StepStatus
 
 #: Saga statuses and those that may follow each. A live status may follow itself (a resumed saga goes on as it
 #: was); COMPENSATION_FAILED reopens to COMPENSATING when an operator retries its compensations; PARKED is left
-#: by the store's own conditional `unpark_saga`, never by the engine.
+#: by the store's own conditional `unpark_saga`, never by the engine. A RUNNING saga WAITs before a group holding
+#: a step that needs a person's decision, and runs on (or, a dynamic saga whose code gives up, compensates) once
+#: an executor claims it again.
 SAGA_MOVES: dict[SagaStatus, frozenset[SagaStatus]] = {
-    _S.RUNNING: frozenset({_S.RUNNING, _S.COMPENSATING, _S.SUCCESS, _S.PARKED}),
+    _S.RUNNING: frozenset({_S.RUNNING, _S.COMPENSATING, _S.SUCCESS, _S.PARKED, _S.WAITING}),
+    _S.WAITING: frozenset({_S.RUNNING, _S.COMPENSATING}),
     _S.COMPENSATING: frozenset({_S.COMPENSATING, _S.COMPENSATED, _S.COMPENSATION_FAILED, _S.PARKED}),
     _S.COMPENSATION_FAILED: frozenset({_S.COMPENSATING}),
     _S.SUCCESS: frozenset(),
@@ -32,8 +35,12 @@ _UNDONE = frozenset({_T.COMPENSATED, _T.COMPENSATION_FAILED})
 #: - A step starts (RUNNING) from PENDING, or again from an unknown outcome (RUNNING, CANCELLED) when resumed.
 #: - FAILED is compensated only when its effect is known to be out there (a result that could not be stored).
 #: - COMPENSATION_FAILED reopens to what it was before (SUCCESS, or CANCELLED: unknown) for an operator's retry.
+#: - A step that needs a person's decision WAITs (it never ran); approved, it is PENDING again and runs as any
+#:   step does (written ahead RUNNING); refused, it is REJECTED for good and never compensated.
 STEP_MOVES: dict[StepStatus, frozenset[StepStatus]] = {
-    _T.PENDING: frozenset({_T.RUNNING, _T.FAILED}),
+    _T.PENDING: frozenset({_T.RUNNING, _T.FAILED, _T.WAITING}),
+    _T.WAITING: frozenset({_T.PENDING, _T.REJECTED}),
+    _T.REJECTED: frozenset(),
     _T.RUNNING: frozenset({_T.RUNNING, _T.SUCCESS, _T.FAILED, _T.CANCELLED}) | _UNDONE,
     _T.CANCELLED: frozenset({_T.RUNNING}) | _UNDONE,
     _T.SUCCESS: _UNDONE,

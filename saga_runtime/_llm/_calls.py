@@ -10,7 +10,13 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from saga_runtime._exceptions import BudgetExceededError, PlanValidationError, StepFailedError, describe
+from saga_runtime._exceptions import (
+    ApprovalRejectedError,
+    BudgetExceededError,
+    PlanValidationError,
+    StepFailedError,
+    describe,
+)
 from saga_runtime._llm._adapter import Adapter, ToolReply
 from saga_runtime._llm._anthropic import AnthropicAdapter
 from saga_runtime._llm._chat import ChatAdapter
@@ -46,6 +52,11 @@ def reply_for(call_id: str, outcome: Any) -> ToolReply:
     """
     if isinstance(outcome, BudgetExceededError):
         raise outcome
+    if isinstance(outcome, ApprovalRejectedError):  # a person refused it: the model is told who, and why
+        why = f": {outcome.note}" if outcome.note else ""
+        return ToolReply(
+            call_id, json.dumps({"error": f"refused by {outcome.by}{why}; the call was not made"}), is_error=True
+        )
     if isinstance(outcome, StepFailedError):
         return ToolReply(call_id, json.dumps({"error": outcome.error}), is_error=True)
     if isinstance(outcome, BaseException):

@@ -12,6 +12,7 @@ import anyio
 
 from saga_runtime._engine import Budget
 from saga_runtime._exceptions import (
+    ApprovalPendingError,
     IdempotencyConflictError,
     LeaseLostError,
     ReplayDivergenceError,
@@ -151,12 +152,17 @@ class LLMRunner:
                     saga_id=saga_id,
                 )
         metadata = {"model": self.model, "prompt": recorded_prompt, "api": self.api}
-        saga = self.executor.saga(saga_id=saga_id, budget=budget, metadata=metadata)
+        # A call that needs a person's decision ends the run WAITING (the model's answer is recorded); run the same
+        # prompt and saga id again once decided: an approved call runs, a rejected one is told to the model.
+        gated = None if self.policy is None else self.policy.approval_required
+        saga = self.executor.saga(saga_id=saga_id, budget=budget, metadata=metadata, approval_required=gated)
         try:
             async with saga:
                 await self._loop(saga, recorded_prompt, max_turns, options)
         except (ReplayDivergenceError, IdempotencyConflictError, LeaseLostError):
             raise  # not a failure of the loop: the caller must know
+        except ApprovalPendingError as exc:
+            logger.info("saga %s: the LLM loop waits for a decision on call %s", saga.saga_id, exc.step_id)
         except Exception as exc:
             if saga.result is None:  # the saga never started (an id in use, a conflict): nothing to report
                 raise

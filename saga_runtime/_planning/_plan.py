@@ -40,17 +40,22 @@ __all__ = [
     "valid_id",
 ]
 
-_STEP_KEYS = frozenset({"tool", "args", "id"})
+_STEP_KEYS = frozenset({"tool", "args", "id", "approval"})
 
 
 class Step(BaseModel):
-    """One step of a plan: a tool, its arguments, and an optional id (unique in the plan, without '.')."""
+    """One step of a plan: a tool, its arguments, and an optional id (unique in the plan, without '.').
+
+    `approval=True`: the step waits for a person's decision before it runs (as every call of a tool registered
+    `approval=True` does).
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     tool: str
     args: dict[str, Any] = Field(default_factory=dict)
     id: str | None = None
+    approval: bool = False
 
 
 @dataclass(slots=True)
@@ -69,6 +74,8 @@ class PlannedStep:
     group: int
     refs: bool | None = field(default=None, compare=False)
     kwargs: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+    # The step waits for a person's decision before it runs (stored in the plan as "approval": true).
+    approval: bool = False
 
 
 JOINS = ("all", "first", "quorum", "any")
@@ -89,6 +96,13 @@ class Join:
 
 
 _ALL = Join()
+
+
+def _step_json(step: PlannedStep) -> dict[str, Any]:
+    """Return a step as a stored plan holds it (marked when it waits for a person's decision)."""
+    if step.approval:
+        return {"id": step.step_id, "tool": step.tool_name, "args": step.args, "approval": True}
+    return {"id": step.step_id, "tool": step.tool_name, "args": step.args}
 
 
 @dataclass(frozen=True)
@@ -119,10 +133,10 @@ class Plan:
     def _json(self) -> list[Any]:
         # Built once per plan: its digest and the saga row read the same JSON (which nobody mutates).
         if not self.joins:  # every group joins `all`: plain lists
-            return [[{"id": s.step_id, "tool": s.tool_name, "args": s.args} for s in group] for group in self.groups]
+            return [[_step_json(s) for s in group] for group in self.groups]
         out: list[Any] = []
         for g, group in enumerate(self.groups):
-            steps = [{"id": s.step_id, "tool": s.tool_name, "args": s.args} for s in group]
+            steps = [_step_json(s) for s in group]
             join = self.join_of(g)
             if join == _ALL:
                 out.append(steps)
@@ -178,6 +192,7 @@ class _Draft:
     tool: Any
     args: Any
     id: str | None
+    approval: Any = False
 
 
 def _label(draft: _Draft) -> str:
@@ -187,20 +202,20 @@ def _label(draft: _Draft) -> str:
 
 def _read_step(item: Any, group: int, index: int, problems: list[str]) -> _Draft | None:
     if type(item) is dict and "tool" in item and _STEP_KEYS.issuperset(item):  # the common case, checked fast
-        return _Draft(group, index, item["tool"], item.get("args", {}), item.get("id"))
+        return _Draft(group, index, item["tool"], item.get("args", {}), item.get("id"), item.get("approval", False))
     where = f"step #{index + 1} of group {group}"
     if isinstance(item, Step):
-        return _Draft(group, index, item.tool, item.args, item.id)
+        return _Draft(group, index, item.tool, item.args, item.id, item.approval)
     if not isinstance(item, Mapping):
         problems.append(f"{where}: expected a step (a dict or Step) or a group (a list), got {type(item).__name__}")
         return None
     unknown = sorted(str(key) for key in item if key not in _STEP_KEYS)
     if unknown:
-        problems.append(f"{where}: unknown key(s) {unknown}; a step has only 'tool', 'args' and 'id'")
+        problems.append(f"{where}: unknown key(s) {unknown}; a step has only 'tool', 'args', 'id' and 'approval'")
     if "tool" not in item:
         problems.append(f"{where}: missing 'tool'")
         return None
-    return _Draft(group, index, item["tool"], item.get("args", {}), item.get("id"))
+    return _Draft(group, index, item["tool"], item.get("args", {}), item.get("id"), item.get("approval", False))
 
 
 _GROUP_KEYS = frozenset({"group", "join", "k", "id"})
@@ -361,9 +376,12 @@ def _check_step(
     if found:
         label = _label(draft)
         problems.extend(f"{label}: {p}" for p in found)
+    if type(draft.approval) is not bool:
+        problems.append(f"{_label(draft)}: 'approval' must be true or false, got {draft.approval!r}")
     if draft.id is None:
         return None
-    return PlannedStep(draft.id, str(tool), dict(args), draft.group, bool(deferred), kwargs)
+    gated = draft.approval is True or spec.approval
+    return PlannedStep(draft.id, str(tool), dict(args), draft.group, bool(deferred), kwargs, gated)
 
 
 def call_args(spec: ToolSpec, args: Mapping[str, Any], keyring: SecretKeyring | None, *, what: str) -> dict[str, Any]:
@@ -392,6 +410,8 @@ def _check_rules(plan: Plan, registry: ToolRegistry, policy: PlanPolicy | None, 
             )
         if policy is None:
             continue
+        if policy.needs_approval(step.tool_name):
+            step.approval = True  # recorded in the plan: recovery and approve() know it without the policy
         if policy.allowed_tools is not None and step.tool_name not in policy.allowed_tools:
             problems.append(f"step {step.step_id!r}: tool {step.tool_name!r} is not allowed by the plan policy")
         if policy.require_compensation and not spec.has_compensate and not spec.irreversible:
@@ -452,6 +472,8 @@ def _fast_plan(raw: Any, registry: ToolRegistry, policy: PlanPolicy | None) -> P
     """
     if (type(raw) is not list and type(raw) is not tuple) or not raw:
         return None
+    if policy is not None and policy.approval_required:
+        return None  # the full walk marks the steps the policy gates
     group_of: dict[str, int] = {}
     groups: list[list[Any]] = []
     later: list[tuple[int, int]] = []  # (group, index) of the steps `_check_step` checks
@@ -469,10 +491,12 @@ def _fast_plan(raw: Any, registry: ToolRegistry, policy: PlanPolicy | None) -> P
         for i, member in enumerate(members):
             kind = type(member)
             if kind is dict:
-                if "tool" not in member or not _STEP_KEYS.issuperset(member):
-                    return None
+                if "tool" not in member or "approval" in member or not _STEP_KEYS.issuperset(member):
+                    return None  # (a step marked for approval: the full walk records it)
                 tool, args, step_id = member["tool"], member.get("args", {}), member.get("id")
             elif kind is Step:
+                if member.approval:
+                    return None
                 tool, args, step_id = member.tool, member.args, member.id
             else:
                 return None
@@ -487,8 +511,8 @@ def _fast_plan(raw: Any, registry: ToolRegistry, policy: PlanPolicy | None) -> P
                 return None
             group_of[step_id] = g
             spec = find(tool)
-            if spec is None or spec.secrets or (spec.irreversible and g != last):
-                return None  # (a tool with secrets: the full walk encrypts them)
+            if spec is None or spec.secrets or spec.approval or (spec.irreversible and g != last):
+                return None  # (a tool with secrets or gated by a person: the full walk encrypts, records them)
             if _plain(args):
                 kwargs = spec.valid_args(args)
                 if kwargs is None:

@@ -1,5 +1,16 @@
 """Records: the rows stores persist and the models users read. Imports nothing above itself."""
 
+from saga_runtime._records._approvals import (
+    APPROVED,
+    DEADLINE,
+    REJECTED,
+    ApprovalRequest,
+    ApprovalRow,
+    approval_request,
+    args_digest,
+    gated_steps,
+    seal_approval,
+)
 from saga_runtime._records._chain import (
     Sealer,
     VerifyResult,
@@ -12,11 +23,12 @@ from saga_runtime._records._chain import (
     seal_saga,
     verify_rows,
 )
-from saga_runtime._records._export import EXPORT_FORMAT, EXPORT_VERSION, export_rows, import_rows
+from saga_runtime._records._export import EXPORT_FORMAT, EXPORT_VERSION, export_rows, import_approvals, import_rows
 from saga_runtime._records._models import (
     SagaResult,
     SagaSummary,
     StepRecord,
+    approval_line,
     result_from_rows,
     summary_from_rows,
 )
@@ -58,6 +70,8 @@ from saga_runtime._records._values import (
 )
 
 __all__ = [
+    "APPROVED",
+    "DEADLINE",
     "EXPORT_FORMAT",
     "EXPORT_VERSION",
     "KEY_ENV",
@@ -66,6 +80,9 @@ __all__ = [
     "MAX_JSON_DEPTH",
     "MAX_JSON_INT",
     "MIN_JSON_INT",
+    "REJECTED",
+    "ApprovalRequest",
+    "ApprovalRow",
     "SagaKind",
     "SagaResult",
     "SagaRow",
@@ -78,15 +95,20 @@ __all__ = [
     "StepRow",
     "StepStatus",
     "VerifyResult",
+    "approval_line",
+    "approval_request",
+    "args_digest",
     "canonical_json",
     "chain_head",
     "conceal",
     "export_rows",
     "extend_head",
+    "gated_steps",
     "has_envelope",
     "idempotency_key",
     "idempotency_keys",
     "identity_hash",
+    "import_approvals",
     "import_rows",
     "is_envelope",
     "json_problem",
@@ -102,6 +124,7 @@ __all__ = [
     "saga_seal",
     "seal",
     "seal_all",
+    "seal_approval",
     "seal_saga",
     "step_succeeded",
     "summary_from_rows",

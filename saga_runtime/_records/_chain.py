@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from saga_runtime._records._approvals import ApprovalRow, approval_problems
 from saga_runtime._records._rows import SagaRow, StepRow, StepStatus, canonical_json, plan_groups
 
 __all__ = [
@@ -351,9 +352,14 @@ def _seal_problem(where: str, stored: str, key: bytes | None) -> str:
 
 
 def verify_rows(
-    saga: SagaRow, rows: Sequence[StepRow], key: bytes | None, *, sealed_since: datetime | None = None
+    saga: SagaRow,
+    rows: Sequence[StepRow],
+    key: bytes | None,
+    approvals: Sequence[ApprovalRow] = (),
+    *,
+    sealed_since: datetime | None = None,
 ) -> VerifyResult:
-    """Check a saga's row and step rows against their seals, the chain and the saga's plan.
+    """Check a saga's row and step rows against their seals, the chain and the saga's plan, and its approvals.
 
     `sealed_since`: when the store began sealing saga rows (a saga created before and never written since carries
     no seal, and is checked on its step rows alone); None: every saga row must carry a seal.
@@ -386,4 +392,5 @@ def verify_rows(
             problems.append(f"the records are not the plan's steps: {len(ordered)} records for {len(planned)} steps")
     elif saga.kind == "dynamic" and saga.plan_hash != chain_head(ordered):
         problems.append("the saga's chain head does not match its records: a record was removed or added")
+    problems += approval_problems(saga, ordered, approvals, key, lambda step: identity_hash(step, saga.saga_id))
     return VerifyResult(saga.saga_id, not problems, problems, signed=key is not None, saga_sealed=saga_sealed)

@@ -8,15 +8,17 @@ from datetime import datetime
 from typing import Any
 
 from saga_runtime._exceptions import StoreError
+from saga_runtime._records._approvals import ApprovalRow
 from saga_runtime._records._rows import SagaRow, SagaStatus, StepRow, StepStatus
 
-__all__ = ["EXPORT_FORMAT", "EXPORT_VERSION", "export_rows", "import_rows"]
+__all__ = ["EXPORT_FORMAT", "EXPORT_VERSION", "export_rows", "import_approvals", "import_rows"]
 
 EXPORT_FORMAT = "saga_runtime.saga"
 EXPORT_VERSION = 1
 
 _SAGA_FIELDS = {f.name for f in fields(SagaRow)}
 _STEP_FIELDS = {f.name for f in fields(StepRow)}
+_APPROVAL_FIELDS = {f.name for f in fields(ApprovalRow)}
 _TIMES = ("created_at", "updated_at", "finished_at", "lease_expires_at", "started_at", "compensated_at")
 
 
@@ -32,14 +34,34 @@ def _plain(row: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def export_rows(saga: SagaRow, steps: Sequence[StepRow]) -> dict[str, Any]:
-    """Return the export document of a saga: JSON-able, versioned, steps in order."""
-    return {
+def export_rows(saga: SagaRow, steps: Sequence[StepRow], approvals: Sequence[ApprovalRow] = ()) -> dict[str, Any]:
+    """Return the export document of a saga: JSON-able, versioned, steps in order (approval requests, if any)."""
+    document: dict[str, Any] = {
         "format": EXPORT_FORMAT,
         "version": EXPORT_VERSION,
         "saga": _plain(asdict(saga)),
         "steps": [_plain(asdict(row)) for row in sorted(steps, key=lambda r: r.seq)],
     }
+    if approvals:
+        document["approvals"] = [_plain(asdict(row)) for row in sorted(approvals, key=lambda r: r.seq)]
+    return document
+
+
+def import_approvals(data: Mapping[str, Any], saga_id: str) -> list[ApprovalRow]:
+    """Return the approval rows of an export document (none in a document without them); raise `StoreError`."""
+    try:
+        rows = []
+        for raw in data.get("approvals") or []:
+            values = {k: v for k, v in dict(raw).items() if k in _APPROVAL_FIELDS}
+            for key in ("requested_at", "deadline", "decided_at"):
+                if key in values:
+                    values[key] = _parse_time(values[key])
+            if values.get("saga_id") != saga_id:
+                raise ValueError(f"approval {values.get('step_id')!r} belongs to saga {values.get('saga_id')!r}")
+            rows.append(ApprovalRow(**values))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StoreError(f"the saga export is malformed ({type(exc).__name__}: {exc}); it cannot be imported") from None
+    return rows
 
 
 def _parse_time(value: Any) -> datetime | None:

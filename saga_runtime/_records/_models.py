@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict
 
 from saga_runtime._exceptions import SagaFailedError
+from saga_runtime._records._approvals import ApprovalRequest, ApprovalRow, approval_request
 from saga_runtime._records._rows import (
     SagaKind,
     SagaRow,
@@ -21,7 +22,7 @@ from saga_runtime._records._rows import (
 )
 from saga_runtime._records._secrets import mask_secrets
 
-__all__ = ["SagaResult", "SagaSummary", "StepRecord", "result_from_rows", "summary_from_rows"]
+__all__ = ["SagaResult", "SagaSummary", "StepRecord", "approval_line", "result_from_rows", "summary_from_rows"]
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 _M = TypeVar("_M", bound=BaseModel)
@@ -72,6 +73,12 @@ class SagaResult(BaseModel):
     tokens: int = 0
     kind: SagaKind = "plan"
     group_joins: dict[str, tuple[int, str]] = {}
+    approvals: list[ApprovalRequest] = []
+
+    @property
+    def pending_approvals(self) -> list[ApprovalRequest]:
+        """Return the approval requests still waiting for a decision, in step order."""
+        return [request for request in self.approvals if request.decision is None]
 
     @property
     def ok(self) -> bool:
@@ -152,6 +159,7 @@ def describe_result(result: SagaResult) -> str:
         lines.append(f"  error: {result.error}")
     id_width = max((len(s.step_id) for s in result.steps), default=4)
     tool_width = max((len(s.tool_name) for s in result.steps), default=4)
+    approvals = {request.step_id: request for request in result.approvals}
     for record in result.steps:
         attempts = f"{record.attempts} attempt{'s' if record.attempts != 1 else ''}"
         line = (
@@ -165,7 +173,19 @@ def describe_result(result: SagaResult) -> str:
             lines.append(f"{'':11}undone by compensate() after {record.compensation_attempts} attempt(s)")
         elif record.compensation_error:
             lines.append(f"{'':11}NOT undone: {record.compensation_error}")
+        request = approvals.get(record.step_id)
+        if request is not None:
+            lines.append(f"{'':11}{approval_line(request)}")
     return "\n".join(lines)
+
+
+def approval_line(request: ApprovalRequest) -> str:
+    """Return one line saying what became of a step's approval request."""
+    if request.decision is None:
+        until = "" if request.deadline is None else f" (deadline {request.deadline.isoformat(timespec='seconds')})"
+        return f"waits for approval{until}"
+    note = f": {request.note}" if request.note else ""
+    return f"{request.decision} by {request.decided_by}{note}"
 
 
 def _culprit(steps: Sequence[StepRecord]) -> StepRecord | None:
@@ -252,8 +272,8 @@ def _step_records(rows: Sequence[StepRow]) -> list[StepRecord]:
     return records
 
 
-def result_from_rows(saga: SagaRow, steps: Sequence[StepRow]) -> SagaResult:
-    """Return the SagaResult of a saga row and its step rows (in any order; sorted by `seq`)."""
+def result_from_rows(saga: SagaRow, steps: Sequence[StepRow], approvals: Sequence[ApprovalRow] = ()) -> SagaResult:
+    """Return the SagaResult of a saga row, its step rows (in any order; sorted by `seq`) and approval rows."""
     return _construct(
         SagaResult,
         {
@@ -268,6 +288,7 @@ def result_from_rows(saga: SagaRow, steps: Sequence[StepRow]) -> SagaResult:
             "tokens": saga.tokens,
             "kind": saga.kind,
             "group_joins": plan_joins(saga.plan),
+            "approvals": [approval_request(row) for row in sorted(approvals, key=_seq)] if approvals else [],
         },
         _RESULT_FIELDS,
     )
@@ -275,7 +296,7 @@ def result_from_rows(saga: SagaRow, steps: Sequence[StepRow]) -> SagaResult:
 
 _STEP_FIELDS = set(StepRecord.model_fields)
 _RESULT_FIELDS = set(SagaResult.model_fields)
-_seq = attrgetter("seq")
+_seq = attrgetter("seq")  # of a StepRow or an ApprovalRow
 
 
 def summary_from_rows(saga: SagaRow, step_count: int) -> SagaSummary:

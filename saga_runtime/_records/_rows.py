@@ -36,7 +36,9 @@ class SagaStatus(StrEnum):
 
     RUNNING and COMPENSATING are live (an owner drives them; recovery takes them over when the owner is gone).
     SUCCESS, COMPENSATED and COMPENSATION_FAILED are terminal. PARKED is neither: recovery failed on it too many
-    times, so it waits for an operator (`executor.unpark(saga_id)`) instead of being retried forever.
+    times, so it waits for an operator (`executor.unpark(saga_id)`) instead of being retried forever. WAITING is
+    neither: it stopped before a group holding a step that needs a person's approval; nothing of it runs and no
+    executor holds its lease until every request of that group is decided (`executor.approve` / `reject`).
     """
 
     RUNNING = "RUNNING"
@@ -45,6 +47,7 @@ class SagaStatus(StrEnum):
     COMPENSATED = "COMPENSATED"
     COMPENSATION_FAILED = "COMPENSATION_FAILED"
     PARKED = "PARKED"
+    WAITING = "WAITING"
 
     @property
     def is_terminal(self) -> bool:
@@ -64,6 +67,8 @@ class StepStatus(StrEnum):
     effect is unknown, so it is compensated with `result=None` when the saga compensates.
     COMPENSATED / COMPENSATION_FAILED: the step's compensation succeeded / gave up; `error` keeps why the step
     itself stopped, if it did.
+    WAITING: the step waits for a person's decision and never ran. REJECTED: a person (or the request's deadline)
+    refused it; it never ran, has no effect and is never compensated.
     """
 
     PENDING = "PENDING"
@@ -73,6 +78,8 @@ class StepStatus(StrEnum):
     CANCELLED = "CANCELLED"
     COMPENSATED = "COMPENSATED"
     COMPENSATION_FAILED = "COMPENSATION_FAILED"
+    WAITING = "WAITING"
+    REJECTED = "REJECTED"
 
 
 def now() -> datetime:

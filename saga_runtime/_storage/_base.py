@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
-from saga_runtime._records import SagaResult, SagaRow, SagaStatus, SagaSummary, StepRow, VerifyResult
+from saga_runtime._records import ApprovalRow, SagaResult, SagaRow, SagaStatus, SagaSummary, StepRow, VerifyResult
 
 __all__ = ["SagaStore"]
 
@@ -104,6 +104,44 @@ class SagaStore(Protocol):
 
     async def get_saga(self, saga_id: str) -> SagaResult | None:
         """Return the result of a stored saga, or None."""
+        ...
+
+    # -- approvals: requests for a person's decision, each decided once ---------------------------------------------
+
+    async def request_approvals(self, rows: Sequence[ApprovalRow]) -> list[str]:
+        """Record the approval requests not recorded yet (by saga and step); return the step ids it recorded.
+
+        A request recorded already is left as it is (its time, deadline and any decision stand).
+        """
+        ...
+
+    async def load_approvals(self, saga_id: str) -> list[ApprovalRow]:
+        """Return snapshots of a saga's approval rows, in step order."""
+        ...
+
+    async def decide_approval(self, row: ApprovalRow, *, by_deadline: bool = False) -> bool:
+        """Record the decision `row` holds (decision, decided_by, decided_at, note, hash); atomic; return if it did.
+
+        One conditional update: only an undecided request is decided, so of two decisions at once exactly one is
+        recorded (the other gets False). A person's decision needs the deadline not passed at `decided_at`;
+        `by_deadline` (the deadline's own rejection) needs it passed.
+        """
+        ...
+
+    async def list_approvals(self, *, due: datetime | None = None, limit: int = 100) -> list[ApprovalRow]:
+        """Return undecided requests of WAITING sagas, oldest first; with `due`, those whose deadline is not later."""
+        ...
+
+    async def waiting_sagas(self, now: datetime, limit: int = 100) -> list[str]:
+        """Return the ids of WAITING plan sagas whose requests are all decided, unowned or whose lease expired."""
+        ...
+
+    async def claim_waiting(self, saga_id: str, owner: str, lease_expires_at: datetime, now: datetime) -> bool:
+        """Give a WAITING saga to `owner` (leased) if nobody else holds it; atomic; return whether it now does.
+
+        The claim of `approve()` and recovery going on with a decided saga: of two at once only one wins. The
+        status stays WAITING: the new owner's engine moves it on (through its transition table) and writes it.
+        """
         ...
 
     async def list_sagas(

@@ -9,6 +9,7 @@ from typing import Any
 
 from saga_runtime._exceptions import IdempotencyConflictError, StoreError
 from saga_runtime._records import (
+    ApprovalRow,
     SagaResult,
     SagaRow,
     SagaStatus,
@@ -17,6 +18,7 @@ from saga_runtime._records import (
     VerifyResult,
     export_rows,
     identity_hash,
+    import_approvals,
     import_rows,
     now,
     result_from_rows,
@@ -50,6 +52,8 @@ class MemoryStore:
         self._steps: dict[str, dict[str, StepRow]] = {}
         # idempotency key -> (saga_id, step_id) of the step holding it: unique, as the SQL stores' constraint.
         self._keys: dict[str, tuple[str, str]] = {}
+        # saga_id -> step_id -> approval row (the requests of that saga).
+        self._approvals: dict[str, dict[str, ApprovalRow]] = {}
         self._closed = False
         self._signing_key = signing_key_bytes(signing_key)
         self._unsealed: set[str] = set()  # sagas with rows written unsealed since they were last sealed
@@ -71,7 +75,8 @@ class MemoryStore:
         snapshot = await self.load_saga(saga_id)
         if snapshot is None:
             raise KeyError(f"no saga {saga_id!r} in {self.url}")
-        return verify_rows(*snapshot, self._signing_key, sealed_since=self._sealed_since)
+        approvals = self._approval_rows(saga_id)
+        return verify_rows(*snapshot, self._signing_key, approvals, sealed_since=self._sealed_since)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -280,7 +285,79 @@ class MemoryStore:
     async def get_saga(self, saga_id: str) -> SagaResult | None:
         """Return the result of a stored saga, or None."""
         snapshot = await self.load_saga(saga_id)
-        return None if snapshot is None else result_from_rows(*snapshot)
+        return None if snapshot is None else result_from_rows(*snapshot, self._approval_rows(saga_id))
+
+    # -- approvals -----------------------------------------------------------------------------------------------
+
+    def _approval_rows(self, saga_id: str) -> list[ApprovalRow]:
+        return sorted((row.copy() for row in self._approvals.get(saga_id, {}).values()), key=lambda r: r.seq)
+
+    async def request_approvals(self, rows: Sequence[ApprovalRow]) -> list[str]:
+        """Record the requests not recorded yet; return the step ids it recorded."""
+        self._check_open()
+        added = []
+        for row in rows:
+            held = self._approvals.setdefault(row.saga_id, {})
+            if row.step_id not in held:
+                held[row.step_id] = row.copy()
+                added.append(row.step_id)
+        return added
+
+    async def load_approvals(self, saga_id: str) -> list[ApprovalRow]:
+        """Return a saga's approval rows, in step order."""
+        self._check_open()
+        return self._approval_rows(saga_id)
+
+    async def decide_approval(self, row: ApprovalRow, *, by_deadline: bool = False) -> bool:
+        """Record the decision of an undecided request; return whether it did."""
+        self._check_open()
+        stored = self._approvals.get(row.saga_id, {}).get(row.step_id)
+        if stored is None or stored.decision is not None or row.decided_at is None:
+            return False
+        expired = stored.deadline is not None and stored.deadline <= row.decided_at
+        if expired is not by_deadline:
+            return False
+        stored.decision, stored.decided_by, stored.decided_at = row.decision, row.decided_by, row.decided_at
+        stored.note, stored.hash = row.note, row.hash
+        return True
+
+    async def list_approvals(self, *, due: datetime | None = None, limit: int = 100) -> list[ApprovalRow]:
+        """Return undecided requests of WAITING sagas, oldest first (with `due`: those past their deadline)."""
+        self._check_open()
+        found = [
+            row.copy()
+            for saga_id, held in self._approvals.items()
+            if (saga := self._sagas.get(saga_id)) is not None and saga.status is SagaStatus.WAITING
+            for row in held.values()
+            if row.decision is None and (due is None or (row.deadline is not None and row.deadline <= due))
+        ]
+        found.sort(key=lambda r: (r.requested_at, r.saga_id, r.seq))
+        return found[:limit]
+
+    async def waiting_sagas(self, now: datetime, limit: int = 100) -> list[str]:
+        """Return WAITING plan sagas whose requests are all decided, unowned or their lease expired."""
+        self._check_open()
+        ready = [
+            saga
+            for saga in self._sagas.values()
+            if saga.status is SagaStatus.WAITING
+            and saga.kind == "plan"
+            and (saga.owner is None or saga.lease_expires_at is None or saga.lease_expires_at < now)
+            and all(row.decision is not None for row in self._approvals.get(saga.saga_id, {}).values())
+        ]
+        ready.sort(key=lambda saga: (saga.created_at, saga.saga_id))
+        return [saga.saga_id for saga in ready[:limit]]
+
+    async def claim_waiting(self, saga_id: str, owner: str, lease_expires_at: datetime, now: datetime) -> bool:
+        """Give a WAITING saga nobody else holds to `owner`; return whether it now does."""
+        self._check_open()
+        saga = self._sagas.get(saga_id)
+        if saga is None or saga.status is not SagaStatus.WAITING:
+            return False
+        free = saga.owner in (None, owner) or saga.lease_expires_at is None or saga.lease_expires_at < now
+        if free:
+            self._sagas[saga_id] = replace(saga, owner=owner, lease_expires_at=lease_expires_at, updated_at=now)
+        return free
 
     async def list_sagas(
         self, status: SagaStatus | str | None = None, limit: int = 100, offset: int = 0
@@ -297,12 +374,13 @@ class MemoryStore:
         snapshot = await self.load_saga(saga_id)
         if snapshot is None:
             raise KeyError(f"no saga {saga_id!r} in {self.url}")
-        return export_rows(*snapshot)
+        return export_rows(*snapshot, self._approval_rows(saga_id))
 
     async def import_saga(self, data: Mapping[str, Any]) -> None:
         """Store an exported saga; refuse other content under an existing id."""
         self._check_open()
         saga, steps = import_rows(data)
+        approvals = import_approvals(data, saga.saga_id)
         existing = self._snapshot(saga.saga_id)
         if existing is not None:
             # Rows compare by value: times as instants, whatever offset the document wrote them with.
@@ -313,10 +391,12 @@ class MemoryStore:
                     "import it into another store or delete the existing one first",
                     saga_id=saga.saga_id,
                 )
+            await self.request_approvals(approvals)
             return
         self._check_keys(steps)
         self._sagas[saga.saga_id] = saga
         self._put_steps(steps)
+        await self.request_approvals(approvals)
 
     async def close(self) -> None:
         """Forget everything; the store cannot be used afterwards."""
@@ -324,3 +404,4 @@ class MemoryStore:
         self._sagas.clear()
         self._steps.clear()
         self._keys.clear()
+        self._approvals.clear()

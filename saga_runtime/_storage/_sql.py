@@ -158,6 +158,34 @@ def _schema_v3(dialect: DialectName) -> list[str]:
     ]
 
 
+def _schema_approvals(dialect: DialectName) -> list[str]:
+    # Approval requests live in a table of their own (a step may wait for a person's decision): one row per
+    # request, its decision written once by a conditional UPDATE (`decision IS NULL`), sealed like a step row.
+    t = _TYPES[dialect]
+    table_suffix = " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4" if dialect == "mysql" else ""
+    return [
+        f"""CREATE TABLE approvals (
+            saga_id {t["id"]} NOT NULL,
+            step_id {t["id"]} NOT NULL,
+            seq {t["int"]} NOT NULL,
+            tool_name {t["text"]} NOT NULL,
+            args {t["json"]},
+            args_digest {t["short"]} NOT NULL,
+            requested_at {t["time"]} NOT NULL,
+            deadline {t["time"]},
+            decision {t["short"]},
+            decided_by {t["text"]},
+            decided_at {t["time"]},
+            note {t["text"]},
+            prev_hash {t["short"]},
+            hash {t["short"]},
+            PRIMARY KEY (saga_id, step_id)
+        ){table_suffix}""",
+        # The pending requests, oldest first (the inbox, and recovery's deadline scan).
+        "CREATE INDEX approvals_requested ON approvals (requested_at)",
+    ]
+
+
 @dataclass(frozen=True, slots=True)
 class Migration:
     """One step of the schema: the statements that take a database from `version - 1` to `version`."""
@@ -173,6 +201,7 @@ MIGRATIONS: list[Migration] = [
     Migration(1, "sagas and steps", _schema_v1),
     Migration(2, "recovery attempts and parked sagas", _schema_v2),
     Migration(3, "sealed saga rows, JSON kept as text", _schema_v3),
+    Migration(4, "approval requests", _schema_approvals),
 ]
 #: The version from which saga rows carry a seal (one written before, untouched since, has none).
 SEALED_SAGAS_VERSION = 3

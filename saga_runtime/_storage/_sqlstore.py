@@ -29,6 +29,7 @@ import anyio
 
 from saga_runtime._exceptions import IdempotencyConflictError, StoreConnectionError, StoreError
 from saga_runtime._records import (
+    ApprovalRow,
     SagaResult,
     SagaRow,
     SagaStatus,
@@ -36,6 +37,7 @@ from saga_runtime._records import (
     StepRow,
     VerifyResult,
     export_rows,
+    import_approvals,
     import_rows,
     now,
     result_from_rows,
@@ -43,6 +45,7 @@ from saga_runtime._records import (
     summary_from_rows,
     verify_rows,
 )
+from saga_runtime._storage._approval_sql import ApprovalQueries, approval_params, approval_row
 from saga_runtime._storage._batch import Batcher, Outcome, Write, lease_lost
 from saga_runtime._storage._open import redact_url
 from saga_runtime._storage._sql import (
@@ -126,6 +129,7 @@ class SQLStore(abc.ABC):
     def __init__(self, url: str, *, retry_for: float = DEFAULT_RETRY_FOR, writers: int = 1) -> None:
         self._url = redact_url(url)
         self._queries = Queries(self.dialect)
+        self._approval_queries = ApprovalQueries(self.dialect)
         self._codec = RowCodec(self.dialect)
         self._closed = False
         self._retry_for = retry_for
@@ -184,7 +188,8 @@ class SQLStore(abc.ABC):
         snapshot = await self.load_saga(saga_id)
         if snapshot is None:
             raise KeyError(f"no saga {saga_id!r} in {self._url}")
-        return verify_rows(*snapshot, self._signing_key, sealed_since=self._sealed_since)
+        approvals = await self.load_approvals(saga_id)
+        return verify_rows(*snapshot, self._signing_key, approvals, sealed_since=self._sealed_since)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self._url}{' (closed)' if self._closed else ''}>"
@@ -455,6 +460,28 @@ class SQLStore(abc.ABC):
 
         return await self._retrying(what, once)
 
+    async def _conditional_update(
+        self, what: str, update: str, params: Sequence[Any], lost_try: tuple[str, Sequence[Any]]
+    ) -> bool:
+        """Run one conditional UPDATE of fields no seal covers; return whether it changed a row.
+
+        Retried after a lost connection, a try changing nothing asks `lost_try` (a COUNT query) whether the lost
+        try's commit is what it finds.
+        """
+        tries = 0
+
+        async def once() -> bool:
+            nonlocal tries
+            tries += 1
+            async with self._transaction(begin=False) as tx:
+                if await tx.execute(update, params) == 1:
+                    return True
+                if tries == 1:
+                    return False
+                return int((await tx.fetch(*lost_try))[0][0]) == 1
+
+        return await self._retrying(what, once)
+
     async def renew_leases(self, owner: str, saga_ids: Sequence[str], lease_expires_at: datetime) -> set[str]:
         """Extend the leases `owner` still holds on the live sagas `saga_ids`; return the ids it still owns."""
         self._check_open()
@@ -511,7 +538,82 @@ class SQLStore(abc.ABC):
     async def get_saga(self, saga_id: str) -> SagaResult | None:
         """Return the result of a stored saga, or None."""
         snapshot = await self.load_saga(saga_id)
-        return None if snapshot is None else result_from_rows(*snapshot)
+        return None if snapshot is None else result_from_rows(*snapshot, await self.load_approvals(saga_id))
+
+    # -- approvals -------------------------------------------------------------------------------------------
+
+    async def request_approvals(self, rows: Sequence[ApprovalRow]) -> list[str]:
+        """Record the requests not recorded yet (one transaction); return the step ids it recorded."""
+        self._check_open()
+        if not rows:
+            return []
+        params = [approval_params(self._codec, row) for row in rows]
+        insert = self._approval_queries.insert
+
+        async def once() -> list[str]:
+            added = []
+            async with self._transaction(begin=True) as tx:
+                for row, values in zip(rows, params, strict=True):
+                    if await tx.execute(insert, values) == 1:
+                        added.append(row.step_id)
+            return added
+
+        return await self._retrying("request_approvals", once)
+
+    async def load_approvals(self, saga_id: str) -> list[ApprovalRow]:
+        """Return a saga's approval rows, in step order."""
+        self._check_open()
+        return [
+            approval_row(self._codec, r)
+            for r in await self._fetch("load_approvals", self._approval_queries.load, (saga_id,))
+        ]
+
+    async def decide_approval(self, row: ApprovalRow, *, by_deadline: bool = False) -> bool:
+        """Record the decision of an undecided request: one conditional UPDATE; return whether it did."""
+        self._check_open()
+        aq, time_in = self._approval_queries, self._codec.time_in
+        stamp = time_in(row.decided_at)
+        params = (row.decision, row.decided_by, stamp, row.note, row.hash, row.saga_id, row.step_id, stamp)
+        lost_try = (aq.decided_as, (row.saga_id, row.step_id, row.hash))
+        return await self._conditional_update(
+            "decide_approval", aq.expire if by_deadline else aq.decide, params, lost_try
+        )
+
+    async def list_approvals(self, *, due: datetime | None = None, limit: int = 100) -> list[ApprovalRow]:
+        """Return undecided requests of WAITING sagas, oldest first (with `due`: those past their deadline)."""
+        self._check_open()
+        aq = self._approval_queries
+        params: tuple[Any, ...]
+        if due is None:
+            sql, params = aq.pending, (aq.waiting, int(limit))
+        else:
+            sql, params = aq.due, (aq.waiting, self._codec.time_in(due), int(limit))
+        return [approval_row(self._codec, r) for r in await self._fetch("list_approvals", sql, params)]
+
+    async def waiting_sagas(self, now: datetime, limit: int = 100) -> list[str]:
+        """Return WAITING plan sagas whose requests are all decided, unowned or their lease expired."""
+        self._check_open()
+        aq = self._approval_queries
+        records = await self._fetch("waiting_sagas", aq.ready, (aq.waiting, self._codec.time_in(now), int(limit)))
+        return [self._codec.id_out(record[0]) for record in records]
+
+    async def claim_waiting(self, saga_id: str, owner: str, lease_expires_at: datetime, now: datetime) -> bool:
+        """Give a WAITING saga nobody else holds to `owner`: one conditional UPDATE; return whether it now does."""
+        self._check_open()
+        aq, time_in = self._approval_queries, self._codec.time_in
+        params = (owner, time_in(lease_expires_at), time_in(now), saga_id, aq.waiting, owner, time_in(now))
+        return await self._conditional_update(
+            "claim_waiting", aq.claim, params, (aq.holds, (saga_id, owner, aq.waiting))
+        )
+
+    async def _fetch(self, what: str, sql: str, params: Sequence[Any]) -> Sequence[Sequence[Any]]:
+        """Run one query on its own (autocommit), retried after a lost connection; return its records."""
+
+        async def read() -> Sequence[Sequence[Any]]:
+            async with self._transaction(begin=False) as tx:
+                return await tx.fetch(sql, params)
+
+        return await self._retrying(what, read)
 
     async def list_sagas(
         self, status: SagaStatus | str | None = None, limit: int = 100, offset: int = 0
@@ -538,14 +640,16 @@ class SQLStore(abc.ABC):
         snapshot = await self.load_saga(saga_id)
         if snapshot is None:
             raise KeyError(f"no saga {saga_id!r} in {self._url}")
-        return export_rows(*snapshot)
+        return export_rows(*snapshot, await self.load_approvals(saga_id))
 
     async def import_saga(self, data: Mapping[str, Any]) -> None:
         """Store an exported saga; the same content again is a no-op, other content under its id a conflict."""
         self._check_open()
         saga, steps = import_rows(data)
+        approvals = import_approvals(data, saga.saga_id)
         existing = await self._insert(saga, steps, "import_saga")
         if existing is None:
+            await self.request_approvals(approvals)
             return
         # Rows compare by value: times as instants, whatever offset the document wrote them with.
         old_saga, old_steps = existing
@@ -555,6 +659,7 @@ class SQLStore(abc.ABC):
                 "import it into another store or delete the existing one first",
                 saga_id=saga.saga_id,
             )
+        await self.request_approvals(approvals)
 
     async def close(self) -> None:
         """Release the store's connections; the store cannot be used afterwards."""

@@ -40,6 +40,8 @@ class ToolRegistry:
         timeout: float | None = None,
         compensation_retry: RetryPolicy | None = None,
         irreversible: bool = False,
+        approval: bool = False,
+        approval_timeout: float | None = None,
     ) -> Callable[[T], T]: ...
 
     def tool(
@@ -52,6 +54,8 @@ class ToolRegistry:
         timeout: float | None = None,
         compensation_retry: RetryPolicy | None = None,
         irreversible: bool = False,
+        approval: bool = False,
+        approval_timeout: float | None = None,
     ) -> Any:
         """Register a tool class (instantiated once, without arguments); usable bare or with options."""
 
@@ -75,6 +79,8 @@ class ToolRegistry:
                 timeout=timeout,
                 compensation_retry=compensation_retry,
                 irreversible=irreversible,
+                approval=approval,
+                approval_timeout=approval_timeout,
             )
             return tool_cls
 
@@ -90,8 +96,14 @@ class ToolRegistry:
         timeout: float | None = None,
         compensation_retry: RetryPolicy | None = None,
         irreversible: bool = False,
+        approval: bool = False,
+        approval_timeout: float | None = None,
     ) -> ToolSpec:
-        """Register a ready-made tool instance and return its spec; the name defaults to its class name."""
+        """Register a ready-made tool instance and return its spec; the name defaults to its class name.
+
+        `approval=True`: every call of the tool waits for a person's decision (`executor.approve` / `reject`)
+        before it runs; `approval_timeout` (seconds) is how long a request may wait before it counts as rejected.
+        """
         if isinstance(instance, type):
             raise TypeError(f"register() takes a tool instance; for the class {instance.__name__} use @registry.tool")
         spec = build_spec(
@@ -102,6 +114,8 @@ class ToolRegistry:
             timeout=timeout,
             compensation_retry=compensation_retry,
             irreversible=irreversible,
+            approval=approval,
+            approval_timeout=approval_timeout,
         )
         with self._lock:
             if spec.name in self._tools:

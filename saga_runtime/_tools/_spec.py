@@ -52,6 +52,9 @@ class ToolSpec:
     compensation_retry: RetryPolicy = DEFAULT_COMPENSATION_RETRY
     irreversible: bool = False
     description: str = ""
+    # Every call waits for a person's decision first; a request waits at most approval_timeout seconds.
+    approval: bool = False
+    approval_timeout: float | None = None
     _field_names: tuple[str, ...] = field(default=(), repr=False)
     # Checks of execute's result: its return annotation (as a pydantic adapter) and the tool's validate().
     result_adapter: pydantic.TypeAdapter[Any] | None = field(default=None, repr=False)
@@ -250,6 +253,8 @@ def build_spec(
     timeout: float | None = None,
     compensation_retry: RetryPolicy | None = None,
     irreversible: bool = False,
+    approval: bool = False,
+    approval_timeout: float | None = None,
 ) -> ToolSpec:
     """Inspect a tool instance and return its spec; raise `TypeError`/`ValueError` for what cannot work."""
     owner = type(instance).__name__
@@ -266,6 +271,10 @@ def build_spec(
         raise ValueError(f"retry_scope must be 'saga' or 'step', got {retry_scope!r}")
     if timeout is not None and (isinstance(timeout, bool) or not timeout > 0):
         raise ValueError(f"timeout is in seconds and must be positive, got {timeout!r}")
+    if approval_timeout is not None and (
+        isinstance(approval_timeout, bool) or not isinstance(approval_timeout, int | float) or not approval_timeout > 0
+    ):
+        raise ValueError(f"approval_timeout is in seconds and must be positive, got {approval_timeout!r}")
     for label, policy in (("retry", retry), ("compensation_retry", compensation_retry)):
         if policy is not None and not isinstance(policy, RetryPolicy):
             raise TypeError(f"{label} must be a RetryPolicy, got {type(policy).__name__}")
@@ -292,6 +301,8 @@ def build_spec(
         compensation_retry=compensation_retry or DEFAULT_COMPENSATION_RETRY,
         irreversible=irreversible,
         description=doc,
+        approval=bool(approval),
+        approval_timeout=None if approval_timeout is None else float(approval_timeout),
         _field_names=field_names,
         result_adapter=_result_adapter(owner, execute),
         validate_result=validate,

@@ -51,7 +51,7 @@ class Stores:
         if len(databases.names) < 2:
             databases.create()
         url = str(databases.url_of(databases.names[1]))
-        await databases.execute(url, ["DROP TABLE IF EXISTS sagas, steps, schema_version"])
+        await databases.execute(url, ["DROP TABLE IF EXISTS sagas, steps, approvals, schema_version"])
         return url
 
     async def open(self, kind: str, url: str | None = None, *, wipe: bool = False, **options: Any) -> SagaStore:
@@ -59,8 +59,8 @@ class Stores:
         store = await open_store(url or self.url(kind), **options)
         self._opened.append(store)
         if wipe and kind in ("postgresql", "mysql"):
-            statement = "TRUNCATE sagas, steps" if kind == "postgresql" else "DELETE FROM steps"
-            extra = [] if kind == "postgresql" else ["DELETE FROM sagas"]
+            statement = "TRUNCATE sagas, steps, approvals" if kind == "postgresql" else "DELETE FROM steps"
+            extra = [] if kind == "postgresql" else ["DELETE FROM approvals", "DELETE FROM sagas"]
             await self._databases(kind).execute(url or self.url(kind), [statement, *extra])
         return store
 

@@ -51,11 +51,11 @@ async def test_open_records_the_schema_version(stores: Stores, sql_kind: str) ->
     """Opening an empty database creates the schema and records each version once, however often it is opened."""
     url = await stores.blank_url(sql_kind)
     store = await stores.open(sql_kind, url)
-    assert await store.schema_version() == SCHEMA_VERSION == 3  # type: ignore[attr-defined]
+    assert await store.schema_version() == SCHEMA_VERSION == 4  # type: ignore[attr-defined]
     await store.close()
     await (await stores.open(sql_kind, url)).close()
     rows = await _query(stores, sql_kind, url, "SELECT version FROM schema_version ORDER BY version")
-    assert [tuple(row) for row in rows] == [(1,), (2,), (3,)]
+    assert [tuple(row) for row in rows] == [(v,) for v in range(1, SCHEMA_VERSION + 1)]
 
 
 async def test_reopened_store_keeps_its_sagas(stores: Stores, sql_kind: str) -> None:
@@ -154,10 +154,11 @@ async def _build_v1(
 
 
 async def test_a_version_1_database_is_migrated_in_place(stores: Stores, sql_kind: str) -> None:
-    """A real version-1 database (v1 tables, rows in them) opened by this library gains the later columns, rows kept.
+    """A real version-1 database (v1 tables, rows in them) opened by this library gains the later columns and the
+    approvals table, rows kept.
 
-    The old sagas read back with recovery_attempts 0, parked_from and seal NULL; the new fields are written and
-    read; schema_version says 3, each version recorded once.
+    The old sagas read back with recovery_attempts 0, parked_from and seal NULL, and no approvals; the new fields
+    are written and read; schema_version says the latest version, each version recorded once.
     """
     url = await stores.blank_url(sql_kind)
     old = [(make_saga("old-1"), make_steps("old-1", 2)), (make_saga("old-2", full=False), [])]
@@ -166,9 +167,10 @@ async def test_a_version_1_database_is_migrated_in_place(stores: Stores, sql_kin
     await _build_v1(stores, sql_kind, url, old)
 
     store = await stores.open(sql_kind, url)
-    assert await store.schema_version() == 3  # type: ignore[attr-defined]
+    assert await store.schema_version() == SCHEMA_VERSION  # type: ignore[attr-defined]
     for saga, steps in old:
         assert await store.load_saga(saga.saga_id) == (saga, steps)
+        assert await store.load_approvals(saga.saga_id) == []
     parked = make_saga("new", status=SagaStatus.PARKED)
     parked.recovery_attempts, parked.parked_from = 6, SagaStatus.COMPENSATING
     await store.create_saga(parked, make_steps("new", 1))
@@ -182,22 +184,22 @@ async def test_a_version_1_database_is_migrated_in_place(stores: Stores, sql_kin
         ("old-2", 0, None),
     ]
     versions = await _query(stores, sql_kind, url, "SELECT version FROM schema_version ORDER BY version")
-    assert [tuple(row) for row in versions] == [(1,), (2,), (3,)]
-    reopened = await stores.open(sql_kind, url)  # already at version 3: nothing to do
-    assert await reopened.schema_version() == 3  # type: ignore[attr-defined]
+    assert [tuple(row) for row in versions] == [(v,) for v in range(1, SCHEMA_VERSION + 1)]
+    reopened = await stores.open(sql_kind, url)  # already at the latest version: nothing to do
+    assert await reopened.schema_version() == SCHEMA_VERSION  # type: ignore[attr-defined]
     await reopened.close()
 
 
 async def test_a_library_knowing_only_version_1_refuses_a_migrated_database(
     stores: Stores, sql_kind: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Once migrated to version 3, a database is too new for a saga-runtime that knows only version 1."""
+    """Once migrated to the latest version, a database is too new for a saga-runtime that knows only version 1."""
     url = await stores.blank_url(sql_kind)
     await (await stores.open(sql_kind, url)).close()
     monkeypatch.setattr(_sqlstore, "MIGRATIONS", MIGRATIONS[:1])
     with pytest.raises(SchemaVersionError) as caught:
         await stores.open(sql_kind, url)
-    assert (caught.value.found, caught.value.supported) == (3, 1)
+    assert (caught.value.found, caught.value.supported) == (SCHEMA_VERSION, 1)
 
 
 async def test_a_database_with_the_version_table_but_no_rows_is_built_from_scratch(
@@ -230,7 +232,7 @@ async def test_a_version_2_database_keeps_verifying_its_unsealed_saga_rows(store
     await _build_v1(stores, sql_kind, url, [(saga, steps)], version=2)
 
     store = await stores.open(sql_kind, url)
-    assert await store.schema_version() == 3  # type: ignore[attr-defined]
+    assert await store.schema_version() == SCHEMA_VERSION  # type: ignore[attr-defined]
     verdict = await store.verify_saga("legacy")
     assert verdict, verdict.problems
     assert not verdict.saga_sealed

@@ -1,0 +1,123 @@
+"""The SQL of the approvals table (schema version 3): its columns, statements and rows <-> values, per dialect.
+
+A decision is one conditional UPDATE (`WHERE ... AND decision IS NULL`): the database decides which of two
+deciders at once wins, whatever processes or machines they run on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from saga_runtime._records import ApprovalRow, SagaStatus
+from saga_runtime._storage._codec import DialectName, RowCodec
+from saga_runtime._storage._sql import _placeholders
+
+__all__ = ["APPROVAL_COLUMNS", "ApprovalQueries", "approval_params", "approval_row"]
+
+APPROVAL_COLUMNS = (
+    "saga_id",
+    "step_id",
+    "seq",
+    "tool_name",
+    "args",
+    "args_digest",
+    "requested_at",
+    "deadline",
+    "decision",
+    "decided_by",
+    "decided_at",
+    "note",
+    "prev_hash",
+    "hash",
+)
+
+_WAITING = SagaStatus.WAITING.value
+
+
+class ApprovalQueries:
+    """The statements on the approvals table of one dialect."""
+
+    def __init__(self, dialect: DialectName) -> None:
+        q = _placeholders
+        columns = ", ".join(APPROVAL_COLUMNS)
+        marks = ", ".join("?" * len(APPROVAL_COLUMNS))
+        absent = "ON DUPLICATE KEY UPDATE saga_id = saga_id" if dialect == "mysql" else "ON CONFLICT DO NOTHING"
+        # Affected rows: 1 when inserted, 0 when the request was recorded already (it is left as it is).
+        self.insert = q(dialect, f"INSERT INTO approvals ({columns}) VALUES ({marks}) {absent}")
+        self.load = q(dialect, f"SELECT {columns} FROM approvals WHERE saga_id = ? ORDER BY seq")
+        decide = (
+            "UPDATE approvals SET decision = ?, decided_by = ?, decided_at = ?, note = ?, hash = ? "
+            "WHERE saga_id = ? AND step_id = ? AND decision IS NULL AND "
+        )
+        # A person decides before the deadline; the deadline's own rejection comes after it. Params: the five
+        # values, saga_id, step_id, the decision's time.
+        self.decide = q(dialect, decide + "(deadline IS NULL OR deadline > ?)")
+        self.expire = q(dialect, decide + "deadline IS NOT NULL AND deadline <= ?")
+        # Whether a decision is stored as given (a retried decision finding its own lost try's commit).
+        self.decided_as = q(dialect, "SELECT COUNT(*) FROM approvals WHERE saga_id = ? AND step_id = ? AND hash = ?")
+        cols = ", ".join(f"a.{c}" for c in APPROVAL_COLUMNS)
+        pending = (
+            f"SELECT {cols} FROM approvals a JOIN sagas s ON s.saga_id = a.saga_id "
+            "WHERE a.decision IS NULL AND s.status = ?"
+        )
+        order = " ORDER BY a.requested_at, a.saga_id, a.seq LIMIT ?"
+        self.pending = q(dialect, pending + order)
+        self.due = q(dialect, pending + " AND a.deadline IS NOT NULL AND a.deadline <= ?" + order)
+        # WAITING plan sagas nobody holds whose every request is decided: recovery goes on with them.
+        self.ready = q(
+            dialect,
+            "SELECT s.saga_id FROM sagas s WHERE s.status = ? AND s.kind = 'plan' "
+            "AND (s.owner IS NULL OR s.lease_expires_at IS NULL OR s.lease_expires_at < ?) "
+            "AND NOT EXISTS (SELECT 1 FROM approvals a WHERE a.saga_id = s.saga_id AND a.decision IS NULL) "
+            "ORDER BY s.created_at, s.saga_id LIMIT ?",
+        )
+        self.claim = q(
+            dialect,
+            "UPDATE sagas SET owner = ?, lease_expires_at = ?, updated_at = ? WHERE saga_id = ? AND status = ? "
+            "AND (owner IS NULL OR owner = ? OR lease_expires_at IS NULL OR lease_expires_at < ?)",
+        )
+        self.holds = q(dialect, "SELECT COUNT(*) FROM sagas WHERE saga_id = ? AND owner = ? AND status = ?")
+        self.waiting = _WAITING
+
+
+def approval_params(codec: RowCodec, row: ApprovalRow) -> tuple[Any, ...]:
+    """Return the parameters of an approval row, in APPROVAL_COLUMNS order."""
+    return (
+        row.saga_id,
+        row.step_id,
+        row.seq,
+        row.tool_name,
+        codec.json_in(row.args, f"the arguments of the approval of step {row.step_id!r}"),
+        row.args_digest,
+        codec.time_in(row.requested_at),
+        codec.time_in(row.deadline),
+        row.decision,
+        row.decided_by,
+        codec.time_in(row.decided_at),
+        row.note,
+        row.prev_hash,
+        row.hash,
+    )
+
+
+def approval_row(codec: RowCodec, r: Sequence[Any]) -> ApprovalRow:
+    """Return the approval row of a record's values in APPROVAL_COLUMNS order."""
+    requested_at = codec.time_out(r[6])
+    assert requested_at is not None
+    return ApprovalRow(
+        saga_id=codec.id_out(r[0]),
+        step_id=codec.id_out(r[1]),
+        seq=int(r[2]),
+        tool_name=r[3],
+        args=codec.json_out(r[4]),
+        args_digest=r[5],
+        requested_at=requested_at,
+        deadline=codec.time_out(r[7]),
+        decision=r[8],
+        decided_by=r[9],
+        decided_at=codec.time_out(r[10]),
+        note=r[11],
+        prev_hash=r[12],
+        hash=r[13],
+    )
