@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 from saga_runtime import SagaExecutor, SagaStatus, StepStatus, StoreError, ToolRegistry
-from saga_runtime._engine import _recorder
+from saga_runtime._engine import _ending
 from saga_runtime._records import SagaRow, StepRow
 from saga_runtime._storage import MemoryStore
 
@@ -150,7 +150,7 @@ class _HangingEnd(MemoryStore):
 
 async def test_the_final_write_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     """A store that never records a saga's end makes run() raise StoreError after the bound, not hang."""
-    monkeypatch.setattr(_recorder, "_FINAL_WRITE_MARGIN", 0.05)  # a memory store has no retry window
+    monkeypatch.setattr(_ending, "_FINAL_WRITE_MARGIN", 0.05)  # a memory store has no retry window
     world = World()
     executor = SagaExecutor(world.registry, store=_HangingEnd())
     with pytest.raises(StoreError, match="did not record it within"), anyio.fail_after(HANDSHAKE):

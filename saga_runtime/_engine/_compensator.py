@@ -13,6 +13,7 @@ from typing import Any
 
 import anyio
 
+from saga_runtime._engine._ending import write_end
 from saga_runtime._engine._invoker import Invoker
 from saga_runtime._engine._recorder import Recorder, seq_of
 from saga_runtime._engine._shield import shielded
@@ -95,7 +96,7 @@ class Compensator:
             recorder.step_to(row, StepStatus.COMPENSATION_FAILED)
             row.compensation_error = f"compensation did not run: compensation_timeout ({self._timeout:g}s) ran out"
         status = SagaStatus.COMPENSATION_FAILED if failed or leftover else SagaStatus.COMPENSATED
-        return await recorder.write_end(status, self._verdict.reason)
+        return await write_end(recorder, status, self._verdict.reason)
 
     def reopen(self) -> None:
         """Make a COMPENSATION_FAILED saga's failed compensations due again (an operator's retry)."""
@@ -182,6 +183,8 @@ class Compensator:
                 recorder.keep_lease()
                 await recorder.flush()  # write ahead: the compensation attempt is recorded before it runs
                 recorder.check_fence()  # fenced meanwhile (the flush may have waited): it does not start
+                if recorder.lease_short():
+                    await recorder.confirm_lease()  # frozen or cut off since: confirmed (or fenced) first
                 if settle and recorder.config.hooks:
                     recorder.emit("compensation_started", row, attempt=row.compensation_attempts)
                 given = own_copy(value) if settle else value  # a refused raw value is the tool's own already

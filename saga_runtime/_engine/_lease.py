@@ -47,6 +47,7 @@ class LeaseKeeper:
         self._timer: asyncio.TimerHandle | None = None
         self._renewal: asyncio.Task[None] | None = None
         self._stopped = False
+        self._lapsed = False  # the lease ran out unrenewed (told once, until it is renewed again)
 
     def start(self) -> LeaseKeeper:
         """Schedule the first renewal; return the keeper.
@@ -69,6 +70,7 @@ class LeaseKeeper:
         config = recorder.config
         if not _finished(recorder):
             expires = now() + timedelta(seconds=config.lease_timeout)
+            sent = recorder.lease.mark()
             held: set[str] | None = None
             try:
                 # Bounded: a store retrying a lost connection must not outlast the lease it is renewing.
@@ -76,15 +78,23 @@ class LeaseKeeper:
                     held = await config.store.renew_leases(config.executor_id, [saga.saga_id], expires)
             except Exception as exc:
                 logger.warning("saga %s: could not renew its lease, trying again: %s", saga.saga_id, describe(exc))
-                known = saga.lease_expires_at
-                if known is not None and now() >= known and not _finished(recorder):
-                    # The lease ran out unrenewed: another executor may own the saga by now. Stop writing.
-                    logger.error("saga %s: its lease expired while the store was unreachable; stopping", saga.saga_id)
-                    recorder.fence(lost=True)  # calls on_lost
-                    return
+                if recorder.lease.left() <= 0 and not self._lapsed and not _finished(recorder):
+                    # Not lost: nobody said another executor owns the saga. Tools already running go on; no tool
+                    # starts until the store confirms the lease again (Recorder.confirm_lease), which it does only
+                    # if no other executor took the saga over meanwhile.
+                    self._lapsed = True
+                    logger.error(
+                        "saga %s: its lease ran out while the store was unreachable; no step starts until the store "
+                        "confirms it again (if another executor took the saga over meanwhile, this one stops then)",
+                        saga.saga_id,
+                    )
             if held is not None:
                 if saga.saga_id in held:
                     saga.lease_expires_at = expires
+                    recorder.lease.confirmed(sent)
+                    if self._lapsed:
+                        self._lapsed = False
+                        logger.warning("saga %s: the store is back and the saga is still this executor's", saga.saga_id)
                 elif not _finished(recorder):  # not merely ended while the renewal was on its way
                     logger.error(
                         "saga %s: its lease was taken over by another executor; stopping here without writing",

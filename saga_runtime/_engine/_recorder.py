@@ -10,20 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
-import anyio
-
+from saga_runtime._engine._clock import LeaseClock
 from saga_runtime._engine._config import EngineConfig
 from saga_runtime._engine._events import EventKind, SagaEvent, emit
-from saga_runtime._engine._transitions import TransitionError, saga_to, step_to
+from saga_runtime._engine._transitions import saga_to, step_to
 from saga_runtime._exceptions import LeaseLostError, StoreError
 from saga_runtime._records import (
     ApprovalRow,
-    SagaResult,
     SagaRow,
     SagaStatus,
     Sealer,
@@ -32,22 +29,18 @@ from saga_runtime._records import (
     extend_head,
     identity_hash,
     now,
-    result_from_rows,
 )
-from saga_runtime._storage import SagaStore
 
-__all__ = ["EngineConfig", "Recorder", "final_write_bound", "seq_of"]
+__all__ = ["EngineConfig", "Recorder", "seq_of"]
 
 logger = logging.getLogger("saga_runtime")
 
-# How long the engine may spend recording a saga's end, beyond the store's own retry window (`retry_for`): a
-# store retrying a lost connection must be allowed its whole window, then one last try, before the end is given up.
-_FINAL_WRITE_MARGIN = 10.0
 # A step starts only on a lease with at least this share of `lease_timeout` left; with less (renewals late or
 # failing), the intent write that announces the step extends the lease (owner-conditionally) first.
 _LEASE_MARGIN = 0.25
-# Steps that never ran: a saga holding one has not succeeded.
-_NEVER_RAN = frozenset({StepStatus.PENDING, StepStatus.WAITING})
+# No tool is invoked on less than this share of `lease_timeout` left by this process's own clock: the lease is
+# confirmed (extended, owner-conditionally) first. See `confirm_lease`.
+_INVOKE_MARGIN = 0.1
 
 
 class Recorder:
@@ -85,6 +78,7 @@ class Recorder:
         self._write_lock = asyncio.Lock()
         self.fenced = False
         self.lease_lost = False
+        self.lease = LeaseClock(config.lease_timeout, saga.lease_expires_at if owner is not None else None)
         # The saga's approval requests, as the engine last knew them (kept by the Gate; part of its result).
         self.approvals: list[ApprovalRow] = []
 
@@ -190,6 +184,7 @@ class Recorder:
                     copy.hash = None  # changed since it was sealed, if ever: the store seals it afresh
             self._dirty.clear()
             saga = None
+            sent = 0.0
             if self._saga_dirty:
                 # The new lease goes on the copy written; the recorder believes it only once it is stored (the lease
                 # keeper fences a saga whose lease ran out while the store was unreachable).
@@ -197,11 +192,14 @@ class Recorder:
                 saga.updated_at = now()
                 if saga.status in (SagaStatus.RUNNING, SagaStatus.COMPENSATING):
                     saga.lease_expires_at = saga.updated_at + timedelta(seconds=self.config.lease_timeout)
+                    sent = self.lease.mark()
                 self._saga_dirty = False
             try:
                 await self.store.save(saga, steps, owner=self.owner)
                 if saga is not None:
                     self.saga.updated_at, self.saga.lease_expires_at = saga.updated_at, saga.lease_expires_at
+                    if sent and self.owner is not None:
+                        self.lease.confirmed(sent)
             except BaseException as exc:
                 # Not written: keep the rows dirty, so the next flush (or recovery's reading) is not misled.
                 for row in steps:
@@ -215,34 +213,6 @@ class Recorder:
                     )
                     self.fence(lost=True)
                 raise
-
-    async def write_end(self, status: SagaStatus, error: str | None) -> SagaResult:
-        """Record the saga's terminal status (bounded by the store's retry window) and return its result."""
-        self.check_fence()  # another executor owns the saga: its end is not ours to record
-        if status is SagaStatus.SUCCESS:
-            left = [row.step_id for row in self.rows.values() if row.status in _NEVER_RAN]
-            if left:  # a bug, never a user's error: a saga that skipped a step must not say it succeeded
-                raise TransitionError(
-                    f"saga {self.saga.saga_id!r} cannot end SUCCESS: steps {left} never ran (a bug in saga_runtime: "
-                    "please report it)"
-                )
-        self.saga_to(status)
-        if status is not SagaStatus.SUCCESS and self.saga.error is None:
-            self.saga.error = error or "the saga was cancelled by its caller"
-        self.saga.finished_at = now()
-        self.saga.lease_expires_at = None
-        bound = final_write_bound(self.store)
-        with anyio.move_on_after(bound) as scope:
-            await self.flush()
-        if scope.cancelled_caught:
-            raise StoreError(
-                f"saga {self.saga.saga_id!r} ended {status.value} but the store did not record it within "
-                f"{bound:g}s ({self.store.url}); check the database: recovery will finish it"
-            )
-        self.emit("saga_finished", error=self.saga.error)
-        log = logger.info if status is SagaStatus.SUCCESS else logger.warning
-        log("saga %s ended %s%s", self.saga.saga_id, status.value, f": {self.saga.error}" if self.saga.error else "")
-        return result_from_rows(self.saga, list(self.rows.values()), self.approvals)
 
     # -- the lease and fencing -----------------------------------------------------------------------------------------
 
@@ -277,22 +247,33 @@ class Recorder:
         Only for a recorder holding the lease: its writes are owner-conditional, so the extension is refused (and
         the recorder fenced) if another executor took the saga over meanwhile.
         """
-        expires = self.saga.lease_expires_at
-        if self.owner is None or expires is None:
-            return
-        if (expires - now()).total_seconds() < self.config.lease_timeout * _LEASE_MARGIN:
+        if self.owner is not None and self.lease.left() < self.config.lease_timeout * _LEASE_MARGIN:
             self._saga_dirty = True  # flush() writes the saga row with a fresh lease_expires_at
+
+    def lease_short(self) -> bool:
+        """Tell whether too little of the lease is known to be left to invoke a tool on (see `confirm_lease`)."""
+        return self.owner is not None and self.lease.left() <= self.config.lease_timeout * _INVOKE_MARGIN
+
+    async def confirm_lease(self) -> None:
+        """Make sure, by this process's own clock, that the lease is good before a tool is invoked.
+
+        A lease last confirmed too long ago (this process was frozen, or the store unreachable) is extended first by
+        an owner-conditional write of the saga row: if another executor took the saga over meanwhile, the store
+        refuses it, this recorder is fenced and `LeaseLostError` says so; if nobody did, the saga is this
+        executor's again and the tool may run.
+        """
+        if not self.lease_short():
+            return
+        self._saga_dirty = True
+        await self.flush()
+        self.check_fence()
+        if self.lease_short():
+            raise StoreError(
+                f"saga {self.saga.saga_id!r}: the store took longer than the lease ({self.config.lease_timeout:g}s) "
+                f"to confirm it ({self.store.url}); no tool was started on it: recovery goes on with the saga"
+            )
 
 
 def seq_of(row: StepRow) -> int:
     """Return a row's position in its saga (a sort key)."""
     return row.seq
-
-
-def final_write_bound(store: SagaStore) -> float:
-    """Return the seconds the write of a saga's end may take: the store's retry window (`retry_for`) and a margin."""
-    retry_for = getattr(store, "retry_for", None)  # SQL stores retry a lost connection that long; memory: none
-    window = 0.0
-    if isinstance(retry_for, int | float) and not isinstance(retry_for, bool) and math.isfinite(retry_for):
-        window = max(0.0, float(retry_for))
-    return window + _FINAL_WRITE_MARGIN

@@ -17,6 +17,7 @@ from saga_runtime._engine._approvals import Gate
 from saga_runtime._engine._budget import Account, Budget
 from saga_runtime._engine._compensator import Compensator
 from saga_runtime._engine._config import EngineConfig
+from saga_runtime._engine._ending import write_end
 from saga_runtime._engine._groups import RUNNABLE, GroupRunner, succeeded
 from saga_runtime._engine._invoker import Invoker
 from saga_runtime._engine._recorder import Recorder
@@ -194,7 +195,7 @@ class SagaEngine:
 
     async def finish(self, status: SagaStatus) -> SagaResult:
         """Record the saga's terminal status and return its result; the record is written even if the caller leaves."""
-        return await shielded(self.recorder.write_end(status, self.verdict.reason))
+        return await shielded(write_end(self.recorder, status, self.verdict.reason))
 
     async def run_group(self, rows: Sequence[StepRow], *, join: str = "all", needed: int | None = None) -> bool:
         """Run the steps of one group concurrently; return whether the saga can go on (see `GroupRunner.run`)."""

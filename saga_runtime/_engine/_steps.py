@@ -113,6 +113,13 @@ class StepRunner:
                 except Exception as exc:
                     raise _WriteFailed(f"attempt {row.attempts} could not be recorded: {describe(exc)}") from exc
             first = False
+            if recorder.lease_short():
+                # This process was frozen, or cut off from the store, since the intent was written: no tool starts
+                # before the store confirms the saga is still this executor's.
+                try:
+                    await recorder.confirm_lease()
+                except Exception as exc:
+                    raise _WriteFailed(f"attempt {row.attempts} could not confirm the lease: {describe(exc)}") from exc
             attempt = row.attempts
             raw: Any = _NOTHING
             given = own_values(kwargs)  # each attempt gets arguments of its own, never the record's objects
