@@ -1,10 +1,10 @@
 """Recovery: throughput of one executor taking over 1,000 orphaned sagas, and takeover latency after a real kill.
 
-Throughput: 1,000 sagas left by a dead executor (a SUCCESS step, a step of unknown outcome, a pending step; lease
-long expired) are written straight into the store, then one executor's `recover()` drives them all to SUCCESS;
-the report is sagas per second. Its floor, measured right after on the same store, is the same executor running
-as many fresh sagas of the same plan one after another (as `recover()` drives its sagas); `ratio` is recovered
-sagas/s over fresh sagas/s (1.0: recovering a saga costs what running it anew does).
+Throughput: 1,000 10-step sagas left by a dead executor (four SUCCESS steps, one of unknown outcome, five pending;
+lease long expired) are written straight into the store, then one executor's `recover()` drives them all to
+SUCCESS, `recovery_concurrency` (32) at a time; the report is sagas per second. Its floor, measured right after on
+the same store, is the same executor running as many fresh sagas of the same plan one after another; `ratio` is
+recovered sagas/s over fresh sagas/s.
 
 Takeover: a child process runs a saga with `lease_timeout=L` and is SIGKILLed in the middle of a step; an
 executor running `serve()` in this process re-runs that step. The report is the time
@@ -59,7 +59,7 @@ class Step:
         return None
 
 
-PLAN = [{"id": f"s{i}", "tool": "Step", "args": {"n": i}} for i in range(3)]
+PLAN = [{"id": f"s{i}", "tool": "Step", "args": {"n": i}} for i in range(10)]
 
 
 @dataclass
@@ -90,7 +90,7 @@ class Recovery:
 
 
 def _orphan(saga_id: str) -> tuple[SagaRow, list[StepRow]]:
-    """Return a saga a dead executor left: s0 SUCCESS, s1 of unknown outcome, s2 pending; lease long expired."""
+    """Return a saga a dead executor left: s0-s3 SUCCESS, s4 of unknown outcome, s5-s9 pending; lease expired."""
     planned = build_plan(PLAN, registry)
     started = now() - timedelta(minutes=5)
     saga = SagaRow(
@@ -104,7 +104,7 @@ def _orphan(saga_id: str) -> tuple[SagaRow, list[StepRow]]:
         owner="dead-executor",
         lease_expires_at=started,
     )
-    statuses = [StepStatus.SUCCESS, StepStatus.RUNNING, StepStatus.PENDING]
+    statuses = [StepStatus.SUCCESS] * 4 + [StepStatus.RUNNING] + [StepStatus.PENDING] * 5
     rows = []
     for seq, (step, status) in enumerate(zip(planned.steps, statuses, strict=True)):
         row = StepRow(saga_id, seq, step.step_id, step.group, "Step", step.args, idempotency_key(saga_id, step.step_id))

@@ -87,7 +87,8 @@ class SagaExecutor:
     `hooks` are told every event of every saga (`SagaEvent`: started, attempt failed, step finished,
     compensation started/finished, saga finished), e.g. `saga_runtime.otel.TracingHook()`.
     `max_concurrency` caps how many tool calls (execute or compensate) run at once in this executor;
-    `max_threads` caps the worker threads sync tools run in.
+    `max_threads` caps the worker threads sync tools run in. `recovery_concurrency` caps how many sagas one
+    `recover()` (or `serve()`) drives at once (default 32).
     `secret_key` (else the environment variable SAGA_RUNTIME_SECRET_KEY) encrypts secret arguments at rest: a
     URL-safe base64 key of 32 bytes (`Fernet.generate_key()`), or several, newest first (a list, or joined by
     commas), so keys rotate; needs the `secrets` extra. Without one, a plan holding a secret is refused.
@@ -104,6 +105,7 @@ class SagaExecutor:
         compensation_timeout: float = 300.0,
         max_threads: int = 40,
         max_recovery_attempts: int = 5,
+        recovery_concurrency: int = 32,
         hooks: Sequence[SagaHook] = (),
         secret_key: str | bytes | Sequence[str | bytes] | None = None,
     ) -> None:
@@ -111,7 +113,8 @@ class SagaExecutor:
             raise TypeError(f"registry must be a ToolRegistry, got {type(registry).__name__}")
         _check_positive("lease_timeout", lease_timeout)
         _check_positive("compensation_timeout", compensation_timeout)
-        for name, limit in (("max_concurrency", max_concurrency), ("max_threads", max_threads)):
+        limits = (("max_concurrency", max_concurrency), ("max_threads", max_threads))
+        for name, limit in (*limits, ("recovery_concurrency", recovery_concurrency)):
             if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
                 raise ValueError(f"{name} must be a positive int, got {limit!r}")
         self.registry = registry
@@ -121,6 +124,7 @@ class SagaExecutor:
         self.compensation_timeout = float(compensation_timeout)
         self.max_concurrency = max_concurrency
         self.max_recovery_attempts = max_recovery_attempts
+        self.recovery_concurrency = recovery_concurrency
         config = EngineConfig(
             registry=registry,
             store=self.store,
@@ -244,7 +248,7 @@ class SagaExecutor:
             claimed = await self.store.claim_expired(
                 self.executor_id, self._claims.lease_until(started), started, limit
             )
-            fresh = 0
+            fresh: list[tuple[SagaRow, list[StepRow]]] = []
             for saga, rows in claimed:
                 missing = sorted({row.tool_name for row in rows} - set(self.registry.names()))
                 if saga.saga_id in passed_over or missing:
@@ -255,24 +259,36 @@ class SagaExecutor:
                     passed_over.add(saga.saga_id)
                     await self._claims.release(saga, uncount=True, owner=self.executor_id)
                     continue
-                fresh += 1
-                # The batch was claimed at once, but its sagas are driven one by one: by the time this one's turn
-                # comes, its lease may have run out and another executor taken it. Claim it again, right before
-                # driving it; only if it is still ours (or free) is it driven here.
-                if not await self._claims.claim(saga):
-                    continue
-                try:
-                    result = await self._recover_one(saga, rows)
-                finally:
-                    self._active.discard(saga.saga_id)
-                if result is not None:
-                    results.append(result)
+                fresh.append((saga, rows))
+            results.extend(await self._recover_batch(fresh))
             if not fresh:
                 if len(claimed) < limit:
                     return results
                 # A full batch of sagas this executor cannot run (their tools are elsewhere) hid the rest:
                 # look further rather than starve behind them.
                 limit *= 2
+
+    async def _recover_batch(self, batch: list[tuple[SagaRow, list[StepRow]]]) -> list[SagaResult]:
+        """Drive a claimed batch of sagas, `recovery_concurrency` at a time; return the results, in batch order."""
+        done: list[SagaResult | None] = [None] * len(batch)
+        limiter = anyio.CapacityLimiter(self.recovery_concurrency)
+
+        async def drive(index: int, saga: SagaRow, rows: list[StepRow]) -> None:
+            async with limiter:
+                # The batch was claimed at once, but its sagas wait their turn: by then a saga's lease may have
+                # run out and another executor taken it. Claim it again, right before driving it; only if it is
+                # still ours (or free) is it driven here.
+                if not await self._claims.claim(saga):
+                    return
+                try:
+                    done[index] = await self._recover_one(saga, rows)
+                finally:
+                    self._active.discard(saga.saga_id)
+
+        async with anyio.create_task_group() as tg:
+            for index, (saga, rows) in enumerate(batch):
+                tg.start_soon(drive, index, saga, rows)
+        return [result for result in done if result is not None]
 
     async def _recover_one(self, saga: SagaRow, rows: list[StepRow]) -> SagaResult | None:
         if saga.recovery_attempts > self.max_recovery_attempts:

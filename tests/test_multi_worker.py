@@ -300,7 +300,8 @@ async def test_a_saga_waiting_in_a_claimed_batch_is_not_run_by_two_executors() -
         seal_all([row], None)
         await store.create_saga(saga, [row])
         await asyncio.sleep(0.01)  # "first" is the older: claimed and driven first
-    a = SagaExecutor(registry, store=store, executor_id="a", lease_timeout=0.3)
+    # One at a time, so that "second" waits its turn in the batch A claimed.
+    a = SagaExecutor(registry, store=store, executor_id="a", lease_timeout=0.3, recovery_concurrency=1)
     b = SagaExecutor(registry, store=store, executor_id="b", lease_timeout=0.3)
     first = asyncio.create_task(a.recover())
     await asyncio.sleep(0.5)  # A is still busy with "first"; the lease it took on "second" ran out

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
+import anyio
 import pytest
 
 from saga_runtime import (
@@ -344,3 +345,51 @@ async def test_a_step_whose_attempt_was_running_after_a_refused_undo_never_lets_
     assert ("do", 3, rows[2].idempotency_key) not in world.log  # the saga did not go on without s1
     assert [entry[:2] for entry in world.log] == [("undo", 2), ("undo", 1)]
     assert await store.verify_saga("undone")
+
+
+async def test_recover_drives_its_sagas_concurrently_within_its_bound() -> None:
+    """recover() drives the orphans it claimed at once, never more than recovery_concurrency of them together."""
+    from saga_runtime._planning import build_plan
+    from saga_runtime._records import SagaRow, StepRow, StepStatus, idempotency_key, now, seal_all
+
+    running = 0
+    most = 0
+    registry = ToolRegistry()
+
+    @registry.tool
+    class Slow:
+        async def execute(self, ctx: StepContext) -> str:
+            nonlocal running, most
+            running += 1
+            most = max(most, running)
+            await anyio.sleep(0.2)
+            running -= 1
+            return ctx.saga_id
+
+    store = MemoryStore()
+    planned = build_plan([{"id": "s", "tool": "Slow"}], registry)
+    started = now() - timedelta(minutes=1)
+    for n in range(10):
+        saga = SagaRow(
+            f"orphan-{n}",
+            "plan",
+            planned.to_json(),
+            planned.digest,
+            SagaStatus.RUNNING,
+            started,
+            started,
+            owner="dead",
+            lease_expires_at=started,
+        )
+        row = StepRow(saga.saga_id, 0, "s", 0, "Slow", {}, idempotency_key(saga.saga_id, "s"))
+        row.status, row.attempts, row.started_at = StepStatus.RUNNING, 1, started
+        seal_all([row], None)
+        await store.create_saga(saga, [row])
+    executor = SagaExecutor(registry, store=store, recovery_concurrency=4)
+    clock = anyio.current_time()
+    results = await executor.recover()
+    elapsed = anyio.current_time() - clock
+    assert [r.saga_id for r in results] == [f"orphan-{n}" for n in range(10)]  # in the order claimed
+    assert all(r.status is SagaStatus.SUCCESS for r in results)
+    assert most == 4
+    assert elapsed < 10 * 0.2  # generous: sequential would take 2 s
