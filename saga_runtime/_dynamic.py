@@ -296,6 +296,9 @@ class DynamicSaga:
             )
             refused = await self._hold(engine, rows)
             if refused and (join != "all" or not return_exceptions):
+                # The group is refused as a whole: its other calls never run (recorded so: no effect, nothing to
+                # undo), and the saga can still end once the code catching the rejection goes on.
+                engine.not_run(rows, f"not run: call {refused[0].step_id!r} of its group was rejected")
                 await engine.flush()
                 self._refuse(refused[0])
             runnable = [row for row in rows if row not in refused]

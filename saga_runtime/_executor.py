@@ -314,11 +314,6 @@ class SagaExecutor:
         except Exception as exc:
             logger.error("saga %s: recovery attempt %d failed: %s", saga.saga_id, saga.recovery_attempts, exc)
             return None
-        finally:
-            stopped = engine.fenced and not engine.lease_lost and engine.saga.status is not SagaStatus.WAITING
-            if engine.detached and stopped and not engine.saga.status.is_terminal:
-                # Stopped by a shutdown: let the next worker take it now.
-                await self._claims.release(engine.saga, owner=self.executor_id)
 
     # -- approvals ---------------------------------------------------------------------------------------------
 

@@ -63,14 +63,24 @@ class GroupRunner:
         self._validated[row.step_id] = (row.args, kwargs)
 
     def fail_before_start(self, row: StepRow, exc: BaseException) -> None:
-        """Record that a step could not start (its arguments could not be prepared); it never ran."""
+        """Record that a step could not start (its arguments could not be prepared).
+
+        A step that never ran is FAILED. One of unknown outcome (started before a crash, or timed out) may have had
+        its effect, so it is never called FAILED (a FAILED step is never compensated): it stays of unknown outcome,
+        and the saga fails, whatever the step's scope, so that it is compensated.
+        """
         spec = self._registry.get(row.tool_name)
-        self._recorder.step_to(row, StepStatus.FAILED)
-        row.error = f"the step could not start: {describe(exc)}"
+        error = f"the step could not start: {describe(exc)}"
+        if row.status is StepStatus.PENDING:
+            self._recorder.step_to(row, StepStatus.FAILED)
+        elif row.status is StepStatus.RUNNING:
+            self._recorder.step_to(row, StepStatus.CANCELLED)
+        row.error = error
         row.error_type = type(exc).__name__
         row.finished_at = now()
-        if spec.retry_scope == "saga":
-            self._verdict.fail(row, row.error)
+        self._recorder.mark(row)
+        if spec.retry_scope == "saga" or row.status is not StepStatus.FAILED:
+            self._verdict.fail(row, error)
 
     def _prepare(self, row: StepRow) -> _Call | None:
         spec = self._registry.get(row.tool_name)

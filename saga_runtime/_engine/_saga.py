@@ -156,6 +156,12 @@ class SagaEngine:
         """Record that a step could not start (its arguments could not be prepared); it never ran."""
         self._groups.fail_before_start(row, exc)
 
+    def not_run(self, rows: Sequence[StepRow], why: str) -> None:
+        """Record that those of `rows` that never started will not run (FAILED: they have no effect)."""
+        for row in rows:
+            if row.status is StepStatus.PENDING:
+                self.recorder.finish_step(row, StepStatus.FAILED, error=why, error_type="NotRun")
+
     def add_step(self, row: StepRow) -> None:
         """Add a step to the saga (a dynamic saga's call); it is written with the next flush."""
         self.recorder.add_step(row)

@@ -199,10 +199,18 @@ class Session:
 
     async def exit(self, exc: BaseException | None) -> None:
         """Leave the session in the task that entered it; raise what the caller must see (see the class)."""
+        engine = self.engine
         try:
             await self.stop_renewing()
+            saga = engine.saga
+            stopped = engine.fenced and not engine.lease_lost and saga.status is not SagaStatus.WAITING
+            if engine.detached and stopped and not saga.status.is_terminal:
+                # A recovery stopped by a shutdown: let the next worker take the saga now. Released before it
+                # leaves the active set, so no other path of this executor takes it while the release is on its
+                # way (a late release would rewrite what that path recorded).
+                await self._claims.release(saga, owner=self._claims.config.executor_id)
         finally:
-            self._claims.active.discard(self.engine.saga.saga_id)
+            self._claims.active.discard(engine.saga.saga_id)
             self._fence.__exit__(
                 type(exc) if exc is not None else None, exc, None if exc is None else exc.__traceback__
             )

@@ -56,7 +56,10 @@ class MemoryStore:
         self._approvals: dict[str, dict[str, ApprovalRow]] = {}
         self._closed = False
         self._signing_key = signing_key_bytes(signing_key)
-        self._unsealed: set[str] = set()  # sagas with rows written unsealed since they were last sealed
+        # The rows written unsealed by save() or create_saga() and not sealed yet, by saga: exactly those are sealed
+        # here (a row that came without a seal another way, an import, stays unsealed and is reported so).
+        # (By id: rows compare by value; the row itself is kept, so its id is not reused while it waits.)
+        self._unsealed: dict[str, dict[int, StepRow]] = {}
         # Saga rows written by this store are sealed; only an imported one created before it may carry no seal.
         self._sealed_since = now()
 
@@ -176,15 +179,14 @@ class MemoryStore:
     def _note_unsealed(self, saga_id: str, steps: Sequence[StepRow]) -> None:
         for row in steps:
             if row.hash is None:
-                self._unsealed.add(saga_id)
-                return
+                self._unsealed.setdefault(saga_id, {})[id(row)] = row
 
     def _seal(self, saga_id: str) -> None:
-        """Seal the rows of a saga that were written unsealed, each linked to the row before it."""
-        self._unsealed.discard(saga_id)
+        """Seal the rows of a saga written unsealed and still stored, each linked to the row before it."""
+        pending = self._unsealed.pop(saga_id, {})
         previous: StepRow | None = None
         for row in sorted(self._steps.get(saga_id, {}).values(), key=lambda r: r.seq):
-            if row.hash is None:
+            if pending.get(id(row)) is row:
                 seal(row, identity_hash(previous, saga_id), self._signing_key)
             previous = row
 
