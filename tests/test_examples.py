@@ -114,3 +114,16 @@ def test_refund_approval_waits_for_the_cli_approval_then_refunds_once(tmp_path: 
     assert out.count("refund 900.00 EUR on A-7") == 1
     assert "approving again is refused" in out
     assert "refunds made: 1; the record verifies: True" in out
+
+
+def test_console_store_fills_a_store_with_every_kind_of_saga(tmp_path: Path) -> None:
+    """console_store.py leaves a SUCCESS, a COMPENSATED, a COMPENSATION_FAILED and a WAITING saga to look at."""
+    out = run_example("console_store.py", tmp_path)
+    for line in (
+        "order-A-1001: SUCCESS",
+        "order-A-1002: COMPENSATED",
+        "complaint-77: COMPENSATION_FAILED",
+        "refund-A-0990: WAITING",
+    ):
+        assert line in out
+    assert "saga-runtime ui --db" in out

@@ -20,6 +20,7 @@ from rich.table import Table
 from saga_runtime._cli._load import load_registry, parse_since
 from saga_runtime._cli._options import KEY_VAR, JsonOption, ToolsOption, options, store_options
 from saga_runtime._cli._render import approvals_table, saga_table, timeline
+from saga_runtime._cli._ui import TOKEN_VAR, UiError, serve
 from saga_runtime._engine import SagaEvent
 from saga_runtime._exceptions import (
     ApprovalError,
@@ -574,6 +575,50 @@ def reject(
 ) -> None:
     """Refuse a waiting step: it never runs, and its saga compensates (recorded once; exit 5 if decided already)."""
     _decide(ctx, saga_id, step_id, "rejected", by, note, tools)
+
+
+# -- the web console -------------------------------------------------------------------------------------------
+
+
+@app.command()
+@store_options
+def ui(
+    ctx: typer.Context,
+    tools: DecideToolsOption = None,
+    host: Annotated[str, typer.Option("--host", help="Listen here; beyond the loopback a token is required.")] = (
+        "127.0.0.1"
+    ),
+    port: Annotated[int, typer.Option("--port", min=1, max=65535, help="Listen on this port.")] = 8765,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            "--token", envvar=TOKEN_VAR, show_envvar=True, help="Required for every page, API call and action."
+        ),
+    ] = None,
+    check: Annotated[bool, typer.Option("--check", help="Only check that the console can start, and exit.")] = False,
+) -> None:
+    """Serve the web console: the sagas, their timelines, the approvals inbox, and a JSON API under /api/."""
+    registry = _registry(tools) if tools is not None else None
+    given = options(ctx)
+    try:
+        _check_sqlite_file(given.url)
+        serve(
+            given.url,
+            signing_key=given.signing_key,
+            registry=registry,
+            host=host,
+            port=port,
+            token=token,
+            check=check,
+        )
+    except CliError as exc:
+        _error(str(exc), exc.code)
+    except UiError as exc:
+        _error(str(exc), ExitCode.USAGE if exc.usage else ExitCode.STORE)
+    except StoreError as exc:
+        _error(str(exc), ExitCode.STORE)
+    except KeyboardInterrupt:
+        _error("interrupted", ExitCode.INTERRUPTED)
 
 
 def _registry(spec: str) -> ToolRegistry:

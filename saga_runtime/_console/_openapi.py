@@ -1,0 +1,148 @@
+"""The OpenAPI 3.1 description of the console's JSON API, written by hand to say exactly what each route takes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from saga_runtime._console._service import ACTIONS
+from saga_runtime._records import ApprovalRequest, SagaResult, SagaStatus, SagaSummary
+
+__all__ = ["openapi"]
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+_ERROR = _json(_ref("Error"), "refused: the body's `error` says why")
+
+
+def _schemas() -> dict[str, Any]:
+    """Return the component schemas: the records' own pydantic schemas, plus what the console adds to them."""
+    schemas: dict[str, Any] = {}
+    for model in (SagaSummary, SagaResult, ApprovalRequest):
+        schema = model.model_json_schema(mode="serialization", ref_template="#/components/schemas/{model}")
+        schemas.update(schema.pop("$defs", {}))
+        schemas[model.__name__] = schema
+    schemas["Saga"] = {
+        "allOf": [
+            _ref("SagaResult"),
+            {
+                "type": "object",
+                "properties": {
+                    "verified": {
+                        "type": "object",
+                        "properties": {
+                            "ok": {"type": "boolean"},
+                            "signed": {"type": "boolean"},
+                            "problems": {"type": "array", "items": {"type": "string"}},
+                        },
+                    }
+                },
+            },
+        ],
+        "description": "A saga's record (secret arguments shown as `**********`) and whether its hash chain verifies.",
+    }
+    schemas["Action"] = {
+        "type": "object",
+        "required": ["saga_id"],
+        "properties": {
+            "saga_id": {"type": "string"},
+            "step_id": {"type": "string", "description": "approve and reject: the waiting step"},
+            "by": {"type": "string", "description": "approve and reject: who decides (recorded)"},
+            "note": {"type": "string", "description": "approve and reject: why (recorded)"},
+            "args_digest": {"type": "string", "description": "approve: the request's digest, binding the decision"},
+        },
+    }
+    schemas["Error"] = {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}}
+    return schemas
+
+
+def openapi() -> dict[str, Any]:
+    """Return the OpenAPI document of /api/."""
+    page = [
+        {"name": "status", "in": "query", "schema": {"type": "string", "enum": [s.value for s in SagaStatus]}},
+        {"name": "q", "in": "query", "schema": {"type": "string"}, "description": "a part of the saga id"},
+        {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}},
+        {"name": "offset", "in": "query", "schema": {"type": "integer", "minimum": 0, "default": 0}},
+    ]
+    sagas_page = {
+        "type": "object",
+        "properties": {
+            "sagas": {"type": "array", "items": _ref("SagaSummary")},
+            "more": {"type": "boolean"},
+            "limit": {"type": "integer"},
+            "offset": {"type": "integer"},
+        },
+    }
+    saga_id = {"name": "saga_id", "in": "path", "required": True, "schema": {"type": "string"}}
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "saga_runtime console API",
+            "version": "1",
+            "description": "The sagas of one store. With a UI token set, every call needs `Authorization: Bearer "
+            "<token>`; actions always need a JSON body.",
+        },
+        "components": {
+            "schemas": _schemas(),
+            "securitySchemes": {"token": {"type": "http", "scheme": "bearer"}},
+        },
+        "security": [{"token": []}],
+        "paths": {
+            "/api/sagas": {
+                "get": {
+                    "summary": "List sagas, newest first",
+                    "parameters": page,
+                    "responses": {"200": _json(sagas_page, "a page of sagas"), "400": _ERROR, "401": _ERROR},
+                }
+            },
+            "/api/sagas/{saga_id}": {
+                "get": {
+                    "summary": "A saga's record and whether it verifies",
+                    "parameters": [saga_id],
+                    "responses": {"200": _json(_ref("Saga"), "the saga"), "401": _ERROR, "404": _ERROR},
+                }
+            },
+            "/api/approvals": {
+                "get": {
+                    "summary": "Steps waiting for a decision, oldest first",
+                    "responses": {
+                        "200": _json(
+                            {
+                                "type": "object",
+                                "properties": {"approvals": {"type": "array", "items": _ref("ApprovalRequest")}},
+                            },
+                            "the pending requests",
+                        ),
+                        "401": _ERROR,
+                    },
+                }
+            },
+            "/api/actions/{action}": {
+                "post": {
+                    "summary": "Approve, reject, retry a compensation, or unpark",
+                    "parameters": [
+                        {
+                            "name": "action",
+                            "in": "path",
+                            "required": True,
+                            "schema": {"type": "string", "enum": list(ACTIONS)},
+                        }
+                    ],
+                    "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("Action")}}},
+                    "responses": {
+                        "200": _json(
+                            {"type": "object", "properties": {"message": {"type": "string"}, "saga": _ref("Saga")}},
+                            "done: what happened, and the saga after it (none for unpark)",
+                        ),
+                        **dict.fromkeys(("400", "401", "403", "404", "409", "415", "503"), _ERROR),
+                    },
+                }
+            },
+        },
+    }
