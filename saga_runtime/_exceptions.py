@@ -284,10 +284,32 @@ class StoreError(SagaError):
         super().__init__(message)
 
 
+#: The longest error text recorded: an exception's message may be anything (a whole response body, megabytes).
+MAX_ERROR_CHARS = 2000
+
+
 def describe(exc: BaseException) -> str:
-    """Return `Type: message` for an exception, the form errors are recorded in."""
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    """Return `Type: message` for an exception, the form errors are recorded in.
+
+    The text is one every store keeps (NUL and lone surrogates written as escapes) and at most `MAX_ERROR_CHARS`
+    long: a tool's odd exception must not make the record of its own failure unwritable.
+    """
+    try:
+        text = str(exc)
+    except Exception:  # a broken __str__ must not hide the failure it reports
+        text = "(its message could not be read)"
+    name = type(exc).__name__
+    line = f"{name}: {text}" if text else name
+    if "\x00" in line:
+        line = line.replace("\x00", "\\x00")
+    if not line.isascii():
+        try:
+            line.encode()
+        except UnicodeEncodeError:
+            line = line.encode("utf-8", "backslashreplace").decode("utf-8")
+    if len(line) > MAX_ERROR_CHARS:
+        line = line[: MAX_ERROR_CHARS - 1] + "…"
+    return line
 
 
 class StoreConnectionError(StoreError):

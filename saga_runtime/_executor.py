@@ -426,18 +426,44 @@ class SagaExecutor:
             return []
         return await self.store.load_approvals(saga.saga_id)
 
-    async def unpark(self, saga_id: str) -> None:
-        """Make a PARKED saga live again (recovery attempts reset); the next `recover()` takes it over."""
+    async def unpark(self, saga_id: str, *, compensate: bool = False) -> SagaResult | None:
+        """Make a PARKED saga live again (recovery attempts reset); the next `recover()` takes it over.
+
+        With `compensate=True` the operator gives up on the saga instead: it becomes COMPENSATING, and every step
+        that succeeded or whose outcome is unknown is undone, groups in reverse — at once when this executor has
+        the saga's tools (its result is returned), else by the next `recover()` of an executor that has them.
+        """
         stored = await self.store.load_saga(saga_id)
         if stored is None:
             raise KeyError(f"no saga {saga_id!r} in {self.store.url}")
         saga, _ = stored
         # One conditional change in the store: of two operators unparking at once, one gets the error below, and a
         # recovery that took the saga over in between is never rewritten from a stale read.
-        if saga.status is not SagaStatus.PARKED or not await self.store.unpark_saga(saga_id, now()):
+        if saga.status is not SagaStatus.PARKED or not await self.store.unpark_saga(
+            saga_id, now(), compensate=compensate
+        ):
             stored = await self.store.load_saga(saga_id)
             status = "gone" if stored is None else stored[0].status.value
             raise SagaInProgressError(f"saga {saga_id!r} is {status}, not PARKED", saga_id=saga_id)
+        if not compensate:
+            return None
+        stored = await self.store.load_saga(saga_id)
+        if stored is None:
+            return None
+        saga, rows = stored
+        missing = sorted({row.tool_name for row in rows} - set(self.registry.names()))
+        if missing:
+            logger.warning("saga %s: to be compensated by an executor that has the tools %s", saga_id, missing)
+            return None
+        if not await self._claims.claim(saga):
+            return None  # another executor's recovery took it first: it compensates it
+        try:
+            engine = self._claims.engine(saga, rows)
+            engine.emit("saga_started")
+            async with Session(self._claims, engine):
+                return await engine.compensate()
+        finally:
+            self._active.discard(saga_id)
 
     async def retry_compensation(self, saga_id: str) -> SagaResult:
         """Run again the compensations of a COMPENSATION_FAILED saga that gave up; return its new result.

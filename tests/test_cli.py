@@ -461,6 +461,25 @@ def test_recover_drives_an_orphaned_saga_with_the_users_tools(work_db: str, tmp_
     assert again.json() == []
 
 
+def test_unpark_compensate_undoes_a_parked_saga_here(work_db: str, tmp_path: Path) -> None:
+    """`unpark --compensate --tools` gives up on a PARKED saga: every step it did is undone now (COMPENSATED)."""
+    ran = cli("unpark", "parked-1", "--compensate", "--tools", "cli_tools:registry", db=work_db, cwd=tmp_path)
+    assert ran.code == 0, ran.err
+    assert "compensated by an operator, COMPENSATED" in ran.out
+    shown = cli("show", "parked-1", "--json", db=work_db).json()
+    assert shown["status"] == "COMPENSATED"
+    assert "an operator chose to compensate it after it was parked" in shown["error"]
+
+
+def test_unpark_compensate_without_tools_leaves_the_undoing_to_recover(work_db: str, tmp_path: Path) -> None:
+    """`unpark --compensate` without --tools makes the saga COMPENSATING; the next `recover` undoes it."""
+    ran = cli("unpark", "parked-1", "--compensate", db=work_db)
+    assert ran.code == 0, ran.err
+    assert "COMPENSATING again" in ran.out
+    recovered = cli("recover", "--tools", "cli_tools:registry", "--json", db=work_db, cwd=tmp_path).json()
+    assert {r["saga_id"]: r["status"] for r in recovered}["parked-1"] == "COMPENSATED"
+
+
 def test_unpark_then_recover(work_db: str, tmp_path: Path) -> None:
     """`unpark` makes a PARKED saga live again, so the next `recover` finishes it; unparking a finished one exits 5."""
     ran = cli("unpark", "parked-1", db=work_db)

@@ -473,13 +473,32 @@ def retry_compensation(
 def unpark(
     ctx: typer.Context,
     saga_id: Annotated[str, typer.Argument(metavar="ID", help="A PARKED saga.")],
+    tools: Annotated[
+        str | None,
+        typer.Option(
+            "--tools",
+            "-t",
+            help="Your ToolRegistry (module:attribute or path/to/file.py:attribute): with --compensate, undo the "
+            "saga here and now. Without it a worker with the tools (recover, serve) does.",
+        ),
+    ] = None,
+    compensate: Annotated[
+        bool,
+        typer.Option("--compensate", help="Give up on the saga: undo every step it did (now, with --tools)."),
+    ] = False,
 ) -> None:
-    """Make a PARKED saga live again; the next `recover` takes it over."""
+    """Make a PARKED saga live again; the next `recover` takes it over (or, with --compensate, undoes it)."""
+    registry = _registry(tools) if tools else ToolRegistry()
 
     async def work(store: SagaStore) -> ExitCode:
-        await SagaExecutor(ToolRegistry(), store=store).unpark(saga_id)
+        undone = await SagaExecutor(registry, store=store).unpark(saga_id, compensate=compensate)
+        if undone is not None:
+            _stdout().print(timeline(undone))
+            _stdout().print(f"saga {saga_id}: compensated by an operator, {undone.status.value}")
+            return _outcome_code([undone])
         result = await _get(store, saga_id)
-        _stdout().print(f"saga {saga_id} is {result.status.value} again; `{PROG} recover --tools ...` takes it over")
+        then = "undoes it" if compensate else "takes it over"
+        _stdout().print(f"saga {saga_id} is {result.status.value} again; `{PROG} recover --tools ...` {then}")
         return ExitCode.OK
 
     _execute(ctx, work)

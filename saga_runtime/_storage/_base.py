@@ -13,7 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from saga_runtime._records import ApprovalRow, SagaResult, SagaRow, SagaStatus, SagaSummary, StepRow, VerifyResult
 
-__all__ = ["SagaStore"]
+__all__ = ["SagaStore", "unparked_status"]
 
 
 @runtime_checkable
@@ -77,12 +77,13 @@ class SagaStore(Protocol):
         """
         ...
 
-    async def unpark_saga(self, saga_id: str, now: datetime) -> bool:
+    async def unpark_saga(self, saga_id: str, now: datetime, *, compensate: bool = False) -> bool:
         """Make a PARKED saga live again (the status it was parked from), unowned; atomic; return whether it did.
 
-        Its recovery attempts go back to 0 and its error is cleared. One conditional change, so of two operators
-        at once only one unparks the saga (the other gets False), and neither rewrites what a recovery that took
-        the saga over in between has written. Any other status: False.
+        Its recovery attempts go back to 0 and its error is cleared; with `compensate`, it becomes COMPENSATING
+        instead (an operator gave up on it: it is undone), its error saying so. One conditional change, so of two
+        operators at once only one unparks the saga (the other gets False), and neither rewrites what a recovery
+        that took the saga over in between has written. Any other status: False.
         """
         ...
 
@@ -161,3 +162,14 @@ class SagaStore(Protocol):
     async def close(self) -> None:
         """Release the store's connections; the store cannot be used afterwards."""
         ...
+
+
+def unparked_status(saga: SagaRow, compensate: bool) -> tuple[SagaStatus, str | None]:
+    """Return the status and error a PARKED saga is unparked with (every store alike).
+
+    Unparked, it goes on from where it was parked (its error cleared); with `compensate`, an operator gave up on
+    it: it is undone from the next owner on, and its error says why it was parked.
+    """
+    if compensate:
+        return SagaStatus.COMPENSATING, f"an operator chose to compensate it after it was parked ({saga.error})"
+    return saga.parked_from or SagaStatus.RUNNING, None

@@ -27,6 +27,7 @@ from saga_runtime._records import (
     summary_from_rows,
     verify_rows,
 )
+from saga_runtime._storage._base import unparked_status
 from saga_runtime._storage._batch import lease_lost
 from saga_runtime._storage._keys import signing_key_bytes
 
@@ -233,18 +234,19 @@ class MemoryStore:
         self._sagas[saga_id] = reopened
         return True
 
-    async def unpark_saga(self, saga_id: str, now: datetime) -> bool:
+    async def unpark_saga(self, saga_id: str, now: datetime, *, compensate: bool = False) -> bool:
         """Make a PARKED saga live again, unowned, its recovery attempts reset; return whether it did."""
         self._check_open()
         saga = self._sagas.get(saga_id)
         if saga is None or saga.status is not SagaStatus.PARKED:
             return False
+        status, error = unparked_status(saga, compensate)
         unparked = replace(
             saga,
-            status=saga.parked_from or SagaStatus.RUNNING,
+            status=status,
             parked_from=None,
             recovery_attempts=0,
-            error=None,
+            error=error,
             owner=None,
             lease_expires_at=None,
             updated_at=now,

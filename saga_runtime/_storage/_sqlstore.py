@@ -46,6 +46,7 @@ from saga_runtime._records import (
     verify_rows,
 )
 from saga_runtime._storage._approval_sql import ApprovalQueries, approval_params, approval_row
+from saga_runtime._storage._base import unparked_status
 from saga_runtime._storage._batch import Batcher, Outcome, Write, lease_lost
 from saga_runtime._storage._open import redact_url
 from saga_runtime._storage._sql import (
@@ -409,7 +410,7 @@ class SQLStore(abc.ABC):
 
         return await self._conditional("reopen_compensation", saga_id, SagaStatus.COMPENSATION_FAILED, reopen, reopened)
 
-    async def unpark_saga(self, saga_id: str, now: datetime) -> bool:
+    async def unpark_saga(self, saga_id: str, now: datetime, *, compensate: bool = False) -> bool:
         """Make a PARKED saga live again, unowned, its recovery attempts reset; atomic; return whether it did.
 
         One conditional change, so of two callers at once only one wins. Retried after a lost connection, a try
@@ -417,8 +418,8 @@ class SQLStore(abc.ABC):
         """
 
         def unpark(saga: SagaRow) -> None:
-            saga.status, saga.parked_from = saga.parked_from or SagaStatus.RUNNING, None
-            saga.recovery_attempts, saga.error = 0, None
+            saga.status, saga.error = unparked_status(saga, compensate)
+            saga.parked_from, saga.recovery_attempts = None, 0
             saga.owner, saga.lease_expires_at, saga.updated_at = None, None, now
 
         def unparked(saga: SagaRow) -> bool:

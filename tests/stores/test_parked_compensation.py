@@ -1,0 +1,117 @@
+"""A PARKED saga has an operator path that undoes it: `executor.unpark(saga_id, compensate=True)`."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from saga_runtime import SagaExecutor, SagaInProgressError, SagaStatus, StepContext, StepStatus, ToolRegistry
+from saga_runtime._records import SagaRow, StepRow, idempotency_key, now, seal_all
+
+from .conftest import Stores
+
+CALLS: Counter[str] = Counter()
+registry = ToolRegistry()
+
+
+@registry.tool
+class Charge:
+    async def execute(self, amount: int, ctx: StepContext) -> dict[str, Any]:
+        CALLS["charge"] += 1
+        return {"tx": ctx.idempotency_key, "amount": amount}
+
+    async def compensate(self, result: dict[str, Any] | None, ctx: StepContext) -> None:
+        CALLS[f"refund {None if result is None else result['amount']}"] += 1
+
+
+PLAN = [
+    {"id": "charge", "tool": "Charge", "args": {"amount": 900}},
+    {"id": "again", "tool": "Charge", "args": {"amount": 5}},
+]
+
+
+async def park(store: Any, saga_id: str) -> None:
+    """Leave a saga its recoveries kept failing on: one charge done, one of unknown outcome; recover() parks it."""
+    from saga_runtime._planning import build_plan
+
+    planned = build_plan(PLAN, registry)
+    started = now() - timedelta(minutes=5)
+    saga = SagaRow(
+        saga_id,
+        "plan",
+        planned.to_json(),
+        planned.digest,
+        SagaStatus.RUNNING,
+        started,
+        started,
+        owner="dead",
+        lease_expires_at=started,
+        recovery_attempts=5,
+    )
+    done = StepRow(saga_id, 0, "charge", 0, "Charge", {"amount": 900}, idempotency_key(saga_id, "charge"))
+    done.status, done.attempts, done.started_at, done.finished_at = StepStatus.SUCCESS, 1, started, started
+    done.result = {"tx": done.idempotency_key, "amount": 900}
+    unknown = StepRow(saga_id, 1, "again", 1, "Charge", {"amount": 5}, idempotency_key(saga_id, "again"))
+    unknown.status, unknown.attempts, unknown.started_at = StepStatus.RUNNING, 6, started
+    seal_all([done, unknown], None)
+    assert await store.create_saga(saga, [done, unknown]) is None
+    (parked,) = await SagaExecutor(registry, store=store).recover()
+    assert parked.status is SagaStatus.PARKED
+
+
+async def test_unpark_with_compensate_undoes_every_step_once(stores: Stores, kind: str) -> None:
+    """The charge is refunded with its result and the step of unknown outcome with None; nothing runs forward."""
+    CALLS.clear()
+    store = await stores.open(kind, wipe=True)
+    await park(store, "stuck")
+    result = await SagaExecutor(registry, store=store).unpark("stuck", compensate=True)
+    assert result is not None
+    assert result.status is SagaStatus.COMPENSATED
+    assert CALLS == {"refund 900": 1, "refund None": 1}
+    assert "an operator chose to compensate it after it was parked" in (result.error or "")
+    assert await store.verify_saga("stuck")
+    with pytest.raises(SagaInProgressError, match="not PARKED"):
+        await SagaExecutor(registry, store=store).unpark("stuck", compensate=True)
+    assert CALLS == {"refund 900": 1, "refund None": 1}
+
+
+async def test_unpark_with_compensate_by_an_executor_without_the_tools_leaves_it_to_recovery(
+    stores: Stores, kind: str
+) -> None:
+    """Without the tools the saga is only made COMPENSATING; the next recover() with them undoes it."""
+    CALLS.clear()
+    store = await stores.open(kind, wipe=True)
+    await park(store, "stuck")
+    assert await SagaExecutor(ToolRegistry(), store=store).unpark("stuck", compensate=True) is None
+    stored = await store.get_saga("stuck")
+    assert stored is not None
+    assert stored.status is SagaStatus.COMPENSATING
+    (result,) = await SagaExecutor(registry, store=store).recover()
+    assert result.status is SagaStatus.COMPENSATED
+    assert CALLS == {"refund 900": 1, "refund None": 1}
+
+
+async def test_a_tool_failing_with_an_unstorable_message_still_fails_and_compensates(stores: Stores, kind: str) -> None:
+    """An exception whose text holds NUL, a lone surrogate and a megabyte is recorded escaped and bounded: the step
+    fails and the saga compensates on every store, instead of the write of its failure being refused."""
+    CALLS.clear()
+    odd = ToolRegistry()
+    odd.register(Charge())
+
+    @odd.tool
+    class Odd:
+        async def execute(self) -> None:
+            raise ValueError("bad\x00byte \udc80 " + "x" * 1_000_000)
+
+    store = await stores.open(kind, wipe=True)
+    plan = [{"id": "charge", "tool": "Charge", "args": {"amount": 7}}, {"id": "odd", "tool": "Odd"}]
+    result = await SagaExecutor(odd, store=store).run(plan, saga_id="odd-error")
+    assert result.status is SagaStatus.COMPENSATED
+    assert CALLS == {"charge": 1, "refund 7": 1}
+    error = result.step("odd").error or ""
+    assert error.startswith("ValueError: bad\\x00byte \\udc80 xxx")
+    assert len(error) < 2100
+    assert await store.verify_saga("odd-error")
