@@ -53,13 +53,35 @@ __all__ = [
 ]
 
 
+_PLAIN = frozenset({str, int, bool, type(None)})
+
+
 def _normal(value: Any) -> Any:
-    """Return a JSON value in the one form every database gives back (integral floats as ints)."""
+    """Return a JSON value in the one form every database gives back (integral floats as ints).
+
+    A container of plain values (no float, no container) is returned as it is: it is its own form.
+    """
     kind = type(value)
     if kind is dict:
+        if _PLAIN.issuperset(map(type, value.values())):
+            return value
         return {key: _normal(item) for key, item in value.items()}
     if kind is list:
+        if _PLAIN.issuperset(map(type, value)):
+            return value
         return [_normal(item) for item in value]
+    if kind is float and value.is_integer():
+        return int(value)
+    return value
+
+
+def _normal_copy(value: Any) -> Any:
+    """Return `_normal(value)` in containers of its own (a copy to compare the value with later)."""
+    kind = type(value)
+    if kind is dict:
+        return {key: _normal_copy(item) for key, item in value.items()}
+    if kind is list:
+        return [_normal_copy(item) for item in value]
     if kind is float and value.is_integer():
         return int(value)
     return value
@@ -232,7 +254,7 @@ class Sealer:
         args = row.args
         known = self._states.get(row.step_id)
         if known is None or known[0] is not row or known[1] is not args or known[2] != args:
-            normal = _normal(args)  # a new dict (lists and dicts inside copied): the copy to compare with
+            normal = _normal_copy(args)  # a new dict (lists and dicts inside copied): the copy to compare with
             state = _start(_fixed(row, normal), self._key)
             self._states[row.step_id] = (row, args, normal, state)
         else:
