@@ -36,6 +36,7 @@ from saga_runtime._records import (
     SagaResult,
     SagaRow,
     SagaStatus,
+    SecretKeyring,
     StepRow,
     StepStatus,
     canonical_json,
@@ -99,6 +100,11 @@ class DynamicSaga:
         self._waiting: ApprovalPendingError | None = None
 
     # -- entering and leaving ----------------------------------------------------------------------------------
+
+    @property
+    def keyring(self) -> SecretKeyring | None:
+        """Return the keys the saga's secret arguments are encrypted with (its executor's; None without a key)."""
+        return self._claims.config.keyring
 
     @property
     def registry(self) -> ToolRegistry:

@@ -408,7 +408,7 @@ class SagaExecutor:
                 await self._claims.release(saga, owner=self.executor_id)  # decided meanwhile the other way round
                 return None
             try:
-                plan = build_plan(saga.plan, self.registry)
+                plan = build_plan(saga.plan, self.registry, keyring=self._claims.config.keyring)
             except PlanValidationError:  # the tools changed under the saga: left for an executor that has them
                 await self._claims.release(saga, owner=self.executor_id)
                 raise

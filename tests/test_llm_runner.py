@@ -12,6 +12,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import anyio
+import pydantic
 import pytest
 
 from saga_runtime import (
@@ -739,3 +740,29 @@ async def test_a_client_without_the_api_endpoint_is_refused(executor: SagaExecut
     assert LLMRunner(MockLLMClient(), MODEL, registry, executor).api == "chat"
     with pytest.raises(ValueError, match="api must be one of"):
         LLMRunner(MockLLMClient(), MODEL, registry, executor, api="gemini")
+
+
+async def test_a_models_call_with_a_secret_argument_runs_with_the_executors_key() -> None:
+    """A model's call to a tool taking a SecretStr runs with the real value when the executor has a key; the
+    saga's record holds it only encrypted."""
+    from cryptography.fernet import Fernet
+
+    from saga_runtime import MemoryStore
+
+    seen: list[str] = []
+    registry = ToolRegistry()
+
+    @registry.tool
+    class Login:
+        async def execute(self, user: str, password: pydantic.SecretStr) -> str:
+            seen.append(password.get_secret_value())
+            return f"hello {user}"
+
+    store = MemoryStore()
+    executor = SagaExecutor(registry, store=store, secret_key=Fernet.generate_key().decode())
+    mock = MockLLMClient(tool_sequence=[("Login", {"user": "ann", "password": "hunter2-plain"})])
+    result = await LLMRunner(mock, MODEL, registry, executor).run("Log me in", saga_id="secret-chat")
+    assert result.status is SagaStatus.SUCCESS, result.describe()
+    assert seen == ["hunter2-plain"]
+    assert result.steps[0].args["password"] == "**********"
+    assert "hunter2-plain" not in repr(store._steps["secret-chat"])

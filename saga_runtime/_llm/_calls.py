@@ -111,7 +111,7 @@ async def run_turn(
             ((step,),) = plan_from_openai([item])
             if step["id"] in taken:
                 raise PlanValidationError([f"step id {step['id']!r} is already used in this saga"])
-            build_plan([[step]], registry, policy=policy)
+            build_plan([[step]], registry, policy=policy, keyring=saga.keyring)
         except PlanValidationError as exc:
             replies[position] = _refusal(call_id, exc)
             continue

@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from saga_runtime._records._rows import SagaRow, StepRow, StepStatus, canonical_json, plan_groups
+from saga_runtime._records._secrets import mask_secrets
 
 __all__ = [
     "APPROVED",
@@ -147,7 +148,7 @@ def approval_request(row: ApprovalRow) -> ApprovalRequest:
         saga_id=row.saga_id,
         step_id=row.step_id,
         tool_name=row.tool_name,
-        args=row.args,
+        args=mask_secrets(row.args),  # an encrypted secret is shown as "**********", as in StepRecord
         args_digest=row.args_digest,
         requested_at=row.requested_at,
         deadline=row.deadline,

@@ -42,6 +42,16 @@ TOOLS = textwrap.dedent(
         token: SecretStr
 
 
+    @registry.tool(approval=True)
+    class GatedToken:
+        async def execute(self, api_key: SecretStr, amount: int) -> int:
+            SEEN.append({"api_key": api_key})
+            return amount
+
+        async def compensate(self, result: Any) -> None:
+            return None
+
+
     @registry.tool
     class Token:
         async def execute(self, api_key: SecretStr, note: str = "") -> str:
@@ -139,7 +149,7 @@ async def database_bytes(stores: Stores, kind: str, store: SagaStore) -> bytes:
         return b"".join(file.read_bytes() for file in path.parent.glob(path.name + "*"))
     records: list[Any] = []
     async with store._transaction(begin=False) as tx:  # type: ignore[attr-defined]
-        for table in ("sagas", "steps"):
+        for table in ("sagas", "steps", "approvals"):
             records.extend(await tx.fetch(f"SELECT * FROM {table}"))
     return repr(records).encode()
 
@@ -286,3 +296,20 @@ async def test_a_secret_given_as_a_plain_string_in_a_plain_plan_is_stored_encryp
     assert SEEN[-1]["api_key"].get_secret_value() == PLAINTEXTS["api_key"]
     assert result.step("token").args == {"api_key": "**********", "note": "visible"}
     assert_no_plaintext(await database_bytes(stores, kind, store), "the database")
+
+
+async def test_an_approval_request_never_holds_or_shows_a_secret(stores: Stores, store: SagaStore, kind: str) -> None:
+    """A gated call's request shows its secret as "**********" (result, pending_approvals), the database holds it
+    encrypted only, and once approved the tool gets the real value."""
+    executor = SagaExecutor(registry, store=store, secret_key=KEY)
+    steps = [{"id": "gated", "tool": "GatedToken", "args": {"api_key": PLAINTEXTS["api_key"], "amount": 3}}]
+    waiting = await executor.run(steps, saga_id="gated-secret")
+    assert waiting.status is SagaStatus.WAITING
+    (request,) = await executor.pending_approvals()
+    assert request.args == {"api_key": "**********", "amount": 3}
+    assert waiting.pending_approvals[0].args == {"api_key": "**********", "amount": 3}
+    assert_no_plaintext(repr(waiting) + json.dumps(waiting.to_dict(), default=str), "the result")
+    assert_no_plaintext(await database_bytes(stores, kind, store), "the database")
+    done = await executor.approve("gated-secret", "gated", by="alice")
+    assert done.status is SagaStatus.SUCCESS
+    assert SEEN[-1]["api_key"].get_secret_value() == PLAINTEXTS["api_key"]
