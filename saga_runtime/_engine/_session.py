@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Sequence
-from datetime import timedelta
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any
 
@@ -100,34 +100,24 @@ class Claims:
         On success the saga is marked active: the caller drives it and unmarks it when done. It is marked before
         the store is asked, so two paths of one executor never both take it.
         """
-        if saga.saga_id in self.active:
-            return False
-        self.active.add(saga.saga_id)
-        started = now()
-        expires = self.lease_until(started)
-        try:
-            claimed = await self.config.store.claim_saga(saga.saga_id, self.config.executor_id, expires, started)
-        except BaseException:
-            self.active.discard(saga.saga_id)
-            raise
-        if not claimed:
-            self.active.discard(saga.saga_id)
-            return False
-        saga.owner, saga.lease_expires_at = self.config.executor_id, expires
-        return True
+        return await self._take(saga, self.config.store.claim_saga)
 
     async def claim_waiting(self, saga: SagaRow) -> bool:
         """Take a WAITING saga nobody holds (its requests decided) to drive it on; return whether it did.
 
         As `claim`: marked active first, and on success the caller drives it and unmarks it when done.
         """
+        return await self._take(saga, self.config.store.claim_waiting)
+
+    async def _take(self, saga: SagaRow, claim: Callable[[str, str, datetime, datetime], Awaitable[bool]]) -> bool:
+        """Mark the saga active, then ask the store (`claim`) for it; unmark it unless the store gave it."""
         if saga.saga_id in self.active:
             return False
         self.active.add(saga.saga_id)
         started = now()
         expires = self.lease_until(started)
         try:
-            claimed = await self.config.store.claim_waiting(saga.saga_id, self.config.executor_id, expires, started)
+            claimed = await claim(saga.saga_id, self.config.executor_id, expires, started)
         except BaseException:
             self.active.discard(saga.saga_id)
             raise
