@@ -367,7 +367,7 @@ class DynamicSaga:
                 saga_id=self.saga_id,
                 step_id=row.step_id,
                 tool_name=row.tool_name,
-                arguments=own_copy(row.args),
+                arguments=mask_secrets(own_copy(row.args)),
             )
             raise self._waiting
         return refused + rejected

@@ -409,9 +409,10 @@ class SagaExecutor:
                 return None
             try:
                 plan = build_plan(saga.plan, self.registry, keyring=self._claims.config.keyring)
-            except PlanValidationError:  # the tools changed under the saga: left for an executor that has them
+            except PlanValidationError as exc:  # other tools, or no key: left for an executor that has them
                 await self._claims.release(saga, owner=self.executor_id)
-                raise
+                logger.warning("saga %s: decided, left for an executor that can go on with it: %s", saga_id, exc)
+                return None
             engine = self._claims.engine(saga, rows, detached=detached)
             async with Session(self._claims, engine):
                 await engine.resume()

@@ -765,4 +765,37 @@ async def test_a_models_call_with_a_secret_argument_runs_with_the_executors_key(
     assert result.status is SagaStatus.SUCCESS, result.describe()
     assert seen == ["hunter2-plain"]
     assert result.steps[0].args["password"] == "**********"
-    assert "hunter2-plain" not in repr(store._steps["secret-chat"])
+    assert "hunter2-plain" not in repr(store._steps["secret-chat"]) + repr(store._sagas["secret-chat"])
+    assert "hunter2-plain" not in json.dumps(await store.export_saga("secret-chat"))
+
+
+async def test_a_models_answer_with_a_secret_is_recorded_encrypted_and_replayed_after_an_approval() -> None:
+    """The model's answer holding a secret argument is kept encrypted in the saga; run again after the call is
+    approved, the runner replays it (the model is not asked again) and the tool gets the real value."""
+    from cryptography.fernet import Fernet
+
+    from saga_runtime import MemoryStore, PlanPolicy
+
+    seen: list[str] = []
+    registry = ToolRegistry()
+
+    @registry.tool
+    class Login:
+        async def execute(self, user: str, password: pydantic.SecretStr) -> str:
+            seen.append(password.get_secret_value())
+            return f"hello {user}"
+
+    store = MemoryStore()
+    executor = SagaExecutor(registry, store=store, secret_key=Fernet.generate_key().decode())
+    mock = MockLLMClient(tool_sequence=[("Login", {"user": "ann", "password": "hunter2-plain"})])
+    runner = LLMRunner(mock, MODEL, registry, executor, policy=PlanPolicy(approval_required={"Login"}))
+    waiting = await runner.run("Log me in", saga_id="gated-chat")
+    assert waiting.status is SagaStatus.WAITING
+    assert "hunter2-plain" not in json.dumps(await store.export_saga("gated-chat"))
+    assert "hunter2-plain" not in repr(store._sagas["gated-chat"])
+    asked = len(mock.requests)
+    await executor.approve("gated-chat", waiting.pending_approvals[0].step_id, by="alice", resume=False)
+    done = await runner.run("Log me in", saga_id="gated-chat")
+    assert done.status is SagaStatus.SUCCESS, done.describe()
+    assert seen == ["hunter2-plain"]
+    assert len(mock.requests) == asked + 1  # only the final answer was asked for: the first turn was replayed

@@ -4,6 +4,7 @@ limiter, within the tool's timeout, and in a worker thread for a sync method.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from collections.abc import Callable
 from functools import partial
@@ -11,7 +12,8 @@ from typing import Any
 
 import anyio
 
-from saga_runtime._records import StepRow, own_copy
+from saga_runtime._exceptions import SecretKeyError
+from saga_runtime._records import SecretKeyring, StepRow, own_copy, reveal
 from saga_runtime._tools import StepContext, ToolSpec
 
 __all__ = ["AttemptTimeout", "Invoker"]
@@ -20,29 +22,35 @@ __all__ = ["AttemptTimeout", "Invoker"]
 class Invoker:
     """Invoke tool methods for one saga (see the module docstring)."""
 
-    __slots__ = ("_call_limiter", "_charge", "_thread_limiter")
+    __slots__ = ("_call_limiter", "_charge", "_keyring", "_thread_limiter")
 
     def __init__(
         self,
         thread_limiter: anyio.CapacityLimiter,
         call_limiter: anyio.CapacityLimiter | None,
         charge: Callable[[float, int], None],
+        keyring: SecretKeyring | None = None,
     ) -> None:
         self._thread_limiter = thread_limiter
         self._call_limiter = call_limiter
         self._charge = charge
+        self._keyring = keyring  # opens the secrets of `ctx.args`
 
     def direct(self, is_async: bool, ctx_params: tuple[str, ...], spec: ToolSpec) -> bool:
         """Tell whether a tool method can be awaited as it is: what `invoke` would do, without its layers."""
         return is_async and not ctx_params and spec.timeout is None and self._call_limiter is None
 
     def context(self, row: StepRow, attempt: int, phase: Any) -> StepContext:
-        """Return the StepContext handed to a tool method of `row`."""
+        """Return the StepContext handed to a tool method of `row` (its `args` with secrets in clear)."""
+        args = own_copy(row.args)
+        if self._keyring is not None:
+            with contextlib.suppress(SecretKeyError):  # a key no longer held: the tool sees the envelope
+                args = reveal(args, self._keyring)
         return StepContext(
             saga_id=row.saga_id,
             step_id=row.step_id,
             tool_name=row.tool_name,
-            args=own_copy(row.args),
+            args=args,
             attempt=attempt,
             idempotency_key=row.idempotency_key,
             phase=phase,

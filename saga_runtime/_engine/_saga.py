@@ -55,7 +55,7 @@ class SagaEngine:
         self.recorder = recorder = Recorder(config, saga, steps, announced=announced, owner=owner)
         self.verdict = verdict = Verdict()
         self.account = Account(saga, Budget.from_json(saga.budget), recorder.touch_saga)
-        invoker = Invoker(config.thread_limiter, config.call_limiter, self.account.charge)
+        invoker = Invoker(config.thread_limiter, config.call_limiter, self.account.charge, config.keyring)
         self.compensator = compensator = Compensator(
             recorder, invoker, verdict, config.registry, config.compensation_timeout
         )

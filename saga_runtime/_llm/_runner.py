@@ -16,6 +16,7 @@ from saga_runtime._exceptions import (
     IdempotencyConflictError,
     LeaseLostError,
     ReplayDivergenceError,
+    SecretKeyError,
     TurnLimitError,
 )
 from saga_runtime._llm._adapter import Adapter, get, plain
@@ -23,7 +24,7 @@ from saga_runtime._llm._calls import adapter_for, run_turn
 from saga_runtime._llm._model_retry import DEFAULT_MODEL_RETRY, call_with_retry
 from saga_runtime._llm._prices import Price, PriceTable
 from saga_runtime._planning import PlanPolicy, TokenUsage
-from saga_runtime._records import SagaResult, canonical_json
+from saga_runtime._records import SagaResult, canonical_json, is_envelope, reveal
 from saga_runtime._tools import RetryPolicy, ToolRegistry
 
 if TYPE_CHECKING:
@@ -187,8 +188,30 @@ class LLMRunner:
         response = await call_with_retry(self.model_retry, partial(self._complete, request), f"model {self.model}")
         return self._adapter.record(response, self.model)
 
-    def _recorded(self, record: Any) -> dict[str, Any]:
+    def _for_record(self, answer: dict[str, Any], saga: DynamicSaga) -> Any:
+        """Return a turn as it is recorded: one calling a tool with secret arguments is stored encrypted whole.
+
+        The model's answer holds its calls' arguments in plain text (in its calls and in its message): a secret
+        among them must not reach the record (shown as "**********"). Without a key there is no way to keep it:
+        the run fails, as a plan holding a secret without a key is refused.
+        """
+        secret = [
+            call["name"] for call in answer["calls"] if (spec := self.registry.find(call["name"])) and spec.secrets
+        ]
+        if not secret:
+            return answer
+        if saga.keyring is None:
+            raise SecretKeyError(
+                f"the model called {', '.join(sorted(set(secret)))}, whose arguments hold secrets, and this executor "
+                "has no key to keep them encrypted; pass SagaExecutor(..., secret_key=KEY) or set "
+                "SAGA_RUNTIME_SECRET_KEY"
+            )
+        return saga.keyring.encrypt(answer)
+
+    def _recorded(self, record: Any, saga: DynamicSaga) -> dict[str, Any]:
         """Return a recorded turn; a chat completion recorded by an earlier version is read as one."""
+        if is_envelope(record):
+            record = reveal(record, saga.keyring)
         if isinstance(record, Mapping) and "api" not in record:
             return adapter_for("chat").record(record, self.model)
         return dict(record)
@@ -196,7 +219,7 @@ class LLMRunner:
     async def _loop(
         self, saga: DynamicSaga, prompt: str | list[Any], max_turns: int, options: Mapping[str, Any]
     ) -> None:
-        recorded = [self._recorded(r) for r in saga.metadata.get("llm_responses") or []]  # a re-entered run's
+        recorded = [self._recorded(r, saga) for r in saga.metadata.get("llm_responses") or []]  # a re-entered run's
         conversation = self._adapter.conversation(prompt, self.system)
         calls_log: list[dict[str, Any]] = []
         responses: list[dict[str, Any]] = []
@@ -206,7 +229,7 @@ class LLMRunner:
                 answer = recorded[turn]  # a re-entered run: the model was asked this already
             else:
                 answer = await self._ask(conversation, options)
-            responses.append(answer)
+            responses.append(self._for_record(answer, saga))
             usage = TokenUsage.from_dict(answer["usage"])
             cost = self.cost_of(usage, model=answer["model"])
             calls_log.append(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -40,6 +41,21 @@ TOOLS = textwrap.dedent(
     class Creds(BaseModel):
         user: str
         token: SecretStr
+
+
+    @registry.tool
+    class Refundable:
+        async def execute(self, api_key: SecretStr, amount: int) -> int:
+            return amount
+
+        async def compensate(self, result: Any, ctx: StepContext) -> None:
+            SEEN.append({"undo with": ctx.args["api_key"]})
+
+
+    @registry.tool
+    class Fail:
+        async def execute(self) -> None:
+            raise RuntimeError("the next step fails: everything before is undone")
 
 
     @registry.tool(approval=True)
@@ -310,6 +326,36 @@ async def test_an_approval_request_never_holds_or_shows_a_secret(stores: Stores,
     assert waiting.pending_approvals[0].args == {"api_key": "**********", "amount": 3}
     assert_no_plaintext(repr(waiting) + json.dumps(waiting.to_dict(), default=str), "the result")
     assert_no_plaintext(await database_bytes(stores, kind, store), "the database")
-    done = await executor.approve("gated-secret", "gated", by="alice")
+    shown = json.dumps(request.args, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    assert request.args_digest == hashlib.sha256(shown.encode()).hexdigest()  # computable from what is shown
+    done = await executor.approve("gated-secret", "gated", by="alice", args_digest=request.args_digest)
+    assert done.status is SagaStatus.SUCCESS
+    assert SEEN[-1]["api_key"].get_secret_value() == PLAINTEXTS["api_key"]
+
+
+async def test_a_compensation_reads_its_secret_from_ctx_args(stores: Stores, store: SagaStore, kind: str) -> None:
+    """ctx.args holds a secret in clear for the tool (a refund needing the API key can make it), never the envelope."""
+    executor = SagaExecutor(registry, store=store, secret_key=KEY)
+    steps = [
+        {"id": "pay", "tool": "Refundable", "args": {"api_key": PLAINTEXTS["api_key"], "amount": 3}},
+        {"id": "fail", "tool": "Fail"},
+    ]
+    result = await executor.run(steps, saga_id="undo-secret")
+    assert result.status is SagaStatus.COMPENSATED, result.describe()
+    assert {"undo with": PLAINTEXTS["api_key"]} in SEEN
+
+
+async def test_an_approval_by_an_executor_without_the_key_is_recorded_and_left_to_one_with_it(
+    stores: Stores, store: SagaStore, kind: str
+) -> None:
+    """approve() on an executor that cannot open the saga's secrets records the decision and returns the saga
+    WAITING (no error saying nothing was stored); a worker holding the key then goes on with it."""
+    steps = [{"id": "gated", "tool": "GatedToken", "args": {"api_key": PLAINTEXTS["api_key"], "amount": 4}}]
+    waiting = await SagaExecutor(registry, store=store, secret_key=KEY).run(steps, saga_id="keyless")
+    assert waiting.status is SagaStatus.WAITING
+    keyless = await SagaExecutor(registry, store=store).approve("keyless", "gated", by="alice")
+    assert keyless.status is SagaStatus.WAITING
+    assert keyless.approvals[0].decision == "approved"
+    (done,) = await SagaExecutor(registry, store=store, secret_key=KEY).recover()
     assert done.status is SagaStatus.SUCCESS
     assert SEEN[-1]["api_key"].get_secret_value() == PLAINTEXTS["api_key"]
