@@ -280,3 +280,40 @@ async def test_saga_tools_give_the_registry_schemas_and_only_the_tools_named(reg
         assert [t.name for t in langchain.saga_tools(saga)] == ["Book", "Fail", "Spend"]
         with pytest.raises(UnknownToolError, match="Teleport"):
             pydantic_ai.saga_tools(saga, ["Teleport"])
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+async def test_a_models_answer_holding_a_secret_is_recorded_encrypted(framework: str) -> None:
+    """With tools that take secrets, each recorded model response is kept encrypted, and a re-entered run is
+    served it from the record; the tool gets the real value."""
+    from cryptography.fernet import Fernet
+    from pydantic import SecretStr
+
+    from saga_runtime import MemoryStore
+
+    seen: list[str] = []
+    registry = ToolRegistry()
+
+    class Login:
+        """Log in with a password."""
+
+        async def execute(self, user: str, password: SecretStr) -> str:
+            seen.append(password.get_secret_value())
+            return f"hello {user}"
+
+    Login.execute.__annotations__["password"] = SecretStr  # resolvable without this module's globals
+    registry.tool(Login)
+    store = MemoryStore()
+    executor = SagaExecutor(registry, store=store, secret_key=Fernet.generate_key().decode())
+    script = [[("c1", "Login", {"user": "ann", "password": "hunter2-plain"})], "Logged in."]
+    async with executor.saga(saga_id="agent") as saga:
+        assert await DRIVERS[framework](script).run(saga, "Log me in") == "Logged in."
+    assert seen == ["hunter2-plain"]
+    assert "hunter2-plain" not in repr(store._sagas["agent"]) + repr(store._steps["agent"])
+    assert saga.result is not None
+    responses = saga.result.metadata["model_responses"]
+    assert [set(r["response"]) for r in responses] == [{"$secret"}, {"$secret"}]  # each kept encrypted
+    replayed = DRIVERS[framework](script)
+    async with executor.saga(saga_id="agent") as again:  # finished: served from the record
+        assert await replayed.run(again, "Log me in") == "Logged in."
+    assert replayed.asked == 0

@@ -22,10 +22,12 @@ from saga_runtime._exceptions import (
     LeaseLostError,
     PlanValidationError,
     ReplayDivergenceError,
+    SecretKeyError,
     StepFailedError,
 )
 from saga_runtime._llm._prices import Price, PriceTable
 from saga_runtime._planning import TokenUsage
+from saga_runtime._records import is_envelope, reveal
 from saga_runtime._tools import ToolSpec
 from saga_runtime._tools._schemas import plain_schema
 
@@ -127,6 +129,22 @@ class ModelRecord:
         self._dump, self._load, self._usage, self._model_name = dump, load, usage, model_name
         self._prices = PriceTable(prices) if prices is not None else None
 
+    def _sealed(self, dumped: Any) -> Any:
+        """Return a response as recorded: encrypted whole when the saga's tools take secrets.
+
+        A response holds the model's tool calls with their arguments in plain text: a secret among them must not
+        reach the record. Without a key there is no way to keep it, and the run fails, as a plan would.
+        """
+        registry = self.saga.registry
+        if not any(registry.get(name).secrets for name in registry.names()):
+            return dumped
+        if self.saga.keyring is None:
+            raise SecretKeyError(
+                "the saga's tools take secret arguments and this executor has no key to keep the model's answers "
+                "encrypted; pass SagaExecutor(..., secret_key=KEY) or set SAGA_RUNTIME_SECRET_KEY"
+            )
+        return self.saga.keyring.encrypt(dumped)
+
     async def respond(self, ask: Callable[[], Awaitable[T]]) -> T:
         """Return the next model response: from the record when the saga holds it, else asked and recorded."""
         state = _state(self.saga)
@@ -142,10 +160,13 @@ class ModelRecord:
                         saga_id=self.saga.saga_id,
                         position=position,
                     )
-                response: T = self._load(entry["response"])
+                stored = entry["response"]
+                if is_envelope(stored):
+                    stored = reveal(stored, self.saga.keyring)
+                response: T = self._load(stored)
             else:
                 response = await ask()
-                entry = {"framework": self.framework, "response": self._dump(response)}
+                entry = {"framework": self.framework, "response": self._sealed(self._dump(response))}
                 # Durable before the framework acts on it: a re-entered run is served this, not a new answer.
                 await self.saga.set_metadata(**{RESPONSES_KEY: [*recorded, entry]})
             state.served = position + 1
