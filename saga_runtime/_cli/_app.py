@@ -18,8 +18,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.table import Table
 
 from saga_runtime._cli._load import load_registry, parse_since
-from saga_runtime._cli._options import KEY_VAR, JsonOption, ToolsOption, options, store_options
-from saga_runtime._cli._render import approvals_table, saga_table, timeline
+from saga_runtime._cli._options import KEY_VAR, DecideToolsOption, JsonOption, ToolsOption, options, store_options
+from saga_runtime._cli._render import saga_table, timeline
 from saga_runtime._cli._ui import TOKEN_VAR, UiError, serve
 from saga_runtime._engine import SagaEvent
 from saga_runtime._exceptions import (
@@ -504,98 +504,6 @@ def unpark(
     _execute(ctx, work)
 
 
-# -- approvals -------------------------------------------------------------------------------------------------
-
-
-@app.command()
-@store_options
-def approvals(
-    ctx: typer.Context,
-    limit: Annotated[int, typer.Option("--limit", "-n", min=1, help="At most this many requests.")] = 100,
-    as_json: JsonOption = False,
-) -> None:
-    """List the steps waiting for a person's decision, oldest first, across sagas."""
-
-    async def work(store: SagaStore) -> ExitCode:
-        pending = await SagaExecutor(ToolRegistry(), store=store).pending_approvals(limit=limit)
-        if as_json:
-            _json([request.model_dump(mode="json") for request in pending])
-        elif not pending:
-            _stdout().print(f"no step waits for a decision in {store.url}")
-        else:
-            console = _stdout()
-            console.print(approvals_table(pending))
-            console.print(f"decide with `{PROG} approve SAGA STEP --by NAME` or `{PROG} reject SAGA STEP --by NAME`")
-        return ExitCode.OK
-
-    _execute(ctx, work)
-
-
-ByOption = Annotated[str, typer.Option("--by", help="Who decides (recorded with the decision).")]
-NoteOption = Annotated[str | None, typer.Option("--note", help="Why (recorded with the decision).")]
-DecideToolsOption = Annotated[
-    str | None,
-    typer.Option(
-        "--tools",
-        "-t",
-        help="Your ToolRegistry (module:attribute or path/to/file.py:attribute): go on with the saga here once "
-        "its group is decided. Without it the decision is recorded only, and a worker (serve) goes on.",
-    ),
-]
-
-
-def _decide(
-    ctx: typer.Context, saga_id: str, step_id: str, decision: str, by: str, note: str | None, tools: str | None
-) -> None:
-    registry = _registry(tools) if tools is not None else ToolRegistry()
-
-    async def work(store: SagaStore) -> ExitCode:
-        await _get(store, saga_id)  # an unknown saga is "not found"
-        executor = SagaExecutor(registry, store=store)
-        decide = executor.approve if decision == "approved" else executor.reject
-        result = await decide(saga_id, step_id, by=by, note=note, resume=tools is not None)
-        console = _stdout()
-        if tools is not None and result.status is not SagaStatus.WAITING:
-            console.print(timeline(result))
-        console.print(f"saga {saga_id}: step {step_id} {decision} by {by}; the saga is {result.status.value}")
-        if result.status is SagaStatus.WAITING and result.pending_approvals:
-            waiting = ", ".join(request.step_id for request in result.pending_approvals)
-            console.print(f"still waiting for a decision on: {waiting}")
-        elif tools is None and result.status is SagaStatus.WAITING:
-            console.print(f"a worker (`{PROG} recover --tools ...` or executor.serve()) goes on with it")
-        return _outcome_code([result])
-
-    _execute(ctx, work)
-
-
-@app.command()
-@store_options
-def approve(
-    ctx: typer.Context,
-    saga_id: Annotated[str, typer.Argument(metavar="SAGA", help="The saga id.")],
-    step_id: Annotated[str, typer.Argument(metavar="STEP", help="The step that waits.")],
-    by: ByOption,
-    note: NoteOption = None,
-    tools: DecideToolsOption = None,
-) -> None:
-    """Allow a waiting step to run (recorded once; exit 5 if it was decided already)."""
-    _decide(ctx, saga_id, step_id, "approved", by, note, tools)
-
-
-@app.command()
-@store_options
-def reject(
-    ctx: typer.Context,
-    saga_id: Annotated[str, typer.Argument(metavar="SAGA", help="The saga id.")],
-    step_id: Annotated[str, typer.Argument(metavar="STEP", help="The step that waits.")],
-    by: ByOption,
-    note: NoteOption = None,
-    tools: DecideToolsOption = None,
-) -> None:
-    """Refuse a waiting step: it never runs, and its saga compensates (recorded once; exit 5 if decided already)."""
-    _decide(ctx, saga_id, step_id, "rejected", by, note, tools)
-
-
 # -- the web console -------------------------------------------------------------------------------------------
 
 
@@ -650,3 +558,7 @@ def _registry(spec: str) -> ToolRegistry:
 def run() -> None:
     """Run the command line (the console script's body)."""
     app(prog_name=PROG)
+
+
+# The approval commands live in a module of their own; importing it registers them on `app`.
+from saga_runtime._cli import _decisions  # noqa: E402, F401

@@ -20,6 +20,7 @@ from saga_runtime._storage import DEFAULT_URL, ENV_VAR
 
 __all__ = [
     "KEY_VAR",
+    "DecideToolsOption",
     "JsonOption",
     "Options",
     "ToolsOption",
@@ -127,3 +128,15 @@ def options(ctx: typer.Context) -> Options:
     found = ctx.find_object(Options)
     assert found is not None, "every command is decorated with @store_options"
     return found
+
+
+# An optional --tools: where a command can go on with the saga itself, else a worker does.
+DecideToolsOption = Annotated[
+    str | None,
+    typer.Option(
+        "--tools",
+        "-t",
+        help="Your ToolRegistry (module:attribute or path/to/file.py:attribute): go on with the saga here once "
+        "its group is decided. Without it the decision is recorded only, and a worker (serve) goes on.",
+    ),
+]
