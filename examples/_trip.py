@@ -6,9 +6,13 @@ import it as their neighbour; `effects` records what the tools did, `asked` how 
 
 from __future__ import annotations
 
+import json
+import tempfile
+from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
-from saga_runtime import ToolRegistry
+from saga_runtime import SagaExecutor, ToolRegistry, open_store
 
 registry = ToolRegistry()
 effects: list[str] = []
@@ -63,3 +67,25 @@ def next_turn() -> Any:
     """Return the scripted model's next turn, counting each time it is asked."""
     asked.append(1)
     return SCRIPT[len(asked) - 1]
+
+
+async def demo(run_agent: Callable[[Any, str], Awaitable[str]]) -> None:
+    """Run `run_agent` in a saga, then run the same saga id again: everything is served from the record."""
+    with tempfile.TemporaryDirectory() as folder:
+        async with open_store(f"sqlite:///{Path(folder) / 'sagas.db'}") as store:
+            executor = SagaExecutor(registry, store=store)
+            for attempt in ("first run", "same saga id again"):
+                asked.clear()
+                effects.clear()
+                async with executor.saga(saga_id="trip-lisbon") as saga:
+                    answer = await run_agent(saga, "Book me a trip to Lisbon on 2025-06-01.")
+                result = saga.result
+                assert result is not None
+                print(
+                    f"{attempt}: saga {result.saga_id}: {result.status.value}, the model was asked {len(asked)} times"
+                )
+                for step in result.steps:
+                    outcome = json.dumps(step.result) if step.error is None else step.error
+                    print(f"  step {step.step_id} {step.tool_name}: {step.status.value} {outcome}")
+                print(f"  effects: {effects or 'none (served from the record)'}")
+                print(f"  answer: {answer}")

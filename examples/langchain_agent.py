@@ -12,14 +12,9 @@ Run it: `python examples/langchain_agent.py`.
 from __future__ import annotations
 
 import asyncio
-import json
-import tempfile
-from pathlib import Path
 from typing import Any
 
-from _trip import asked, effects, next_turn, registry  # the trip's tools and the scripted model
-
-from saga_runtime import SagaExecutor, open_store
+from _trip import demo, next_turn  # the trip's tools and the scripted model
 
 
 async def run_agent(saga: Any, prompt: str) -> str:
@@ -50,25 +45,8 @@ async def run_agent(saga: Any, prompt: str) -> str:
 
 
 async def main() -> None:
-    """Run the agent in a saga, then run the same saga id again: everything is served from the record."""
-    with tempfile.TemporaryDirectory() as folder:
-        async with open_store(f"sqlite:///{Path(folder) / 'sagas.db'}") as store:
-            executor = SagaExecutor(registry, store=store)
-            for attempt in ("first run", "same saga id again"):
-                asked.clear()
-                effects.clear()
-                async with executor.saga(saga_id="trip-lisbon") as saga:
-                    answer = await run_agent(saga, "Book me a trip to Lisbon on 2025-06-01.")
-                result = saga.result
-                assert result is not None
-                print(
-                    f"{attempt}: saga {result.saga_id}: {result.status.value}, the model was asked {len(asked)} times"
-                )
-                for step in result.steps:
-                    outcome = json.dumps(step.result) if step.error is None else step.error
-                    print(f"  step {step.step_id} {step.tool_name}: {step.status.value} {outcome}")
-                print(f"  effects: {effects or 'none (served from the record)'}")
-                print(f"  answer: {answer}")
+    """Run the agent twice on one saga id (see _trip.demo)."""
+    await demo(run_agent)
 
 
 if __name__ == "__main__":
