@@ -151,6 +151,7 @@ class DynamicSaga:
                 "once that executor is gone (its lease expired) or has finished it",
                 saga_id=self.saga_id,
                 owner=saga.owner,
+                lease_expires_at=saga.lease_expires_at,
             )
         engine = claims.engine(saga, rows)
         try:

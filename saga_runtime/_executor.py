@@ -616,6 +616,7 @@ class SagaExecutor:
             "its result with store.get_saga(), or run it again once it has finished",
             saga_id=saga.saga_id,
             owner=saga.owner,
+            lease_expires_at=saga.lease_expires_at,
         )
 
     async def _drive(self, engine: SagaEngine, plan: Plan) -> SagaResult:
