@@ -136,3 +136,11 @@ def test_a_malformed_host_or_origin_is_refused_not_a_500(console: TestClient, va
     headers = [(b"origin", raw(value)), (b"authorization", raw(f"Bearer {TOKEN}"))]
     assert console.post("/api/actions/unpark", json={"saga_id": "nothing"}, headers=headers).status_code == 403
     assert console.post("/login", data={CSRF_FIELD: "0"}, headers=[(b"origin", raw(value))]).status_code == 403
+
+
+def test_an_api_action_with_a_json_body_nested_too_deep_is_refused_not_a_500(console: TestClient) -> None:
+    """A JSON body nested past the parser's limit is a 400 like any body that is no JSON object, never a 500."""
+    headers = {"authorization": f"Bearer {TOKEN}", "content-type": "application/json"}
+    for body in ("[" * 100_000 + "]" * 100_000, '{"saga_id": ' + "[" * 5_000 + "]" * 5_000 + "}"):
+        answer = console.post("/api/actions/unpark", content=body, headers=headers)
+        assert answer.status_code == 400, answer.text
