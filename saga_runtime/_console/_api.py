@@ -90,7 +90,7 @@ async def act(request: Request) -> Response:
         return _error("refused: the request came from a page of another site", 403)
     try:
         body: Any = json.loads(await request.body())
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):  # nested past the parser's limit
         return _error("the body is not JSON", 400)
     if not isinstance(body, dict) or not all(isinstance(v, str) for v in body.values() if v is not None):
         return _error("the body is a JSON object of strings: saga_id, step_id, by, note, args_digest", 400)

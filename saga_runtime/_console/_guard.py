@@ -51,6 +51,16 @@ def is_loopback(host: str) -> bool:
         return False  # a name that resolves elsewhere, or 0.0.0.0 / :: (every interface)
 
 
+def _bytes(text: str) -> bytes:
+    # Lone surrogates too: a wrong credential is refused, never an error.
+    return text.encode("utf-8", "surrogatepass")
+
+
+def _same(given: str, expected: str) -> bool:
+    """Compare in constant time as bytes (compare_digest raises TypeError on non-ASCII str)."""
+    return hmac.compare_digest(_bytes(given), _bytes(expected))
+
+
 class Guard:
     """The console's token and its per-process secret: sessions for the token, and CSRF tokens for forms."""
 
@@ -61,13 +71,13 @@ class Guard:
         self._secret = secrets.token_bytes(32)
 
     def _sign(self, purpose: str, value: str) -> str:
-        return hmac.new(self._secret, f"{purpose}\0{value}".encode(), hashlib.sha256).hexdigest()
+        return hmac.new(self._secret, _bytes(f"{purpose}\0{value}"), hashlib.sha256).hexdigest()
 
     def token_matches(self, given: str | None) -> bool:
         """Tell whether `given` is the UI token (always True when no token is set)."""
         if self.token is None:
             return True
-        return given is not None and hmac.compare_digest(given.encode(), self.token.encode())
+        return given is not None and _same(given, self.token)
 
     def session_value(self) -> str:
         """Return the session cookie's value for a person who gave the token (never the token itself)."""
@@ -77,7 +87,7 @@ class Guard:
         """Tell whether a session cookie was given by this process for the current token."""
         if self.token is None:
             return True
-        return cookie is not None and hmac.compare_digest(cookie, self.session_value())
+        return cookie is not None and _same(cookie, self.session_value())
 
     @staticmethod
     def new_nonce() -> str:
@@ -92,4 +102,4 @@ class Guard:
         """Tell whether a form's CSRF field was signed by this process for the browser's CSRF cookie."""
         if not nonce or not field:
             return False
-        return hmac.compare_digest(field, self.csrf_token(nonce))
+        return _same(field, self.csrf_token(nonce))

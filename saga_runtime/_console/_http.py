@@ -31,8 +31,7 @@ class SecurityMiddleware:
             return
         if self.loopback_only:
             host = dict(scope["headers"]).get(b"host", b"").decode("latin-1")
-            name = urlsplit(f"//{host}").hostname or ""
-            if not is_loopback(name):
+            if not is_loopback(_hostname(host)):
                 await _plain(send, 421, "the console answers to localhost / 127.0.0.1 only")
                 return
 
@@ -47,6 +46,14 @@ class SecurityMiddleware:
             await send(message)
 
         await self.app(scope, receive, with_headers)
+
+
+def _hostname(host: str) -> str:
+    """Return the name a Host header gives ("" when it is malformed, as "[::1" is)."""
+    try:
+        return urlsplit(f"//{host}").hostname or ""
+    except ValueError:
+        return ""
 
 
 async def _plain(send: Send, status: int, text: str) -> None:
@@ -87,7 +94,11 @@ def same_origin(request: Request) -> bool:
     origin = request.headers.get("origin")
     if origin is None:
         return True  # not sent by a browser page (curl, a script): the token and CSRF checks still apply
-    return origin != "null" and urlsplit(origin).netloc == request.headers.get("host", "")
+    try:
+        netloc = urlsplit(origin).netloc
+    except ValueError:  # "http://[": no origin at all, refused
+        return False
+    return origin != "null" and netloc == request.headers.get("host", "")
 
 
 def safe_next(value: str | None, default: str = "/") -> str:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from saga_runtime._planning import TokenUsage
+from saga_runtime._records import MAX_JSON_DEPTH
 from saga_runtime._tools import ToolSpec
 
 __all__ = ["Adapter", "ToolReply", "get", "plain", "turn"]
@@ -25,20 +26,29 @@ def get(obj: Any, name: str, default: Any = None) -> Any:
     return default if value is None else value
 
 
-def plain(value: Any) -> Any:
-    """Return an SDK object (pydantic models, dataclasses of the mock, dicts, lists) as plain JSON values."""
+def plain(value: Any, _depth: int = 0) -> Any:
+    """Return an SDK object (pydantic models, dataclasses of the mock, dicts, lists) as plain JSON values.
+
+    Raise `ValueError` for one nested deeper than a store keeps (`MAX_JSON_DEPTH`), or holding itself.
+    """
     if value is None or isinstance(value, str | int | float | bool):
         return value
+    if _depth >= MAX_JSON_DEPTH:
+        raise ValueError(
+            f"the model's answer (or the prompt) nests more than {MAX_JSON_DEPTH} levels deep, or holds itself: it "
+            "cannot be recorded"
+        )
+    _depth += 1
     if isinstance(value, Mapping):
-        return {str(k): plain(v) for k, v in value.items() if v is not None}
+        return {str(k): plain(v, _depth) for k, v in value.items() if v is not None}
     if isinstance(value, list | tuple):
-        return [plain(v) for v in value]
+        return [plain(v, _depth) for v in value]
     dump = getattr(value, "model_dump", None)
     if callable(dump):
-        return plain(dump(mode="json", exclude_none=True))
+        return plain(dump(mode="json", exclude_none=True), _depth - 1)  # the same level, as a dict
     fields = getattr(value, "__dataclass_fields__", None)
     if fields is not None:
-        return {name: plain(getattr(value, name)) for name in fields if getattr(value, name) is not None}
+        return {name: plain(getattr(value, name), _depth) for name in fields if getattr(value, name) is not None}
     raise TypeError(f"cannot record a {type(value).__name__} of the model's answer as JSON")
 
 

@@ -19,6 +19,7 @@ from saga_runtime._records import (
     MIN_JSON_INT,
     SecretKeyring,
     canonical_json,
+    check_nesting,
     conceal,
     mask_secrets,
     own_values,
@@ -316,6 +317,18 @@ _is_str = str.__instancecheck__  # isinstance(x, str) as a function: all(map(...
 _NONE: frozenset[str] = frozenset()
 
 
+def _unwrapped(args: Mapping[str, Any], tool: str) -> dict[str, Any]:
+    """Return `args` with secret objects replaced by their values; raise `ResultNotStorableError` if it cannot walk
+    them (nested past its bound, or holding themselves: where is said; a model that cannot be dumped)."""
+    try:
+        return unwrap_secrets(dict(args))  # type: ignore[no-any-return]
+    except (ValueError, RecursionError) as exc:
+        check_nesting(args, what="the arguments", tool_name=tool)  # says where
+        raise ResultNotStorableError(
+            f"the arguments of tool {tool!r} cannot be stored as JSON: {exc}", tool_name=tool, type_name="dict"
+        ) from None
+
+
 def _check_step(
     draft: _Draft,
     registry: ToolRegistry,
@@ -333,7 +346,7 @@ def _check_step(
         return None
     try:
         # A secret object (SecretStr, ...) stands for its value: as JSON it would become "**********".
-        args = to_json_value(unwrap_secrets(dict(args)), what="the arguments", tool_name=tool)
+        args = to_json_value(_unwrapped(args, tool), what="the arguments", tool_name=tool)
     except ResultNotStorableError as exc:
         problems.append(f"{_label(draft)}: {exc}")
         return None
@@ -390,7 +403,7 @@ def call_args(spec: ToolSpec, args: Mapping[str, Any], keyring: SecretKeyring | 
     Raise `pydantic.ValidationError` for bad arguments, `ResultNotStorableError` for values that are not JSON,
     `SecretKeyError` for a secret this executor has no key to encrypt.
     """
-    plain = unwrap_secrets(dict(args))
+    plain = _unwrapped(args, spec.name)
     spec.validate_args(plain)
     stored = to_json_value(plain, what="the arguments", tool_name=spec.name)
     return dict(conceal(stored, spec.secrets, keyring, what=what))

@@ -10,6 +10,7 @@ from typing import Any
 from saga_runtime._exceptions import StoreError
 from saga_runtime._records._approvals import ApprovalRow
 from saga_runtime._records._rows import SagaRow, SagaStatus, StepRow, StepStatus
+from saga_runtime._records._values import MAX_JSON_DEPTH, nesting_problem
 
 __all__ = ["EXPORT_FORMAT", "EXPORT_VERSION", "export_rows", "import_approvals", "import_rows"]
 
@@ -20,6 +21,16 @@ _SAGA_FIELDS = {f.name for f in fields(SagaRow)}
 _STEP_FIELDS = {f.name for f in fields(StepRow)}
 _APPROVAL_FIELDS = {f.name for f in fields(ApprovalRow)}
 _TIMES = ("created_at", "updated_at", "finished_at", "lease_expires_at", "started_at", "compensated_at")
+# A stored plan holds the arguments of its steps five levels down (a join group's list, its dict, ...).
+_PLAN_DEPTH = MAX_JSON_DEPTH + 5
+
+
+def _check_nesting(values: Sequence[tuple[str, Any, int]]) -> None:
+    """Raise ValueError for a value nested deeper than a store keeps, or holding itself (never walked later)."""
+    for what, value, depth in values:
+        problem = nesting_problem(value, max_depth=depth)
+        if problem is not None:
+            raise ValueError(f"{what}: {problem}")
 
 
 def _plain(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -59,6 +70,7 @@ def import_approvals(data: Mapping[str, Any], saga_id: str) -> list[ApprovalRow]
             if values.get("saga_id") != saga_id:
                 raise ValueError(f"approval {values.get('step_id')!r} belongs to saga {values.get('saga_id')!r}")
             rows.append(ApprovalRow(**values))
+        _check_nesting([(f"approval {row.step_id!r}: the arguments", row.args, MAX_JSON_DEPTH) for row in rows])
     except (KeyError, TypeError, ValueError) as exc:
         raise StoreError(f"the saga export is malformed ({type(exc).__name__}: {exc}); it cannot be imported") from None
     return rows
@@ -100,6 +112,14 @@ def import_rows(data: Mapping[str, Any]) -> tuple[SagaRow, list[StepRow]]:
             if values.get("saga_id") != saga.saga_id:
                 raise ValueError(f"step {values.get('step_id')!r} belongs to saga {values.get('saga_id')!r}")
             steps.append(StepRow(**values))
+        _check_nesting(
+            [
+                ("the plan", saga.plan, _PLAN_DEPTH),
+                ("the metadata", saga.metadata, MAX_JSON_DEPTH),
+                *((f"step {row.step_id!r}: the arguments", row.args, MAX_JSON_DEPTH) for row in steps),
+                *((f"step {row.step_id!r}: the result", row.result, MAX_JSON_DEPTH) for row in steps),
+            ]
+        )
     except (KeyError, TypeError, ValueError) as exc:
         raise StoreError(f"the saga export is malformed ({type(exc).__name__}: {exc}); it cannot be imported") from None
     return saga, steps

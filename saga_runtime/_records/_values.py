@@ -20,9 +20,12 @@ step's arguments, a saga's plan or metadata) is stored as JSON when:
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
+from collections.abc import Mapping
 from typing import Any
 
+import pydantic
 import pydantic_core
 
 from saga_runtime._exceptions import ResultNotStorableError
@@ -32,7 +35,9 @@ __all__ = [
     "MAX_JSON_DEPTH",
     "MAX_JSON_INT",
     "MIN_JSON_INT",
+    "check_nesting",
     "json_problem",
+    "nesting_problem",
     "own_copy",
     "own_values",
     "to_json_value",
@@ -141,6 +146,77 @@ def json_problem(value: Any) -> str | None:
     return None if 6 * chars + 24 * count <= MAX_JSON_BYTES else _size_problem(value)
 
 
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+
+
+def _members(node: Any) -> Any:
+    """Return the (name, value) pairs a container holds (`()` if it holds no container), or None if no container."""
+    kind = type(node)
+    if kind is dict:
+        return () if _LEAVES.issuperset(map(type, node.values())) else node.items()
+    if kind is list:
+        return () if _LEAVES.issuperset(map(type, node)) else enumerate(node)
+    if kind in _LEAVES:
+        return None
+    if isinstance(node, Mapping):
+        return node.items()
+    if isinstance(node, list | tuple):
+        return enumerate(node)
+    if isinstance(node, set | frozenset):
+        return (("*", item) for item in node)
+    if isinstance(node, pydantic.BaseModel):
+        return vars(node).items()
+    if dataclasses.is_dataclass(node) and not isinstance(node, type):
+        return ((field.name, getattr(node, field.name, None)) for field in dataclasses.fields(node))
+    return None
+
+
+def nesting_problem(value: Any, *, max_depth: int = MAX_JSON_DEPTH) -> str | None:
+    """Return where a value's containers nest more than `max_depth` levels or hold themselves, or None.
+
+    Walks mappings, lists, tuples, sets, pydantic models and dataclasses without recursing (a value nested
+    thousands deep, or cyclic, is refused rather than raising `RecursionError`); the path is dotted, as in `$ref`.
+    """
+    members = _members(value)
+    if members is None:
+        return None
+    # Depth first, each frame an iterator over its container's members; `on_path` holds the open containers.
+    frames: list[tuple[Any, Any]] = [(value, iter(members))]
+    path: list[str] = []
+    on_path = {id(value)}
+    while frames:
+        node, items = frames[-1]
+        for name, item in items:
+            if type(item) in _LEAVES:
+                continue
+            inner = _members(item)
+            if inner is None:
+                continue
+            if id(item) in on_path:
+                return f"it holds itself at {'.'.join([*path, str(name)])!r} (a cycle), which JSON cannot hold"
+            if len(frames) >= max_depth:
+                return f"{_DEEP}, at {'.'.join([*path, str(name)])!r}"
+            if inner == ():
+                continue  # a container of scalars: nothing below it
+            frames.append((item, iter(inner)))
+            path.append(str(name))
+            on_path.add(id(item))
+            break
+        else:
+            frames.pop()
+            on_path.discard(id(node))
+            if path:
+                path.pop()
+    return None
+
+
+def check_nesting(value: Any, *, what: str, tool_name: str) -> None:
+    """Raise `ResultNotStorableError` if `value` nests too deep for any store or holds itself (see above)."""
+    problem = nesting_problem(value)
+    if problem is not None:
+        raise _refused(what, tool_name, value, problem)
+
+
 def to_json_value(value: Any, *, what: str, tool_name: str) -> Any:
     """Return `value` as the JSON-able structure it is stored as; raise `ResultNotStorableError` if it has none.
 
@@ -174,10 +250,14 @@ def to_json_value(value: Any, *, what: str, tool_name: str) -> Any:
             if "surrogates not allowed" in reason:  # pydantic encodes keys to UTF-8 as it converts them
                 reason = f"a key holds {_SURROGATE}"
             elif isinstance(exc, RecursionError) or "depth exceeded" in reason:
-                reason = _DEEP
+                reason = nesting_problem(value) or _DEEP  # says where
+            elif "Circular reference" in reason:
+                reason = nesting_problem(value) or "it holds itself (a cycle), which JSON cannot hold"
             raise _refused(what, tool_name, value, reason) from None
     problem = json_problem(converted)
     if problem is not None:
+        if problem is _DEEP:
+            problem = nesting_problem(converted) or problem  # says where
         raise _refused(what, tool_name, value, problem)
     return converted
 

@@ -98,11 +98,19 @@ def secret_paths(model: type[pydantic.BaseModel]) -> dict[str, Any]:
     return _model_paths(model, (model,)) or {}
 
 
-def unwrap_secrets(value: Any) -> Any:
+# A backstop: callers refuse values nested past the value rule's depth (24) before unwrapping them.
+_MAX_DEPTH = 100
+
+
+def unwrap_secrets(value: Any, _depth: int = 0) -> Any:
     """Return a value with each pydantic secret object (SecretStr, SecretBytes, ...) replaced by what it holds.
 
-    A secret object given in a plan stands for its value: stored as JSON it would become "**********".
+    A secret object given in a plan stands for its value: stored as JSON it would become "**********". Raise
+    `ValueError` for containers nested more than 100 deep (or cyclic) rather than recursing without end.
     """
+    if _depth > _MAX_DEPTH:
+        raise ValueError(f"the value nests more than {_MAX_DEPTH} levels deep, or holds itself")
+    _depth += 1
     if isinstance(value, pydantic.SecretStr | pydantic.SecretBytes):
         return value.get_secret_value()
     secret_generic: Any = getattr(pydantic, "Secret", None)
@@ -114,9 +122,9 @@ def unwrap_secrets(value: Any) -> Any:
                 break
         else:
             return value
-        return {key: unwrap_secrets(item) for key, item in value.items()}
+        return {key: unwrap_secrets(item, _depth) for key, item in value.items()}
     if type(value) is list or type(value) is tuple:
-        return [unwrap_secrets(item) for item in value]
+        return [unwrap_secrets(item, _depth) for item in value]
     if isinstance(value, pydantic.BaseModel):
-        return unwrap_secrets(value.model_dump())  # a model holding secret fields: its values, as a dict
+        return unwrap_secrets(value.model_dump(), _depth)  # a model holding secret fields: its values, as a dict
     return value

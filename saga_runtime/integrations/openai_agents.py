@@ -37,8 +37,9 @@ def _tool(saga: DynamicSaga, name: str, description: str, schema: dict[str, Any]
     async def invoke(ctx: ToolContext[Any], arguments: str) -> str:
         try:
             args = json.loads(arguments) if arguments.strip() else {}
-        except ValueError as exc:
-            return json.dumps({"error": f"refused before running: the arguments are not valid JSON ({exc})"})
+        except (ValueError, RecursionError) as exc:
+            reason = "nested too deeply" if isinstance(exc, RecursionError) else exc
+            return json.dumps({"error": f"refused before running: the arguments are not valid JSON ({reason})"})
         if not isinstance(args, dict):
             return json.dumps({"error": "refused before running: the arguments must be a JSON object"})
         return await call_step(saga, name, args, ctx.tool_call_id)
