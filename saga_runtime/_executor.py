@@ -125,6 +125,7 @@ class SagaExecutor:
         self.max_concurrency = max_concurrency
         self.max_recovery_attempts = max_recovery_attempts
         self.recovery_concurrency = recovery_concurrency
+        self.hooks: tuple[SagaHook, ...] = tuple(hooks)  # read by front doors with events of their own (LLMRunner)
         config = EngineConfig(
             registry=registry,
             store=self.store,
@@ -133,7 +134,7 @@ class SagaExecutor:
             compensation_timeout=self.compensation_timeout,
             thread_limiter=anyio.CapacityLimiter(max_threads),
             call_limiter=None if max_concurrency is None else anyio.CapacityLimiter(max_concurrency),
-            hooks=tuple(hooks),
+            hooks=self.hooks,
             keyring=SecretKeyring.configured(secret_key if secret_key is not None else os.environ.get(KEY_ENV)),
         )
         self._claims = Claims(config)
