@@ -112,15 +112,16 @@ class TracingHook:
     # -- steps -----------------------------------------------------------------------------------------------
 
     def _child(
-        self, event: SagaEvent, name: str, attributes: dict[str, Any], kind: SpanKind = SpanKind.INTERNAL
+        self, event: SagaEvent, name: str, attributes: dict[str, Any], *, kind: SpanKind = SpanKind.INTERNAL
     ) -> Span:
         parent = self._sagas.get(event.saga_id)
         context = trace.set_span_in_context(parent) if parent is not None else None
+        start = event.started_at if isinstance(event, ModelCallEvent) and event.started_at else event.at
         return self._tracer.start_span(
             name,
             context=context,
             kind=kind,
-            start_time=_ns(event.at),
+            start_time=_ns(start),
             attributes={"saga_runtime.saga.id": event.saga_id, **attributes},
         )
 
@@ -215,14 +216,7 @@ class TracingHook:
                 attributes["gen_ai.response.model"] = event.response_model
             if event.finish_reason:
                 attributes["gen_ai.response.finish_reasons"] = [event.finish_reason]
-        parent = self._sagas.get(event.saga_id)
-        span = self._tracer.start_span(
-            f"chat {event.model}",
-            context=trace.set_span_in_context(parent) if parent is not None else None,
-            kind=SpanKind.CLIENT,
-            start_time=_ns(event.started_at or event.at),
-            attributes={"saga_runtime.saga.id": event.saga_id, **attributes},
-        )
+        span = self._child(event, f"chat {event.model}", attributes, kind=SpanKind.CLIENT)
         if event.error is not None:
             _fail(span, event.error, "_OTHER")
         span.end(end_time=_ns(event.at))
