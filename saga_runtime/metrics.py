@@ -186,7 +186,7 @@ class PrometheusHook:
             self._running.add(event.saga_id)
         self._m.running.inc()
 
-    def _stopped(self, saga_id: str) -> None:
+    def _not_running(self, saga_id: str) -> None:
         with self._lock:
             self._step_starts.pop(saga_id, None)
             if saga_id not in self._running:
@@ -196,11 +196,11 @@ class PrometheusHook:
 
     def _saga_finished(self, event: SagaEvent) -> None:
         self._m.finished.labels(status=event.status or "").inc()
-        self._stopped(event.saga_id)
+        self._not_running(event.saga_id)
 
     def _approval_requested(self, event: SagaEvent) -> None:
         self._m.approvals.labels(tool=event.tool_name or "").inc()
-        self._stopped(event.saga_id)  # a new request is undecided: the saga stops and waits
+        self._not_running(event.saga_id)  # a new request is undecided: the saga stops and waits
 
     def _step_started(self, event: SagaEvent) -> None:
         with self._lock:
