@@ -34,7 +34,7 @@ from saga_runtime._exceptions import (
     UnknownToolError,
 )
 from saga_runtime._executor import SagaExecutor
-from saga_runtime._llm import LLMRunner, MockLLMClient, tool_result_messages
+from saga_runtime._llm import LLMRunner, MockLLMClient, ModelCallEvent, tool_result_messages
 from saga_runtime._planning import (
     PlanPolicy,
     Step,
@@ -75,6 +75,7 @@ __all__ = [
     "LoggingHook",
     "MemoryStore",
     "MockLLMClient",
+    "ModelCallEvent",
     "PlanPolicy",
     "PlanValidationError",
     "ReplayDivergenceError",

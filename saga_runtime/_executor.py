@@ -127,6 +127,7 @@ class SagaExecutor:
         self.max_recovery_attempts = max_recovery_attempts
         self.recovery_concurrency = recovery_concurrency
         self._resources = Resources(registry.lifespan_function)
+        self.hooks: tuple[SagaHook, ...] = tuple(hooks)  # read by front doors with events of their own (LLMRunner)
         config = EngineConfig(
             registry=registry,
             store=self.store,
@@ -135,7 +136,7 @@ class SagaExecutor:
             compensation_timeout=self.compensation_timeout,
             thread_limiter=anyio.CapacityLimiter(max_threads),
             call_limiter=None if max_concurrency is None else anyio.CapacityLimiter(max_concurrency),
-            hooks=tuple(hooks),
+            hooks=self.hooks,
             keyring=SecretKeyring.configured(secret_key if secret_key is not None else os.environ.get(KEY_ENV)),
             resources=self._resources,
         )

@@ -1,4 +1,4 @@
-"""OpenTelemetry tracing of sagas: one span per saga, child spans per step and per compensation.
+"""OpenTelemetry tracing of sagas, spans named by the OpenTelemetry GenAI conventions where they apply.
 
 Install the extra (`pip install 'saga-runtime[otel]'`), configure OpenTelemetry as usual, and give the executor
 the hook::
@@ -8,22 +8,37 @@ the hook::
 
     executor = SagaExecutor(registry, store=store, hooks=[TracingHook()])
 
-Spans carry `saga.id`, `saga.status`, `saga.step.id`, `saga.step.tool`, `saga.step.group`, `saga.step.status`,
-`saga.step.attempts` and `saga.step.idempotency_key`; a failed attempt is a span event; a step that failed, a
-compensation that gave up and a saga that did not end SUCCESS have an ERROR status with the error.
+The spans of one saga share a trace, children of the saga's span `saga {saga id}`:
+
+- `execute_tool {tool}`, one per attempt of a step, with `gen_ai.operation.name="execute_tool"`,
+  `gen_ai.tool.name`, `gen_ai.tool.call.id` (the step id) and `gen_ai.tool.type="function"`. A retried
+  attempt's span begins when the attempt before it failed (its backoff included).
+- `chat {model}`, one per model call of an `LLMRunner` (span kind CLIENT), with `gen_ai.operation.name="chat"`,
+  `gen_ai.request.model`, `gen_ai.response.model`, `gen_ai.response.finish_reasons`,
+  `gen_ai.usage.input_tokens` and `gen_ai.usage.output_tokens`.
+- `compensate {tool}`, one per compensation attempt.
+
+saga_runtime's own attributes are under `saga_runtime.`: `saga_runtime.saga.id`, `saga_runtime.saga.status`,
+`saga_runtime.step.id`, `saga_runtime.step.tool`, `saga_runtime.step.group`, `saga_runtime.step.attempt`,
+`saga_runtime.step.status`, `saga_runtime.step.idempotency_key`, `saga_runtime.compensation.attempt`,
+`saga_runtime.llm.turn` and `saga_runtime.llm.cost`. A failed attempt, a step that failed, a compensation that
+gave up, a failed model call and a saga that did not end SUCCESS have an ERROR status and `error.type`. A saga
+that stops to wait for an approval ends its span (status WAITING); going on later starts a new one.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 try:
     from opentelemetry import trace
-    from opentelemetry.trace import Span, Status, StatusCode, Tracer, TracerProvider
+    from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, TracerProvider
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError("saga_runtime.otel needs OpenTelemetry: pip install 'saga-runtime[otel]'") from exc
 
 from saga_runtime._engine import SagaEvent
+from saga_runtime._llm import ModelCallEvent
 
 __all__ = ["TracingHook"]
 
@@ -34,13 +49,20 @@ def _ns(at: datetime) -> int:
     return int(at.timestamp() * 1_000_000_000)
 
 
+def _fail(span: Span, error: str | None, fallback: str) -> None:
+    """Mark a span failed: ERROR status, and `error.type` (the exception's type when `error` names it)."""
+    prefix = (error or "").split(":", 1)[0]
+    span.set_status(Status(StatusCode.ERROR, error or fallback))
+    span.set_attribute("error.type", prefix if prefix.isidentifier() else fallback)
+
+
 class TracingHook:
     """A `SagaHook` that turns saga events into OpenTelemetry spans (see the module docstring)."""
 
     def __init__(self, tracer_provider: TracerProvider | None = None, *, tracer: Tracer | None = None) -> None:
         self._tracer = tracer or trace.get_tracer("saga_runtime", tracer_provider=tracer_provider)
         self._sagas: dict[str, Span] = {}
-        self._steps: dict[tuple[str, str], Span] = {}
+        self._attempts: dict[tuple[str, str], Span] = {}
         self._compensations: dict[tuple[str, str], Span] = {}
 
     def __call__(self, event: SagaEvent) -> None:
@@ -52,65 +74,106 @@ class TracingHook:
     # -- the saga --------------------------------------------------------------------------------------------
 
     def _saga_started(self, event: SagaEvent) -> None:
+        self._end_saga(event, None)  # started again without an end seen here: that run's span ends now
         self._sagas[event.saga_id] = self._tracer.start_span(
             f"saga {event.saga_id}",
             start_time=_ns(event.at),
-            attributes={"saga.id": event.saga_id, "saga.status": event.status or ""},
+            attributes={"saga_runtime.saga.id": event.saga_id, "saga_runtime.saga.status": event.status or ""},
         )
 
     def _saga_finished(self, event: SagaEvent) -> None:
-        for key in [key for key in (*self._steps, *self._compensations) if key[0] == event.saga_id]:
-            for spans in (self._steps, self._compensations):
-                leftover = spans.pop(key, None)
-                if leftover is not None:
-                    leftover.end(end_time=_ns(event.at))
+        self._end_saga(event, event.status or "")
+
+    def _approval_requested(self, event: SagaEvent) -> None:
+        span = self._sagas.get(event.saga_id)
+        if span is not None:
+            span.add_event(
+                "approval requested",
+                {"saga_runtime.step.id": event.step_id or "", "saga_runtime.step.tool": event.tool_name or ""},
+                timestamp=_ns(event.at),
+            )
+        # A new request is undecided: the saga stops here and waits, maybe for days.
+        self._end_saga(event, "WAITING")
+
+    def _end_saga(self, event: SagaEvent, status: str | None) -> None:
+        for spans in (self._attempts, self._compensations):
+            for key in [key for key in spans if key[0] == event.saga_id]:
+                spans.pop(key).end(end_time=_ns(event.at))
         span = self._sagas.pop(event.saga_id, None)
         if span is None:
             return
-        span.set_attribute("saga.status", event.status or "")
-        if event.status != "SUCCESS":
-            span.set_status(Status(StatusCode.ERROR, event.error or event.status))
+        if status is not None:
+            span.set_attribute("saga_runtime.saga.status", status)
+            if status not in ("SUCCESS", "WAITING"):
+                span.set_status(Status(StatusCode.ERROR, event.error or status))
+                span.set_attribute("error.type", status)
         span.end(end_time=_ns(event.at))
 
     # -- steps -----------------------------------------------------------------------------------------------
 
-    def _child(self, event: SagaEvent, name: str) -> Span:
+    def _child(
+        self, event: SagaEvent, name: str, attributes: dict[str, Any], *, kind: SpanKind = SpanKind.INTERNAL
+    ) -> Span:
         parent = self._sagas.get(event.saga_id)
         context = trace.set_span_in_context(parent) if parent is not None else None
+        start = event.started_at if isinstance(event, ModelCallEvent) and event.started_at else event.at
         return self._tracer.start_span(
             name,
             context=context,
-            start_time=_ns(event.at),
-            attributes={
-                "saga.id": event.saga_id,
-                "saga.step.id": event.step_id or "",
-                "saga.step.tool": event.tool_name or "",
-                "saga.step.group": event.group if event.group is not None else -1,
-                "saga.step.idempotency_key": event.idempotency_key or "",
+            kind=kind,
+            start_time=_ns(start),
+            attributes={"saga_runtime.saga.id": event.saga_id, **attributes},
+        )
+
+    @staticmethod
+    def _step(event: SagaEvent) -> dict[str, Any]:
+        return {
+            "saga_runtime.step.id": event.step_id or "",
+            "saga_runtime.step.tool": event.tool_name or "",
+            "saga_runtime.step.group": event.group if event.group is not None else -1,
+            "saga_runtime.step.idempotency_key": event.idempotency_key or "",
+        }
+
+    def _open_attempt(self, event: SagaEvent, attempt: int) -> None:
+        tool = event.tool_name or ""
+        key = (event.saga_id, event.step_id or "")
+        previous = self._attempts.pop(key, None)
+        if previous is not None:
+            previous.end(end_time=_ns(event.at))
+        self._attempts[key] = self._child(
+            event,
+            f"execute_tool {tool}",
+            {
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": tool,
+                "gen_ai.tool.call.id": event.step_id or "",
+                "gen_ai.tool.type": "function",
+                **self._step(event),
+                "saga_runtime.step.attempt": attempt,
             },
         )
 
     def _step_started(self, event: SagaEvent) -> None:
-        key = (event.saga_id, event.step_id or "")
-        self._steps.setdefault(key, self._child(event, f"step {event.tool_name}"))
+        self._open_attempt(event, event.attempt or 1)
 
     def _attempt_failed(self, event: SagaEvent) -> None:
-        span = self._steps.get((event.saga_id, event.step_id or ""))
-        if span is not None:
-            span.add_event(
-                "attempt failed",
-                {"attempt": event.attempt or 0, "error": event.error or "", "will_retry": bool(event.will_retry)},
-                timestamp=_ns(event.at),
-            )
+        key = (event.saga_id, event.step_id or "")
+        span = self._attempts.get(key)
+        if span is None or not event.will_retry:
+            return  # the last attempt: its span ends with the step, with the step's status
+        self._attempts.pop(key)
+        span.set_attribute("saga_runtime.step.status", "FAILED")
+        _fail(span, event.error, "FAILED")
+        span.end(end_time=_ns(event.at))
+        self._open_attempt(event, (event.attempt or 1) + 1)
 
     def _step_finished(self, event: SagaEvent) -> None:
-        span = self._steps.pop((event.saga_id, event.step_id or ""), None)
+        span = self._attempts.pop((event.saga_id, event.step_id or ""), None)
         if span is None:
             return
-        span.set_attribute("saga.step.status", event.status or "")
-        span.set_attribute("saga.step.attempts", event.attempt or 0)
+        span.set_attribute("saga_runtime.step.status", event.status or "")
         if event.status in _FAILED:
-            span.set_status(Status(StatusCode.ERROR, event.error or event.status))
+            _fail(span, event.error, event.status or "FAILED")
         span.end(end_time=_ns(event.at))
 
     # -- compensations ---------------------------------------------------------------------------------------
@@ -119,15 +182,41 @@ class TracingHook:
         key = (event.saga_id, event.step_id or "")
         previous = self._compensations.pop(key, None)
         if previous is not None:  # a retried compensation: the failed attempt's span ends here
+            _fail(previous, None, "FAILED")
             previous.end(end_time=_ns(event.at))
-        self._compensations[key] = self._child(event, f"compensate {event.tool_name}")
+        attributes = {**self._step(event), "saga_runtime.compensation.attempt": event.attempt or 0}
+        self._compensations[key] = self._child(event, f"compensate {event.tool_name}", attributes)
 
     def _compensation_finished(self, event: SagaEvent) -> None:
         span = self._compensations.pop((event.saga_id, event.step_id or ""), None)
         if span is None:
             return
-        span.set_attribute("saga.step.status", event.status or "")
-        span.set_attribute("saga.compensation.attempts", event.attempt or 0)
+        span.set_attribute("saga_runtime.step.status", event.status or "")
         if event.status in _FAILED:
-            span.set_status(Status(StatusCode.ERROR, event.error or event.status))
+            _fail(span, event.error, event.status or "FAILED")
+        span.end(end_time=_ns(event.at))
+
+    # -- model calls of an LLMRunner -------------------------------------------------------------------------
+
+    def _model_called(self, event: SagaEvent) -> None:
+        if not isinstance(event, ModelCallEvent):
+            return
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.request.model": event.model,
+            "saga_runtime.llm.turn": event.turn,
+        }
+        if event.error is None:
+            attributes |= {
+                "gen_ai.usage.input_tokens": event.input_tokens,
+                "gen_ai.usage.output_tokens": event.output_tokens,
+                "saga_runtime.llm.cost": event.cost,
+            }
+            if event.response_model:
+                attributes["gen_ai.response.model"] = event.response_model
+            if event.finish_reason:
+                attributes["gen_ai.response.finish_reasons"] = [event.finish_reason]
+        span = self._child(event, f"chat {event.model}", attributes, kind=SpanKind.CLIENT)
+        if event.error is not None:
+            _fail(span, event.error, "_OTHER")
         span.end(end_time=_ns(event.at))

@@ -37,6 +37,7 @@ def _measured(row: dict[str, Any]) -> None:
         assert row["ratio"] > 0, row
 
 
+@pytest.mark.timeout(150)  # past the run's own 120 s: a quick run takes about a minute on 2 busy cores
 def test_quick_benchmarks_run_and_report_every_workload(tmp_path: Path) -> None:
     """`python -m benchmarks --quick --json` exits 0 and reports every workload with a floor and a ratio."""
     out = tmp_path / "bench.json"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -19,11 +19,15 @@ from starlette.staticfiles import StaticFiles
 from saga_runtime._console._api import api_routes
 from saga_runtime._console._guard import TOKEN_VAR, Guard, is_loopback
 from saga_runtime._console._http import SecurityMiddleware
+from saga_runtime._console._metrics import default_hook, metrics_routes
 from saga_runtime._console._pages import page_routes
 from saga_runtime._console._service import Console
 from saga_runtime._executor import SagaExecutor
 from saga_runtime._storage import SagaStore, open_store
 from saga_runtime._tools import ToolRegistry
+
+if TYPE_CHECKING:
+    from saga_runtime.metrics import PrometheusHook
 
 __all__ = ["INSTALL_HINT", "TOKEN_VAR", "create_app", "is_loopback"]
 
@@ -38,13 +42,16 @@ def create_app(
     host: str = "127.0.0.1",
     signing_key: str | None = None,
     secret_key: str | None = None,
+    metrics: PrometheusHook | None = None,
 ) -> Starlette:
     """Return the console app for a store (an open one, or a URL the app opens and closes with its lifespan).
 
     `registry`: your tools; with them a decided approval goes on with its saga here, and a compensation can be
     retried. `token`: required for every page, API call and action when set. `host`: where it will listen; beyond
     the loopback a token is required (`ValueError` without one), and on the loopback only loopback Host headers
-    are answered.
+    are answered. `metrics`: the `PrometheusHook` whose metrics `/metrics` serves (behind the token when one is
+    set), e.g. the one your app's executor has; by default one of the console's own, counting what its actions
+    run (without the `metrics` extra, `/metrics` answers 501).
     """
     guard = Guard(token)
     if not is_loopback(host) and token is None:
@@ -52,6 +59,7 @@ def create_app(
             f"the console refuses to listen on {host!r}, beyond the loopback, without a token: set {TOKEN_VAR} "
             "or --token"
         )
+    hook = metrics if metrics is not None else default_hook()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -60,7 +68,8 @@ def create_app(
             if isinstance(opened, str):
                 extra: dict[str, Any] = {} if signing_key is None else {"signing_key": signing_key}
                 opened = await stack.enter_async_context(open_store(opened, **extra))
-            executor = SagaExecutor(registry or ToolRegistry(), store=opened, secret_key=secret_key)
+            hooks = () if hook is None else (hook,)
+            executor = SagaExecutor(registry or ToolRegistry(), store=opened, secret_key=secret_key, hooks=hooks)
             app.state.console = Console(opened, executor, can_resume=registry is not None)
             yield
 
@@ -68,10 +77,12 @@ def create_app(
         routes=[
             *page_routes(),
             *api_routes(),
+            *metrics_routes(),
             Mount("/static", StaticFiles(directory=Path(__file__).with_name("static")), name="static"),
         ],
         middleware=[Middleware(SecurityMiddleware, loopback_only=is_loopback(host))],
         lifespan=lifespan,
     )
     app.state.guard = guard
+    app.state.metrics = hook
     return app

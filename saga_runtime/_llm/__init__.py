@@ -1,7 +1,8 @@
 """The LLM front door: a function-calling loop run as a saga, and a scripted model for tests and examples."""
 
 from saga_runtime._llm._calls import tool_result_messages
+from saga_runtime._llm._events import ModelCallEvent
 from saga_runtime._llm._mock import MockLLMClient
 from saga_runtime._llm._runner import LLMRunner
 
-__all__ = ["LLMRunner", "MockLLMClient", "tool_result_messages"]
+__all__ = ["LLMRunner", "MockLLMClient", "ModelCallEvent", "tool_result_messages"]

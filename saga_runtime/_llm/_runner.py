@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Mapping
+from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -18,13 +19,15 @@ from saga_runtime._exceptions import (
     ReplayDivergenceError,
     SecretKeyError,
     TurnLimitError,
+    describe,
 )
 from saga_runtime._llm._adapter import Adapter, get, plain
 from saga_runtime._llm._calls import adapter_for, run_turn
+from saga_runtime._llm._events import tell_model_call
 from saga_runtime._llm._model_retry import DEFAULT_MODEL_RETRY, call_with_retry
 from saga_runtime._llm._prices import Price, PriceTable
 from saga_runtime._planning import PlanPolicy, TokenUsage
-from saga_runtime._records import SagaResult, canonical_json, is_envelope, reveal
+from saga_runtime._records import SagaResult, canonical_json, is_envelope, now, reveal
 from saga_runtime._tools import RetryPolicy, ToolRegistry
 
 if TYPE_CHECKING:
@@ -59,7 +62,8 @@ class LLMRunner:
     finish reason and any refusal) and charged to its budget. Each answer is recorded too
     (`metadata["llm_responses"]`) before any call it asks for runs: run an unfinished saga id again (its process
     died) with the same prompt and model, and the recorded answers are replayed instead of asking (and paying)
-    the model again; it is asked only for the turns never answered.
+    the model again; it is asked only for the turns never answered. The executor's hooks are told of each call
+    made as a `ModelCallEvent` (kind "model_called"), once its answer is recorded (or once it failed).
     """
 
     def __init__(
@@ -224,11 +228,18 @@ class LLMRunner:
         calls_log: list[dict[str, Any]] = []
         responses: list[dict[str, Any]] = []
         used_ids: set[str] = set()
+        hooks = self.executor.hooks
         for turn in range(max_turns):
+            started: datetime | None = None  # set for a live call, not one served from the record
             if turn < len(recorded):
                 answer = recorded[turn]  # a re-entered run: the model was asked this already
             else:
-                answer = await self._ask(conversation, options)
+                started = now()
+                try:
+                    answer = await self._ask(conversation, options)
+                except Exception as exc:
+                    tell_model_call(hooks, saga.saga_id, self.model, turn, started, error=describe(exc))
+                    raise
             responses.append(self._for_record(answer, saga))
             usage = TokenUsage.from_dict(answer["usage"])
             cost = self.cost_of(usage, model=answer["model"])
@@ -244,6 +255,8 @@ class LLMRunner:
             )
             # Durable before any of its calls runs: a re-entered run replays this answer instead of paying again.
             await saga.set_metadata(llm_calls=calls_log, llm_responses=responses)
+            if started is not None:
+                tell_model_call(hooks, saga.saga_id, self.model, turn, started, answer=answer, usage=usage, cost=cost)
             await saga.charge(cost=cost, tokens=usage.total_tokens)  # BudgetExceededError ends the loop
             if not answer["calls"]:
                 await saga.set_metadata(answer=answer["text"], turns=turn + 1)
