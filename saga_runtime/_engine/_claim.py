@@ -1,0 +1,134 @@
+"""The one claim-and-drive context manager: claim a saga, re-read it, drive it under its lease, let it go.
+
+`Drives` owns the set of sagas this executor drives right now, so two paths of one executor (a `run()` resuming,
+a `recover()`, an approval going on, a re-entered dynamic saga) never both take the same one. Every front door
+drives a saga through `async with drives.claim(...) as held:`; nothing else touches that set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Collection, Sequence
+from datetime import datetime
+from types import TracebackType
+
+from saga_runtime._engine._config import EngineConfig
+from saga_runtime._engine._saga import SagaEngine
+from saga_runtime._engine._session import Claims, Session
+from saga_runtime._records import SagaResult, SagaRow, SagaStatus, StepRow
+
+__all__ = ["Claim", "Drives", "Take"]
+
+# A store's conditional claim: (saga_id, owner, lease expiry, now) -> whether it is now the owner's.
+Take = Callable[[str, str, datetime, datetime], Awaitable[bool]]
+
+
+class Drives:
+    """The sagas one executor drives right now, and the one way to drive one: `claim()`."""
+
+    __slots__ = ("_driving", "claims", "config")
+
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self.claims = Claims(config)
+        self._driving: set[str] = set()
+
+    def __contains__(self, saga_id: object) -> bool:
+        return saga_id in self._driving
+
+    def claim(
+        self,
+        saga: SagaRow,
+        rows: Sequence[StepRow] = (),
+        *,
+        take: Take | None,
+        reread: Collection[SagaStatus] = (),
+    ) -> Claim:
+        """Return the context manager that claims `saga` with `take` (None: a saga this executor just created).
+
+        With `reread`, the saga is read again once claimed, and held only if it is still this executor's and in
+        one of those statuses (what was read before the claim may predate another executor's run).
+        """
+        return Claim(self, saga, list(rows), take, reread)
+
+
+class Claim:
+    """Claim → re-read → session with lease heartbeat and fence → drive → release: one saga, held once.
+
+    Entering yields the claim, or None when the saga is not this executor's to drive (taken, or busy here).
+    `start()` opens the session the saga is driven in; leaving closes it (raising `LeaseLostError` if the lease
+    was lost) and lets the saga go from the set of sagas driven.
+    """
+
+    __slots__ = ("_drives", "_reread", "_take", "rows", "saga", "session")
+
+    def __init__(
+        self, drives: Drives, saga: SagaRow, rows: list[StepRow], take: Take | None, reread: Collection[SagaStatus]
+    ) -> None:
+        self._drives = drives
+        self._take = take
+        self._reread = reread
+        self.saga = saga
+        self.rows = rows
+        self.session: Session | None = None
+
+    async def __aenter__(self) -> Claim | None:
+        drives, saga_id = self._drives, self.saga.saga_id
+        driving = drives._driving
+        if saga_id in driving:
+            return None
+        driving.add(saga_id)  # before the store is asked: no other path of this executor takes it meanwhile
+        try:
+            if self._take is not None and not await drives.claims.take(self.saga, self._take):
+                driving.discard(saga_id)
+                return None
+            if self._reread:
+                stored = await drives.config.store.load_saga(saga_id)
+                if (
+                    stored is None
+                    or stored[0].owner != drives.config.executor_id
+                    or stored[0].status not in self._reread
+                ):
+                    driving.discard(saga_id)
+                    return None
+                self.saga, self.rows = stored
+        except BaseException:
+            driving.discard(saga_id)
+            raise
+        return self
+
+    def start(
+        self, engine: SagaEngine | None = None, *, detached: bool = False, where: str = "while this one ran it"
+    ) -> SagaEngine:
+        """Open the session the saga is driven in, on `engine` (else one over the claimed rows); return the engine.
+
+        `detached`: no caller waits on it (recovery): a cancellation stops it without compensating.
+        """
+        if engine is None:
+            engine = self._drives.claims.engine(self.saga, self.rows, detached=detached)
+        self.session = Session(self._drives.claims, engine, where=where)
+        self.session.enter()
+        return engine
+
+    async def release(self) -> None:
+        """Give the claimed saga up undriven, so another executor can take it."""
+        await self._drives.claims.release(self.saga, owner=self._drives.config.executor_id)
+
+    async def park(self, why: str) -> SagaResult | None:
+        """Park the claimed saga for an operator, undriven; None if another executor took it over meanwhile."""
+        return await self._drives.claims.park(self.saga, self.rows, why)
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        try:
+            if self.session is not None:
+                await self.session.exit(exc)
+        finally:
+            self._drives._driving.discard(self.saga.saga_id)
+
+    async def close(self, exc: BaseException | None = None) -> None:
+        """Leave the claim by hand (a dynamic saga's block spans two methods); as leaving `async with`."""
+        await self.__aexit__(None if exc is None else type(exc), exc, None if exc is None else exc.__traceback__)
+
+    def __repr__(self) -> str:
+        return f"Claim({self.saga.saga_id!r}, session={self.session is not None})"
