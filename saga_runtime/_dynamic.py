@@ -122,7 +122,7 @@ class DynamicSaga:
         self._entered = True
         drives, store = self._drives, self._store
         # plan_hash holds the head of the call chain (none yet); see saga_runtime._records._chain.
-        row = drives.claims.new_saga(self.saga_id, "dynamic", budget=_account(self._budget, 0), metadata=self._metadata)
+        row = drives.new_saga(self.saga_id, "dynamic", budget=_account(self._budget, 0), metadata=self._metadata)
         if self._replay_requested:
             stored = await store.load_saga(self.saga_id)
             if stored is None:
@@ -135,7 +135,7 @@ class DynamicSaga:
             return self
         existing = await store.create_saga(row.copy(), [])
         if existing is None:
-            engine = await self._go_live(drives.claim(row, take=None))
+            engine = await self._go_live(drives.claim(row, take="new"))
             engine.emit("saga_started")
             return self
         saga, rows = existing
@@ -145,7 +145,7 @@ class DynamicSaga:
             return self  # a finished saga re-entered: served from the record, like a replay
         waited = saga.status is SagaStatus.WAITING
         engine = await self._go_live(
-            drives.claim(saga, rows, take=store.claim_waiting if waited else store.claim_saga),
+            drives.claim(saga, rows, take="waiting" if waited else "orphan"),
             reentered=True,
             waited=waited,
         )

@@ -272,7 +272,7 @@ class SagaExecutor:
         problems, stored_metadata = self._check_saga_options(saga_id, budget, metadata)
         if problems:
             raise PlanValidationError(problems, saga_id=saga_id)
-        saga = self._drives.claims.new_saga(
+        saga = self._drives.new_saga(
             saga_id,
             "plan",
             plan=planned.to_json(),

@@ -54,13 +54,13 @@ class Actions:
         existing = await store.create_saga(saga.copy(), [row.copy() for row in steps])
         if existing is None:
             logger.debug("saga %s: started by %s, %d steps", saga.saga_id, drives.config.executor_id, len(steps))
-            claim = drives.claim(saga, take=None)
+            claim = drives.claim(saga, take="new")
         else:
             stored, rows = existing
             if self._finished(saga, stored, rows) or stored.status is SagaStatus.WAITING:
                 # Finished, or waiting for a decision: the stored result, and no tool called.
                 return result_from_rows(stored, rows, await self.approvals_of(stored))
-            claim = drives.claim(stored, rows, take=store.claim_saga)
+            claim = drives.claim(stored, rows, take="orphan")
         async with claim as held:
             if held is None:
                 raise SagaInProgressError(
@@ -146,7 +146,7 @@ class Actions:
         if missing:
             logger.warning("saga %s: to be compensated by an executor that has the tools %s", saga_id, missing)
             return None
-        async with self._drives.claim(*stored, take=store.claim_saga) as held:
+        async with self._drives.claim(*stored, take="orphan") as held:
             if held is None:
                 return None  # another executor's recovery took it first: it compensates it
             engine = held.start()
@@ -169,7 +169,7 @@ class Actions:
                 saga_id=saga_id,
             )
         # The claim: of two callers at once, only one reopens the saga; the re-read sees what the other did.
-        claim = drives.claim(stored[0], take=store.reopen_compensation, reread={SagaStatus.COMPENSATING})
+        claim = drives.claim(stored[0], take="reopen", reread={SagaStatus.COMPENSATING})
         async with claim as held:
             if held is None:
                 raise SagaInProgressError(

@@ -7,19 +7,20 @@ drives a saga through `async with drives.claim(...) as held:`; nothing else touc
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Collection, Sequence
-from datetime import datetime
+from collections.abc import Collection, Sequence
 from types import TracebackType
+from typing import Any, Literal
 
 from saga_runtime._engine._config import EngineConfig
 from saga_runtime._engine._saga import SagaEngine
 from saga_runtime._engine._session import Claims, Session
-from saga_runtime._records import SagaResult, SagaRow, SagaStatus, StepRow
+from saga_runtime._records import SagaKind, SagaResult, SagaRow, SagaStatus, StepRow
 
 __all__ = ["Claim", "Drives", "Take"]
 
-# A store's conditional claim: (saga_id, owner, lease expiry, now) -> whether it is now the owner's.
-Take = Callable[[str, str, datetime, datetime], Awaitable[bool]]
+# How a saga is taken: just created by this executor ("new", nothing to ask), its owner gone ("orphan"), its
+# decisions made ("waiting"), or its failed compensations reopened ("reopen").
+Take = Literal["new", "orphan", "waiting", "reopen"]
 
 
 class Drives:
@@ -35,15 +36,19 @@ class Drives:
     def __contains__(self, saga_id: object) -> bool:
         return saga_id in self._driving
 
+    def new_saga(self, saga_id: str | None, kind: SagaKind, **fields: Any) -> SagaRow:
+        """Return the row of a new saga, RUNNING under this executor's lease (not yet stored)."""
+        return self.claims.new_saga(saga_id, kind, **fields)
+
     def claim(
         self,
         saga: SagaRow,
         rows: Sequence[StepRow] = (),
         *,
-        take: Take | None,
+        take: Take,
         reread: Collection[SagaStatus] = (),
     ) -> Claim:
-        """Return the context manager that claims `saga` with `take` (None: a saga this executor just created).
+        """Return the context manager that takes `saga` as `take` says (see `Take`) and drives it.
 
         With `reread`, the saga is read again once claimed, and held only if it is still this executor's and in
         one of those statuses (what was read before the claim may predate another executor's run).
@@ -62,7 +67,7 @@ class Claim:
     __slots__ = ("_drives", "_reread", "_take", "rows", "saga", "session")
 
     def __init__(
-        self, drives: Drives, saga: SagaRow, rows: list[StepRow], take: Take | None, reread: Collection[SagaStatus]
+        self, drives: Drives, saga: SagaRow, rows: list[StepRow], take: Take, reread: Collection[SagaStatus]
     ) -> None:
         self._drives = drives
         self._take = take
@@ -78,7 +83,7 @@ class Claim:
             return None
         driving.add(saga_id)  # before the store is asked: no other path of this executor takes it meanwhile
         try:
-            if self._take is not None and not await drives.claims.take(self.saga, self._take):
+            if self._take != "new" and not await drives.claims.take(self.saga, self._store_claim()):
                 driving.discard(saga_id)
                 return None
             if self._reread:
@@ -95,6 +100,12 @@ class Claim:
             driving.discard(saga_id)
             raise
         return self
+
+    def _store_claim(self) -> Any:
+        store = self._drives.config.store
+        if self._take == "orphan":
+            return store.claim_saga
+        return store.claim_waiting if self._take == "waiting" else store.reopen_compensation
 
     def start(
         self, engine: SagaEngine | None = None, *, detached: bool = False, where: str = "while this one ran it"

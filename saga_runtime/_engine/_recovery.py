@@ -66,14 +66,13 @@ class Recovery:
         """Drive a claimed batch of sagas, `concurrency` at a time; return the results, in batch order."""
         done: list[SagaResult | None] = [None] * len(batch)
         limiter = anyio.CapacityLimiter(self._concurrency)
-        take = self._drives.config.store.claim_saga
 
         async def drive(index: int, saga: SagaRow, rows: list[StepRow]) -> None:
             async with limiter:
                 # Claimed again right before it is driven: while it waited its turn, its lease may have run out
                 # and another executor taken it.
                 try:
-                    async with self._drives.claim(saga, rows, take=take) as held:
+                    async with self._drives.claim(saga, rows, take="orphan") as held:
                         if held is not None:
                             done[index] = await self._recover_one(held)
                 except LeaseLostError as exc:
@@ -140,7 +139,7 @@ class Recovery:
         if missing:
             logger.warning("saga %s: decided, left for an executor that has the tools %s", saga_id, ", ".join(missing))
             return None
-        async with self._drives.claim(stored[0], take=store.claim_waiting, reread={SagaStatus.WAITING}) as held:
+        async with self._drives.claim(stored[0], take="waiting", reread={SagaStatus.WAITING}) as held:
             if held is None:
                 return None
             if any(request.decision is None for request in await store.load_approvals(saga_id)):
