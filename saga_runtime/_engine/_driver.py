@@ -6,12 +6,12 @@ a stored saga, or resolves a step's `$ref`s, through the `Planner` a front door 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from saga_runtime._engine._approvals import HOLDABLE
+from saga_runtime._engine._cancellation import CANCELLED
 from saga_runtime._engine._saga import RUNNABLE, SagaEngine
 from saga_runtime._records import SagaResult, SagaStatus, own_copy
 
@@ -119,7 +119,7 @@ async def drive_plan(engine: SagaEngine, plan: PlanShape, planner: Planner) -> S
                     break
             if not await engine.run_group(recorded, join=join.mode, needed=join.needed):
                 break
-    except asyncio.CancelledError:
+    except CANCELLED:
         if engine.fenced or engine.detached:
             # Another executor owns the saga now, or a recovering worker is shutting down: it is not undone from
             # here; its owner (or the next recovery) drives it on from its records.
