@@ -64,7 +64,7 @@ class Claim:
     was lost) and lets the saga go from the set of sagas driven.
     """
 
-    __slots__ = ("_drives", "_reread", "_take", "rows", "saga", "session")
+    __slots__ = ("_drives", "_held", "_reread", "_take", "rows", "saga", "session")
 
     def __init__(
         self, drives: Drives, saga: SagaRow, rows: list[StepRow], take: Take, reread: Collection[SagaStatus]
@@ -75,6 +75,7 @@ class Claim:
         self.saga = saga
         self.rows = rows
         self.session: Session | None = None
+        self._held = False  # this claim put the saga in the set: only then does it take it out
 
     async def __aenter__(self) -> Claim | None:
         drives, saga_id = self._drives, self.saga.saga_id
@@ -82,9 +83,10 @@ class Claim:
         if saga_id in driving:
             return None
         driving.add(saga_id)  # before the store is asked: no other path of this executor takes it meanwhile
+        self._held = True
         try:
             if self._take != "new" and not await drives.claims.take(self.saga, self._store_claim()):
-                driving.discard(saga_id)
+                self._let_go()
                 return None
             if self._reread:
                 stored = await drives.config.store.load_saga(saga_id)
@@ -93,13 +95,18 @@ class Claim:
                     or stored[0].owner != drives.config.executor_id
                     or stored[0].status not in self._reread
                 ):
-                    driving.discard(saga_id)
+                    self._let_go()
                     return None
                 self.saga, self.rows = stored
         except BaseException:
-            driving.discard(saga_id)
+            self._let_go()
             raise
         return self
+
+    def _let_go(self) -> None:
+        if self._held:
+            self._held = False
+            self._drives._driving.discard(self.saga.saga_id)
 
     def _store_claim(self) -> Any:
         store = self._drives.config.store
@@ -135,7 +142,7 @@ class Claim:
             if self.session is not None:
                 await self.session.exit(exc)
         finally:
-            self._drives._driving.discard(self.saga.saga_id)
+            self._let_go()
 
     async def close(self, exc: BaseException | None = None) -> None:
         """Leave the claim by hand (a dynamic saga's block spans two methods); as leaving `async with`."""
