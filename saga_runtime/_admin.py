@@ -23,7 +23,7 @@ from saga_runtime._records import (
     VerifyResult,
 )
 from saga_runtime._storage import SagaStore
-from saga_runtime._tools import ToolRegistry
+from saga_runtime._tools import Resources, ToolRegistry
 
 __all__ = ["SagaAdmin"]
 
@@ -34,8 +34,9 @@ class SagaAdmin:
     Without `registry`, nothing that needs a tool runs here: a decision is recorded and a worker with the tools
     (`SagaExecutor.serve()`) goes on with the saga; `unpark(compensate=True)` and `retry_compensation` leave the
     compensating saga to the next `recover()` of an executor that has its tools. With `registry`, those actions
-    run here. Each action behaves as the `SagaExecutor` method of the same name. `secret_key` as for
-    `SagaExecutor` (else the environment variable SAGA_RUNTIME_SECRET_KEY).
+    run here, the registry's lifespan entered first (left by `aclose()`, or use `async with SagaAdmin(...)`).
+    Each action behaves as the `SagaExecutor` method of the same name. `secret_key` as for `SagaExecutor` (else
+    the environment variable SAGA_RUNTIME_SECRET_KEY).
     """
 
     def __init__(
@@ -50,6 +51,7 @@ class SagaAdmin:
         self.store = store
         self.registry = registry
         tools = registry if registry is not None else ToolRegistry()
+        self._resources = Resources(tools.lifespan_function)
         config = EngineConfig(
             registry=tools,
             store=store,
@@ -59,6 +61,7 @@ class SagaAdmin:
             thread_limiter=anyio.CapacityLimiter(40),
             call_limiter=None,
             keyring=SecretKeyring.configured(secret_key if secret_key is not None else os.environ.get(KEY_ENV)),
+            resources=self._resources,
         )
         self._actions = Actions(
             Drives(config),
@@ -66,6 +69,18 @@ class SagaAdmin:
             max_recovery_attempts=5,
             recovery_concurrency=32,
         )
+
+    async def __aenter__(self) -> SagaAdmin:
+        """Enter the registry's lifespan now (else before the first action that runs a tool)."""
+        await self._resources.enter()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Leave the registry's lifespan, if it was entered (its cleanup runs)."""
+        await self._resources.exit()
 
     def __repr__(self) -> str:
         tools = None if self.registry is None else self.registry.names()
@@ -139,6 +154,7 @@ class SagaAdmin:
         Its compensation runs here with `registry` (its result is returned), else in the next `recover()` of an
         executor that has its tools (None is returned).
         """
+        await self._resources.enter()
         return await self._actions.unpark(saga_id, compensate=compensate)
 
     async def retry_compensation(self, saga_id: str) -> SagaResult:
@@ -147,4 +163,5 @@ class SagaAdmin:
         Left, the saga is COMPENSATING with no owner, and the next `recover()` of an executor with its tools
         compensates it; steps already COMPENSATED are never compensated again.
         """
+        await self._resources.enter()
         return await self._actions.retry_compensation(saga_id)

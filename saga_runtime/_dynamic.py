@@ -121,6 +121,8 @@ class DynamicSaga:
             raise RuntimeError("a DynamicSaga is entered once; call executor.saga() again for another block")
         self._entered = True
         drives, store = self._drives, self._store
+        if drives.config.resources is not None:
+            await drives.config.resources.enter()  # before anything is stored: a lifespan that fails runs nothing
         # plan_hash holds the head of the call chain (none yet); see saga_runtime._records._chain.
         row = drives.new_saga(self.saga_id, "dynamic", budget=_account(self._budget, 0), metadata=self._metadata)
         if self._replay_requested:
@@ -185,6 +187,7 @@ class DynamicSaga:
                 "once that executor is gone (its lease expired) or has finished it",
                 saga_id=self.saga_id,
                 owner=saga.owner,
+                lease_expires_at=saga.lease_expires_at,
             )
         try:
             engine = held.start(where="while this block ran")

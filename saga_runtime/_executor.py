@@ -28,7 +28,7 @@ from saga_runtime._records import (
     to_json_value,
 )
 from saga_runtime._storage import MemoryStore, SagaStore
-from saga_runtime._tools import ToolRegistry
+from saga_runtime._tools import Resources, ToolRegistry
 
 __all__ = ["SagaExecutor"]
 
@@ -88,6 +88,7 @@ class SagaExecutor:
         self.max_concurrency = max_concurrency
         self.max_recovery_attempts = max_recovery_attempts
         self.recovery_concurrency = recovery_concurrency
+        self._resources = Resources(registry.lifespan_function)
         config = EngineConfig(
             registry=registry,
             store=self.store,
@@ -98,6 +99,7 @@ class SagaExecutor:
             call_limiter=None if max_concurrency is None else anyio.CapacityLimiter(max_concurrency),
             hooks=tuple(hooks),
             keyring=SecretKeyring.configured(secret_key if secret_key is not None else os.environ.get(KEY_ENV)),
+            resources=self._resources,
         )
         self._drives = Drives(config)
         self._actions = Actions(
@@ -106,6 +108,18 @@ class SagaExecutor:
             max_recovery_attempts=max_recovery_attempts,
             recovery_concurrency=recovery_concurrency,
         )
+
+    async def __aenter__(self) -> SagaExecutor:
+        """Enter the registry's lifespan now (else it is entered before the first tool call)."""
+        await self._resources.enter()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Leave the registry's lifespan (its cleanup runs); the executor may enter it again later."""
+        await self._resources.exit()
 
     def __repr__(self) -> str:
         return f"SagaExecutor(id={self.executor_id!r}, store={self.store.url!r}, tools={self.registry.names()!r})"
@@ -127,6 +141,7 @@ class SagaExecutor:
         `IdempotencyConflictError`; an id that is running right now raises `SagaInProgressError`.
         """
         planned = build_plan(plan, self.registry, policy=policy, keyring=self._drives.config.keyring)
+        await self._resources.enter()  # before anything is stored: a lifespan that fails runs nothing
         saga, steps = self._new_saga(planned, saga_id, budget, metadata)
         # The first group's intent (RUNNING, attempt 1) is committed with the saga itself: one write less (unless a
         # step of it waits for a person's decision first).
@@ -187,6 +202,7 @@ class SagaExecutor:
         whose recovery failed `max_recovery_attempts` times is PARKED for an operator (`unpark`). Two executors
         recovering at once never take the same saga. Returns the results of the sagas it finished.
         """
+        await self._resources.enter()
         return await self._actions.recovery.recover(limit)
 
     # -- approvals ---------------------------------------------------------------------------------------------
@@ -232,6 +248,7 @@ class SagaExecutor:
         that succeeded or whose outcome is unknown is undone, groups in reverse — at once when this executor has
         the saga's tools (its result is returned), else by the next `recover()` of an executor that has them.
         """
+        await self._resources.enter()
         return await self._actions.unpark(saga_id, compensate=compensate)
 
     async def retry_compensation(self, saga_id: str) -> SagaResult:
@@ -242,6 +259,7 @@ class SagaExecutor:
         Without the saga's tools in this executor's registry, its compensations are reopened (COMPENSATING) and
         left to the next `recover()` of an executor that has them.
         """
+        await self._resources.enter()
         return await self._actions.retry_compensation(saga_id)
 
     async def serve(self, *, interval: float | None = None, limit: int = 100) -> None:

@@ -68,6 +68,7 @@ class Actions:
                     "for it and read its result with store.get_saga(), or run it again once it has finished",
                     saga_id=saga.saga_id,
                     owner=claim.saga.owner,
+                    lease_expires_at=claim.saga.lease_expires_at,
                 )
             if existing is not None:
                 logger.info("saga %s: resuming where its previous owner %r left it", saga.saga_id, existing[0].owner)

@@ -207,8 +207,19 @@ class Journal:
             self.saga.error = reason
 
     def end(self, status: SagaStatus, error: str | None) -> None:
-        """Make the saga terminal; `error` says why it did not succeed."""
+        """Make the saga terminal; `error` says why it did not succeed.
+
+        No step of an ended saga reads RUNNING or WAITING: an unknown outcome nobody could undo (no compensation)
+        is CANCELLED, saying so; a step still waiting for a decision never ran (PENDING).
+        """
         self.saga_to(status)
+        for row in self.rows.values() if status is not SagaStatus.SUCCESS else ():
+            if row.status is StepStatus.RUNNING:
+                self.finish_step(
+                    row, StepStatus.CANCELLED, error="its outcome was unknown when the saga ended", error_type="Unknown"
+                )
+            elif row.status is StepStatus.WAITING:
+                self.approved(row)  # back to PENDING: it never ran
         saga = self.saga
         if status is not SagaStatus.SUCCESS and saga.error is None:
             saga.error = error or "the saga was cancelled by its caller"

@@ -131,7 +131,10 @@ class Recovery:
 
         None when it is not for this executor (held elsewhere, undecided, tools missing).
         """
-        store = self._drives.config.store
+        config = self._drives.config
+        if config.resources is not None:
+            await config.resources.enter()  # the tools' lifespan, before any of them runs
+        store = config.store
         stored = await store.load_saga(saga_id)
         if stored is None or stored[0].status is not SagaStatus.WAITING or stored[0].kind != "plan":
             return None

@@ -24,7 +24,7 @@ from saga_runtime import (
 )
 from saga_runtime._planning import build_plan
 from saga_runtime._records import SagaRow, StepRow, idempotency_key, now, seal_all
-from saga_runtime._storage import SagaStore
+from saga_runtime._storage import MemoryStore, SagaStore
 
 CALLS: Counter[str] = Counter()
 registry = ToolRegistry()
@@ -312,3 +312,39 @@ def test_a_registry_must_be_a_tool_registry() -> None:
     bad: Any = {"Reserve": Reserve}
     with pytest.raises(TypeError, match="ToolRegistry"):
         SagaAdmin(Any, registry=bad)  # type: ignore[arg-type]  # the store is never reached
+
+
+async def test_admin_with_a_registry_enters_its_lifespan_before_a_tool_runs_and_leaves_it_on_close() -> None:
+    """With a registry, retry_compensation enters the lifespan before the tools run (ctx.state); aclose() leaves it."""
+    events: list[str] = []
+    down = {"refunds": True}
+    lived = ToolRegistry()
+
+    @lived.lifespan
+    async def resources() -> AsyncIterator[dict[str, Any]]:
+        events.append("enter")
+        yield {"pool": "the pool"}
+        events.append("exit")
+
+    @lived.tool
+    class Pay:
+        async def execute(self) -> str:
+            return "paid"
+
+        async def compensate(self, result: str | None, ctx: StepContext) -> None:
+            if down["refunds"]:
+                raise RuntimeError("the refund service is down")
+            events.append(f"refund with {ctx.state['pool']}")
+
+    lived.register(Fail())
+    store = MemoryStore()
+    async with SagaExecutor(lived, store=store) as executor:
+        result = await executor.run([{"id": "pay", "tool": "Pay"}, {"id": "boom", "tool": "Fail"}], saga_id="p")
+        assert result.status is SagaStatus.COMPENSATION_FAILED
+    events.clear()
+    down["refunds"] = False
+    admin = SagaAdmin(store, registry=lived)
+    assert (await admin.retry_compensation("p")).status is SagaStatus.COMPENSATED
+    assert events == ["enter", "refund with the pool"]
+    await admin.aclose()
+    assert events[-1] == "exit"
