@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 import anyio
 import pydantic
 
-from saga_runtime._engine import HOLDABLE, Budget, Claims, SagaEngine, Session
+from saga_runtime._engine import HOLDABLE, Budget, Claim, Drives, SagaEngine
 from saga_runtime._exceptions import (
     ApprovalPendingError,
     ApprovalRejectedError,
@@ -67,7 +67,7 @@ class DynamicSaga:
 
     def __init__(
         self,
-        claims: Claims,
+        drives: Drives,
         saga_id: str,
         *,
         budget: Budget | None,
@@ -75,15 +75,15 @@ class DynamicSaga:
         replay: bool,
         approval_required: Iterable[str] | None = None,
     ) -> None:
-        self._claims = claims
-        self._store = claims.config.store
-        self._registry = claims.config.registry
+        self._drives = drives
+        self._store = drives.config.store
+        self._registry = drives.config.registry
         self.saga_id = saga_id
         self._budget = budget
         self._metadata = metadata
         self._replay_requested = replay
         self._engine: SagaEngine | None = None
-        self._session: Session | None = None
+        self._claim: Claim | None = None  # held while the block runs live
         self._record: list[StepRow] = []  # what a re-entered or replayed saga had recorded, in call order
         self._stored: tuple[SagaRow, list[StepRow]] | None = None
         self._next_seq = 0
@@ -104,7 +104,7 @@ class DynamicSaga:
     @property
     def keyring(self) -> SecretKeyring | None:
         """Return the keys the saga's secret arguments are encrypted with (its executor's; None without a key)."""
-        return self._claims.config.keyring
+        return self._drives.config.keyring
 
     @property
     def registry(self) -> ToolRegistry:
@@ -120,11 +120,11 @@ class DynamicSaga:
         if self._entered:
             raise RuntimeError("a DynamicSaga is entered once; call executor.saga() again for another block")
         self._entered = True
-        claims, store = self._claims, self._store
-        if claims.config.resources is not None:
-            await claims.config.resources.enter()  # before anything is stored: a lifespan that fails runs nothing
+        drives, store = self._drives, self._store
+        if drives.config.resources is not None:
+            await drives.config.resources.enter()  # before anything is stored: a lifespan that fails runs nothing
         # plan_hash holds the head of the call chain (none yet); see saga_runtime._records._chain.
-        row = claims.new_saga(self.saga_id, "dynamic", budget=_account(self._budget, 0), metadata=self._metadata)
+        row = drives.new_saga(self.saga_id, "dynamic", budget=_account(self._budget, 0), metadata=self._metadata)
         if self._replay_requested:
             stored = await store.load_saga(self.saga_id)
             if stored is None:
@@ -137,7 +137,8 @@ class DynamicSaga:
             return self
         existing = await store.create_saga(row.copy(), [])
         if existing is None:
-            self._go_live(claims.engine(row, []))
+            engine = await self._go_live(drives.claim(row, take="new"))
+            engine.emit("saga_started")
             return self
         saga, rows = existing
         self._adopt_record(saga, rows)
@@ -145,30 +146,25 @@ class DynamicSaga:
             await self._read_requests()
             return self  # a finished saga re-entered: served from the record, like a replay
         waited = saga.status is SagaStatus.WAITING
-        if not await (claims.claim_waiting(saga) if waited else claims.claim(saga)):
-            raise SagaInProgressError(
-                f"saga {self.saga_id!r} is {saga.status.value} under executor {saga.owner!r}; it can be re-entered "
-                "once that executor is gone (its lease expired) or has finished it",
-                saga_id=self.saga_id,
-                owner=saga.owner,
-                lease_expires_at=saga.lease_expires_at,
-            )
-        engine = claims.engine(saga, rows)
-        try:
-            await engine.gate.load()
-            if waited:
-                await engine.resume()  # its calls are served from the record up to the one that waited
-        except BaseException:
-            claims.active.discard(self.saga_id)
-            raise
+        engine = await self._go_live(
+            drives.claim(saga, rows, take="waiting" if waited else "orphan"),
+            reentered=True,
+            waited=waited,
+        )
         if engine.compensating:
             # It was being undone when its process died: finish that first (keeping its lease); the block then
             # replays the record.
-            async with Session(claims, engine):
+            claim, self._claim, self._engine = self._claim, None, None
+            assert claim is not None
+            try:
                 self.result = await engine.compensate()
+            except BaseException as exc:
+                await claim.close(exc)
+                raise
+            await claim.close()
             self._adopt_record(engine.saga, list(engine.rows.values()))
             return self
-        self._go_live(engine)
+        engine.emit("saga_started")
         logger.info("saga %s: re-entered with %d recorded calls", self.saga_id, len(self._record))
         return self
 
@@ -177,20 +173,40 @@ class DynamicSaga:
         if any(row.status in (StepStatus.REJECTED, StepStatus.WAITING) for row in self._record):
             self._requests = {row.step_id: row for row in await self._store.load_approvals(self.saga_id)}
 
-    def _go_live(self, engine: SagaEngine) -> None:
-        """Run calls on `engine` from now on, keeping the saga's lease while the block runs."""
-        self._engine = engine
-        # Entered here and left in __aexit__ (same task): its work is cancelled if another executor takes the saga
-        # over, and leaving it tells a lost lease from the caller's cancellation.
-        self._session = Session(self._claims, engine, where="while this block ran")
-        self._session.enter()
-        engine.emit("saga_started")
+    async def _go_live(self, claim: Claim, *, reentered: bool = False, waited: bool = False) -> SagaEngine:
+        """Claim the saga and run calls on its engine from now on, keeping its lease while the block runs.
+
+        The claim is entered here and left in __aexit__ (same task): its work is cancelled if another executor
+        takes the saga over, and leaving it tells a lost lease from the caller's cancellation.
+        """
+        held = await claim.__aenter__()
+        if held is None:
+            saga = claim.saga
+            raise SagaInProgressError(
+                f"saga {self.saga_id!r} is {saga.status.value} under executor {saga.owner!r}; it can be re-entered "
+                "once that executor is gone (its lease expired) or has finished it",
+                saga_id=self.saga_id,
+                owner=saga.owner,
+                lease_expires_at=saga.lease_expires_at,
+            )
+        try:
+            engine = held.start(where="while this block ran")
+            if reentered:
+                await engine.gate.load()
+            if waited:
+                await engine.resume()  # its calls are served from the record up to the one that waited
+        except BaseException as exc:
+            await held.close(exc)
+            raise
+        self._claim, self._engine = held, engine
+        return engine
 
     @property
     def _keeper(self) -> Any:
         """The renewal of the live saga's lease (a test stops it to play a process that died)."""
-        assert self._session is not None
-        return self._session.keeper
+        assert self._claim is not None
+        assert self._claim.session is not None
+        return self._claim.session.keeper
 
     def _adopt_record(self, saga: SagaRow, rows: list[StepRow]) -> None:
         if saga.kind != "dynamic":
@@ -205,8 +221,8 @@ class DynamicSaga:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> bool:
         self._closed = True
-        engine, session = self._engine, self._session
-        if engine is None or session is None:
+        engine, claim = self._engine, self._claim
+        if engine is None or claim is None:
             if self.result is None and self._stored is not None:
                 self.result = result_from_rows(*self._stored)
             return False
@@ -232,7 +248,7 @@ class DynamicSaga:
                 )
                 self.result = await engine.compensate()
         finally:
-            await session.exit(exc)  # raises LeaseLostError (or the caller's cancellation) if the lease was lost
+            await claim.close(exc)  # raises LeaseLostError (or the caller's cancellation) if the lease was lost
         return False
 
     @staticmethod
@@ -443,7 +459,7 @@ class DynamicSaga:
                 )
                 continue
             try:
-                json_args = call_args(registry.get(name), args, self._claims.config.keyring, what=label)
+                json_args = call_args(registry.get(name), args, self._drives.config.keyring, what=label)
             except pydantic.ValidationError as exc:
                 problems.extend(f"{label}: {error['loc']}: {error['msg']}" for error in exc.errors(include_url=False))
                 continue

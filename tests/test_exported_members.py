@@ -36,6 +36,8 @@ CONTRACT = [
     "ApprovalError",
     "ApprovalPendingError",
     "ApprovalRejectedError",
+    # Operators' actions without tools (API.md §5).
+    "SagaAdmin",
 ]
 # The LLM front door's names (plan_from_openai, plan_from_anthropic, LLMRunner, MockLLMClient) join this list
 # with the issue that builds it.

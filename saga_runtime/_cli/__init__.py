@@ -11,7 +11,7 @@ import sys
 __all__ = ["main"]
 
 INSTALL_HINT = "pip install 'saga-runtime[cli]'"
-# The exit code of a setup problem (a missing extra or driver, a bad store URL): see _app.ExitCode.
+# The exit code of a setup problem (a missing extra or driver, a bad store URL): see _common.ExitCode.
 _SETUP_ERROR = 3
 
 

@@ -6,13 +6,12 @@ from typing import Annotated
 
 import typer
 
-from saga_runtime._cli._app import PROG, ExitCode, _execute, _get, _json, _outcome_code, _registry, _stdout, app
+from saga_runtime._admin import SagaAdmin
+from saga_runtime._cli._common import PROG, ExitCode, _execute, _get, _json, _outcome_code, _registry, _stdout, app
 from saga_runtime._cli._options import DecideToolsOption, JsonOption, store_options
 from saga_runtime._cli._render import approvals_table, timeline
-from saga_runtime._executor import SagaExecutor
 from saga_runtime._records import SagaStatus
 from saga_runtime._storage import SagaStore
-from saga_runtime._tools import ToolRegistry
 
 
 @app.command()
@@ -25,7 +24,7 @@ def approvals(
     """List the steps waiting for a person's decision, oldest first, across sagas."""
 
     async def work(store: SagaStore) -> ExitCode:
-        pending = await SagaExecutor(ToolRegistry(), store=store).pending_approvals(limit=limit)
+        pending = await SagaAdmin(store).pending_approvals(limit=limit)
         if as_json:
             _json([request.model_dump(mode="json") for request in pending])
         elif not pending:
@@ -46,13 +45,13 @@ NoteOption = Annotated[str | None, typer.Option("--note", help="Why (recorded wi
 def _decide(
     ctx: typer.Context, saga_id: str, step_id: str, decision: str, by: str, note: str | None, tools: str | None
 ) -> None:
-    registry = _registry(tools) if tools is not None else ToolRegistry()
+    registry = _registry(tools) if tools is not None else None
 
     async def work(store: SagaStore) -> ExitCode:
         await _get(store, saga_id)  # an unknown saga is "not found"
-        executor = SagaExecutor(registry, store=store)
-        decide = executor.approve if decision == "approved" else executor.reject
-        result = await decide(saga_id, step_id, by=by, note=note, resume=tools is not None)
+        admin = SagaAdmin(store, registry=registry)
+        decide = admin.approve if decision == "approved" else admin.reject
+        result = await decide(saga_id, step_id, by=by, note=note)
         console = _stdout()
         if tools is not None and result.status is not SagaStatus.WAITING:
             console.print(timeline(result))

@@ -16,13 +16,13 @@ from starlette.middleware import Middleware
 from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 
+from saga_runtime._admin import SagaAdmin
 from saga_runtime._console._api import api_routes
 from saga_runtime._console._guard import TOKEN_VAR, Guard, is_loopback
 from saga_runtime._console._http import SecurityMiddleware
 from saga_runtime._console._metrics import default_hook, metrics_routes
 from saga_runtime._console._pages import page_routes
 from saga_runtime._console._service import Console
-from saga_runtime._executor import SagaExecutor
 from saga_runtime._storage import SagaStore, open_store
 from saga_runtime._tools import ToolRegistry
 
@@ -69,8 +69,8 @@ def create_app(
                 extra: dict[str, Any] = {} if signing_key is None else {"signing_key": signing_key}
                 opened = await stack.enter_async_context(open_store(opened, **extra))
             hooks = () if hook is None else (hook,)
-            executor = SagaExecutor(registry or ToolRegistry(), store=opened, secret_key=secret_key, hooks=hooks)
-            app.state.console = Console(opened, executor, can_resume=registry is not None)
+            admin = SagaAdmin(opened, registry=registry, secret_key=secret_key, hooks=hooks)
+            app.state.console = Console(opened, admin, can_resume=registry is not None)
             yield
 
     app = Starlette(

@@ -1,6 +1,6 @@
 """What the console does with a store: find sagas, read one with its verdict, and the four actions an operator takes.
 
-Only the public API of the store and the executor is used: `list_sagas`, `get_saga`, `verify_saga`, and
+Only the public API of the store and of `SagaAdmin` is used: `list_sagas`, `get_saga`, `verify_saga`, and
 `approve`, `reject`, `retry_compensation`, `unpark`, `pending_approvals`.
 """
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from saga_runtime._admin import SagaAdmin
 from saga_runtime._exceptions import ApprovalError, SagaError, SagaInProgressError, StoreError
-from saga_runtime._executor import SagaExecutor
 from saga_runtime._records import ApprovalRequest, SagaResult, SagaStatus, SagaSummary, VerifyResult
 from saga_runtime._storage import SagaStore
 
@@ -36,11 +36,11 @@ class Outcome:
 
 
 class Console:
-    """The store and executor behind the pages and the API."""
+    """The store and its operator's actions (`SagaAdmin`) behind the pages and the API."""
 
-    def __init__(self, store: SagaStore, executor: SagaExecutor, *, can_resume: bool) -> None:
+    def __init__(self, store: SagaStore, admin: SagaAdmin, *, can_resume: bool) -> None:
         self.store = store
-        self.executor = executor
+        self.admin = admin
         self.can_resume = can_resume  # the tools were given: a decision goes on with the saga here
 
     async def find(
@@ -82,7 +82,7 @@ class Console:
 
     async def pending(self, limit: int = 100) -> list[ApprovalRequest]:
         """Return the requests waiting for a decision, oldest first, across sagas."""
-        return await self.executor.pending_approvals(limit=limit)
+        return await self.admin.pending_approvals(limit=limit)
 
     async def act(
         self, action: str, saga_id: str, step_id: str = "", by: str = "", note: str = "", args_digest: str = ""
@@ -98,13 +98,13 @@ class Console:
             if action in ("approve", "reject"):
                 return await self._decide(action, saga_id, step_id, by, note, args_digest)
             if action == "unpark":
-                await self.executor.unpark(saga_id)
+                await self.admin.unpark(saga_id)
                 return Outcome(f"saga {saga_id} is live again; the next recovery takes it over", None)
             if not self.can_resume:
                 raise ActionRefused(
                     "retrying a compensation runs your tools: start the console with --tools module:registry", 409
                 )
-            result = await self.executor.retry_compensation(saga_id)
+            result = await self.admin.retry_compensation(saga_id)
             return Outcome(f"saga {saga_id}: compensations retried; it is {result.status.value}", result)
         except (ApprovalError, SagaInProgressError) as exc:
             raise ActionRefused(str(exc), 409) from None
@@ -121,7 +121,7 @@ class Console:
         if not by.strip():
             raise ActionRefused("say who decides: the decision is recorded with a name", 400)
         if action == "approve":
-            result = await self.executor.approve(
+            result = await self.admin.approve(
                 saga_id,
                 step_id,
                 by=by.strip(),
@@ -130,9 +130,7 @@ class Console:
                 resume=self.can_resume,
             )
         else:
-            result = await self.executor.reject(
-                saga_id, step_id, by=by.strip(), note=note or None, resume=self.can_resume
-            )
+            result = await self.admin.reject(saga_id, step_id, by=by.strip(), note=note or None, resume=self.can_resume)
         decided = "approved" if action == "approve" else "rejected"
         message = f"saga {saga_id}: step {step_id} {decided} by {by.strip()}; the saga is {result.status.value}"
         if result.status is SagaStatus.WAITING and not result.pending_approvals and not self.can_resume:

@@ -4,33 +4,41 @@ Its shape (DESIGN.md): a transition table allows every status change (`_transiti
 of a saga's record: every change to it, its sealing and writing (`_journal`); cancellation lives in one module
 (`_cancellation`); the Invoker calls tools (`_invoker`); the StepRunner (`_steps`) and the Compensator
 (`_compensator`) receive them; `SagaEngine` (`_saga`) composes them for one saga; `Claims` and `Session`
-(`_session`) hold sagas under this executor's lease; the `Gate` and `Decisions` (`_approvals`) hold steps that
-need a person's decision, and record the decisions.
+(`_session`) hold sagas under this executor's lease; `Drives` (`_claim`) owns the sagas it drives and the one
+claim-and-drive context manager every front door uses; `drive_plan` (`_driver`) feeds a plan's groups to the
+engine; `Recovery` (`_recovery`) and `Actions` (`_actions`) are what front doors delegate to; the `Gate` and
+`Decisions` (`_approvals`) hold steps that need a person's decision, and record the decisions.
 """
 
+from saga_runtime._engine._actions import Actions
 from saga_runtime._engine._approvals import HOLDABLE, Decisions
 from saga_runtime._engine._budget import Account, Budget
+from saga_runtime._engine._claim import Claim, Drives
 from saga_runtime._engine._config import EngineConfig
+from saga_runtime._engine._driver import Planner, PlanShape, drive_plan
 from saga_runtime._engine._events import EventKind, LoggingHook, SagaEvent, SagaHook
 from saga_runtime._engine._journal_rows import take_over
 from saga_runtime._engine._saga import RUNNABLE, SagaEngine
-from saga_runtime._engine._session import Claims, Session
 from saga_runtime._engine._transitions import TransitionError
 
 __all__ = [
     "HOLDABLE",
     "RUNNABLE",
     "Account",
+    "Actions",
     "Budget",
-    "Claims",
+    "Claim",
     "Decisions",
+    "Drives",
     "EngineConfig",
     "EventKind",
     "LoggingHook",
+    "PlanShape",
+    "Planner",
     "SagaEngine",
     "SagaEvent",
     "SagaHook",
-    "Session",
     "TransitionError",
+    "drive_plan",
     "take_over",
 ]

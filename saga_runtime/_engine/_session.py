@@ -1,9 +1,8 @@
 """Sessions: one executor's hold on the sagas it drives — claiming them, keeping their leases, and letting go.
 
-`Claims` is what one executor holds: the sagas it drives right now, how it takes one (a conditional change in the
-store), gives one up, parks one for an operator, and starts a new one. `Session` is one saga driven under the lease:
-the async context manager every front door runs a saga in (`run()`, dynamic sagas, `recover()`,
-`retry_compensation()`, and so the LLM runner), so the cancellation rules live in one place.
+`Claims` is how one executor takes a saga (a conditional change in the store), gives one up, parks one for an
+operator, and starts a new one. `Session` is one saga driven under the lease, so the cancellation rules live in one
+place. Both serve `Claim` (`_claim`), the one claim-and-drive context manager, which owns the set of sagas driven.
 """
 
 from __future__ import annotations
@@ -35,13 +34,10 @@ _RELEASE_BOUND = 10.0
 
 
 class Claims:
-    """The sagas one executor drives, and how it takes them, starts them, gives them up and parks them."""
+    """How one executor takes sagas, starts them, gives them up and parks them."""
 
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
-        # Sagas this executor drives right now: two paths of one executor (a run() resuming, a recover(), a
-        # re-entered dynamic saga) never both take the same one.
-        self.active: set[str] = set()
 
     def lease_until(self, start: Any) -> Any:
         """Return when a lease taken at `start` expires."""
@@ -93,35 +89,11 @@ class Claims:
         engine.detached = detached
         return engine
 
-    async def claim(self, saga: SagaRow) -> bool:
-        """Take over a live saga whose owner is gone (or is this executor, restarted); return whether it did.
-
-        On success the saga is marked active: the caller drives it and unmarks it when done. It is marked before
-        the store is asked, so two paths of one executor never both take it.
-        """
-        return await self._take(saga, self.config.store.claim_saga)
-
-    async def claim_waiting(self, saga: SagaRow) -> bool:
-        """Take a WAITING saga nobody holds (its requests decided) to drive it on; return whether it did.
-
-        As `claim`: marked active first, and on success the caller drives it and unmarks it when done.
-        """
-        return await self._take(saga, self.config.store.claim_waiting)
-
-    async def _take(self, saga: SagaRow, claim: Callable[[str, str, datetime, datetime], Awaitable[bool]]) -> bool:
-        """Mark the saga active, then ask the store (`claim`) for it; unmark it unless the store gave it."""
-        if saga.saga_id in self.active:
-            return False
-        self.active.add(saga.saga_id)
+    async def take(self, saga: SagaRow, claim: Callable[[str, str, datetime, datetime], Awaitable[bool]]) -> bool:
+        """Ask the store (`claim`, e.g. `store.claim_saga`) for the saga under this executor's lease; say if given."""
         started = now()
         expires = self.lease_until(started)
-        try:
-            claimed = await claim(saga.saga_id, self.config.executor_id, expires, started)
-        except BaseException:
-            self.active.discard(saga.saga_id)
-            raise
-        if not claimed:
-            self.active.discard(saga.saga_id)
+        if not await claim(saga.saga_id, self.config.executor_id, expires, started):
             return False
         take_over(saga, self.config.executor_id, expires)
         return True
@@ -154,7 +126,7 @@ class Claims:
 class Session:
     """Drive one saga under this executor's lease: `async with Session(claims, engine):`.
 
-    Entering marks the saga active and starts renewing its lease. A lease lost (another executor took the saga
+    Entering starts renewing the saga's lease. A lease lost (another executor took the saga
     over, or it ran out unrenewed) fences the engine — it writes and starts nothing more — and cancels the work
     inside the block. Leaving stops the renewals and tells the two cancellations apart: the caller's own goes on
     as `CancelledError` (also when it lands in the same turn as the fence); a lost lease becomes `LeaseLostError`,
@@ -171,7 +143,6 @@ class Session:
 
     def enter(self) -> None:
         """Start the session in the current task (what `async with` does; for front doors that enter by hand)."""
-        self._claims.active.add(self.engine.saga.saga_id)
         self._pending = cancel_requests()
         self._fence.__enter__()
         self.keeper = LeaseKeeper(self.engine.journal, self._fence.cancel).start()
@@ -189,12 +160,10 @@ class Session:
             saga = engine.saga
             stopped = engine.fenced and not engine.lease_lost and saga.status is not SagaStatus.WAITING
             if engine.detached and stopped and not saga.status.is_terminal:
-                # A recovery stopped by a shutdown: let the next worker take the saga now. Released before it
-                # leaves the active set, so no other path of this executor takes it while the release is on its
-                # way (a late release would rewrite what that path recorded).
+                # A recovery stopped by a shutdown: let the next worker take the saga now (before the claim
+                # lets it go, so no other path of this executor takes it while the release is on its way).
                 await self._claims.release(saga, owner=self._claims.config.executor_id)
         finally:
-            self._claims.active.discard(engine.saga.saga_id)
             self._fence.__exit__(
                 type(exc) if exc is not None else None, exc, None if exc is None else exc.__traceback__
             )

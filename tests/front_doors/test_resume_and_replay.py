@@ -112,8 +112,7 @@ async def enter(executor: SagaExecutor, saga_id: str, **options: Any) -> Dynamic
 
 
 def restart(executor: SagaExecutor) -> SagaExecutor:
-    """Forget `executor`'s running sagas, as a killed process does; return its successor over the same store."""
-    executor._active.clear()
+    """Return the successor of `executor` (killed: its running sagas forgotten) over the same store."""
     return SagaExecutor(executor.registry, store=executor.store, executor_id=executor.executor_id)
 
 

@@ -85,7 +85,6 @@ async def test_budgets_survive_re_execution(stores: Stores, kind: str) -> None:
     await dying.call("Book", item="hotel")
     await dying.charge(cost=0.4)
     await dying._keeper.stop()  # the process dies here: no heartbeat, no exit
-    first._active.clear()
 
     heir = SagaExecutor(make_registry(log), store=store, executor_id="host")
     async with heir.saga(saga_id="agent", budget=Budget(max_cost=1.0)) as saga:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from saga_runtime import (
+    ApprovalRequest,
     Budget,
     PlanPolicy,
     RetryPolicy,
+    SagaAdmin,
     SagaError,
     SagaExecutor,
     SagaResult,
@@ -75,5 +77,10 @@ async def use() -> None:
     async with open_store("memory://") as store:
         typed: SagaStore = store
         _ = await typed.get_saga("order-1")
+        admin = SagaAdmin(store)
+        pending: list[ApprovalRequest] = await admin.pending_approvals(limit=10)
+        decided: SagaResult = await admin.approve("order-1", "pay", by="alice", note="ok")
+        parked: SagaResult | None = await SagaAdmin(store, registry=registry).unpark("order-1", compensate=True)
+        _ = (pending, decided, parked, await admin.list_sagas("PARKED"), await admin.verify_saga("order-1"))
     awaited = await open_store("memory://")
     await awaited.close()

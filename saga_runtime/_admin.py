@@ -1,0 +1,169 @@
+"""SagaAdmin: what an operator does to a store's sagas, with no tool to run unless given a registry."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+
+from saga_runtime._engine import Actions, Drives, EngineConfig, SagaHook
+from saga_runtime._planner import RegistryPlanner, replay
+from saga_runtime._records import (
+    APPROVED,
+    KEY_ENV,
+    REJECTED,
+    ApprovalRequest,
+    SagaResult,
+    SagaStatus,
+    SagaSummary,
+    SecretKeyring,
+    VerifyResult,
+)
+from saga_runtime._storage import SagaStore
+from saga_runtime._tools import Resources, ToolRegistry
+
+__all__ = ["SagaAdmin"]
+
+
+class SagaAdmin:
+    """Read, list, verify, export and replay the sagas of `store`; decide approvals; unpark; retry compensations.
+
+    Without `registry`, nothing that needs a tool runs here: a decision is recorded and a worker with the tools
+    (`SagaExecutor.serve()`) goes on with the saga; `unpark(compensate=True)` and `retry_compensation` leave the
+    compensating saga to the next `recover()` of an executor that has its tools. With `registry`, those actions
+    run here, the registry's lifespan entered first (left by `aclose()`, or use `async with SagaAdmin(...)`).
+    Each action behaves as the `SagaExecutor` method of the same name. `secret_key` as for `SagaExecutor` (else
+    the environment variable SAGA_RUNTIME_SECRET_KEY). `hooks` are told the events of the sagas it drives.
+    """
+
+    def __init__(
+        self,
+        store: SagaStore,
+        *,
+        registry: ToolRegistry | None = None,
+        secret_key: str | bytes | Sequence[str | bytes] | None = None,
+        hooks: Sequence[SagaHook] = (),
+    ) -> None:
+        if registry is not None and not isinstance(registry, ToolRegistry):
+            raise TypeError(f"registry must be a ToolRegistry or None, got {type(registry).__name__}")
+        self.store = store
+        self.registry = registry
+        tools = registry if registry is not None else ToolRegistry()
+        self._resources = Resources(tools.lifespan_function)
+        config = EngineConfig(
+            registry=tools,
+            store=store,
+            executor_id=f"admin-{uuid.uuid4().hex[:12]}",
+            lease_timeout=30.0,
+            compensation_timeout=300.0,
+            thread_limiter=anyio.CapacityLimiter(40),
+            call_limiter=None,
+            keyring=SecretKeyring.configured(secret_key if secret_key is not None else os.environ.get(KEY_ENV)),
+            resources=self._resources,
+            hooks=tuple(hooks),
+        )
+        self._actions = Actions(
+            Drives(config),
+            RegistryPlanner(tools, config.keyring),
+            max_recovery_attempts=5,
+            recovery_concurrency=32,
+        )
+
+    async def __aenter__(self) -> SagaAdmin:
+        """Enter the registry's lifespan now (else before the first action that runs a tool)."""
+        await self._resources.enter()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Leave the registry's lifespan, if it was entered (its cleanup runs)."""
+        await self._resources.exit()
+
+    def __repr__(self) -> str:
+        tools = None if self.registry is None else self.registry.names()
+        return f"SagaAdmin(store={self.store.url!r}, tools={tools!r})"
+
+    # -- reading -----------------------------------------------------------------------------------------------
+
+    async def get_saga(self, saga_id: str) -> SagaResult | None:
+        """Return a stored saga's result (its steps and approvals), or None."""
+        return await self.store.get_saga(saga_id)
+
+    async def list_sagas(
+        self, status: SagaStatus | str | None = None, *, limit: int = 100, offset: int = 0
+    ) -> list[SagaSummary]:
+        """Return summaries of stored sagas, newest first, optionally only those with `status`."""
+        return await self.store.list_sagas(status, limit, offset)
+
+    async def verify_saga(self, saga_id: str) -> VerifyResult:
+        """Check a stored saga's hash chain; the result is falsy, naming the broken records, if one was altered."""
+        return await self.store.verify_saga(saga_id)
+
+    async def export_saga(self, saga_id: str) -> dict[str, Any]:
+        """Return a saga as a JSON-able, versioned document; raise `KeyError` if it is not stored."""
+        return await self.store.export_saga(saga_id)
+
+    async def replay(self, saga_id: str) -> SagaResult:
+        """Rebuild a recorded saga from its records, calling no tool; raise `ReplayDivergenceError` if they disagree."""
+        return await replay(self.store, saga_id)
+
+    # -- approvals ---------------------------------------------------------------------------------------------
+
+    async def pending_approvals(self, *, limit: int = 100) -> list[ApprovalRequest]:
+        """Return the undecided approval requests of waiting sagas in the store, oldest first, across sagas."""
+        return await self._actions.pending(limit)
+
+    async def approve(
+        self,
+        saga_id: str,
+        step_id: str,
+        *,
+        by: str,
+        note: str | None = None,
+        args_digest: str | None = None,
+        resume: bool = True,
+    ) -> SagaResult:
+        """Allow a waiting step to run, recorded once; with `registry` and `resume`, go on with the saga here.
+
+        Without `registry` the decision is recorded and the saga as it stands returned: a worker goes on with it.
+        """
+        return await self._actions.decide(
+            saga_id, step_id, APPROVED, by=by, note=note, digest=args_digest, resume=self._here(resume)
+        )
+
+    async def reject(
+        self, saga_id: str, step_id: str, *, by: str, note: str | None = None, resume: bool = True
+    ) -> SagaResult:
+        """Refuse a waiting step, recorded once; `resume` as for `approve` (the saga then compensates)."""
+        return await self._actions.decide(
+            saga_id, step_id, REJECTED, by=by, note=note, digest=None, resume=self._here(resume)
+        )
+
+    def _here(self, resume: bool) -> bool:
+        """Tell whether a decided saga goes on here: asked to, and with tools to run it."""
+        return resume and self.registry is not None
+
+    # -- operator actions --------------------------------------------------------------------------------------
+
+    async def unpark(self, saga_id: str, *, compensate: bool = False) -> SagaResult | None:
+        """Make a PARKED saga live again, or (`compensate=True`) give up on it: it becomes COMPENSATING.
+
+        Its compensation runs here with `registry` (its result is returned), else in the next `recover()` of an
+        executor that has its tools (None is returned).
+        """
+        await self._resources.enter()
+        return await self._actions.unpark(saga_id, compensate=compensate)
+
+    async def retry_compensation(self, saga_id: str) -> SagaResult:
+        """Reopen the compensations of a COMPENSATION_FAILED saga; run them here with `registry`, else leave them.
+
+        Left, the saga is COMPENSATING with no owner, and the next `recover()` of an executor with its tools
+        compensates it; steps already COMPENSATED are never compensated again.
+        """
+        await self._resources.enter()
+        return await self._actions.retry_compensation(saga_id)

@@ -1,0 +1,192 @@
+"""What front doors ask of the engine: run a plan, decide an approval, unpark, retry a compensation, recover.
+
+`SagaExecutor` and `SagaAdmin` both delegate here, so each action behaves the same from either. An action that
+needs tools this executor lacks records what it can and leaves the rest for a worker that has them.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from saga_runtime._engine._approvals import Decisions
+from saga_runtime._engine._claim import Drives
+from saga_runtime._engine._driver import Planner, PlanShape, drive_plan
+from saga_runtime._engine._recovery import Recovery
+from saga_runtime._exceptions import IdempotencyConflictError, SagaInProgressError
+from saga_runtime._records import (
+    ApprovalRequest,
+    ApprovalRow,
+    SagaResult,
+    SagaRow,
+    SagaStatus,
+    StepRow,
+    gated_steps,
+    now,
+    result_from_rows,
+)
+
+__all__ = ["Actions"]
+
+logger = logging.getLogger("saga_runtime")
+
+
+class Actions:
+    """The engine's side of every front door's action on sagas (see the module docstring)."""
+
+    __slots__ = ("_decisions", "_drives", "_planner", "recovery")
+
+    def __init__(
+        self, drives: Drives, planner: Planner, *, max_recovery_attempts: int, recovery_concurrency: int
+    ) -> None:
+        self._drives = drives
+        self._planner = planner
+        self._decisions = Decisions(drives.config)
+        self.recovery = Recovery(drives, planner, max_attempts=max_recovery_attempts, concurrency=recovery_concurrency)
+
+    async def run(self, plan: PlanShape, saga: SagaRow, steps: list[StepRow], *, announce: bool) -> SagaResult:
+        """Store a new plan saga and drive it; an existing one is returned finished, or resumed if its owner is gone.
+
+        `announce`: the first group's intent (RUNNING, attempt 1) is written with the saga itself.
+        """
+        drives = self._drives
+        store = drives.config.store
+        engine = drives.claims.start_plan(saga, steps, announce=announce)
+        existing = await store.create_saga(saga.copy(), [row.copy() for row in steps])
+        if existing is None:
+            logger.debug("saga %s: started by %s, %d steps", saga.saga_id, drives.config.executor_id, len(steps))
+            claim = drives.claim(saga, take="new")
+        else:
+            stored, rows = existing
+            if self._finished(saga, stored, rows) or stored.status is SagaStatus.WAITING:
+                # Finished, or waiting for a decision: the stored result, and no tool called.
+                return result_from_rows(stored, rows, await self.approvals_of(stored))
+            claim = drives.claim(stored, rows, take="orphan")
+        async with claim as held:
+            if held is None:
+                raise SagaInProgressError(
+                    f"saga {saga.saga_id!r} is {claim.saga.status.value} under executor {claim.saga.owner!r}; wait "
+                    "for it and read its result with store.get_saga(), or run it again once it has finished",
+                    saga_id=saga.saga_id,
+                    owner=claim.saga.owner,
+                    lease_expires_at=claim.saga.lease_expires_at,
+                )
+            if existing is not None:
+                logger.info("saga %s: resuming where its previous owner %r left it", saga.saga_id, existing[0].owner)
+            engine = held.start(engine if existing is None else None)
+            engine.emit("saga_started")
+            return await drive_plan(engine, plan, self._planner)
+
+    @staticmethod
+    def _finished(attempted: SagaRow, saga: SagaRow, steps: list[StepRow]) -> bool:
+        """Tell whether a stored saga of the same id is finished; raise if it holds another plan."""
+        if saga.kind != attempted.kind or saga.plan_hash != attempted.plan_hash:
+            raise IdempotencyConflictError(
+                f"saga {saga.saga_id!r} already exists with a different plan; a saga id names one plan, so use a "
+                "new saga_id for this one",
+                saga_id=saga.saga_id,
+            )
+        if saga.status.is_terminal:
+            logger.debug("saga %s: already finished %s, returning the stored result", saga.saga_id, saga.status)
+            return True
+        return False
+
+    async def approvals_of(self, saga: SagaRow) -> list[ApprovalRow]:
+        """Return a stored saga's approval rows (none to read for a plan without a step needing approval)."""
+        if saga.kind == "plan" and not gated_steps(saga.plan):
+            return []
+        return await self._drives.config.store.load_approvals(saga.saga_id)
+
+    async def pending(self, limit: int) -> list[ApprovalRequest]:
+        """Return the undecided approval requests of waiting sagas, oldest first."""
+        return await self._decisions.pending(limit)
+
+    async def decide(
+        self,
+        saga_id: str,
+        step_id: str,
+        decision: str,
+        *,
+        by: str,
+        note: str | None,
+        digest: str | None,
+        resume: bool,
+    ) -> SagaResult:
+        """Record a decision; with `resume`, go on with a decided plan saga here; return the saga as it stands."""
+        saga, requests = await self._decisions.decide(saga_id, step_id, decision, by=by, note=note, digest=digest)
+        if resume and saga.kind == "plan" and all(request.decision is not None for request in requests):
+            result = await self.recovery.go_on(saga_id)
+            if result is not None:
+                return result
+        return await self._stored_result(saga_id)
+
+    async def _stored_result(self, saga_id: str) -> SagaResult:
+        store = self._drives.config.store
+        stored = await store.load_saga(saga_id)
+        assert stored is not None  # sagas are never deleted
+        return result_from_rows(*stored, await store.load_approvals(saga_id))
+
+    async def unpark(self, saga_id: str, *, compensate: bool) -> SagaResult | None:
+        """Make a PARKED saga live again, or compensating; compensate it here if this executor has its tools."""
+        store = self._drives.config.store
+        stored = await store.load_saga(saga_id)
+        if stored is None:
+            raise KeyError(f"no saga {saga_id!r} in {store.url}")
+        # One conditional change in the store: of two operators unparking at once, one gets the error below.
+        if stored[0].status is not SagaStatus.PARKED or not await store.unpark_saga(
+            saga_id, now(), compensate=compensate
+        ):
+            stored = await store.load_saga(saga_id)
+            status = "gone" if stored is None else stored[0].status.value
+            raise SagaInProgressError(f"saga {saga_id!r} is {status}, not PARKED", saga_id=saga_id)
+        if not compensate:
+            return None
+        stored = await store.load_saga(saga_id)
+        if stored is None:
+            return None
+        missing = self.recovery.missing_tools(stored[1])
+        if missing:
+            logger.warning("saga %s: to be compensated by an executor that has the tools %s", saga_id, missing)
+            return None
+        async with self._drives.claim(*stored, take="orphan") as held:
+            if held is None:
+                return None  # another executor's recovery took it first: it compensates it
+            engine = held.start()
+            engine.emit("saga_started")
+            return await engine.compensate()
+
+    async def retry_compensation(self, saga_id: str) -> SagaResult:
+        """Reopen a COMPENSATION_FAILED saga's compensations; run them here if this executor has its tools."""
+        drives = self._drives
+        store = drives.config.store
+        stored = await store.load_saga(saga_id)
+        if stored is None:
+            raise KeyError(f"no saga {saga_id!r} in {store.url}")
+        if saga_id in drives:
+            raise SagaInProgressError(f"saga {saga_id!r} is being compensated by this executor", saga_id=saga_id)
+        if stored[0].status is not SagaStatus.COMPENSATION_FAILED:
+            raise SagaInProgressError(
+                f"saga {saga_id!r} is {stored[0].status.value}; only a COMPENSATION_FAILED saga has compensations "
+                "to retry",
+                saga_id=saga_id,
+            )
+        # The claim: of two callers at once, only one reopens the saga; the re-read sees what the other did.
+        claim = drives.claim(stored[0], take="reopen", reread={SagaStatus.COMPENSATING})
+        async with claim as held:
+            if held is None:
+                raise SagaInProgressError(
+                    f"saga {saga_id!r} is no longer COMPENSATION_FAILED: another caller is retrying its compensations",
+                    saga_id=saga_id,
+                )
+            missing = self.recovery.missing_tools(held.rows)
+            if missing:
+                # Reopened and let go: the next recover() of an executor with the tools compensates it.
+                engine = drives.claims.engine(held.saga, held.rows)
+                engine.reopen_compensation()
+                await engine.flush()
+                await held.release()
+                logger.warning("saga %s: to be compensated by an executor that has the tools %s", saga_id, missing)
+                return result_from_rows(held.saga, list(engine.rows.values()))
+            engine = held.start()
+            engine.reopen_compensation()  # its failed compensations are due again; none done is redone
+            engine.emit("saga_started")
+            return await engine.compensate()

@@ -1,0 +1,152 @@
+"""The one claim-and-drive context manager: claim a saga, re-read it, drive it under its lease, let it go.
+
+`Drives` owns the set of sagas this executor drives right now, so two paths of one executor (a `run()` resuming,
+a `recover()`, an approval going on, a re-entered dynamic saga) never both take the same one. Every front door
+drives a saga through `async with drives.claim(...) as held:`; nothing else touches that set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from types import TracebackType
+from typing import Any, Literal
+
+from saga_runtime._engine._config import EngineConfig
+from saga_runtime._engine._saga import SagaEngine
+from saga_runtime._engine._session import Claims, Session
+from saga_runtime._records import SagaKind, SagaResult, SagaRow, SagaStatus, StepRow
+
+__all__ = ["Claim", "Drives", "Take"]
+
+# How a saga is taken: just created by this executor ("new", nothing to ask), its owner gone ("orphan"), its
+# decisions made ("waiting"), or its failed compensations reopened ("reopen").
+Take = Literal["new", "orphan", "waiting", "reopen"]
+
+
+class Drives:
+    """The sagas one executor drives right now, and the one way to drive one: `claim()`."""
+
+    __slots__ = ("_driving", "claims", "config")
+
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self.claims = Claims(config)
+        self._driving: set[str] = set()
+
+    def __contains__(self, saga_id: object) -> bool:
+        return saga_id in self._driving
+
+    def new_saga(self, saga_id: str | None, kind: SagaKind, **fields: Any) -> SagaRow:
+        """Return the row of a new saga, RUNNING under this executor's lease (not yet stored)."""
+        return self.claims.new_saga(saga_id, kind, **fields)
+
+    def claim(
+        self,
+        saga: SagaRow,
+        rows: Sequence[StepRow] = (),
+        *,
+        take: Take,
+        reread: Collection[SagaStatus] = (),
+    ) -> Claim:
+        """Return the context manager that takes `saga` as `take` says (see `Take`) and drives it.
+
+        With `reread`, the saga is read again once claimed, and held only if it is still this executor's and in
+        one of those statuses (what was read before the claim may predate another executor's run).
+        """
+        return Claim(self, saga, list(rows), take, reread)
+
+
+class Claim:
+    """Claim → re-read → session with lease heartbeat and fence → drive → release: one saga, held once.
+
+    Entering yields the claim, or None when the saga is not this executor's to drive (taken, or busy here).
+    `start()` opens the session the saga is driven in; leaving closes it (raising `LeaseLostError` if the lease
+    was lost) and lets the saga go from the set of sagas driven.
+    """
+
+    __slots__ = ("_drives", "_held", "_reread", "_take", "rows", "saga", "session")
+
+    def __init__(
+        self, drives: Drives, saga: SagaRow, rows: list[StepRow], take: Take, reread: Collection[SagaStatus]
+    ) -> None:
+        self._drives = drives
+        self._take = take
+        self._reread = reread
+        self.saga = saga
+        self.rows = rows
+        self.session: Session | None = None
+        self._held = False  # this claim put the saga in the set: only then does it take it out
+
+    async def __aenter__(self) -> Claim | None:
+        drives, saga_id = self._drives, self.saga.saga_id
+        driving = drives._driving
+        if saga_id in driving:
+            return None
+        driving.add(saga_id)  # before the store is asked: no other path of this executor takes it meanwhile
+        self._held = True
+        try:
+            if self._take != "new" and not await drives.claims.take(self.saga, self._store_claim()):
+                self._let_go()
+                return None
+            if self._reread:
+                stored = await drives.config.store.load_saga(saga_id)
+                if (
+                    stored is None
+                    or stored[0].owner != drives.config.executor_id
+                    or stored[0].status not in self._reread
+                ):
+                    self._let_go()
+                    return None
+                self.saga, self.rows = stored
+        except BaseException:
+            self._let_go()
+            raise
+        return self
+
+    def _let_go(self) -> None:
+        if self._held:
+            self._held = False
+            self._drives._driving.discard(self.saga.saga_id)
+
+    def _store_claim(self) -> Any:
+        store = self._drives.config.store
+        if self._take == "orphan":
+            return store.claim_saga
+        return store.claim_waiting if self._take == "waiting" else store.reopen_compensation
+
+    def start(
+        self, engine: SagaEngine | None = None, *, detached: bool = False, where: str = "while this one ran it"
+    ) -> SagaEngine:
+        """Open the session the saga is driven in, on `engine` (else one over the claimed rows); return the engine.
+
+        `detached`: no caller waits on it (recovery): a cancellation stops it without compensating.
+        """
+        if engine is None:
+            engine = self._drives.claims.engine(self.saga, self.rows, detached=detached)
+        self.session = Session(self._drives.claims, engine, where=where)
+        self.session.enter()
+        return engine
+
+    async def release(self) -> None:
+        """Give the claimed saga up undriven, so another executor can take it."""
+        await self._drives.claims.release(self.saga, owner=self._drives.config.executor_id)
+
+    async def park(self, why: str) -> SagaResult | None:
+        """Park the claimed saga for an operator, undriven; None if another executor took it over meanwhile."""
+        return await self._drives.claims.park(self.saga, self.rows, why)
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        try:
+            if self.session is not None:
+                await self.session.exit(exc)
+        finally:
+            self._let_go()
+
+    async def close(self, exc: BaseException | None = None) -> None:
+        """Leave the claim by hand (a dynamic saga's block spans two methods); as leaving `async with`."""
+        await self.__aexit__(None if exc is None else type(exc), exc, None if exc is None else exc.__traceback__)
+
+    def __repr__(self) -> str:
+        return f"Claim({self.saga.saga_id!r}, session={self.session is not None})"

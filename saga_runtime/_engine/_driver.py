@@ -1,0 +1,133 @@
+"""The plan driver: feed a plan's groups to the engine, from wherever the saga's rows stand, to its end or its wait.
+
+Plans come from the planning layer above; the engine sees them through the protocols below, and builds them from
+a stored saga, or resolves a step's `$ref`s, through the `Planner` a front door hands it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from saga_runtime._engine._approvals import HOLDABLE
+from saga_runtime._engine._cancellation import CANCELLED
+from saga_runtime._engine._saga import RUNNABLE, SagaEngine
+from saga_runtime._records import SagaResult, SagaStatus, own_copy
+
+__all__ = ["PlanShape", "Planner", "drive_plan"]
+
+logger = logging.getLogger("saga_runtime")
+
+
+class PlanStep(Protocol):
+    """One planned step, as the driver reads it."""
+
+    @property
+    def step_id(self) -> str: ...
+    @property
+    def approval(self) -> bool: ...
+    @property
+    def kwargs(self) -> dict[str, Any] | None: ...
+
+
+class PlanJoin(Protocol):
+    """How a group ends."""
+
+    @property
+    def mode(self) -> str: ...
+    @property
+    def needed(self) -> int | None: ...
+
+
+class PlanShape(Protocol):
+    """A validated plan: groups of steps, run in order."""
+
+    @property
+    def groups(self) -> Sequence[Sequence[PlanStep]]: ...
+    @property
+    def steps(self) -> Sequence[PlanStep]: ...
+    def join_of(self, group: int) -> PlanJoin: ...
+    def group_ids(self) -> dict[str, int]: ...
+
+
+class Planner(Protocol):
+    """Build plans from stored sagas and resolve `$ref`s: the planning layer, handed down by a front door."""
+
+    def build(self, raw: Any) -> PlanShape:
+        """Return the validated plan of a stored saga; raise `PlanValidationError`."""
+        ...
+
+    def refs(self, step: Any) -> bool:
+        """Tell whether a step's arguments hold a `$ref`."""
+        ...
+
+    def resolve(self, step: Any, lookup: Callable[[str], Any]) -> Any:
+        """Return a step's arguments with each `$ref` resolved by `lookup`; raise ValueError or LookupError."""
+        ...
+
+
+async def drive_plan(engine: SagaEngine, plan: PlanShape, planner: Planner) -> SagaResult:
+    """Run (or resume) a plan saga from wherever its rows stand, to a terminal status or a wait."""
+    if engine.saga.status is SagaStatus.COMPENSATING:
+        # The saga's error names why it compensates; a record without one (written by an older version) gets it
+        # from its first failed group.
+        for g, group in enumerate(plan.groups):
+            if engine.failed or engine.saga.error is not None:
+                break
+            join, rows = plan.join_of(g), [engine.rows[step.step_id] for step in group]
+            engine.adopt(rows, join.mode)
+            if join.mode != "all" and not any(row.status in RUNNABLE for row in rows):
+                engine.judge(rows, join.mode, join.needed)
+        return await engine.compensate()
+    group_ids = plan.group_ids()
+
+    def lookup(target: str) -> Any:
+        if target in group_ids:
+            g = group_ids[target]
+            return own_copy(engine.group_result([engine.rows[s.step_id] for s in plan.groups[g]], plan.join_of(g).mode))
+        return own_copy(engine.result_for(target))  # a copy: the step it is given to may change it
+
+    by_id = engine.rows
+    if any(step.approval for step in plan.steps):
+        await engine.gate.load()  # its requests are part of its result, decided in an earlier run or not
+    try:
+        for g, group in enumerate(plan.groups):
+            join = plan.join_of(g)
+            recorded = [by_id[step.step_id] for step in group]
+            engine.adopt(recorded, join.mode)
+            if engine.failed:
+                break
+            for step, row in zip(group, recorded, strict=True):
+                if row.status not in RUNNABLE:
+                    continue
+                if step.kwargs is not None:
+                    engine.validated(row, step.kwargs)  # used only if the row runs with the plan's own args
+                elif planner.refs(step):
+                    try:
+                        engine.set_args(row, planner.resolve(step, lookup))
+                    except (ValueError, LookupError) as exc:
+                        engine.fail_before_start(row, exc)
+            gated = [row for step, row in zip(group, recorded, strict=True) if step.approval and row.status in HOLDABLE]
+            if gated and not engine.failed:
+                waiting, rejected = await engine.hold(gated)
+                if waiting:
+                    return await engine.wait()  # the saga stops here until every request is decided
+                if rejected:
+                    for row in rejected:
+                        engine.fail(f"step {row.step_id!r} ({row.tool_name}) was {row.error}")
+                    break
+            if not await engine.run_group(recorded, join=join.mode, needed=join.needed):
+                break
+    except CANCELLED:
+        if engine.fenced or engine.detached:
+            # Another executor owns the saga now, or a recovering worker is shutting down: it is not undone from
+            # here; its owner (or the next recovery) drives it on from its records.
+            engine.stop()
+            raise
+        logger.warning("saga %s: cancelled by its caller, compensating", engine.saga.saga_id)
+        await engine.compensate()
+        raise
+    if engine.failed:
+        return await engine.compensate()
+    return await engine.finish(SagaStatus.SUCCESS)

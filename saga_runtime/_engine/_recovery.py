@@ -1,0 +1,160 @@
+"""The recovery worker: take over sagas whose owner is gone, and go on with sagas whose approvals are decided."""
+
+from __future__ import annotations
+
+import logging
+
+import anyio
+
+from saga_runtime._engine._approvals import Decisions
+from saga_runtime._engine._claim import Claim, Drives
+from saga_runtime._engine._driver import Planner, drive_plan
+from saga_runtime._exceptions import LeaseLostError, PlanValidationError
+from saga_runtime._records import SagaResult, SagaRow, SagaStatus, StepRow, now
+
+__all__ = ["Recovery"]
+
+logger = logging.getLogger("saga_runtime")
+
+
+class Recovery:
+    """Drive to an end the sagas nobody drives: orphans whose lease expired, and decided WAITING plan sagas."""
+
+    __slots__ = ("_concurrency", "_decisions", "_drives", "_max_attempts", "_planner")
+
+    def __init__(self, drives: Drives, planner: Planner, *, max_attempts: int, concurrency: int) -> None:
+        self._drives = drives
+        self._planner = planner
+        self._decisions = Decisions(drives.config)
+        self._max_attempts = max_attempts
+        self._concurrency = concurrency
+
+    def missing_tools(self, rows: list[StepRow]) -> list[str]:
+        """Return the tools of a saga's steps this executor's registry lacks."""
+        return sorted({row.tool_name for row in rows} - set(self._drives.config.registry.names()))
+
+    async def recover(self, limit: int) -> list[SagaResult]:
+        """Go on with decided sagas, then take over every live saga whose owner is gone; return what finished."""
+        config = self._drives.config
+        results = await self.go_on_waiting(limit)
+        passed_over: set[str] = set()
+        while True:
+            started = now()
+            claimed = await config.store.claim_expired(
+                config.executor_id, self._drives.claims.lease_until(started), started, limit
+            )
+            fresh: list[tuple[SagaRow, list[StepRow]]] = []
+            for saga, rows in claimed:
+                missing = self.missing_tools(rows)
+                if saga.saga_id in passed_over or missing:
+                    if saga.saga_id not in passed_over:
+                        logger.warning(
+                            "saga %s: left for an executor that has the tools %s", saga.saga_id, ", ".join(missing)
+                        )
+                    passed_over.add(saga.saga_id)
+                    await self._drives.claims.release(saga, uncount=True, owner=config.executor_id)
+                    continue
+                fresh.append((saga, rows))
+            results.extend(await self._recover_batch(fresh))
+            if not fresh:
+                if len(claimed) < limit:
+                    return results
+                # A full batch of sagas this executor cannot run hid the rest: look further.
+                limit *= 2
+
+    async def _recover_batch(self, batch: list[tuple[SagaRow, list[StepRow]]]) -> list[SagaResult]:
+        """Drive a claimed batch of sagas, `concurrency` at a time; return the results, in batch order."""
+        done: list[SagaResult | None] = [None] * len(batch)
+        limiter = anyio.CapacityLimiter(self._concurrency)
+
+        async def drive(index: int, saga: SagaRow, rows: list[StepRow]) -> None:
+            async with limiter:
+                # Claimed again right before it is driven: while it waited its turn, its lease may have run out
+                # and another executor taken it.
+                try:
+                    async with self._drives.claim(saga, rows, take="orphan") as held:
+                        if held is not None:
+                            done[index] = await self._recover_one(held)
+                except LeaseLostError as exc:
+                    logger.warning("saga %s: %s", saga.saga_id, exc)
+
+        async with anyio.create_task_group() as tg:
+            for index, (saga, rows) in enumerate(batch):
+                tg.start_soon(drive, index, saga, rows)
+        return [result for result in done if result is not None]
+
+    async def _recover_one(self, held: Claim) -> SagaResult | None:
+        saga = held.saga
+        if saga.recovery_attempts > self._max_attempts:
+            return await held.park(f"recovery failed {saga.recovery_attempts - 1} times")
+        logger.info("saga %s: recovering (attempt %d), left %s", saga.saga_id, saga.recovery_attempts, saga.status)
+        try:
+            if saga.kind == "plan":
+                try:
+                    plan = self._planner.build(saga.plan)
+                except PlanValidationError as exc:  # the tools changed under the saga: no retry can help
+                    return await held.park(f"its plan no longer validates: {exc}")
+                # No caller: if this worker stops, the saga stays for the next recovery.
+                engine = held.start(detached=True)
+                engine.emit("saga_started")
+                return await drive_plan(engine, plan, self._planner)
+            engine = held.start(detached=True)
+            engine.emit("saga_started")
+            engine.fail("its process stopped in the middle of the saga; recovery compensated it")
+            return await engine.compensate()
+        except LeaseLostError as exc:
+            logger.warning("saga %s: %s", saga.saga_id, exc)
+            return None
+        except Exception as exc:
+            logger.error("saga %s: recovery attempt %d failed: %s", saga.saga_id, saga.recovery_attempts, exc)
+            return None
+
+    async def go_on_waiting(self, limit: int) -> list[SagaResult]:
+        """Reject the requests whose deadline passed; go on with each WAITING plan saga whose requests are decided."""
+        await self._decisions.expire_due(limit)
+        results = []
+        for saga_id in await self._drives.config.store.waiting_sagas(now(), limit):
+            try:
+                result = await self.go_on(saga_id, detached=True)
+            except LeaseLostError as exc:
+                logger.warning("saga %s: %s", saga_id, exc)
+                continue
+            except Exception as exc:
+                logger.error("saga %s: going on after its approvals failed: %s", saga_id, exc)
+                continue
+            if result is not None:
+                results.append(result)
+        return results
+
+    async def go_on(self, saga_id: str, *, detached: bool = False) -> SagaResult | None:
+        """Drive a WAITING plan saga whose requests are all decided, until its next wait or its end.
+
+        None when it is not for this executor (held elsewhere, undecided, tools missing).
+        """
+        config = self._drives.config
+        if config.resources is not None:
+            await config.resources.enter()  # the tools' lifespan, before any of them runs
+        store = config.store
+        stored = await store.load_saga(saga_id)
+        if stored is None or stored[0].status is not SagaStatus.WAITING or stored[0].kind != "plan":
+            return None
+        missing = self.missing_tools(stored[1])
+        if missing:
+            logger.warning("saga %s: decided, left for an executor that has the tools %s", saga_id, ", ".join(missing))
+            return None
+        async with self._drives.claim(stored[0], take="waiting", reread={SagaStatus.WAITING}) as held:
+            if held is None:
+                return None
+            if any(request.decision is None for request in await store.load_approvals(saga_id)):
+                await held.release()  # decided meanwhile the other way round
+                return None
+            try:
+                plan = self._planner.build(held.saga.plan)
+            except PlanValidationError as exc:  # other tools, or no key: left for an executor that has them
+                await held.release()
+                logger.warning("saga %s: decided, left for an executor that can go on with it: %s", saga_id, exc)
+                return None
+            engine = held.start(detached=detached)
+            await engine.resume()
+            engine.emit("saga_started")
+            return await drive_plan(engine, plan, self._planner)
