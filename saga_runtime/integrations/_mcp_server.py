@@ -66,6 +66,10 @@ class _Arguments(ArgModelBase):
         return {"arguments": dict(self.model_extra or {})}
 
 
+# A call (tool, arguments), or "rollback".
+_Call = tuple[str, dict[str, Any]] | str
+
+
 class _Refused(Exception):
     """A call answered with a tool error; nothing was run for it."""
 
@@ -110,11 +114,11 @@ class _Driver:
                         continue
                     ending = job
                     if job.kind == "rollback":
-                        raise _RolledBack
+                        raise RollbackRequested("its MCP client called saga_rollback")
                     if job.kind == "detach":
                         await saga.detach()
                     break
-        except _RolledBack:
+        except RollbackRequested:
             pass
         except Exception as exc:
             logger.warning("saga %s: served over MCP, it stopped: %s", self.saga_id, exc)
@@ -166,8 +170,8 @@ class _Driver:
         return _success(self.saga_id, outcome), False
 
 
-class _RolledBack(Exception):
-    """Raised in a saga's block to compensate it (saga_rollback)."""
+class RollbackRequested(Exception):
+    """Raised in a saga's block to compensate it: its MCP client called saga_rollback."""
 
 
 class _Sagas:
@@ -189,10 +193,11 @@ class _Sagas:
                     await self.detach(driver.saga_id)
             tasks.cancel_scope.cancel()  # calls still running past the bound: cancelled, so compensated
 
-    async def driver(self, ctx: Context, saga_id: str, *, waiting_call: tuple[str, dict[str, Any]] | None) -> _Driver:
+    async def driver(self, ctx: Context, saga_id: str, *, waiting_call: _Call | None) -> _Driver:
         """Return the driver of `saga_id`, started (and its record replayed) if this server does not hold it.
 
-        `waiting_call` is the call about to be made: a saga waiting for a decision goes on only with that call.
+        `waiting_call` is what comes next: a saga waiting for a decision goes on only with the call that waits
+        (or a rollback, which undoes what ran; the waiting call never did).
         """
         async with self.lock:
             driver = self.held.get(saga_id)
@@ -281,20 +286,20 @@ class _Sagas:
         if saga_id not in self.held and await self.executor.store.get_saga(saga_id) is None:
             return _ended(saga_id, kind, None)
         try:
-            driver = await self.driver(ctx, saga_id, waiting_call=None)
+            driver = await self.driver(ctx, saga_id, waiting_call=kind if kind == "rollback" else None)
         except _Refused as exc:
             return _error(saga_id, str(exc))
         return await self.ask(driver, _Job(kind))
 
 
-def _check_enterable(record: SagaResult, waiting_call: tuple[str, dict[str, Any]] | None) -> None:
+def _check_enterable(record: SagaResult, waiting_call: _Call | None) -> None:
     """Refuse a finished saga, and a waiting one entered for anything but the call that waits."""
     if record.status in (SagaStatus.SUCCESS, SagaStatus.COMPENSATED, SagaStatus.COMPENSATION_FAILED):
         raise _Refused(f"saga {record.saga_id!r} has ended ({record.status.value}); use another saga id")
     if record.status is not SagaStatus.WAITING:
         return
     step = next(step for step in record.steps if step.status is StepStatus.WAITING)
-    if waiting_call is None or waiting_call != (step.tool_name, dict(step.args)):
+    if waiting_call != "rollback" and waiting_call != (step.tool_name, dict(step.args)):
         raise _Refused(
             f"saga {record.saga_id!r} waits for a decision on call {step.step_id!r} ({step.tool_name} "
             f"{json.dumps(step.args, sort_keys=True)}); once it is decided, make that same call again"
@@ -376,4 +381,4 @@ def saga_mcp_server(executor: SagaExecutor, *, names: Iterable[str] | None = Non
             return await sagas.end(ctx, kind)
 
         tools.append(_tool(f"saga_{kind}", text, empty, end))
-    return MCPServer(name, tools=tools, lifespan=sagas.lifespan)
+    return MCPServer(name, tools=tools, lifespan=sagas.lifespan, log_level="WARNING")
