@@ -7,6 +7,8 @@ import json
 import logging
 import os
 import signal
+import socket
+import subprocess
 import sys
 import textwrap
 import uuid
@@ -535,3 +537,62 @@ async def test_a_killed_server_leaves_its_session_to_recovery_which_undoes_each_
         assert await executor.recover() == []
     cancelled = [key for kind, key, _ in ledger(folder) if kind == "cancel"]
     assert cancelled == booked[::-1]
+
+
+def free_port() -> int:
+    """Return a TCP port nothing listens on now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@pytest.mark.slow
+async def test_the_cli_serves_streamable_http_sessions_and_sagas_given_in_meta(
+    database_url: str, tools: tuple[str, Any], tmp_path: Path
+) -> None:
+    """`saga-runtime mcp --http PORT`: a stateful session rolls back its saga; a _meta saga is committed."""
+    spec, _ = tools
+    port = free_port()
+    server = cli_server(spec, database_url, tmp_path, "mcp-http")
+    child = await anyio.open_process(
+        [server.command, *server.args, "--http", str(port)],
+        env=server.env,
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        with anyio.fail_after(30):
+            while True:
+                try:
+                    probe = await anyio.connect_tcp("127.0.0.1", port)
+                except OSError:
+                    assert child.returncode is None, "the server exited"
+                    await anyio.sleep(0.1)
+                    continue
+                await probe.aclose()
+                break
+        url = f"http://127.0.0.1:{port}/mcp"
+        async with Client(url, mode="legacy") as client:
+            first = await client.call_tool("book_ticket", {"flight": "KE10", "seat": "10A"})
+            await client.call_tool("book_ticket", {"flight": "KE10", "seat": "10B"})
+            ended = await client.call_tool("saga_rollback", {})
+        assert first.meta is not None
+        assert str(first.meta["saga_id"]).startswith("mcp-")
+        assert ended.structured_content is not None
+        assert ended.structured_content["status"] == "COMPENSATED"
+        meta: Any = {"saga_id": "over-http"}
+        async with Client(url) as client:
+            await client.call_tool("book_ticket", {"flight": "KE11", "seat": "11A"}, meta=meta)
+            committed = await client.call_tool("saga_commit", {}, meta=meta)
+        assert committed.structured_content is not None
+        assert committed.structured_content["status"] == "SUCCESS"
+    finally:
+        child.terminate()
+        with anyio.fail_after(30):
+            await child.wait()
+        await child.aclose()
+    kinds = [kind for kind, _, _ in ledger(tmp_path / "tools")]
+    assert kinds == ["book", "book", "cancel", "cancel", "book"]
