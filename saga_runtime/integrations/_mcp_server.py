@@ -83,6 +83,7 @@ class _Job:
     args: dict[str, Any] = field(default_factory=dict)
     done: anyio.Event = field(default_factory=anyio.Event)
     answer: types.CallToolResult | None = None
+    waiting: bool = False  # the call waits for a decision: the saga is WAITING
 
 
 class _Driver:
@@ -107,9 +108,9 @@ class _Driver:
                 self.ready.set()
                 async for job in self.receive:
                     if job.kind == "call":
-                        job.answer, waiting = await self._call(saga, job)
+                        job.answer, job.waiting = await self._call(saga, job)
                         job.done.set()
-                        if waiting:
+                        if job.waiting:
                             break  # WAITING: the block is left as it stands
                         continue
                     ending = job
@@ -180,6 +181,7 @@ class _Sagas:
     def __init__(self, executor: SagaExecutor) -> None:
         self.executor = executor
         self.held: dict[str, _Driver] = {}
+        self.waiting_own: dict[tuple[str, str], str] = {}  # a call of its own that waits: its saga id
         self.lock = anyio.Lock()  # starting a driver: one per saga id
 
     @asynccontextmanager
@@ -232,16 +234,20 @@ class _Sagas:
         if problems:
             return _error(None, f"refused before running: {'; '.join(problems)}")
         saga_id, own = self.saga_of(ctx)
+        same = (tool, json.dumps(args, sort_keys=True))
         if saga_id is None:
-            saga_id = f"mcp-call-{uuid.uuid4().hex}"
+            # A call of its own that waited for a decision goes on in its saga when it is made again.
+            saga_id = self.waiting_own.pop(same, None) or f"mcp-call-{uuid.uuid4().hex}"
         try:
             driver = await self.driver(ctx, saga_id, waiting_call=(tool, args))
         except _Refused as exc:
             return _error(saga_id, str(exc))
-        answer = await self.ask(driver, _Job("call", tool, args))
-        if own and not driver.ended:
-            # A saga of its own: ended with the call.
-            await self.ask(driver, _Job("rollback" if answer.is_error else "commit"))
+        job = _Job("call", tool, args)
+        answer = await self.ask(driver, job)
+        if own and job.waiting:
+            self.waiting_own[same] = saga_id
+        elif own:
+            await self.ask(driver, _Job("rollback" if answer.is_error else "commit"))  # ended with its call
         return answer
 
     def saga_of(self, ctx: Context, *, session_only: bool = False) -> tuple[str | None, bool]:

@@ -435,6 +435,27 @@ async def test_a_call_needing_approval_waits_then_runs_once_approved(store: Saga
         assert ended.structured_content["status"] == "SUCCESS"
 
 
+async def test_a_call_of_its_own_that_waited_runs_in_its_saga_when_made_again(
+    store: SagaStore, tools: tuple[str, Any]
+) -> None:
+    """Without session or _meta: the same call made again after approval runs in the saga that waited."""
+    _, module = tools
+    executor = SagaExecutor(module.registry, store)
+    args = {"ticket_id": "T3", "amount": 30}
+    async with Client(saga_mcp_server(executor)) as client:
+        waits = await client.call_tool("refund", args)
+        assert waits.is_error
+        [request] = await executor.pending_approvals()
+        await executor.approve(request.saga_id, request.step_id, by="carol")
+        done = await client.call_tool("refund", args)
+    assert done.structured_content == {"refunded": 30}
+    assert done.meta is not None
+    assert done.meta["saga_id"] == request.saga_id
+    result = await store.get_saga(request.saga_id)
+    assert result is not None
+    assert result.status is SagaStatus.SUCCESS
+
+
 async def test_a_rejected_call_is_answered_as_rejected_and_the_saga_goes_on(
     store: SagaStore, tools: tuple[str, Any]
 ) -> None:
