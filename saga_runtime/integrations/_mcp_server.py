@@ -101,12 +101,14 @@ class _Driver:
     async def run(self) -> None:
         """Drive the saga until committed, rolled back, detached or waiting; never raises (its owner goes on)."""
         ending: _Job | None = None
+        current: _Job | None = None
         saga: DynamicSaga | None = None
         try:
             async with self.sagas.executor.saga(saga_id=self.saga_id) as saga:
                 await self._replay(saga)
                 self.ready.set()
                 async for job in self.receive:
+                    current = job
                     if job.kind == "call":
                         job.answer, job.waiting = await self._call(saga, job)
                         job.done.set()
@@ -133,6 +135,9 @@ class _Driver:
             if ending is not None:
                 ending.answer = _ended(self.saga_id, ending.kind, result)
                 ending.done.set()
+            elif current is not None and not current.done.is_set():  # a call the saga stopped in
+                current.answer = _error(self.saga_id, self.refusal or f"saga {self.saga_id!r} stopped")
+                current.done.set()
             # Jobs that came in after the end: told so, nothing run.
             while True:
                 try:
@@ -300,7 +305,7 @@ class _Sagas:
 
 def _check_enterable(record: SagaResult, waiting_call: _Call | None) -> None:
     """Refuse a finished saga, and a waiting one entered for anything but the call that waits."""
-    if record.status in (SagaStatus.SUCCESS, SagaStatus.COMPENSATED, SagaStatus.COMPENSATION_FAILED):
+    if record.status.is_terminal:
         raise _Refused(f"saga {record.saga_id!r} has ended ({record.status.value}); use another saga id")
     if record.status is not SagaStatus.WAITING:
         return
