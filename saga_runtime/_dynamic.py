@@ -256,6 +256,17 @@ class DynamicSaga:
         """Return a call whose effect could not be undone (recorded COMPENSATION_FAILED), if any."""
         return next((row for row in engine.rows.values() if row.status is StepStatus.COMPENSATION_FAILED), None)
 
+    async def detach(self) -> None:
+        """Leave the saga unfinished for a later re-entry or `recover()`: the block's exit ends and undoes nothing.
+
+        Its lease is released when the block is left, so `recover()` (any executor's) takes it over at once.
+        """
+        self._check_open()
+        engine = self._engine
+        if engine is not None and not engine.fenced:
+            engine.detached = True  # released on leaving, as a recovery stopped by a shutdown
+            engine.stop()
+
     def _check_open(self) -> None:
         if not self._entered or self._closed:
             raise RuntimeError("use the saga inside its `async with executor.saga(...) as saga:` block")

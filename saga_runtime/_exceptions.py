@@ -14,6 +14,7 @@ Every error derives from `SagaError`, so `except SagaError` catches them all::
     ├── ResultValidationError      a tool returned a result its annotation or validate() rejects
     ├── ResultNotStorableError     a tool returned a value that cannot be stored as JSON
     ├── StepFailedError            a call of a dynamic saga failed (saga.call / saga.group)
+    ├── OutcomeUnknownError        a tool lost sight of its effect mid-call: the step's outcome is unknown
     ├── TurnLimitError             an LLMRunner's model gave no final answer within max_turns
     ├── SecretKeyError             a secret argument cannot be encrypted or decrypted: no key, or not the right one
     ├── ApprovalError              a decision on an approval request was refused (decided already, wrong digest, ...)
@@ -41,6 +42,7 @@ __all__ = [
     "BudgetExceededError",
     "IdempotencyConflictError",
     "LeaseLostError",
+    "OutcomeUnknownError",
     "PlanValidationError",
     "ReplayDivergenceError",
     "ResultNotStorableError",
@@ -215,6 +217,14 @@ class StepFailedError(SagaError):
         self.error = error
         self.error_type = error_type
         super().__init__(message)
+
+
+class OutcomeUnknownError(SagaError):
+    """Raised by a tool whose effect may have happened (its service went away mid-call).
+
+    The attempt counts as one whose outcome is unknown, as a timed-out one does: the step is never taken as
+    without effect, and is compensated with `result=None` if the saga undoes it.
+    """
 
 
 class TurnLimitError(SagaError):

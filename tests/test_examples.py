@@ -127,3 +127,15 @@ def test_console_store_fills_a_store_with_every_kind_of_saga(tmp_path: Path) -> 
     ):
         assert line in out
     assert "saga-runtime ui --db" in out
+
+
+def test_mcp_session_books_two_tickets_over_mcp_and_rolls_them_back(tmp_path: Path) -> None:
+    """mcp_session.py: an MCP session books two tickets, its refund waits for a decision, rollback cancels both."""
+    out = run_example("mcp_session.py", tmp_path)
+    assert "the MCP server offers: book_ticket, refund, saga_commit, saga_rollback" in out
+    assert "waits for a person's decision" in out
+    assert "'status': 'COMPENSATED'" in out
+    assert "booked KE901-12A; booked KE901-12B; cancelled KE901-12B; cancelled KE901-12A" in out
+    assert "saga trip-over-mcp: COMPENSATED" in out
+    assert "airline booked OZ202-3C; airline cancelled OZ202-3C" in out
+    assert "tickets still booked: 0" in out

@@ -16,7 +16,13 @@ from saga_runtime._engine._compensator import Compensator
 from saga_runtime._engine._invoker import AttemptTimeout, Invoker
 from saga_runtime._engine._journal import Journal
 from saga_runtime._engine._verdict import Verdict
-from saga_runtime._exceptions import BudgetExceededError, ResultNotStorableError, ResultValidationError, describe
+from saga_runtime._exceptions import (
+    BudgetExceededError,
+    OutcomeUnknownError,
+    ResultNotStorableError,
+    ResultValidationError,
+    describe,
+)
 from saga_runtime._records import StepRow, StepStatus, own_values, to_json_value
 from saga_runtime._tools import ToolSpec
 
@@ -150,7 +156,9 @@ class StepRunner:
                     )
                     await anyio.sleep(spec.retry.delay(attempt))
                     continue
-                raise _StepFailed(exc, timed_out=isinstance(exc, AttemptTimeout), attempts=row.attempts) from exc
+                # A tool that lost sight of its effect: unknown, as a timed-out attempt.
+                unknown = isinstance(exc, AttemptTimeout | OutcomeUnknownError)
+                raise _StepFailed(exc, timed_out=unknown, attempts=row.attempts) from exc
 
     async def _checked(self, row: StepRow, spec: ToolSpec, value: Any) -> Any:
         """Return the result as execute's return annotation validates it; raise `ResultValidationError` if refused."""
@@ -187,7 +195,7 @@ class StepRunner:
         verdict = self._verdict
         verdict.errors[row.step_id] = exc
         error = f"{describe(exc)} (after {attempts} attempt{'s' if attempts != 1 else ''})"
-        error_type = "TimeoutError" if timed_out else type(exc).__name__
+        error_type = type(exc).__name__
         # A timed-out attempt may have had its effect: its outcome is unknown (CANCELLED), not FAILED.
         status = StepStatus.CANCELLED if timed_out else StepStatus.FAILED
         stuck = row.step_id in verdict.stuck

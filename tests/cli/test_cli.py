@@ -234,7 +234,16 @@ def cli(*args: str, db: str | None = None, cwd: Path | None = None, env: dict[st
     environment = {k: v for k, v in os.environ.items() if k != "SAGA_RUNTIME_DATABASE_URL"}
     environment.update({"NO_COLOR": "1", "COLUMNS": "200", **(env or {})})
     command = [str(SCRIPT), *(["--db", db] if db else []), *args]
-    done = subprocess.run(command, capture_output=True, text=True, cwd=cwd, env=environment, timeout=60, check=False)
+    done = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=environment,
+        timeout=60,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
     return Ran(done.returncode, done.stdout, done.stderr)
 
 
@@ -571,6 +580,7 @@ COMMANDS: dict[str, tuple[list[str], str]] = {
     "approve": (["approve", "wait-1", "refund", "--by", "alice"], "approved by alice"),
     "reject": (["reject", "wait-1", "refund", "--by", "bob", "--tools", "cli_tools:registry"], "rejected by bob"),
     "ui": (["ui", "--check"], "the console can serve"),  # serving itself: tests/console/test_console.py
+    "mcp": (["mcp", "--tools", "cli_tools:registry"], ""),  # stdin at its end: serves nothing; tests/integrations
 }
 SIGNING_KEY = "the signing key of the test"
 

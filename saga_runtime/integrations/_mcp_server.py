@@ -1,0 +1,395 @@
+"""A saga executor served as an MCP server: every tool call a step of a saga, undone in reverse on rollback.
+
+A call's saga is the `saga_id` in the call's `_meta`; else, on a connection that keeps a session (the handshake
+protocol: stdio, stateful HTTP), the session's saga `mcp-<session id>`; else a saga of its own, ended SUCCESS when
+the call succeeds. A saga this server holds is driven by one task, which runs its calls one at a time in the order
+they came (a dynamic saga identifies calls by position). `saga_commit` ends it SUCCESS, `saga_rollback`
+compensates it; a session that ends with neither, or a server that stops, leaves it unfinished (detached), and
+`recover()` compensates it as any orphaned dynamic saga. A saga entered again (after a wait for approval, or by
+another connection) is served its recorded calls, then goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import uuid
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from saga_runtime import (
+    ApprovalPendingError,
+    ApprovalRejectedError,
+    BudgetExceededError,
+    DynamicSaga,
+    PlanValidationError,
+    SagaExecutor,
+    SagaResult,
+    SagaStatus,
+    StepFailedError,
+    StepStatus,
+)
+from saga_runtime.integrations._common import missing_extra, schema_of
+
+try:
+    import mcp_types as types
+    from mcp.server.mcpserver import Context, MCPServer
+    from mcp.server.mcpserver.tools import Tool
+    from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetadata
+    from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+    from pydantic import ConfigDict
+except ImportError as exc:  # pragma: no cover - depends on the extra
+    raise missing_extra("mcp", "mcp") from exc
+
+__all__ = ["saga_mcp_server"]
+
+logger = logging.getLogger("saga_runtime")
+
+META_KEY = "saga_id"
+_SESSION_KEY = "saga_runtime.session"
+_DRIVERS_KEY = "saga_runtime.drivers"
+# How long a stopping server waits for its sagas' running calls before it cancels them (which compensates).
+_DETACH_BOUND = 30.0
+
+
+class _Arguments(ArgModelBase):
+    """Any arguments: the executor checks them against the tool's own model."""
+
+    model_config = ConfigDict(extra="allow")
+
+    def model_dump_one_level(self) -> dict[str, Any]:
+        return {"arguments": dict(self.model_extra or {})}
+
+
+# A call (tool, arguments), or "rollback".
+_Call = tuple[str, dict[str, Any]] | str
+
+
+class _Refused(Exception):
+    """A call answered with a tool error; nothing was run for it."""
+
+
+@dataclass
+class _Job:
+    """One request to a saga's driver, and its answer once done."""
+
+    kind: str  # "call", "commit", "rollback" or "detach"
+    tool: str = ""
+    args: dict[str, Any] = field(default_factory=dict)
+    done: anyio.Event = field(default_factory=anyio.Event)
+    answer: types.CallToolResult | None = None
+    waiting: bool = False  # the call waits for a decision: the saga is WAITING
+
+
+class _Driver:
+    """The task that holds one saga's `async with executor.saga(...)` block open and runs its jobs in turn."""
+
+    def __init__(self, sagas: _Sagas, saga_id: str, record: SagaResult | None) -> None:
+        self.sagas = sagas
+        self.saga_id = saga_id
+        self.record = record
+        self.send, self.receive = anyio.create_memory_object_stream[_Job](math.inf)
+        self.ready = anyio.Event()
+        self.refusal: str | None = None  # why it could not be entered
+        self.ended = False
+
+    async def run(self) -> None:
+        """Drive the saga until committed, rolled back, detached or waiting; never raises (its owner goes on)."""
+        ending: _Job | None = None
+        current: _Job | None = None
+        saga: DynamicSaga | None = None
+        try:
+            async with self.sagas.executor.saga(saga_id=self.saga_id) as saga:
+                await self._replay(saga)
+                self.ready.set()
+                async for job in self.receive:
+                    current = job
+                    if job.kind == "call":
+                        job.answer, job.waiting = await self._call(saga, job)
+                        job.done.set()
+                        if job.waiting:
+                            break  # WAITING: the block is left as it stands
+                        continue
+                    ending = job
+                    if job.kind == "rollback":
+                        raise RollbackRequested("its MCP client called saga_rollback")
+                    if job.kind == "detach":
+                        await saga.detach()
+                    break
+        except RollbackRequested:
+            pass
+        except Exception as exc:
+            logger.warning("saga %s: served over MCP, it stopped: %s", self.saga_id, exc)
+            self.refusal = self.refusal or f"saga {self.saga_id!r} cannot go on here: {exc}"
+        finally:
+            self.ended = True
+            self.sagas.held.pop(self.saga_id, None)
+            self.ready.set()
+            self.send.close()
+            result = saga.result if saga is not None else None
+            if ending is not None:
+                ending.answer = _ended(self.saga_id, ending.kind, result)
+                ending.done.set()
+            elif current is not None and not current.done.is_set():  # a call the saga stopped in
+                current.answer = _error(self.saga_id, self.refusal or f"saga {self.saga_id!r} stopped")
+                current.done.set()
+            # Jobs that came in after the end: told so, nothing run.
+            while True:
+                try:
+                    late = self.receive.receive_nowait()
+                except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
+                    break
+                late.answer = _error(self.saga_id, f"saga {self.saga_id!r} ended before this call could run")
+                late.done.set()
+            self.receive.close()
+
+    async def _replay(self, saga: DynamicSaga) -> None:
+        """Make the recorded calls again, in order: served from the record, no tool called."""
+        if self.record is None:
+            return
+        groups: dict[int, list[tuple[str, dict[str, Any]]]] = {}
+        for step in self.record.steps:
+            if step.status is not StepStatus.WAITING:
+                groups.setdefault(step.group, []).append((step.tool_name, dict(step.args)))
+        for group in sorted(groups):
+            await saga.group(groups[group], return_exceptions=True)
+
+    async def _call(self, saga: DynamicSaga, job: _Job) -> tuple[types.CallToolResult, bool]:
+        """Run one call as a step; return the answer, and whether the saga now waits for a decision."""
+        try:
+            (outcome,) = await saga.group([(job.tool, job.args)], return_exceptions=True)
+        except ApprovalPendingError as exc:
+            return _error(self.saga_id, _pending(exc)), True
+        except ApprovalRejectedError as exc:
+            return _error(self.saga_id, f"{exc}; decided by {exc.by}" + (f": {exc.note}" if exc.note else "")), False
+        except PlanValidationError as exc:
+            return _error(self.saga_id, f"refused before running: {exc}"), False
+        if isinstance(outcome, ApprovalRejectedError):
+            return _error(self.saga_id, f"{outcome}; decided by {outcome.by}"), False
+        if isinstance(outcome, StepFailedError | BudgetExceededError):
+            return _error(self.saga_id, str(outcome)), False
+        return _success(self.saga_id, outcome), False
+
+
+class RollbackRequested(Exception):
+    """Raised in a saga's block to compensate it: its MCP client called saga_rollback."""
+
+
+class _Sagas:
+    """The sagas one server holds, by id, and how calls reach them."""
+
+    def __init__(self, executor: SagaExecutor) -> None:
+        self.executor = executor
+        self.held: dict[str, _Driver] = {}
+        self.waiting_own: dict[tuple[str, str], str] = {}  # a call of its own that waits: its saga id
+        self.lock = anyio.Lock()  # starting a driver: one per saga id
+
+    @asynccontextmanager
+    async def lifespan(self, server: Any) -> AsyncIterator[dict[str, Any]]:
+        """Own the drivers started while serving; detach each one still held when serving stops."""
+        started: list[_Driver] = []
+        async with anyio.create_task_group() as tasks:
+            yield {_DRIVERS_KEY: (tasks, started)}
+            with anyio.move_on_after(_DETACH_BOUND, shield=True):
+                for driver in started:
+                    await self.detach(driver.saga_id)
+            tasks.cancel_scope.cancel()  # calls still running past the bound: cancelled, so compensated
+
+    async def driver(self, ctx: Context, saga_id: str, *, waiting_call: _Call | None) -> _Driver:
+        """Return the driver of `saga_id`, started (and its record replayed) if this server does not hold it.
+
+        `waiting_call` is what comes next: a saga waiting for a decision goes on only with the call that waits
+        (or a rollback, which undoes what ran; the waiting call never did).
+        """
+        async with self.lock:
+            driver = self.held.get(saga_id)
+            if driver is not None and not driver.ended:
+                return driver
+            record = await self.executor.store.get_saga(saga_id)
+            if record is not None:
+                _check_enterable(record, waiting_call)
+            tasks, started = ctx.request_context.lifespan_context[_DRIVERS_KEY]
+            driver = _Driver(self, saga_id, record)
+            self.held[saga_id] = driver
+            started.append(driver)
+            tasks.start_soon(driver.run)
+        await driver.ready.wait()
+        if driver.refusal is not None:
+            raise _Refused(driver.refusal)
+        return driver
+
+    async def ask(self, driver: _Driver, job: _Job) -> types.CallToolResult:
+        """Hand a job to a driver and return its answer."""
+        try:
+            driver.send.send_nowait(job)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            return _error(driver.saga_id, f"saga {driver.saga_id!r} ended before this call could run")
+        await job.done.wait()
+        assert job.answer is not None
+        return job.answer
+
+    async def call(self, ctx: Context, tool: str, args: dict[str, Any]) -> types.CallToolResult:
+        """Run one tool call as a step of its saga (see the module docstring)."""
+        problems = self.executor.registry.get(tool).check_args(args)
+        if problems:
+            return _error(None, f"refused before running: {'; '.join(problems)}")
+        saga_id, own = self.saga_of(ctx)
+        same = (tool, json.dumps(args, sort_keys=True))
+        if saga_id is None:
+            # A call of its own that waited for a decision goes on in its saga when it is made again.
+            saga_id = self.waiting_own.pop(same, None) or f"mcp-call-{uuid.uuid4().hex}"
+        try:
+            driver = await self.driver(ctx, saga_id, waiting_call=(tool, args))
+        except _Refused as exc:
+            return _error(saga_id, str(exc))
+        job = _Job("call", tool, args)
+        answer = await self.ask(driver, job)
+        if own and job.waiting:
+            self.waiting_own[same] = saga_id
+        elif own:
+            await self.ask(driver, _Job("rollback" if answer.is_error else "commit"))  # ended with its call
+        return answer
+
+    def saga_of(self, ctx: Context, *, session_only: bool = False) -> tuple[str | None, bool]:
+        """Return the call's saga id (None: a new one), and whether it is a saga of its own."""
+        given = (ctx.request_context.meta or {}).get(META_KEY)
+        if isinstance(given, str) and given:
+            return given, False
+        session = self.session_id(ctx)
+        if session is not None:
+            return f"mcp-{session}", False
+        return None, not session_only
+
+    def session_id(self, ctx: Context) -> str | None:
+        """Return the id of the call's session, on a connection that keeps one; at its end its saga is detached."""
+        request = ctx.request_context
+        if request.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            return None  # every request stands alone
+        # The SDK keeps the connection (its state, and a teardown stack) on the request's session proxy only.
+        connection = getattr(request.session, "_connection", None)
+        state = getattr(connection, "state", None)
+        if connection is None or not isinstance(state, dict):
+            return None
+        session = state.get(_SESSION_KEY)
+        if session is None:
+            session = state[_SESSION_KEY] = connection.session_id or uuid.uuid4().hex
+            connection.exit_stack.push_async_callback(self.detach, f"mcp-{session}")
+        return str(session)
+
+    async def detach(self, saga_id: str) -> None:
+        """Leave a saga to recovery (its session ended with neither commit nor rollback)."""
+        driver = self.held.get(saga_id)
+        if driver is not None and not driver.ended:
+            await self.ask(driver, _Job("detach"))
+
+    async def end(self, ctx: Context, kind: str) -> types.CallToolResult:
+        """Commit or roll back the call's saga (`_meta.saga_id`, else the session's)."""
+        saga_id, _ = self.saga_of(ctx, session_only=True)
+        if saga_id is None:
+            return _error(
+                None, f"saga_{kind}: which saga? Give its id in the call's _meta ({META_KEY!r}) or use a session"
+            )
+        if saga_id not in self.held and await self.executor.store.get_saga(saga_id) is None:
+            return _ended(saga_id, kind, None)
+        try:
+            driver = await self.driver(ctx, saga_id, waiting_call=kind if kind == "rollback" else None)
+        except _Refused as exc:
+            return _error(saga_id, str(exc))
+        return await self.ask(driver, _Job(kind))
+
+
+def _check_enterable(record: SagaResult, waiting_call: _Call | None) -> None:
+    """Refuse a finished saga, and a waiting one entered for anything but the call that waits."""
+    if record.status.is_terminal:
+        raise _Refused(f"saga {record.saga_id!r} has ended ({record.status.value}); use another saga id")
+    if record.status is not SagaStatus.WAITING:
+        return
+    step = next(step for step in record.steps if step.status is StepStatus.WAITING)
+    if waiting_call != "rollback" and waiting_call != (step.tool_name, dict(step.args)):
+        raise _Refused(
+            f"saga {record.saga_id!r} waits for a decision on call {step.step_id!r} ({step.tool_name} "
+            f"{json.dumps(step.args, sort_keys=True)}); once it is decided, make that same call again"
+        )
+
+
+def _success(saga_id: str, value: Any) -> types.CallToolResult:
+    structured = value if isinstance(value, dict) else {"result": value}
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=json.dumps(value))],
+        structured_content=structured,
+        _meta={META_KEY: saga_id},
+    )
+
+
+def _error(saga_id: str | None, message: str) -> types.CallToolResult:
+    meta = None if saga_id is None else {META_KEY: saga_id}
+    return types.CallToolResult(content=[types.TextContent(type="text", text=message)], is_error=True, _meta=meta)
+
+
+def _ended(saga_id: str, kind: str, result: SagaResult | None) -> types.CallToolResult:
+    if result is None:
+        return _success(saga_id, {"saga_id": saga_id, "status": None, "steps": 0})
+    failed = kind == "commit" and result.status is not SagaStatus.SUCCESS
+    body = {"saga_id": saga_id, "status": result.status.value, "steps": len(result.steps), "error": result.error}
+    if failed:
+        return _error(saga_id, json.dumps(body))
+    return _success(saga_id, body)
+
+
+def _pending(exc: ApprovalPendingError) -> str:
+    return (
+        f"call {exc.step_id!r} ({exc.tool_name}) of saga {exc.saga_id!r} waits for a person's decision: "
+        f"`saga-runtime approve {exc.saga_id} {exc.step_id} --by NAME` (or reject); then make the same call again"
+    )
+
+
+def _tool(name: str, description: str, schema: dict[str, Any], run: Any) -> Tool:
+    async def fn(arguments: dict[str, Any], ctx: Context) -> types.CallToolResult:
+        result: types.CallToolResult = await run(ctx, arguments)
+        return result
+
+    return Tool(
+        fn=fn,
+        name=name,
+        title=None,
+        description=description,
+        parameters=schema,
+        annotations=None,
+        fn_metadata=FuncMetadata(arg_model=_Arguments),
+        is_async=True,
+        context_kwarg="ctx",
+    )
+
+
+def saga_mcp_server(executor: SagaExecutor, *, names: Iterable[str] | None = None, name: str = "saga-runtime") -> Any:
+    """Return an MCP server (the SDK's `MCPServer`) offering the executor's tools, plus saga_commit and saga_rollback.
+
+    Run it as any `MCPServer`: `await server.run_stdio_async()`, `server.streamable_http_app()`, or `Client(server)`
+    in tests. Each tool call is a step of its saga, recorded before it runs (see this module's docstring).
+    """
+    sagas = _Sagas(executor)
+    registry = executor.registry
+    specs = list(registry) if names is None else [registry.get(tool) for tool in names]
+    tools = []
+    for spec in specs:
+
+        async def run(ctx: Context, arguments: dict[str, Any], tool: str = spec.name) -> types.CallToolResult:
+            return await sagas.call(ctx, tool, arguments)
+
+        tools.append(_tool(spec.name, spec.description or spec.name, schema_of(spec), run))
+    empty = {"type": "object", "properties": {}}
+    for kind, text in (
+        ("commit", "End the saga (_meta saga_id, else this session's) SUCCESS: its steps stay done."),
+        ("rollback", "Undo every step of the saga (_meta saga_id, else this session's), in reverse order."),
+    ):
+
+        async def end(ctx: Context, arguments: dict[str, Any], kind: str = kind) -> types.CallToolResult:
+            return await sagas.end(ctx, kind)
+
+        tools.append(_tool(f"saga_{kind}", text, empty, end))
+    return MCPServer(name, tools=tools, lifespan=sagas.lifespan, log_level="WARNING")
