@@ -15,11 +15,11 @@ $(VENV)/.core: pyproject.toml | $(BIN)/python
 	touch $@
 
 $(VENV)/.all: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e ".[all,dev]"
+	$(BIN)/python -m pip install --quiet -e ".[all,dev,docs]"
 	touch $@ $(VENV)/.core
 
 demo: $(VENV)/.core
-	$(BIN)/python examples/order_flow.py
+	$(BIN)/python -m saga_runtime.examples order
 
 lint: $(VENV)/.all
 	$(BIN)/ruff check .
