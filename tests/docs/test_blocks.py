@@ -105,3 +105,15 @@ def test_a_drifted_block_fails(tmp_path: Path) -> None:
     (block,) = blocks(page)
     with pytest.raises(TypeError):
         eval(block.compiled(), {"__name__": "docs_page"})
+
+
+def test_the_exception_tree_the_reference_includes_is_the_whole_tree() -> None:
+    """The line range of _exceptions.py the reference page includes holds the tree from SagaError to its last leaf."""
+    page = (ROOT / "docs" / "reference" / "api.md").read_text(encoding="utf-8")
+    found = re.search(r'--8<-- "saga_runtime/_exceptions.py:(\d+):(\d+)"', page)
+    assert found is not None
+    first, last = int(found[1]), int(found[2])
+    lines = (ROOT / "saga_runtime" / "_exceptions.py").read_text(encoding="utf-8").splitlines()
+    assert lines[first - 1].strip() == "SagaError"
+    assert "└──" in lines[last - 1]
+    assert not lines[last].strip()  # the line after the tree is blank: nothing left out
