@@ -115,7 +115,7 @@ def test_a_reader_opens_the_index_a_how_to_and_searches(served: str) -> None:
         browser = playwright.chromium.launch(executable_path=path, headless=True, args=CHROMIUM_FLAGS)
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 900})
-            page.set_default_timeout(15_000)
+            page.set_default_timeout(30_000)  # a loaded machine is slow to index
             errors: list[str] = []
             page.on("pageerror", lambda exc: errors.append(str(exc)))
 
