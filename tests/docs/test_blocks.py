@@ -61,6 +61,7 @@ def page_id(page: Path) -> str:
     return str(page.relative_to(ROOT))
 
 
+@pytest.mark.timeout(240)  # the testing page kills and recovers a dozen processes
 @pytest.mark.parametrize("page", [p for p in PAGES if blocks(p)], ids=page_id)
 def test_the_blocks_of_a_page_run(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each runnable block of the page runs without error, in order, against SQLite in a temporary directory."""
