@@ -27,6 +27,10 @@ CHROMIUM_FLAGS = [
     "--disable-background-networking",
     "--no-first-run",
 ]
+SEARCH_READY = """() => {
+    const meta = document.querySelector(".md-search-result__meta");
+    return meta !== null && meta.textContent.trim() !== "" && !/initializ/i.test(meta.textContent);
+}"""
 HINT = "install Chromium to run the site's browser test: apt-get install chromium"
 
 
@@ -130,7 +134,9 @@ def test_a_reader_opens_the_index_a_how_to_and_searches(served: str) -> None:
             page.goto(f"{served}/")
             query = page.locator("input[data-md-component='search-query']")
             query.click()
-            query.fill("crash points")
+            # A query typed before the index is built is not searched again: wait for the index first.
+            page.wait_for_function(SEARCH_READY, timeout=120_000)
+            query.press_sequentially("crash points", delay=20)  # the search listens to keys, not to a fill
             results = page.locator(".md-search-result__item")
             results.first.wait_for()
             assert "crash" in page.locator(".md-search-result").inner_text().lower()
