@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint typecheck unit bench clean
+.PHONY: demo test lint typecheck unit bench docs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -15,11 +15,11 @@ $(VENV)/.core: pyproject.toml | $(BIN)/python
 	touch $@
 
 $(VENV)/.all: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e ".[all,dev]"
+	$(BIN)/python -m pip install --quiet -e ".[all,dev,docs]"
 	touch $@ $(VENV)/.core
 
 demo: $(VENV)/.core
-	$(BIN)/python examples/order_flow.py
+	$(BIN)/python -m saga_runtime.examples order
 
 lint: $(VENV)/.all
 	$(BIN)/ruff check .
@@ -34,8 +34,12 @@ unit: $(VENV)/.all
 
 test: lint typecheck unit
 
+# The documentation site, into site/; any warning fails the build.
+docs: $(VENV)/.all
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 bench: $(VENV)/.all
 	$(BIN)/python -m benchmarks --quick
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis build dist *.egg-info
+	rm -rf $(VENV) site .mypy_cache .ruff_cache .pytest_cache .hypothesis build dist *.egg-info

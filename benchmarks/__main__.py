@@ -1,8 +1,9 @@
-"""Run the benchmarks: `python -m benchmarks [--quick] [--json FILE] [--plot FILE]`.
+"""Run the benchmarks: `python -m benchmarks [--quick] [--json FILE] [--plot FILE] [--results FILE]`.
 
 Every workload is reported against a floor measured in the same run on the same machine, and the last table holds
 each target with what was measured and whether it is met (with --quick the rounds are few and the numbers rough).
-Tables go to stdout as markdown; progress goes to stderr (a bar on a terminal, plain lines otherwise).
+Tables go to stdout as markdown; progress goes to stderr (a bar on a terminal, plain lines otherwise). With
+`--results FILE` nothing runs: the tables (and the plot) are made from a run saved with `--json`.
 """
 
 from __future__ import annotations
@@ -71,30 +72,47 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--plot",
         metavar="FILE",
-        help="also draw throughput against concurrency as a PNG; needs matplotlib, which saga-runtime does not "
-        "depend on (pip install matplotlib): without it, the plot is skipped with a warning",
+        help="also draw throughput against concurrency as a PNG; needs matplotlib (pip install "
+        "'saga-runtime[docs]' or matplotlib): without it, the plot is skipped with a warning",
+    )
+    parser.add_argument(
+        "--results",
+        metavar="FILE",
+        help="run nothing: print the tables, and draw --plot, from a run saved with --json",
     )
     args = parser.parse_args(argv)
+    if args.results:
+        with open(args.results) as handle:
+            report = json.load(handle)
+    else:
+        report = measure(args.quick)
+    host = report["machine"]
+    print(
+        f"python {host['python']} on {host['system']}, {host['cores']} cores ({host['cpu']}), quick={report['quick']}\n"
+    )
+    print("\n\n".join(table(title, rows) for title, rows in report["results"].items()))
+    verdicts = report["targets"]
+    met = sum(verdict["status"] == "met" for verdict in verdicts)
+    print("\n\n" + table(f"targets: {met} of {len(verdicts)} met", verdicts))
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(report, handle, indent=2)
+    if args.plot and not plot(report["results"][CONCURRENCY], args.plot):
+        print("--plot: matplotlib is not installed (pip install matplotlib); no plot drawn", file=sys.stderr)
+    return 0
+
+
+def measure(quick: bool) -> dict[str, Any]:
+    """Run every workload; return the run as --json writes it."""
     results: dict[str, list[dict[str, Any]]] = {}
     verdicts: list[dict[str, Any]] = []
     with Progress(len(WORKLOADS)) as progress:
         for title, (label, run, targets) in WORKLOADS.items():
             progress.note(label)
-            results[title] = [item.as_dict() for item in run(args.quick, progress.note)]
+            results[title] = [item.as_dict() for item in run(quick, progress.note)]
             verdicts += [target.verdict(results[title]) for target in targets]
             progress.advance()
-    host = machine()
-    print(f"python {host['python']} on {host['system']}, {host['cores']} cores ({host['cpu']}), quick={args.quick}\n")
-    print("\n\n".join(table(title, rows) for title, rows in results.items()))
-    met = sum(verdict["status"] == "met" for verdict in verdicts)
-    print("\n\n" + table(f"targets: {met} of {len(verdicts)} met", verdicts))
-    if args.json:
-        with open(args.json, "w") as handle:
-            report = {"quick": args.quick, "machine": host, "results": results, "targets": verdicts}
-            json.dump(report, handle, indent=2)
-    if args.plot and not plot(results[CONCURRENCY], args.plot):
-        print("--plot: matplotlib is not installed (pip install matplotlib); no plot drawn", file=sys.stderr)
-    return 0
+    return {"quick": quick, "machine": machine(), "results": results, "targets": verdicts}
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Make the README's pictures of the web console: the saga list, and the timeline of a compensated saga.
 
-It fills a fresh SQLite store with `examples/console_store.py`, serves the console on a free loopback port, and
+It fills a fresh SQLite store with the `console_store` example, serves the console on a free loopback port, and
 photographs it with headless Chromium (the system's: `apt-get install chromium`, or SAGA_RUNTIME_CHROMIUM; the
 `playwright` package drives it, from `pip install -e '.[all,dev]'`). Run it from the repository's root:
 
@@ -30,13 +30,8 @@ OUT = ROOT / "docs"
 
 
 def example() -> object:
-    """Load examples/console_store.py (its registry and `fill`)."""
-    spec = importlib.util.spec_from_file_location("console_store", ROOT / "examples" / "console_store.py")
-    if spec is None or spec.loader is None:
-        raise SystemExit("examples/console_store.py is missing")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """Return the packaged console_store example (its registry and `fill`)."""
+    return importlib.import_module("saga_runtime.examples.console_store")
 
 
 def free_port() -> int:

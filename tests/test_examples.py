@@ -9,15 +9,22 @@ from pathlib import Path
 
 import pytest
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGED = ROOT / "saga_runtime" / "examples"
+LAUNCHERS = ROOT / "examples"
 
 
 def run_example(name: str, tmp_path: Path) -> str:
-    """Run an example in a subprocess with its own SQLite file; return what it printed."""
+    """Run `python -m saga_runtime.examples NAME` (no name: the list) with its own SQLite file; return its output."""
+    return run_command([sys.executable, "-m", "saga_runtime.examples", *([name] if name else [])], tmp_path)
+
+
+def run_command(command: list[str], tmp_path: Path) -> str:
+    """Run a command in a subprocess with its own SQLite file; return what it printed."""
     env = {**os.environ, "SAGA_RUNTIME_DATABASE_URL": f"sqlite:///{tmp_path / 'sagas.db'}"}
     env.pop("OPENAI_API_KEY", None)  # examples stay offline in the tests, whatever the machine has
     done = subprocess.run(
-        [sys.executable, str(EXAMPLES / name)],
+        command,
         capture_output=True,
         text=True,
         timeout=60,
@@ -30,8 +37,8 @@ def run_example(name: str, tmp_path: Path) -> str:
 
 
 def test_order_flow_succeeds_then_rolls_back(tmp_path: Path) -> None:
-    """order_flow.py prints one SUCCESS saga and one COMPENSATED saga whose effects were all undone."""
-    out = run_example("order_flow.py", tmp_path)
+    """The order example prints one SUCCESS saga and one COMPENSATED saga whose effects were all undone."""
+    out = run_example("order", tmp_path)
     assert ": SUCCESS (3 steps" in out
     assert ": COMPENSATED (3 steps" in out
     assert "ConnectionError" in out
@@ -42,15 +49,15 @@ def test_order_flow_succeeds_then_rolls_back(tmp_path: Path) -> None:
 
 
 def test_order_flow_writes_to_the_sqlite_default(tmp_path: Path) -> None:
-    """order_flow.py stores its sagas in the SQLite database named by the environment."""
-    out = run_example("order_flow.py", tmp_path)
+    """The order example stores its sagas in the SQLite database named by the environment."""
+    out = run_example("order", tmp_path)
     assert "store: sqlite:///" in out
     assert (tmp_path / "sagas.db").exists()
 
 
 def test_async_order_flow_cancels_the_slow_sibling(tmp_path: Path) -> None:
-    """async_order_flow.py runs a group in parallel and a failure cancels and compensates the slow sibling."""
-    out = run_example("async_order_flow.py", tmp_path)
+    """async_order runs a group in parallel and a failure cancels and compensates the slow sibling."""
+    out = run_example("async_order", tmp_path)
     assert "saga order-B-1: SUCCESS" in out
     assert "saga order-B-2: COMPENSATED" in out
     assert "cancelled while running: step 'fraud' failed" in out
@@ -61,8 +68,8 @@ def test_async_order_flow_cancels_the_slow_sibling(tmp_path: Path) -> None:
 
 
 def test_retry_flow_shows_backoff_non_retryable_and_step_scope(tmp_path: Path) -> None:
-    """retry_flow.py retries a flaky call, stops at once on a non-retryable error, and tolerates an optional step."""
-    out = run_example("retry_flow.py", tmp_path)
+    """retry retries a flaky call, stops at once on a non-retryable error, and tolerates an optional step."""
+    out = run_example("retry", tmp_path)
     assert "saga trip-1: SUCCESS" in out
     assert "ExchangeRate attempt 3" in out
     assert "SendSms" in out
@@ -72,15 +79,46 @@ def test_retry_flow_shows_backoff_non_retryable_and_step_scope(tmp_path: Path) -
     assert "HoldSeat released KE901-14C" in out
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in EXAMPLES.glob("*.py") if not p.name.startswith("_")))
+@pytest.mark.parametrize("name", sorted(p.stem for p in PACKAGED.glob("*.py") if not p.name.startswith("_")))
 def test_every_example_runs(name: str, tmp_path: Path) -> None:
-    """Every program in examples/ exits 0 and prints something (a module named _x.py is a part they share)."""
+    """Every packaged example exits 0 and prints something (a module named _x.py is a part they share)."""
     assert run_example(name, tmp_path).strip()
+
+
+def test_the_examples_are_listed_with_their_summaries(tmp_path: Path) -> None:
+    """`python -m saga_runtime.examples` lists every example with the first line of its docstring."""
+    out = run_example("", tmp_path)
+    assert "order  " in out
+    assert "An order as a saga: charge the card" in out
+    assert "_trip" not in out
+
+
+def test_an_unknown_example_is_refused_with_the_list(tmp_path: Path) -> None:
+    """An unknown example name exits 2 and names the examples there are."""
+    done = subprocess.run(
+        [sys.executable, "-m", "saga_runtime.examples", "nope"], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 2
+    assert "order" in done.stderr
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in LAUNCHERS.glob("*.py")))
+def test_every_launcher_in_examples_names_a_packaged_example(name: str) -> None:
+    """Each examples/*.py launches a packaged example: the code has one source, in saga_runtime/examples."""
+    text = (LAUNCHERS / name).read_text()
+    assert "saga_runtime.examples." in text
+    assert len(text.splitlines()) < 15
+
+
+def test_the_order_launcher_still_runs_the_order(tmp_path: Path) -> None:
+    """`python examples/order_flow.py` runs the packaged order example."""
+    out = run_command([sys.executable, str(LAUNCHERS / "order_flow.py")], tmp_path)
+    assert ": COMPENSATED (3 steps" in out
 
 
 def test_agent_loop_rolls_back_then_replays_from_the_database(tmp_path: Path) -> None:
     """agent_loop.py books, fails, undoes in reverse, replays with no tool call, and catches a changed decision."""
-    out = run_example("agent_loop.py", tmp_path)
+    out = run_example("agent_loop", tmp_path)
     assert "saga trip-lisbon: COMPENSATED" in out
     assert "CancelFlight(F-" in out.split("tool calls, in order:")[1].split("CancelHotel")[0]
     assert "tool calls made: 0" in out
@@ -88,7 +126,7 @@ def test_agent_loop_rolls_back_then_replays_from_the_database(tmp_path: Path) ->
     assert "the record verifies: True" in out
 
 
-@pytest.mark.parametrize("name", ["pydantic_ai_agent.py", "langchain_agent.py", "openai_agents_agent.py"])
+@pytest.mark.parametrize("name", ["pydantic_ai_agent", "langchain_agent", "openai_agents_agent"])
 def test_framework_examples_run_steps_tell_failures_and_serve_reentry_from_the_record(
     name: str, tmp_path: Path
 ) -> None:
@@ -105,7 +143,7 @@ def test_framework_examples_run_steps_tell_failures_and_serve_reentry_from_the_r
 
 def test_refund_approval_waits_for_the_cli_approval_then_refunds_once(tmp_path: Path) -> None:
     """refund_approval.py: the refund over the limit waits, is approved from the CLI, runs once, and verifies."""
-    out = run_example("refund_approval.py", tmp_path)
+    out = run_example("refund_approval", tmp_path)
     assert "the saga is WAITING" in out
     assert "refunds made so far: 0" in out
     assert "approved by alice; the saga is WAITING" in out  # the CLI recorded the decision only
@@ -118,7 +156,7 @@ def test_refund_approval_waits_for_the_cli_approval_then_refunds_once(tmp_path: 
 
 def test_console_store_fills_a_store_with_every_kind_of_saga(tmp_path: Path) -> None:
     """console_store.py leaves a SUCCESS, a COMPENSATED, a COMPENSATION_FAILED and a WAITING saga to look at."""
-    out = run_example("console_store.py", tmp_path)
+    out = run_example("console_store", tmp_path)
     for line in (
         "order-A-1001: SUCCESS",
         "order-A-1002: COMPENSATED",
