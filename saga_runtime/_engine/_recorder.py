@@ -69,7 +69,7 @@ class Recorder:
         self._sealer = Sealer(config.store.signing_key)
         # A store that seals rows itself before anyone reads them (memory) is written unsealed rows: a row changes
         # three or four times as its step runs, and is sealed once there instead of at every change.
-        self._sealing = not getattr(config.store, "seals_on_read", False)
+        self._sealing = not config.store.seals_on_read
         # Steps whose first attempt was already committed RUNNING with the saga itself (write-ahead done).
         self.announced = {row.step_id for row in announced}
         self._dirty: dict[str, StepRow] = {}

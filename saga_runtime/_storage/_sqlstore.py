@@ -20,35 +20,27 @@ import math
 import random
 import time
 import warnings
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import Any, ClassVar, TypeVar
 
 import anyio
 
-from saga_runtime._exceptions import IdempotencyConflictError, StoreConnectionError, StoreError
+from saga_runtime._exceptions import StoreConnectionError, StoreError
 from saga_runtime._records import (
     ApprovalRow,
-    SagaResult,
     SagaRow,
     SagaStatus,
-    SagaSummary,
     StepRow,
-    VerifyResult,
-    export_rows,
-    import_approvals,
-    import_rows,
     now,
-    result_from_rows,
     seal_saga,
-    summary_from_rows,
-    verify_rows,
 )
 from saga_runtime._storage._approval_sql import ApprovalQueries, approval_params, approval_row
 from saga_runtime._storage._base import unparked_status
 from saga_runtime._storage._batch import Batcher, Outcome, Write, lease_lost
 from saga_runtime._storage._open import redact_url
+from saga_runtime._storage._reading import StoreBase
 from saga_runtime._storage._sql import (
     LIVE_STATUSES,
     MIGRATIONS,
@@ -119,8 +111,11 @@ def _storable(text: str) -> bool:
     return True
 
 
-class SQLStore(abc.ABC):
+class SQLStore(StoreBase, abc.ABC):
     """A SagaStore on a SQL database; subclasses bring the driver, connections and error conversion."""
+
+    #: Rows come to it sealed: it never seals a step row.
+    seals_on_read = False
 
     dialect: ClassVar[DialectName]
     # Whether the driver's executemany is atomic on its own (asyncpg's is; aiomysql's becomes one multi-row
@@ -184,13 +179,10 @@ class SQLStore(abc.ABC):
     # When the database began sealing saga rows (schema version 3 applied); read at open.
     _sealed_since: datetime | None = None
 
-    async def verify_saga(self, saga_id: str) -> VerifyResult:
-        """Check a stored saga's hash chain; raise `KeyError` if it is not stored."""
-        snapshot = await self.load_saga(saga_id)
-        if snapshot is None:
-            raise KeyError(f"no saga {saga_id!r} in {self._url}")
-        approvals = await self.load_approvals(saga_id)
-        return verify_rows(*snapshot, self._signing_key, approvals, sealed_since=self._sealed_since)
+    @property
+    def sealed_since(self) -> datetime | None:
+        """Return when the database began sealing saga rows (schema version 3), or None."""
+        return self._sealed_since
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self._url}{' (closed)' if self._closed else ''}>"
@@ -536,11 +528,6 @@ class SQLStore(abc.ABC):
 
         return await self._retrying("claim_expired", claim)
 
-    async def get_saga(self, saga_id: str) -> SagaResult | None:
-        """Return the result of a stored saga, or None."""
-        snapshot = await self.load_saga(saga_id)
-        return None if snapshot is None else result_from_rows(*snapshot, await self.load_approvals(saga_id))
-
     # -- approvals -------------------------------------------------------------------------------------------
 
     async def request_approvals(self, rows: Sequence[ApprovalRow]) -> list[str]:
@@ -616,51 +603,22 @@ class SQLStore(abc.ABC):
 
         return await self._retrying(what, read)
 
-    async def list_sagas(
-        self, status: SagaStatus | str | None = None, limit: int = 100, offset: int = 0
-    ) -> list[SagaSummary]:
-        """Return summaries of stored sagas, newest first, optionally only those with `status`."""
+    async def list_rows(self, status: SagaStatus | None, limit: int, offset: int) -> list[tuple[SagaRow, int]]:
+        """Return saga rows, newest first, each with its count of step rows."""
         self._check_open()
         q = self._queries
         params: tuple[Any, ...]
         if status is None:
-            sql, params = q.list_all, (int(limit), int(offset))
+            sql, params = q.list_all, (limit, offset)
         else:
-            sql, params = q.list_status, (SagaStatus(status).value, int(limit), int(offset))
-
-        async def read() -> Sequence[Sequence[Any]]:
-            async with self._transaction(begin=False) as tx:
-                return await tx.fetch(sql, params)
-
-        records = await self._retrying("list_sagas", read)
+            sql, params = q.list_status, (status.value, limit, offset)
         n = len(SAGA_COLUMNS)
-        return [summary_from_rows(self._codec.saga_row(r), int(r[n])) for r in records]
+        return [(self._codec.saga_row(r), int(r[n])) for r in await self._fetch("list_sagas", sql, params)]
 
-    async def export_saga(self, saga_id: str) -> dict[str, Any]:
-        """Return a saga as a JSON-able, versioned document; raise `KeyError` if it is not stored."""
-        snapshot = await self.load_saga(saga_id)
-        if snapshot is None:
-            raise KeyError(f"no saga {saga_id!r} in {self._url}")
-        return export_rows(*snapshot, await self.load_approvals(saga_id))
-
-    async def import_saga(self, data: Mapping[str, Any]) -> None:
-        """Store an exported saga; the same content again is a no-op, other content under its id a conflict."""
+    async def insert_rows(self, saga: SagaRow, steps: Sequence[StepRow]) -> tuple[SagaRow, list[StepRow]] | None:
+        """Insert rows as given (seals kept) unless the id is taken; return what is stored if it is."""
         self._check_open()
-        saga, steps = import_rows(data)
-        approvals = import_approvals(data, saga.saga_id)
-        existing = await self._insert(saga, steps, "import_saga")
-        if existing is None:
-            await self.request_approvals(approvals)
-            return
-        # Rows compare by value: times as instants, whatever offset the document wrote them with.
-        old_saga, old_steps = existing
-        if old_saga != saga or old_steps != sorted(steps, key=lambda row: row.seq):
-            raise IdempotencyConflictError(
-                f"saga {saga.saga_id!r} already exists in {self._url} with other content; "
-                "import it into another store or delete the existing one first",
-                saga_id=saga.saga_id,
-            )
-        await self.request_approvals(approvals)
+        return await self._insert(saga, steps, "import_saga")
 
     async def close(self) -> None:
         """Release the store's connections; the store cannot be used afterwards."""
