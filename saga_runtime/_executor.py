@@ -22,6 +22,7 @@ from saga_runtime._engine import (
     SagaEngine,
     SagaHook,
     Session,
+    take_over,
 )
 from saga_runtime._exceptions import (
     IdempotencyConflictError,
@@ -499,7 +500,7 @@ class SagaExecutor:
             if reread is None or reread[0].owner != self.executor_id or reread[0].status is not SagaStatus.COMPENSATING:
                 raise SagaInProgressError(f"saga {saga_id!r} was taken by another caller", saga_id=saga_id)
             saga, rows = reread
-            saga.owner, saga.lease_expires_at, saga.updated_at = self.executor_id, expires, started
+            take_over(saga, self.executor_id, expires, started)
             engine = self._claims.engine(saga, rows)
             engine.reopen_compensation()  # its failed compensations are due again; none done is redone
             engine.emit("saga_started")

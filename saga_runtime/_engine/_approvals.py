@@ -17,7 +17,8 @@ from collections.abc import Sequence
 from datetime import timedelta
 
 from saga_runtime._engine._events import SagaEvent, emit
-from saga_runtime._engine._recorder import EngineConfig, Recorder
+from saga_runtime._engine._journal import EngineConfig, Journal
+from saga_runtime._engine._journal_rows import decided
 from saga_runtime._exceptions import ApprovalError, ReplayDivergenceError
 from saga_runtime._records import (
     DEADLINE,
@@ -43,14 +44,6 @@ logger = logging.getLogger("saga_runtime")
 HOLDABLE = frozenset({StepStatus.PENDING, StepStatus.WAITING})
 
 
-def decided(request: ApprovalRow, decision: str, by: str, note: str | None, key: bytes | None) -> ApprovalRow:
-    """Return a copy of `request` holding a decision made now, sealed again."""
-    row = request.copy()
-    row.decision, row.decided_by, row.decided_at, row.note = decision, by, now(), note
-    seal_approval(row, row.prev_hash or "", key)
-    return row
-
-
 def rejection(request: ApprovalRow) -> str:
     """Return the words a refused step is recorded with: who refused it, and why."""
     why = f": {request.note}" if request.note else ""
@@ -62,10 +55,10 @@ def rejection(request: ApprovalRow) -> str:
 class Gate:
     """One saga's approval requests: recorded when a group needs them, read when the saga goes on."""
 
-    __slots__ = ("_loaded", "_recorder", "rows")
+    __slots__ = ("_journal", "_loaded", "rows")
 
-    def __init__(self, recorder: Recorder) -> None:
-        self._recorder = recorder
+    def __init__(self, journal: Journal) -> None:
+        self._journal = journal
         self._loaded = False
         self.rows: dict[str, ApprovalRow] = {}
 
@@ -73,13 +66,13 @@ class Gate:
         """Read the saga's requests from the store (once; a saga that was never held has none)."""
         if self._loaded:
             return
-        recorder = self._recorder
-        self._keep(await recorder.store.load_approvals(recorder.saga.saga_id))
+        journal = self._journal
+        self._keep(await journal.store.load_approvals(journal.saga.saga_id))
 
     def _keep(self, rows: Sequence[ApprovalRow]) -> None:
         self._loaded = True
         self.rows.update((row.step_id, row) for row in rows)
-        self._recorder.approvals = sorted(self.rows.values(), key=lambda row: row.seq)
+        self._journal.approvals = sorted(self.rows.values(), key=lambda row: row.seq)
 
     def request_of(self, step_id: str) -> ApprovalRow | None:
         """Return the request of a step, if it has one."""
@@ -92,11 +85,11 @@ class Gate:
         rejected): waiting when a request is undecided (the gated steps are WAITING then); else the approved
         steps are PENDING again, to run as any step, and the refused ones REJECTED.
         """
-        recorder = self._recorder
+        journal = self._journal
         await self.load()
-        saga_id = recorder.saga.saga_id
+        saga_id = journal.saga.saga_id
         started = now()
-        key = recorder.store.signing_key
+        key = journal.store.signing_key
         new = []
         for row in gated:
             request = self.rows.get(row.step_id)
@@ -111,7 +104,7 @@ class Gate:
                         saga_id=saga_id,
                     )
                 continue
-            timeout = recorder.config.registry.get(row.tool_name).approval_timeout
+            timeout = journal.config.registry.get(row.tool_name).approval_timeout
             request = ApprovalRow(
                 saga_id,
                 row.step_id,
@@ -125,15 +118,15 @@ class Gate:
             seal_approval(request, identity_hash(row, saga_id), key)
             new.append(request)
         if new:
-            await recorder.flush()  # the steps are stored before the requests that name them
-            added = set(await recorder.store.request_approvals(new))
+            await journal.flush()  # the steps are stored before the requests that name them
+            added = set(await journal.store.request_approvals(new))
             self._keep([request for request in new if request.step_id in added])
             if len(added) < len(new):  # another executor recorded some meanwhile: theirs stand
                 self._loaded = False
                 await self.load()
             for row in gated:
                 if row.step_id in added:
-                    recorder.emit("approval_requested", row)
+                    journal.emit("approval_requested", row)
                     logger.info("saga %s: step %s (%s) waits for approval", saga_id, row.step_id, row.tool_name)
         for row in gated:
             request = self.rows[row.step_id]
@@ -141,26 +134,26 @@ class Gate:
                 await self._expire(request)
         for row in gated:
             if row.status is StepStatus.PENDING:
-                recorder.step_to(row, StepStatus.WAITING)
+                journal.hold(row)
         if any(self.rows[row.step_id].decision is None for row in gated):
             return True, []
         rejected = []
         for row in gated:
             request = self.rows[row.step_id]
             if request.decision == REJECTED:
-                recorder.finish_step(row, StepStatus.REJECTED, error=rejection(request), error_type="ApprovalRejected")
+                journal.finish_step(row, StepStatus.REJECTED, error=rejection(request), error_type="ApprovalRejected")
                 rejected.append(row)
             else:
-                recorder.step_to(row, StepStatus.PENDING)  # approved: it runs now, written ahead as any step
+                journal.approved(row)
         return False, rejected
 
     async def _expire(self, request: ApprovalRow) -> None:
         """Reject a request whose deadline passed (one conditional update; a decision made first stands)."""
-        store = self._recorder.store
+        store = self._journal.store
         row = decided(request, REJECTED, DEADLINE, None, store.signing_key)
         if await store.decide_approval(row, by_deadline=True):
             self._keep([row])
-            tell(self._recorder.config, self._recorder.saga, row)
+            tell(self._journal.config, self._journal.saga, row)
             return
         self._loaded = False
         await self.load()

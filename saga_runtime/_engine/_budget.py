@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from saga_runtime._exceptions import BudgetExceededError
-from saga_runtime._records import SagaRow
 
 __all__ = ["Account", "Budget"]
 
@@ -46,10 +45,10 @@ class Budget:
 class Account:
     """Add charges to a saga row under a lock, so parallel steps cannot jointly overshoot unnoticed."""
 
-    def __init__(self, saga: SagaRow, budget: Budget | None, on_change: Callable[[], None]) -> None:
-        self._saga = saga
+    def __init__(self, saga_id: str, budget: Budget | None, add: Callable[[float, int], tuple[float, int]]) -> None:
+        self._saga_id = saga_id
         self._budget = budget
-        self._on_change = on_change
+        self._add = add  # the journal's intent: the record has one writer
         self._lock = threading.Lock()
 
     def charge(self, cost: float = 0.0, tokens: int = 0) -> None:
@@ -59,27 +58,24 @@ class Account:
         if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
             raise ValueError(f"tokens must be a non-negative int, got {tokens!r}")
         with self._lock:
-            saga = self._saga
-            saga.cost += float(cost)
-            saga.tokens += tokens
-            self._on_change()
+            spent_cost, spent_tokens = self._add(float(cost), tokens)
             budget = self._budget
             if budget is None:
                 return
-            over_cost = budget.max_cost is not None and saga.cost > budget.max_cost
-            over_tokens = budget.max_tokens is not None and saga.tokens > budget.max_tokens
+            over_cost = budget.max_cost is not None and spent_cost > budget.max_cost
+            over_tokens = budget.max_tokens is not None and spent_tokens > budget.max_tokens
             if not (over_cost or over_tokens):
                 return
             spent, cap = (
-                (f"cost {saga.cost:g}", f"max_cost {budget.max_cost:g}")
+                (f"cost {spent_cost:g}", f"max_cost {budget.max_cost:g}")
                 if over_cost and budget.max_cost is not None
-                else (f"{saga.tokens} tokens", f"max_tokens {budget.max_tokens}")
+                else (f"{spent_tokens} tokens", f"max_tokens {budget.max_tokens}")
             )
             raise BudgetExceededError(
-                f"saga {saga.saga_id!r} is over budget: {spent} exceeds {cap}; raise the Budget or spend less",
-                saga_id=saga.saga_id,
-                cost=saga.cost,
-                tokens=saga.tokens,
+                f"saga {self._saga_id!r} is over budget: {spent} exceeds {cap}; raise the Budget or spend less",
+                saga_id=self._saga_id,
+                cost=spent_cost,
+                tokens=spent_tokens,
                 max_cost=budget.max_cost,
                 max_tokens=budget.max_tokens,
             )

@@ -6,20 +6,19 @@ written ahead, retried by the tool's `compensation_retry`, and a fenced engine s
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Sequence
 from typing import Any
 
 import anyio
 
+from saga_runtime._engine._cancellation import CANCELLED, shielded
 from saga_runtime._engine._ending import write_end
 from saga_runtime._engine._invoker import Invoker
-from saga_runtime._engine._recorder import Recorder, seq_of
-from saga_runtime._engine._shield import shielded
+from saga_runtime._engine._journal import Journal, seq_of
 from saga_runtime._engine._verdict import Verdict
 from saga_runtime._exceptions import describe
-from saga_runtime._records import SagaResult, SagaStatus, StepRow, StepStatus, now, own_copy
+from saga_runtime._records import SagaResult, SagaStatus, StepRow, StepStatus, own_copy
 from saga_runtime._tools import ToolRegistry, ToolSpec
 
 __all__ = ["UNKNOWN", "Compensator"]
@@ -28,19 +27,17 @@ logger = logging.getLogger("saga_runtime")
 
 #: Steps whose outcome is unknown: started, and never recorded as ended (a crash, a cancellation, a timeout).
 UNKNOWN = frozenset({StepStatus.RUNNING, StepStatus.CANCELLED})
-# asyncio-native: the caller leaving is asyncio.CancelledError (anyio raises the same on this backend).
-_CANCELLED = asyncio.CancelledError
 
 
 class Compensator:
     """Compensate a saga's steps (see the module docstring)."""
 
-    __slots__ = ("_invoker", "_recorder", "_registry", "_timeout", "_verdict")
+    __slots__ = ("_invoker", "_journal", "_registry", "_timeout", "_verdict")
 
     def __init__(
-        self, recorder: Recorder, invoker: Invoker, verdict: Verdict, registry: ToolRegistry, timeout: float
+        self, journal: Journal, invoker: Invoker, verdict: Verdict, registry: ToolRegistry, timeout: float
     ) -> None:
-        self._recorder = recorder
+        self._journal = journal
         self._invoker = invoker
         self._verdict = verdict
         self._registry = registry
@@ -63,19 +60,16 @@ class Compensator:
         return await shielded(self._compensate_all())
 
     async def _compensate_all(self) -> SagaResult:
-        recorder = self._recorder
-        recorder.check_fence()
+        journal = self._journal
+        journal.check_fence()
         with anyio.move_on_after(self._timeout) as scope:
-            recorder.saga_to(SagaStatus.COMPENSATING)
-            if recorder.saga.error is None:
-                # Written now, not at the end: a compensation resumed after a crash still says why it began.
-                recorder.saga.error = self._verdict.reason or "the saga was cancelled by its caller"
-            await recorder.flush()
+            journal.begin_compensation(self._verdict.reason or "the saga was cancelled by its caller")
+            await journal.flush()
             groups: dict[int, list[StepRow]] = {}
-            for row in sorted((row for row in recorder.rows.values() if self.needs(row)), key=seq_of):
+            for row in sorted((row for row in journal.rows.values() if self.needs(row)), key=seq_of):
                 groups.setdefault(row.group, []).append(row)
             for group in sorted(groups, reverse=True):
-                recorder.check_fence()  # a compensation stopped by the fence: the saga's end is not ours to record
+                journal.check_fence()  # a compensation stopped by the fence: the saga's end is not ours to record
                 members = groups[group]
                 if len(members) == 1:  # nothing to run concurrently: no task group (the sequential case)
                     await self.compensate_one(members[0])
@@ -83,34 +77,23 @@ class Compensator:
                 async with anyio.create_task_group() as tg:
                     for row in members:
                         tg.start_soon(self.compensate_one, row)
-        recorder.check_fence()
+        journal.check_fence()
         if scope.cancelled_caught:
             logger.error(
                 "saga %s: compensation did not finish within compensation_timeout=%gs",
-                recorder.saga.saga_id,
+                journal.saga.saga_id,
                 self._timeout,
             )
-        failed = any(row.status is StepStatus.COMPENSATION_FAILED for row in recorder.rows.values())
-        leftover = [row for row in recorder.rows.values() if self.needs(row)]
+        failed = any(row.status is StepStatus.COMPENSATION_FAILED for row in journal.rows.values())
+        leftover = [row for row in journal.rows.values() if self.needs(row)]
         for row in leftover:
-            recorder.step_to(row, StepStatus.COMPENSATION_FAILED)
-            row.compensation_error = f"compensation did not run: compensation_timeout ({self._timeout:g}s) ran out"
+            journal.undo_failed(row, f"compensation did not run: compensation_timeout ({self._timeout:g}s) ran out")
         status = SagaStatus.COMPENSATION_FAILED if failed or leftover else SagaStatus.COMPENSATED
-        return await write_end(recorder, status, self._verdict.reason)
+        return await write_end(journal, status, self._verdict.reason)
 
     def reopen(self) -> None:
         """Make a COMPENSATION_FAILED saga's failed compensations due again (an operator's retry)."""
-        recorder = self._recorder
-        for row in recorder.rows.values():
-            if row.status is StepStatus.COMPENSATION_FAILED:
-                # Back to what it was before its compensation: done (SUCCESS) or of unknown outcome. A race loser
-                # kept its result (and an error saying it lost): it is undone with that result.
-                done = row.error is None or row.result is not None
-                recorder.step_to(row, StepStatus.SUCCESS if done else StepStatus.CANCELLED)
-                row.compensation_error = None
-            recorder.mark(row)
-        recorder.saga.finished_at = None
-        recorder.touch_saga()
+        self._journal.reopen_undo()
 
     # -- single steps, at once -----------------------------------------------------------------------------------------
 
@@ -148,9 +131,9 @@ class Compensator:
         with anyio.move_on_after(self._timeout) as scope:
             await self.compensate_one(row, value, known=True, settle=False)
         if scope.cancelled_caught:
-            row.compensation_error = f"undoing refused attempt {row.attempts}: compensation_timeout ran out"
+            why = f"undoing refused attempt {row.attempts}: compensation_timeout ran out"
+            self._journal.refused_undo_failed(row, why)
             self._verdict.stuck.add(row.step_id)
-            self._recorder.mark(row)
 
     # -- the one loop --------------------------------------------------------------------------------------------------
 
@@ -169,40 +152,39 @@ class Compensator:
         compensate = spec.compensate
         if compensate is None:
             return False
-        recorder = self._recorder
+        journal = self._journal
         if not known:
             value = row.result if row.status is StepStatus.SUCCESS else None
         policy = spec.compensation_retry
         direct = settle and self._invoker.direct(spec.compensate_is_async, spec.compensate_ctx_params, spec)
         attempt = 0
-        while not recorder.fenced:
+        while not journal.fenced:
             attempt += 1
-            row.compensation_attempts += 1
-            recorder.mark(row)
+            journal.begin_undo(row)
             try:
-                recorder.keep_lease()
-                await recorder.flush()  # write ahead: the compensation attempt is recorded before it runs
-                recorder.check_fence()  # fenced meanwhile (the flush may have waited): it does not start
-                if recorder.lease_short():
-                    await recorder.confirm_lease()  # frozen or cut off since: confirmed (or fenced) first
-                if settle and recorder.config.hooks:
-                    recorder.emit("compensation_started", row, attempt=row.compensation_attempts)
+                journal.keep_lease()
+                await journal.flush()  # write ahead: the compensation attempt is recorded before it runs
+                journal.check_fence()  # fenced meanwhile (the flush may have waited): it does not start
+                if journal.lease_short():
+                    await journal.confirm_lease()  # frozen or cut off since: confirmed (or fenced) first
+                if settle and journal.config.hooks:
+                    journal.emit("compensation_started", row, attempt=row.compensation_attempts)
                 given = own_copy(value) if settle else value  # a refused raw value is the tool's own already
                 if direct:
                     await compensate(given)
                 else:
                     await self._invoker.compensate(spec, row, attempt, given)
-            except _CANCELLED:
+            except CANCELLED:
                 if settle:
                     self._gave_up(row, "interrupted before it finished: compensation_timeout ran out")
                 raise
             except Exception as exc:
-                if recorder.is_fenced():
+                if journal.is_fenced():
                     return False
                 if policy.should_retry(exc, attempt):
                     try:
                         await anyio.sleep(policy.delay(attempt))
-                    except _CANCELLED:  # the time ran out between two attempts: the effect is still there
+                    except CANCELLED:  # the time ran out between two attempts: the effect is still there
                         if settle:
                             why = f"{describe(exc)}; then compensation_timeout ran out before a retry"
                             self._gave_up(row, why, tell=False)
@@ -211,9 +193,8 @@ class Compensator:
                 if settle:
                     self._gave_up(row, f"{describe(exc)} (after {attempt} attempt{'s' if attempt != 1 else ''})")
                 else:
-                    row.compensation_error = f"undoing refused attempt {row.attempts}: {describe(exc)}"
+                    journal.refused_undo_failed(row, f"undoing refused attempt {row.attempts}: {describe(exc)}")
                     self._verdict.stuck.add(row.step_id)
-                    recorder.mark(row)
                 logger.error(
                     "saga %s: compensation of step %s (%s) failed, its effect was NOT undone: %s",
                     row.saga_id,
@@ -223,16 +204,13 @@ class Compensator:
                 )
                 return False
             if settle:
-                recorder.step_to(row, StepStatus.COMPENSATED)
-                row.compensated_at = now()
-                row.compensation_error = None
-                recorder.emit("compensation_finished", row, attempt=row.compensation_attempts)
+                journal.undone(row)
+                journal.emit("compensation_finished", row, attempt=row.compensation_attempts)
                 logger.debug("saga %s: step %s (%s) compensated", row.saga_id, row.step_id, row.tool_name)
             return True
         return False
 
     def _gave_up(self, row: StepRow, why: str, *, tell: bool = True) -> None:
-        self._recorder.step_to(row, StepStatus.COMPENSATION_FAILED)
-        row.compensation_error = why
+        self._journal.undo_failed(row, why)
         if tell:
-            self._recorder.emit("compensation_finished", row, attempt=row.compensation_attempts, error=why)
+            self._journal.emit("compensation_finished", row, attempt=row.compensation_attempts, error=why)

@@ -7,10 +7,10 @@ import math
 
 import anyio
 
-from saga_runtime._engine._recorder import Recorder
+from saga_runtime._engine._journal import Journal
 from saga_runtime._engine._transitions import TransitionError
 from saga_runtime._exceptions import StoreError
-from saga_runtime._records import SagaResult, SagaStatus, StepStatus, now, result_from_rows
+from saga_runtime._records import SagaResult, SagaStatus, StepStatus, result_from_rows
 from saga_runtime._storage import SagaStore
 
 __all__ = ["final_write_bound", "write_end"]
@@ -24,34 +24,30 @@ _FINAL_WRITE_MARGIN = 10.0
 _NEVER_RAN = frozenset({StepStatus.PENDING, StepStatus.WAITING})
 
 
-async def write_end(recorder: Recorder, status: SagaStatus, error: str | None) -> SagaResult:
+async def write_end(journal: Journal, status: SagaStatus, error: str | None) -> SagaResult:
     """Record the saga's terminal status and return its result; `error` says why it did not succeed."""
-    recorder.check_fence()  # another executor owns the saga: its end is not ours to record
-    saga = recorder.saga
+    journal.check_fence()  # another executor owns the saga: its end is not ours to record
+    saga = journal.saga
     if status is SagaStatus.SUCCESS:
-        left = [row.step_id for row in recorder.rows.values() if row.status in _NEVER_RAN]
+        left = [row.step_id for row in journal.rows.values() if row.status in _NEVER_RAN]
         if left:  # a bug, never a user's error: a saga that skipped a step must not say it succeeded
             raise TransitionError(
                 f"saga {saga.saga_id!r} cannot end SUCCESS: steps {left} never ran (a bug in saga_runtime: "
                 "please report it)"
             )
-    recorder.saga_to(status)
-    if status is not SagaStatus.SUCCESS and saga.error is None:
-        saga.error = error or "the saga was cancelled by its caller"
-    saga.finished_at = now()
-    saga.lease_expires_at = None
-    bound = final_write_bound(recorder.store)
+    journal.end(status, error)
+    bound = final_write_bound(journal.store)
     with anyio.move_on_after(bound) as scope:
-        await recorder.flush()
+        await journal.flush()
     if scope.cancelled_caught:
         raise StoreError(
             f"saga {saga.saga_id!r} ended {status.value} but the store did not record it within "
-            f"{bound:g}s ({recorder.store.url}); check the database: recovery will finish it"
+            f"{bound:g}s ({journal.store.url}); check the database: recovery will finish it"
         )
-    recorder.emit("saga_finished", error=saga.error)
+    journal.emit("saga_finished", error=saga.error)
     log = logger.info if status is SagaStatus.SUCCESS else logger.warning
     log("saga %s ended %s%s", saga.saga_id, status.value, f": {saga.error}" if saga.error else "")
-    return result_from_rows(saga, list(recorder.rows.values()), recorder.approvals)
+    return result_from_rows(saga, list(journal.rows.values()), journal.approvals)
 
 
 def final_write_bound(store: SagaStore) -> float:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from saga_runtime._exceptions import describe
-from saga_runtime._records import now
+from saga_runtime._records import SagaRow, StepRow, now
 
 __all__ = ["EventKind", "LoggingHook", "SagaEvent", "SagaHook", "emit"]
 
@@ -62,6 +62,21 @@ class SagaHook(Protocol):
 
     def __call__(self, event: SagaEvent) -> None:
         """Take in one event."""
+
+
+def event_of(kind: EventKind, saga: SagaRow, row: StepRow | None, fields: dict[str, Any]) -> SagaEvent:
+    """Return the event of `kind` for a saga, or one of its steps."""
+    if row is None:
+        return SagaEvent(kind, saga.saga_id, status=saga.status.value, **fields)
+    return SagaEvent(
+        kind,
+        saga.saga_id,
+        step_id=row.step_id,
+        tool_name=row.tool_name,
+        group=row.group,
+        idempotency_key=row.idempotency_key,
+        **{"status": row.status.value, "attempt": row.attempts, **fields},
+    )
 
 
 def emit(hooks: tuple[SagaHook, ...], event: SagaEvent) -> None:

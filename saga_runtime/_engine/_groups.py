@@ -13,9 +13,9 @@ from typing import Any
 
 import pydantic
 
+from saga_runtime._engine._cancellation import Siblings
 from saga_runtime._engine._compensator import UNKNOWN, Compensator
-from saga_runtime._engine._recorder import Recorder
-from saga_runtime._engine._siblings import Siblings
+from saga_runtime._engine._journal import Journal
 from saga_runtime._engine._steps import StepRunner
 from saga_runtime._engine._verdict import Verdict
 from saga_runtime._exceptions import SecretKeyError, describe
@@ -38,18 +38,18 @@ def succeeded(row: StepRow) -> bool:
 class GroupRunner:
     """Run groups of one saga's steps (see the module docstring)."""
 
-    __slots__ = ("_compensator", "_keyring", "_recorder", "_registry", "_runner", "_validated", "_verdict")
+    __slots__ = ("_compensator", "_journal", "_keyring", "_registry", "_runner", "_validated", "_verdict")
 
     def __init__(
         self,
-        recorder: Recorder,
+        journal: Journal,
         verdict: Verdict,
         runner: StepRunner,
         compensator: Compensator,
         registry: ToolRegistry,
         keyring: SecretKeyring | None = None,
     ) -> None:
-        self._recorder = recorder
+        self._journal = journal
         self._verdict = verdict
         self._runner = runner
         self._compensator = compensator
@@ -71,14 +71,7 @@ class GroupRunner:
         """
         spec = self._registry.get(row.tool_name)
         error = f"the step could not start: {describe(exc)}"
-        if row.status is StepStatus.PENDING:
-            self._recorder.step_to(row, StepStatus.FAILED)
-        elif row.status is StepStatus.RUNNING:
-            self._recorder.step_to(row, StepStatus.CANCELLED)
-        row.error = error
-        row.error_type = type(exc).__name__
-        row.finished_at = now()
-        self._recorder.mark(row)
+        self._journal.not_started(row, error, type(exc).__name__)
         if spec.retry_scope == "saga" or row.status is not StepStatus.FAILED:
             self._verdict.fail(row, error)
 
@@ -105,7 +98,7 @@ class GroupRunner:
         compensated at once; the group fails only if every step failed), `quorum`/`any` (every step runs to its
         end; the group fails, failing the saga, with fewer than `needed` successes).
         """
-        recorder = self._recorder
+        journal = self._journal
         if join == "first" and any(succeeded(row) for row in rows):
             await self._settle_first(rows)  # resumed: the recorded winner stands, the rest lose
             return self._nothing_left_out(rows)
@@ -118,7 +111,7 @@ class GroupRunner:
             if call
         ]
         if self._verdict.failed:
-            await recorder.flush()
+            await journal.flush()
             return False
         if not calls:
             return self.judge(rows, join, needed)
@@ -144,43 +137,39 @@ class GroupRunner:
             # Undone, never completed: it cannot count as done. (A refused attempt's undo counts compensation
             # attempts too, so a step whose next attempt was running at the crash lands here: undone, not
             # re-run, and the saga fails rather than going on without it.)
-            if row.error is None:
-                row.error, row.error_type = "its outcome was unknown after a crash; it was undone", "Crash"
-                self._recorder.mark(row)
+            self._journal.explain(row, "its outcome was unknown after a crash; it was undone", "Crash")
             if join == "all" and self._registry.get(row.tool_name).retry_scope == "saga":
-                self._verdict.fail(row, row.error)
+                self._verdict.fail(row, row.error or "undone")
 
     async def _announce(self, calls: list[_Call], join: str) -> list[_Call]:
         """Commit the intents (RUNNING, attempt n) of the calls not yet announced; return every call to start."""
-        recorder = self._recorder
+        journal = self._journal
         started = now()
         ready: list[_Call] = []
-        if recorder.announced:
+        if journal.announced:
             waiting: list[_Call] = []
             for call in calls:
-                (ready if call[0].step_id in recorder.announced else waiting).append(call)
-            recorder.announced.difference_update(call[0].step_id for call in ready)
+                (ready if call[0].step_id in journal.announced else waiting).append(call)
+            journal.announced.difference_update(call[0].step_id for call in ready)
             calls = waiting
         before = [(row.status, row.attempts, row.started_at) for row, _, _ in calls]
         for row, _, _ in calls:
             # A step resumed after a crash (RUNNING or CANCELLED: outcome unknown) runs again with the same
             # idempotency key; its attempts keep counting.
-            recorder.step_to(row, StepStatus.RUNNING)
-            row.attempts += 1
-            row.started_at = row.started_at or started
+            journal.start(row, started)
         if calls:
-            recorder.keep_lease()  # never start on an almost expired lease: extend it in the same write
+            journal.keep_lease()  # never start on an almost expired lease: extend it in the same write
         try:
-            await recorder.flush()
+            await journal.flush()
         except BaseException:
             for (row, _, _), (status, attempts, started_at) in zip(calls, before, strict=True):
-                recorder.restore(row, status, attempts, started_at)  # never written: never ran
+                journal.restore(row, status, attempts, started_at)  # never written: never ran
             raise
-        recorder.check_fence()  # fenced while the intent was being written: no step starts after the fence
+        journal.check_fence()  # fenced while the intent was being written: no step starts after the fence
         calls += ready
-        if self._recorder.config.hooks:
+        if self._journal.config.hooks:
             for row, _, _ in calls:
-                recorder.emit("step_started", row)
+                journal.emit("step_started", row)
         return calls
 
     def _nothing_left_out(self, rows: Sequence[StepRow]) -> bool:
@@ -224,8 +213,6 @@ class GroupRunner:
             row for row in rows if row is not winner and (row.status is StepStatus.SUCCESS or row.status in UNKNOWN)
         ]
         for row in losers:
-            if row.error is None:
-                row.error, row.error_type = f"lost the race to step {winner.step_id!r}", "LostRace"
-                self._recorder.mark(row)
+            self._journal.explain(row, f"lost the race to step {winner.step_id!r}", "LostRace")
         if losers:
             await self._compensator.compensate_unknown(losers, successes=True)

@@ -9,24 +9,13 @@ from datetime import timedelta
 
 import anyio
 
-from saga_runtime._engine._recorder import Recorder
+from saga_runtime._engine._journal import Journal
 from saga_runtime._exceptions import describe
 from saga_runtime._records import SagaStatus, now
 
-__all__ = ["LeaseKeeper", "cancel_requests"]
+__all__ = ["LeaseKeeper"]
 
 logger = logging.getLogger("saga_runtime")
-
-
-def cancel_requests() -> int:
-    """Return how many cancellations of the current asyncio task are pending (`Task.cancelling()`; 0 outside one).
-
-    A fence's cancel scope swallows the cancellation it caused; a caller's `task.cancel()` landing in the same turn
-    is swallowed with it but stays counted here. Compared with the count taken before the fence, it tells a lost
-    lease (raise LeaseLostError) from a caller's cancellation that must go on.
-    """
-    task = asyncio.current_task()
-    return 0 if task is None else task.cancelling()
 
 
 class LeaseKeeper:
@@ -35,14 +24,14 @@ class LeaseKeeper:
     A timer, not a task, waits between renewals: most sagas end before the first renewal is due, and then cost
     nothing but the timer. A renewal runs as a task owned by the keeper, and `stop()` cancels and awaits it.
     A store error only costs one renewal: the lease still has two thirds of its time when the next one is due.
-    When the store says another executor owns the saga, the recorder is fenced (it writes nothing more) and
+    When the store says another executor owns the saga, the journal is fenced (it writes nothing more) and
     `on_lost` is called, which stops the saga's work instead of racing the new owner.
     """
 
-    def __init__(self, recorder: Recorder, on_lost: Callable[[], None]) -> None:
-        self._recorder = recorder
+    def __init__(self, journal: Journal, on_lost: Callable[[], None]) -> None:
+        self._journal = journal
         self._on_lost = on_lost
-        self._interval = recorder.config.lease_timeout / 3
+        self._interval = journal.config.lease_timeout / 3
         self._loop = asyncio.get_running_loop()
         self._timer: asyncio.TimerHandle | None = None
         self._renewal: asyncio.Task[None] | None = None
@@ -52,10 +41,10 @@ class LeaseKeeper:
     def start(self) -> LeaseKeeper:
         """Schedule the first renewal; return the keeper.
 
-        The recorder calls `on_lost` too when it learns of the loss itself (the store refused an owner-conditional
+        The journal calls `on_lost` too when it learns of the loss itself (the store refused an owner-conditional
         write), whichever comes first.
         """
-        self._recorder.on_lost = self._on_lost
+        self._journal.guard.on_lost = self._on_lost
         self._timer = self._loop.call_later(self._interval, self._due)
         return self
 
@@ -65,12 +54,12 @@ class LeaseKeeper:
             self._renewal = self._loop.create_task(self._renew())
 
     async def _renew(self) -> None:
-        recorder = self._recorder
-        saga = recorder.saga
-        config = recorder.config
-        if not _finished(recorder):
+        journal = self._journal
+        saga = journal.saga
+        config = journal.config
+        if not _finished(journal):
             expires = now() + timedelta(seconds=config.lease_timeout)
-            sent = recorder.lease.mark()
+            sent = journal.lease.mark()
             held: set[str] | None = None
             try:
                 # Bounded: a store retrying a lost connection must not outlast the lease it is renewing.
@@ -78,9 +67,9 @@ class LeaseKeeper:
                     held = await config.store.renew_leases(config.executor_id, [saga.saga_id], expires)
             except Exception as exc:
                 logger.warning("saga %s: could not renew its lease, trying again: %s", saga.saga_id, describe(exc))
-                if recorder.lease.left() <= 0 and not self._lapsed and not _finished(recorder):
+                if journal.lease.left() <= 0 and not self._lapsed and not _finished(journal):
                     # Not lost: nobody said another executor owns the saga. Tools already running go on; no tool
-                    # starts until the store confirms the lease again (Recorder.confirm_lease), which it does only
+                    # starts until the store confirms the lease again (Journal.confirm_lease), which it does only
                     # if no other executor took the saga over meanwhile.
                     self._lapsed = True
                     logger.error(
@@ -90,17 +79,16 @@ class LeaseKeeper:
                     )
             if held is not None:
                 if saga.saga_id in held:
-                    saga.lease_expires_at = expires
-                    recorder.lease.confirmed(sent)
+                    journal.renewed(expires, sent)
                     if self._lapsed:
                         self._lapsed = False
                         logger.warning("saga %s: the store is back and the saga is still this executor's", saga.saga_id)
-                elif not _finished(recorder):  # not merely ended while the renewal was on its way
+                elif not _finished(journal):  # not merely ended while the renewal was on its way
                     logger.error(
                         "saga %s: its lease was taken over by another executor; stopping here without writing",
                         saga.saga_id,
                     )
-                    recorder.fence(lost=True)  # calls on_lost
+                    journal.fence(lost=True)  # calls on_lost
                     return
         if not self._stopped:
             self._timer = self._loop.call_later(self._interval, self._due)
@@ -108,8 +96,8 @@ class LeaseKeeper:
     async def stop(self) -> None:
         """Cancel the next renewal, and one in flight, and wait for it to end."""
         self._stopped = True
-        if self._recorder.on_lost is self._on_lost:
-            self._recorder.on_lost = None
+        if self._journal.guard.on_lost is self._on_lost:
+            self._journal.guard.on_lost = None
         if self._timer is not None:
             self._timer.cancel()
         renewal = self._renewal
@@ -125,6 +113,6 @@ class LeaseKeeper:
                     raise
 
 
-def _finished(recorder: Recorder) -> bool:
+def _finished(journal: Journal) -> bool:
     # A WAITING saga gave its lease up on purpose (its write cleared the owner): not a lease lost.
-    return recorder.saga.status.is_terminal or recorder.saga.status is SagaStatus.WAITING
+    return journal.saga.status.is_terminal or journal.saga.status is SagaStatus.WAITING

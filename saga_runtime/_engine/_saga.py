@@ -1,6 +1,6 @@
 """The saga engine: one running saga, fed group by group by a front door (a plan, or a dynamic saga).
 
-It composes its collaborators — the Recorder (rows and writes), the Invoker (tool calls), the StepRunner
+It composes its collaborators — the Journal (rows and writes), the Invoker (tool calls), the StepRunner
 (attempts) and the Compensator (undo) — around one Verdict (what fails the saga). A group's steps run
 concurrently (`Siblings`), their intents committed in one write first; how the group ends is its join: `all` (a
 failure cancels the siblings and fails the saga), `first` (the first success wins, the others are cancelled and
@@ -15,13 +15,13 @@ from typing import Any
 
 from saga_runtime._engine._approvals import Gate
 from saga_runtime._engine._budget import Account, Budget
+from saga_runtime._engine._cancellation import shielded
 from saga_runtime._engine._compensator import Compensator
 from saga_runtime._engine._config import EngineConfig
 from saga_runtime._engine._ending import write_end
 from saga_runtime._engine._groups import RUNNABLE, GroupRunner, succeeded
 from saga_runtime._engine._invoker import Invoker
-from saga_runtime._engine._recorder import Recorder
-from saga_runtime._engine._shield import shielded
+from saga_runtime._engine._journal import Journal
 from saga_runtime._engine._steps import StepRunner
 from saga_runtime._engine._verdict import Verdict
 from saga_runtime._exceptions import ResultValidationError
@@ -52,16 +52,16 @@ class SagaEngine:
         owner: str | None = None,
     ) -> None:
         self.config = config
-        self.recorder = recorder = Recorder(config, saga, steps, announced=announced, owner=owner)
+        self.journal = journal = Journal(config, saga, steps, announced=announced, owner=owner)
         self.verdict = verdict = Verdict()
-        self.account = Account(saga, Budget.from_json(saga.budget), recorder.touch_saga)
+        self.account = Account(saga.saga_id, Budget.from_json(saga.budget), journal.charge)
         invoker = Invoker(config.thread_limiter, config.call_limiter, self.account.charge, config.keyring)
         self.compensator = compensator = Compensator(
-            recorder, invoker, verdict, config.registry, config.compensation_timeout
+            journal, invoker, verdict, config.registry, config.compensation_timeout
         )
-        runner = StepRunner(recorder, invoker, compensator, verdict)
-        self._groups = GroupRunner(recorder, verdict, runner, compensator, config.registry, config.keyring)
-        self.gate = Gate(recorder)
+        runner = StepRunner(journal, invoker, compensator, verdict)
+        self._groups = GroupRunner(journal, verdict, runner, compensator, config.registry, config.keyring)
+        self.gate = Gate(journal)
         # True for a saga recovery drives: no caller waits on it, so a cancellation (the worker shutting down)
         # stops it without compensating; the next recovery resumes it.
         self.detached = False
@@ -71,12 +71,12 @@ class SagaEngine:
     @property
     def saga(self) -> SagaRow:
         """Return the saga's row (read it; the engine changes it)."""
-        return self.recorder.saga
+        return self.journal.saga
 
     @property
     def rows(self) -> dict[str, StepRow]:
         """Return the saga's step rows by step id (read them; the engine changes them)."""
-        return self.recorder.rows
+        return self.journal.rows
 
     @property
     def failed(self) -> bool:
@@ -86,20 +86,20 @@ class SagaEngine:
     @property
     def fenced(self) -> bool:
         """Tell whether the engine is fenced: it writes nothing more (its lease is lost, or it was stopped)."""
-        return self.recorder.fenced
+        return self.journal.fenced
 
     @property
     def lease_lost(self) -> bool:
         """Tell whether the lease was lost: another executor may own the saga now."""
-        return self.recorder.lease_lost
+        return self.journal.lease_lost
 
     def stop(self) -> None:
         """Stop for good, writing nothing more (a worker shutting down leaves the saga to the next recovery)."""
-        self.recorder.fence()
+        self.journal.fence()
 
     def emit(self, kind: Any, row: StepRow | None = None, **fields: Any) -> None:
         """Tell the executor's hooks what just happened."""
-        self.recorder.emit(kind, row, **fields)
+        self.journal.emit(kind, row, **fields)
 
     def result_for(self, step_id: str) -> Any:
         """Return the stored result of a SUCCESS step; raise `LookupError` saying why there is none."""
@@ -150,7 +150,7 @@ class SagaEngine:
 
     def set_args(self, row: StepRow, args: Any) -> None:
         """Give a step that has not started its arguments (a plan's `$ref`s resolved)."""
-        row.args = args
+        self.journal.set_args(row, args)
 
     def fail_before_start(self, row: StepRow, exc: BaseException) -> None:
         """Record that a step could not start (its arguments could not be prepared); it never ran."""
@@ -160,11 +160,11 @@ class SagaEngine:
         """Record that those of `rows` that never started will not run (FAILED: they have no effect)."""
         for row in rows:
             if row.status is StepStatus.PENDING:
-                self.recorder.finish_step(row, StepStatus.FAILED, error=why, error_type="NotRun")
+                self.journal.finish_step(row, StepStatus.FAILED, error=why, error_type="NotRun")
 
     def add_step(self, row: StepRow) -> None:
         """Add a step to the saga (a dynamic saga's call); it is written with the next flush."""
-        self.recorder.add_step(row)
+        self.journal.add_step(row)
 
     @property
     def compensating(self) -> bool:
@@ -173,11 +173,7 @@ class SagaEngine:
 
     def record(self, *, metadata: dict[str, Any] | None = None, budget: dict[str, Any] | None = None) -> None:
         """Replace the saga's metadata or budget record (JSON-able); written with the next flush."""
-        if metadata is not None:
-            self.saga.metadata = metadata
-        if budget is not None:
-            self.saga.budget = budget
-        self.recorder.touch_saga()
+        self.journal.record(metadata=metadata, budget=budget)
 
     def forgive(self) -> None:
         """Forget a failure: in a dynamic saga, the calling code decides whether a failed call ends it."""
@@ -185,7 +181,7 @@ class SagaEngine:
 
     async def flush(self) -> None:
         """Commit every change not yet written; return once it is durable."""
-        await self.recorder.flush()
+        await self.journal.flush()
 
     def reopen_compensation(self) -> None:
         """Make a COMPENSATION_FAILED saga's failed compensations due again (written by `compensate()`)."""
@@ -201,7 +197,7 @@ class SagaEngine:
 
     async def finish(self, status: SagaStatus) -> SagaResult:
         """Record the saga's terminal status and return its result; the record is written even if the caller leaves."""
-        return await shielded(write_end(self.recorder, status, self.verdict.reason))
+        return await shielded(write_end(self.journal, status, self.verdict.reason))
 
     async def run_group(self, rows: Sequence[StepRow], *, join: str = "all", needed: int | None = None) -> bool:
         """Run the steps of one group concurrently; return whether the saga can go on (see `GroupRunner.run`)."""
@@ -215,19 +211,18 @@ class SagaEngine:
 
     async def wait(self) -> SagaResult:
         """Record the saga WAITING for decisions, its lease given up; return its result. Nothing more is written."""
-        recorder = self.recorder
-        recorder.check_fence()
-        recorder.saga_to(SagaStatus.WAITING)
-        self.saga.owner, self.saga.lease_expires_at = None, None
-        await shielded(recorder.flush())
-        recorder.fence()  # the saga is nobody's now: whoever claims it next goes on
+        journal = self.journal
+        journal.check_fence()
+        journal.wait()
+        await shielded(journal.flush())
+        journal.fence()  # the saga is nobody's now: whoever claims it next goes on
         logger.info("saga %s: waits for approval", self.saga.saga_id)
-        return result_from_rows(self.saga, list(self.rows.values()), recorder.approvals)
+        return result_from_rows(self.saga, list(self.rows.values()), journal.approvals)
 
     async def resume(self) -> None:
         """Run a WAITING saga claimed by this executor again (RUNNING), written at once."""
-        self.recorder.saga_to(SagaStatus.RUNNING)
-        await self.recorder.flush()
+        self.journal.saga_to(SagaStatus.RUNNING)
+        await self.journal.flush()
 
     def judge(self, rows: Sequence[StepRow], join: str, needed: int | None) -> bool:
         """Decide whether a finished group lets the saga go on; fail the saga if not."""

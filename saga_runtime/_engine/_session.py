@@ -18,12 +18,13 @@ from typing import Any
 
 import anyio
 
+from saga_runtime._engine._cancellation import cancel_requests
 from saga_runtime._engine._config import EngineConfig
-from saga_runtime._engine._lease import LeaseKeeper, cancel_requests
+from saga_runtime._engine._journal_rows import let_go, park, take_over
+from saga_runtime._engine._lease import LeaseKeeper
 from saga_runtime._engine._saga import SagaEngine
-from saga_runtime._engine._transitions import saga_to
 from saga_runtime._exceptions import LeaseLostError
-from saga_runtime._records import SagaKind, SagaResult, SagaRow, SagaStatus, StepRow, StepStatus, now, result_from_rows
+from saga_runtime._records import SagaKind, SagaResult, SagaRow, SagaStatus, StepRow, now, result_from_rows
 
 __all__ = ["Claims", "Session"]
 
@@ -78,10 +79,8 @@ class Claims:
         Not with `announce=False`: a first group holding a step that needs approval waits for a decision first.
         """
         first = [row for row in steps if row.group == 0] if announce else []
-        for row in first:
-            row.status, row.attempts, row.started_at = StepStatus.RUNNING, 1, saga.created_at  # new rows: no move
         engine = SagaEngine(self.config, saga, steps, announced=first, owner=self.config.executor_id)
-        engine.recorder.seal_all()  # the recorder seals: it keeps what it hashed for the next seals of the same rows
+        engine.journal.seal_all()  # the journal seals: it keeps what it hashed for the next seals of the same rows
         return engine
 
     def engine(self, saga: SagaRow, steps: Sequence[StepRow], *, detached: bool = False) -> SagaEngine:
@@ -124,7 +123,7 @@ class Claims:
         if not claimed:
             self.active.discard(saga.saga_id)
             return False
-        saga.owner, saga.lease_expires_at = self.config.executor_id, expires
+        take_over(saga, self.config.executor_id, expires)
         return True
 
     async def release(self, saga: SagaRow, *, uncount: bool = False, owner: str | None = None) -> bool:
@@ -133,10 +132,7 @@ class Claims:
         With `owner` (the claim this executor holds), only while the store still names it the owner: a saga
         another executor took over meanwhile is left as it is.
         """
-        saga.owner, saga.lease_expires_at = None, None
-        if uncount:
-            saga.recovery_attempts = max(0, saga.recovery_attempts - 1)
-        saga.updated_at = now()
+        let_go(saga, uncount=uncount)
         with anyio.move_on_after(_RELEASE_BOUND, shield=True):
             try:
                 await self.config.store.save(saga.copy(), [], owner=owner)
@@ -148,9 +144,7 @@ class Claims:
 
     async def park(self, saga: SagaRow, rows: list[StepRow], why: str) -> SagaResult | None:
         """Set a claimed saga PARKED for an operator; None if another executor took it over meanwhile."""
-        saga.parked_from = saga.status
-        saga_to(saga, SagaStatus.PARKED)
-        saga.error = f"parked: {why}; fix the cause, then executor.unpark({saga.saga_id!r})"
+        park(saga, why)
         if not await self.release(saga, owner=self.config.executor_id):
             return None
         logger.error("saga %s: %s", saga.saga_id, saga.error)
@@ -180,7 +174,7 @@ class Session:
         self._claims.active.add(self.engine.saga.saga_id)
         self._pending = cancel_requests()
         self._fence.__enter__()
-        self.keeper = LeaseKeeper(self.engine.recorder, self._fence.cancel).start()
+        self.keeper = LeaseKeeper(self.engine.journal, self._fence.cancel).start()
 
     async def stop_renewing(self) -> None:
         """Stop renewing the lease (it runs out; the saga stays this executor's until then)."""
@@ -204,8 +198,8 @@ class Session:
             self._fence.__exit__(
                 type(exc) if exc is not None else None, exc, None if exc is None else exc.__traceback__
             )
-        recorder = self.engine.recorder
-        if not recorder.lease_lost:
+        journal = self.engine.journal
+        if not journal.lease_lost:
             return
         if cancel_requests() > self._pending:
             # The caller cancelled in the same turn as the fence: its cancellation goes on (the saga is the new

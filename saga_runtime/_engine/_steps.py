@@ -4,7 +4,6 @@ refused result at once with the value in hand, and record how the step ended.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import logging
 from typing import Any
@@ -12,10 +11,10 @@ from typing import Any
 import anyio
 import pydantic
 
+from saga_runtime._engine._cancellation import CANCELLED, Siblings
 from saga_runtime._engine._compensator import Compensator
 from saga_runtime._engine._invoker import AttemptTimeout, Invoker
-from saga_runtime._engine._recorder import Recorder
-from saga_runtime._engine._siblings import Siblings
+from saga_runtime._engine._journal import Journal
 from saga_runtime._engine._verdict import Verdict
 from saga_runtime._exceptions import BudgetExceededError, ResultNotStorableError, ResultValidationError, describe
 from saga_runtime._records import StepRow, StepStatus, own_values, to_json_value
@@ -26,8 +25,6 @@ __all__ = ["StepRunner"]
 logger = logging.getLogger("saga_runtime")
 
 _NOTHING: Any = object()
-# asyncio-native: the caller leaving is asyncio.CancelledError (anyio raises the same on this backend).
-_CANCELLED = asyncio.CancelledError
 
 
 class _StepFailed(Exception):
@@ -47,10 +44,10 @@ class _WriteFailed(Exception):
 class StepRunner:
     """Run one step to its outcome (see the module docstring)."""
 
-    __slots__ = ("_compensator", "_invoker", "_recorder", "_verdict")
+    __slots__ = ("_compensator", "_invoker", "_journal", "_verdict")
 
-    def __init__(self, recorder: Recorder, invoker: Invoker, compensator: Compensator, verdict: Verdict) -> None:
-        self._recorder = recorder
+    def __init__(self, journal: Journal, invoker: Invoker, compensator: Compensator, verdict: Verdict) -> None:
+        self._journal = journal
         self._invoker = invoker
         self._compensator = compensator
         self._verdict = verdict
@@ -59,13 +56,13 @@ class StepRunner:
         self, row: StepRow, spec: ToolSpec, kwargs: dict[str, Any], siblings: Siblings | None, join: str = "all"
     ) -> None:
         """Run a step announced RUNNING to its outcome; cancel `siblings` when it fails the group."""
-        recorder = self._recorder
+        journal = self._journal
         try:
             value = await self._attempts(row, spec, kwargs)
-        except _CANCELLED:
+        except CANCELLED:
             if row.status is StepStatus.RUNNING:
                 why = self._verdict.why_cancelled(row)
-                recorder.finish_step(
+                journal.finish_step(
                     row, StepStatus.CANCELLED, error=f"cancelled while running: {why}", error_type="CancelledError"
                 )
             raise
@@ -73,22 +70,22 @@ class StepRunner:
             await self._on_failure(row, spec, failure, siblings, join)
             return
         except _WriteFailed as exc:
-            recorder.finish_step(row, StepStatus.FAILED, error=f"not retried: {exc}", error_type="StoreError")
+            journal.finish_step(row, StepStatus.FAILED, error=f"not retried: {exc}", error_type="StoreError")
             if self._verdict.store_error is None:
                 self._verdict.store_error = exc.__cause__
             _cancel(siblings)
             return
         try:
-            row.result = to_json_value(value, what="the result", tool_name=spec.name)
+            result = to_json_value(value, what="the result", tool_name=spec.name)
         except ResultNotStorableError as exc:
             # The effect happened but cannot be recorded: undo it now, with the value in hand.
-            recorder.finish_step(row, StepStatus.FAILED, error=str(exc), error_type=type(exc).__name__)
+            journal.finish_step(row, StepStatus.FAILED, error=str(exc), error_type=type(exc).__name__)
             await self._compensator.compensate_now(row, value, known=True)
             if spec.retry_scope == "saga" and join == "all":
                 self._verdict.fail(row, str(exc))
                 _cancel(siblings)
             return
-        recorder.finish_step(row, StepStatus.SUCCESS)
+        journal.succeed(row, result)
         winners = self._verdict.winners
         if join == "first" and row.group not in winners:
             winners[row.group] = row.step_id
@@ -99,25 +96,23 @@ class StepRunner:
         # The retry policy counts row.attempts, every attempt recorded for the step, this one included: its budget
         # spans recoveries. A step resumed with an unknown outcome (recorded RUNNING) always runs once more with
         # its key, even past max_attempts: that run is how its outcome is learned; it is not retried beyond it.
-        recorder = self._recorder
+        journal = self._journal
         first = True
         direct = self._invoker.direct(spec.execute_is_async, spec.execute_ctx_params, spec)
         while True:
             if not first:
-                row.attempts += 1
-                recorder.mark(row)
-                recorder.keep_lease()
+                journal.retry(row)
                 try:
-                    await recorder.flush()
-                    recorder.check_fence()  # fenced while the attempt was being written: it does not start
+                    await journal.flush()
+                    journal.check_fence()  # fenced while the attempt was being written: it does not start
                 except Exception as exc:
                     raise _WriteFailed(f"attempt {row.attempts} could not be recorded: {describe(exc)}") from exc
             first = False
-            if recorder.lease_short():
+            if journal.lease_short():
                 # This process was frozen, or cut off from the store, since the intent was written: no tool starts
                 # before the store confirms the saga is still this executor's.
                 try:
-                    await recorder.confirm_lease()
+                    await journal.confirm_lease()
                 except Exception as exc:
                     raise _WriteFailed(f"attempt {row.attempts} could not confirm the lease: {describe(exc)}") from exc
             attempt = row.attempts
@@ -142,8 +137,8 @@ class StepRunner:
                     and not isinstance(exc, BudgetExceededError)
                     and spec.retry.should_retry(exc, attempt)
                 )
-                if recorder.config.hooks:
-                    recorder.emit("attempt_failed", row, error=describe(exc), will_retry=retry)
+                if journal.config.hooks:
+                    journal.emit("attempt_failed", row, error=describe(exc), will_retry=retry)
                 if retry:
                     logger.info(
                         "saga %s: step %s (%s) attempt %d failed, retrying: %s",
@@ -201,7 +196,7 @@ class StepRunner:
             # and the saga fails whatever the step's scope or group, so it compensates the rest and ends
             # COMPENSATION_FAILED, where operators look (list_sagas, retry_compensation), not SUCCESS.
             status = StepStatus.COMPENSATION_FAILED
-        self._recorder.finish_step(row, status, error=error, error_type=error_type)
+        self._journal.finish_step(row, status, error=error, error_type=error_type)
         logger.warning("saga %s: step %s (%s) failed: %s", row.saga_id, row.step_id, row.tool_name, error)
         if stuck:
             verdict.fail(row, f"{error}; the effect of its refused result could not be undone")

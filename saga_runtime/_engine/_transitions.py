@@ -1,6 +1,6 @@
 """The transition table: which saga and step statuses may follow which.
 
-Every status change of a running saga goes through `step_to` / `saga_to` (the Recorder calls them); nothing else
+Every status change of a running saga goes through `step_to` / `saga_to` (the Journal calls them); nothing else
 assigns a status. A change the table does not allow is a bug in the engine, and raises `TransitionError` at once
 instead of writing a record that says something impossible.
 """

@@ -570,7 +570,7 @@ COMMANDS: dict[str, tuple[list[str], str]] = {
     "approvals": (["approvals", "--json"], '"saga_id": "wait-1"'),
     "approve": (["approve", "wait-1", "refund", "--by", "alice"], "approved by alice"),
     "reject": (["reject", "wait-1", "refund", "--by", "bob", "--tools", "cli_tools:registry"], "rejected by bob"),
-    "ui": (["ui", "--check"], "the console can serve"),  # serving itself: tests/test_console.py
+    "ui": (["ui", "--check"], "the console can serve"),  # serving itself: tests/console/test_console.py
 }
 SIGNING_KEY = "the signing key of the test"
 

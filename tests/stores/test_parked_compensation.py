@@ -115,3 +115,67 @@ async def test_a_tool_failing_with_an_unstorable_message_still_fails_and_compens
     assert error.startswith("ValueError: bad\\x00byte \\udc80 xxx")
     assert len(error) < 2100
     assert await store.verify_saga("odd-error")
+
+
+renamed = ToolRegistry()
+
+
+@renamed.tool(name="Charge")
+class ChargeInCents:
+    async def execute(self, cents: int, ctx: StepContext) -> dict[str, Any]:
+        CALLS["charge"] += 1
+        return {"tx": ctx.idempotency_key, "amount": cents}
+
+    async def compensate(self, result: dict[str, Any] | None, ctx: StepContext) -> None:
+        CALLS[f"refund {None if result is None else result['amount']}"] += 1
+
+
+async def test_a_saga_parked_for_a_renamed_argument_is_compensated_whole(stores: Stores, kind: str) -> None:
+    """Its arguments no longer fit the tool: unparked with compensation, no step stays RUNNING in the ended saga."""
+    CALLS.clear()
+    store = await stores.open(kind, wipe=True)
+    await park(store, "renamed")
+    result = await SagaExecutor(renamed, store=store).unpark("renamed", compensate=True)
+    assert result is not None
+    assert result.status is SagaStatus.COMPENSATED
+    assert {step.step_id: step.status for step in result.steps} == {
+        "charge": StepStatus.COMPENSATED,
+        "again": StepStatus.COMPENSATED,
+    }
+    assert CALLS == {"refund 900": 1, "refund None": 1}
+
+
+@registry.tool(irreversible=True)
+class Notify:
+    async def execute(self, text: str) -> None:
+        CALLS["notify"] += 1
+
+
+async def test_an_unknown_outcome_nobody_can_undo_ends_cancelled_not_running(stores: Stores, kind: str) -> None:
+    """A crashed irreversible step cannot be compensated: the compensated saga records it CANCELLED, never RUNNING."""
+    CALLS.clear()
+    store = await stores.open(kind, wipe=True)
+    from saga_runtime._planning import build_plan
+
+    planned = build_plan(
+        [
+            {"id": "charge", "tool": "Charge", "args": {"amount": 7}},
+            {"id": "tell", "tool": "Notify", "args": {"text": "hi"}},
+        ],
+        registry,
+    )
+    started = now() - timedelta(minutes=5)
+    saga = SagaRow("told", "plan", planned.to_json(), planned.digest, SagaStatus.COMPENSATING, started, started)
+    saga.owner, saga.lease_expires_at, saga.error = "dead", started, "a crash"
+    done = StepRow("told", 0, "charge", 0, "Charge", {"amount": 7}, idempotency_key("told", "charge"))
+    done.status, done.attempts, done.started_at, done.finished_at = StepStatus.SUCCESS, 1, started, started
+    done.result = {"tx": done.idempotency_key, "amount": 7}
+    tell = StepRow("told", 1, "tell", 1, "Notify", {"text": "hi"}, idempotency_key("told", "tell"))
+    tell.status, tell.attempts, tell.started_at = StepStatus.RUNNING, 1, started
+    seal_all([done, tell], None)
+    assert await store.create_saga(saga, [done, tell]) is None
+    (result,) = await SagaExecutor(registry, store=store).recover()
+    assert result.status is SagaStatus.COMPENSATED
+    statuses = {step.step_id: step.status for step in result.steps}
+    assert statuses == {"charge": StepStatus.COMPENSATED, "tell": StepStatus.CANCELLED}
+    assert CALLS == {"refund 7": 1}

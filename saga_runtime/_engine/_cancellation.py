@@ -1,0 +1,158 @@
+"""Cancellation, in one place: shields, sibling cancellation, the fence, and the caller leaving versus a lost lease.
+
+The engine is asyncio-native and uses anyio's cancel scopes for structure; the two meet only here. A caller leaving
+is `asyncio.CancelledError` (anyio raises the same on this backend). Compensation and a saga's end run shielded
+(`shielded`) and bounded by their caller. A group's steps are `Siblings`, cancelled together. A `Fence` stops a
+saga's work for good when its lease is lost; `cancel_requests` tells that apart from the caller's own cancel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+import anyio
+
+from saga_runtime._exceptions import LeaseLostError
+
+__all__ = ["CANCELLED", "Fence", "Siblings", "cancel_requests", "shielded"]
+
+T = TypeVar("T")
+
+#: The caller leaving (asyncio-native; anyio raises the same on this backend).
+CANCELLED = asyncio.CancelledError
+
+
+def cancel_requests() -> int:
+    """Return how many cancellations of the current task are pending (`Task.cancelling()`; 0 outside one).
+
+    A fence's scope swallows the cancellation it caused; a caller's cancel landing in the same turn stays counted
+    here, so comparing with the count taken before tells a lost lease from the caller leaving.
+    """
+    task = asyncio.current_task()
+    return 0 if task is None else task.cancelling()
+
+
+async def shielded(coro: Coroutine[Any, Any, T]) -> T:
+    """Run `coro` to its end even if the calling task is cancelled meanwhile; then re-raise that cancellation.
+
+    An anyio shielded scope alone holds off anyio's scopes but not a native `task.cancel()` (a caller's
+    `asyncio.timeout`, `wait_for`): so the work runs in its own task, always awaited here. Bound the work itself.
+    """
+    task = asyncio.ensure_future(coro)
+    caught: BaseException | None = None
+    with anyio.CancelScope(shield=True):
+        while True:
+            try:
+                result = await asyncio.shield(task)
+                break
+            except asyncio.CancelledError as exc:
+                if task.cancelled():  # the work itself was cancelled (the loop is closing)
+                    raise
+                caught = exc
+    if caught is not None:
+        raise caught
+    return result
+
+
+class Fence:
+    """The end of one saga's work here: once fenced, nothing more is started or written."""
+
+    __slots__ = ("fenced", "lease_lost", "on_lost", "saga_id")
+
+    def __init__(self, saga_id: str) -> None:
+        self.saga_id = saga_id
+        self.fenced = False
+        self.lease_lost = False
+        # Called once the lease is known lost (set by the lease keeper): stops the saga's work.
+        self.on_lost: Callable[[], None] | None = None
+
+    def close(self, *, lost: bool = False) -> None:
+        """Fence for good; `lost`: another executor may own the saga now, so its work stops too."""
+        self.fenced = True
+        if lost and not self.lease_lost:
+            self.lease_lost = True
+            if self.on_lost is not None:
+                self.on_lost()
+
+    def error(self) -> LeaseLostError:
+        """Return the error a fenced saga raises instead of writing."""
+        return LeaseLostError(
+            f"saga {self.saga_id!r} was taken over by another executor (this one lost its lease); it goes on there",
+            saga_id=self.saga_id,
+        )
+
+    def check(self) -> None:
+        """Raise `LeaseLostError` if fenced."""
+        if self.fenced:
+            raise self.error()
+
+
+class Siblings:
+    """Run a group's steps as tasks, wait for all, and cancel them all when one asks (or the caller leaves).
+
+    Plain asyncio tasks, each in an anyio cancel scope: an anyio task group costs three times as much per task,
+    and `asyncio.TaskGroup` cancels natively, cutting short a shielded undo or a step about to keep its outcome.
+    A step that raises (a bug: steps record their failures) cancels the others; `wait()` raises the group.
+    """
+
+    __slots__ = ("_done", "_errors", "_loop", "_pending", "_scopes", "cancelled")
+
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._scopes: set[anyio.CancelScope] = set()
+        self._pending = 0
+        self._done: asyncio.Future[None] | None = None
+        self._errors: list[BaseException] = []
+        self.cancelled = False
+
+    def start(self, step: Callable[..., Coroutine[Any, Any, None]], *args: Any) -> None:
+        """Start `step(*args)` in a task of the group."""
+        self._pending += 1
+        self._loop.create_task(self._run(step, args)).add_done_callback(self._finished)
+
+    async def _run(self, step: Callable[..., Coroutine[Any, Any, None]], args: tuple[Any, ...]) -> None:
+        with anyio.CancelScope() as scope:
+            self._scopes.add(scope)
+            if self.cancelled:
+                scope.cancel()
+            try:
+                await step(*args)
+            finally:
+                self._scopes.discard(scope)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._pending -= 1
+        error = None if task.cancelled() else task.exception()
+        if error is not None:
+            self._errors.append(error)
+            self.cancel()
+        if not self._pending and self._done is not None and not self._done.done():
+            self._done.set_result(None)
+
+    def cancel(self) -> None:
+        """Cancel every step of the group (the one calling, if any, at its next wait)."""
+        self.cancelled = True
+        for scope in self._scopes:
+            scope.cancel()
+
+    async def wait(self) -> None:
+        """Return once every step has ended; if the caller is cancelled meanwhile, cancel them, wait, re-raise."""
+        caught: BaseException | None = None
+        while self._pending:
+            self._done = self._loop.create_future()
+            try:
+                if caught is None:
+                    await self._done
+                else:
+                    # anyio re-delivers a scope's cancellation every turn: wait shielded while the steps finish.
+                    with anyio.CancelScope(shield=True):
+                        await self._done
+            except asyncio.CancelledError as exc:
+                caught = caught or exc
+                self.cancel()
+        if self._errors:
+            raise BaseExceptionGroup("unhandled errors in a group of steps", self._errors)
+        if caught is not None:
+            raise caught

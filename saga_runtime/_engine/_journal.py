@@ -1,0 +1,381 @@
+"""The Journal: the one owner of a saga's record (saga row, step rows, approval decisions).
+
+Nothing else assigns a record's field (tests/engine/test_journal.py walks the package to hold that). Its methods
+are intents — start an attempt, succeed, fail, outcome unknown, begin and finish an undo, wait, decide, finish,
+park, release, take over — each checked against the transition table, changing the fields and marking what must
+be written. It seals the rows (the hash chain) and writes them ahead through the store (durability invariants 1
+and 2 of DESIGN.md): owner-conditionally while the engine holds the lease, and never again once fenced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from saga_runtime._engine._cancellation import Fence
+from saga_runtime._engine._clock import LeaseClock
+from saga_runtime._engine._config import EngineConfig
+from saga_runtime._engine._events import EventKind, emit, event_of
+from saga_runtime._engine._transitions import saga_to, step_to
+from saga_runtime._exceptions import LeaseLostError, StoreError
+from saga_runtime._records import (
+    ApprovalRow,
+    SagaRow,
+    SagaStatus,
+    Sealer,
+    StepRow,
+    StepStatus,
+    extend_head,
+    identity_hash,
+    now,
+)
+
+__all__ = ["EngineConfig", "Journal", "seq_of"]
+
+logger = logging.getLogger("saga_runtime")
+
+# A step's intent write extends the lease when less than this share of `lease_timeout` is left.
+_LEASE_MARGIN = 0.25
+# No tool starts on less than this share left by this process's clock: the lease is confirmed first.
+_INVOKE_MARGIN = 0.1
+
+
+class Journal:
+    """One saga's rows and how they are written (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: EngineConfig,
+        saga: SagaRow,
+        steps: Sequence[StepRow],
+        *,
+        announced: Sequence[StepRow] = (),
+        owner: str | None = None,
+    ) -> None:
+        self.config = config
+        self.store = config.store
+        self.saga = saga
+        # The lease holder, when the engine holds one: every write is then owner-conditional.
+        self.owner = owner
+        self.rows: dict[str, StepRow] = {row.step_id: row for row in steps}
+        self._by_seq: dict[int, StepRow] = {row.seq: row for row in steps}
+        self._links: dict[int, str] = {}
+        self._sealer = Sealer(config.store.signing_key)
+        # A store that seals rows itself before they are read (memory) is written unsealed rows.
+        self._sealing = not config.store.seals_on_read
+        # Steps whose first attempt was committed RUNNING with the saga itself (write-ahead done).
+        self.announced = {row.step_id for row in announced}
+        for row in announced:  # new rows, written RUNNING with the saga itself: no move
+            row.status, row.attempts, row.started_at = StepStatus.RUNNING, 1, saga.created_at
+        self._dirty: dict[str, StepRow] = {}
+        self._saga_dirty = False
+        # asyncio.Lock: it does not yield to the loop when nobody holds it.
+        self._write_lock = asyncio.Lock()
+        self.guard = Fence(saga.saga_id)
+        self.lease = LeaseClock(config.lease_timeout, saga.lease_expires_at if owner is not None else None)
+        # The saga's approval requests as last known (kept by the Gate; part of its result).
+        self.approvals: list[ApprovalRow] = []
+
+    # -- step intents ----------------------------------------------------------------------------------------------
+
+    def hold(self, row: StepRow) -> None:
+        """Make a step WAIT for a person's decision (it never ran)."""
+        step_to(row, StepStatus.WAITING)
+        self._dirty[row.step_id] = row
+
+    def approved(self, row: StepRow) -> None:
+        """Make an approved step PENDING again: it runs now, written ahead as any step."""
+        step_to(row, StepStatus.PENDING)
+        self._dirty[row.step_id] = row
+
+    def start(self, row: StepRow, at: datetime) -> None:
+        """Start a step's next attempt (a resumed step of unknown outcome keeps counting)."""
+        step_to(row, StepStatus.RUNNING)
+        row.attempts += 1
+        row.started_at = row.started_at or at
+        self._dirty[row.step_id] = row
+
+    def retry(self, row: StepRow) -> None:
+        """Start another attempt of a running step; the write extends a short lease."""
+        row.attempts += 1
+        self._dirty[row.step_id] = row
+        self.keep_lease()
+
+    def restore(self, row: StepRow, status: StepStatus, attempts: int, started_at: Any) -> None:
+        """Put back a step's state from before an intent that was never written (its step never ran)."""
+        row.status, row.attempts, row.started_at = status, attempts, started_at
+
+    def succeed(self, row: StepRow, result: Any) -> None:
+        """Record a step's stored result and its success."""
+        row.result = result
+        self.finish_step(row, StepStatus.SUCCESS)
+
+    def finish_step(
+        self, row: StepRow, status: StepStatus, *, error: str | None = None, error_type: str | None = None
+    ) -> None:
+        """Record how a step's run ended (failed, outcome unknown, ...), and tell the hooks."""
+        step_to(row, status)
+        row.error = error
+        row.error_type = error_type
+        row.finished_at = now()
+        self._dirty[row.step_id] = row
+        if self.config.hooks:
+            self.emit("step_finished", row, error=error)
+
+    def not_started(self, row: StepRow, error: str, error_type: str) -> None:
+        """Record that a step could not start: FAILED if it never ran, else its outcome stays unknown."""
+        if row.status is StepStatus.PENDING:
+            step_to(row, StepStatus.FAILED)
+        elif row.status is StepStatus.RUNNING:
+            step_to(row, StepStatus.CANCELLED)
+        row.error, row.error_type, row.finished_at = error, error_type, now()
+        self._dirty[row.step_id] = row
+
+    def explain(self, row: StepRow, error: str, error_type: str) -> None:
+        """Say why a step is undone, unless its record says so already."""
+        if row.error is None:
+            row.error, row.error_type = error, error_type
+            self._dirty[row.step_id] = row
+
+    def set_args(self, row: StepRow, args: Any) -> None:
+        """Give a step that has not started its arguments (a plan's `$ref`s resolved)."""
+        row.args = args
+
+    def add_step(self, row: StepRow) -> None:
+        """Add a step to the saga (dynamic sagas add them as they go); it is written with the next flush."""
+        self.rows[row.step_id] = row
+        self._by_seq[row.seq] = row
+        self.saga.plan_hash = extend_head(self.saga.plan_hash, row)  # the chain head seals the list of calls
+        self._saga_dirty = True
+        self._dirty[row.step_id] = row
+
+    # -- undo intents ------------------------------------------------------------------------------------------------
+
+    def begin_undo(self, row: StepRow) -> None:
+        """Count a compensation attempt of a step (written ahead of it)."""
+        row.compensation_attempts += 1
+        self._dirty[row.step_id] = row
+
+    def undone(self, row: StepRow) -> None:
+        """Record a step compensated."""
+        step_to(row, StepStatus.COMPENSATED)
+        row.compensated_at = now()
+        row.compensation_error = None
+        self._dirty[row.step_id] = row
+
+    def undo_failed(self, row: StepRow, why: str) -> None:
+        """Record that a step's effect could not be undone."""
+        step_to(row, StepStatus.COMPENSATION_FAILED)
+        row.compensation_error = why
+        self._dirty[row.step_id] = row
+
+    def refused_undo_failed(self, row: StepRow, why: str) -> None:
+        """Record that a refused attempt's effect could not be undone (the step goes on)."""
+        row.compensation_error = why
+        self._dirty[row.step_id] = row
+
+    def reopen_undo(self) -> None:
+        """Make a COMPENSATION_FAILED saga's failed compensations due again (an operator's retry)."""
+        for row in self.rows.values():
+            if row.status is StepStatus.COMPENSATION_FAILED:
+                # Back to done (SUCCESS) or unknown; a race loser kept its result and is undone with it.
+                done = row.error is None or row.result is not None
+                step_to(row, StepStatus.SUCCESS if done else StepStatus.CANCELLED)
+                row.compensation_error = None
+            self._dirty[row.step_id] = row
+        self.saga.finished_at = None
+        self._saga_dirty = True
+
+    # -- saga intents ------------------------------------------------------------------------------------------------
+
+    def touch_saga(self) -> None:
+        """Note that the saga row must be written with the next flush (a fresh lease)."""
+        self._saga_dirty = True
+
+    def saga_to(self, status: SagaStatus) -> None:
+        """Move the saga to `status` (checked against the transition table)."""
+        saga_to(self.saga, status)
+        self._saga_dirty = True
+
+    def begin_compensation(self, reason: str) -> None:
+        """Make the saga COMPENSATING; its error says why (written now, so a resumed undo still says it)."""
+        self.saga_to(SagaStatus.COMPENSATING)
+        if self.saga.error is None:
+            self.saga.error = reason
+
+    def end(self, status: SagaStatus, error: str | None) -> None:
+        """Make the saga terminal; `error` says why it did not succeed.
+
+        No step of an ended saga reads RUNNING or WAITING: an unknown outcome nobody could undo (no compensation)
+        is CANCELLED, saying so; a step still waiting for a decision never ran (PENDING).
+        """
+        self.saga_to(status)
+        for row in self.rows.values() if status is not SagaStatus.SUCCESS else ():
+            if row.status is StepStatus.RUNNING:
+                self.finish_step(
+                    row, StepStatus.CANCELLED, error="its outcome was unknown when the saga ended", error_type="Unknown"
+                )
+            elif row.status is StepStatus.WAITING:
+                self.approved(row)  # back to PENDING: it never ran
+        saga = self.saga
+        if status is not SagaStatus.SUCCESS and saga.error is None:
+            saga.error = error or "the saga was cancelled by its caller"
+        saga.finished_at = now()
+        saga.lease_expires_at = None
+
+    def wait(self) -> None:
+        """Make the saga WAITING for decisions, its lease given up."""
+        self.saga_to(SagaStatus.WAITING)
+        self.saga.owner, self.saga.lease_expires_at = None, None
+
+    def record(self, *, metadata: dict[str, Any] | None = None, budget: dict[str, Any] | None = None) -> None:
+        """Replace the saga's metadata or budget record (JSON-able)."""
+        if metadata is not None:
+            self.saga.metadata = metadata
+        if budget is not None:
+            self.saga.budget = budget
+        self._saga_dirty = True
+
+    def charge(self, cost: float, tokens: int) -> tuple[float, int]:
+        """Add a charge to the saga; return its cost and tokens so far."""
+        saga = self.saga
+        saga.cost += cost
+        saga.tokens += tokens
+        self._saga_dirty = True
+        return saga.cost, saga.tokens
+
+    def renewed(self, expires: datetime, sent: float) -> None:
+        """Note a lease renewal the store confirmed (sent at `sent` on the lease clock)."""
+        self.saga.lease_expires_at = expires
+        self.lease.confirmed(sent)
+
+    def emit(self, kind: EventKind, row: StepRow | None = None, **fields: Any) -> None:
+        """Tell the executor's hooks what just happened (nothing to do without hooks)."""
+        if self.config.hooks:
+            emit(self.config.hooks, event_of(kind, self.saga, row, fields))
+
+    # -- writing -------------------------------------------------------------------------------------------------------
+
+    def _link(self, row: StepRow) -> str:
+        """Return the identity hash of the row before `row`: what `row` links to in the chain (cached)."""
+        link = self._links.get(row.seq)
+        if link is None:
+            link = self._links[row.seq] = identity_hash(self._by_seq.get(row.seq - 1), row.saga_id)
+        return link
+
+    def seal_all(self) -> None:
+        """Link and seal every row, in order (before the saga's first write)."""
+        if not self._sealing:
+            return
+        seal, link = self._sealer.seal, self._link
+        for row in sorted(self.rows.values(), key=seq_of):
+            seal(row, link(row))
+
+    async def flush(self) -> None:
+        """Commit every changed row in one store write, owner-conditionally; return once it is durable.
+
+        A fenced journal writes nothing; a write the store refuses (another owner) fences it. Both raise
+        `LeaseLostError`.
+        """
+        async with self._write_lock:
+            self.check_fence()
+            if not self._dirty and not self._saga_dirty:
+                return
+            if self._sealing:
+                seal, link = self._sealer.seal, self._link
+                steps = []
+                for row in self._dirty.values():
+                    seal(row, link(row))
+                    steps.append(row.copy())
+            else:
+                steps = [row.copy() for row in self._dirty.values()]
+                for copy in steps:
+                    copy.hash = None  # changed since it was sealed, if ever: the store seals it afresh
+            self._dirty.clear()
+            saga = None
+            sent = 0.0
+            if self._saga_dirty:
+                # The new lease goes on the copy; believed only once stored.
+                saga = self.saga.copy()
+                saga.updated_at = now()
+                if saga.status in (SagaStatus.RUNNING, SagaStatus.COMPENSATING):
+                    saga.lease_expires_at = saga.updated_at + timedelta(seconds=self.config.lease_timeout)
+                    sent = self.lease.mark()
+                self._saga_dirty = False
+            try:
+                await self.store.save(saga, steps, owner=self.owner)
+                if saga is not None:
+                    self.saga.updated_at, self.saga.lease_expires_at = saga.updated_at, saga.lease_expires_at
+                    if sent and self.owner is not None:
+                        self.lease.confirmed(sent)
+            except BaseException as exc:
+                # Not written: the rows stay dirty.
+                for row in steps:
+                    self._dirty.setdefault(row.step_id, self.rows[row.step_id])
+                if saga is not None:
+                    self._saga_dirty = True
+                if isinstance(exc, LeaseLostError) and self.owner is not None:
+                    logger.error(
+                        "saga %s: the store refused a write, another executor owns the saga now; stopping here",
+                        self.saga.saga_id,
+                    )
+                    self.fence(lost=True)
+                raise
+
+    # -- the lease and fencing -----------------------------------------------------------------------------------------
+
+    @property
+    def fenced(self) -> bool:
+        """Tell whether the journal is fenced now: it writes nothing more."""
+        return self.guard.fenced
+
+    @property
+    def lease_lost(self) -> bool:
+        """Tell whether the lease was lost: another executor may own the saga now."""
+        return self.guard.lease_lost
+
+    def fence(self, *, lost: bool = False) -> None:
+        """Stop writing for good. `lost`: another executor may own the saga now (its work is stopped too)."""
+        self.guard.close(lost=lost)
+
+    def is_fenced(self) -> bool:
+        """Tell whether the journal is fenced now (a call: it changes across every await)."""
+        return self.guard.fenced
+
+    def check_fence(self) -> None:
+        """Raise `LeaseLostError` if fenced: nothing more may start or be written from here."""
+        self.guard.check()
+
+    def keep_lease(self) -> None:
+        """Make the next (owner-conditional) write extend the lease when too little is left to start a step on."""
+        if self.owner is not None and self.lease.left() < self.config.lease_timeout * _LEASE_MARGIN:
+            self._saga_dirty = True  # flush() writes the saga row with a fresh lease_expires_at
+
+    def lease_short(self) -> bool:
+        """Tell whether too little of the lease is known to be left to invoke a tool on (see `confirm_lease`)."""
+        return self.owner is not None and self.lease.left() <= self.config.lease_timeout * _INVOKE_MARGIN
+
+    async def confirm_lease(self) -> None:
+        """Make sure, by this process's own clock, that the lease is good before a tool is invoked.
+
+        A lease confirmed too long ago (frozen, or the store unreachable) is extended by an owner-conditional write
+        first: refused if another executor took the saga over (fenced, `LeaseLostError`).
+        """
+        if not self.lease_short():
+            return
+        self._saga_dirty = True
+        await self.flush()
+        self.check_fence()
+        if self.lease_short():
+            raise StoreError(
+                f"saga {self.saga.saga_id!r}: the store took longer than the lease ({self.config.lease_timeout:g}s) "
+                f"to confirm it ({self.store.url}); no tool was started on it: recovery goes on with the saga"
+            )
+
+
+def seq_of(row: StepRow) -> int:
+    """Return a row's position in its saga (a sort key)."""
+    return row.seq

@@ -1,0 +1,43 @@
+"""The journal's intents on a saga row no engine holds yet: take over, release, park; and approval decisions.
+
+Claims use them before (or after) an engine drives the saga; like the Journal, nothing else assigns these fields.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from saga_runtime._engine._transitions import saga_to
+from saga_runtime._records import ApprovalRow, SagaRow, SagaStatus, now, seal_approval
+
+__all__ = ["decided", "let_go", "park", "take_over"]
+
+
+def take_over(saga: SagaRow, owner: str, expires: datetime, at: datetime | None = None) -> None:
+    """Note that `owner` holds the saga's lease until `expires` (the store said so)."""
+    saga.owner, saga.lease_expires_at = owner, expires
+    if at is not None:
+        saga.updated_at = at
+
+
+def let_go(saga: SagaRow, *, uncount: bool = False) -> None:
+    """Give the saga's lease up (no owner); `uncount` takes back the recovery attempt its claim counted."""
+    saga.owner, saga.lease_expires_at = None, None
+    if uncount:
+        saga.recovery_attempts = max(0, saga.recovery_attempts - 1)
+    saga.updated_at = now()
+
+
+def park(saga: SagaRow, why: str) -> None:
+    """Make the saga PARKED for an operator, saying why."""
+    saga.parked_from = saga.status
+    saga_to(saga, SagaStatus.PARKED)
+    saga.error = f"parked: {why}; fix the cause, then executor.unpark({saga.saga_id!r})"
+
+
+def decided(request: ApprovalRow, decision: str, by: str, note: str | None, key: bytes | None) -> ApprovalRow:
+    """Return a copy of `request` holding a decision made now, sealed again."""
+    row = request.copy()
+    row.decision, row.decided_by, row.decided_at, row.note = decision, by, now(), note
+    seal_approval(row, row.prev_hash or "", key)
+    return row

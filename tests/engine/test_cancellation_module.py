@@ -1,0 +1,140 @@
+"""The cancellation module alone: shields, siblings cancelled together, the fence, and telling a caller's cancel."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from saga_runtime import LeaseLostError
+from saga_runtime._engine._cancellation import Fence, Siblings, cancel_requests, shielded
+
+
+async def test_shielded_work_finishes_when_the_caller_is_cancelled_then_the_cancel_goes_on() -> None:
+    """A shielded coroutine runs to its end through a caller's cancel; the cancel is raised afterwards."""
+    done = []
+
+    async def work() -> str:
+        await asyncio.sleep(0.05)
+        done.append(True)
+        return "ok"
+
+    task = asyncio.ensure_future(shielded(work()))
+    await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert done == [True]
+
+
+async def test_shielded_work_holds_through_a_timeout_of_the_caller() -> None:
+    """A caller's `asyncio.timeout` lands after the shielded work ends, not inside it."""
+    done = []
+
+    async def work() -> None:
+        await asyncio.sleep(0.05)
+        done.append(True)
+
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.01):
+            await shielded(work())
+    assert done == [True]
+
+
+async def test_siblings_are_cancelled_together_when_one_asks() -> None:
+    """`cancel()` from one step stops the others at their next wait; `wait()` returns once all ended."""
+    ended: list[str] = []
+    siblings = Siblings()
+
+    async def slow(name: str) -> None:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            ended.append(f"{name} cancelled")
+            raise
+
+    async def failing() -> None:
+        await asyncio.sleep(0.01)
+        ended.append("failing")
+        siblings.cancel()
+
+    siblings.start(slow, "a")
+    siblings.start(slow, "b")
+    siblings.start(failing)
+    await siblings.wait()
+    assert sorted(ended) == ["a cancelled", "b cancelled", "failing"]
+
+
+async def test_a_caller_leaving_cancels_the_siblings_waits_for_them_then_re_raises() -> None:
+    """The waiting caller cancelled: every step is cancelled and awaited before the cancel goes on."""
+    ended: list[str] = []
+    siblings = Siblings()
+
+    async def step() -> None:
+        try:
+            await asyncio.sleep(10)
+        finally:
+            ended.append("ended")
+
+    siblings.start(step)
+    siblings.start(step)
+    waiter = asyncio.ensure_future(siblings.wait())
+    await asyncio.sleep(0.01)
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    assert ended == ["ended", "ended"]
+
+
+async def test_a_step_that_raises_cancels_the_others_and_the_error_leaves_wait() -> None:
+    """An exception escaping a step (a bug) cancels its siblings and leaves `wait()` in an exception group."""
+    siblings = Siblings()
+    cancelled = []
+
+    async def slow() -> None:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+
+    async def broken() -> None:
+        raise RuntimeError("bug")
+
+    siblings.start(slow)
+    siblings.start(broken)
+    with pytest.raises(BaseExceptionGroup) as caught:
+        await siblings.wait()
+    assert cancelled == [True]
+    assert isinstance(caught.value.exceptions[0], RuntimeError)
+
+
+def test_a_fence_refuses_once_closed_and_tells_a_lost_lease_once() -> None:
+    """A closed fence raises LeaseLostError naming the saga; `on_lost` is called once, only for a lost lease."""
+    fence = Fence("s-1")
+    told = []
+    fence.on_lost = lambda: told.append(True)
+    fence.check()
+    fence.close()
+    assert fence.fenced
+    assert not fence.lease_lost
+    assert told == []
+    with pytest.raises(LeaseLostError, match="s-1"):
+        fence.check()
+    fence.close(lost=True)
+    fence.close(lost=True)
+    assert fence.lease_lost
+    assert told == [True]
+
+
+async def test_cancel_requests_counts_a_pending_cancel_of_the_task() -> None:
+    """A cancel swallowed by a scope stays counted, so a lost lease is told apart from the caller leaving."""
+    before = cancel_requests()
+    task = asyncio.current_task()
+    assert task is not None
+    task.cancel()
+    assert cancel_requests() == before + 1
+    task.uncancel()
+    with pytest.raises(asyncio.CancelledError):  # the cancel requested above is still delivered once
+        await asyncio.sleep(0)
+    assert cancel_requests() == before
