@@ -130,9 +130,7 @@ class SQLStore(StoreBase, abc.ABC):
         self._closed = False
         self._retry_for = retry_for
         # Group commit: up to `writers` batches of writes at once (SQLite has one writer; a pool has more).
-        self._batcher = Batcher(
-            self._flush, slots=writers, shared=self._shared_failure, closed_error=self._closed_error
-        )
+        self._batcher = Batcher(self._flush, slots=writers)
 
     # -- what a driver provides ------------------------------------------------------------------------------
 
@@ -271,6 +269,24 @@ class SQLStore(StoreBase, abc.ABC):
     # -- writes: every one goes through the group commit ------------------------------------------------------
 
     async def _flush(self, writes: Sequence[Write]) -> Sequence[Outcome | Exception]:
+        """Write one batch, then, if it failed for one write's sake, each write alone (each gets its own answer)."""
+        try:
+            return await self._flush_once(writes)
+        except Exception as exc:
+            if len(writes) == 1 or self._shared_failure(exc):
+                raise
+        outcomes: list[Outcome | Exception] = []
+        for write in writes:
+            if write.future is not None and write.future.done():  # its caller left: not written, and nobody asks
+                outcomes.append(Outcome.WRITTEN)
+                continue
+            try:
+                outcomes.extend(await self._flush_once([write]))
+            except Exception as exc:
+                outcomes.append(exc)
+        return outcomes
+
+    async def _flush_once(self, writes: Sequence[Write]) -> Sequence[Outcome | Exception]:
         """Write one batch (one transaction), retried on a fresh connection while the connection is lost."""
 
         async def once() -> Sequence[Outcome | Exception]:
@@ -626,7 +642,7 @@ class SQLStore(StoreBase, abc.ABC):
             return
         self._closed = True
         try:
-            await self._batcher.close()
+            await self._batcher.close(self._closed_error())
         finally:
             await self._close_connections()
 

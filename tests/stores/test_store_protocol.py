@@ -10,6 +10,7 @@ import pytest
 
 import saga_runtime
 from saga_runtime._storage import MemoryStore, SagaStore
+from saga_runtime._storage._batch import Batcher
 from saga_runtime._storage._reading import StoreBase
 from saga_runtime._storage._sqlstore import SQLStore
 
@@ -64,3 +65,9 @@ async def test_a_memory_store_is_a_sagastore() -> None:
     assert isinstance(store, SagaStore)
     assert store.sealed_since is not None
     await store.close()
+
+
+def test_the_batcher_takes_one_flush_coroutine() -> None:
+    """The group commit is given one flush coroutine and its slots: no other callback into the store."""
+    assert list(inspect.signature(Batcher).parameters) == ["flush", "slots"]
+    assert list(inspect.signature(Batcher.close).parameters) == ["self", "error"]
