@@ -134,10 +134,6 @@ class _MySQLTransaction:
         await self._cursor.execute(sql, tuple(params) if params else None)
         return int(self._cursor.rowcount)
 
-    async def executemany(self, sql: str, params: Sequence[Sequence[Any]]) -> None:
-        # aiomysql rewrites INSERT ... VALUES (...) [ON DUPLICATE KEY ...] into one multi-row statement.
-        await self._cursor.executemany(sql, params)
-
     async def fetch(self, sql: str, params: Sequence[Any] = ()) -> Sequence[Sequence[Any]]:
         await self._cursor.execute(sql, tuple(params) if params else None)
         return list(await self._cursor.fetchall())
@@ -174,8 +170,9 @@ _STEPS = ", ".join(STEP_COLUMNS)
 _SAGA_ROW = "(" + ", ".join(["%s"] * len(SAGA_COLUMNS)) + ")"
 _STEP_ROW = "(" + ", ".join(["%s"] * len(STEP_COLUMNS)) + ")"
 _SAGA_SET = ", ".join(f"{c} = VALUES({c})" for c in SAGA_COLUMNS[1:])
-# As Queries.upsert_steps (a new step taking another's idempotency key fails), qualified: the rows of a gated
-# insert come from a derived table with the same column names.
+# ON DUPLICATE KEY fires on any unique key: a new step taking another step's idempotency key must fail, not
+# overwrite that step (NULL into NOT NULL fails in strict mode; it comes first, as MySQL assigns left to right).
+# Qualified: a gated insert's rows come from a derived table with the same column names.
 _STEP_SET = ", ".join(
     [
         "steps.idempotency_key = IF(steps.saga_id = VALUES(saga_id) AND steps.step_id = VALUES(step_id), "
@@ -315,7 +312,6 @@ class MySQLStore(SQLStore):
     """Keep sagas in a MySQL or MariaDB database, through a pool of aiomysql connections."""
 
     dialect = "mysql"
-    atomic_batches = True
 
     def __init__(self, url: str, pool: Any, database: str, *, retry_for: float = DEFAULT_RETRY_FOR) -> None:
         super().__init__(url, retry_for=retry_for, writers=pool.maxsize)

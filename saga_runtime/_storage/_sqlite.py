@@ -55,8 +55,6 @@ ERROR_MAP: ErrorMap = {
 }
 
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
-# Whether aiosqlite can run a function of ours on its thread (else a batch takes one hop per statement).
-_ONE_HOP = callable(getattr(aiosqlite.Connection, "_execute", None))
 _T = TypeVar("_T")
 _CLEANUP_SECONDS = 5.0
 
@@ -123,10 +121,6 @@ class _SQLiteTransaction:
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
         async with self._conn.execute(sql, params) as cursor:
             return cursor.rowcount
-
-    async def executemany(self, sql: str, params: Sequence[Sequence[Any]]) -> None:
-        async with self._conn.executemany(sql, params):
-            pass
 
     async def fetch(self, sql: str, params: Sequence[Any] = ()) -> Sequence[Sequence[Any]]:
         return list(await self._conn.execute_fetchall(sql, params))
@@ -266,6 +260,7 @@ class SQLiteStore(SQLStore):
     """Keep sagas in a SQLite file, in WAL mode, writing through one connection."""
 
     dialect = "sqlite"
+    _write_errors = _WRITE_ERRORS
 
     def __init__(
         self,
@@ -402,17 +397,10 @@ class SQLiteStore(SQLStore):
 
     async def _write_batch(self, writes: Sequence[Write]) -> Sequence[Outcome | Exception]:
         """Write a batch in one transaction run whole on aiosqlite's thread: one hop, one commit (one fsync)."""
-        if not _ONE_HOP:
-            return await super()._write_batch(writes)
         async with self._transaction(begin=False) as tx:
             assert isinstance(tx, _SQLiteTransaction)
             # Cancelled while it runs, the thread still finishes the transaction (commit or rollback) on its own.
             return await tx.call(partial(_write_all, q=self._queries, writes=writes))
-
-    def _shared_failure(self, exc: Exception) -> bool:
-        # Only a write's own error (a duplicate key, a refused value) is worth writing each write alone for.
-        own = isinstance(exc, _WRITE_ERRORS) or isinstance(exc.__cause__, _WRITE_ERRORS)
-        return not own or super()._shared_failure(exc)
 
     def _schema_transaction(self) -> AbstractAsyncContextManager[Transaction]:
         # BEGIN IMMEDIATE is the schema lock; SQLite's DDL is transactional, so a migration is all or nothing.

@@ -52,7 +52,7 @@ from saga_runtime._storage._sql import (
     RowCodec,
     schema_too_new,
 )
-from saga_runtime._storage._sqlwrite import Transaction, write_by_statements, write_of
+from saga_runtime._storage._sqlwrite import Transaction, write_of
 
 __all__ = ["DEFAULT_RETRY_FOR", "SQLStore", "Transaction", "retry_for_option"]
 
@@ -118,9 +118,9 @@ class SQLStore(StoreBase, abc.ABC):
     seals_on_read = False
 
     dialect: ClassVar[DialectName]
-    # Whether the driver's executemany is atomic on its own (asyncpg's is; aiomysql's becomes one multi-row
-    # statement), so a batch of step rows needs no explicit transaction.
-    atomic_batches: ClassVar[bool] = False
+    # The driver errors that are one write's doing (a batch failing with one is written again write by write);
+    # None: any error but a lost connection may be.
+    _write_errors: ClassVar[tuple[type[BaseException], ...] | None] = None
 
     def __init__(self, url: str, *, retry_for: float = DEFAULT_RETRY_FOR, writers: int = 1) -> None:
         self._url = redact_url(url)
@@ -298,7 +298,10 @@ class SQLStore(StoreBase, abc.ABC):
 
     def _shared_failure(self, exc: Exception) -> bool:
         """Tell whether a batch's error concerns every write of it (else each is written alone to find out)."""
-        return isinstance(exc, StoreConnectionError) or self._closed
+        if isinstance(exc, StoreConnectionError) or self._closed:
+            return True
+        own = self._write_errors
+        return own is not None and not (isinstance(exc, own) or isinstance(exc.__cause__, own))
 
     def _closed_error(self) -> StoreError:
         return StoreError(
@@ -306,9 +309,9 @@ class SQLStore(StoreBase, abc.ABC):
             url=self._url,
         )
 
+    @abc.abstractmethod
     async def _write_batch(self, writes: Sequence[Write]) -> Sequence[Outcome | Exception]:
-        """Write a batch in one transaction, statement by statement; drivers override it with fewer round trips."""
-        return await write_by_statements(self._transaction, self._queries, self._codec, writes, self.atomic_batches)
+        """Write a batch, each write's condition checked with it, atomically; return each write's outcome."""
 
     async def _insert(
         self, saga: SagaRow, steps: Sequence[StepRow], what: str = "create_saga"
