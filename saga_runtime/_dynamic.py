@@ -121,6 +121,8 @@ class DynamicSaga:
             raise RuntimeError("a DynamicSaga is entered once; call executor.saga() again for another block")
         self._entered = True
         claims, store = self._claims, self._store
+        if claims.config.resources is not None:
+            await claims.config.resources.enter()  # before anything is stored: a lifespan that fails runs nothing
         # plan_hash holds the head of the call chain (none yet); see saga_runtime._records._chain.
         row = claims.new_saga(self.saga_id, "dynamic", budget=_account(self._budget, 0), metadata=self._metadata)
         if self._replay_requested:
@@ -149,6 +151,7 @@ class DynamicSaga:
                 "once that executor is gone (its lease expired) or has finished it",
                 saga_id=self.saga_id,
                 owner=saga.owner,
+                lease_expires_at=saga.lease_expires_at,
             )
         engine = claims.engine(saga, rows)
         try:

@@ -32,6 +32,7 @@ without parsing messages; the messages are for people and say what to do next.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
 __all__ = [
     "ApprovalError",
@@ -114,11 +115,18 @@ class IdempotencyConflictError(SagaError):
 
 
 class SagaInProgressError(SagaError):
-    """The saga is running right now under another owner; wait for it or read its result later."""
+    """The saga is running right now under another owner; wait for it or read its result later.
 
-    def __init__(self, message: str, *, saga_id: str, owner: str | None = None) -> None:
+    `owner` is the executor holding it, `lease_expires_at` (an aware datetime, or None) when its lease runs out if
+    that owner is gone: an application can answer "retry after" with it.
+    """
+
+    def __init__(
+        self, message: str, *, saga_id: str, owner: str | None = None, lease_expires_at: datetime | None = None
+    ) -> None:
         self.saga_id = saga_id
         self.owner = owner
+        self.lease_expires_at = lease_expires_at
         super().__init__(message)
 
 

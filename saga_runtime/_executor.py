@@ -63,7 +63,7 @@ from saga_runtime._records import (
     to_json_value,
 )
 from saga_runtime._storage import MemoryStore, SagaStore
-from saga_runtime._tools import ToolRegistry
+from saga_runtime._tools import Resources, ToolRegistry
 
 __all__ = ["SagaExecutor"]
 
@@ -126,6 +126,7 @@ class SagaExecutor:
         self.max_concurrency = max_concurrency
         self.max_recovery_attempts = max_recovery_attempts
         self.recovery_concurrency = recovery_concurrency
+        self._resources = Resources(registry.lifespan_function)
         config = EngineConfig(
             registry=registry,
             store=self.store,
@@ -136,10 +137,23 @@ class SagaExecutor:
             call_limiter=None if max_concurrency is None else anyio.CapacityLimiter(max_concurrency),
             hooks=tuple(hooks),
             keyring=SecretKeyring.configured(secret_key if secret_key is not None else os.environ.get(KEY_ENV)),
+            resources=self._resources,
         )
         self._claims = Claims(config)
         self._active = self._claims.active  # sagas this executor is running right now
         self._decisions = Decisions(config)
+
+    async def __aenter__(self) -> SagaExecutor:
+        """Enter the registry's lifespan now (else it is entered before the first tool call)."""
+        await self._resources.enter()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Leave the registry's lifespan (its cleanup runs); the executor may enter it again later."""
+        await self._resources.exit()
 
     def __repr__(self) -> str:
         return f"SagaExecutor(id={self.executor_id!r}, store={self.store.url!r}, tools={self.registry.names()!r})"
@@ -161,6 +175,7 @@ class SagaExecutor:
         `IdempotencyConflictError`; an id that is running right now raises `SagaInProgressError`.
         """
         planned = build_plan(plan, self.registry, policy=policy, keyring=self._claims.config.keyring)
+        await self._resources.enter()  # before anything is stored: a lifespan that fails runs nothing
         saga, steps = self._new_saga(planned, saga_id, budget, metadata)
         # The first group's intent (RUNNING, attempt 1) is committed with the saga itself: one write less (unless a
         # step of it waits for a person's decision first).
@@ -242,6 +257,7 @@ class SagaExecutor:
         whose recovery failed `max_recovery_attempts` times is PARKED for an operator (`unpark`). Two executors
         recovering at once never take the same saga. Returns the results of the sagas it finished.
         """
+        await self._resources.enter()
         results = await self._go_on_waiting(limit)
         passed_over: set[str] = set()
         while True:
@@ -389,6 +405,7 @@ class SagaExecutor:
     async def _go_on(self, saga_id: str, *, detached: bool = False) -> SagaResult | None:
         """Drive a WAITING plan saga whose requests are all decided, under this executor's lease, until its next
         wait or its end; None when it is not for this executor (held elsewhere, undecided, tools missing)."""
+        await self._resources.enter()
         stored = await self.store.load_saga(saga_id)
         if stored is None or stored[0].status is not SagaStatus.WAITING or stored[0].kind != "plan":
             return None
@@ -435,6 +452,7 @@ class SagaExecutor:
         that succeeded or whose outcome is unknown is undone, groups in reverse — at once when this executor has
         the saga's tools (its result is returned), else by the next `recover()` of an executor that has them.
         """
+        await self._resources.enter()
         stored = await self.store.load_saga(saga_id)
         if stored is None:
             raise KeyError(f"no saga {saga_id!r} in {self.store.url}")
@@ -473,6 +491,7 @@ class SagaExecutor:
         Steps already COMPENSATED are never compensated again. Use it once the cause is fixed (the service that
         refused the refund is back); `store.list_sagas(status="COMPENSATION_FAILED")` lists the candidates.
         """
+        await self._resources.enter()
         stored = await self.store.load_saga(saga_id)
         if stored is None:
             raise KeyError(f"no saga {saga_id!r} in {self.store.url}")
@@ -597,6 +616,7 @@ class SagaExecutor:
             "its result with store.get_saga(), or run it again once it has finished",
             saga_id=saga.saga_id,
             owner=saga.owner,
+            lease_expires_at=saga.lease_expires_at,
         )
 
     async def _drive(self, engine: SagaEngine, plan: Plan) -> SagaResult:

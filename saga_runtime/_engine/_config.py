@@ -9,7 +9,7 @@ import anyio
 from saga_runtime._engine._events import SagaHook
 from saga_runtime._records import SecretKeyring
 from saga_runtime._storage import SagaStore
-from saga_runtime._tools import ToolRegistry
+from saga_runtime._tools import Resources, ToolRegistry
 
 __all__ = ["EngineConfig"]
 
@@ -27,3 +27,4 @@ class EngineConfig:
     call_limiter: anyio.CapacityLimiter | None
     hooks: tuple[SagaHook, ...] = ()
     keyring: SecretKeyring | None = None  # opens secret arguments for the tools (SagaExecutor's secret_key)
+    resources: Resources | None = None  # the registry's lifespan, entered by the front doors before any tool

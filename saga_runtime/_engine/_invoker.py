@@ -14,7 +14,7 @@ import anyio
 
 from saga_runtime._exceptions import SecretKeyError
 from saga_runtime._records import SecretKeyring, StepRow, own_copy, reveal
-from saga_runtime._tools import StepContext, ToolSpec
+from saga_runtime._tools import Resources, StepContext, ToolSpec
 
 __all__ = ["AttemptTimeout", "Invoker"]
 
@@ -22,7 +22,7 @@ __all__ = ["AttemptTimeout", "Invoker"]
 class Invoker:
     """Invoke tool methods for one saga (see the module docstring)."""
 
-    __slots__ = ("_call_limiter", "_charge", "_keyring", "_thread_limiter")
+    __slots__ = ("_call_limiter", "_charge", "_keyring", "_resources", "_thread_limiter")
 
     def __init__(
         self,
@@ -30,11 +30,13 @@ class Invoker:
         call_limiter: anyio.CapacityLimiter | None,
         charge: Callable[[float, int], None],
         keyring: SecretKeyring | None = None,
+        resources: Resources | None = None,
     ) -> None:
         self._thread_limiter = thread_limiter
         self._call_limiter = call_limiter
         self._charge = charge
         self._keyring = keyring  # opens the secrets of `ctx.args`
+        self._resources = resources  # what the lifespan yielded: `ctx.state`
 
     def direct(self, is_async: bool, ctx_params: tuple[str, ...], spec: ToolSpec) -> bool:
         """Tell whether a tool method can be awaited as it is: what `invoke` would do, without its layers."""
@@ -55,6 +57,7 @@ class Invoker:
             idempotency_key=row.idempotency_key,
             phase=phase,
             _charge=self._charge,
+            state=self._resources.state if self._resources is not None else {},
         )
 
     async def execute(self, spec: ToolSpec, row: StepRow, kwargs: dict[str, Any]) -> Any:

@@ -55,7 +55,9 @@ class SagaEngine:
         self.journal = journal = Journal(config, saga, steps, announced=announced, owner=owner)
         self.verdict = verdict = Verdict()
         self.account = Account(saga.saga_id, Budget.from_json(saga.budget), journal.charge)
-        invoker = Invoker(config.thread_limiter, config.call_limiter, self.account.charge, config.keyring)
+        invoker = Invoker(
+            config.thread_limiter, config.call_limiter, self.account.charge, config.keyring, config.resources
+        )
         self.compensator = compensator = Compensator(
             journal, invoker, verdict, config.registry, config.compensation_timeout
         )

@@ -30,6 +30,8 @@ class StepContext:
     idempotency_key: str
     phase: Literal["execute", "compensate"] = "execute"
     _charge: Callable[[float, int], None] = field(default=_no_budget, repr=False, compare=False)
+    #: What the registry's lifespan yielded (empty without one): the tools' shared resources.
+    state: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def charge(self, cost: float = 0.0, tokens: int = 0) -> None:
         """Add cost and tokens to the saga's account; raise `BudgetExceededError` when a budget is crossed.

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar, overload
 
 from saga_runtime._exceptions import UnknownToolError
+from saga_runtime._tools._lifespan import LifespanFunction, check_lifespan
 from saga_runtime._tools._retry import RetryPolicy
 from saga_runtime._tools._schemas import anthropic_tool, openai_tools
 from saga_runtime._tools._spec import RetryScope, ToolSpec, build_spec
@@ -14,6 +15,7 @@ from saga_runtime._tools._spec import RetryScope, ToolSpec, build_spec
 __all__ = ["ToolRegistry"]
 
 T = TypeVar("T", bound=type)
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class ToolRegistry:
@@ -26,6 +28,19 @@ class ToolRegistry:
     def __init__(self) -> None:
         self._tools: dict[str, ToolSpec] = {}
         self._lock = threading.Lock()
+        self.lifespan_function: LifespanFunction | None = None
+
+    def lifespan(self, function: F, /) -> F:
+        """Register the async generator that sets up what the tools need, yielding it as `ctx.state`.
+
+        Every process that runs the registry's tools (an app, a worker, a CLI command with `--tools`) enters it
+        once, before its first tool call, and leaves it when its executor closes. One lifespan per registry.
+        """
+        checked = check_lifespan(function)
+        if self.lifespan_function is not None:
+            raise ValueError(f"this registry has a lifespan already ({self.lifespan_function.__qualname__})")
+        self.lifespan_function = checked
+        return function
 
     @overload
     def tool(self, cls: T, /) -> T: ...

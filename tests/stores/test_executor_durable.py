@@ -178,6 +178,8 @@ async def test_two_concurrent_runs_of_one_id_run_each_tool_once(stores: Stores, 
     result = await asyncio.wait_for(winner, 10)
     assert result.status is SagaStatus.SUCCESS
     assert error.owner == executors[tasks.index(winner)].executor_id
+    assert error.lease_expires_at is not None
+    assert error.lease_expires_at.tzinfo is not None  # aware: an app answers "retry after" with it
     assert tools.count() == {"a": 1, "b": 1, "c": 1}
 
 
