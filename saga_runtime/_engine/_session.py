@@ -23,7 +23,16 @@ from saga_runtime._engine._journal_rows import let_go, park, take_over
 from saga_runtime._engine._lease import LeaseKeeper
 from saga_runtime._engine._saga import SagaEngine
 from saga_runtime._exceptions import LeaseLostError
-from saga_runtime._records import SagaKind, SagaResult, SagaRow, SagaStatus, StepRow, now, result_from_rows
+from saga_runtime._records import (
+    SagaKind,
+    SagaResult,
+    SagaRow,
+    SagaStatus,
+    StepRow,
+    now,
+    result_from_rows,
+    with_unstarted,
+)
 
 __all__ = ["Claims", "Session"]
 
@@ -85,7 +94,8 @@ class Claims:
         `detached`: no caller waits on it (recovery): a cancellation (the worker shutting down) stops it without
         compensating, and the next recovery resumes it.
         """
-        engine = SagaEngine(self.config, saga, steps, owner=self.config.executor_id)
+        # Steps never started have no row yet: they are read from the plan.
+        engine = SagaEngine(self.config, saga, with_unstarted(saga, list(steps)), owner=self.config.executor_id)
         engine.detached = detached
         return engine
 

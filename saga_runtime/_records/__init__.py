@@ -46,6 +46,7 @@ from saga_runtime._records._rows import (
     plan_groups,
     plan_joins,
     step_succeeded,
+    with_unstarted,
 )
 from saga_runtime._records._secrets import (
     KEY_ENV,
@@ -136,4 +137,5 @@ __all__ = [
     "summary_from_rows",
     "to_json_value",
     "verify_rows",
+    "with_unstarted",
 ]

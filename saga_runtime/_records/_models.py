@@ -19,6 +19,7 @@ from saga_runtime._records._rows import (
     StepStatus,
     plan_joins,
     step_succeeded,
+    with_unstarted,
 )
 from saga_runtime._records._secrets import mask_secrets
 
@@ -279,7 +280,7 @@ def result_from_rows(saga: SagaRow, steps: Sequence[StepRow], approvals: Sequenc
         {
             "saga_id": saga.saga_id,
             "status": saga.status,
-            "steps": _step_records(sorted(steps, key=_seq)),
+            "steps": _step_records(sorted(with_unstarted(saga, list(steps)), key=_seq)),
             "error": saga.error,
             "metadata": dict(saga.metadata),
             "created_at": saga.created_at,

@@ -26,6 +26,7 @@ __all__ = [
     "plan_groups",
     "plan_joins",
     "step_succeeded",
+    "with_unstarted",
 ]
 
 SagaKind = Literal["plan", "dynamic"]
@@ -262,3 +263,28 @@ class SagaRow:
             self.parked_from,
             self.seal,
         )
+
+
+def with_unstarted(saga: SagaRow, rows: list[StepRow]) -> list[StepRow]:
+    """Return a plan saga's rows with a PENDING row for each planned step never started (no row written yet).
+
+    A step's row is first written at its intent, so a stored saga holds rows only for steps that started; the
+    others are read from its plan. Rows of other sagas are returned as they are.
+    """
+    if saga.kind != "plan":
+        return rows
+    groups = plan_groups(saga.plan)
+    if len(rows) >= sum(len(members) for members in groups):
+        return rows
+    have = {row.step_id for row in rows}
+    out = list(rows)
+    seq = 0
+    for group, members in enumerate(groups):
+        for step in members:
+            step_id = step.get("id") if isinstance(step, dict) else None
+            if isinstance(step_id, str) and step_id not in have:
+                key = idempotency_key(saga.saga_id, step_id)
+                out.append(StepRow(saga.saga_id, seq, step_id, group, step.get("tool"), step.get("args"), key))
+            seq += 1
+    out.sort(key=lambda row: row.seq)
+    return out

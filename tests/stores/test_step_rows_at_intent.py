@@ -57,13 +57,15 @@ def _step(saga: SagaRow, seq: int, *, sealed: bool = True) -> StepRow:
 
 
 async def test_a_saga_is_created_without_step_rows(store: SagaStore) -> None:
-    """create_saga with the saga row alone stores it with no steps; load, get, list and export read it so."""
+    """create_saga with the saga row alone stores no step row; get_saga still shows every planned step PENDING."""
     saga = _saga("bare")
     assert await store.create_saga(saga, []) is None
     assert await store.load_saga("bare") == (saga, [])
     result = await store.get_saga("bare")
     assert result is not None
-    assert result.steps == []
+    assert [(step.step_id, step.status) for step in result.steps] == [
+        (step_id, StepStatus.PENDING) for step_id in ("a", "b", "c")
+    ]
     (summary,) = await store.list_sagas()
     assert summary.step_count == 0
     assert (await store.export_saga("bare"))["steps"] == []
@@ -94,7 +96,11 @@ async def test_step_rows_arrive_in_owner_conditional_saves(store: SagaStore) -> 
     assert [row.step_id for row in stored[1]] == ["a"]
     result = await store.get_saga("later")
     assert result is not None
-    assert [step.step_id for step in result.steps] == ["a"]
+    assert [(step.step_id, step.status) for step in result.steps] == [
+        ("a", StepStatus.RUNNING),
+        ("b", StepStatus.PENDING),
+        ("c", StepStatus.PENDING),
+    ]
 
 
 async def test_a_running_saga_with_unwritten_steps_verifies(store: SagaStore) -> None:
