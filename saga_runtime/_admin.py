@@ -154,10 +154,12 @@ class SagaAdmin:
         """Make a PARKED saga live again, or (`compensate=True`) give up on it: it becomes COMPENSATING.
 
         Its compensation runs here with `registry` (its result is returned), else in the next `recover()` of an
-        executor that has its tools (None is returned).
+        executor that has its tools (None is returned). A live saga stuck waiting for tools no worker has is given
+        up on the same way, with `registry`: the tools present compensate, each step of a missing tool is recorded
+        COMPENSATION_FAILED.
         """
         await self._resources.enter()
-        return await self._actions.unpark(saga_id, compensate=compensate)
+        return await self._actions.unpark(saga_id, compensate=compensate, tools=self.registry is not None)
 
     async def retry_compensation(self, saga_id: str) -> SagaResult:
         """Reopen the compensations of a COMPENSATION_FAILED saga; run them here with `registry`, else leave them.
