@@ -69,12 +69,15 @@ class Recovery:
     def _waits(self, saga: SagaRow, missing: list[str]) -> None:
         """Say in the saga's error which tools it waits for; warn once per worker and saga, not at every pass."""
         waits_for_tools(saga, missing)
-        if (saga.saga_id, tuple(missing)) in self._warned:
+        self._warn_once(saga.saga_id, missing, saga.error or "")
+
+    def _warn_once(self, saga_id: str, missing: list[str], message: str) -> None:
+        if (saga_id, tuple(missing)) in self._warned:
             return
         if len(self._warned) >= _WARNED_MAX:
             self._warned.clear()
-        self._warned.add((saga.saga_id, tuple(missing)))
-        logger.warning("saga %s: %s", saga.saga_id, saga.error)
+        self._warned.add((saga_id, tuple(missing)))
+        logger.warning("saga %s: %s", saga_id, message)
 
     async def _recover_batch(self, batch: list[tuple[SagaRow, list[StepRow]]]) -> list[SagaResult]:
         """Drive a claimed batch of sagas, `concurrency` at a time; return the results, in batch order."""
@@ -155,7 +158,7 @@ class Recovery:
             return None
         missing = self.missing_tools(stored[1])
         if missing:
-            logger.warning("saga %s: decided, left for an executor that has the tools %s", saga_id, ", ".join(missing))
+            self._warn_once(saga_id, missing, f"decided, left for a worker that has its tool(s) {', '.join(missing)}")
             return None
         async with self._drives.claim(stored[0], take="waiting", reread={SagaStatus.WAITING}) as held:
             if held is None:
