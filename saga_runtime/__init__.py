@@ -7,7 +7,7 @@ effect in reverse when the saga cannot finish.
 
 import logging as _logging
 
-from saga_runtime._admin import SagaAdmin
+from saga_runtime._admin import BulkSummary, SagaAdmin
 from saga_runtime._dynamic import DynamicSaga
 from saga_runtime._engine import Budget, LoggingHook, SagaEvent, SagaHook
 from saga_runtime._exceptions import (
@@ -70,6 +70,7 @@ __all__ = [
     "ApprovalRequest",
     "Budget",
     "BudgetExceededError",
+    "BulkSummary",
     "DynamicSaga",
     "IdempotencyConflictError",
     "LLMRunner",

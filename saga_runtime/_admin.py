@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
 import anyio
 
 from saga_runtime._engine import Actions, Drives, EngineConfig, SagaHook
+from saga_runtime._exceptions import SagaError
 from saga_runtime._planner import RegistryPlanner, replay
 from saga_runtime._records import (
     APPROVED,
@@ -21,11 +25,51 @@ from saga_runtime._records import (
     SagaSummary,
     SecretKeyring,
     VerifyResult,
+    now,
 )
 from saga_runtime._storage import SagaStore
 from saga_runtime._tools import Resources, ToolRegistry
 
-__all__ = ["SagaAdmin"]
+__all__ = ["BulkSummary", "SagaAdmin"]
+
+# Sagas read per page when a bulk action lists those it acts on.
+_PAGE = 500
+# What a bulk action leaves undone: the effects of such a saga are still out there.
+_NOT_UNDONE = frozenset({SagaStatus.COMPENSATION_FAILED, SagaStatus.PARKED})
+
+
+@dataclass(frozen=True)
+class BulkSummary:
+    """What a bulk operator action did: each matching saga acted on once, its result or why the action failed.
+
+    `results`: saga id → the saga after the action (None: left to a worker that has its tools). `errors`: saga
+    id → why the action was refused or failed on it. Falsy when any saga failed (see `failed`).
+    """
+
+    action: str
+    results: dict[str, SagaResult | None] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def failed(self) -> list[str]:
+        """Return the ids of the sagas the action failed on, or that ended with effects not undone."""
+        bad = [
+            saga_id for saga_id, result in self.results.items() if result is not None and result.status in _NOT_UNDONE
+        ]
+        return sorted([*bad, *self.errors])
+
+    def __bool__(self) -> bool:
+        return not self.failed
+
+    def __str__(self) -> str:
+        counts = Counter(
+            "left to a worker" if result is None else result.status.value for result in self.results.values()
+        )
+        parts = [f"{count} {what}" for what, count in sorted(counts.items())]
+        if self.errors:
+            parts.append(f"{len(self.errors)} failed")
+        total = len(self.results) + len(self.errors)
+        return f"{self.action}: {total} saga(s)" + (f": {', '.join(parts)}" if parts else "")
 
 
 class SagaAdmin:
@@ -154,10 +198,12 @@ class SagaAdmin:
         """Make a PARKED saga live again, or (`compensate=True`) give up on it: it becomes COMPENSATING.
 
         Its compensation runs here with `registry` (its result is returned), else in the next `recover()` of an
-        executor that has its tools (None is returned).
+        executor that has its tools (None is returned). A live saga stuck waiting for tools no worker has is given
+        up on the same way, with `registry`: the tools present compensate, each step of a missing tool is recorded
+        COMPENSATION_FAILED.
         """
         await self._resources.enter()
-        return await self._actions.unpark(saga_id, compensate=compensate)
+        return await self._actions.unpark(saga_id, compensate=compensate, tools=self.registry is not None)
 
     async def retry_compensation(self, saga_id: str) -> SagaResult:
         """Reopen the compensations of a COMPENSATION_FAILED saga; run them here with `registry`, else leave them.
@@ -167,3 +213,45 @@ class SagaAdmin:
         """
         await self._resources.enter()
         return await self._actions.retry_compensation(saga_id)
+
+    # -- bulk operator actions ---------------------------------------------------------------------------------
+
+    async def retry_compensations(self, *, since: datetime | timedelta | None = None) -> BulkSummary:
+        """Retry the compensations of every COMPENSATION_FAILED saga (that ended after `since`), each once.
+
+        `since`: a time, or an age before now. Each saga as `retry_compensation`; one failing does not stop the
+        others. Return the summary (falsy if any saga failed again or could not be retried).
+        """
+        cutoff = now() - since if isinstance(since, timedelta) else since
+        ids = await self._matching(SagaStatus.COMPENSATION_FAILED, cutoff)
+        return await self._each("retry-compensation", ids, self.retry_compensation)
+
+    async def unpark_all(self, *, compensate: bool = False) -> BulkSummary:
+        """Unpark every PARKED saga, each once, as `unpark`; return the summary (falsy if any failed)."""
+
+        async def unpark(saga_id: str) -> SagaResult | None:
+            return await self.unpark(saga_id, compensate=compensate)
+
+        ids = await self._matching(SagaStatus.PARKED, None)
+        return await self._each("unpark", ids, unpark)
+
+    async def _matching(self, status: SagaStatus, since: datetime | None) -> list[str]:
+        """Return the ids of every saga in `status` (changed at or after `since`), all listed before any is acted on."""
+        ids: list[str] = []
+        offset = 0
+        while True:
+            page = await self.store.list_sagas(status, _PAGE, offset)
+            ids += [s.saga_id for s in page if since is None or (s.finished_at or s.updated_at) >= since]
+            if len(page) < _PAGE:
+                return list(dict.fromkeys(ids))  # a saga listed on two pages (the list moved) acted on once
+            offset += _PAGE
+
+    @staticmethod
+    async def _each(action: str, ids: list[str], act: Callable[[str], Awaitable[SagaResult | None]]) -> BulkSummary:
+        summary = BulkSummary(action)
+        for saga_id in ids:
+            try:
+                summary.results[saga_id] = await act(saga_id)
+            except (SagaError, KeyError) as exc:
+                summary.errors[saga_id] = str(exc.args[0]) if isinstance(exc, KeyError) else str(exc)
+        return summary

@@ -247,7 +247,10 @@ class SagaExecutor:
 
         With `compensate=True` the operator gives up on the saga instead: it becomes COMPENSATING, and every step
         that succeeded or whose outcome is unknown is undone, groups in reverse — at once when this executor has
-        the saga's tools (its result is returned), else by the next `recover()` of an executor that has them.
+        the saga's tools (its result is returned), else by the next `recover()` of an executor that has them. A
+        live saga whose owner is gone and whose tools this executor lacks (its error says it waits for them) is
+        given up on the same way: compensated here with the tools present, each step of a missing tool recorded
+        COMPENSATION_FAILED (the saga ends COMPENSATION_FAILED, for a person).
         """
         await self._resources.enter()
         return await self._actions.unpark(saga_id, compensate=compensate)

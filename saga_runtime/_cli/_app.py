@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -10,7 +11,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from saga_runtime._admin import SagaAdmin
+from saga_runtime._admin import BulkSummary, SagaAdmin
 from saga_runtime._cli._common import (
     PROG,
     CliError,
@@ -309,13 +310,21 @@ def _print_outcomes(results: list[SagaResult], title: str) -> None:
 @store_options
 def retry_compensation(
     ctx: typer.Context,
-    saga_id: Annotated[str, typer.Argument(metavar="ID", help="A COMPENSATION_FAILED saga.")],
     tools: ToolsOption,
+    saga_id: Annotated[str | None, typer.Argument(metavar="[ID]", help="A COMPENSATION_FAILED saga.")] = None,
+    every: Annotated[bool, typer.Option("--all", help="Every COMPENSATION_FAILED saga, each once.")] = False,
+    since: Annotated[
+        str | None, typer.Option("--since", help="With --all: only sagas that failed in this age (1h, 2d) or since.")
+    ] = None,
 ) -> None:
     """Run again the compensations of a COMPENSATION_FAILED saga, once the cause is fixed; exit 6 if it fails again."""
+    _one_or_all(saga_id, every, since=since)
+    cutoff = _since(since)
     registry = _registry(tools)
 
     async def work(store: SagaStore) -> ExitCode:
+        if saga_id is None:
+            return _bulk(await SagaAdmin(store, registry=registry).retry_compensations(since=cutoff))
         result = await SagaAdmin(store, registry=registry).retry_compensation(saga_id)
         console = _stdout()
         console.print(timeline(result))
@@ -328,11 +337,46 @@ def retry_compensation(
     _execute(ctx, work)
 
 
+def _one_or_all(saga_id: str | None, every: bool, *, since: str | None = None) -> None:
+    """Refuse a command given both an ID and --all, or neither; --since only with --all."""
+    if (saga_id is None) != every:
+        _error("give one saga ID, or --all", ExitCode.USAGE)
+    if since is not None and not every:
+        _error("--since goes with --all", ExitCode.USAGE)
+
+
+def _since(since: str | None) -> datetime | None:
+    if since is None:
+        return None
+    try:
+        return parse_since(since)
+    except ValueError as exc:
+        _error(str(exc), ExitCode.USAGE)
+
+
+def _bulk(summary: BulkSummary) -> ExitCode:
+    """Print what a bulk action did, a line a saga and the summary; exit 5 if it failed on one, 6 if not undone."""
+    table = Table(box=None, pad_edge=False, show_header=False)
+    for saga_id, result in summary.results.items():
+        table.add_row(saga_id, "left to a worker with its tools" if result is None else result.status.value)
+    for saga_id, error in summary.errors.items():
+        table.add_row(saga_id, "FAILED", error)
+    console = _stdout()
+    if summary.results or summary.errors:
+        console.print(table)
+    console.print(str(summary))
+    if summary.errors:
+        return ExitCode.WRONG_STATE
+    return ExitCode.NOT_UNDONE if summary.failed else ExitCode.OK
+
+
 @app.command()
 @store_options
 def unpark(
     ctx: typer.Context,
-    saga_id: Annotated[str, typer.Argument(metavar="ID", help="A PARKED saga.")],
+    saga_id: Annotated[
+        str | None, typer.Argument(metavar="[ID]", help="A PARKED saga, or one stuck waiting for missing tools.")
+    ] = None,
     tools: Annotated[
         str | None,
         typer.Option(
@@ -346,11 +390,19 @@ def unpark(
         bool,
         typer.Option("--compensate", help="Give up on the saga: undo every step it did (now, with --tools)."),
     ] = False,
+    every: Annotated[bool, typer.Option("--all", help="Every PARKED saga, each once.")] = False,
 ) -> None:
-    """Make a PARKED saga live again; the next `recover` takes it over (or, with --compensate, undoes it)."""
+    """Make a PARKED saga live again; the next `recover` takes it over (or, with --compensate, undoes it).
+
+    With --compensate and --tools, a saga stuck waiting for a tool no worker has is given up on too: the tools
+    present undo what they can, each step of a missing tool ends COMPENSATION_FAILED.
+    """
+    _one_or_all(saga_id, every)
     registry = _registry(tools) if tools else None
 
     async def work(store: SagaStore) -> ExitCode:
+        if saga_id is None:
+            return _bulk(await SagaAdmin(store, registry=registry).unpark_all(compensate=compensate))
         undone = await SagaAdmin(store, registry=registry).unpark(saga_id, compensate=compensate)
         if undone is not None:
             _stdout().print(timeline(undone))

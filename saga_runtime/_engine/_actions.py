@@ -127,12 +127,25 @@ class Actions:
         assert stored is not None  # sagas are never deleted
         return result_from_rows(*stored, await store.load_approvals(saga_id))
 
-    async def unpark(self, saga_id: str, *, compensate: bool) -> SagaResult | None:
-        """Make a PARKED saga live again, or compensating; compensate it here if this executor has its tools."""
+    async def unpark(self, saga_id: str, *, compensate: bool, tools: bool = True) -> SagaResult | None:
+        """Make a PARKED saga live again, or compensating; compensate it here if this executor has its tools.
+
+        With `compensate`, a live saga whose owner is gone and whose tools this executor lacks (stuck waiting for
+        them) is compensated here with the tools it has; `tools`: this front door was given tools at all.
+        """
         store = self._drives.config.store
         stored = await store.load_saga(saga_id)
         if stored is None:
             raise KeyError(f"no saga {saga_id!r} in {store.url}")
+        missing = self.recovery.missing_tools(stored[1])
+        if compensate and missing and stored[0].status in (SagaStatus.RUNNING, SagaStatus.COMPENSATING):
+            if not tools:
+                raise SagaInProgressError(
+                    f"saga {saga_id!r} waits for the tools {', '.join(missing)}: to give up on it, unpark it with "
+                    "a registry of the tools that are present (--tools), which compensate what they can",
+                    saga_id=saga_id,
+                )
+            return await self._give_up(saga_id, missing)
         # One conditional change in the store: of two operators unparking at once, one gets the error below.
         if stored[0].status is not SagaStatus.PARKED or not await store.unpark_saga(
             saga_id, now(), compensate=compensate
@@ -153,6 +166,28 @@ class Actions:
             if held is None:
                 return None  # another executor's recovery took it first: it compensates it
             engine = held.start()
+            engine.emit("saga_started")
+            return await engine.compensate()
+
+    async def _give_up(self, saga_id: str, missing: list[str]) -> SagaResult:
+        """Compensate a live saga stuck for lack of its tools, with those present; what none can undo stays failed."""
+        store = self._drives.config.store
+        stored = await store.load_saga(saga_id)
+        assert stored is not None  # sagas are never deleted
+        claim = self._drives.claim(*stored, take="orphan", reread={SagaStatus.RUNNING, SagaStatus.COMPENSATING})
+        async with claim as held:
+            if held is None:
+                raise SagaInProgressError(
+                    f"saga {saga_id!r} is {claim.saga.status.value} under executor {claim.saga.owner!r}; only a saga "
+                    "whose owner is gone can be given up on",
+                    saga_id=saga_id,
+                    owner=claim.saga.owner,
+                    lease_expires_at=claim.saga.lease_expires_at,
+                )
+            engine = held.start()
+            reason = f"an operator chose to compensate it while it waited for the tool(s) {', '.join(missing)}"
+            logger.warning("saga %s: %s", saga_id, reason)
+            engine.journal.give_up(reason)
             engine.emit("saga_started")
             return await engine.compensate()
 

@@ -45,9 +45,10 @@ class Compensator:
 
     def needs(self, row: StepRow) -> bool:
         """Tell whether a step must be undone when the saga compensates: done or in doubt, and undoable."""
-        return (row.status is StepStatus.SUCCESS or row.status in UNKNOWN) and self._registry.get(
-            row.tool_name
-        ).has_compensate
+        if not (row.status is StepStatus.SUCCESS or row.status in UNKNOWN):
+            return False
+        spec = self._registry.find(row.tool_name)
+        return spec is None or spec.has_compensate  # a missing tool: its effect stays, recorded as such
 
     # -- the whole saga ------------------------------------------------------------------------------------------------
 
@@ -148,7 +149,11 @@ class Compensator:
         only a failure is recorded, and the step is marked stuck. A fenced engine runs nothing and records no
         failure for what it did not run: the new owner compensates from the records.
         """
-        spec = self._registry.get(row.tool_name)
+        spec = self._registry.find(row.tool_name)
+        if spec is None:  # an operator gave up on a saga whose tool is missing: nothing here can undo it
+            if settle:
+                self._gave_up(row, f"not compensated: its tool {row.tool_name!r} is not registered (missing, renamed)")
+            return False
         compensate = spec.compensate
         if compensate is None:
             return False

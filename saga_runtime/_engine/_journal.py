@@ -206,6 +206,11 @@ class Journal:
         if self.saga.error is None:
             self.saga.error = reason
 
+    def give_up(self, reason: str) -> None:
+        """Say why an operator gave up on the saga (its error), written with the next flush."""
+        self.saga.error = reason
+        self._saga_dirty = True
+
     def end(self, status: SagaStatus, error: str | None) -> None:
         """Make the saga terminal; `error` says why it did not succeed.
 

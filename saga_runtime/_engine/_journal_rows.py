@@ -10,12 +10,17 @@ from datetime import datetime
 from saga_runtime._engine._transitions import saga_to
 from saga_runtime._records import ApprovalRow, SagaRow, SagaStatus, now, seal_approval
 
-__all__ = ["decided", "let_go", "park", "take_over"]
+__all__ = ["WAITS_FOR_TOOLS", "decided", "let_go", "park", "take_over", "waits_for_tools"]
+
+#: How the error of a live saga nobody can drive for lack of its tools begins (cleared when a worker takes it).
+WAITS_FOR_TOOLS = "waits for a worker that has its tool(s) "
 
 
 def take_over(saga: SagaRow, owner: str, expires: datetime, at: datetime | None = None) -> None:
     """Note that `owner` holds the saga's lease until `expires` (the store said so)."""
     saga.owner, saga.lease_expires_at = owner, expires
+    if saga.error is not None and saga.error.startswith(WAITS_FOR_TOOLS):
+        saga.error = None  # a worker with the tools drives it now
     if at is not None:
         saga.updated_at = at
 
@@ -26,6 +31,14 @@ def let_go(saga: SagaRow, *, uncount: bool = False) -> None:
     if uncount:
         saga.recovery_attempts = max(0, saga.recovery_attempts - 1)
     saga.updated_at = now()
+
+
+def waits_for_tools(saga: SagaRow, missing: list[str]) -> None:
+    """Say in the saga's error which tools it waits for, and the operator's way out."""
+    saga.error = (
+        f"{WAITS_FOR_TOOLS}{', '.join(missing)} (missing or renamed): register them, or give up on it with "
+        f"unpark({saga.saga_id!r}, compensate=True)"
+    )
 
 
 def park(saga: SagaRow, why: str) -> None:

@@ -9,6 +9,7 @@ import anyio
 from saga_runtime._engine._approvals import Decisions
 from saga_runtime._engine._claim import Claim, Drives
 from saga_runtime._engine._driver import Planner, drive_plan
+from saga_runtime._engine._journal_rows import waits_for_tools
 from saga_runtime._exceptions import LeaseLostError, PlanValidationError
 from saga_runtime._records import SagaResult, SagaRow, SagaStatus, StepRow, now
 
@@ -16,11 +17,14 @@ __all__ = ["Recovery"]
 
 logger = logging.getLogger("saga_runtime")
 
+# At most this many sagas remembered as warned about (then forgotten, and warned about again).
+_WARNED_MAX = 10_000
+
 
 class Recovery:
     """Drive to an end the sagas nobody drives: orphans whose lease expired, and decided WAITING plan sagas."""
 
-    __slots__ = ("_concurrency", "_decisions", "_drives", "_max_attempts", "_planner")
+    __slots__ = ("_concurrency", "_decisions", "_drives", "_max_attempts", "_planner", "_warned")
 
     def __init__(self, drives: Drives, planner: Planner, *, max_attempts: int, concurrency: int) -> None:
         self._drives = drives
@@ -28,6 +32,8 @@ class Recovery:
         self._decisions = Decisions(drives.config)
         self._max_attempts = max_attempts
         self._concurrency = concurrency
+        # The sagas (and their missing tools) this worker warned about already.
+        self._warned: set[tuple[str, tuple[str, ...]]] = set()
 
     def missing_tools(self, rows: list[StepRow]) -> list[str]:
         """Return the tools of a saga's steps this executor's registry lacks."""
@@ -47,10 +53,8 @@ class Recovery:
             for saga, rows in claimed:
                 missing = self.missing_tools(rows)
                 if saga.saga_id in passed_over or missing:
-                    if saga.saga_id not in passed_over:
-                        logger.warning(
-                            "saga %s: left for an executor that has the tools %s", saga.saga_id, ", ".join(missing)
-                        )
+                    if missing:
+                        self._waits(saga, missing)
                     passed_over.add(saga.saga_id)
                     await self._drives.claims.release(saga, uncount=True, owner=config.executor_id)
                     continue
@@ -61,6 +65,19 @@ class Recovery:
                     return results
                 # A full batch of sagas this executor cannot run hid the rest: look further.
                 limit *= 2
+
+    def _waits(self, saga: SagaRow, missing: list[str]) -> None:
+        """Say in the saga's error which tools it waits for; warn once per worker and saga, not at every pass."""
+        waits_for_tools(saga, missing)
+        self._warn_once(saga.saga_id, missing, saga.error or "")
+
+    def _warn_once(self, saga_id: str, missing: list[str], message: str) -> None:
+        if (saga_id, tuple(missing)) in self._warned:
+            return
+        if len(self._warned) >= _WARNED_MAX:
+            self._warned.clear()
+        self._warned.add((saga_id, tuple(missing)))
+        logger.warning("saga %s: %s", saga_id, message)
 
     async def _recover_batch(self, batch: list[tuple[SagaRow, list[StepRow]]]) -> list[SagaResult]:
         """Drive a claimed batch of sagas, `concurrency` at a time; return the results, in batch order."""
@@ -93,7 +110,8 @@ class Recovery:
                 try:
                     plan = self._planner.build(saga.plan)
                 except PlanValidationError as exc:  # the tools changed under the saga: no retry can help
-                    return await held.park(f"its plan no longer validates: {exc}")
+                    # Its problems only: the error's header is for a refused plan, and this one's steps ran.
+                    return await held.park(f"its plan no longer validates: {'; '.join(exc.problems)}")
                 # No caller: if this worker stops, the saga stays for the next recovery.
                 engine = held.start(detached=True)
                 engine.emit("saga_started")
@@ -140,7 +158,7 @@ class Recovery:
             return None
         missing = self.missing_tools(stored[1])
         if missing:
-            logger.warning("saga %s: decided, left for an executor that has the tools %s", saga_id, ", ".join(missing))
+            self._warn_once(saga_id, missing, f"decided, left for a worker that has its tool(s) {', '.join(missing)}")
             return None
         async with self._drives.claim(stored[0], take="waiting", reread={SagaStatus.WAITING}) as held:
             if held is None:

@@ -16,6 +16,7 @@ go to asyncpg. Options, as keywords of `open_store` or URL query parameters, key
 from __future__ import annotations
 
 import functools
+import logging
 import socket
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -43,6 +44,28 @@ from saga_runtime._storage._sqlstore import (
 __all__ = ["ERROR_MAP", "PostgresStore", "map_exceptions"]
 
 _exc = asyncpg.exceptions
+logger = logging.getLogger("saga_runtime")
+
+
+class _OutageLog(logging.Filter):
+    """asyncpg's reconnect warnings (a traceback each, every retry) become one WARNING line per outage."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = False  # an outage was reported; cleared by the next statement that succeeds
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno > logging.WARNING or not record.exc_info:
+            return True
+        if not self.down:
+            self.down = True
+            exc = record.exc_info[1]
+            why = (str(exc).splitlines() or [""])[0]
+            logger.warning("PostgreSQL unreachable, reconnecting: %s: %s", type(exc).__name__, why)
+        return False
+
+
+_OUTAGE = _OutageLog()
 
 # Most specific first is not needed: each error is looked up along its own MRO.
 ERROR_MAP: ErrorMap = {
@@ -285,6 +308,7 @@ class PostgresStore(SQLStore):
             command_timeout = float(query.pop("command_timeout"))
         retry = retry_for_option(retry_for, query)
         dsn = parts._replace(scheme="postgresql", query=urlencode(query)).geturl()
+        logging.getLogger("asyncpg.pool").addFilter(_OUTAGE)  # added once: the same filter object
         with map_exceptions(redacted, connecting=True):
             pool = await asyncpg.create_pool(
                 dsn,
@@ -318,6 +342,7 @@ class PostgresStore(SQLStore):
                             yield _PostgresTransaction(conn)
                 except _CATCH as exc:
                     raise self._lost(conn, exc) from exc
+                _OUTAGE.down = False  # reachable again: the next outage is reported
                 kept = self._keep(conn)
             finally:
                 if not kept:

@@ -501,6 +501,43 @@ def test_unpark_then_recover(work_db: str, tmp_path: Path) -> None:
     assert "not PARKED" in one_line_error(wrong)
 
 
+def test_a_saga_waiting_for_a_renamed_tool_shows_why_and_can_be_given_up_on(work_db: str, tmp_path: Path) -> None:
+    """`show` gives the tool it waits for; `unpark --compensate --tools` undoes it with the tools that are present."""
+    (tmp_path / "old_tools.py").write_text(TOOLS_MODULE.replace("class Reserve", "class Reservation"))
+    assert cli("recover", "--tools", "old_tools:registry", db=work_db, cwd=tmp_path).code == 0
+    shown = cli("show", "orphan-1", "--json", db=work_db).json()
+    assert shown["status"] == "RUNNING"
+    assert "Reserve" in shown["error"]
+    assert "Reserve" in cli("show", "orphan-1", db=work_db).out
+    ran = cli("unpark", "orphan-1", "--compensate", "--tools", "old_tools:registry", db=work_db, cwd=tmp_path)
+    assert ran.code == 0, ran.err
+    assert "compensated by an operator, COMPENSATED" in ran.out
+    assert (tmp_path / "effects.log").read_text().splitlines() == ["refund"]
+
+
+def test_bulk_retry_compensation_and_unpark_act_on_every_matching_saga(work_db: str, tmp_path: Path) -> None:
+    """`retry-compensation --all` and `unpark --all --compensate` act on each matching saga once and summarize."""
+    broken = TOOLS_MODULE.replace("log(f\"release {result['sku'] if result else None}\")", "raise OSError('down')")
+    assert broken != TOOLS_MODULE
+    (tmp_path / "broken_tools.py").write_text(broken)
+    failed = cli("retry-compensation", "--all", "--tools", "broken_tools:registry", db=work_db, cwd=tmp_path)
+    assert failed.code == 6, failed.err
+    assert "retry-compensation: 1 saga(s): 1 COMPENSATION_FAILED" in failed.out
+    retried = cli(
+        "retry-compensation", "--all", "--since", "1h", "--tools", "cli_tools:registry", db=work_db, cwd=tmp_path
+    )
+    assert retried.code == 0, retried.err
+    assert "cfail-1" in retried.out
+    assert "retry-compensation: 1 saga(s): 1 COMPENSATED" in retried.out
+    unparked = cli("unpark", "--all", "--compensate", "--tools", "cli_tools:registry", db=work_db, cwd=tmp_path)
+    assert unparked.code == 0, unparked.err
+    assert "unpark: 1 saga(s): 1 COMPENSATED" in unparked.out
+    assert cli("unpark", "--all", "--compensate", db=work_db).out.strip() == "unpark: 0 saga(s)"
+    assert cli("unpark", db=work_db).code == 2
+    assert cli("unpark", "parked-1", "--all", db=work_db).code == 2
+    assert cli("retry-compensation", "cfail-1", "--since", "1h", "--tools", "cli_tools:registry", db=work_db).code == 2
+
+
 def test_retry_compensation_undoes_what_was_left(work_db: str, tmp_path: Path) -> None:
     """`retry-compensation` of a COMPENSATION_FAILED saga compensates it with the user's tools; on another saga, 5."""
     ran = cli("retry-compensation", "cfail-1", "--tools", "cli_tools:registry", db=work_db, cwd=tmp_path)

@@ -8,7 +8,15 @@ from typing import Any
 
 import pytest
 
-from saga_runtime import SagaExecutor, SagaInProgressError, SagaStatus, StepContext, StepStatus, ToolRegistry
+from saga_runtime import (
+    SagaExecutor,
+    SagaInProgressError,
+    SagaResult,
+    SagaStatus,
+    StepContext,
+    StepStatus,
+    ToolRegistry,
+)
 from saga_runtime._records import SagaRow, StepRow, idempotency_key, now, seal_all
 
 from .conftest import Stores
@@ -33,7 +41,7 @@ PLAN = [
 ]
 
 
-async def park(store: Any, saga_id: str) -> None:
+async def park(store: Any, saga_id: str, *, attempts: int = 5, tools: ToolRegistry | None = None) -> SagaResult:
     """Leave a saga its recoveries kept failing on: one charge done, one of unknown outcome; recover() parks it."""
     from saga_runtime._planning import build_plan
 
@@ -49,7 +57,7 @@ async def park(store: Any, saga_id: str) -> None:
         started,
         owner="dead",
         lease_expires_at=started,
-        recovery_attempts=5,
+        recovery_attempts=attempts,
     )
     done = StepRow(saga_id, 0, "charge", 0, "Charge", {"amount": 900}, idempotency_key(saga_id, "charge"))
     done.status, done.attempts, done.started_at, done.finished_at = StepStatus.SUCCESS, 1, started, started
@@ -58,8 +66,9 @@ async def park(store: Any, saga_id: str) -> None:
     unknown.status, unknown.attempts, unknown.started_at = StepStatus.RUNNING, 6, started
     seal_all([done, unknown], None)
     assert await store.create_saga(saga, [done, unknown]) is None
-    (parked,) = await SagaExecutor(registry, store=store).recover()
+    (parked,) = await SagaExecutor(tools or registry, store=store).recover()
     assert parked.status is SagaStatus.PARKED
+    return parked
 
 
 async def test_unpark_with_compensate_undoes_every_step_once(stores: Stores, kind: str) -> None:
@@ -179,3 +188,15 @@ async def test_an_unknown_outcome_nobody_can_undo_ends_cancelled_not_running(sto
     statuses = {step.step_id: step.status for step in result.steps}
     assert statuses == {"charge": StepStatus.COMPENSATED, "tell": StepStatus.CANCELLED}
     assert CALLS == {"refund 7": 1}
+
+
+async def test_a_saga_parked_because_its_plan_no_longer_validates_says_what_ran(stores: Stores, kind: str) -> None:
+    """The park reason lists the plan's problems, without the refused plan's "nothing was stored or run"."""
+    store = await stores.open(kind, wipe=True)
+    parked = await park(store, "no-longer", attempts=0, tools=renamed)
+    assert "its plan no longer validates" in (parked.error or "")
+    assert "amount" in (parked.error or "")
+    assert "nothing was stored or run" not in (parked.error or "")
+    stored = await store.get_saga("no-longer")
+    assert stored is not None
+    assert "nothing was stored or run" not in (stored.error or "")
