@@ -169,7 +169,7 @@ def test_console_store_fills_a_store_with_every_kind_of_saga(tmp_path: Path) -> 
 
 def test_mcp_session_books_two_tickets_over_mcp_and_rolls_them_back(tmp_path: Path) -> None:
     """mcp_session.py: an MCP session books two tickets, its refund waits for a decision, rollback cancels both."""
-    out = run_example("mcp_session.py", tmp_path)
+    out = run_example("mcp_session", tmp_path)
     assert "the MCP server offers: book_ticket, refund, saga_commit, saga_rollback" in out
     assert "waits for a person's decision" in out
     assert "'status': 'COMPENSATED'" in out

@@ -1,5 +1,7 @@
 """The outside world the docs' blocks say the reader supplies: fakes of a payment provider, a warehouse, a carrier.
 
+A database pool (`create_pool`) stands for the resources a registry's lifespan sets up.
+
 Each fake records its calls and returns an id; a call whose arguments mention "Atlantis" (the address no carrier
 serves) raises ConnectionError, so the docs' failing orders fail as they say.
 """
@@ -38,6 +40,28 @@ class Service:
         return lambda *args, **kwargs: self._call(method, args, kwargs)
 
 
+class Pool:
+    """A fake connection pool: `fetch` returns an id while it is open; `close` closes it."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.closed = False
+        self._ids = itertools.count(1)
+
+    async def fetch(self, query: str, *args: Any) -> str:
+        if self.closed:
+            raise RuntimeError("the pool is closed")
+        return f"row-{next(self._ids)}"
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+async def create_pool(url: str) -> Pool:
+    """Open a fake pool, as asyncpg.create_pool would open a real one."""
+    return Pool(url)
+
+
 def world() -> dict[str, Any]:
     """Return fresh fakes under the names the docs use for the reader's own clients."""
     return {
@@ -49,4 +73,5 @@ def world() -> dict[str, Any]:
         "cars": Service("cars"),
         "bank": Service("bank"),
         "mailer": Service("mailer"),
+        "create_pool": create_pool,
     }
