@@ -45,6 +45,8 @@ __all__ = [
     "chain_head",
     "extend_head",
     "identity_hash",
+    "plan_digest",
+    "remember_plan_digest",
     "saga_seal",
     "seal",
     "seal_all",
@@ -285,20 +287,31 @@ def seal_all(rows: Sequence[StepRow], key: bytes | None) -> None:
 
 
 # The digests of plans sealed lately, by identity (the object is kept, so its id is not reused): a running saga
-# writes its row several times with the same plan object, which is hashed once.
+# writes its row several times with the same plan object, and planning notes the digest of each plan it builds
+# from content it has built before (`remember_plan_digest`), so a new saga of a known plan hashes nothing.
 _PLAN_DIGESTS: dict[int, tuple[Any, str]] = {}
-_PLAN_DIGESTS_KEPT = 256
+_PLAN_DIGESTS_KEPT = 1024
+
+
+def plan_digest(plan: Any) -> str:
+    """Return the digest of a stored plan that a saga row's seal covers."""
+    return hashlib.sha256(_text(_normal(plan)).encode()).hexdigest()
+
+
+def remember_plan_digest(plan: Any, digest: str) -> None:
+    """Note that the plan object `plan` has the digest `digest` (of equal content): seals then take it as it is."""
+    if len(_PLAN_DIGESTS) >= _PLAN_DIGESTS_KEPT:
+        _PLAN_DIGESTS.pop(next(iter(_PLAN_DIGESTS)), None)  # the oldest out
+    _PLAN_DIGESTS[id(plan)] = (plan, digest)
 
 
 def _plan_digest(plan: Any, *, cached: bool) -> str:
     known = _PLAN_DIGESTS.get(id(plan)) if cached else None
     if known is not None and known[0] is plan:
         return known[1]
-    digest = hashlib.sha256(_text(_normal(plan)).encode()).hexdigest()
+    digest = plan_digest(plan)
     if plan is not None:
-        if len(_PLAN_DIGESTS) >= _PLAN_DIGESTS_KEPT:
-            _PLAN_DIGESTS.clear()
-        _PLAN_DIGESTS[id(plan)] = (plan, digest)
+        remember_plan_digest(plan, digest)
     return digest
 
 

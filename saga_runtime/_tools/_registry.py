@@ -26,6 +26,8 @@ class ToolRegistry:
     def __init__(self) -> None:
         self._tools: dict[str, ToolSpec] = {}
         self._lock = threading.Lock()
+        # Plans built from these tools lately, by content: kept by the planning layer, freed with the registry.
+        self._built_plans: dict[Any, Any] = {}
 
     @overload
     def tool(self, cls: T, /) -> T: ...
