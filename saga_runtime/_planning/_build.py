@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import marshal
 from dataclasses import dataclass
 from typing import Any
@@ -46,7 +47,8 @@ def build_plan(
         return _full_plan(raw, registry, policy, keyring)
     if key is not None and plan.reusable:
         if len(kept) >= _KEPT:
-            kept.pop(next(iter(kept)), None)  # the oldest out
+            with contextlib.suppress(StopIteration, KeyError, RuntimeError):  # (another thread took it)
+                del kept[next(iter(kept))]  # the oldest out
         template = plan.fresh()
         specs = tuple(registry.get(step.tool_name) for group in plan.groups for step in group)
         digest = plan_digest(template.to_json())
@@ -62,7 +64,8 @@ def _key(raw: Any, policy: PlanPolicy | None) -> tuple[bytes, PlanPolicy | None]
     try:
         # Version 2: no back-references, whose use depends on reference counts rather than on content.
         content = marshal.dumps(raw, 2)
-    except ValueError:  # a Step, a model, any object: built each time
+        hash(policy)
+    except (ValueError, TypeError):  # a Step, a model, any object (or a policy of its own): built each time
         return None
     return None if len(content) > _LARGEST else (content, policy)
 

@@ -165,10 +165,10 @@ class Plan:
         return hashlib.sha256(canonical_json(mask_secrets(self.to_json())).encode()).hexdigest()
 
     def fresh(self) -> Plan:
-        """Return a copy holding argument dicts of its own, its JSON's text and digest kept (no `$ref`, join, secret).
+        """Return a copy holding argument dicts of its own, its JSON's text and digest kept.
 
         For a plan built once and run by many sagas: a saga's records, and what its tools are handed, are its own.
-        Only for plans whose kwargs hold no container (`reusable`).
+        Only for plans whose kwargs hold no container (`reusable`): they are copied one level deep.
         """
         copy = Plan(tuple(tuple(map(_fresh_step, group)) for group in self.groups), self.joins)
         known = vars(copy)  # the cached properties' values, as functools.cached_property keeps them

@@ -28,6 +28,7 @@ re-sealed forgery is found too.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
@@ -312,7 +313,8 @@ def plan_digest(plan: Any) -> str:
 def remember_plan_digest(plan: Any, digest: str) -> None:
     """Note that the plan object `plan` has the digest `digest` (of equal content): seals then take it as it is."""
     if len(_PLAN_DIGESTS) >= _PLAN_DIGESTS_KEPT:
-        _PLAN_DIGESTS.pop(next(iter(_PLAN_DIGESTS)), None)  # the oldest out
+        with contextlib.suppress(StopIteration, KeyError, RuntimeError):  # (another thread took it)
+            del _PLAN_DIGESTS[next(iter(_PLAN_DIGESTS))]  # the oldest out
     _PLAN_DIGESTS[id(plan)] = (plan, digest)
 
 

@@ -17,6 +17,7 @@ from saga_runtime import (
     UnknownToolError,
 )
 from saga_runtime._planning import _build, build_plan
+from saga_runtime._planning._plan import _fast_plan
 from saga_runtime._records import is_envelope
 
 registry = ToolRegistry()
@@ -104,7 +105,7 @@ def test_a_plan_of_other_content_is_built(other: Any, monkeypatch: pytest.Monkey
     """A plan that only looks like a known one (1.0 or True for 1, another key, a tuple) is built, not reused."""
     build_plan(_plan(5, 6), registry)
     walks = []
-    walk = _build._fast_plan
+    walk = _fast_plan
 
     def counted(*args: Any) -> Any:
         walks.append(args[0])
@@ -173,3 +174,13 @@ async def test_a_secret_plan_is_encrypted_for_every_saga() -> None:
         envelopes.append(stored)
     assert seen == ["hunter2", "hunter2"]
     assert envelopes[0] != envelopes[1]
+
+
+def test_a_registry_keeps_a_bounded_number_of_plans() -> None:
+    """However many distinct plans run, a registry keeps at most a fixed number of them, the latest."""
+    local = ToolRegistry()
+    local.register(Count())
+    for n in range(_build._KEPT + 10):
+        build_plan(_plan(n), local)
+    assert len(local._built_plans) == _build._KEPT
+    assert next(reversed(local._built_plans.values())).plan.steps[0].args == {"n": _build._KEPT + 9}
