@@ -23,7 +23,7 @@ _LARGEST = 64 * 1024  # marshal bytes: a larger plan is built each time
 
 @dataclass(frozen=True, slots=True)
 class _Built:
-    plan: Plan  # kept apart: sagas get fresh copies
+    plan: Plan  # kept apart: sagas get copies of their own
     specs: tuple[ToolSpec, ...]  # each step's tool, still the registry's when reused
     seal_digest: str  # the digest a saga row's seal takes of the plan's JSON
 
@@ -51,9 +51,8 @@ def build_plan(
                 del kept[next(iter(kept))]  # the oldest out
         template = plan.fresh()
         specs = tuple(registry.get(step.tool_name) for group in plan.groups for step in group)
-        digest = plan_digest(template.to_json())
-        kept[key] = _Built(template, specs, digest)
-        remember_plan_digest(plan.to_json(), digest)
+        built = kept[key] = _Built(template, specs, plan_digest(template.to_json()))
+        return _reused(built)
     return plan
 
 
@@ -71,6 +70,7 @@ def _key(raw: Any, policy: PlanPolicy | None) -> tuple[bytes, PlanPolicy | None]
 
 
 def _reused(built: _Built) -> Plan:
+    # A saga's stored JSON is its own too (a store may hand it out): its digest is noted for its seals.
     plan = built.plan.fresh()
     remember_plan_digest(plan.to_json(), built.seal_digest)
     return plan

@@ -302,7 +302,7 @@ def seal_all(rows: Sequence[StepRow], key: bytes | None) -> None:
 # writes its row several times with the same plan object, and planning notes the digest of each plan it builds
 # from content it has built before (`remember_plan_digest`), so a new saga of a known plan hashes nothing.
 _PLAN_DIGESTS: dict[int, tuple[Any, str]] = {}
-_PLAN_DIGESTS_KEPT = 1024
+_PLAN_DIGESTS_KEPT = 64  # sagas in flight, about: each kept plan is held
 
 
 def plan_digest(plan: Any) -> str:

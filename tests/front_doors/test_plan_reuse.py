@@ -184,3 +184,15 @@ def test_a_registry_keeps_a_bounded_number_of_plans() -> None:
         build_plan(_plan(n), local)
     assert len(local._built_plans) == _build._KEPT
     assert next(reversed(local._built_plans.values())).plan.steps[0].args == {"n": _build._KEPT + 9}
+
+
+async def test_a_stored_plan_edited_in_place_leaves_later_sagas_intact() -> None:
+    """Each saga stores a plan of its own: one edited in a memory store changes no later saga of that plan."""
+    store = MemoryStore()
+    executor = SagaExecutor(registry, store=store)
+    await executor.run(_plan(1), saga_id="first")
+    store._sagas["first"].plan[0][0]["args"]["n"] = 9
+    await executor.run(_plan(1), saga_id="second")
+    assert store._sagas["second"].plan[0][0]["args"] == {"n": 1}
+    assert await store.verify_saga("second")
+    assert not await store.verify_saga("first")
