@@ -214,7 +214,7 @@ async def test_a_killed_run_resumes_without_asking_the_model_again_for_answered_
     """Killed inside turn 3's call, the re-entered run is served turns 1-3 from the record and asks the model once."""
     (tmp_path / "crash_tools.py").write_text(TOOLS)
     (tmp_path / "agent.py").write_text(AGENT)
-    shutil.copy(Path(__file__).with_name("framework_drivers.py"), tmp_path / "framework_drivers.py")
+    shutil.copy(Path(__file__).parent.parent / "framework_drivers.py", tmp_path / "framework_drivers.py")
     url = f"sqlite:///{tmp_path / 'sagas.db'}"
     env = {"LEDGER": str(tmp_path / "ledger.txt"), "PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin", "DIE_IN": "d"}
     child = partial(subprocess.run, [sys.executable, "agent.py", url, framework], env=env, cwd=tmp_path, timeout=60)

@@ -106,7 +106,7 @@ async def test_a_killed_loop_resumes_asking_the_model_only_for_the_unanswered_tu
     """Killed inside turn 3's call, the re-entered run replays turns 1-3 from the record and asks the model once."""
     (tmp_path / "crash_tools.py").write_text(TOOLS)
     (tmp_path / "agent.py").write_text(AGENT)
-    shutil.copy(Path(__file__).with_name("llm_fakes.py"), tmp_path / "llm_fakes.py")
+    shutil.copy(Path(__file__).parent.parent / "llm_fakes.py", tmp_path / "llm_fakes.py")
     url = f"sqlite:///{tmp_path / 'sagas.db'}"
     env = {"LEDGER": str(tmp_path / "ledger.txt"), "PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin", "DIE_IN": "d"}
     child = partial(subprocess.run, [sys.executable, "agent.py", url, api], env=env, cwd=tmp_path, timeout=60)
