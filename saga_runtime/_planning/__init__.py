@@ -1,5 +1,6 @@
 """Planning: plans normalised and checked (tools, arguments, ids, $refs, policy) before anything is stored or run."""
 
+from saga_runtime._planning._build import build_plan
 from saga_runtime._planning._llm_plans import plan_from_anthropic, plan_from_openai
 from saga_runtime._planning._llm_usage import TokenUsage, usage_from_anthropic, usage_from_openai
 from saga_runtime._planning._plan import (
@@ -9,7 +10,6 @@ from saga_runtime._planning._plan import (
     Plan,
     PlannedStep,
     Step,
-    build_plan,
     call_args,
     has_refs,
     valid_id,

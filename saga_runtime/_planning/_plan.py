@@ -21,6 +21,7 @@ from saga_runtime._records import (
     canonical_json,
     check_nesting,
     conceal,
+    has_envelope,
     mask_secrets,
     own_values,
     reveal,
@@ -35,7 +36,6 @@ __all__ = [
     "Plan",
     "PlannedStep",
     "Step",
-    "build_plan",
     "call_args",
     "has_refs",
     "valid_id",
@@ -151,12 +151,71 @@ class Plan:
         return out
 
     @functools.cached_property
+    def encoded(self) -> bytes:
+        """Return the plan's stored JSON as canonical text in UTF-8 (encoded once: its size, its digest)."""
+        return canonical_json(self.to_json()).encode()
+
+    @functools.cached_property
     def digest(self) -> str:
         """Return the plan's hash: two plans with the same hash run the same calls.
 
         Secrets count as "**********": each encryption of a secret differs, and the same plan must keep its hash.
         """
+        if not any(_may_hold_secret(step.args) for group in self.groups for step in group):
+            return hashlib.sha256(self.encoded).hexdigest()
         return hashlib.sha256(canonical_json(mask_secrets(self.to_json())).encode()).hexdigest()
+
+    def fresh(self) -> Plan:
+        """Return a copy holding argument dicts of its own, its JSON's text and digest kept.
+
+        For a plan built once and run by many sagas: a saga's records, and what its tools are handed, are its own.
+        Only for plans whose kwargs hold no container (`reusable`): they are copied one level deep.
+        """
+        copy = Plan(tuple(tuple(map(_fresh_step, group)) for group in self.groups), self.joins)
+        known = vars(copy)  # the cached properties' values, as functools.cached_property keeps them
+        known["encoded"], known["digest"] = self.encoded, self.digest
+        return copy
+
+    @property
+    def reusable(self) -> bool:
+        """Tell whether `fresh` copies of this plan are as good as building it again (kwargs of immutable values)."""
+        return all(
+            step.kwargs is None or _SHARED.issuperset(map(type, step.kwargs.values()))
+            for group in self.groups
+            for step in group
+        )
+
+
+# Values a copy of a plan may share with it: immutable.
+_SHARED = frozenset({str, int, float, bool, type(None)})
+
+
+def _may_hold_secret(args: dict[str, Any]) -> bool:
+    """Tell whether arguments hold an encrypted secret (only a dict can), walking them only if they hold one."""
+    return not _SHARED.issuperset(map(type, args.values())) and has_envelope(args)
+
+
+def _json_copy(value: Any) -> Any:
+    kind = type(value)
+    if kind is dict:
+        return {key: _json_copy(item) for key, item in value.items()}
+    if kind is list:
+        return [_json_copy(item) for item in value]
+    return value
+
+
+def _fresh_step(step: PlannedStep) -> PlannedStep:
+    args, kwargs = step.args, step.kwargs
+    args = dict(args) if _SHARED.issuperset(map(type, args.values())) else _json_copy(args)
+    return PlannedStep(
+        step.step_id,
+        step.tool_name,
+        args,
+        step.group,
+        step.refs,
+        None if kwargs is None else dict(kwargs),
+        step.approval,
+    )
 
 
 #: The longest step id, in UTF-8 bytes (every store keeps ids of this size as they are).
@@ -548,23 +607,12 @@ def _fast_plan(raw: Any, registry: ToolRegistry, policy: PlanPolicy | None) -> P
         if problems:
             return None
     try:
-        encoded = canonical_json(plan.to_json()).encode()
+        encoded = plan.encoded
     except UnicodeEncodeError:  # text a database cannot store: the full walk says where
         return None
     if len(encoded) > MAX_JSON_BYTES:  # too large to store: the full walk says how large
         return None
     return plan
-
-
-def build_plan(
-    raw: Any, registry: ToolRegistry, *, policy: PlanPolicy | None = None, keyring: SecretKeyring | None = None
-) -> Plan:
-    """Return the validated plan of `raw`; raise `PlanValidationError` listing every problem found.
-
-    Secret arguments are encrypted with `keyring` in the plan (and opened, where a stored plan holds them, to be
-    validated); a plan holding a secret without a keyring is refused, saying how to configure a key.
-    """
-    return _fast_plan(raw, registry, policy) or _full_plan(raw, registry, policy, keyring)
 
 
 def _full_plan(
@@ -594,7 +642,7 @@ def _full_plan(
     _check_rules(plan, registry, policy, problems)
     try:
         # Computed once here: a plan a database cannot store is refused now.
-        encoded = canonical_json(plan.to_json()).encode()
+        encoded = plan.encoded
     except UnicodeEncodeError:
         problems.extend(
             f"step {step.step_id!r}: the arguments hold text that is not valid Unicode (a lone surrogate)"

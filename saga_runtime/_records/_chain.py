@@ -28,10 +28,11 @@ re-sealed forgery is found too.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -53,7 +54,9 @@ __all__ = [
     "chain_head",
     "extend_head",
     "identity_hash",
+    "plan_digest",
     "planned_identities",
+    "remember_plan_digest",
     "saga_seal",
     "seal",
     "seal_all",
@@ -192,8 +195,48 @@ def _finish(state: Any, changing: bytes, key: bytes | None) -> str:
     return digest if key is None else "hmac:" + digest
 
 
+def _time_text(value: datetime) -> str:
+    return _quote(value.isoformat())
+
+
+def _changing_text(row: StepRow, time: Callable[[datetime], str]) -> bytes:
+    """Return the text `_changing(row)` gives, written directly when every value is of a plain type.
+
+    `time` writes a datetime's JSON text (a sealer remembers the times it wrote).
+    """
+    attempts, undo_attempts, result = row.attempts, row.compensation_attempts, row.result
+    if type(attempts) is not int or type(undo_attempts) is not int:
+        return _changing(row)
+    if result is None:
+        result_text = "null"
+    elif type(result) is int:
+        result_text = int.__repr__(result)
+    elif type(result) is str:
+        result_text = _quote(result)
+    else:
+        result_text = _text(_normal(result))
+    error, error_type, undo_error, link = row.error, row.error_type, row.compensation_error, row.prev_hash
+    started, finished, compensated = row.started_at, row.finished_at, row.compensated_at
+    try:
+        return (
+            f"{_STATUS[row.status]},{int.__repr__(attempts)},{result_text},"
+            f"{'null' if error is None else _quote(error)},"
+            f"{'null' if error_type is None else _quote(error_type)},"
+            f"{'null' if started is None else time(started)},"
+            f"{'null' if finished is None else time(finished)},"
+            f"{'null' if compensated is None else time(compensated)},"
+            f"{'null' if undo_error is None else _quote(undo_error)},{int.__repr__(undo_attempts)},"
+            f"{'null' if link is None else _quote(link)}]"
+        ).encode()
+    except (KeyError, TypeError, AttributeError):  # a value of another type: the general encoder says what it is
+        return _changing(row)
+
+
 def _seal_of(row: StepRow, key: bytes | None) -> str:
-    return _finish(_start(_fixed(row, _normal(row.args)), key), _changing(row), key)
+    text = _fixed(row, _normal(row.args)) + _changing_text(row, _time_text)
+    if key is None:
+        return hashlib.sha256(text).hexdigest()
+    return "hmac:" + hmac.new(key, text, hashlib.sha256).hexdigest()
 
 
 def seal(row: StepRow, previous: StepRow | str | None, key: bytes | None) -> None:
@@ -228,35 +271,6 @@ class Sealer:
         self._times[id(value)] = (value, text)
         return text
 
-    def _changing(self, row: StepRow, link: str) -> bytes:
-        """Return the text `_changing(row)` gives, written directly when every value is of a plain type."""
-        attempts, undo_attempts, result = row.attempts, row.compensation_attempts, row.result
-        if type(attempts) is not int or type(undo_attempts) is not int:
-            return _changing(row)
-        if result is None:
-            result_text = "null"
-        elif type(result) is int:
-            result_text = int.__repr__(result)
-        elif type(result) is str:
-            result_text = _quote(result)
-        else:
-            result_text = _text(_normal(result))
-        error, error_type, undo_error = row.error, row.error_type, row.compensation_error
-        started, finished, compensated = row.started_at, row.finished_at, row.compensated_at
-        try:
-            return (
-                f"{_STATUS[row.status]},{int.__repr__(attempts)},{result_text},"
-                f"{'null' if error is None else _quote(error)},"
-                f"{'null' if error_type is None else _quote(error_type)},"
-                f"{'null' if started is None else self._time(started)},"
-                f"{'null' if finished is None else self._time(finished)},"
-                f"{'null' if compensated is None else self._time(compensated)},"
-                f"{'null' if undo_error is None else _quote(undo_error)},{int.__repr__(undo_attempts)},"
-                f"{_quote(link)}]"
-            ).encode()
-        except (KeyError, TypeError, AttributeError):  # a value of another type: the general encoder says what it is
-            return _changing(row)
-
     def seal(self, row: StepRow, link: str) -> None:
         """Link `row` to the identity hash `link` of the row before it, and seal its content."""
         row.prev_hash = link
@@ -268,7 +282,7 @@ class Sealer:
             self._states[row.step_id] = (row, args, normal, state)
         else:
             state = known[3]
-        row.hash = _finish(state.copy(), self._changing(row, link), self._key)
+        row.hash = _finish(state.copy(), _changing_text(row, self._time), self._key)
 
 
 def extend_head(head: str | None, row: StepRow) -> str:
@@ -294,20 +308,32 @@ def seal_all(rows: Sequence[StepRow], key: bytes | None) -> None:
 
 
 # The digests of plans sealed lately, by identity (the object is kept, so its id is not reused): a running saga
-# writes its row several times with the same plan object, which is hashed once.
+# writes its row several times with the same plan object, and planning notes the digest of each plan it builds
+# from content it has built before (`remember_plan_digest`), so a new saga of a known plan hashes nothing.
 _PLAN_DIGESTS: dict[int, tuple[Any, str]] = {}
-_PLAN_DIGESTS_KEPT = 256
+_PLAN_DIGESTS_KEPT = 64  # sagas in flight, about: each kept plan is held
+
+
+def plan_digest(plan: Any) -> str:
+    """Return the digest of a stored plan that a saga row's seal covers."""
+    return hashlib.sha256(_text(_normal(plan)).encode()).hexdigest()
+
+
+def remember_plan_digest(plan: Any, digest: str) -> None:
+    """Note that the plan object `plan` has the digest `digest` (of equal content): seals then take it as it is."""
+    if len(_PLAN_DIGESTS) >= _PLAN_DIGESTS_KEPT:
+        with contextlib.suppress(StopIteration, KeyError, RuntimeError):  # (another thread took it)
+            del _PLAN_DIGESTS[next(iter(_PLAN_DIGESTS))]  # the oldest out
+    _PLAN_DIGESTS[id(plan)] = (plan, digest)
 
 
 def _plan_digest(plan: Any, *, cached: bool) -> str:
     known = _PLAN_DIGESTS.get(id(plan)) if cached else None
     if known is not None and known[0] is plan:
         return known[1]
-    digest = hashlib.sha256(_text(_normal(plan)).encode()).hexdigest()
+    digest = plan_digest(plan)
     if plan is not None:
-        if len(_PLAN_DIGESTS) >= _PLAN_DIGESTS_KEPT:
-            _PLAN_DIGESTS.clear()
-        _PLAN_DIGESTS[id(plan)] = (plan, digest)
+        remember_plan_digest(plan, digest)
     return digest
 
 
@@ -315,9 +341,9 @@ def _instant(value: datetime | None) -> str | None:
     """Return a time as one text for one instant (UTC, microseconds), whatever offset it is given in."""
     if value is None:
         return None
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return value.astimezone(UTC).isoformat(timespec="microseconds")
+    if value.tzinfo is not UTC:  # (a UTC time, as every stored one, is written as it is)
+        value = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    return value.isoformat(timespec="microseconds")
 
 
 def saga_seal(saga: SagaRow, key: bytes | None, *, cached: bool = False) -> str:

@@ -28,6 +28,8 @@ class ToolRegistry:
     def __init__(self) -> None:
         self._tools: dict[str, ToolSpec] = {}
         self._lock = threading.Lock()
+        # Plans built from these tools lately, by content: kept by the planning layer, freed with the registry.
+        self._built_plans: dict[Any, Any] = {}
         self.lifespan_function: LifespanFunction | None = None
 
     def lifespan(self, function: F, /) -> F:

@@ -125,6 +125,7 @@ async def main() -> None:
         print(f"store: {store.url}")
         saga_id = await agent_session(executor)
         result = await store.get_saga(saga_id)
+        assert result is not None
         steps = ", ".join(f"{step.tool_name}={step.status.value}" for step in result.steps)
         print(f"saga {saga_id}: {result.status.value} ({steps})")
         await saga_over_mcp_tools(store)

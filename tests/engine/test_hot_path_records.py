@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from saga_runtime import SagaExecutor, SagaResult, StepRecord, StepStatus, ToolRegistry
+from saga_runtime import SagaExecutor, SagaResult, SagaStatus, StepRecord, StepStatus, ToolRegistry
 from saga_runtime._records import (
+    SagaRow,
     Sealer,
     StepRow,
     canonical_json,
@@ -19,6 +20,7 @@ from saga_runtime._records import (
     idempotency_keys,
     identity_hash,
     now,
+    saga_seal,
     seal,
     verify_rows,
 )
@@ -243,3 +245,58 @@ async def test_records_of_a_run_verify_with_and_without_a_key() -> None:
     assert verify_rows(saga, rows, None)
     rows[2].finished_at = datetime.now(UTC)
     assert not verify_rows(saga, rows, None)
+
+
+def _reference_saga_seal(saga: SagaRow, key: bytes | None) -> str:
+    """The saga row's seal as first defined: SHA-256 (or HMAC) of one canonical JSON array of its fields."""
+
+    def instant(value: datetime | None) -> str | None:
+        if value is None:
+            return None
+        aware = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+        return aware.astimezone(UTC).isoformat(timespec="microseconds")
+
+    plan = hashlib.sha256(canonical_json(_normal(saga.plan)).encode()).hexdigest()
+    parts = ["saga", saga.saga_id, saga.kind, plan, saga.plan_hash, saga.status.value, _normal(saga.budget)]
+    parts += [repr(float(saga.cost)), saga.tokens, _normal(saga.metadata), saga.error]
+    parts += [instant(saga.created_at), instant(saga.finished_at), saga.parked_from and saga.parked_from.value]
+    content = canonical_json(parts).encode()
+    if key is None:
+        return hashlib.sha256(content).hexdigest()
+    return "hmac:" + hmac.new(key, content, hashlib.sha256).hexdigest()
+
+
+def _saga_rows() -> list[SagaRow]:
+    """Saga rows in every shape: running, finished, parked; naive, UTC and other-offset times; odd values."""
+    at = now()
+    naive = datetime(2024, 5, 17, 11, 30, 0, 0)
+    offset = datetime(2024, 5, 17, 11, 30, 5, 120, tzinfo=timezone(timedelta(hours=-3)))
+    plan = [[{"id": "a", "tool": "Echo", "args": {"value": 2.0}}], {"group": [], "join": "first"}]
+    return [
+        SagaRow("s", "plan", plan, "h", SagaStatus.RUNNING, at, at),
+        SagaRow("s-é\u2028", "dynamic", None, None, SagaStatus.SUCCESS, naive, at, finished_at=offset),
+        SagaRow(
+            's"q',
+            "plan",
+            plan,
+            "h",
+            SagaStatus.PARKED,
+            offset,
+            at,
+            budget={"max_cost": 2.0, "charges": 1},
+            cost=1.5,
+            tokens=7,
+            metadata={"who": "ann", "n": [1.0, {"x": None}]},
+            error="boom\n",
+            parked_from=SagaStatus.COMPENSATING,
+        ),
+        SagaRow("t", "plan", [], "h", SagaStatus.COMPENSATED, at, at, cost=float("nan"), tokens=True, finished_at=at),
+    ]
+
+
+@pytest.mark.parametrize("key", [None, b"signing-key"])
+def test_saga_seals_keep_their_byte_format(key: bytes | None) -> None:
+    """A saga row's seal is still the hash of its canonical JSON array, times in UTC, its plan by digest."""
+    for saga in _saga_rows():
+        assert saga_seal(saga, key) == _reference_saga_seal(saga, key)
+        assert saga_seal(saga, key, cached=True) == _reference_saga_seal(saga, key)
