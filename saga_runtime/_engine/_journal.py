@@ -41,6 +41,8 @@ logger = logging.getLogger("saga_runtime")
 _LEASE_MARGIN = 0.25
 # No tool starts on less than this share left by this process's clock: the lease is confirmed first.
 _INVOKE_MARGIN = 0.1
+# A step's outcome that counts as progress (CANCELLED: its outcome is unknown).
+_KNOWN = frozenset({StepStatus.SUCCESS, StepStatus.FAILED})
 
 
 class Journal:
@@ -122,6 +124,8 @@ class Journal:
         row.error_type = error_type
         row.finished_at = now()
         self._dirty[row.step_id] = row
+        if status in _KNOWN:
+            self._progressed()
         if self.config.hooks:
             self.emit("step_finished", row, error=error)
 
@@ -165,12 +169,14 @@ class Journal:
         row.compensated_at = now()
         row.compensation_error = None
         self._dirty[row.step_id] = row
+        self._progressed()
 
     def undo_failed(self, row: StepRow, why: str) -> None:
         """Record that a step's effect could not be undone."""
         step_to(row, StepStatus.COMPENSATION_FAILED)
         row.compensation_error = why
         self._dirty[row.step_id] = row
+        self._progressed()
 
     def refused_undo_failed(self, row: StepRow, why: str) -> None:
         """Record that a refused attempt's effect could not be undone (the step goes on)."""
@@ -190,6 +196,17 @@ class Journal:
         self._saga_dirty = True
 
     # -- saga intents ------------------------------------------------------------------------------------------------
+
+    def recovering(self) -> None:
+        """Count a recovery attempt: a worker starts driving the saga (written before it does)."""
+        self.saga.recovery_attempts += 1
+        self._saga_dirty = True
+
+    def _progressed(self) -> None:
+        # A step's outcome recorded: the recoveries that failed before no longer count against the saga.
+        if self.saga.recovery_attempts:
+            self.saga.recovery_attempts = 0
+            self._saga_dirty = True
 
     def touch_saga(self) -> None:
         """Note that the saga row must be written with the next flush (a fresh lease)."""

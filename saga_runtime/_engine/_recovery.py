@@ -10,6 +10,7 @@ from saga_runtime._engine._approvals import Decisions
 from saga_runtime._engine._claim import Claim, Drives
 from saga_runtime._engine._driver import Planner, drive_plan
 from saga_runtime._engine._journal_rows import waits_for_tools
+from saga_runtime._engine._saga import SagaEngine
 from saga_runtime._exceptions import LeaseLostError, PlanValidationError
 from saga_runtime._records import SagaResult, SagaRow, SagaStatus, StepRow, now
 
@@ -56,7 +57,7 @@ class Recovery:
                     if missing:
                         self._waits(saga, missing)
                     passed_over.add(saga.saga_id)
-                    await self._drives.claims.release(saga, uncount=True, owner=config.executor_id)
+                    await self._drives.claims.release(saga, owner=config.executor_id)
                     continue
                 fresh.append((saga, rows))
             results.extend(await self._recover_batch(fresh))
@@ -102,9 +103,9 @@ class Recovery:
 
     async def _recover_one(self, held: Claim) -> SagaResult | None:
         saga = held.saga
-        if saga.recovery_attempts > self._max_attempts:
-            return await held.park(f"recovery failed {saga.recovery_attempts - 1} times")
-        logger.info("saga %s: recovering (attempt %d), left %s", saga.saga_id, saga.recovery_attempts, saga.status)
+        if saga.recovery_attempts >= self._max_attempts:
+            return await held.park(f"recovery failed {saga.recovery_attempts} times")
+        logger.info("saga %s: recovering (attempt %d), left %s", saga.saga_id, saga.recovery_attempts + 1, saga.status)
         try:
             if saga.kind == "plan":
                 try:
@@ -114,9 +115,11 @@ class Recovery:
                     return await held.park(f"its plan no longer validates: {'; '.join(exc.problems)}")
                 # No caller: if this worker stops, the saga stays for the next recovery.
                 engine = held.start(detached=True)
+                await _count_attempt(engine)
                 engine.emit("saga_started")
                 return await drive_plan(engine, plan, self._planner)
             engine = held.start(detached=True)
+            await _count_attempt(engine)
             engine.emit("saga_started")
             engine.fail("its process stopped in the middle of the saga; recovery compensated it")
             return await engine.compensate()
@@ -176,3 +179,9 @@ class Recovery:
             await engine.resume()
             engine.emit("saga_started")
             return await drive_plan(engine, plan, self._planner)
+
+
+async def _count_attempt(engine: SagaEngine) -> None:
+    """Count the recovery attempt starting now, durably: a worker that dies driving the saga leaves it counted."""
+    engine.journal.recovering()
+    await engine.journal.flush()

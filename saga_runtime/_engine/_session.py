@@ -171,8 +171,9 @@ class Session:
             stopped = engine.fenced and not engine.lease_lost and saga.status is not SagaStatus.WAITING
             if engine.detached and stopped and not saga.status.is_terminal:
                 # A recovery stopped by a shutdown: let the next worker take the saga now (before the claim
-                # lets it go, so no other path of this executor takes it while the release is on its way).
-                await self._claims.release(saga, owner=self._claims.config.executor_id)
+                # lets it go, so no other path of this executor takes it while the release is on its way). A clean
+                # stop is no failed recovery: the attempt it counted is taken back.
+                await self._claims.release(saga, uncount=True, owner=self._claims.config.executor_id)
         finally:
             self._fence.__exit__(
                 type(exc) if exc is not None else None, exc, None if exc is None else exc.__traceback__

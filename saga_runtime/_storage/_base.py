@@ -127,8 +127,8 @@ class SagaStore(Protocol):
 
         Atomic per saga (`FOR UPDATE SKIP LOCKED` on PostgreSQL and MySQL/MariaDB, `BEGIN IMMEDIATE` on SQLite):
         two owners claiming at once never get the same saga. A live saga without a lease (NULL) counts as expired;
-        a PARKED one is not live. In the same transaction each claimed saga's `recovery_attempts` goes up by one,
-        and the snapshots carry the new count.
+        a PARKED one is not live. Claiming counts no recovery attempt: the engine counts one when it starts driving
+        a saga.
         """
         ...
 

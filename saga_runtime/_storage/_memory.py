@@ -269,7 +269,7 @@ class MemoryStore(StoreBase):
     async def claim_expired(
         self, owner: str, lease_expires_at: datetime, now: datetime, limit: int = 100
     ) -> list[tuple[SagaRow, list[StepRow]]]:
-        """Take over up to `limit` live sagas whose lease expired, counting the claim; return snapshots of them."""
+        """Take over up to `limit` live sagas whose lease expired; return snapshots of them."""
         self._check_open()
         claimed: list[tuple[SagaRow, list[StepRow]]] = []
         for saga in sorted(self._sagas.values(), key=lambda row: (row.created_at, row.saga_id)):
@@ -278,9 +278,7 @@ class MemoryStore(StoreBase):
             expired = saga.lease_expires_at is None or saga.lease_expires_at < now
             if saga.status not in _LIVE or not expired:
                 continue
-            self._sagas[saga.saga_id] = replace(
-                saga, owner=owner, lease_expires_at=lease_expires_at, recovery_attempts=saga.recovery_attempts + 1
-            )
+            self._sagas[saga.saga_id] = replace(saga, owner=owner, lease_expires_at=lease_expires_at)
             snapshot = self._snapshot(saga.saga_id)
             assert snapshot is not None
             claimed.append(snapshot)

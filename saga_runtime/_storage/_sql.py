@@ -334,10 +334,9 @@ class Queries:
         return self._in("SELECT saga_id FROM sagas WHERE owner = ? AND status IN (?, ?) AND saga_id IN (*)", count)
 
     def take(self, count: int) -> str:
-        """Return the UPDATE giving `count` sagas to an owner, counting the claim (params: owner, lease, ids...)."""
+        """Return the UPDATE giving `count` sagas to an owner (params: owner, lease, ids...)."""
         return self._in(
-            "UPDATE sagas SET owner = ?, lease_expires_at = ?, recovery_attempts = recovery_attempts + 1 "
-            "WHERE saga_id IN (*)",
+            "UPDATE sagas SET owner = ?, lease_expires_at = ? WHERE saga_id IN (*)",
             count,
         )
 

@@ -526,10 +526,10 @@ class SQLStore(StoreBase, abc.ABC):
         """Take over up to `limit` live sagas whose lease expired before `now`; return snapshots, oldest first.
 
         One transaction: the expired rows are selected `FOR UPDATE SKIP LOCKED` (PostgreSQL, MySQL/MariaDB) or
-        under SQLite's write lock (`BEGIN IMMEDIATE`), given to `owner` with their `recovery_attempts` counted up,
+        under SQLite's write lock (`BEGIN IMMEDIATE`), given to `owner` (no recovery attempt counted),
         and read back with their steps; two owners claiming at once never get the same saga. PARKED sagas are
         not live, so never claimed. Retried after a lost connection: if the lost try had committed, its sagas are
-        `owner`'s until their lease runs out, then claimed (and counted) again.
+        `owner`'s until their lease runs out, then claimed again.
         """
         self._check_open()
         if limit < 1:

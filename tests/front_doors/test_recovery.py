@@ -315,8 +315,10 @@ class PoisonStore(MemoryStore):
         await super().save(saga, steps, owner=owner)
 
 
-async def test_a_saga_is_parked_exactly_when_its_claims_exceed_max_recovery_attempts(registry: ToolRegistry) -> None:
-    """max_recovery_attempts=2: two claims drive the saga and fail; the third parks it, saying it failed 2 times."""
+async def test_a_saga_is_parked_exactly_when_its_failed_recoveries_reach_max_recovery_attempts(
+    registry: ToolRegistry,
+) -> None:
+    """max_recovery_attempts=2: two recoveries drive the saga and fail; the third parks it, saying it failed 2 times."""
     store = PoisonStore()
     orphan(store, "poison", [StepStatus.RUNNING])
     executor = SagaExecutor(registry, store=store, max_recovery_attempts=2)
@@ -328,7 +330,7 @@ async def test_a_saga_is_parked_exactly_when_its_claims_exceed_max_recovery_atte
     assert parked.status is SagaStatus.PARKED
     assert store.failed_writes == 2  # the third claim did not drive it again
     assert (parked.error or "").startswith("parked: recovery failed 2 times")
-    assert store._sagas["poison"].recovery_attempts == 3
+    assert store._sagas["poison"].recovery_attempts == 2  # the two that started driving it; parking counts none
 
 
 async def test_a_step_whose_attempt_was_running_after_a_refused_undo_never_lets_the_saga_succeed(

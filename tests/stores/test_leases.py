@@ -223,26 +223,25 @@ async def test_claim_expired_never_takes_a_parked_saga(store: SagaStore) -> None
         assert await store.load_saga(saga_id) == row
 
 
-async def test_claim_expired_counts_recovery_attempts(store: SagaStore) -> None:
-    """Each claim_expired of a saga adds one to its recovery_attempts, stored and in the rows it returns."""
+async def test_claim_expired_counts_no_recovery_attempt(store: SagaStore) -> None:
+    """claim_expired leaves recovery_attempts as stored: only a worker starting to drive a saga counts one."""
     saga = make_saga("r", full=False)
     saga.owner, saga.lease_expires_at, saga.recovery_attempts = "dead", PAST, 2
     await store.create_saga(saga, make_steps("r", 1, full=False))
     await put(store, "fresh", owner=None, lease=None, order=1)
     first = await store.claim_expired("me", FUTURE, NOW)
-    assert [(row.saga_id, row.recovery_attempts) for row, _ in first] == [("r", 3), ("fresh", 1)]
+    assert [(row.saga_id, row.recovery_attempts) for row, _ in first] == [("r", 2), ("fresh", 0)]
     for row, steps in first:
         assert await store.load_saga(row.saga_id) == (row, steps)
-    # Nobody renews: once the lease runs out, the next recovery claims (and counts) them again.
+    # Nobody renews: once the lease runs out, the next recovery claims them again, still uncounted.
     again = await store.claim_expired("other", LATER, FUTURE + timedelta(seconds=1))
     assert [(row.saga_id, row.recovery_attempts, row.owner) for row, _ in again] == [
-        ("r", 4, "other"),
-        ("fresh", 2, "other"),
+        ("r", 2, "other"),
+        ("fresh", 0, "other"),
     ]
-    assert await store.claim_expired("third", LATER, NOW) == []  # held: nothing claimed, nothing counted
     loaded = await store.load_saga("r")
     assert loaded is not None
-    assert loaded[0].recovery_attempts == 4
+    assert loaded[0].recovery_attempts == 2
 
 
 async def test_claim_expired_respects_the_limit(store: SagaStore) -> None:
@@ -294,10 +293,10 @@ async def test_claim_expired_under_contention_is_disjoint_and_complete(stores: S
             assert await lease_of(second, saga_id) == (owner, LATER)
     assert await lease_of(first, "alive") == ("alive", FUTURE)
     assert await lease_of(first, "done") == ("dead", PAST)
-    for saga_id in ids:  # each claimed once, so counted once
+    for saga_id in ids:  # a claim counts no recovery attempt
         loaded = await first.load_saga(saga_id)
         assert loaded is not None
-        assert loaded[0].recovery_attempts == 1, saga_id
+        assert loaded[0].recovery_attempts == 0, saga_id
 
 
 # -- reopen_compensation (retry_compensation's claim) ----------------------------------------------------------
