@@ -52,8 +52,6 @@ async def write_end(journal: Journal, status: SagaStatus, error: str | None) -> 
 
 def final_write_bound(store: SagaStore) -> float:
     """Return the seconds the write of a saga's end may take: the store's retry window (`retry_for`) and a margin."""
-    retry_for = getattr(store, "retry_for", None)  # SQL stores retry a lost connection that long; memory: none
-    window = 0.0
-    if isinstance(retry_for, int | float) and not isinstance(retry_for, bool) and math.isfinite(retry_for):
-        window = max(0.0, float(retry_for))
+    retry_for = store.retry_for  # SQL stores retry a lost connection that long; memory: 0
+    window = max(0.0, float(retry_for)) if math.isfinite(retry_for) else 0.0
     return window + _FINAL_WRITE_MARGIN

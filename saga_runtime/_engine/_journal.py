@@ -65,7 +65,7 @@ class Journal:
         self._links: dict[int, str] = {}
         self._sealer = Sealer(config.store.signing_key)
         # A store that seals rows itself before they are read (memory) is written unsealed rows.
-        self._sealing = not getattr(config.store, "seals_on_read", False)
+        self._sealing = not config.store.seals_on_read
         # Steps whose first attempt was committed RUNNING with the saga itself (write-ahead done).
         self.announced = {row.step_id for row in announced}
         for row in announced:  # new rows, written RUNNING with the saga itself: no move

@@ -37,7 +37,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 from saga_runtime._records._approvals import ApprovalRow, approval_problems
-from saga_runtime._records._rows import SagaRow, StepRow, StepStatus, canonical_json, plan_groups
+from saga_runtime._records._rows import (
+    SagaRow,
+    SagaStatus,
+    StepRow,
+    StepStatus,
+    canonical_json,
+    idempotency_key,
+    plan_groups,
+)
 
 __all__ = [
     "Sealer",
@@ -45,6 +53,7 @@ __all__ = [
     "chain_head",
     "extend_head",
     "identity_hash",
+    "planned_identities",
     "saga_seal",
     "seal",
     "seal_all",
@@ -373,6 +382,45 @@ def _seal_problem(where: str, stored: str, key: bytes | None) -> str:
     return f"{where}: its content does not match its seal (altered)"
 
 
+def planned_identities(saga: SagaRow) -> list[StepRow] | None:
+    """Return the identities of a plan saga's steps (seq, step id, group, tool, key) from its plan, else None."""
+    if saga.kind != "plan" or not isinstance(saga.plan, list):
+        return None
+    planned: list[StepRow] = []
+    for group, members in enumerate(plan_groups(saga.plan)):
+        for step in members:
+            step_id = step.get("id") if isinstance(step, dict) else None
+            tool = step.get("tool") if isinstance(step, dict) else None
+            seq = len(planned)
+            key = idempotency_key(saga.saga_id, step_id) if isinstance(step_id, str) else ""
+            planned.append(StepRow(saga.saga_id, seq, step_id, group, tool, None, key))  # type: ignore[arg-type]
+    return planned
+
+
+def _at(planned: Sequence[StepRow], seq: int) -> StepRow | None:
+    return planned[seq] if 0 <= seq < len(planned) else None
+
+
+def _plan_problem(saga: SagaRow, ordered: Sequence[StepRow], planned: Sequence[StepRow]) -> str | None:
+    """Return how stored records differ from the plan's steps, or None: each at its place, none missing that must be.
+
+    A step never started has no record; but a saga that succeeded ran every step, and a group starts only once
+    the groups before it ended, so no step of an earlier group than a stored record's may be missing.
+    """
+    ids = [row.step_id for row in ordered]
+    misplaced = any(_at(planned, row.seq) is None or planned[row.seq].step_id != row.step_id for row in ordered)
+    if len(ordered) == len(planned) or saga.status is SagaStatus.SUCCESS or misplaced:
+        must = planned
+    else:
+        last = max(planned[row.seq].group for row in ordered) if ordered else -1
+        must = [row for row in planned if row.group < last or row.seq in {r.seq for r in ordered}]
+    if ids == [row.step_id for row in must]:
+        return None
+    missing = [row.step_id for row in must if row.step_id not in set(ids)]
+    removed = f" (the record of {missing} was removed)" if missing else ""
+    return f"the records are not the plan's steps: {len(ordered)} records for {len(planned)} steps{removed}"
+
+
 def verify_rows(
     saga: SagaRow,
     rows: Sequence[StepRow],
@@ -397,21 +445,24 @@ def verify_rows(
     elif saga.seal != saga_seal(saga, key):
         problems.append(_seal_problem(where, saga.seal, key))
     ordered = sorted(rows, key=lambda row: row.seq)
+    planned = planned_identities(saga)
+    stored = {row.seq: row for row in ordered}
     for position, row in enumerate(ordered):
         where = f"record #{position} (step {row.step_id!r})"
-        if row.seq != position:
+        if planned is None or len(ordered) == len(planned):
+            seq, previous = position, ordered[position - 1] if position else None
+        else:  # a plan's step is stored from its intent on: one that never started has no record
+            seq, previous = row.seq, stored.get(row.seq - 1) or _at(planned, row.seq - 1)
+        if row.seq != seq:
             problems.append(f"{where}: stands at position {row.seq}; a record before it was removed or moved")
-        previous = ordered[position - 1] if position else None
         if row.prev_hash != identity_hash(previous, saga.saga_id):
             problems.append(f"{where}: does not link to the record before it (removed, inserted or reordered)")
         if row.hash is None:
             problems.append(f"{where}: carries no seal")
         elif row.hash != _seal_of(row, key):
             problems.append(_seal_problem(where, row.hash, key))
-    if saga.kind == "plan" and isinstance(saga.plan, list):
-        planned = [step.get("id") for group in plan_groups(saga.plan) for step in group if isinstance(step, dict)]
-        if [row.step_id for row in ordered] != planned:
-            problems.append(f"the records are not the plan's steps: {len(ordered)} records for {len(planned)} steps")
+    if planned is not None and (problem := _plan_problem(saga, ordered, planned)) is not None:
+        problems.append(problem)
     elif saga.kind == "dynamic" and saga.plan_hash != chain_head(ordered):
         problems.append("the saga's chain head does not match its records: a record was removed or added")
     problems += approval_problems(saga, ordered, approvals, key, lambda step: identity_hash(step, saga.saga_id))

@@ -20,10 +20,28 @@ __all__ = ["SagaStore", "unparked_status"]
 class SagaStore(Protocol):
     """A durable home for sagas; memory, SQLite, PostgreSQL and MySQL/MariaDB implement it alike.
 
-    A store may set a class attribute `seals_on_read = True` to be written step rows unsealed (`hash` None): it
-    then seals them itself (see `saga_runtime._records.seal`) before any of them is read, and at the latest when
-    their saga ends. Stores without it are written sealed rows.
+    The journal's primitives (create, save, load, claims, approvals, `insert_rows`, `list_rows`) are each store's
+    own; get, verify, export, import and list are built on them once (saga_runtime._storage._reading).
     """
+
+    @property
+    def seals_on_read(self) -> bool:
+        """Tell whether step rows are written to it unsealed (`hash` None), sealed by the store before any read.
+
+        A store that says so seals them (see `saga_runtime._records.seal`) at the latest when their saga ends;
+        the others are written sealed rows.
+        """
+        ...
+
+    @property
+    def retry_for(self) -> float:
+        """Return the seconds an operation that lost its connection is retried for (0: never retried)."""
+        ...
+
+    @property
+    def sealed_since(self) -> datetime | None:
+        """Return when the store began sealing saga rows (a row written before carries no seal), or None."""
+        ...
 
     @property
     def url(self) -> str:
@@ -58,7 +76,18 @@ class SagaStore(Protocol):
         ...
 
     async def load_saga(self, saga_id: str) -> tuple[SagaRow, list[StepRow]] | None:
-        """Return snapshots of a saga's row and its step rows (ordered by seq), or None if it is not stored."""
+        """Return snapshots of a saga's row and its step rows (ordered by seq), or None if it is not stored.
+
+        A step is stored once first written (at its intent): a planned step that never started has no row.
+        """
+        ...
+
+    async def insert_rows(self, saga: SagaRow, steps: Sequence[StepRow]) -> tuple[SagaRow, list[StepRow]] | None:
+        """Insert rows as given (their seals kept), atomically; return None, or what is stored if the id is taken."""
+        ...
+
+    async def list_rows(self, status: SagaStatus | None, limit: int, offset: int) -> list[tuple[SagaRow, int]]:
+        """Return saga rows, newest first, each with its count of step rows; only those in `status` if given."""
         ...
 
     async def claim_saga(self, saga_id: str, owner: str, lease_expires_at: datetime, now: datetime) -> bool:

@@ -2,9 +2,10 @@
 
 A write arriving at an idle store is written at once, in its caller's task: nothing waits for company. Writes
 arriving while others are being written enter a queue, their callers waiting on futures. Flushers, tasks the store
-owns, take every ready write (up to a limit) as one batch, hand it to the store's flush function (one transaction,
+owns, take every ready write (up to a limit) as one batch, hand it to the store's flush coroutine (one transaction,
 or one statement), and resolve each caller's future with that write's own outcome once the batch committed. The
-busier the store, the larger the batches and the fewer the commits per write.
+busier the store, the larger the batches and the fewer the commits per write. The flush is the batcher's one way
+into the store: it returns each write's outcome (or its own error), and an error it raises goes to every caller.
 
 Rules the batcher keeps:
 
@@ -13,10 +14,10 @@ Rules the batcher keeps:
   a statement may touch a row once, and a later write of a saga must land after an earlier one.
 - A caller cancelled while waiting leaves alone: a write not yet taken is dropped, one being written goes on for the
   others of its batch (its outcome is then unknown to the caller, as for any interrupted write).
-- A batch that fails as a whole with an error that may be one write's doing (a constraint, a deadlock) is written
-  again write by write, so each caller gets its own outcome; errors that say nothing about the writes (a connection
-  lost past the retries, the store closed) go to every caller of the batch.
-- `close()` refuses new writes, fails those still queued, and waits (bounded) for the batches being written.
+- A batch that fails as a whole for one write's sake is the flush's to write again write by write (each caller
+  then gets its own outcome); what the flush raises goes to every caller of the batch.
+- `close(error)` refuses new writes and fails those still queued with `error`, and waits (bounded) for the batches
+  being written.
 """
 
 from __future__ import annotations
@@ -72,30 +73,20 @@ Flush = Callable[[Sequence[Write]], Awaitable[Sequence[Outcome | Exception]]]
 class Batcher:
     """Queue writes and commit them in shared batches through `flush`, at most `slots` batches at a time."""
 
-    def __init__(
-        self,
-        flush: Flush,
-        *,
-        slots: int,
-        shared: Callable[[Exception], bool],
-        closed_error: Callable[[], Exception],
-    ) -> None:
+    def __init__(self, flush: Flush, *, slots: int) -> None:
         self._flush = flush
         self._slots = max(1, slots)
-        # Whether a batch's error concerns every write (so is not worth writing them one by one).
-        self._shared = shared
-        self._closed_error = closed_error
+        self._closed_error: Exception | None = None  # what refuses writes once closed
         self._queue: deque[Write] = deque()
         self._busy: set[str] = set()  # saga ids of the writes being written
         self._flushers: set[asyncio.Task[None]] = set()
         self._idle = 0  # flushers started that have not taken their first batch yet
         self._direct: set[asyncio.Future[None]] = set()  # writes written alone in their callers' tasks (a slot each)
-        self._closed = False
 
     async def submit(self, write: Write) -> Outcome:
         """Queue `write` and return its outcome once its batch committed; raise what failed it."""
-        if self._closed:
-            raise self._closed_error()
+        if self._closed_error is not None:
+            raise self._closed_error
         if not self._queue and not self._flushers and not self._direct:
             return await self._alone(write)
         future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
@@ -120,7 +111,7 @@ class Batcher:
             self._busy -= write.keys
             self._direct.discard(done)
             done.set_result(None)
-            if not self._closed:
+            if self._closed_error is None:
                 self._wake()
         if isinstance(outcome, Exception):
             raise outcome
@@ -172,7 +163,7 @@ class Batcher:
     async def _flusher(self) -> None:
         idle = True
         try:
-            while not self._closed:
+            while self._closed_error is None:
                 batch = self._take()
                 if idle:
                     self._idle -= 1
@@ -194,16 +185,16 @@ class Batcher:
             task = asyncio.current_task()
             assert task is not None
             self._flushers.discard(task)
-            if not self._closed:
+            if self._closed_error is None:
                 self._wake()
 
     async def _commit(self, batch: list[Write]) -> None:
         """Write one batch and resolve its callers' futures."""
         try:
             outcomes = await self._outcomes(batch)
-        except BaseException:
+        except BaseException as exc:
             # Cancelled (the store closed and stopped waiting): the writes' fate is unknown to their callers.
-            error = self._closed_error()
+            error = self._closed_error or exc
             for write in batch:
                 _resolve(write, error)
             raise
@@ -214,25 +205,13 @@ class Batcher:
         try:
             return await self._flush(batch)
         except Exception as exc:
-            if len(batch) == 1 or self._shared(exc):
-                return [exc] * len(batch)
-        # The batch failed as a whole, maybe for one write's sake: write each alone, each getting its own answer.
-        outcomes: list[Outcome | Exception] = []
-        for write in batch:
-            if write.future is not None and write.future.done():  # its caller left: not written, and nobody asks
-                outcomes.append(Outcome.WRITTEN)
-                continue
-            try:
-                outcomes.extend(await self._flush([write]))
-            except Exception as exc:
-                outcomes.append(exc)
-        return outcomes
+            return [exc] * len(batch)
 
-    async def close(self) -> None:
-        """Refuse new writes, fail the queued ones, and wait (bounded) for the batches being written."""
-        self._closed = True
+    async def close(self, error: Exception) -> None:
+        """Refuse new writes, fail the queued ones with `error`, and wait (bounded) for the batches being written."""
+        self._closed_error = error
         while self._queue:
-            _resolve(self._queue.popleft(), self._closed_error())
+            _resolve(self._queue.popleft(), error)
         writing: list[asyncio.Future[Any]] = [*self._flushers, *self._direct]
         if not writing:
             return

@@ -2,34 +2,26 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
 
-from saga_runtime._exceptions import IdempotencyConflictError, StoreError
+from saga_runtime._exceptions import StoreError
 from saga_runtime._records import (
     ApprovalRow,
-    SagaResult,
     SagaRow,
     SagaStatus,
-    SagaSummary,
     StepRow,
-    VerifyResult,
-    export_rows,
     identity_hash,
-    import_approvals,
-    import_rows,
     now,
-    result_from_rows,
+    planned_identities,
     seal,
     seal_saga,
-    summary_from_rows,
-    verify_rows,
 )
 from saga_runtime._storage._base import unparked_status
 from saga_runtime._storage._batch import lease_lost
 from saga_runtime._storage._keys import signing_key_bytes
+from saga_runtime._storage._reading import StoreBase
 
 __all__ = ["MemoryStore"]
 
@@ -37,7 +29,7 @@ __all__ = ["MemoryStore"]
 _LIVE = frozenset({SagaStatus.RUNNING, SagaStatus.COMPENSATING})
 
 
-class MemoryStore:
+class MemoryStore(StoreBase):
     """Keep sagas in this process's memory: fast, private to the store object, gone when the process ends.
 
     Rows written without a seal (`hash` None: the engine leaves sealing to a store that `seals_on_read`) are
@@ -47,6 +39,8 @@ class MemoryStore:
 
     #: The engine may write this store's rows unsealed: it seals them itself before anyone reads them.
     seals_on_read = True
+    #: No connection to lose: nothing is retried.
+    retry_for = 0.0
 
     def __init__(self, *, signing_key: bytes | str | None = None) -> None:
         self._sagas: dict[str, SagaRow] = {}
@@ -74,13 +68,10 @@ class MemoryStore:
         """Return the key records are signed with, or None."""
         return self._signing_key
 
-    async def verify_saga(self, saga_id: str) -> VerifyResult:
-        """Check a stored saga's hash chain; raise `KeyError` if it is not stored."""
-        snapshot = await self.load_saga(saga_id)
-        if snapshot is None:
-            raise KeyError(f"no saga {saga_id!r} in {self.url}")
-        approvals = self._approval_rows(saga_id)
-        return verify_rows(*snapshot, self._signing_key, approvals, sealed_since=self._sealed_since)
+    @property
+    def sealed_since(self) -> datetime | None:
+        """Return when the store began sealing saga rows: when it was made."""
+        return self._sealed_since
 
     def _check_open(self) -> None:
         if self._closed:
@@ -183,11 +174,20 @@ class MemoryStore:
                 self._unsealed.setdefault(saga_id, {})[id(row)] = row
 
     def _seal(self, saga_id: str) -> None:
-        """Seal the rows of a saga written unsealed and still stored, each linked to the row before it."""
+        """Seal the rows of a saga written unsealed and still stored, each linked to the step before it.
+
+        A plan's step never started has no row: the row after it links to its identity, read from the plan.
+        """
         pending = self._unsealed.pop(saga_id, {})
+        rows = sorted(self._steps.get(saga_id, {}).values(), key=lambda r: r.seq)
+        planned: list[StepRow] | None = None
         previous: StepRow | None = None
-        for row in sorted(self._steps.get(saga_id, {}).values(), key=lambda r: r.seq):
+        for row in rows:
             if pending.get(id(row)) is row:
+                if row.seq and (previous is None or previous.seq != row.seq - 1):
+                    if planned is None:
+                        planned = planned_identities(self._sagas[saga_id]) or []
+                    previous = planned[row.seq - 1] if row.seq <= len(planned) else previous
                 seal(row, identity_hash(previous, saga_id), self._signing_key)
             previous = row
 
@@ -286,11 +286,6 @@ class MemoryStore:
             claimed.append(snapshot)
         return claimed
 
-    async def get_saga(self, saga_id: str) -> SagaResult | None:
-        """Return the result of a stored saga, or None."""
-        snapshot = await self.load_saga(saga_id)
-        return None if snapshot is None else result_from_rows(*snapshot, self._approval_rows(saga_id))
-
     # -- approvals -----------------------------------------------------------------------------------------------
 
     def _approval_rows(self, saga_id: str) -> list[ApprovalRow]:
@@ -363,44 +358,23 @@ class MemoryStore:
             self._sagas[saga_id] = replace(saga, owner=owner, lease_expires_at=lease_expires_at, updated_at=now)
         return free
 
-    async def list_sagas(
-        self, status: SagaStatus | str | None = None, limit: int = 100, offset: int = 0
-    ) -> list[SagaSummary]:
-        """Return summaries of stored sagas, newest first."""
+    async def list_rows(self, status: SagaStatus | None, limit: int, offset: int) -> list[tuple[SagaRow, int]]:
+        """Return saga rows, newest first, each with its count of step rows."""
         self._check_open()
-        wanted = None if status is None else SagaStatus(status)
-        rows = [row for row in self._sagas.values() if wanted is None or row.status is wanted]
+        rows = [row for row in self._sagas.values() if status is None or row.status is status]
         rows.sort(key=lambda row: (row.created_at, row.saga_id), reverse=True)
-        return [summary_from_rows(row, len(self._steps.get(row.saga_id, {}))) for row in rows[offset : offset + limit]]
+        return [(row.copy(), len(self._steps.get(row.saga_id, {}))) for row in rows[offset : offset + limit]]
 
-    async def export_saga(self, saga_id: str) -> dict[str, Any]:
-        """Return a saga as an export document."""
-        snapshot = await self.load_saga(saga_id)
-        if snapshot is None:
-            raise KeyError(f"no saga {saga_id!r} in {self.url}")
-        return export_rows(*snapshot, self._approval_rows(saga_id))
-
-    async def import_saga(self, data: Mapping[str, Any]) -> None:
-        """Store an exported saga; refuse other content under an existing id."""
+    async def insert_rows(self, saga: SagaRow, steps: Sequence[StepRow]) -> tuple[SagaRow, list[StepRow]] | None:
+        """Insert rows as given (seals kept) unless the id is taken; return what is stored if it is."""
         self._check_open()
-        saga, steps = import_rows(data)
-        approvals = import_approvals(data, saga.saga_id)
         existing = self._snapshot(saga.saga_id)
         if existing is not None:
-            # Rows compare by value: times as instants, whatever offset the document wrote them with.
-            old_saga, old_steps = existing
-            if old_saga != saga or old_steps != sorted(steps, key=lambda row: row.seq):
-                raise IdempotencyConflictError(
-                    f"saga {saga.saga_id!r} already exists in {self.url} with other content; "
-                    "import it into another store or delete the existing one first",
-                    saga_id=saga.saga_id,
-                )
-            await self.request_approvals(approvals)
-            return
+            return existing
         self._check_keys(steps)
         self._sagas[saga.saga_id] = saga
         self._put_steps(steps)
-        await self.request_approvals(approvals)
+        return None
 
     async def close(self) -> None:
         """Forget everything; the store cannot be used afterwards."""

@@ -134,10 +134,6 @@ class _MySQLTransaction:
         await self._cursor.execute(sql, tuple(params) if params else None)
         return int(self._cursor.rowcount)
 
-    async def executemany(self, sql: str, params: Sequence[Sequence[Any]]) -> None:
-        # aiomysql rewrites INSERT ... VALUES (...) [ON DUPLICATE KEY ...] into one multi-row statement.
-        await self._cursor.executemany(sql, params)
-
     async def fetch(self, sql: str, params: Sequence[Any] = ()) -> Sequence[Sequence[Any]]:
         await self._cursor.execute(sql, tuple(params) if params else None)
         return list(await self._cursor.fetchall())
@@ -174,8 +170,9 @@ _STEPS = ", ".join(STEP_COLUMNS)
 _SAGA_ROW = "(" + ", ".join(["%s"] * len(SAGA_COLUMNS)) + ")"
 _STEP_ROW = "(" + ", ".join(["%s"] * len(STEP_COLUMNS)) + ")"
 _SAGA_SET = ", ".join(f"{c} = VALUES({c})" for c in SAGA_COLUMNS[1:])
-# As Queries.upsert_steps (a new step taking another's idempotency key fails), qualified: the rows of a gated
-# insert come from a derived table with the same column names.
+# ON DUPLICATE KEY fires on any unique key: a new step taking another step's idempotency key must fail, not
+# overwrite that step (NULL into NOT NULL fails in strict mode; it comes first, as MySQL assigns left to right).
+# Qualified: a gated insert's rows come from a derived table with the same column names.
 _STEP_SET = ", ".join(
     [
         "steps.idempotency_key = IF(steps.saga_id = VALUES(saga_id) AND steps.step_id = VALUES(step_id), "
@@ -267,6 +264,40 @@ def _batch_script(writes: Sequence[Write], *, split: bool = False) -> tuple[list
     return statements, gated
 
 
+# A lone write's one statement, its condition folded in (the saga row locked FOR UPDATE while it is checked): one
+# result to parse, no script, no session variable.
+_OWNED = "EXISTS (SELECT 1 FROM sagas WHERE saga_id = %s AND owner = %s FOR UPDATE)"
+_HOLDS = "SELECT COUNT(*) FROM sagas WHERE saga_id = %s AND owner = %s"
+
+
+def _one_statement(write: Write) -> Statement | None:
+    """Return the one statement writing `write` on its own (autocommitted), or None if it takes a script."""
+    if write.create:
+        if write.steps:
+            return None
+        assert write.saga is not None
+        return (
+            f"INSERT INTO sagas ({_SAGAS}) VALUES {_SAGA_ROW} ON DUPLICATE KEY UPDATE saga_id = saga_id",
+            [*write.saga],
+        )
+    if write.saga is not None:
+        if write.steps or write.owner is None:
+            return None
+        return (
+            f"UPDATE sagas SET {_UPDATE_SET} WHERE saga_id = %s AND owner = %s",
+            [*write.saga[1:], write.saga_id, write.owner],
+        )
+    params = [value for row in write.steps for value in row]
+    if write.owner is None:
+        values = ", ".join([_STEP_ROW] * len(write.steps))
+        return (f"INSERT INTO steps ({_STEPS}) VALUES {values} ON DUPLICATE KEY UPDATE {_STEP_SET}", params)
+    rows = " UNION ALL ".join([_STEP_SELECT, *[_STEP_SELECT_NEXT] * (len(write.steps) - 1)])
+    return (
+        f"INSERT INTO steps ({_STEPS}) SELECT * FROM ({rows}) AS v WHERE {_OWNED} ON DUPLICATE KEY UPDATE {_STEP_SET}",
+        [*params, write.saga_id, write.owner],
+    )
+
+
 _T = TypeVar("_T")
 
 
@@ -281,7 +312,6 @@ class MySQLStore(SQLStore):
     """Keep sagas in a MySQL or MariaDB database, through a pool of aiomysql connections."""
 
     dialect = "mysql"
-    atomic_batches = True
 
     def __init__(self, url: str, pool: Any, database: str, *, retry_for: float = DEFAULT_RETRY_FOR) -> None:
         super().__init__(url, retry_for=retry_for, writers=pool.maxsize)
@@ -402,6 +432,9 @@ class MySQLStore(SQLStore):
         statement by statement, a row each, in one transaction.
         """
         split = sum(write.size for write in writes) > _SCRIPT_BYTES
+        alone = _one_statement(writes[0]) if len(writes) == 1 and not split else None
+        if alone is not None:
+            return [await self._write_alone(writes[0], alone)]
         statements, gated = _batch_script(writes, split=split)
         rows: Sequence[Sequence[Any]] = ()
         if split:
@@ -426,6 +459,19 @@ class MySQLStore(SQLStore):
             else:
                 outcomes.append(Outcome.TAKEN if write.create else Outcome.LOST)
         return outcomes
+
+    async def _write_alone(self, write: Write, statement: Statement) -> Outcome:
+        """Write a lone write with its one statement, atomic on its own; return its outcome."""
+        async with self._transaction(begin=False) as tx:
+            if await tx.execute(*statement):
+                return Outcome.WRITTEN
+            if write.create:
+                return Outcome.TAKEN
+            if write.owner is None:
+                return Outcome.WRITTEN
+            # MySQL counts changed rows: 0 also when every row was stored as it is already (a retried write).
+            held = await tx.fetch(_HOLDS, (write.saga_id, write.owner))
+        return Outcome.WRITTEN if int(held[0][0]) else Outcome.LOST
 
     def _claim_transaction(self) -> AbstractAsyncContextManager[Transaction]:
         # READ COMMITTED: the claim's scan takes no gap locks and keeps no locks on rows it did not return, so it

@@ -121,10 +121,6 @@ class _PostgresTransaction:
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
         return _rowcount(await self._conn.execute(sql, *params))
 
-    async def executemany(self, sql: str, params: Sequence[Sequence[Any]]) -> None:
-        # asyncpg pipelines the batch: one round trip for every row.
-        await self._conn.executemany(sql, params)
-
     async def fetch(self, sql: str, params: Sequence[Any] = ()) -> Sequence[Sequence[Any]]:
         return [tuple(record) for record in await self._conn.fetch(sql, *params)]
 
@@ -257,7 +253,6 @@ class PostgresStore(SQLStore):
     """Keep sagas in a PostgreSQL database, through a pool of asyncpg connections."""
 
     dialect = "postgresql"
-    atomic_batches = True
 
     def __init__(self, url: str, pool: Any, *, retry_for: float = DEFAULT_RETRY_FOR) -> None:
         super().__init__(url, retry_for=retry_for, writers=pool.get_max_size())
@@ -386,9 +381,6 @@ class PostgresStore(SQLStore):
 
     async def _write_batch(self, writes: Sequence[Write]) -> Sequence[Outcome | Exception]:
         """Write a batch in one statement (see `_batch_statement`): atomic on its own, one round trip."""
-        if not any(write.owner is not None or write.create or write.saga is not None for write in writes):
-            # Step rows only, unconditional: asyncpg's executemany is one atomic round trip, and a little cheaper.
-            return await super()._write_batch(writes)
         sagas = [(i, write, write.saga) for i, write in enumerate(writes) if write.saga is not None]
         checks = [(i, write) for i, write in enumerate(writes) if write.saga is None and write.owner is not None]
         steps = [

@@ -244,38 +244,22 @@ class Queries:
     def __init__(self, dialect: DialectName) -> None:
         self.dialect = dialect
         sagas = ", ".join(SAGA_COLUMNS)
-        steps = ", ".join(STEP_COLUMNS)
         saga_marks = ", ".join("?" * len(SAGA_COLUMNS))
-        step_marks = ", ".join("?" * len(STEP_COLUMNS))
         if dialect == "mysql":
             saga_set = ", ".join(f"{c} = VALUES({c})" for c in SAGA_COLUMNS[1:])
-            # ON DUPLICATE KEY fires on any unique key: a new step whose idempotency key belongs to another
-            # step must fail (as it does elsewhere), not overwrite that step. NULL into NOT NULL fails in strict mode;
-            # it comes first, as MySQL assigns left to right.
-            step_set = ", ".join(
-                [
-                    "idempotency_key = IF(saga_id = VALUES(saga_id) AND step_id = VALUES(step_id), "
-                    "VALUES(idempotency_key), NULL)",
-                    *(f"{c} = VALUES({c})" for c in STEP_COLUMNS[3:] if c != "idempotency_key"),
-                ]
-            )
             saga_upsert = f"ON DUPLICATE KEY UPDATE {saga_set}"
-            step_upsert = f"ON DUPLICATE KEY UPDATE {step_set}"
             # Affected rows is 1 when inserted, 0 when the id was taken (the client never sets FOUND_ROWS).
             insert_if_absent = "ON DUPLICATE KEY UPDATE saga_id = saga_id"
             # After waiting on a concurrent insert of the same id, read the committed row, not the snapshot.
             self.lock_suffix = " FOR UPDATE"
         else:
             saga_set = ", ".join(f"{c} = excluded.{c}" for c in SAGA_COLUMNS[1:])
-            step_set = ", ".join(f"{c} = excluded.{c}" for c in STEP_COLUMNS[3:])
             saga_upsert = f"ON CONFLICT (saga_id) DO UPDATE SET {saga_set}"
-            step_upsert = f"ON CONFLICT (saga_id, step_id) DO UPDATE SET {step_set}"
             insert_if_absent = "ON CONFLICT (saga_id) DO NOTHING"
             self.lock_suffix = ""
         q = _placeholders
         self.insert_saga = q(dialect, f"INSERT INTO sagas ({sagas}) VALUES ({saga_marks}) {insert_if_absent}")
         self.upsert_saga = q(dialect, f"INSERT INTO sagas ({sagas}) VALUES ({saga_marks}) {saga_upsert}")
-        self.upsert_steps = q(dialect, f"INSERT INTO steps ({steps}) VALUES ({step_marks}) {step_upsert}")
         saga_cols = ", ".join(f"s.{c}" for c in SAGA_COLUMNS)
         step_cols = ", ".join(f"st.{c}" for c in STEP_COLUMNS)
         # One statement reads a saga and its steps: one round trip, one consistent snapshot on every database.

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
@@ -38,9 +39,8 @@ from saga_runtime._exceptions import StoreBusyError, StoreConnectionError, Store
 from saga_runtime._storage._batch import Outcome, Write
 from saga_runtime._storage._errors import ErrorMap, convert
 from saga_runtime._storage._open import redact_url
-from saga_runtime._storage._sql import STEP_COLUMNS, Queries
+from saga_runtime._storage._sql import SAGA_COLUMNS, STEP_COLUMNS, Queries
 from saga_runtime._storage._sqlstore import DEFAULT_RETRY_FOR, SQLStore, Transaction, retry_for_option, url_option
-from saga_runtime._storage._sqlwrite import gated, passed_rows
 
 __all__ = ["ERROR_MAP", "SQLiteStore", "map_exceptions"]
 
@@ -55,8 +55,6 @@ ERROR_MAP: ErrorMap = {
 }
 
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
-# Whether aiosqlite can run a function of ours on its thread (else a batch takes one hop per statement).
-_ONE_HOP = callable(getattr(aiosqlite.Connection, "_execute", None))
 _T = TypeVar("_T")
 _CLEANUP_SECONDS = 5.0
 
@@ -124,10 +122,6 @@ class _SQLiteTransaction:
         async with self._conn.execute(sql, params) as cursor:
             return cursor.rowcount
 
-    async def executemany(self, sql: str, params: Sequence[Sequence[Any]]) -> None:
-        async with self._conn.executemany(sql, params):
-            pass
-
     async def fetch(self, sql: str, params: Sequence[Any] = ()) -> Sequence[Sequence[Any]]:
         return list(await self._conn.execute_fetchall(sql, params))
 
@@ -140,8 +134,8 @@ class _SQLiteTransaction:
         return await execute(lambda: function(conn._conn))
 
 
-# Errors of one write of a batch (a constraint, a value the driver refuses): it fails alone, the others commit.
-# Others (I/O, a full disk, a lock) are the transaction's.
+# Errors of one write of a batch (a constraint, a value the driver refuses): the batch is written again write by
+# write, so it fails alone. Others (I/O, a full disk, a lock) are the batch's.
 _WRITE_ERRORS = (
     sqlite3.IntegrityError,
     sqlite3.InterfaceError,
@@ -151,23 +145,17 @@ _WRITE_ERRORS = (
 )
 
 
-def _write_all(conn: sqlite3.Connection, q: Queries, writes: Sequence[Write]) -> list[Outcome | Exception]:
-    """Write a batch in one transaction, on aiosqlite's thread: one statement per table when all goes well.
+def _write_all(conn: sqlite3.Connection, q: Queries, writes: Sequence[Write]) -> list[Outcome]:
+    """Write a batch on aiosqlite's thread: one statement alone in autocommit, else one transaction.
 
-    Should a write fail (a duplicate idempotency key, a value refused), the batch is written again write by
-    write, each in a savepoint, so that one fails alone and the others commit.
+    A write's own error (a duplicate idempotency key) rolls the batch back; the batcher then writes each alone.
     """
+    if len(writes) == 1 and _statements(writes[0]) == 1:
+        return [_write(conn, q, writes[0])]  # one statement commits on its own, atomically
     # IMMEDIATE: take the write lock now (see SQLiteStore._transaction).
     conn.execute("BEGIN IMMEDIATE")
     try:
-        conn.execute("SAVEPOINT saga_batch")
-        try:
-            outcomes = _write_together(conn, q, writes)
-        except _WRITE_ERRORS:
-            if len(writes) == 1:
-                raise
-            conn.execute("ROLLBACK TO saga_batch")
-            outcomes = [_write_one(conn, q, write) for write in writes]
+        outcomes = [_write(conn, q, write) for write in writes]
         conn.execute("COMMIT")
     except BaseException:
         with contextlib.suppress(sqlite3.Error):
@@ -176,48 +164,53 @@ def _write_all(conn: sqlite3.Connection, q: Queries, writes: Sequence[Write]) ->
     return outcomes
 
 
-def _write_together(conn: sqlite3.Connection, q: Queries, writes: Sequence[Write]) -> list[Outcome | Exception]:
-    """Write a batch's rows with one statement per table (and one per create); return each write's outcome."""
-    # The transaction holds the database's write lock: nobody changes an owner between this read and the writes.
-    checked = [write.saga_id for write in writes if write.owner is not None]
-    owners = dict(conn.execute(_OWNERS.format(", ".join("?" * len(checked))), checked).fetchall()) if checked else {}
-    gates = gated(writes, owners)
-    for i, write in enumerate(writes):
-        if gates[i] is None and write.create and conn.execute(q.insert_saga, write.saga or ()).rowcount != 1:
-            gates[i] = Outcome.TAKEN
-    outcomes, sagas, steps = passed_rows(writes, gates)
-    if sagas:
-        conn.executemany(q.upsert_saga, sagas)
-    if steps:
-        conn.executemany(_UPSERT_STEPS, steps)
-        conn.executemany(_SET_KEY, [(row[6], row[0], row[2], row[6]) for row in steps])
-    return outcomes
+def _statements(write: Write) -> int:
+    """Return how many statements `write` takes (one needs no transaction of its own)."""
+    chunks = -(-len(write.steps) // _CHUNK)
+    return chunks + (write.saga is not None)
 
 
-def _write_one(conn: sqlite3.Connection, q: Queries, write: Write) -> Outcome | Exception:
-    """Write one write of a batch in a savepoint of its own; return its outcome, or the error that refused it."""
-    conn.execute("SAVEPOINT saga_write")
-    try:
-        (outcome,) = _write_together(conn, q, [write])
-    except _WRITE_ERRORS as exc:
-        conn.execute("ROLLBACK TO saga_write")
-        outcome = exc
-    conn.execute("RELEASE saga_write")
-    return outcome
+def _write(conn: sqlite3.Connection, q: Queries, write: Write) -> Outcome:
+    """Write one write's rows, its condition folded into its statements; return its outcome."""
+    saga = write.saga
+    if write.create:
+        assert saga is not None
+        if conn.execute(q.insert_saga, saga).rowcount != 1:
+            return Outcome.TAKEN
+    elif saga is not None and write.owner is not None:
+        if conn.execute(_UPDATE_OWNED, (*saga[1:], write.saga_id, write.owner)).rowcount != 1:
+            return Outcome.LOST
+    elif saga is not None:
+        conn.execute(q.upsert_saga, saga)
+    # Steps alone under an owner: each statement inserts only while the saga names that owner.
+    gate = (write.saga_id, write.owner) if saga is None and write.owner is not None else ()
+    rows = write.steps
+    for start in range(0, len(rows), _CHUNK):
+        chunk = rows[start : start + _CHUNK]
+        params = [value for row in chunk for value in row]
+        if conn.execute(_upsert_steps(len(chunk), bool(gate)), (*params, *gate)).rowcount == 0 and gate:
+            return Outcome.LOST  # the first chunk: nothing was written
+    return Outcome.WRITTEN
 
 
-_OWNERS = "SELECT saga_id, owner FROM sagas WHERE saga_id IN ({})"  # `?` per id; a batch holds at most MAX_BATCH
+# Step rows per statement: 19 parameters each, well under SQLite's 32,766.
+_CHUNK = 500
+_UPDATE_OWNED = f"UPDATE sagas SET {', '.join(f'{c} = ?' for c in SAGA_COLUMNS[1:])} WHERE saga_id = ? AND owner = ?"
+_STEP_ROW = "(" + ", ".join("?" * len(STEP_COLUMNS)) + ")"
+_STEP_SET = ", ".join(f"{c} = excluded.{c}" for c in STEP_COLUMNS[3:])
 
-# The batch's step upsert leaves the idempotency key out of its SET: SQLite rewrites the entries of every index
-# whose column a SET names, changed or not, so naming the key dirtied a page of its unique index at every save (one
-# more page in the WAL, written and synced at commit). A key that does change is set by _SET_KEY, which writes
-# nothing when the stored key is the same, and fails as the upsert would when another step holds the key.
-_UPSERT_STEPS = (
-    f"INSERT INTO steps ({', '.join(STEP_COLUMNS)}) VALUES ({', '.join('?' * len(STEP_COLUMNS))}) "
-    "ON CONFLICT (saga_id, step_id) DO UPDATE SET "
-    + ", ".join(f"{c} = excluded.{c}" for c in STEP_COLUMNS[3:] if c != "idempotency_key")
-)
-_SET_KEY = "UPDATE steps SET idempotency_key = ? WHERE saga_id = ? AND step_id = ? AND idempotency_key IS NOT ?"
+
+@functools.lru_cache(maxsize=64)
+def _upsert_steps(rows: int, gated: bool) -> str:
+    """Return the upsert of `rows` step rows; `gated`: only while the saga has the owner given after them."""
+    values = ", ".join([_STEP_ROW] * rows)
+    head = f"INSERT INTO steps ({', '.join(STEP_COLUMNS)}) "
+    tail = f" ON CONFLICT (saga_id, step_id) DO UPDATE SET {_STEP_SET}"
+    if not gated:
+        return f"{head}VALUES {values}{tail}"
+    # WHERE before ON CONFLICT: SQLite's documented way to keep an INSERT ... SELECT upsert unambiguous.
+    owned = "EXISTS (SELECT 1 FROM sagas WHERE saga_id = ? AND owner = ?)"
+    return f"{head}SELECT * FROM (VALUES {values}) WHERE {owned}{tail}"
 
 
 def _usable(conn: aiosqlite.Connection) -> bool:
@@ -267,6 +260,7 @@ class SQLiteStore(SQLStore):
     """Keep sagas in a SQLite file, in WAL mode, writing through one connection."""
 
     dialect = "sqlite"
+    _write_errors = _WRITE_ERRORS
 
     def __init__(
         self,
@@ -403,18 +397,10 @@ class SQLiteStore(SQLStore):
 
     async def _write_batch(self, writes: Sequence[Write]) -> Sequence[Outcome | Exception]:
         """Write a batch in one transaction run whole on aiosqlite's thread: one hop, one commit (one fsync)."""
-        if not _ONE_HOP:
-            return await super()._write_batch(writes)
         async with self._transaction(begin=False) as tx:
             assert isinstance(tx, _SQLiteTransaction)
             # Cancelled while it runs, the thread still finishes the transaction (commit or rollback) on its own.
-            outcomes = await tx.call(partial(_write_all, q=self._queries, writes=writes))
-        return [convert(item, ERROR_MAP, self._url) if isinstance(item, sqlite3.Error) else item for item in outcomes]
-
-    def _shared_failure(self, exc: Exception) -> bool:
-        # A write's own error fails it alone inside the batch's transaction (`_write_all`); what fails the whole
-        # transaction (the write lock held by another process past busy_timeout, I/O) would fail each write too.
-        return _ONE_HOP or super()._shared_failure(exc)
+            return await tx.call(partial(_write_all, q=self._queries, writes=writes))
 
     def _schema_transaction(self) -> AbstractAsyncContextManager[Transaction]:
         # BEGIN IMMEDIATE is the schema lock; SQLite's DDL is transactional, so a migration is all or nothing.

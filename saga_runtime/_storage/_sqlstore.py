@@ -20,35 +20,27 @@ import math
 import random
 import time
 import warnings
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import Any, ClassVar, TypeVar
 
 import anyio
 
-from saga_runtime._exceptions import IdempotencyConflictError, StoreConnectionError, StoreError
+from saga_runtime._exceptions import StoreConnectionError, StoreError
 from saga_runtime._records import (
     ApprovalRow,
-    SagaResult,
     SagaRow,
     SagaStatus,
-    SagaSummary,
     StepRow,
-    VerifyResult,
-    export_rows,
-    import_approvals,
-    import_rows,
     now,
-    result_from_rows,
     seal_saga,
-    summary_from_rows,
-    verify_rows,
 )
 from saga_runtime._storage._approval_sql import ApprovalQueries, approval_params, approval_row
 from saga_runtime._storage._base import unparked_status
 from saga_runtime._storage._batch import Batcher, Outcome, Write, lease_lost
 from saga_runtime._storage._open import redact_url
+from saga_runtime._storage._reading import StoreBase
 from saga_runtime._storage._sql import (
     LIVE_STATUSES,
     MIGRATIONS,
@@ -60,7 +52,7 @@ from saga_runtime._storage._sql import (
     RowCodec,
     schema_too_new,
 )
-from saga_runtime._storage._sqlwrite import Transaction, write_by_statements, write_of
+from saga_runtime._storage._sqlwrite import Transaction, write_of
 
 __all__ = ["DEFAULT_RETRY_FOR", "SQLStore", "Transaction", "retry_for_option"]
 
@@ -119,13 +111,16 @@ def _storable(text: str) -> bool:
     return True
 
 
-class SQLStore(abc.ABC):
+class SQLStore(StoreBase, abc.ABC):
     """A SagaStore on a SQL database; subclasses bring the driver, connections and error conversion."""
 
+    #: Rows come to it sealed: it never seals a step row.
+    seals_on_read = False
+
     dialect: ClassVar[DialectName]
-    # Whether the driver's executemany is atomic on its own (asyncpg's is; aiomysql's becomes one multi-row
-    # statement), so a batch of step rows needs no explicit transaction.
-    atomic_batches: ClassVar[bool] = False
+    # The driver errors that are one write's doing (a batch failing with one is written again write by write);
+    # None: any error but a lost connection may be.
+    _write_errors: ClassVar[tuple[type[BaseException], ...] | None] = None
 
     def __init__(self, url: str, *, retry_for: float = DEFAULT_RETRY_FOR, writers: int = 1) -> None:
         self._url = redact_url(url)
@@ -135,9 +130,7 @@ class SQLStore(abc.ABC):
         self._closed = False
         self._retry_for = retry_for
         # Group commit: up to `writers` batches of writes at once (SQLite has one writer; a pool has more).
-        self._batcher = Batcher(
-            self._flush, slots=writers, shared=self._shared_failure, closed_error=self._closed_error
-        )
+        self._batcher = Batcher(self._flush, slots=writers)
 
     # -- what a driver provides ------------------------------------------------------------------------------
 
@@ -184,13 +177,10 @@ class SQLStore(abc.ABC):
     # When the database began sealing saga rows (schema version 3 applied); read at open.
     _sealed_since: datetime | None = None
 
-    async def verify_saga(self, saga_id: str) -> VerifyResult:
-        """Check a stored saga's hash chain; raise `KeyError` if it is not stored."""
-        snapshot = await self.load_saga(saga_id)
-        if snapshot is None:
-            raise KeyError(f"no saga {saga_id!r} in {self._url}")
-        approvals = await self.load_approvals(saga_id)
-        return verify_rows(*snapshot, self._signing_key, approvals, sealed_since=self._sealed_since)
+    @property
+    def sealed_since(self) -> datetime | None:
+        """Return when the database began sealing saga rows (schema version 3), or None."""
+        return self._sealed_since
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self._url}{' (closed)' if self._closed else ''}>"
@@ -279,6 +269,24 @@ class SQLStore(abc.ABC):
     # -- writes: every one goes through the group commit ------------------------------------------------------
 
     async def _flush(self, writes: Sequence[Write]) -> Sequence[Outcome | Exception]:
+        """Write one batch, then, if it failed for one write's sake, each write alone (each gets its own answer)."""
+        try:
+            return await self._flush_once(writes)
+        except Exception as exc:
+            if len(writes) == 1 or self._shared_failure(exc):
+                raise
+        outcomes: list[Outcome | Exception] = []
+        for write in writes:
+            if write.future is not None and write.future.done():  # its caller left: not written, and nobody asks
+                outcomes.append(Outcome.WRITTEN)
+                continue
+            try:
+                outcomes.extend(await self._flush_once([write]))
+            except Exception as exc:
+                outcomes.append(exc)
+        return outcomes
+
+    async def _flush_once(self, writes: Sequence[Write]) -> Sequence[Outcome | Exception]:
         """Write one batch (one transaction), retried on a fresh connection while the connection is lost."""
 
         async def once() -> Sequence[Outcome | Exception]:
@@ -290,7 +298,10 @@ class SQLStore(abc.ABC):
 
     def _shared_failure(self, exc: Exception) -> bool:
         """Tell whether a batch's error concerns every write of it (else each is written alone to find out)."""
-        return isinstance(exc, StoreConnectionError) or self._closed
+        if isinstance(exc, StoreConnectionError) or self._closed:
+            return True
+        own = self._write_errors
+        return own is not None and not (isinstance(exc, own) or isinstance(exc.__cause__, own))
 
     def _closed_error(self) -> StoreError:
         return StoreError(
@@ -298,9 +309,9 @@ class SQLStore(abc.ABC):
             url=self._url,
         )
 
+    @abc.abstractmethod
     async def _write_batch(self, writes: Sequence[Write]) -> Sequence[Outcome | Exception]:
-        """Write a batch in one transaction, statement by statement; drivers override it with fewer round trips."""
-        return await write_by_statements(self._transaction, self._queries, self._codec, writes, self.atomic_batches)
+        """Write a batch, each write's condition checked with it, atomically; return each write's outcome."""
 
     async def _insert(
         self, saga: SagaRow, steps: Sequence[StepRow], what: str = "create_saga"
@@ -536,11 +547,6 @@ class SQLStore(abc.ABC):
 
         return await self._retrying("claim_expired", claim)
 
-    async def get_saga(self, saga_id: str) -> SagaResult | None:
-        """Return the result of a stored saga, or None."""
-        snapshot = await self.load_saga(saga_id)
-        return None if snapshot is None else result_from_rows(*snapshot, await self.load_approvals(saga_id))
-
     # -- approvals -------------------------------------------------------------------------------------------
 
     async def request_approvals(self, rows: Sequence[ApprovalRow]) -> list[str]:
@@ -616,51 +622,22 @@ class SQLStore(abc.ABC):
 
         return await self._retrying(what, read)
 
-    async def list_sagas(
-        self, status: SagaStatus | str | None = None, limit: int = 100, offset: int = 0
-    ) -> list[SagaSummary]:
-        """Return summaries of stored sagas, newest first, optionally only those with `status`."""
+    async def list_rows(self, status: SagaStatus | None, limit: int, offset: int) -> list[tuple[SagaRow, int]]:
+        """Return saga rows, newest first, each with its count of step rows."""
         self._check_open()
         q = self._queries
         params: tuple[Any, ...]
         if status is None:
-            sql, params = q.list_all, (int(limit), int(offset))
+            sql, params = q.list_all, (limit, offset)
         else:
-            sql, params = q.list_status, (SagaStatus(status).value, int(limit), int(offset))
-
-        async def read() -> Sequence[Sequence[Any]]:
-            async with self._transaction(begin=False) as tx:
-                return await tx.fetch(sql, params)
-
-        records = await self._retrying("list_sagas", read)
+            sql, params = q.list_status, (status.value, limit, offset)
         n = len(SAGA_COLUMNS)
-        return [summary_from_rows(self._codec.saga_row(r), int(r[n])) for r in records]
+        return [(self._codec.saga_row(r), int(r[n])) for r in await self._fetch("list_sagas", sql, params)]
 
-    async def export_saga(self, saga_id: str) -> dict[str, Any]:
-        """Return a saga as a JSON-able, versioned document; raise `KeyError` if it is not stored."""
-        snapshot = await self.load_saga(saga_id)
-        if snapshot is None:
-            raise KeyError(f"no saga {saga_id!r} in {self._url}")
-        return export_rows(*snapshot, await self.load_approvals(saga_id))
-
-    async def import_saga(self, data: Mapping[str, Any]) -> None:
-        """Store an exported saga; the same content again is a no-op, other content under its id a conflict."""
+    async def insert_rows(self, saga: SagaRow, steps: Sequence[StepRow]) -> tuple[SagaRow, list[StepRow]] | None:
+        """Insert rows as given (seals kept) unless the id is taken; return what is stored if it is."""
         self._check_open()
-        saga, steps = import_rows(data)
-        approvals = import_approvals(data, saga.saga_id)
-        existing = await self._insert(saga, steps, "import_saga")
-        if existing is None:
-            await self.request_approvals(approvals)
-            return
-        # Rows compare by value: times as instants, whatever offset the document wrote them with.
-        old_saga, old_steps = existing
-        if old_saga != saga or old_steps != sorted(steps, key=lambda row: row.seq):
-            raise IdempotencyConflictError(
-                f"saga {saga.saga_id!r} already exists in {self._url} with other content; "
-                "import it into another store or delete the existing one first",
-                saga_id=saga.saga_id,
-            )
-        await self.request_approvals(approvals)
+        return await self._insert(saga, steps, "import_saga")
 
     async def close(self) -> None:
         """Release the store's connections; the store cannot be used afterwards."""
@@ -668,7 +645,7 @@ class SQLStore(abc.ABC):
             return
         self._closed = True
         try:
-            await self._batcher.close()
+            await self._batcher.close(self._closed_error())
         finally:
             await self._close_connections()
 

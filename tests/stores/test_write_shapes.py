@@ -4,6 +4,7 @@ update) changes no outcome."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -67,3 +68,34 @@ async def test_concurrent_writes_of_many_sagas_all_land(stores: Stores, kind: st
     await asyncio.gather(*(store.save(saga, steps) for saga, steps in sagas))
     for saga, steps in sagas:
         assert await store.load_saga(saga.saga_id) == (saga, steps)
+
+
+async def test_a_lone_write_on_mysql_is_one_statement_with_one_result(
+    stores: Stores, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MariaDB/MySQL: a lone owner-conditional save of step rows is one statement, not a multi-result script."""
+    from saga_runtime._storage import _mysql
+
+    store = await stores.open("mysql", wipe=True)
+    saga, steps = make_saga("lone"), make_steps("lone", 2)
+    saga.owner = "me"
+    await store.create_saga(saga, [])
+    sent: list[str] = []
+    execute, script = _mysql._MySQLTransaction.execute, _mysql._MySQLTransaction.script
+
+    async def counted_execute(self: Any, sql: str, params: Any = ()) -> int:
+        sent.append(sql)
+        return await execute(self, sql, params)
+
+    async def counted_script(self: Any, sql: str, params: Any) -> Any:
+        sent.append(sql)
+        return await script(self, sql, params)
+
+    monkeypatch.setattr(_mysql._MySQLTransaction, "execute", counted_execute)
+    monkeypatch.setattr(_mysql._MySQLTransaction, "script", counted_script)
+    await store.save(None, steps, owner="me")
+    assert len(sent) == 1
+    assert "START TRANSACTION" not in sent[0]
+    with pytest.raises(LeaseLostError):
+        await store.save(None, steps, owner="someone else")
+    assert await store.load_saga("lone") == (saga, steps)

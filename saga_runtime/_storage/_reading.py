@@ -1,0 +1,100 @@
+"""What is built on a store's primitives, once for every store: get, verify, export, import and list sagas.
+
+`StoreBase` gives each store the public methods of these (API.md §5) as one-line delegations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from saga_runtime._exceptions import IdempotencyConflictError
+from saga_runtime._records import (
+    SagaResult,
+    SagaStatus,
+    SagaSummary,
+    VerifyResult,
+    export_rows,
+    import_approvals,
+    import_rows,
+    result_from_rows,
+    summary_from_rows,
+    verify_rows,
+)
+
+if TYPE_CHECKING:
+    from saga_runtime._storage._base import SagaStore
+
+__all__ = ["StoreBase", "export_saga", "get_saga", "import_saga", "list_sagas", "verify_saga"]
+
+
+async def get_saga(store: SagaStore, saga_id: str) -> SagaResult | None:
+    """Return the result of a stored saga, or None."""
+    snapshot = await store.load_saga(saga_id)
+    return None if snapshot is None else result_from_rows(*snapshot, await store.load_approvals(saga_id))
+
+
+async def verify_saga(store: SagaStore, saga_id: str) -> VerifyResult:
+    """Check a stored saga's hash chain; raise `KeyError` if it is not stored."""
+    snapshot = await store.load_saga(saga_id)
+    if snapshot is None:
+        raise KeyError(f"no saga {saga_id!r} in {store.url}")
+    approvals = await store.load_approvals(saga_id)
+    return verify_rows(*snapshot, store.signing_key, approvals, sealed_since=store.sealed_since)
+
+
+async def export_saga(store: SagaStore, saga_id: str) -> dict[str, Any]:
+    """Return a saga as a JSON-able, versioned document; raise `KeyError` if it is not stored."""
+    snapshot = await store.load_saga(saga_id)
+    if snapshot is None:
+        raise KeyError(f"no saga {saga_id!r} in {store.url}")
+    return export_rows(*snapshot, await store.load_approvals(saga_id))
+
+
+async def import_saga(store: SagaStore, data: Mapping[str, Any]) -> None:
+    """Store an exported saga; the same content again is a no-op, other content under its id a conflict."""
+    saga, steps = import_rows(data)
+    approvals = import_approvals(data, saga.saga_id)
+    existing = await store.insert_rows(saga, steps)
+    # Rows compare by value: times as instants, whatever offset the document wrote them with.
+    if existing is not None and existing != (saga, sorted(steps, key=lambda row: row.seq)):
+        raise IdempotencyConflictError(
+            f"saga {saga.saga_id!r} already exists in {store.url} with other content; "
+            "import it into another store or delete the existing one first",
+            saga_id=saga.saga_id,
+        )
+    await store.request_approvals(approvals)
+
+
+async def list_sagas(
+    store: SagaStore, status: SagaStatus | str | None = None, limit: int = 100, offset: int = 0
+) -> list[SagaSummary]:
+    """Return summaries of stored sagas, newest first, optionally only those with `status`."""
+    wanted = None if status is None else SagaStatus(status)
+    return [summary_from_rows(saga, count) for saga, count in await store.list_rows(wanted, int(limit), int(offset))]
+
+
+class StoreBase:
+    """The public methods every store has over its primitives, each delegating to the function above."""
+
+    async def get_saga(self: SagaStore, saga_id: str) -> SagaResult | None:
+        """Return the result of a stored saga, or None."""
+        return await get_saga(self, saga_id)
+
+    async def verify_saga(self: SagaStore, saga_id: str) -> VerifyResult:
+        """Check a stored saga's hash chain; the result is falsy, naming the broken records, if one was altered."""
+        return await verify_saga(self, saga_id)
+
+    async def export_saga(self: SagaStore, saga_id: str) -> dict[str, Any]:
+        """Return a saga as a JSON-able, versioned document; raise `KeyError` if it is not stored."""
+        return await export_saga(self, saga_id)
+
+    async def import_saga(self: SagaStore, data: Mapping[str, Any]) -> None:
+        """Store an exported saga; the same content again is a no-op, other content under its id a conflict."""
+        await import_saga(self, data)
+
+    async def list_sagas(
+        self: SagaStore, status: SagaStatus | str | None = None, limit: int = 100, offset: int = 0
+    ) -> list[SagaSummary]:
+        """Return summaries of stored sagas, newest first, optionally only those with `status`."""
+        return await list_sagas(self, status, limit, offset)

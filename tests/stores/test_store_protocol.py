@@ -1,0 +1,73 @@
+"""The store protocol's shape: declared, never probed; what is built on it written once for every store."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from pathlib import Path
+
+import pytest
+
+import saga_runtime
+from saga_runtime._storage import MemoryStore, SagaStore
+from saga_runtime._storage._batch import Batcher
+from saga_runtime._storage._reading import StoreBase
+from saga_runtime._storage._sqlstore import SQLStore
+
+PACKAGE = Path(saga_runtime.__file__).parent
+BUILT_ON_PRIMITIVES = ("get_saga", "verify_saga", "export_saga", "import_saga", "list_sagas")
+
+
+def _store_classes() -> list[type]:
+    """Return every store class of the package (the SQL ones imported only if their driver is installed)."""
+    classes: list[type] = [MemoryStore, SQLStore]
+    for module, name in (("_sqlite", "SQLiteStore"), ("_postgres", "PostgresStore"), ("_mysql", "MySQLStore")):
+        found = pytest.importorskip(f"saga_runtime._storage.{module}")
+        classes.append(getattr(found, name))
+    return classes
+
+
+def test_no_store_attribute_is_reached_by_getattr() -> None:
+    """No getattr() or hasattr() in the package takes a store: what a store offers is declared by the protocol."""
+    probes = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+                continue
+            if node.func.id in ("getattr", "hasattr") and node.args and "store" in ast.unparse(node.args[0]).lower():
+                probes.append(f"{path.relative_to(PACKAGE)}:{node.lineno}: {ast.unparse(node)}")
+    assert not probes, probes
+
+
+def test_every_store_declares_what_the_engine_reads() -> None:
+    """Every store class has seals_on_read, retry_for and sealed_since, as the protocol declares them."""
+    for cls in _store_classes():
+        for name in ("seals_on_read", "retry_for", "sealed_since", "insert_rows", "list_rows"):
+            assert hasattr(cls, name), f"{cls.__name__} lacks {name}"
+    assert MemoryStore.seals_on_read is True
+    assert SQLStore.seals_on_read is False
+    assert MemoryStore.retry_for == 0.0
+
+
+def test_get_verify_export_import_list_are_written_once() -> None:
+    """get/verify/export/import/list_sagas come from StoreBase on every store, never a store's own code."""
+    for cls in _store_classes():
+        assert issubclass(cls, StoreBase), cls
+        for name in BUILT_ON_PRIMITIVES:
+            assert getattr(cls, name) is getattr(StoreBase, name), f"{cls.__name__}.{name} is its own"
+    for name in BUILT_ON_PRIMITIVES:
+        assert name in {member for member, _ in inspect.getmembers(SagaStore)}
+
+
+async def test_a_memory_store_is_a_sagastore() -> None:
+    """A memory store satisfies the runtime-checkable protocol, its new members included."""
+    store = MemoryStore()
+    assert isinstance(store, SagaStore)
+    assert store.sealed_since is not None
+    await store.close()
+
+
+def test_the_batcher_takes_one_flush_coroutine() -> None:
+    """The group commit is given one flush coroutine and its slots: no other callback into the store."""
+    assert list(inspect.signature(Batcher).parameters) == ["flush", "slots"]
+    assert list(inspect.signature(Batcher.close).parameters) == ["self", "error"]
