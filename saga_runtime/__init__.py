@@ -24,6 +24,7 @@ from saga_runtime._exceptions import (
     SagaError,
     SagaFailedError,
     SagaInProgressError,
+    SagaNotFoundError,
     SchemaVersionError,
     SecretKeyError,
     StepFailedError,
@@ -35,6 +36,7 @@ from saga_runtime._exceptions import (
     UnknownToolError,
 )
 from saga_runtime._executor import SagaExecutor
+from saga_runtime._handle import SagaHandle
 from saga_runtime._llm import LLMRunner, MockLLMClient, ModelCallEvent, tool_result_messages
 from saga_runtime._planning import (
     PlanPolicy,
@@ -47,6 +49,8 @@ from saga_runtime._planning import (
 )
 from saga_runtime._records import (
     ApprovalRequest,
+    Queue,
+    RateLimit,
     SagaResult,
     SagaStatus,
     SagaSummary,
@@ -79,6 +83,8 @@ __all__ = [
     "ModelCallEvent",
     "PlanPolicy",
     "PlanValidationError",
+    "Queue",
+    "RateLimit",
     "ReplayDivergenceError",
     "ResultNotStorableError",
     "ResultValidationError",
@@ -88,8 +94,10 @@ __all__ = [
     "SagaEvent",
     "SagaExecutor",
     "SagaFailedError",
+    "SagaHandle",
     "SagaHook",
     "SagaInProgressError",
+    "SagaNotFoundError",
     "SagaResult",
     "SagaStatus",
     "SagaStore",

@@ -11,6 +11,7 @@ import logging
 from saga_runtime._engine._approvals import Decisions
 from saga_runtime._engine._claim import Drives
 from saga_runtime._engine._driver import Planner, PlanShape, drive_plan
+from saga_runtime._engine._queueing import Queues
 from saga_runtime._engine._recovery import Recovery
 from saga_runtime._exceptions import IdempotencyConflictError, SagaInProgressError
 from saga_runtime._records import (
@@ -33,7 +34,7 @@ logger = logging.getLogger("saga_runtime")
 class Actions:
     """The engine's side of every front door's action on sagas (see the module docstring)."""
 
-    __slots__ = ("_decisions", "_drives", "_planner", "recovery")
+    __slots__ = ("_decisions", "_drives", "_planner", "queues", "recovery")
 
     def __init__(
         self, drives: Drives, planner: Planner, *, max_recovery_attempts: int, recovery_concurrency: int
@@ -42,6 +43,7 @@ class Actions:
         self._planner = planner
         self._decisions = Decisions(drives.config)
         self.recovery = Recovery(drives, planner, max_attempts=max_recovery_attempts, concurrency=recovery_concurrency)
+        self.queues = Queues(drives, self.recovery)
 
     async def run(self, plan: PlanShape, saga: SagaRow, steps: list[StepRow], *, announce: bool) -> SagaResult:
         """Store a new plan saga and drive it; an existing one is returned finished, or resumed if its owner is gone.
@@ -62,6 +64,12 @@ class Actions:
                 return result_from_rows(stored, rows, await self.approvals_of(stored))
             claim = drives.claim(stored, rows, take="orphan")
         async with claim as held:
+            if held is None and claim.saga.status is SagaStatus.QUEUED:
+                raise SagaInProgressError(
+                    f"saga {saga.saga_id!r} is QUEUED: a worker serving its queue starts it; wait for it with "
+                    "executor.handle(saga_id).result()",
+                    saga_id=saga.saga_id,
+                )
             if held is None:
                 raise SagaInProgressError(
                     f"saga {saga.saga_id!r} is {claim.saga.status.value} under executor {claim.saga.owner!r}; wait "

@@ -52,19 +52,20 @@ class Claims:
         plan_hash: str | None = None,
         budget: dict[str, Any] | None = None,
         metadata: dict[str, Any] | None = None,
+        queued: bool = False,
     ) -> SagaRow:
-        """Return the row of a new saga, RUNNING under this executor's lease (not yet stored)."""
+        """Return the row of a new saga, RUNNING under this executor's lease, or QUEUED unowned (not yet stored)."""
         started = now()
         return SagaRow(
             saga_id=saga_id or uuid.uuid4().hex,
             kind=kind,
             plan=plan,
             plan_hash=plan_hash,
-            status=SagaStatus.RUNNING,
+            status=SagaStatus.QUEUED if queued else SagaStatus.RUNNING,
             created_at=started,
             updated_at=started,
-            owner=self.config.executor_id,
-            lease_expires_at=self.lease_until(started),
+            owner=None if queued else self.config.executor_id,
+            lease_expires_at=None if queued else self.lease_until(started),
             budget=budget,
             metadata=metadata if metadata is not None else {},
         )

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from saga_runtime._exceptions import StoreError
 from saga_runtime._records import (
     ApprovalRow,
+    Queue,
+    QueueEntry,
     SagaRow,
     SagaStatus,
     StepRow,
@@ -18,7 +20,7 @@ from saga_runtime._records import (
     seal,
     seal_saga,
 )
-from saga_runtime._storage._base import unparked_status
+from saga_runtime._storage._base import key_full, queue_allowance, unparked_status
 from saga_runtime._storage._batch import lease_lost
 from saga_runtime._storage._keys import signing_key_bytes
 from saga_runtime._storage._reading import StoreBase
@@ -57,6 +59,10 @@ class MemoryStore(StoreBase):
         self._unsealed: dict[str, dict[int, StepRow]] = {}
         # Saga rows written by this store are sealed; only an imported one created before it may carry no seal.
         self._sealed_since = now()
+        # saga_id -> its queue entry (QUEUED sagas, and started ones: they count toward their queue's limits).
+        self._queued: dict[str, QueueEntry] = {}
+        # saga_id -> when a worker started it (the rate windows).
+        self._started: dict[str, datetime] = {}
 
     @property
     def url(self) -> str:
@@ -281,6 +287,57 @@ class MemoryStore(StoreBase):
             self._sagas[saga.saga_id] = replace(
                 saga, owner=owner, lease_expires_at=lease_expires_at, recovery_attempts=saga.recovery_attempts + 1
             )
+            snapshot = self._snapshot(saga.saga_id)
+            assert snapshot is not None
+            claimed.append(snapshot)
+        return claimed
+
+    # -- queues --------------------------------------------------------------------------------------------------
+
+    async def enqueue(
+        self, saga: SagaRow, steps: Sequence[StepRow], entry: QueueEntry
+    ) -> tuple[SagaRow, list[StepRow]] | None:
+        """Store a new QUEUED saga in `entry`'s queue; return what is stored if the id is taken."""
+        existing = await self.create_saga(saga, steps)
+        if existing is None or (existing[0].status is SagaStatus.QUEUED and saga.saga_id not in self._queued):
+            self._queued[saga.saga_id] = entry
+        return existing
+
+    async def claim_queued(
+        self, owner: str, lease_expires_at: datetime, now: datetime, queue: Queue, limit: int
+    ) -> list[tuple[SagaRow, list[StepRow]]]:
+        """Start up to `limit` QUEUED sagas of `queue` within its limits (counted here); return snapshots of them."""
+        self._check_open()
+        mine = [(saga_id, entry) for saga_id, entry in self._queued.items() if entry.queue == queue.name]
+        running: dict[str | None, int] = {}
+        for saga_id, entry in mine:
+            if self._sagas[saga_id].status in _LIVE:
+                running[entry.key] = running.get(entry.key, 0) + 1
+        allowed = queue_allowance(queue, sum(running.values()), limit)
+        if queue.rate_limit is not None:
+            since = now - timedelta(seconds=queue.rate_limit.per)
+            recent = sum(1 for saga_id, _ in mine if self._started.get(saga_id, since) > since)
+            allowed = min(allowed, queue.rate_limit.limit - recent)
+        waiting = [
+            (self._sagas[saga_id], entry)
+            for saga_id, entry in mine
+            if self._sagas[saga_id].status is SagaStatus.QUEUED
+            and (entry.not_before is None or entry.not_before <= now)
+        ]
+        waiting.sort(key=lambda pair: (pair[1].priority, pair[0].created_at, pair[0].saga_id))
+        claimed: list[tuple[SagaRow, list[StepRow]]] = []
+        for saga, entry in waiting:
+            if len(claimed) >= allowed:
+                break
+            if key_full(queue, entry.key, running):
+                continue
+            running[entry.key] = running.get(entry.key, 0) + 1
+            started = replace(
+                saga, status=SagaStatus.RUNNING, owner=owner, lease_expires_at=lease_expires_at, updated_at=now
+            )
+            seal_saga(started, self._signing_key)
+            self._sagas[saga.saga_id] = started
+            self._started[saga.saga_id] = now
             snapshot = self._snapshot(saga.saga_id)
             assert snapshot is not None
             claimed.append(snapshot)

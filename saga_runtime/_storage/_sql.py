@@ -186,6 +186,32 @@ def _schema_approvals(dialect: DialectName) -> list[str]:
     ]
 
 
+def _schema_queues(dialect: DialectName) -> list[str]:
+    # Sagas submitted to a queue: its name (NULL: not queued, or a submit that stopped half-way), the key its
+    # key_concurrency counts, the priority (lower first), the earliest start, and when a worker started it (the rate
+    # windows). None of them is written by a save: a saga's queue is set once, at submit, and its start at its claim.
+    # `queue_locks` holds one row per queue, locked by a claim that counts the queue's limits.
+    t = _TYPES[dialect]
+    table_suffix = " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4" if dialect == "mysql" else ""
+    columns = [
+        f"ADD COLUMN queue {t['short']}",
+        f"ADD COLUMN queue_key {t['short']}",
+        f"ADD COLUMN priority {t['int']} NOT NULL DEFAULT 0",
+        f"ADD COLUMN not_before {t['time']}",
+        f"ADD COLUMN started_at {t['time']}",
+    ]
+    alter = (
+        [f"ALTER TABLE sagas {column}" for column in columns]
+        if dialect == "sqlite"
+        else ["ALTER TABLE sagas " + ", ".join(columns)]
+    )
+    return [
+        *alter,
+        "CREATE INDEX sagas_queue ON sagas (queue, status, priority, created_at)",
+        f"CREATE TABLE queue_locks (name {t['short']} NOT NULL PRIMARY KEY){table_suffix}",
+    ]
+
+
 @dataclass(frozen=True, slots=True)
 class Migration:
     """One step of the schema: the statements that take a database from `version - 1` to `version`."""
@@ -202,6 +228,7 @@ MIGRATIONS: list[Migration] = [
     Migration(2, "recovery attempts and parked sagas", _schema_v2),
     Migration(3, "sealed saga rows, JSON kept as text", _schema_v3),
     Migration(4, "approval requests", _schema_approvals),
+    Migration(5, "queues", _schema_queues),
 ]
 #: The version from which saga rows carry a seal (one written before, untouched since, has none).
 SEALED_SAGAS_VERSION = 3
@@ -317,6 +344,36 @@ class Queries:
             dialect,
             f"SELECT saga_id FROM sagas WHERE {live} AND (lease_expires_at IS NULL OR lease_expires_at < ?) "
             "ORDER BY created_at, saga_id LIMIT ?" + ("" if dialect == "sqlite" else " FOR UPDATE SKIP LOCKED"),
+        )
+        # -- queues: set once at submit; a claim counts the queue's limits under its lock row, then starts sagas --
+        skip = "" if dialect == "sqlite" else " FOR UPDATE SKIP LOCKED"
+        self.enqueue = q(
+            dialect,
+            "UPDATE sagas SET queue = ?, queue_key = ?, priority = ?, not_before = ? "
+            "WHERE saga_id = ? AND status = ? AND queue IS NULL",
+        )
+        self.queue_lock_insert = q(
+            dialect,
+            "INSERT INTO queue_locks (name) VALUES (?) ON DUPLICATE KEY UPDATE name = name"
+            if dialect == "mysql"
+            else "INSERT INTO queue_locks (name) VALUES (?) ON CONFLICT (name) DO NOTHING",
+        )
+        self.queue_lock = q(
+            dialect, "SELECT name FROM queue_locks WHERE name = ?" + ("" if dialect == "sqlite" else " FOR UPDATE")
+        )
+        self.queue_running = q(
+            dialect, f"SELECT queue_key, COUNT(*) FROM sagas WHERE queue = ? AND {live} GROUP BY queue_key"
+        )
+        self.queue_started = q(dialect, "SELECT COUNT(*) FROM sagas WHERE queue = ? AND started_at > ?")
+        self.queue_waiting = q(
+            dialect,
+            "SELECT saga_id, queue_key FROM sagas WHERE queue = ? AND status = ? "
+            "AND (not_before IS NULL OR not_before <= ?) ORDER BY priority, created_at, saga_id LIMIT ?" + skip,
+        )
+        self.queue_start = q(
+            dialect,
+            f"UPDATE sagas SET {', '.join(f'{c} = ?' for c in SAGA_COLUMNS[1:])}, started_at = ? "
+            "WHERE saga_id = ? AND status = ?",
         )
         # PostgreSQL returns the renewed ids with the UPDATE; the others read them back in the same transaction.
         self.renew_returns = dialect == "postgresql"
