@@ -222,3 +222,41 @@ def test_queue_options_are_validated() -> None:
         RateLimit(1, per=0)
     with pytest.raises(TypeError):
         Queue("q", 3)  # type: ignore[misc]
+
+
+async def test_a_stopped_worker_compensates_nothing_and_releases_its_sagas(store: SagaStore) -> None:
+    """Cancelling serve() lets the running call return, compensates nothing, and leaves the saga unowned to resume."""
+    gate = asyncio.Event()
+    calls: list[str] = []
+    registry = ToolRegistry()
+
+    @registry.tool
+    class Slow:
+        async def execute(self, name: str, ctx: StepContext) -> dict[str, Any]:
+            calls.append(f"do {name}")
+            if name == "a" and not gate.is_set():
+                gate.set()
+                await asyncio.sleep(0.2)
+            return {"name": name}
+
+        async def compensate(self, result: Any, ctx: StepContext) -> None:
+            calls.append(f"undo {ctx.args['name']}")
+
+    plan = [{"tool": "Slow", "args": {"name": n}, "id": n} for n in ("a", "b")]
+    first = SagaExecutor(registry, store, lease_timeout=60)
+    await first.submit(plan, saga_id="deploy")
+    task = asyncio.create_task(first.serve(interval=0.02))
+    await asyncio.wait_for(gate.wait(), 10)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    stored = await store.load_saga("deploy")
+    assert stored is not None
+    assert stored[0].status is SagaStatus.RUNNING
+    assert stored[0].owner is None  # released: the next worker takes it at once, not after the 60 s lease
+    assert not any(call.startswith("undo") for call in calls)
+    second = SagaExecutor(registry, store, lease_timeout=60)
+    async with worker(second):
+        result = await second.handle("deploy").result(timeout=10)
+    assert result.status is SagaStatus.SUCCESS
+    assert not any(call.startswith("undo") for call in calls)
