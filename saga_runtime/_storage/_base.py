@@ -165,6 +165,18 @@ class SagaStore(Protocol):
         """
         ...
 
+    async def cancel_queued(self, saga_id: str, error: str, now: datetime) -> bool:
+        """End a QUEUED saga COMPENSATED (nothing ran) with `error`; atomic; return whether it did."""
+        ...
+
+    async def request_cancel(self, saga_id: str, reason: str) -> bool:
+        """Record a request to cancel a RUNNING, COMPENSATING or WAITING saga (once); return whether it did."""
+        ...
+
+    async def cancel_request(self, saga_id: str) -> str | None:
+        """Return the reason of the saga's cancel request, or None if nobody asked."""
+        ...
+
     async def get_saga(self, saga_id: str) -> SagaResult | None:
         """Return the result of a stored saga, or None."""
         ...

@@ -29,6 +29,7 @@ __all__ = ["MemoryStore"]
 
 # The statuses a lease is held on (as the SQL stores' LIVE_STATUSES): PARKED and the terminal ones are never claimed.
 _LIVE = frozenset({SagaStatus.RUNNING, SagaStatus.COMPENSATING})
+_CANCELLABLE = _LIVE | {SagaStatus.WAITING}
 
 
 class MemoryStore(StoreBase):
@@ -63,6 +64,8 @@ class MemoryStore(StoreBase):
         self._queued: dict[str, QueueEntry] = {}
         # saga_id -> when a worker started it (the rate windows).
         self._started: dict[str, datetime] = {}
+        # saga_id -> the reason of a request to cancel it.
+        self._cancels: dict[str, str] = {}
 
     @property
     def url(self) -> str:
@@ -342,6 +345,31 @@ class MemoryStore(StoreBase):
             assert snapshot is not None
             claimed.append(snapshot)
         return claimed
+
+    async def cancel_queued(self, saga_id: str, error: str, now: datetime) -> bool:
+        """End a QUEUED saga COMPENSATED with `error`; return whether it did."""
+        self._check_open()
+        saga = self._sagas.get(saga_id)
+        if saga is None or saga.status is not SagaStatus.QUEUED:
+            return False
+        ended = replace(saga, status=SagaStatus.COMPENSATED, error=error, updated_at=now, finished_at=now)
+        seal_saga(ended, self._signing_key)
+        self._sagas[saga_id] = ended
+        self._seal(saga_id)
+        return True
+
+    async def request_cancel(self, saga_id: str, reason: str) -> bool:
+        """Record a request to cancel a live or waiting saga, once; return whether it did."""
+        self._check_open()
+        saga = self._sagas.get(saga_id)
+        if saga is None or saga.status not in _CANCELLABLE or saga_id in self._cancels:
+            return False
+        self._cancels[saga_id] = reason
+        return True
+
+    async def cancel_request(self, saga_id: str) -> str | None:
+        """Return the reason of the saga's cancel request, or None."""
+        return self._cancels.get(saga_id)
 
     # -- approvals -----------------------------------------------------------------------------------------------
 

@@ -188,9 +188,9 @@ def _schema_approvals(dialect: DialectName) -> list[str]:
 
 def _schema_queues(dialect: DialectName) -> list[str]:
     # Sagas submitted to a queue: its name (NULL: not queued, or a submit that stopped half-way), the key its
-    # key_concurrency counts, the priority (lower first), the earliest start, and when a worker started it (the rate
-    # windows). None of them is written by a save: a saga's queue is set once, at submit, and its start at its claim.
-    # `queue_locks` holds one row per queue, locked by a claim that counts the queue's limits.
+    # key_concurrency counts, the priority (lower first), the earliest start, when a worker started it (the rate
+    # windows), and an operator's request to cancel it (its reason). No save writes them: the queue is set once,
+    # at submit, the start at its claim. `queue_locks` holds one row per queue, locked by a claim counting limits.
     t = _TYPES[dialect]
     table_suffix = " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4" if dialect == "mysql" else ""
     columns = [
@@ -199,6 +199,7 @@ def _schema_queues(dialect: DialectName) -> list[str]:
         f"ADD COLUMN priority {t['int']} NOT NULL DEFAULT 0",
         f"ADD COLUMN not_before {t['time']}",
         f"ADD COLUMN started_at {t['time']}",
+        f"ADD COLUMN cancel_request {t['text']}",
     ]
     alter = (
         [f"ALTER TABLE sagas {column}" for column in columns]
@@ -375,6 +376,13 @@ class Queries:
             f"UPDATE sagas SET {', '.join(f'{c} = ?' for c in SAGA_COLUMNS[1:])}, started_at = ? "
             "WHERE saga_id = ? AND status = ?",
         )
+        # A cancel request on a live or waiting saga, recorded once; its owner reads it at its lease renewals.
+        self.request_cancel = q(
+            dialect,
+            "UPDATE sagas SET cancel_request = ? WHERE saga_id = ? AND status IN (?, ?, ?) AND cancel_request IS NULL",
+        )
+        self.cancel_request = q(dialect, "SELECT cancel_request FROM sagas WHERE saga_id = ?")
+        self.cancel_asked = q(dialect, "SELECT COUNT(*) FROM sagas WHERE saga_id = ? AND cancel_request = ?")
         # PostgreSQL returns the renewed ids with the UPDATE; the others read them back in the same transaction.
         self.renew_returns = dialect == "postgresql"
 

@@ -635,6 +635,35 @@ class SQLStore(StoreBase, abc.ABC):
 
         return await self._retrying("claim_queued", claim)
 
+    async def cancel_queued(self, saga_id: str, error: str, now: datetime) -> bool:
+        """End a QUEUED saga COMPENSATED with `error` (one conditional change, re-sealed); return whether it did."""
+
+        def cancel(saga: SagaRow) -> None:
+            saga.status, saga.error, saga.updated_at, saga.finished_at = SagaStatus.COMPENSATED, error, now, now
+
+        def cancelled(saga: SagaRow) -> bool:
+            return saga.status is SagaStatus.COMPENSATED and saga.finished_at == now
+
+        return await self._conditional("cancel_queued", saga_id, SagaStatus.QUEUED, cancel, cancelled)
+
+    async def request_cancel(self, saga_id: str, reason: str) -> bool:
+        """Record a request to cancel a live or waiting saga, once; return whether it did."""
+        self._check_open()
+        q = self._queries
+        statuses = (*LIVE_STATUSES, SagaStatus.WAITING.value)
+        return await self._conditional_update(
+            "request_cancel",
+            q.request_cancel,
+            (reason, saga_id, *statuses),
+            (q.cancel_asked, (saga_id, reason)),
+        )
+
+    async def cancel_request(self, saga_id: str) -> str | None:
+        """Return the reason of the saga's cancel request, or None."""
+        self._check_open()
+        records = await self._fetch("cancel_request", self._queries.cancel_request, (saga_id,))
+        return None if not records or records[0][0] is None else str(records[0][0])
+
     # -- approvals -------------------------------------------------------------------------------------------
 
     async def request_approvals(self, rows: Sequence[ApprovalRow]) -> list[str]:

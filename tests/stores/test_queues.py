@@ -260,3 +260,80 @@ async def test_a_stopped_worker_compensates_nothing_and_releases_its_sagas(store
         result = await second.handle("deploy").result(timeout=10)
     assert result.status is SagaStatus.SUCCESS
     assert not any(call.startswith("undo") for call in calls)
+
+
+async def test_cancel_of_a_queued_saga_ends_it_at_once(store: SagaStore) -> None:
+    """cancel() of a QUEUED saga ends it COMPENSATED, no tool called, its error saying cancelled and why."""
+    ledger = Ledger()
+    events: list[SagaEvent] = []
+    executor = SagaExecutor(ledger.registry, store, hooks=[events.append])
+    handle = await executor.submit(PLAN, saga_id="c-1")
+    result = await executor.cancel("c-1", reason="customer changed their mind")
+    assert result.status is SagaStatus.COMPENSATED
+    assert result.error is not None
+    assert "cancelled" in result.error
+    assert "customer changed their mind" in result.error
+    assert (await handle.result(timeout=1)).status is SagaStatus.COMPENSATED
+    async with worker(executor):
+        await asyncio.sleep(0.1)
+    assert ledger.started == []
+    assert [event.kind for event in events] == ["saga_queued", "saga_cancel_requested"]
+
+
+async def test_cancel_of_a_terminal_or_unknown_saga(store: SagaStore) -> None:
+    """A terminal saga is returned unchanged; an unknown id raises SagaNotFoundError, a KeyError naming it."""
+    executor = SagaExecutor(Ledger().registry, store)
+    done = await executor.run(PLAN, saga_id="c-2")
+    again = await executor.cancel("c-2", reason="too late")
+    assert again.status is SagaStatus.SUCCESS == done.status
+    assert again.error is None
+    with pytest.raises(SagaNotFoundError, match="ghost"):
+        await executor.cancel("ghost")
+    with pytest.raises(KeyError):
+        await executor.cancel("ghost")
+
+
+async def test_cancel_of_a_running_saga_is_noticed_by_its_owner(store: SagaStore) -> None:
+    """A RUNNING saga's owner notices the request within lease_timeout/3 and compensates; later steps never run."""
+    calls: list[str] = []
+    registry = ToolRegistry()
+
+    @registry.tool
+    class Step:
+        async def execute(self, name: str, ctx: StepContext) -> dict[str, Any]:
+            calls.append(f"do {name}")
+            if name == "a":
+                await asyncio.sleep(0.6)
+            return {"name": name}
+
+        async def compensate(self, result: Any, ctx: StepContext) -> None:
+            calls.append(f"undo {ctx.args['name']}")
+
+    plan = [{"tool": "Step", "args": {"name": n}, "id": n} for n in ("a", "b")]
+    executor = SagaExecutor(registry, store, lease_timeout=0.3)
+    running = asyncio.create_task(executor.run(plan, saga_id="c-3"))
+    await asyncio.sleep(0.05)
+    asked = await executor.cancel("c-3", reason="stop it")
+    assert asked.status is SagaStatus.RUNNING
+    result = await asyncio.wait_for(running, 10)
+    assert result.status is SagaStatus.COMPENSATED
+    assert result.error is not None
+    assert "stop it" in result.error
+    assert calls == ["do a", "undo a"]
+
+
+async def test_cancel_of_a_waiting_saga_rejects_its_requests(store: SagaStore) -> None:
+    """A WAITING saga's undecided requests are rejected with decided_by="cancel", and the saga compensates."""
+    registry = ToolRegistry()
+
+    @registry.tool(approval=True)
+    class Pay:
+        async def execute(self, amount: int, ctx: StepContext) -> dict[str, Any]:
+            return {"paid": amount}
+
+    executor = SagaExecutor(registry, store)
+    waiting = await executor.run([{"tool": "Pay", "args": {"amount": 5}, "id": "pay"}], saga_id="c-4")
+    assert waiting.status is SagaStatus.WAITING
+    result = await executor.cancel("c-4", reason="fraud")
+    assert result.status is SagaStatus.COMPENSATED
+    assert [request.decided_by for request in result.approvals] == ["cancel"]
