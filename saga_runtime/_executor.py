@@ -338,6 +338,13 @@ class SagaExecutor:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ValueError(f"limit must be a positive int, got {limit!r}")
         await self._resources.enter()
+        samplers: list[Any] = [getattr(hook, "observe_queue_depth", None) for hook in self.hooks]
+        samplers = [sample for sample in samplers if callable(sample)]  # e.g. metrics.PrometheusHook
+
+        def on_depth(queue: str, depth: int) -> None:
+            for sample in samplers:
+                sample(queue, depth)
+
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._recover_rounds, self.lease_timeout / 2 if interval is None else interval, limit)
             await self._actions.queues.serve(
@@ -346,6 +353,7 @@ class SagaExecutor:
                 interval=0.5 if interval is None else interval,
                 limit=limit,
                 task_group=tg,
+                on_depth=on_depth if samplers else None,
             )
 
     async def _recover_rounds(self, pause: float, limit: int) -> None:

@@ -61,6 +61,14 @@ class Queues:
             drives.config.executor_id, drives.claims.lease_until(started), started, queue, limit
         )
 
+    async def _sample(self, queues: Sequence[Queue], on_depth: Callable[[str, int], None]) -> None:
+        store = self._drives.config.store
+        for queue in queues:
+            try:
+                on_depth(queue.name, await store.queue_depth(queue.name))
+            except Exception as exc:  # a metric never stops a worker
+                logger.warning("queue %r: could not sample its depth: %s", queue.name, exc)
+
     async def serve(
         self,
         queues: Sequence[Queue],
@@ -69,9 +77,12 @@ class Queues:
         interval: float,
         limit: int,
         task_group: TaskGroup,
-        on_start: Callable[[], None] | None = None,
+        on_depth: Callable[[str, int], None] | None = None,
     ) -> None:
-        """Start queued sagas of `queues` (at most `concurrency` driven at once here) until cancelled."""
+        """Start queued sagas of `queues` (at most `concurrency` driven at once here) until cancelled.
+
+        `on_depth(queue, depth)` is told how many sagas wait in each queue, once per round.
+        """
         running = 0
         freed = anyio.Event()
 
@@ -100,8 +111,8 @@ class Queues:
                     running += 1
                     started += 1
                     task_group.start_soon(drive, saga, rows)
-            if on_start is not None:
-                on_start()
+            if on_depth is not None:
+                await self._sample(queues, on_depth)
             if started:
                 await anyio.lowlevel.checkpoint()  # let the started sagas begin before the next claim
                 continue

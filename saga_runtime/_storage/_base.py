@@ -165,6 +165,10 @@ class SagaStore(Protocol):
         """
         ...
 
+    async def queue_depth(self, queue: str) -> int:
+        """Return how many sagas wait QUEUED in `queue`."""
+        ...
+
     async def cancel_queued(self, saga_id: str, error: str, now: datetime) -> bool:
         """End a QUEUED saga COMPENSATED (nothing ran) with `error`; atomic; return whether it did."""
         ...

@@ -346,6 +346,15 @@ class MemoryStore(StoreBase):
             claimed.append(snapshot)
         return claimed
 
+    async def queue_depth(self, queue: str) -> int:
+        """Return how many sagas wait QUEUED in `queue`."""
+        self._check_open()
+        return sum(
+            1
+            for saga_id, entry in self._queued.items()
+            if entry.queue == queue and self._sagas[saga_id].status is SagaStatus.QUEUED
+        )
+
     async def cancel_queued(self, saga_id: str, error: str, now: datetime) -> bool:
         """End a QUEUED saga COMPENSATED with `error`; return whether it did."""
         self._check_open()

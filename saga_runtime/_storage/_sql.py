@@ -365,6 +365,7 @@ class Queries:
         self.queue_running = q(
             dialect, f"SELECT queue_key, COUNT(*) FROM sagas WHERE queue = ? AND {live} GROUP BY queue_key"
         )
+        self.queue_depth = q(dialect, "SELECT COUNT(*) FROM sagas WHERE queue = ? AND status = ?")
         self.queue_started = q(dialect, "SELECT COUNT(*) FROM sagas WHERE queue = ? AND started_at > ?")
         self.queue_waiting = q(
             dialect,

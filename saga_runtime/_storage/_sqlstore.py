@@ -635,6 +635,12 @@ class SQLStore(StoreBase, abc.ABC):
 
         return await self._retrying("claim_queued", claim)
 
+    async def queue_depth(self, queue: str) -> int:
+        """Return how many sagas wait QUEUED in `queue` (on the queue index)."""
+        self._check_open()
+        records = await self._fetch("queue_depth", self._queries.queue_depth, (queue, SagaStatus.QUEUED.value))
+        return int(records[0][0])
+
     async def cancel_queued(self, saga_id: str, error: str, now: datetime) -> bool:
         """End a QUEUED saga COMPENSATED with `error` (one conditional change, re-sealed); return whether it did."""
 
