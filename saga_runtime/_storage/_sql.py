@@ -347,7 +347,6 @@ class Queries:
             "ORDER BY created_at, saga_id LIMIT ?" + ("" if dialect == "sqlite" else " FOR UPDATE SKIP LOCKED"),
         )
         # -- queues: set once at submit; a claim counts the queue's limits under its lock row, then starts sagas --
-        skip = "" if dialect == "sqlite" else " FOR UPDATE SKIP LOCKED"
         self.enqueue = q(
             dialect,
             "UPDATE sagas SET queue = ?, queue_key = ?, priority = ?, not_before = ? "
@@ -367,10 +366,14 @@ class Queries:
         )
         self.queue_depth = q(dialect, "SELECT COUNT(*) FROM sagas WHERE queue = ? AND status = ?")
         self.queue_started = q(dialect, "SELECT COUNT(*) FROM sagas WHERE queue = ? AND started_at > ?")
+        # PostgreSQL locks only the rows it returns and skips those another claimer holds. MySQL/MariaDB's
+        # locking scans lock rows they then pass over (a recovery scan of the same table), so skipping there would
+        # start sagas out of order: it waits for such a row a moment, and re-reads it (no longer QUEUED if taken).
         self.queue_waiting = q(
             dialect,
             "SELECT saga_id, queue_key FROM sagas WHERE queue = ? AND status = ? "
-            "AND (not_before IS NULL OR not_before <= ?) ORDER BY priority, created_at, saga_id LIMIT ?" + skip,
+            "AND (not_before IS NULL OR not_before <= ?) ORDER BY priority, created_at, saga_id LIMIT ?"
+            + {"sqlite": "", "postgresql": " FOR UPDATE SKIP LOCKED", "mysql": " FOR UPDATE"}[dialect],
         )
         self.queue_start = q(
             dialect,

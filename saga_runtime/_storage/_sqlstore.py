@@ -584,9 +584,10 @@ class SQLStore(StoreBase, abc.ABC):
     ) -> list[tuple[SagaRow, list[StepRow]]]:
         """Start up to `limit` QUEUED sagas of `queue` within its limits; return snapshots of them.
 
-        One transaction: the queue's lock row is locked (when it has limits: claimers of one queue count in turn),
-        its running sagas and recent starts counted, the waiting sagas selected `FOR UPDATE SKIP LOCKED`
-        (SQLite: under `BEGIN IMMEDIATE`), and each started (RUNNING under `owner`'s lease, re-sealed).
+        One transaction: the queue's lock row is locked (when it has limits: claimers of one queue count in
+        turn), its running sagas and recent starts counted, the waiting sagas selected `FOR UPDATE SKIP LOCKED`
+        (MySQL/MariaDB: `FOR UPDATE`, see Queries; SQLite: under `BEGIN IMMEDIATE`), and each started (RUNNING
+        under `owner`'s lease, re-sealed).
         """
         self._check_open()
         if limit < 1:
@@ -612,7 +613,8 @@ class SQLStore(StoreBase, abc.ABC):
                 # Sagas of a key at its limit are passed over: look a little further than `allowed`.
                 scan = allowed if queue.key_concurrency is None else allowed * 4 + 16
                 waiting = await tx.fetch(
-                    q.queue_waiting, (queue.name, SagaStatus.QUEUED.value, codec.time_in(now), scan)
+                    q.queue_waiting,
+                    (queue.name, SagaStatus.QUEUED.value, codec.time_in(now), scan),
                 )
                 ids: list[str] = []
                 for record in waiting:

@@ -206,7 +206,7 @@ async def test_a_rate_limit_bounds_starts_per_window(store: SagaStore) -> None:
     async with worker(executor, queues=[Queue("rated", rate_limit=RateLimit(2, per=60))]):
         await executor.handle("r2").result(timeout=10)
         await asyncio.sleep(0.1)
-    assert sorted(ledger.started) == ["r1", "r2"]
+    assert sorted(ledger.started) == ["r1", "r2"]  # started together: in either order
     assert await executor.handle("r3").status() is SagaStatus.QUEUED
 
 
@@ -337,3 +337,21 @@ async def test_cancel_of_a_waiting_saga_rejects_its_requests(store: SagaStore) -
     result = await executor.cancel("c-4", reason="fraud")
     assert result.status is SagaStatus.COMPENSATED
     assert [request.decided_by for request in result.approvals] == ["cancel"]
+
+
+async def test_serve_samples_each_queue_depth_into_a_hook(store: SagaStore) -> None:
+    """A hook with observe_queue_depth (PrometheusHook) is told how many sagas wait in each served queue."""
+    depths: list[tuple[str, int]] = []
+
+    class DepthHook:
+        def __call__(self, event: SagaEvent) -> None:
+            return None
+
+        def observe_queue_depth(self, queue: str, depth: int) -> None:
+            depths.append((queue, depth))
+
+    executor = SagaExecutor(Ledger().registry, store, hooks=[DepthHook()])
+    await executor.submit(one_step("later"), saga_id="d-1", queue="slow", not_before=3600)
+    async with worker(executor, queues=["slow"]):
+        await asyncio.sleep(0.1)
+    assert ("slow", 1) in depths
