@@ -571,6 +571,8 @@ COMMANDS: dict[str, tuple[list[str], str]] = {
     "approve": (["approve", "wait-1", "refund", "--by", "alice"], "approved by alice"),
     "reject": (["reject", "wait-1", "refund", "--by", "bob", "--tools", "cli_tools:registry"], "rejected by bob"),
     "ui": (["ui", "--check"], "the console can serve"),  # serving itself: tests/console/test_console.py
+    "cancel": (["cancel", "ok-1"], "saga ok-1: SUCCESS"),  # a terminal saga: unchanged
+    "worker": (["worker", "--help"], "SIGTERM"),  # serving until a signal: tests/cli/test_worker.py
 }
 SIGNING_KEY = "the signing key of the test"
 
