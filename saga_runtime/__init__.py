@@ -25,6 +25,7 @@ from saga_runtime._exceptions import (
     SagaError,
     SagaFailedError,
     SagaInProgressError,
+    SagaNotFoundError,
     SchemaVersionError,
     SecretKeyError,
     StepFailedError,
@@ -36,6 +37,7 @@ from saga_runtime._exceptions import (
     UnknownToolError,
 )
 from saga_runtime._executor import SagaExecutor
+from saga_runtime._handle import SagaHandle
 from saga_runtime._llm import LLMRunner, MockLLMClient, ModelCallEvent, tool_result_messages
 from saga_runtime._planning import (
     PlanPolicy,
@@ -48,6 +50,8 @@ from saga_runtime._planning import (
 )
 from saga_runtime._records import (
     ApprovalRequest,
+    Queue,
+    RateLimit,
     SagaResult,
     SagaStatus,
     SagaSummary,
@@ -82,6 +86,8 @@ __all__ = [
     "OutcomeUnknownError",
     "PlanPolicy",
     "PlanValidationError",
+    "Queue",
+    "RateLimit",
     "ReplayDivergenceError",
     "ResultNotStorableError",
     "ResultValidationError",
@@ -91,8 +97,10 @@ __all__ = [
     "SagaEvent",
     "SagaExecutor",
     "SagaFailedError",
+    "SagaHandle",
     "SagaHook",
     "SagaInProgressError",
+    "SagaNotFoundError",
     "SagaResult",
     "SagaStatus",
     "SagaStore",

@@ -214,6 +214,15 @@ class SagaAdmin:
         await self._resources.enter()
         return await self._actions.retry_compensation(saga_id)
 
+    async def cancel(self, saga_id: str, *, reason: str | None = None) -> SagaResult:
+        """Cancel a saga: a QUEUED one ends COMPENSATED at once, no tool called, its error saying why.
+
+        A RUNNING one is asked to stop: its owner notices within `lease_timeout / 3` and compensates; a WAITING
+        one's undecided requests are rejected (`decided_by="cancel"`) and it compensates; a terminal one is
+        returned unchanged. Returns the saga as it stands; an unknown id raises `SagaNotFoundError` (a KeyError).
+        """
+        return await self._actions.cancel(saga_id, reason)
+
     # -- bulk operator actions ---------------------------------------------------------------------------------
 
     async def retry_compensations(self, *, since: datetime | timedelta | None = None) -> BulkSummary:

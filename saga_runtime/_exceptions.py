@@ -50,6 +50,7 @@ __all__ = [
     "SagaError",
     "SagaFailedError",
     "SagaInProgressError",
+    "SagaNotFoundError",
     "SchemaVersionError",
     "SecretKeyError",
     "StepFailedError",
@@ -130,6 +131,17 @@ class SagaInProgressError(SagaError):
         self.owner = owner
         self.lease_expires_at = lease_expires_at
         super().__init__(message)
+
+
+class SagaNotFoundError(SagaError, KeyError):
+    """No saga of that id is stored (also a `KeyError`)."""
+
+    def __init__(self, message: str, *, saga_id: str) -> None:
+        self.saga_id = saga_id
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
 
 
 class LeaseLostError(SagaError):

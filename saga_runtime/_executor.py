@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 import anyio
@@ -13,6 +15,7 @@ import anyio
 from saga_runtime._dynamic import DynamicSaga
 from saga_runtime._engine import Actions, Budget, Drives, EngineConfig, SagaHook
 from saga_runtime._exceptions import PlanValidationError, ResultNotStorableError, StoreError
+from saga_runtime._handle import SagaHandle
 from saga_runtime._planner import RegistryPlanner, replay
 from saga_runtime._planning import MAX_ID_BYTES, Plan, PlanPolicy, build_plan, valid_id
 from saga_runtime._records import (
@@ -20,11 +23,14 @@ from saga_runtime._records import (
     KEY_ENV,
     REJECTED,
     ApprovalRequest,
+    Queue,
+    QueueEntry,
     SagaResult,
     SagaRow,
     SecretKeyring,
     StepRow,
     idempotency_keys,
+    now,
     to_json_value,
 )
 from saga_runtime._storage import MemoryStore, SagaStore
@@ -149,6 +155,38 @@ class SagaExecutor:
         held = bool(planned.groups) and any(step.approval for step in planned.groups[0])
         return await self._actions.run(planned, saga, steps, announce=not held)
 
+    async def submit(
+        self,
+        plan: Sequence[Any],
+        *,
+        saga_id: str | None = None,
+        queue: str = "default",
+        key: str | None = None,
+        priority: int = 0,
+        not_before: datetime | float | None = None,
+        budget: Budget | None = None,
+        policy: PlanPolicy | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> SagaHandle:
+        """Validate `plan` as `run()` does and store it QUEUED for a worker serving `queue`; return its handle.
+
+        Nothing runs here. `key` groups sagas for a queue's `key_concurrency`; a lower `priority` starts first,
+        then the earlier submit; `not_before` (an aware datetime, or seconds from now) delays the start. The id
+        of a stored saga with the same plan returns its handle and stores nothing; with another plan,
+        `IdempotencyConflictError`.
+        """
+        entry = _queue_entry(queue, key, priority, not_before)
+        planned = build_plan(plan, self.registry, policy=policy, keyring=self._drives.config.keyring)
+        saga, steps = self._new_saga(planned, saga_id, budget, metadata, queued=True)
+        await self._actions.queues.submit(saga, steps, entry)
+        return SagaHandle(self.store, saga.saga_id)
+
+    def handle(self, saga_id: str) -> SagaHandle:
+        """Return a handle to the saga `saga_id` (its status and, once it ends, its result)."""
+        if not isinstance(saga_id, str):
+            raise TypeError(f"saga_id must be a str, got {type(saga_id).__name__}")
+        return SagaHandle(self.store, saga_id)
+
     def saga(
         self,
         saga_id: str | None = None,
@@ -255,6 +293,17 @@ class SagaExecutor:
         await self._resources.enter()
         return await self._actions.unpark(saga_id, compensate=compensate)
 
+    async def cancel(self, saga_id: str, *, reason: str | None = None) -> SagaResult:
+        """Cancel a saga: a QUEUED one ends COMPENSATED at once, no tool called, its error saying why.
+
+        A RUNNING one is asked to stop: its owner notices within `lease_timeout / 3` and compensates; a WAITING
+        one's undecided requests are rejected (`decided_by="cancel"`) and it compensates; a terminal one is
+        returned unchanged. Returns the saga as it stands; an unknown id raises `SagaNotFoundError` (a KeyError).
+        """
+        if reason is not None and not isinstance(reason, str):
+            raise TypeError(f"reason must be a str or None, got {type(reason).__name__}")
+        return await self._actions.cancel(saga_id, reason)
+
     async def retry_compensation(self, saga_id: str) -> SagaResult:
         """Run again the compensations of a COMPENSATION_FAILED saga that gave up; return its new result.
 
@@ -266,15 +315,51 @@ class SagaExecutor:
         await self._resources.enter()
         return await self._actions.retry_compensation(saga_id)
 
-    async def serve(self, *, interval: float | None = None, limit: int = 100) -> None:
-        """Recover sagas whose owner is gone, every `interval` seconds (default: half the lease), until cancelled.
+    async def serve(
+        self,
+        *,
+        queues: Sequence[Queue | str] | None = None,
+        concurrency: int | None = None,
+        interval: float | None = None,
+        limit: int = 100,
+    ) -> None:
+        """The worker loop: start queued sagas of `queues`, and recover sagas whose owner is gone, until cancelled.
 
-        The worker loop of a process that keeps a database's sagas moving: run it in a task, and cancel the task
-        to stop. A saga it was driving when stopped is not compensated: it is released for the next recovery.
-        A store that cannot be reached is retried at the next round; so is a round that failed in any other way
-        (logged with its traceback): a worker loop does not die of one bad round while sagas wait.
+        `queues` (`Queue` objects or names; default `["default"]`): their sagas start in priority order, then
+        submit order, once `not_before` passed, within each queue's limits, at most `concurrency` at once here.
+        An idle worker looks for queued sagas every `interval` seconds (default 0.5); recovery rounds run every
+        `interval` too when given, else every half lease. Run it in a task, and cancel the task to stop: the
+        sagas it drives are not compensated, they stop once their running calls return and are released for
+        another worker. A round that failed (a store that cannot be reached) is logged and tried again.
         """
-        pause = self.lease_timeout / 2 if interval is None else interval
+        served = _queues(queues)
+        if concurrency is not None and (
+            isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
+        ):
+            raise ValueError(f"concurrency must be a positive int or None, got {concurrency!r}")
+        _check_positive("interval", interval, allow_none=True)
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValueError(f"limit must be a positive int, got {limit!r}")
+        await self._resources.enter()
+        samplers: list[Any] = [getattr(hook, "observe_queue_depth", None) for hook in self.hooks]
+        samplers = [sample for sample in samplers if callable(sample)]  # e.g. metrics.PrometheusHook
+
+        def on_depth(queue: str, depth: int) -> None:
+            for sample in samplers:
+                sample(queue, depth)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._recover_rounds, self.lease_timeout / 2 if interval is None else interval, limit)
+            await self._actions.queues.serve(
+                served,
+                concurrency=concurrency,
+                interval=0.5 if interval is None else interval,
+                limit=limit,
+                task_group=tg,
+                on_depth=on_depth if samplers else None,
+            )
+
+    async def _recover_rounds(self, pause: float, limit: int) -> None:
         while True:
             try:
                 await self.recover(limit=limit)
@@ -290,6 +375,8 @@ class SagaExecutor:
         saga_id: str | None,
         budget: Budget | None,
         metadata: Mapping[str, Any] | None,
+        *,
+        queued: bool = False,
     ) -> tuple[SagaRow, list[StepRow]]:
         problems, stored_metadata = self._check_saga_options(saga_id, budget, metadata)
         if problems:
@@ -301,6 +388,7 @@ class SagaExecutor:
             plan_hash=planned.digest,
             budget=None if budget is None else {**budget.to_json(), "charges": 0},
             metadata=stored_metadata,
+            queued=queued,
         )
         saga_id = saga.saga_id
         planned_steps = planned.steps
@@ -332,3 +420,47 @@ class SagaExecutor:
             except (ResultNotStorableError, TypeError, ValueError) as exc:
                 problems.append(f"metadata must be a JSON-like mapping: {exc}")
         return problems, stored_metadata
+
+
+def _queue_entry(queue: object, key: object, priority: object, not_before: object) -> QueueEntry:
+    """Return where a submitted saga waits; raise on a bad option (before anything is stored)."""
+    if not isinstance(queue, str) or not queue or len(queue.encode()) > 255 or "\x00" in queue:
+        raise ValueError(f"queue must be a queue name (non-empty text of at most 255 bytes), got {queue!r}")
+    if key is not None and (not isinstance(key, str) or not key or len(key.encode()) > 255 or "\x00" in key):
+        raise ValueError(f"key must be non-empty text of at most 255 bytes, or None, got {key!r}")
+    if isinstance(priority, bool) or not isinstance(priority, int) or priority < 0:
+        raise ValueError(f"priority must be an int >= 0 (lower starts first), got {priority!r}")
+    start: datetime | None
+    if not_before is None:
+        start = None
+    elif isinstance(not_before, datetime):
+        if not_before.tzinfo is None or not_before.utcoffset() is None:
+            raise ValueError(f"not_before must be an aware datetime (with a timezone), got the naive {not_before!r}")
+        start = not_before
+    elif isinstance(not_before, int | float) and not isinstance(not_before, bool) and math.isfinite(not_before):
+        if not_before < 0:
+            raise ValueError(f"not_before in seconds from now must be >= 0, got {not_before!r}")
+        start = now() + timedelta(seconds=not_before)
+    else:
+        raise TypeError(f"not_before must be an aware datetime or seconds from now, got {not_before!r}")
+    return QueueEntry(queue, key, priority, start)
+
+
+def _queues(queues: Sequence[Queue | str] | None) -> list[Queue]:
+    """Return the queues a worker serves (`Queue` objects or names), each once; raise on anything else."""
+    if queues is None:
+        return [Queue("default")]
+    if isinstance(queues, str | Queue):
+        raise TypeError("queues is a list of Queue objects or names, not one")
+    served: dict[str, Queue] = {}
+    for queue in queues:
+        if isinstance(queue, str):
+            queue = Queue(queue)
+        if not isinstance(queue, Queue):
+            raise TypeError(f"queues holds Queue objects or names, got {type(queue).__name__}")
+        if queue.name in served and served[queue.name] != queue:
+            raise ValueError(f"queue {queue.name!r} is given twice with different limits")
+        served[queue.name] = queue
+    if not served:
+        raise ValueError("serve() needs at least one queue")
+    return list(served.values())

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import signal
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
 
+import anyio
+import anyio.lowlevel
+import anyio.to_thread
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -27,7 +31,7 @@ from saga_runtime._cli._common import (
     _stdout,
     app,
 )
-from saga_runtime._cli._load import parse_since
+from saga_runtime._cli._load import load_queues, parse_since
 from saga_runtime._cli._options import DecideToolsOption, JsonOption, ToolsOption, options, store_options
 from saga_runtime._cli._render import saga_table, timeline
 from saga_runtime._cli._ui import TOKEN_VAR, UiError, serve
@@ -411,6 +415,89 @@ def unpark(
         result = await _get(store, saga_id)
         then = "undoes it" if compensate else "takes it over"
         _stdout().print(f"saga {saga_id} is {result.status.value} again; `{PROG} recover --tools ...` {then}")
+        return ExitCode.OK
+
+    _execute(ctx, work)
+
+
+@app.command()
+@store_options
+def cancel(
+    ctx: typer.Context,
+    saga_id: Annotated[str, typer.Argument(metavar="ID", help="The saga to cancel.")],
+    reason: Annotated[str | None, typer.Option("--reason", help="Why; recorded in the saga's error.")] = None,
+) -> None:
+    """Cancel a saga: a QUEUED one ends at once; a running or waiting one is asked to stop and compensate."""
+
+    async def work(store: SagaStore) -> ExitCode:
+        result = await SagaAdmin(store).cancel(saga_id, reason=reason)
+        if result.status.is_terminal:
+            _stdout().print(f"saga {saga_id}: {result.status.value}" + (f" ({result.error})" if result.error else ""))
+        else:
+            _stdout().print(f"saga {saga_id}: {result.status.value}, asked to stop; its owner compensates it")
+        return ExitCode.OK
+
+    _execute(ctx, work)
+
+
+@app.command()
+@store_options
+def worker(
+    ctx: typer.Context,
+    tools: ToolsOption,
+    queues: Annotated[
+        str | None,
+        typer.Option(
+            "--queues", "-q", help="A list of Queue objects (module:attribute); without it, the `default` queue."
+        ),
+    ] = None,
+    concurrency: Annotated[
+        int | None, typer.Option("--concurrency", "-c", min=1, help="Drive at most this many sagas at once here.")
+    ] = None,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option("--metrics-port", min=0, max=65535, help="Serve Prometheus metrics on this port (loopback)."),
+    ] = None,
+) -> None:
+    """Run queued sagas and recover orphans until SIGTERM or SIGINT; then stop without compensating anything."""
+    registry = _registry(tools)
+    served = None
+    if queues is not None:
+        try:
+            served = load_queues(queues)
+        except (ImportError, AttributeError, TypeError, ValueError, SyntaxError) as exc:
+            _error(str(exc), ExitCode.USAGE)
+
+    async def work(store: SagaStore) -> ExitCode:
+        hooks: list[Any] = []
+        server = None
+        if metrics_port is not None:
+            from saga_runtime.metrics import PrometheusHook, start_metrics_server
+
+            hook = PrometheusHook()
+            hooks.append(hook)
+            server = start_metrics_server(metrics_port, hook)
+        executor = SagaExecutor(registry, store=store, hooks=hooks)
+        names = ", ".join(queue.name for queue in served) if served else "default"
+        try:
+            async with anyio.create_task_group() as tg:
+
+                async def stop_on_signal() -> None:
+                    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                        async for received in signals:
+                            _stderr().print(f"{PROG} worker: {signal.Signals(received).name}, stopping")
+                            tg.cancel_scope.cancel()
+                            return
+
+                tg.start_soon(stop_on_signal)
+                await anyio.lowlevel.checkpoint()  # the signal handlers are in place before the first saga starts
+                _stderr().print(f"{PROG} worker {executor.executor_id}: serving {names} on {store.url}")
+                await executor.serve(queues=served, concurrency=concurrency)
+        finally:
+            await executor.aclose()
+            if server is not None:
+                await anyio.to_thread.run_sync(server.close)
+        _stderr().print(f"{PROG} worker {executor.executor_id}: stopped; its sagas are released")
         return ExitCode.OK
 
     _execute(ctx, work)

@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import ModuleType
 
+from saga_runtime._records import Queue
 from saga_runtime._tools import ToolRegistry
 
 __all__ = ["load_registry", "parse_since"]
@@ -50,6 +51,23 @@ def _import(target: str) -> ModuleType:
     if "" not in sys.path and str(Path.cwd()) not in sys.path:
         sys.path.insert(0, str(Path.cwd()))
     return importlib.import_module(target)
+
+
+def load_queues(spec: str) -> list[Queue]:
+    """Return the list of `Queue` objects `spec` names (`module:attribute`)."""
+    target, sep, attribute = spec.partition(":")
+    if not sep or not target or not attribute:
+        raise ValueError(f"--queues takes module:attribute (e.g. myapp.queues:QUEUES), got {spec!r}")
+    value: object = _import(target)
+    for part in attribute.split("."):
+        if not hasattr(value, part):
+            raise AttributeError(f"the module {target!r} has no {attribute!r}; name your list of Queue objects")
+        value = getattr(value, part)
+    if isinstance(value, Queue):
+        return [value]
+    if not isinstance(value, list | tuple) or not value or not all(isinstance(q, Queue) for q in value):
+        raise TypeError(f"{spec!r} is not a list of saga_runtime.Queue objects")
+    return list(value)
 
 
 def load_registry(spec: str) -> ToolRegistry:

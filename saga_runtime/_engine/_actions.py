@@ -11,9 +11,12 @@ import logging
 from saga_runtime._engine._approvals import Decisions
 from saga_runtime._engine._claim import Drives
 from saga_runtime._engine._driver import Planner, PlanShape, drive_plan
+from saga_runtime._engine._events import SagaEvent, emit
+from saga_runtime._engine._queueing import Queues
 from saga_runtime._engine._recovery import Recovery
-from saga_runtime._exceptions import IdempotencyConflictError, SagaInProgressError
+from saga_runtime._exceptions import ApprovalError, IdempotencyConflictError, SagaInProgressError, SagaNotFoundError
 from saga_runtime._records import (
+    REJECTED,
     ApprovalRequest,
     ApprovalRow,
     SagaResult,
@@ -33,7 +36,7 @@ logger = logging.getLogger("saga_runtime")
 class Actions:
     """The engine's side of every front door's action on sagas (see the module docstring)."""
 
-    __slots__ = ("_decisions", "_drives", "_planner", "recovery")
+    __slots__ = ("_decisions", "_drives", "_planner", "queues", "recovery")
 
     def __init__(
         self, drives: Drives, planner: Planner, *, max_recovery_attempts: int, recovery_concurrency: int
@@ -42,6 +45,7 @@ class Actions:
         self._planner = planner
         self._decisions = Decisions(drives.config)
         self.recovery = Recovery(drives, planner, max_attempts=max_recovery_attempts, concurrency=recovery_concurrency)
+        self.queues = Queues(drives, self.recovery)
 
     async def run(self, plan: PlanShape, saga: SagaRow, steps: list[StepRow], *, announce: bool) -> SagaResult:
         """Store a new plan saga and drive it; an existing one is returned finished, or resumed if its owner is gone.
@@ -64,6 +68,12 @@ class Actions:
                 return result_from_rows(stored, rows, await self.approvals_of(stored))
             claim = drives.claim(stored, rows, take="orphan")
         async with claim as held:
+            if held is None and claim.saga.status is SagaStatus.QUEUED:
+                raise SagaInProgressError(
+                    f"saga {saga.saga_id!r} is QUEUED: a worker serving its queue starts it; wait for it with "
+                    "executor.handle(saga_id).result()",
+                    saga_id=saga.saga_id,
+                )
             if held is None:
                 raise SagaInProgressError(
                     f"saga {saga.saga_id!r} is {claim.saga.status.value} under executor {claim.saga.owner!r}; wait "
@@ -120,6 +130,48 @@ class Actions:
             if result is not None:
                 return result
         return await self._stored_result(saga_id)
+
+    async def cancel(self, saga_id: str, reason: str | None) -> SagaResult:
+        """Cancel a saga: a QUEUED one ends at once; a running or waiting one is asked to stop and compensate.
+
+        A terminal (or PARKED) saga is returned unchanged. Returns the saga as it stands.
+        """
+        config = self._drives.config
+        store = config.store
+        stored = await store.load_saga(saga_id)
+        if stored is None:
+            raise SagaNotFoundError(f"no saga {saga_id!r} in {store.url}", saga_id=saga_id)
+        why = "cancelled" + (f": {reason}" if reason else "")
+        saga = stored[0]
+        if saga.status is SagaStatus.QUEUED and await store.cancel_queued(saga_id, f"{why} (before it started)", now()):
+            self._told(saga, why)
+            return await self._stored_result(saga_id)
+        status = (await self._stored_result(saga_id)).status
+        if status.is_terminal or status is SagaStatus.PARKED:
+            return await self._stored_result(saga_id)
+        if await store.request_cancel(saga_id, why):
+            self._told(stored[0], why)
+        if status is SagaStatus.WAITING:
+            undecided = [row for row in await store.load_approvals(saga_id) if row.decision is None]
+            for index, request in enumerate(undecided):
+                try:
+                    await self.decide(
+                        saga_id,
+                        request.step_id,
+                        REJECTED,
+                        by="cancel",
+                        note=why,
+                        digest=None,
+                        resume=index == len(undecided) - 1,
+                    )
+                except ApprovalError:
+                    continue  # decided meanwhile
+        return await self._stored_result(saga_id)
+
+    def _told(self, saga: SagaRow, why: str) -> None:
+        hooks = self._drives.config.hooks
+        if hooks:
+            emit(hooks, SagaEvent("saga_cancel_requested", saga.saga_id, status=saga.status.value, error=why))
 
     async def _stored_result(self, saga_id: str) -> SagaResult:
         store = self._drives.config.store

@@ -24,6 +24,8 @@ EventKind = Literal[
     "saga_finished",
     "approval_requested",
     "approval_decided",
+    "saga_queued",
+    "saga_cancel_requested",
 ]
 
 

@@ -25,12 +25,18 @@ class LeaseKeeper:
     nothing but the timer. A renewal runs as a task owned by the keeper, and `stop()` cancels and awaits it.
     A store error only costs one renewal: the lease still has two thirds of its time when the next one is due.
     When the store says another executor owns the saga, the journal is fenced (it writes nothing more) and
-    `on_lost` is called, which stops the saga's work instead of racing the new owner.
+    `on_lost` is called, which stops the saga's work instead of racing the new owner. A renewal also reads
+    whether an operator asked to cancel the saga (`executor.cancel`); a RUNNING saga then fails with that reason
+    (`on_cancel`) and compensates once its running calls return.
     """
 
-    def __init__(self, journal: Journal, on_lost: Callable[[], None]) -> None:
+    def __init__(
+        self, journal: Journal, on_lost: Callable[[], None], *, on_cancel: Callable[[str], None] | None = None
+    ) -> None:
         self._journal = journal
         self._on_lost = on_lost
+        self._on_cancel = on_cancel
+        self._cancelled = False
         self._interval = journal.config.lease_timeout / 3
         self._loop = asyncio.get_running_loop()
         self._timer: asyncio.TimerHandle | None = None
@@ -80,6 +86,7 @@ class LeaseKeeper:
             if held is not None:
                 if saga.saga_id in held:
                     journal.renewed(expires, sent)
+                    await self._read_cancel()
                     if self._lapsed:
                         self._lapsed = False
                         logger.warning("saga %s: the store is back and the saga is still this executor's", saga.saga_id)
@@ -92,6 +99,22 @@ class LeaseKeeper:
                     return
         if not self._stopped:
             self._timer = self._loop.call_later(self._interval, self._due)
+
+    async def _read_cancel(self) -> None:
+        """Fail a RUNNING saga an operator asked to cancel (told once)."""
+        saga = self._journal.saga
+        if self._on_cancel is None or self._cancelled or saga.status is not SagaStatus.RUNNING:
+            return
+        try:
+            with anyio.fail_after(self._interval):
+                reason = await self._journal.config.store.cancel_request(saga.saga_id)
+        except Exception as exc:
+            logger.warning("saga %s: could not read its cancel request: %s", saga.saga_id, describe(exc))
+            return
+        if reason is not None:
+            self._cancelled = True
+            logger.warning("saga %s: %s; compensating once its running calls return", saga.saga_id, reason)
+            self._on_cancel(reason)
 
     async def stop(self) -> None:
         """Cancel the next renewal, and one in flight, and wait for it to end."""

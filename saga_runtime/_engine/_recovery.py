@@ -101,6 +101,16 @@ class Recovery:
                 tg.start_soon(drive, index, saga, rows)
         return [result for result in done if result is not None]
 
+    async def drive_claimed(self, saga: SagaRow, rows: list[StepRow]) -> SagaResult | None:
+        """Drive a saga this executor claimed (a queued saga it started) as recovery drives one; None if lost."""
+        try:
+            async with self._drives.claim(saga, rows, take="orphan") as held:
+                if held is not None:
+                    return await self._recover_one(held)
+        except LeaseLostError as exc:
+            logger.warning("saga %s: %s", saga.saga_id, exc)
+        return None
+
     async def _recover_one(self, held: Claim) -> SagaResult | None:
         saga = held.saga
         if saga.recovery_attempts >= self._max_attempts:

@@ -61,19 +61,20 @@ class Claims:
         plan_hash: str | None = None,
         budget: dict[str, Any] | None = None,
         metadata: dict[str, Any] | None = None,
+        queued: bool = False,
     ) -> SagaRow:
-        """Return the row of a new saga, RUNNING under this executor's lease (not yet stored)."""
+        """Return the row of a new saga, RUNNING under this executor's lease, or QUEUED unowned (not yet stored)."""
         started = now()
         return SagaRow(
             saga_id=saga_id or uuid.uuid4().hex,
             kind=kind,
             plan=plan,
             plan_hash=plan_hash,
-            status=SagaStatus.RUNNING,
+            status=SagaStatus.QUEUED if queued else SagaStatus.RUNNING,
             created_at=started,
             updated_at=started,
-            owner=self.config.executor_id,
-            lease_expires_at=self.lease_until(started),
+            owner=None if queued else self.config.executor_id,
+            lease_expires_at=None if queued else self.lease_until(started),
             budget=budget,
             metadata=metadata if metadata is not None else {},
         )
@@ -155,7 +156,7 @@ class Session:
         """Start the session in the current task (what `async with` does; for front doors that enter by hand)."""
         self._pending = cancel_requests()
         self._fence.__enter__()
-        self.keeper = LeaseKeeper(self.engine.journal, self._fence.cancel).start()
+        self.keeper = LeaseKeeper(self.engine.journal, self._fence.cancel, on_cancel=self.engine.fail).start()
 
     async def stop_renewing(self) -> None:
         """Stop renewing the lease (it runs out; the saga stays this executor's until then)."""

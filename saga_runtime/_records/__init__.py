@@ -35,6 +35,7 @@ from saga_runtime._records._models import (
     result_from_rows,
     summary_from_rows,
 )
+from saga_runtime._records._queues import Queue, QueueEntry, RateLimit
 from saga_runtime._records._rows import (
     SagaKind,
     SagaRow,
@@ -89,6 +90,9 @@ __all__ = [
     "REJECTED",
     "ApprovalRequest",
     "ApprovalRow",
+    "Queue",
+    "QueueEntry",
+    "RateLimit",
     "SagaKind",
     "SagaResult",
     "SagaRow",

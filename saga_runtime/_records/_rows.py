@@ -40,6 +40,7 @@ class SagaStatus(StrEnum):
     times, so it waits for an operator (`executor.unpark(saga_id)`) instead of being retried forever. WAITING is
     neither: it stopped before a group holding a step that needs a person's approval; nothing of it runs and no
     executor holds its lease until every request of that group is decided (`executor.approve` / `reject`).
+    QUEUED is neither: submitted to a queue, it waits for a worker serving that queue to start it.
     """
 
     RUNNING = "RUNNING"
@@ -49,6 +50,7 @@ class SagaStatus(StrEnum):
     COMPENSATION_FAILED = "COMPENSATION_FAILED"
     PARKED = "PARKED"
     WAITING = "WAITING"
+    QUEUED = "QUEUED"
 
     @property
     def is_terminal(self) -> bool:

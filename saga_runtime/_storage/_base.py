@@ -11,9 +11,19 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
-from saga_runtime._records import ApprovalRow, SagaResult, SagaRow, SagaStatus, SagaSummary, StepRow, VerifyResult
+from saga_runtime._records import (
+    ApprovalRow,
+    Queue,
+    QueueEntry,
+    SagaResult,
+    SagaRow,
+    SagaStatus,
+    SagaSummary,
+    StepRow,
+    VerifyResult,
+)
 
-__all__ = ["SagaStore", "unparked_status"]
+__all__ = ["SagaStore", "key_full", "queue_allowance", "unparked_status"]
 
 
 @runtime_checkable
@@ -132,6 +142,45 @@ class SagaStore(Protocol):
         """
         ...
 
+    # -- queues: sagas submitted for a worker to start -----------------------------------------------------------
+
+    async def enqueue(
+        self, saga: SagaRow, steps: Sequence[StepRow], entry: QueueEntry
+    ) -> tuple[SagaRow, list[StepRow]] | None:
+        """Store a new QUEUED saga and its PENDING step rows in `entry`'s queue; return None, or what is stored.
+
+        A saga whose id is taken and is still QUEUED outside any queue (a submit that stopped half-way) is put in
+        `entry`'s queue. No worker starts a saga before it is in its queue.
+        """
+        ...
+
+    async def claim_queued(
+        self, owner: str, lease_expires_at: datetime, now: datetime, queue: Queue, limit: int
+    ) -> list[tuple[SagaRow, list[StepRow]]]:
+        """Start up to `limit` QUEUED sagas of `queue` whose `not_before` passed: RUNNING under `owner`'s lease.
+
+        Lowest priority first, then the earliest submitted. The queue's limits (`concurrency`, `key_concurrency`,
+        `rate_limit`) are counted in the same transaction as the claim, so they hold across every worker; two
+        owners claiming at once never get the same saga. Returns snapshots of the sagas started.
+        """
+        ...
+
+    async def queue_depth(self, queue: str) -> int:
+        """Return how many sagas wait QUEUED in `queue`."""
+        ...
+
+    async def cancel_queued(self, saga_id: str, error: str, now: datetime) -> bool:
+        """End a QUEUED saga COMPENSATED (nothing ran) with `error`; atomic; return whether it did."""
+        ...
+
+    async def request_cancel(self, saga_id: str, reason: str) -> bool:
+        """Record a request to cancel a RUNNING, COMPENSATING or WAITING saga (once); return whether it did."""
+        ...
+
+    async def cancel_request(self, saga_id: str) -> str | None:
+        """Return the reason of the saga's cancel request, or None if nobody asked."""
+        ...
+
     async def get_saga(self, saga_id: str) -> SagaResult | None:
         """Return the result of a stored saga, or None."""
         ...
@@ -202,3 +251,15 @@ def unparked_status(saga: SagaRow, compensate: bool) -> tuple[SagaStatus, str | 
     if compensate:
         return SagaStatus.COMPENSATING, f"an operator chose to compensate it after it was parked ({saga.error})"
     return saga.parked_from or SagaStatus.RUNNING, None
+
+
+def queue_allowance(queue: Queue, running: int, limit: int) -> int:
+    """Return how many sagas of `queue` may start now, `running` of them running (at most `limit`)."""
+    if queue.concurrency is not None:
+        return max(0, min(limit, queue.concurrency - running))
+    return max(0, limit)
+
+
+def key_full(queue: Queue, key: str | None, running: dict[str | None, int]) -> bool:
+    """Tell whether the sagas running with `key` reach `queue.key_concurrency` (sagas without a key never do)."""
+    return queue.key_concurrency is not None and key is not None and running.get(key, 0) >= queue.key_concurrency

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from saga_runtime._exceptions import StoreError
 from saga_runtime._records import (
     ApprovalRow,
+    Queue,
+    QueueEntry,
     SagaRow,
     SagaStatus,
     StepRow,
@@ -18,7 +20,7 @@ from saga_runtime._records import (
     seal,
     seal_saga,
 )
-from saga_runtime._storage._base import unparked_status
+from saga_runtime._storage._base import key_full, queue_allowance, unparked_status
 from saga_runtime._storage._batch import lease_lost
 from saga_runtime._storage._keys import signing_key_bytes
 from saga_runtime._storage._reading import StoreBase
@@ -27,6 +29,7 @@ __all__ = ["MemoryStore"]
 
 # The statuses a lease is held on (as the SQL stores' LIVE_STATUSES): PARKED and the terminal ones are never claimed.
 _LIVE = frozenset({SagaStatus.RUNNING, SagaStatus.COMPENSATING})
+_CANCELLABLE = _LIVE | {SagaStatus.WAITING}
 
 
 class MemoryStore(StoreBase):
@@ -57,6 +60,12 @@ class MemoryStore(StoreBase):
         self._unsealed: dict[str, dict[int, StepRow]] = {}
         # Saga rows written by this store are sealed; only an imported one created before it may carry no seal.
         self._sealed_since = now()
+        # saga_id -> its queue entry (QUEUED sagas, and started ones: they count toward their queue's limits).
+        self._queued: dict[str, QueueEntry] = {}
+        # saga_id -> when a worker started it (the rate windows).
+        self._started: dict[str, datetime] = {}
+        # saga_id -> the reason of a request to cancel it.
+        self._cancels: dict[str, str] = {}
 
     @property
     def url(self) -> str:
@@ -283,6 +292,91 @@ class MemoryStore(StoreBase):
             assert snapshot is not None
             claimed.append(snapshot)
         return claimed
+
+    # -- queues --------------------------------------------------------------------------------------------------
+
+    async def enqueue(
+        self, saga: SagaRow, steps: Sequence[StepRow], entry: QueueEntry
+    ) -> tuple[SagaRow, list[StepRow]] | None:
+        """Store a new QUEUED saga in `entry`'s queue; return what is stored if the id is taken."""
+        existing = await self.create_saga(saga, steps)
+        if existing is None or (existing[0].status is SagaStatus.QUEUED and saga.saga_id not in self._queued):
+            self._queued[saga.saga_id] = entry
+        return existing
+
+    async def claim_queued(
+        self, owner: str, lease_expires_at: datetime, now: datetime, queue: Queue, limit: int
+    ) -> list[tuple[SagaRow, list[StepRow]]]:
+        """Start up to `limit` QUEUED sagas of `queue` within its limits (counted here); return snapshots of them."""
+        self._check_open()
+        mine = [(saga_id, entry) for saga_id, entry in self._queued.items() if entry.queue == queue.name]
+        running: dict[str | None, int] = {}
+        for saga_id, entry in mine:
+            if self._sagas[saga_id].status in _LIVE:
+                running[entry.key] = running.get(entry.key, 0) + 1
+        allowed = queue_allowance(queue, sum(running.values()), limit)
+        if queue.rate_limit is not None:
+            since = now - timedelta(seconds=queue.rate_limit.per)
+            recent = sum(1 for saga_id, _ in mine if self._started.get(saga_id, since) > since)
+            allowed = min(allowed, queue.rate_limit.limit - recent)
+        waiting = [
+            (self._sagas[saga_id], entry)
+            for saga_id, entry in mine
+            if self._sagas[saga_id].status is SagaStatus.QUEUED
+            and (entry.not_before is None or entry.not_before <= now)
+        ]
+        waiting.sort(key=lambda pair: (pair[1].priority, pair[0].created_at, pair[0].saga_id))
+        claimed: list[tuple[SagaRow, list[StepRow]]] = []
+        for saga, entry in waiting:
+            if len(claimed) >= allowed:
+                break
+            if key_full(queue, entry.key, running):
+                continue
+            running[entry.key] = running.get(entry.key, 0) + 1
+            started = replace(
+                saga, status=SagaStatus.RUNNING, owner=owner, lease_expires_at=lease_expires_at, updated_at=now
+            )
+            seal_saga(started, self._signing_key)
+            self._sagas[saga.saga_id] = started
+            self._started[saga.saga_id] = now
+            snapshot = self._snapshot(saga.saga_id)
+            assert snapshot is not None
+            claimed.append(snapshot)
+        return claimed
+
+    async def queue_depth(self, queue: str) -> int:
+        """Return how many sagas wait QUEUED in `queue`."""
+        self._check_open()
+        return sum(
+            1
+            for saga_id, entry in self._queued.items()
+            if entry.queue == queue and self._sagas[saga_id].status is SagaStatus.QUEUED
+        )
+
+    async def cancel_queued(self, saga_id: str, error: str, now: datetime) -> bool:
+        """End a QUEUED saga COMPENSATED with `error`; return whether it did."""
+        self._check_open()
+        saga = self._sagas.get(saga_id)
+        if saga is None or saga.status is not SagaStatus.QUEUED:
+            return False
+        ended = replace(saga, status=SagaStatus.COMPENSATED, error=error, updated_at=now, finished_at=now)
+        seal_saga(ended, self._signing_key)
+        self._sagas[saga_id] = ended
+        self._seal(saga_id)
+        return True
+
+    async def request_cancel(self, saga_id: str, reason: str) -> bool:
+        """Record a request to cancel a live or waiting saga, once; return whether it did."""
+        self._check_open()
+        saga = self._sagas.get(saga_id)
+        if saga is None or saga.status not in _CANCELLABLE or saga_id in self._cancels:
+            return False
+        self._cancels[saga_id] = reason
+        return True
+
+    async def cancel_request(self, saga_id: str) -> str | None:
+        """Return the reason of the saga's cancel request, or None."""
+        return self._cancels.get(saga_id)
 
     # -- approvals -----------------------------------------------------------------------------------------------
 

@@ -186,6 +186,33 @@ def _schema_approvals(dialect: DialectName) -> list[str]:
     ]
 
 
+def _schema_queues(dialect: DialectName) -> list[str]:
+    # Sagas submitted to a queue: its name (NULL: not queued, or a submit that stopped half-way), the key its
+    # key_concurrency counts, the priority (lower first), the earliest start, when a worker started it (the rate
+    # windows), and an operator's request to cancel it (its reason). No save writes them: the queue is set once,
+    # at submit, the start at its claim. `queue_locks` holds one row per queue, locked by a claim counting limits.
+    t = _TYPES[dialect]
+    table_suffix = " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4" if dialect == "mysql" else ""
+    columns = [
+        f"ADD COLUMN queue {t['short']}",
+        f"ADD COLUMN queue_key {t['short']}",
+        f"ADD COLUMN priority {t['int']} NOT NULL DEFAULT 0",
+        f"ADD COLUMN not_before {t['time']}",
+        f"ADD COLUMN started_at {t['time']}",
+        f"ADD COLUMN cancel_request {t['text']}",
+    ]
+    alter = (
+        [f"ALTER TABLE sagas {column}" for column in columns]
+        if dialect == "sqlite"
+        else ["ALTER TABLE sagas " + ", ".join(columns)]
+    )
+    return [
+        *alter,
+        "CREATE INDEX sagas_queue ON sagas (queue, status, priority, created_at)",
+        f"CREATE TABLE queue_locks (name {t['short']} NOT NULL PRIMARY KEY){table_suffix}",
+    ]
+
+
 @dataclass(frozen=True, slots=True)
 class Migration:
     """One step of the schema: the statements that take a database from `version - 1` to `version`."""
@@ -202,6 +229,7 @@ MIGRATIONS: list[Migration] = [
     Migration(2, "recovery attempts and parked sagas", _schema_v2),
     Migration(3, "sealed saga rows, JSON kept as text", _schema_v3),
     Migration(4, "approval requests", _schema_approvals),
+    Migration(5, "queues", _schema_queues),
 ]
 #: The version from which saga rows carry a seal (one written before, untouched since, has none).
 SEALED_SAGAS_VERSION = 3
@@ -318,6 +346,47 @@ class Queries:
             f"SELECT saga_id FROM sagas WHERE {live} AND (lease_expires_at IS NULL OR lease_expires_at < ?) "
             "ORDER BY created_at, saga_id LIMIT ?" + ("" if dialect == "sqlite" else " FOR UPDATE SKIP LOCKED"),
         )
+        # -- queues: set once at submit; a claim counts the queue's limits under its lock row, then starts sagas --
+        self.enqueue = q(
+            dialect,
+            "UPDATE sagas SET queue = ?, queue_key = ?, priority = ?, not_before = ? "
+            "WHERE saga_id = ? AND status = ? AND queue IS NULL",
+        )
+        self.queue_lock_insert = q(
+            dialect,
+            "INSERT INTO queue_locks (name) VALUES (?) ON DUPLICATE KEY UPDATE name = name"
+            if dialect == "mysql"
+            else "INSERT INTO queue_locks (name) VALUES (?) ON CONFLICT (name) DO NOTHING",
+        )
+        self.queue_lock = q(
+            dialect, "SELECT name FROM queue_locks WHERE name = ?" + ("" if dialect == "sqlite" else " FOR UPDATE")
+        )
+        self.queue_running = q(
+            dialect, f"SELECT queue_key, COUNT(*) FROM sagas WHERE queue = ? AND {live} GROUP BY queue_key"
+        )
+        self.queue_depth = q(dialect, "SELECT COUNT(*) FROM sagas WHERE queue = ? AND status = ?")
+        self.queue_started = q(dialect, "SELECT COUNT(*) FROM sagas WHERE queue = ? AND started_at > ?")
+        # PostgreSQL locks only the rows it returns and skips those another claimer holds. MySQL/MariaDB's
+        # locking scans lock rows they then pass over (a recovery scan of the same table), so skipping there would
+        # start sagas out of order: it waits for such a row a moment, and re-reads it (no longer QUEUED if taken).
+        self.queue_waiting = q(
+            dialect,
+            "SELECT saga_id, queue_key FROM sagas WHERE queue = ? AND status = ? "
+            "AND (not_before IS NULL OR not_before <= ?) ORDER BY priority, created_at, saga_id LIMIT ?"
+            + {"sqlite": "", "postgresql": " FOR UPDATE SKIP LOCKED", "mysql": " FOR UPDATE"}[dialect],
+        )
+        self.queue_start = q(
+            dialect,
+            f"UPDATE sagas SET {', '.join(f'{c} = ?' for c in SAGA_COLUMNS[1:])}, started_at = ? "
+            "WHERE saga_id = ? AND status = ?",
+        )
+        # A cancel request on a live or waiting saga, recorded once; its owner reads it at its lease renewals.
+        self.request_cancel = q(
+            dialect,
+            "UPDATE sagas SET cancel_request = ? WHERE saga_id = ? AND status IN (?, ?, ?) AND cancel_request IS NULL",
+        )
+        self.cancel_request = q(dialect, "SELECT cancel_request FROM sagas WHERE saga_id = ?")
+        self.cancel_asked = q(dialect, "SELECT COUNT(*) FROM sagas WHERE saga_id = ? AND cancel_request = ?")
         # PostgreSQL returns the renewed ids with the UPDATE; the others read them back in the same transaction.
         self.renew_returns = dialect == "postgresql"
 

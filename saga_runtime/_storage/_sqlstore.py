@@ -22,7 +22,7 @@ import time
 import warnings
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, ClassVar, TypeVar
 
 import anyio
@@ -30,6 +30,8 @@ import anyio
 from saga_runtime._exceptions import StoreConnectionError, StoreError
 from saga_runtime._records import (
     ApprovalRow,
+    Queue,
+    QueueEntry,
     SagaRow,
     SagaStatus,
     StepRow,
@@ -37,7 +39,7 @@ from saga_runtime._records import (
     seal_saga,
 )
 from saga_runtime._storage._approval_sql import ApprovalQueries, approval_params, approval_row
-from saga_runtime._storage._base import unparked_status
+from saga_runtime._storage._base import key_full, queue_allowance, unparked_status
 from saga_runtime._storage._batch import Batcher, Outcome, Write, lease_lost
 from saga_runtime._storage._open import redact_url
 from saga_runtime._storage._reading import StoreBase
@@ -546,6 +548,129 @@ class SQLStore(StoreBase, abc.ABC):
                 return codec.rows_of_load_many(await tx.fetch(q.load_many(len(ids)), ids))
 
         return await self._retrying("claim_expired", claim)
+
+    # -- queues ----------------------------------------------------------------------------------------------
+
+    async def enqueue(
+        self, saga: SagaRow, steps: Sequence[StepRow], entry: QueueEntry
+    ) -> tuple[SagaRow, list[StepRow]] | None:
+        """Store a new QUEUED saga, then put it in `entry`'s queue; return what is stored if the id is taken.
+
+        Two writes: the saga (through the group commit), then its queue columns (no worker sees it before). A
+        submit that stopped between them is finished by the next submit of the same id.
+        """
+        existing = await self.create_saga(saga, steps)
+        if existing is not None and existing[0].status is not SagaStatus.QUEUED:
+            return existing
+        q, codec = self._queries, self._codec
+        params = (
+            entry.queue,
+            entry.key,
+            int(entry.priority),
+            codec.time_in(entry.not_before),
+            saga.saga_id,
+            SagaStatus.QUEUED.value,
+        )
+
+        async def once() -> None:
+            async with self._transaction(begin=False) as tx:
+                await tx.execute(q.enqueue, params)
+
+        await self._retrying("enqueue", once)
+        return existing
+
+    async def claim_queued(
+        self, owner: str, lease_expires_at: datetime, now: datetime, queue: Queue, limit: int
+    ) -> list[tuple[SagaRow, list[StepRow]]]:
+        """Start up to `limit` QUEUED sagas of `queue` within its limits; return snapshots of them.
+
+        One transaction: the queue's lock row is locked (when it has limits: claimers of one queue count in
+        turn), its running sagas and recent starts counted, the waiting sagas selected `FOR UPDATE SKIP LOCKED`
+        (MySQL/MariaDB: `FOR UPDATE`, see Queries; SQLite: under `BEGIN IMMEDIATE`), and each started (RUNNING
+        under `owner`'s lease, re-sealed).
+        """
+        self._check_open()
+        if limit < 1:
+            return []
+        q, codec = self._queries, self._codec
+        limited = queue.concurrency is not None or queue.key_concurrency is not None or queue.rate_limit is not None
+
+        async def claim() -> list[tuple[SagaRow, list[StepRow]]]:
+            async with self._claim_transaction() as tx:
+                running: dict[str | None, int] = {}
+                if limited:
+                    await tx.execute(q.queue_lock_insert, (queue.name,))
+                    await tx.fetch(q.queue_lock, (queue.name,))
+                    for key, count in await tx.fetch(q.queue_running, (queue.name, *LIVE_STATUSES)):
+                        running[key] = int(count)
+                allowed = queue_allowance(queue, sum(running.values()), limit)
+                if queue.rate_limit is not None:
+                    since = codec.time_in(now - timedelta(seconds=queue.rate_limit.per))
+                    recent = int((await tx.fetch(q.queue_started, (queue.name, since)))[0][0])
+                    allowed = min(allowed, queue.rate_limit.limit - recent)
+                if allowed < 1:
+                    return []
+                # Sagas of a key at its limit are passed over: look a little further than `allowed`.
+                scan = allowed if queue.key_concurrency is None else allowed * 4 + 16
+                waiting = await tx.fetch(
+                    q.queue_waiting,
+                    (queue.name, SagaStatus.QUEUED.value, codec.time_in(now), scan),
+                )
+                ids: list[str] = []
+                for record in waiting:
+                    if len(ids) >= allowed:
+                        break
+                    if key_full(queue, record[1], running):
+                        continue
+                    running[record[1]] = running.get(record[1], 0) + 1
+                    ids.append(codec.id_out(record[0]))
+                for saga_id in ids:
+                    saga = codec.saga_row((await tx.fetch(q.lock_saga, (saga_id,)))[0])
+                    saga.status, saga.owner, saga.lease_expires_at = SagaStatus.RUNNING, owner, lease_expires_at
+                    saga.updated_at = now
+                    seal_saga(saga, self._signing_key)
+                    params = codec.saga_params(saga)
+                    await tx.execute(q.queue_start, (*params[1:], codec.time_in(now), saga_id, SagaStatus.QUEUED.value))
+                if not ids:
+                    return []
+                return codec.rows_of_load_many(await tx.fetch(q.load_many(len(ids)), ids))
+
+        return await self._retrying("claim_queued", claim)
+
+    async def queue_depth(self, queue: str) -> int:
+        """Return how many sagas wait QUEUED in `queue` (on the queue index)."""
+        self._check_open()
+        records = await self._fetch("queue_depth", self._queries.queue_depth, (queue, SagaStatus.QUEUED.value))
+        return int(records[0][0])
+
+    async def cancel_queued(self, saga_id: str, error: str, now: datetime) -> bool:
+        """End a QUEUED saga COMPENSATED with `error` (one conditional change, re-sealed); return whether it did."""
+
+        def cancel(saga: SagaRow) -> None:
+            saga.status, saga.error, saga.updated_at, saga.finished_at = SagaStatus.COMPENSATED, error, now, now
+
+        def cancelled(saga: SagaRow) -> bool:
+            return saga.status is SagaStatus.COMPENSATED and saga.finished_at == now
+
+        return await self._conditional("cancel_queued", saga_id, SagaStatus.QUEUED, cancel, cancelled)
+
+    async def request_cancel(self, saga_id: str, reason: str) -> bool:
+        """Record a request to cancel a live or waiting saga, once; return whether it did."""
+        self._check_open()
+        q = self._queries
+        statuses = (*LIVE_STATUSES, SagaStatus.WAITING.value)
+        return await self._conditional_update(
+            "request_cancel",
+            q.request_cancel,
+            (reason, saga_id, *statuses),
+            (q.cancel_asked, (saga_id, reason)),
+        )
+
+    async def cancel_request(self, saga_id: str) -> str | None:
+        """Return the reason of the saga's cancel request, or None."""
+        self._check_open()
+        records = await self._fetch("cancel_request", self._queries.cancel_request, (saga_id,))
+        return None if not records or records[0][0] is None else str(records[0][0])
 
     # -- approvals -------------------------------------------------------------------------------------------
 

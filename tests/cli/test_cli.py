@@ -618,6 +618,8 @@ COMMANDS: dict[str, tuple[list[str], str]] = {
     "reject": (["reject", "wait-1", "refund", "--by", "bob", "--tools", "cli_tools:registry"], "rejected by bob"),
     "ui": (["ui", "--check"], "the console can serve"),  # serving itself: tests/console/test_console.py
     "mcp": (["mcp", "--tools", "cli_tools:registry"], ""),  # stdin at its end: serves nothing; tests/integrations
+    "cancel": (["cancel", "ok-1"], "saga ok-1: SUCCESS"),  # a terminal saga: unchanged
+    "worker": (["worker", "--help"], "SIGTERM"),  # serving until a signal: tests/cli/test_worker.py
 }
 SIGNING_KEY = "the signing key of the test"
 

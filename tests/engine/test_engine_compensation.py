@@ -390,6 +390,7 @@ def test_statuses_are_str_enums_whose_values_are_their_names() -> None:
         "COMPENSATION_FAILED",
         "PARKED",
         "WAITING",
+        "QUEUED",
     ]
     assert {s.name for s in StepStatus} == {
         "PENDING",

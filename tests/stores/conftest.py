@@ -53,7 +53,7 @@ class Stores:
         if len(databases.names) < 2:
             databases.create()
         url = str(databases.url_of(databases.names[1]))
-        await databases.execute(url, ["DROP TABLE IF EXISTS sagas, steps, approvals, schema_version"])
+        await databases.execute(url, ["DROP TABLE IF EXISTS sagas, steps, approvals, queue_locks, schema_version"])
         return url
 
     async def open(self, kind: str, url: str | None = None, *, wipe: bool = False, **options: Any) -> SagaStore:

@@ -1,0 +1,124 @@
+"""Queued sagas: submitted (stored QUEUED, nothing run), then started by a worker serving their queue.
+
+A start is the store's one conditional claim (QUEUED -> RUNNING under this worker's lease, the queue's limits
+counted in the same transaction); the started saga is then driven as recovery drives a saga it took over:
+detached, so a worker stopped stops it without compensating and lets it go for another worker.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+
+import anyio
+import anyio.lowlevel
+from anyio.abc import TaskGroup
+
+from saga_runtime._engine._claim import Drives
+from saga_runtime._engine._events import SagaEvent, emit
+from saga_runtime._engine._journal import Journal
+from saga_runtime._engine._recovery import Recovery
+from saga_runtime._exceptions import IdempotencyConflictError, StoreError
+from saga_runtime._records import Queue, QueueEntry, SagaRow, SagaStatus, StepRow, now
+
+__all__ = ["Queues"]
+
+logger = logging.getLogger("saga_runtime")
+
+
+class Queues:
+    """Submit sagas to queues, and start the queued sagas of the queues a worker serves."""
+
+    __slots__ = ("_drives", "_recovery")
+
+    def __init__(self, drives: Drives, recovery: Recovery) -> None:
+        self._drives = drives
+        self._recovery = recovery
+
+    async def submit(self, saga: SagaRow, steps: list[StepRow], entry: QueueEntry) -> None:
+        """Store a new QUEUED saga; the same id with the same plan stores nothing; another plan raises."""
+        config = self._drives.config
+        Journal(config, saga, steps).seal_all()
+        existing = await config.store.enqueue(saga.copy(), [row.copy() for row in steps], entry)
+        if existing is None:
+            logger.debug("saga %s: queued in %r", saga.saga_id, entry.queue)
+            if config.hooks:
+                emit(config.hooks, SagaEvent("saga_queued", saga.saga_id, status=SagaStatus.QUEUED.value))
+            return
+        stored = existing[0]
+        if stored.kind != saga.kind or stored.plan_hash != saga.plan_hash:
+            raise IdempotencyConflictError(
+                f"saga {saga.saga_id!r} already exists with a different plan; a saga id names one plan, so use a "
+                "new saga_id for this one",
+                saga_id=saga.saga_id,
+            )
+
+    async def start(self, queue: Queue, limit: int) -> list[tuple[SagaRow, list[StepRow]]]:
+        """Claim up to `limit` queued sagas of `queue` for this worker (RUNNING under its lease)."""
+        drives = self._drives
+        started = now()
+        return await drives.config.store.claim_queued(
+            drives.config.executor_id, drives.claims.lease_until(started), started, queue, limit
+        )
+
+    async def _sample(self, queues: Sequence[Queue], on_depth: Callable[[str, int], None]) -> None:
+        store = self._drives.config.store
+        for queue in queues:
+            try:
+                on_depth(queue.name, await store.queue_depth(queue.name))
+            except Exception as exc:  # a metric never stops a worker
+                logger.warning("queue %r: could not sample its depth: %s", queue.name, exc)
+
+    async def serve(
+        self,
+        queues: Sequence[Queue],
+        *,
+        concurrency: int | None,
+        interval: float,
+        limit: int,
+        task_group: TaskGroup,
+        on_depth: Callable[[str, int], None] | None = None,
+    ) -> None:
+        """Start queued sagas of `queues` (at most `concurrency` driven at once here) until cancelled.
+
+        `on_depth(queue, depth)` is told how many sagas wait in each queue, once per round.
+        """
+        running = 0
+        freed = anyio.Event()
+
+        async def drive(saga: SagaRow, rows: list[StepRow]) -> None:
+            nonlocal running, freed
+            try:
+                await self._recovery.drive_claimed(saga, rows)
+            finally:
+                running -= 1
+                freed.set()
+
+        while True:
+            started = 0
+            for queue in queues:
+                room = limit if concurrency is None else min(limit, concurrency - running)
+                if room < 1:
+                    break
+                try:
+                    claimed = await self.start(queue, room)
+                except StoreError as exc:
+                    logger.warning(
+                        "queue %r: starting sagas failed, trying again in %gs: %s", queue.name, interval, exc
+                    )
+                    claimed = []
+                for saga, rows in claimed:
+                    running += 1
+                    started += 1
+                    task_group.start_soon(drive, saga, rows)
+            if on_depth is not None:
+                await self._sample(queues, on_depth)
+            if started:
+                await anyio.lowlevel.checkpoint()  # let the started sagas begin before the next claim
+                continue
+            freed = anyio.Event()
+            with anyio.move_on_after(interval):
+                if concurrency is not None and running >= concurrency:
+                    await freed.wait()
+                else:
+                    await anyio.sleep(interval)

@@ -1,0 +1,103 @@
+"""`saga-runtime worker` and `cancel` run for real in subprocesses against a SQLite file."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from saga_runtime import SagaExecutor, SagaStatus, open_store
+
+from .test_cli import cli
+
+SCRIPT = Path(sys.executable).with_name("saga-runtime")
+
+WORKER_TOOLS = textwrap.dedent(
+    """
+    import asyncio
+    from saga_runtime import Queue, StepContext, ToolRegistry
+
+    registry = ToolRegistry()
+    QUEUES = [Queue("jobs", concurrency=2)]
+
+
+    @registry.tool
+    class Job:
+        async def execute(self, name: str, ctx: StepContext) -> dict:
+            await asyncio.sleep(0.05)
+            return {"done": name}
+
+        async def compensate(self, result: object) -> None:
+            return None
+    """
+)
+
+
+def _submit(db: str, tools: Path, ids: list[str]) -> None:
+    """Submit one-step Job sagas to the `jobs` queue, in this process."""
+    sys.path.insert(0, str(tools))
+    try:
+        import worker_tools  # type: ignore[import-not-found]
+    finally:
+        sys.path.remove(str(tools))
+
+    async def main() -> None:
+        async with open_store(db) as store:
+            executor = SagaExecutor(worker_tools.registry, store)
+            for saga_id in ids:
+                await executor.submit([{"tool": "Job", "args": {"name": saga_id}}], saga_id=saga_id, queue="jobs")
+
+    asyncio.run(main())
+
+
+async def _statuses(db: str, ids: list[str]) -> dict[str, SagaStatus]:
+    async with open_store(db) as store:
+        return {saga_id: (await store.load_saga(saga_id))[0].status for saga_id in ids}  # type: ignore[index]
+
+
+def test_the_worker_runs_queued_sagas_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+    """`worker --tools --queues` runs what was submitted, and SIGTERM stops it with exit code 0."""
+    (tmp_path / "worker_tools.py").write_text(WORKER_TOOLS)
+    db = f"sqlite:///{tmp_path / 'fleet.db'}"
+    ids = [f"job-{n}" for n in range(4)]
+    _submit(db, tmp_path, ids)
+    listed = cli("list", "--status", "QUEUED", "--json", db=db).json()
+    assert {summary["saga_id"] for summary in listed} == set(ids)
+    env = {k: v for k, v in os.environ.items() if k != "SAGA_RUNTIME_DATABASE_URL"}
+    command = [str(SCRIPT), "--db", db, "worker", "--tools", "worker_tools:registry", "--queues", "worker_tools:QUEUES"]
+    process = subprocess.Popen(
+        command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if set(asyncio.run(_statuses(db, ids)).values()) == {SagaStatus.SUCCESS}:
+                break
+            time.sleep(0.1)
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, err
+    assert "stopped" in err
+    assert set(asyncio.run(_statuses(db, ids)).values()) == {SagaStatus.SUCCESS}
+
+
+def test_cancel_command_ends_a_queued_saga(tmp_path: Path) -> None:
+    """`cancel ID --reason T` ends a QUEUED saga COMPENSATED; an unknown id exits with a one-line error."""
+    (tmp_path / "worker_tools.py").write_text(WORKER_TOOLS)
+    db = f"sqlite:///{tmp_path / 'fleet.db'}"
+    _submit(db, tmp_path, ["job-x"])
+    ran = cli("cancel", "job-x", "--reason", "not needed", db=db)
+    assert ran.code == 0, ran.err
+    assert "COMPENSATED" in ran.out
+    assert "not needed" in ran.out
+    missing = cli("cancel", "nobody", db=db)
+    assert missing.code != 0
+    assert "nobody" in missing.err
