@@ -1,10 +1,8 @@
 """The Journal: the one owner of a saga's record (saga row, step rows, approval decisions).
 
-Nothing else assigns a record's field (tests/engine/test_journal.py walks the package to hold that). Its methods
-are intents — start an attempt, succeed, fail, outcome unknown, begin and finish an undo, wait, decide, finish,
-park, release, take over — each checked against the transition table, changing the fields and marking what must
-be written. It seals the rows (the hash chain) and writes them ahead through the store (durability invariants 1
-and 2 of DESIGN.md): owner-conditionally while the engine holds the lease, and never again once fenced.
+Nothing else assigns a record's field (tests/engine/test_journal.py holds that). Its methods are intents, each
+checked against the transition table, changing the fields and marking what must be written. It seals the rows
+and writes them ahead through the store: owner-conditionally under the lease, never again once fenced.
 """
 
 from __future__ import annotations
@@ -238,7 +236,10 @@ class Journal:
         for row in self.rows.values() if status is not SagaStatus.SUCCESS else ():
             if row.status is StepStatus.RUNNING:
                 self.finish_step(
-                    row, StepStatus.CANCELLED, error="its outcome was unknown when the saga ended", error_type="Unknown"
+                    row,
+                    StepStatus.CANCELLED,
+                    error="its outcome is unknown: nothing could undo it",
+                    error_type="Unknown",
                 )
             elif row.status is StepStatus.WAITING:
                 self.approved(row)  # back to PENDING: it never ran
@@ -297,11 +298,7 @@ class Journal:
             seal(row, link(row))
 
     async def flush(self) -> None:
-        """Commit every changed row in one store write, owner-conditionally; return once it is durable.
-
-        A fenced journal writes nothing; a write the store refuses (another owner) fences it. Both raise
-        `LeaseLostError`.
-        """
+        """Commit every changed row in one owner-conditional store write; raise `LeaseLostError` when fenced."""
         async with self._write_lock:
             self.check_fence()
             if not self._dirty and not self._saga_dirty:
