@@ -189,7 +189,7 @@ class Actions:
         stored = await store.load_saga(saga_id)
         if stored is None:
             raise KeyError(f"no saga {saga_id!r} in {store.url}")
-        missing = self.recovery.missing_tools(stored[1])
+        missing = self.recovery.missing_tools(*stored)
         if compensate and missing and stored[0].status in (SagaStatus.RUNNING, SagaStatus.COMPENSATING):
             if not tools:
                 raise SagaInProgressError(
@@ -210,7 +210,7 @@ class Actions:
         stored = await store.load_saga(saga_id)
         if stored is None:
             return None
-        missing = self.recovery.missing_tools(stored[1])
+        missing = self.recovery.missing_tools(*stored)
         if missing:
             logger.warning("saga %s: to be compensated by an executor that has the tools %s", saga_id, missing)
             return None
@@ -266,7 +266,7 @@ class Actions:
                     f"saga {saga_id!r} is no longer COMPENSATION_FAILED: another caller is retrying its compensations",
                     saga_id=saga_id,
                 )
-            missing = self.recovery.missing_tools(held.rows)
+            missing = self.recovery.missing_tools(held.saga, held.rows)
             if missing:
                 # Reopened and let go: the next recover() of an executor with the tools compensates it.
                 engine = drives.claims.engine(held.saga, held.rows)

@@ -12,7 +12,7 @@ from saga_runtime._engine._driver import Planner, drive_plan
 from saga_runtime._engine._journal_rows import waits_for_tools
 from saga_runtime._engine._saga import SagaEngine
 from saga_runtime._exceptions import LeaseLostError, PlanValidationError
-from saga_runtime._records import SagaResult, SagaRow, SagaStatus, StepRow, now
+from saga_runtime._records import SagaResult, SagaRow, SagaStatus, StepRow, now, with_unstarted
 
 __all__ = ["Recovery"]
 
@@ -36,9 +36,10 @@ class Recovery:
         # The sagas (and their missing tools) this worker warned about already.
         self._warned: set[tuple[str, tuple[str, ...]]] = set()
 
-    def missing_tools(self, rows: list[StepRow]) -> list[str]:
-        """Return the tools of a saga's steps this executor's registry lacks."""
-        return sorted({row.tool_name for row in rows} - set(self._drives.config.registry.names()))
+    def missing_tools(self, saga: SagaRow, rows: list[StepRow]) -> list[str]:
+        """Return the tools of a saga's steps (those never started included) this executor's registry lacks."""
+        tools = {row.tool_name for row in with_unstarted(saga, rows)}
+        return sorted(tools - set(self._drives.config.registry.names()))
 
     async def recover(self, limit: int) -> list[SagaResult]:
         """Go on with decided sagas, then take over every live saga whose owner is gone; return what finished."""
@@ -52,7 +53,7 @@ class Recovery:
             )
             fresh: list[tuple[SagaRow, list[StepRow]]] = []
             for saga, rows in claimed:
-                missing = self.missing_tools(rows)
+                missing = self.missing_tools(saga, rows)
                 if saga.saga_id in passed_over or missing:
                     if missing:
                         self._waits(saga, missing)
@@ -169,7 +170,7 @@ class Recovery:
         stored = await store.load_saga(saga_id)
         if stored is None or stored[0].status is not SagaStatus.WAITING or stored[0].kind != "plan":
             return None
-        missing = self.missing_tools(stored[1])
+        missing = self.missing_tools(*stored)
         if missing:
             self._warn_once(saga_id, missing, f"decided, left for a worker that has its tool(s) {', '.join(missing)}")
             return None

@@ -16,6 +16,7 @@ from saga_runtime._records import (
     plan_groups,
     plan_joins,
     step_succeeded,
+    with_unstarted,
 )
 
 __all__ = ["check_plan_record"]
@@ -34,6 +35,7 @@ def check_plan_record(saga: SagaRow, rows: Sequence[StepRow]) -> None:
         raise diverged("it has no stored plan")
     if hashlib.sha256(canonical_json(mask_secrets(plan)).encode()).hexdigest() != saga.plan_hash:
         raise diverged("its stored plan does not match the plan's hash")
+    rows = with_unstarted(saga, list(rows))  # steps never started have no row: read from the plan
     by_id = {row.step_id: row for row in rows}
     planned = [(g, step) for g, group in enumerate(plan_groups(plan)) for step in group]
     if len(planned) != len(rows) or {step["id"] for _, step in planned} != set(by_id):

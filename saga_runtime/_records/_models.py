@@ -17,6 +17,7 @@ from saga_runtime._records._rows import (
     SagaStatus,
     StepRow,
     StepStatus,
+    plan_groups,
     plan_joins,
     step_succeeded,
     with_unstarted,
@@ -301,7 +302,9 @@ _seq = attrgetter("seq")  # of a StepRow or an ApprovalRow
 
 
 def summary_from_rows(saga: SagaRow, step_count: int) -> SagaSummary:
-    """Return the list_sagas line of a saga row."""
+    """Return the list_sagas line of a saga row (a plan saga counts its steps never started too)."""
+    if saga.kind == "plan" and saga.plan is not None:
+        step_count = max(step_count, sum(len(members) for members in plan_groups(saga.plan)))
     return SagaSummary(
         saga_id=saga.saga_id,
         status=saga.status,
