@@ -11,6 +11,7 @@ another connection) is served its recorded calls, then goes on.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -241,8 +242,9 @@ class _Sagas:
         saga_id, own = self.saga_of(ctx)
         same = (tool, json.dumps(args, sort_keys=True))
         if saga_id is None:
-            # A call of its own that waited for a decision goes on in its saga when it is made again.
-            saga_id = self.waiting_own.pop(same, None) or f"mcp-call-{uuid.uuid4().hex}"
+            # A call of its own that waited for a decision goes on in its saga when it is made again; one made
+            # again with the client's idempotency key is the same saga, so its effect never runs twice.
+            saga_id = self.waiting_own.pop(same, None) or _own_saga_id(ctx)
         try:
             driver = await self.driver(ctx, saga_id, waiting_call=(tool, args))
         except _Refused as exc:
@@ -393,3 +395,11 @@ def saga_mcp_server(executor: SagaExecutor, *, names: Iterable[str] | None = Non
 
         tools.append(_tool(f"saga_{kind}", text, empty, end))
     return MCPServer(name, tools=tools, lifespan=sagas.lifespan, log_level="WARNING")
+
+
+def _own_saga_id(ctx: Context) -> str:
+    """Return the id of a call's own saga: named by the client's idempotency key when it gives one."""
+    key = (ctx.request_context.meta or {}).get("idempotency_key")
+    if isinstance(key, str) and key:
+        return f"mcp-call-{hashlib.sha256(key.encode('utf-8', 'surrogatepass')).hexdigest()[:32]}"
+    return f"mcp-call-{uuid.uuid4().hex}"

@@ -617,3 +617,26 @@ async def test_the_cli_serves_streamable_http_sessions_and_sagas_given_in_meta(
         await child.aclose()
     kinds = [kind for kind, _, _ in ledger(tmp_path / "tools")]
     assert kinds == ["book", "book", "cancel", "cancel", "book"]
+
+
+async def test_a_call_made_again_with_its_idempotency_key_runs_its_tool_once(
+    store: SagaStore, tools: tuple[str, Any], tmp_path: Path
+) -> None:
+    """A client retrying a call of its own with the same `_meta.idempotency_key` gets the one saga: one booking."""
+    _, module = tools
+    server = saga_mcp_server(SagaExecutor(module.registry, store))
+    meta: Any = {"idempotency_key": "client-key-1"}
+    answers = []
+    for _ in range(2):
+        async with Client(server) as client:
+            answers.append(await client.call_tool("book_ticket", {"flight": "LH9", "seat": "9A"}, meta=meta))
+    first, again = answers
+    assert not first.is_error
+    assert first.meta is not None
+    assert again.meta is not None
+    assert again.meta["saga_id"] == first.meta["saga_id"]
+    own = await store.get_saga(first.meta["saga_id"])
+    assert own is not None
+    assert own.status is SagaStatus.SUCCESS
+    assert len(own.steps) == 1
+    assert [kind for kind, _, _ in ledger(tmp_path / "tools")] == ["book"]
