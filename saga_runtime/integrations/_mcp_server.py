@@ -244,13 +244,25 @@ class _Sagas:
         if saga_id is None:
             # A call of its own that waited for a decision goes on in its saga when it is made again; one made
             # again with the client's idempotency key is the same saga, so its effect never runs twice.
-            saga_id = self.waiting_own.pop(same, None) or _own_saga_id(ctx)
+            waited = self.waiting_own.pop(same, None)
+            saga_id = waited or _own_saga_id(ctx)
+            if waited is None and saga_id in self.held:
+                return _error(saga_id, "a call with this idempotency key is still running; make it again later")
         try:
             driver = await self.driver(ctx, saga_id, waiting_call=(tool, args))
         except _Refused as exc:
             return _error(saga_id, str(exc))
         job = _Job("call", tool, args)
-        answer = await self.ask(driver, job)
+        answer: types.CallToolResult | None = None
+        try:
+            answer = await self.ask(driver, job)
+        finally:
+            if own and answer is None:
+                # The client left mid-call: its saga still ends with the call (never left open for a retry).
+                with anyio.CancelScope(shield=True):
+                    await job.done.wait()
+                    if not job.waiting and job.answer is not None:
+                        await self.ask(driver, _Job("rollback" if job.answer.is_error else "commit"))
         if own and job.waiting:
             self.waiting_own[same] = saga_id
         elif own:

@@ -33,6 +33,7 @@ from saga_runtime import (
     SagaExecutor,
     SagaStatus,
     SagaStore,
+    StepContext,
     StepFailedError,
     StepStatus,
     ToolRegistry,
@@ -640,3 +641,32 @@ async def test_a_call_made_again_with_its_idempotency_key_runs_its_tool_once(
     assert own.status is SagaStatus.SUCCESS
     assert len(own.steps) == 1
     assert [kind for kind, _, _ in ledger(tmp_path / "tools")] == ["book"]
+
+
+async def test_a_call_the_client_gave_up_on_still_ends_its_saga_and_its_retry_runs_nothing(store: SagaStore) -> None:
+    """A client timing out mid-call: its own saga still ends with the call; the retry with its key books nothing."""
+    booked: list[str] = []
+    registry = ToolRegistry()
+
+    @registry.tool(name="slow_book")
+    class SlowBook:
+        async def execute(self, seat: str, ctx: StepContext) -> dict[str, str]:
+            await anyio.sleep(0.5)
+            booked.append(ctx.idempotency_key)
+            return {"seat": seat}
+
+        async def compensate(self, result: dict[str, str] | None) -> None:
+            booked.append("cancelled")
+
+    server = saga_mcp_server(SagaExecutor(registry, store))
+    meta: Any = {"idempotency_key": "client-key-2"}
+    async with Client(server) as client:
+        with anyio.move_on_after(0.1):
+            await client.call_tool("slow_book", {"seat": "1A"}, meta=meta)
+        await anyio.sleep(1.0)
+        again = await client.call_tool("slow_book", {"seat": "1A"}, meta=meta)
+    assert again.meta is not None
+    own = await store.get_saga(again.meta["saga_id"])
+    assert own is not None
+    assert own.status is SagaStatus.SUCCESS
+    assert len(booked) == 1
