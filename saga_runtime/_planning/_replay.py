@@ -10,6 +10,7 @@ from saga_runtime._exceptions import ReplayDivergenceError
 from saga_runtime._planning._refs import RefError, resolve_refs
 from saga_runtime._records import (
     SagaRow,
+    SagaStatus,
     StepRow,
     canonical_json,
     mask_secrets,
@@ -35,6 +36,14 @@ def check_plan_record(saga: SagaRow, rows: Sequence[StepRow]) -> None:
         raise diverged("it has no stored plan")
     if hashlib.sha256(canonical_json(mask_secrets(plan)).encode()).hexdigest() != saga.plan_hash:
         raise diverged("its stored plan does not match the plan's hash")
+    stored = {row.step_id for row in rows}
+    last = max((row.group for row in rows), default=-1)
+    for group, members in enumerate(plan_groups(plan)):
+        for step in members:
+            never = isinstance(step, dict) and step.get("id") not in stored
+            # Only a step not started yet may lack its record: never in a succeeded saga, nor before a later group.
+            if never and (saga.status is SagaStatus.SUCCESS or group < last):
+                raise diverged(f"the record of step {step.get('id')!r} is missing")
     rows = with_unstarted(saga, list(rows))  # steps never started have no row: read from the plan
     by_id = {row.step_id: row for row in rows}
     planned = [(g, step) for g, group in enumerate(plan_groups(plan)) for step in group]
