@@ -14,18 +14,17 @@ import sys
 import textwrap
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
 from crash_children import EFFECT_TOOLS, child_env, load_tools
 from framework_drivers import DRIVERS, FRAMEWORKS
+from shop_tools import Ledger, shop_registry
 
 from saga_runtime import (
     Budget,
     SagaExecutor,
     SagaStatus,
-    StepContext,
     StepStatus,
     ToolRegistry,
     UnknownToolError,
@@ -33,54 +32,10 @@ from saga_runtime import (
 )
 
 
-class Ledger:
-    """What the tools did, in order."""
-
-    def __init__(self) -> None:
-        self.executed: list[tuple[str, Any]] = []
-        self.compensated: list[tuple[str, Any]] = []
-
-
-@pytest.fixture
-def ledger() -> Ledger:
-    """Return a fresh ledger."""
-    return Ledger()
-
-
 @pytest.fixture
 def registry(ledger: Ledger) -> ToolRegistry:
     """Return tools that book, fail and spend, reporting to the ledger."""
-    registry = ToolRegistry()
-
-    @registry.tool
-    class Book:
-        """Book an item."""
-
-        async def execute(self, item: str) -> dict[str, Any]:
-            ledger.executed.append(("Book", item))
-            return {"booked": item}
-
-        async def compensate(self, result: dict[str, Any] | None) -> None:
-            ledger.compensated.append(("Book", result))
-
-    @registry.tool
-    class Fail:
-        """Fail with the reason given."""
-
-        async def execute(self, reason: str) -> None:
-            ledger.executed.append(("Fail", reason))
-            raise ValueError(reason)
-
-    @registry.tool
-    class Spend:
-        """Charge the saga a fee."""
-
-        async def execute(self, usd: float, ctx: StepContext) -> str:
-            ledger.executed.append(("Spend", usd))
-            ctx.charge(cost=usd)
-            return "spent"
-
-    return registry
+    return shop_registry(ledger, "Book", "Fail", "Spend")
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
