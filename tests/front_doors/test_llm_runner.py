@@ -14,6 +14,7 @@ from typing import Any
 import anyio
 import pydantic
 import pytest
+import shop_tools
 
 from saga_runtime import (
     Budget,
@@ -26,7 +27,6 @@ from saga_runtime import (
     SagaExecutor,
     SagaResult,
     SagaStatus,
-    StepContext,
     StepStatus,
     ToolRegistry,
 )
@@ -36,12 +36,11 @@ HANDSHAKE = 2.0
 MODEL = "mock-1"
 
 
-class Ledger:
+class Ledger(shop_tools.Ledger):
     """What the tools of one test did, in order."""
 
     def __init__(self) -> None:
-        self.executed: list[tuple[str, Any]] = []
-        self.compensated: list[tuple[str, Any]] = []
+        super().__init__()
         self.both_started = anyio.Event()
         self.started = 0
         self.hanging = anyio.Event()
@@ -49,37 +48,7 @@ class Ledger:
 
 def make_registry(ledger: Ledger) -> ToolRegistry:
     """Return a registry of small tools that report to `ledger`."""
-    registry = ToolRegistry()
-
-    @registry.tool
-    class Book:
-        """Book an item."""
-
-        async def execute(self, item: str) -> dict[str, Any]:
-            ledger.executed.append(("Book", item))
-            return {"booked": item}
-
-        async def compensate(self, result: dict[str, Any] | None) -> None:
-            ledger.compensated.append(("Book", result))
-
-    @registry.tool
-    class Ship:
-        """Ship the order to an address."""
-
-        async def execute(self, to: str) -> dict[str, Any]:
-            ledger.executed.append(("Ship", to))
-            return {"tracking": f"T-{to}"}
-
-        async def compensate(self, result: dict[str, Any] | None) -> None:
-            ledger.compensated.append(("Ship", result))
-
-    @registry.tool
-    class Fail:
-        """Fail with the reason given."""
-
-        async def execute(self, reason: str) -> None:
-            ledger.executed.append(("Fail", reason))
-            raise ValueError(reason)
+    registry = shop_tools.shop_registry(ledger, "Book", "Ship", "Fail", "Spend")
 
     @registry.tool
     class Meet:
@@ -93,15 +62,6 @@ def make_registry(ledger: Ledger) -> ToolRegistry:
             with anyio.fail_after(HANDSHAKE):
                 await ledger.both_started.wait()
             return f"met {who}"
-
-    @registry.tool
-    class Spend:
-        """Charge the saga an API fee."""
-
-        async def execute(self, usd: float, ctx: StepContext) -> str:
-            ledger.executed.append(("Spend", usd))
-            ctx.charge(cost=usd)
-            return "spent"
 
     @registry.tool
     class Hang:
