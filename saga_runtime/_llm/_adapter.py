@@ -1,9 +1,6 @@
-"""What every model API adapter shares: reading SDK objects, the recorded turn, and the adapter's interface.
+"""What model API adapters share: reading SDK objects, the recorded turn (plain JSON), the adapter interface.
 
-A model's answer is kept as a `turn`: plain JSON saying what the loop needs (model, usage, finish reason,
-refusal, text, the tool calls) and the items that carry it into the conversation. The turn is what the saga
-records, so a re-entered run replays it without an SDK, and what the loop reads, so a first run and a re-entered
-one take the same path.
+The loop reads only turns, so a re-entered run replays recorded ones without an SDK, on the same path.
 """
 
 from __future__ import annotations
@@ -27,10 +24,7 @@ def get(obj: Any, name: str, default: Any = None) -> Any:
 
 
 def plain(value: Any, _depth: int = 0) -> Any:
-    """Return an SDK object (pydantic models, dataclasses of the mock, dicts, lists) as plain JSON values.
-
-    Raise `ValueError` for one nested deeper than a store keeps (`MAX_JSON_DEPTH`), or holding itself.
-    """
+    """Return an SDK object as plain JSON; raise `ValueError` past `MAX_JSON_DEPTH` or for a cycle."""
     if value is None or isinstance(value, str | int | float | bool):
         return value
     if _depth >= MAX_JSON_DEPTH:
@@ -91,7 +85,7 @@ class Adapter(ABC):
     api: ClassVar[str]
     endpoint_path: ClassVar[tuple[str, ...]]
     conversation_key: ClassVar[str]
-    system_key: ClassVar[str | None] = None  # a request parameter holding the system prompt, if the API has one
+    system_key: ClassVar[str | None] = None  # the system prompt's parameter, if any
 
     def endpoint(self, client: Any) -> Callable[..., Any] | None:
         """Return the client's method that asks the model, or `None` when it has none."""
