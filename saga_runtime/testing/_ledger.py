@@ -17,11 +17,11 @@ from saga_runtime.testing._reports import Action, CrashPoint, InjectedFailure, O
 
 __all__ = ["Ledger", "instrument", "load_registry", "read_calls"]
 
-# The keyword the wrapped methods receive the StepContext under (never a tool argument: it starts with "_").
+# The StepContext keyword of wrapped methods ("_": never a tool argument).
 _CTX = "_saga_runtime_testing_ctx"
 
 
-# -- the ledger and the wrapped tools ----------------------------------------------------------------------------
+# -- the ledger and the wrapped tools
 
 
 class Ledger:
@@ -37,7 +37,7 @@ class Ledger:
 
     def _write(self, record: dict[str, Any]) -> None:
         line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
-        # O_APPEND: lines of concurrent processes never interleave; fsync: a kill right after loses none.
+        # O_APPEND: no interleaving; fsync: a kill loses no line.
         fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, line)
@@ -92,7 +92,7 @@ class Ledger:
 def _wrap(
     ledger: Ledger, action: Action, fn: Callable[..., Any], is_async: bool, names: tuple[str, ...]
 ) -> Callable[..., Any]:
-    """Return `fn` wrapped to note each call in the ledger (and maybe die around it); same sync-ness as `fn`."""
+    """Return `fn` wrapped to note each call (and maybe die around it), sync or async as `fn`."""
 
     def prepare(kwargs: dict[str, Any]) -> StepContext:
         ctx: StepContext = kwargs.pop(_CTX)
@@ -138,7 +138,7 @@ def _wrap(
 
 
 def instrument(registry: ToolRegistry, ledger: Ledger) -> ToolRegistry:
-    """Return a registry of the same tools, each call noted in `ledger`; names, arguments and options unchanged."""
+    """Return a registry of the same tools, each call noted in `ledger`."""
     wrapped = ToolRegistry()
     for spec in registry:
         changes: dict[str, Any] = {
@@ -151,7 +151,7 @@ def instrument(registry: ToolRegistry, ledger: Ledger) -> ToolRegistry:
             )
             changes["compensate_ctx_params"] = (_CTX,)
         new: ToolSpec = dataclasses.replace(spec, **changes)
-        # The spec is what the engine calls: same argument model, retry and timeout, wrapped methods.
+        # Same spec, wrapped methods.
         wrapped._tools[spec.name] = new
     return wrapped
 

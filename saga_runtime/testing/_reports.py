@@ -47,11 +47,8 @@ class CrashPoint:
 
 @dataclass(frozen=True, slots=True)
 class ToolCall:
-    """One call of a tool's `execute` or `compensate`, as the harness's ledger saw it.
-
-    `process` is "run" (the process that was killed) or "recovery"; `outcome` is "returned", "raised",
-    "cancelled", or "interrupted" (the process died during the call).
-    """
+    """One `execute` or `compensate` call: `process` "run" or "recovery"; `outcome` "returned", "raised",
+    "cancelled" or "interrupted"."""
 
     action: Action
     tool_name: str
