@@ -98,7 +98,7 @@ class DynamicSaga:
 
     @property
     def keyring(self) -> SecretKeyring | None:
-        """Return the keys the saga's secret arguments are encrypted with (its executor's; None without a key)."""
+        """Return the executor's keys for secret arguments (None without a key)."""
         return self._drives.config.keyring
 
     @property
@@ -108,7 +108,7 @@ class DynamicSaga:
 
     @property
     def replaying(self) -> bool:
-        """Tell whether every call is served from the record (replay=True, or a finished saga re-entered)."""
+        """Tell whether every call is served from the record (a replay, or a finished saga)."""
         return self._engine is None
 
     async def __aenter__(self) -> DynamicSaga:
@@ -163,7 +163,7 @@ class DynamicSaga:
         return self
 
     async def _read_requests(self) -> None:
-        """Read the approval requests of a saga served from its record (a refused call is refused again)."""
+        """Read the approval requests of a saga served from its record."""
         if any(row.status in (StepStatus.REJECTED, StepStatus.WAITING) for row in self._record):
             self._requests = {row.step_id: row for row in await self._store.load_approvals(self.saga_id)}
 
@@ -540,7 +540,7 @@ class DynamicSaga:
         return dict(self._saga_row.metadata)
 
     async def set_metadata(self, **values: Any) -> None:
-        """Merge JSON-able values into the saga's metadata and write them at once (a replay writes nothing)."""
+        """Merge JSON-able values into the saga's metadata, written at once (not in a replay)."""
         self._check_open()
         engine = self._engine
         if engine is None:

@@ -65,7 +65,7 @@ class SagaError(Exception):
 
 
 class PlanValidationError(SagaError):
-    """A plan or call was refused before anything was stored or run; `problems` lists every reason."""
+    """A plan or call was refused before anything was stored or run; see `problems`."""
 
     def __init__(self, problems: Sequence[str], *, saga_id: str | None = None) -> None:
         self.problems = list(problems)
@@ -138,7 +138,7 @@ class SagaNotFoundError(SagaError, KeyError):
 
 
 class LeaseLostError(SagaError):
-    """Another executor took over this saga (its lease expired); this one stopped without writing more."""
+    """Another executor took this saga over; this one stopped without writing more."""
 
     def __init__(self, message: str, *, saga_id: str) -> None:
         self.saga_id = saga_id
@@ -146,7 +146,7 @@ class LeaseLostError(SagaError):
 
 
 class BudgetExceededError(SagaError):
-    """A charge crossed the saga's budget; the charging step fails without retry and the saga compensates."""
+    """A charge crossed the saga's budget; its step fails without retry."""
 
     def __init__(
         self,
@@ -185,7 +185,7 @@ class ResultValidationError(SagaError):
 
 
 class ResultNotStorableError(SagaError):
-    """A tool returned a value that cannot be stored as JSON; the step fails and is compensated."""
+    """A tool returned a value that cannot be stored as JSON; the step fails."""
 
     def __init__(self, message: str, *, tool_name: str, type_name: str) -> None:
         self.tool_name = tool_name
@@ -224,11 +224,11 @@ class OutcomeUnknownError(SagaError):
 
 
 class TurnLimitError(SagaError):
-    """An LLMRunner's model gave no final answer within `max_turns`; the run failed and was compensated."""
+    """An LLMRunner's model gave no final answer within `max_turns`."""
 
 
 class SecretKeyError(SagaError):
-    """A secret argument cannot be encrypted (no key configured) or decrypted (no key of the executor opens it)."""
+    """A secret argument cannot be encrypted (no key) or decrypted (no key opens it)."""
 
 
 class ApprovalError(SagaError):
@@ -266,7 +266,7 @@ class ApprovalPendingError(SagaError):
 
 
 class ApprovalRejectedError(SagaError):
-    """A call of a dynamic saga was refused (`by` a person, or "deadline"); it never ran. Catch it to go on."""
+    """A dynamic saga's call was refused (`by` a person, or "deadline"); it never ran."""
 
     def __init__(
         self,
@@ -319,7 +319,7 @@ def describe(exc: BaseException) -> str:
 
 
 class StoreConnectionError(StoreError):
-    """The database could not be reached, or the connection to it was lost; the message names the URL."""
+    """The database cannot be reached, or the connection was lost."""
 
 
 class StoreBusyError(StoreError):
@@ -331,7 +331,7 @@ class StoreFileError(StoreError):
 
 
 class SchemaVersionError(StoreError):
-    """The database's schema is newer than this saga-runtime knows; upgrade saga-runtime to use it."""
+    """The database's schema is newer than this saga-runtime; upgrade saga-runtime."""
 
     def __init__(self, message: str, *, url: str | None = None, found: int, supported: int) -> None:
         self.found = found

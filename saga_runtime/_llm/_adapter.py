@@ -18,7 +18,7 @@ __all__ = ["Adapter", "ToolReply", "get", "plain", "turn"]
 
 
 def get(obj: Any, name: str, default: Any = None) -> Any:
-    """Return `obj[name]` of a mapping or `obj.name` of an object (`default` when absent or None)."""
+    """Return `obj[name]` or `obj.name` (`default` when absent or None)."""
     value = obj.get(name, default) if isinstance(obj, Mapping) else getattr(obj, name, default)
     return default if value is None else value
 
@@ -48,7 +48,7 @@ def plain(value: Any, _depth: int = 0) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class ToolReply:
-    """What goes back to the model for one tool call: its id, the text, and whether it reports an error."""
+    """One tool call's reply to the model: id, text, and whether it is an error."""
 
     call_id: str
     content: str
@@ -80,7 +80,7 @@ def turn(
 
 
 class Adapter(ABC):
-    """One model API: where its endpoint is, how a request and its tools look, and how its answers read."""
+    """One model API: its endpoint, request and tool formats, and how its answers read."""
 
     api: ClassVar[str]
     endpoint_path: ClassVar[tuple[str, ...]]
@@ -100,7 +100,7 @@ class Adapter(ABC):
 
     @abstractmethod
     def conversation(self, prompt: str | list[Any], system: str | None) -> list[Any]:
-        """Return the conversation a run starts from: the prompt as one user message, or the messages given."""
+        """Return a run's first conversation: the prompt as a user message, or the messages given."""
 
     def request(
         self,

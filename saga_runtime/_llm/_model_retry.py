@@ -40,7 +40,7 @@ def is_transient(exc: BaseException) -> bool:
 
 
 def _retry_after(exc: BaseException) -> float | None:
-    """Return the seconds a `Retry-After` header of the error's response asks to wait, if any."""
+    """Return the seconds the error's `Retry-After` asks for, if any."""
     headers = getattr(getattr(exc, "response", None), "headers", None)
     try:
         value = headers.get("retry-after") if headers is not None else None
@@ -50,7 +50,7 @@ def _retry_after(exc: BaseException) -> float | None:
 
 
 async def call_with_retry(policy: RetryPolicy, call: Callable[[], Awaitable[T]], what: str) -> T:
-    """Return what `call` gives, trying again after transient errors as `policy` allows; raise the last error."""
+    """Return what `call` gives, retrying transient errors per `policy`; raise the last."""
     attempt = 1
     while True:
         try:

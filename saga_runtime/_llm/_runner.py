@@ -100,7 +100,7 @@ class LLMRunner:
     def cost_of(
         self, prompt_tokens: int | TokenUsage, completion_tokens: int = 0, *, model: str | None = None
     ) -> float:
-        """Return a call's cost from the price table (0 unpriced), given its `TokenUsage` or its token counts."""
+        """Return a call's cost (0 unpriced), from its `TokenUsage` or token counts."""
         usage = prompt_tokens if isinstance(prompt_tokens, TokenUsage) else TokenUsage(prompt_tokens, completion_tokens)
         models = [self.model] if model is None else [model, self.model]
         return self._prices.cost(usage, *models)
@@ -173,7 +173,7 @@ class LLMRunner:
         return await response if inspect.isawaitable(response) else response
 
     async def _ask(self, conversation: list[Any], options: Mapping[str, Any]) -> dict[str, Any]:
-        """Ask the model for the next turn (tried again on transient errors); return the recorded turn."""
+        """Ask the model for the next turn, retrying transient errors; return it as recorded."""
         request = self._adapter.request(self.model, conversation, self.tools, self.system, options)
         response = await call_with_retry(self.model_retry, partial(self._complete, request), f"model {self.model}")
         return self._adapter.record(response, self.model)
@@ -194,7 +194,7 @@ class LLMRunner:
         return saga.keyring.encrypt(answer)
 
     def _recorded(self, record: Any, saga: DynamicSaga) -> dict[str, Any]:
-        """Return a recorded turn; a chat completion recorded by an earlier version is read as one."""
+        """Return a recorded turn (an older version's chat completion too)."""
         if is_envelope(record):
             record = reveal(record, saga.keyring)
         if isinstance(record, Mapping) and "api" not in record:

@@ -42,7 +42,7 @@ RESPONSES_KEY = "model_responses"
 
 
 def ends_run(exc: BaseException) -> bool:
-    """Tell whether an error of a saga call ends the run rather than going back to the model."""
+    """Tell whether a call's error ends the run instead of going to the model."""
     return isinstance(exc, ENDS_RUN) or any(kind.__name__ in _ENDS_RUN_NAMES for kind in type(exc).__mro__)
 
 

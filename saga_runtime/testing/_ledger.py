@@ -25,7 +25,7 @@ _CTX = "_saga_runtime_testing_ctx"
 
 
 class Ledger:
-    """Append the calls of wrapped tools to a file, one fsync'ed JSON line each; kill the process at its point."""
+    """Log wrapped tools' calls, one fsync'ed JSON line each; kill the process at its point."""
 
     def __init__(self, path: str, process: Process, crash: CrashPoint | None, fail_step: str | None) -> None:
         self._path = path
@@ -54,7 +54,7 @@ class Ledger:
             os._exit(137)
 
     def begin(self, action: Action, ctx: StepContext) -> int:
-        """Count the call, die here if it is the crash point, else note the call; return its occurrence."""
+        """Note a call's start (or die, at the crash point); return its occurrence."""
         with self._lock:
             key = (ctx.saga_id, ctx.step_id, action)
             n = self._counts[key] = self._counts.get(key, 0) + 1
@@ -63,7 +63,7 @@ class Ledger:
         return n
 
     def end(self, action: Action, ctx: StepContext, n: int, outcome: Outcome, error: BaseException | None) -> None:
-        """Note how the call ended; die here if it is the crash point (the outcome is not recorded yet)."""
+        """Note how a call ended (or die, at the crash point)."""
         record = self._record("end", action, ctx, n)
         record.update(outcome=outcome, error=None if error is None else f"{type(error).__name__}: {error}")
         self._write(record)
@@ -157,7 +157,7 @@ def instrument(registry: ToolRegistry, ledger: Ledger) -> ToolRegistry:
 
 
 def load_registry(target: str) -> ToolRegistry:
-    """Import `"package.module:attribute"` (attribute defaults to `registry`) and return that ToolRegistry."""
+    """Return the ToolRegistry at `"package.module:attribute"` (default attribute: `registry`)."""
     module_name, _, attribute = target.partition(":")
     registry = getattr(importlib.import_module(module_name), attribute or "registry")
     if not isinstance(registry, ToolRegistry):

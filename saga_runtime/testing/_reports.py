@@ -65,7 +65,7 @@ class ToolCall:
 
 @dataclass(frozen=True)
 class PointReport:
-    """What happened at one crash point: the records at the crash, the final result, the calls, the problems."""
+    """One crash point: the records at the crash, the final result, the calls, the problems."""
 
     point: CrashPoint
     saga_id: str
@@ -113,7 +113,7 @@ class PointReport:
 
 @dataclass(frozen=True)
 class CrashReport:
-    """The report of `check_crash_points`: the probe run (`baseline`) and one `PointReport` per crash point."""
+    """The report of `check_crash_points`: the probe run (`baseline`) and a `PointReport` per point."""
 
     baseline: SagaResult
     baseline_calls: tuple[ToolCall, ...]
