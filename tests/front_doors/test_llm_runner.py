@@ -702,14 +702,12 @@ async def test_a_client_without_the_api_endpoint_is_refused(executor: SagaExecut
         LLMRunner(MockLLMClient(), MODEL, registry, executor, api="gemini")
 
 
-async def test_a_models_call_with_a_secret_argument_runs_with_the_executors_key() -> None:
-    """A model's call to a tool taking a SecretStr runs with the real value when the executor has a key; the
-    saga's record holds it only encrypted."""
+def login_tools(seen: list[str]) -> tuple[ToolRegistry, SagaExecutor, Any]:
+    """Return a Login tool taking a SecretStr (noting the real value in `seen`), an executor with a key, its store."""
     from cryptography.fernet import Fernet
 
     from saga_runtime import MemoryStore
 
-    seen: list[str] = []
     registry = ToolRegistry()
 
     @registry.tool
@@ -719,7 +717,14 @@ async def test_a_models_call_with_a_secret_argument_runs_with_the_executors_key(
             return f"hello {user}"
 
     store = MemoryStore()
-    executor = SagaExecutor(registry, store=store, secret_key=Fernet.generate_key().decode())
+    return registry, SagaExecutor(registry, store=store, secret_key=Fernet.generate_key().decode()), store
+
+
+async def test_a_models_call_with_a_secret_argument_runs_with_the_executors_key() -> None:
+    """A model's call to a tool taking a SecretStr runs with the real value when the executor has a key; the
+    saga's record holds it only encrypted."""
+    seen: list[str] = []
+    registry, executor, store = login_tools(seen)
     mock = MockLLMClient(tool_sequence=[("Login", {"user": "ann", "password": "hunter2-plain"})])
     result = await LLMRunner(mock, MODEL, registry, executor).run("Log me in", saga_id="secret-chat")
     assert result.status is SagaStatus.SUCCESS, result.describe()
@@ -732,21 +737,8 @@ async def test_a_models_call_with_a_secret_argument_runs_with_the_executors_key(
 async def test_a_models_answer_with_a_secret_is_recorded_encrypted_and_replayed_after_an_approval() -> None:
     """The model's answer holding a secret argument is kept encrypted in the saga; run again after the call is
     approved, the runner replays it (the model is not asked again) and the tool gets the real value."""
-    from cryptography.fernet import Fernet
-
-    from saga_runtime import MemoryStore, PlanPolicy
-
     seen: list[str] = []
-    registry = ToolRegistry()
-
-    @registry.tool
-    class Login:
-        async def execute(self, user: str, password: pydantic.SecretStr) -> str:
-            seen.append(password.get_secret_value())
-            return f"hello {user}"
-
-    store = MemoryStore()
-    executor = SagaExecutor(registry, store=store, secret_key=Fernet.generate_key().decode())
+    registry, executor, store = login_tools(seen)
     mock = MockLLMClient(tool_sequence=[("Login", {"user": "ann", "password": "hunter2-plain"})])
     runner = LLMRunner(mock, MODEL, registry, executor, policy=PlanPolicy(approval_required={"Login"}))
     waiting = await runner.run("Log me in", saga_id="gated-chat")
