@@ -60,7 +60,7 @@ from saga_runtime._records import (
     VerifyResult,
 )
 from saga_runtime._storage import MemoryStore, SagaStore, open_store
-from saga_runtime._tools import RetryPolicy, Secret, StepContext, ToolRegistry, ToolSpec
+from saga_runtime._tools import NOT_DONE, RetryPolicy, Secret, StepContext, ToolRegistry, ToolSpec
 
 __version__ = "0.1.0"
 
@@ -68,6 +68,7 @@ __version__ = "0.1.0"
 _logging.getLogger("saga_runtime").addHandler(_logging.NullHandler())
 
 __all__ = [
+    "NOT_DONE",
     "ApprovalError",
     "ApprovalPendingError",
     "ApprovalRejectedError",

@@ -11,8 +11,9 @@ from saga_runtime._engine._claim import Claim, Drives
 from saga_runtime._engine._driver import Planner, drive_plan
 from saga_runtime._engine._journal_rows import waits_for_tools
 from saga_runtime._engine._saga import SagaEngine
+from saga_runtime._engine._versions import unfit_tools
 from saga_runtime._exceptions import LeaseLostError, PlanValidationError
-from saga_runtime._records import SagaResult, SagaRow, SagaStatus, StepRow, now, with_unstarted
+from saga_runtime._records import SagaResult, SagaRow, SagaStatus, StepRow, now
 
 __all__ = ["Recovery"]
 
@@ -37,9 +38,10 @@ class Recovery:
         self._warned: set[tuple[str, tuple[str, ...]]] = set()
 
     def missing_tools(self, saga: SagaRow, rows: list[StepRow]) -> list[str]:
-        """Return the tools of a saga's steps (those never started included) this executor's registry lacks."""
-        tools = {row.tool_name for row in with_unstarted(saga, rows)}
-        return sorted(tools - set(self._drives.config.registry.names()))
+        """Return the tools of a saga's steps (those never started included) this executor's registry lacks, or
+        cannot resume (a version it does not accept, arguments of an accepted older version it refuses).
+        """
+        return unfit_tools(self._drives.config.registry, saga, rows)
 
     async def recover(self, limit: int) -> list[SagaResult]:
         """Go on with decided sagas, then take over every live saga whose owner is gone; return what finished."""
