@@ -125,7 +125,11 @@ class Recovery:
                     plan = self._planner.build(saga.plan)
                 except PlanValidationError as exc:  # the tools changed under the saga: no retry can help
                     # Its problems only: the error's header is for a refused plan, and this one's steps ran.
-                    return await held.park(f"its plan no longer validates: {'; '.join(exc.problems)}")
+                    ran = sum(1 for row in held.rows if row.attempts)
+                    return await held.park(
+                        f"its plan no longer validates against this executor's tools, and {ran} step(s) of it ran "
+                        f"already (a tool changed without a new version=): {'; '.join(exc.problems)}"
+                    )
                 # No caller: if this worker stops, the saga stays for the next recovery.
                 engine = held.start(detached=True)
                 await _count_attempt(engine)
