@@ -101,7 +101,7 @@ async def test_a_finished_sagas_id_still_returns_its_result_after_an_upgrade(sto
 async def test_recovery_leaves_a_saga_of_an_incompatible_version_and_logs_it(
     stores: Stores, kind: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A worker whose tool does not accept the recorded version leaves the saga (not parked); a compatible one runs it."""
+    """A worker whose tool does not accept the recorded version leaves the saga, unparked; a compatible one runs it."""
     store = await stores.open(kind, wipe=True)
     await orphan(store, "old", charge_tool("1"))
     CALLS.clear()
@@ -111,7 +111,8 @@ async def test_recovery_leaves_a_saga_of_an_incompatible_version_and_logs_it(
             assert await worker.recover() == []
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "Charge" in r.getMessage()]
     assert len(warnings) == 1
-    assert "'1'" in warnings[0] and "'2'" in warnings[0]
+    assert "recorded under version '1'" in warnings[0]
+    assert "version '2'" in warnings[0]
     stored = await store.get_saga("old")
     assert stored is not None
     assert stored.status is SagaStatus.RUNNING
