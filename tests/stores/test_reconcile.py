@@ -80,7 +80,7 @@ async def test_recovery_asks_reconcile_and_records_a_done_step_without_running_i
     pay = done.step("pay")
     assert (pay.status, pay.result, pay.reconciled, pay.attempts) == (StepStatus.SUCCESS, {"tx": "tx-found"}, True, 1)
     assert CALLS == {"reconcile": 1, "execute": 1}  # the second step only
-    assert KEYS == [pay.idempotency_key]
+    assert [pay.idempotency_key] == KEYS
     stored = await store.get_saga("found")
     assert stored is not None
     assert stored.step("pay").reconciled
