@@ -9,6 +9,7 @@ import anyio
 from saga_runtime._engine._approvals import Decisions
 from saga_runtime._engine._claim import Claim, Drives
 from saga_runtime._engine._driver import Planner, drive_plan
+from saga_runtime._engine._events import SagaEvent, emit
 from saga_runtime._engine._journal_rows import waits_for_tools
 from saga_runtime._engine._saga import SagaEngine
 from saga_runtime._engine._versions import unfit_tools
@@ -85,6 +86,7 @@ class Recovery:
 
     async def _recover_batch(self, batch: list[tuple[SagaRow, list[StepRow]]]) -> list[SagaResult]:
         """Drive a claimed batch of sagas, `concurrency` at a time; return the results, in batch order."""
+        config = self._drives.config
         done: list[SagaResult | None] = [None] * len(batch)
         limiter = anyio.CapacityLimiter(self._concurrency)
 
@@ -95,6 +97,8 @@ class Recovery:
                 try:
                     async with self._drives.claim(saga, rows, take="orphan") as held:
                         if held is not None:
+                            if config.hooks:
+                                emit(config.hooks, SagaEvent("saga_taken_over", saga.saga_id, status=saga.status.value))
                             done[index] = await self._recover_one(held)
                 except LeaseLostError as exc:
                     logger.warning("saga %s: %s", saga.saga_id, exc)

@@ -9,6 +9,9 @@ compensated), `quorum`/`any` (every step runs; too few successes fail the saga).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import functools
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -54,7 +57,10 @@ class SagaEngine:
         self.config = config
         self.journal = journal = Journal(config, saga, steps, announced=announced, owner=owner)
         self.verdict = verdict = Verdict()
-        self.account = Account(saga.saga_id, Budget.from_json(saga.budget), journal.charge)
+        self.account = Account(saga.saga_id, Budget.from_json(saga.budget), self._charged)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        with contextlib.suppress(RuntimeError):  # (built outside a loop: charges come from it, or never)
+            self._loop = asyncio.get_running_loop()
         invoker = Invoker(
             config.thread_limiter, config.call_limiter, self.account.charge, config.keyring, config.resources
         )
@@ -67,6 +73,18 @@ class SagaEngine:
         # True for a saga recovery drives: no caller waits on it, so a cancellation (the worker shutting down)
         # stops it without compensating; the next recovery resumes it.
         self.detached = False
+
+    def _charged(self, cost: float, tokens: int) -> tuple[float, int]:
+        """Add a charge to the saga and tell the hooks, in the event loop (a sync tool charges from its thread)."""
+        spent = self.journal.charge(cost, tokens)
+        if self.config.hooks and (cost or tokens):
+            tell = functools.partial(self.journal.emit, "charged", cost=cost, tokens=tokens)
+            loop = self._loop
+            if loop is None or _in_loop(loop):
+                tell()
+            else:
+                loop.call_soon_threadsafe(tell)
+        return spent
 
     # -- what front doors read -----------------------------------------------------------------------------------------
 
@@ -229,3 +247,11 @@ class SagaEngine:
     def judge(self, rows: Sequence[StepRow], join: str, needed: int | None) -> bool:
         """Decide whether a finished group lets the saga go on; fail the saga if not."""
         return self._groups.judge(rows, join, needed)
+
+
+def _in_loop(loop: asyncio.AbstractEventLoop) -> bool:
+    """Tell whether this thread runs `loop`."""
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False

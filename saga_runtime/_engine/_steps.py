@@ -130,6 +130,8 @@ class StepRunner:
                 except Exception as exc:
                     raise _WriteFailed(f"attempt {row.attempts} could not confirm the lease: {describe(exc)}") from exc
             attempt = row.attempts
+            if journal.config.hooks:
+                journal.emit("attempt_started", row)
             raw: Any = _NOTHING
             given = own_values(kwargs)  # each attempt gets arguments of its own, never the record's objects
             try:
