@@ -6,7 +6,7 @@ from collections import Counter
 from datetime import timedelta
 from typing import Any
 
-import anyio
+import anyio.lowlevel
 
 from saga_runtime import RetryPolicy, SagaEvent, SagaExecutor, SagaStatus, StepContext, ToolRegistry, open_store
 from saga_runtime._planning import build_plan
@@ -61,7 +61,7 @@ async def test_every_charge_is_one_charged_event_counted_in_cost_total() -> None
     executor = SagaExecutor(registry, hooks=[hook, recorder])
     plan = [{"tool": "AsyncCharge", "args": {"cents": 150}}, {"tool": "ThreadCharge", "args": {"cents": 25}}]
     result = await executor.run(plan)
-    await anyio.sleep(0)  # the thread's charge is told once the loop runs again
+    await anyio.lowlevel.checkpoint()  # the thread's charge is told once the loop runs again
     assert result.status is SagaStatus.SUCCESS
     charged = [event for event in recorder.events if event.kind == "charged"]
     assert [(event.cost, event.tokens) for event in charged] == [(1.5, 0), (0.25, 3)]
