@@ -203,3 +203,20 @@ def test_a_plan_naming_a_version_the_tool_does_not_accept_is_refused() -> None:
         build_plan([{"tool": "Charge", "args": {"amount": 1}, "version": "0"}], charge_tool("2", ("1",)))
     plan = build_plan([{"tool": "Charge", "args": {"amount": 1}, "version": "1"}], charge_tool("2", ("1",)))
     assert plan.steps[0].version == "1"
+
+
+async def test_approve_with_resume_leaves_a_saga_of_an_incompatible_version(stores: Stores, kind: str) -> None:
+    """An approval decided on a worker of another version is recorded; the saga waits for a worker that accepts it."""
+    store = await stores.open(kind, wipe=True)
+    old = charge_tool("1")
+    gated = [{"id": "first", "tool": "Charge", "args": {"amount": 3}, "approval": True}]
+    CALLS.clear()
+    waiting = await SagaExecutor(old, store=store).run(gated, saga_id="gated")
+    assert waiting.status is SagaStatus.WAITING
+    left = await SagaExecutor(charge_tool("2"), store=store).approve("gated", "first", by="alice")
+    assert left.status is SagaStatus.WAITING
+    assert left.approvals[0].decision == "approved"
+    assert CALLS == {}
+    (done,) = await SagaExecutor(charge_tool("2", ("1",)), store=store).recover()
+    assert done.status is SagaStatus.SUCCESS
+    assert CALLS == {"charge v2": 1}
