@@ -67,8 +67,7 @@ __version__ = "0.1.0"
 # A library logs, the application decides where logs go: without a handler of its own, nothing is printed.
 _logging.getLogger("saga_runtime").addHandler(_logging.NullHandler())
 
-__all__ = [
-    "NOT_DONE",
+__all__ = [  # noqa: RUF022 (plain sorted order, as tests/test_exported_members.py checks; not constants first)
     "ApprovalError",
     "ApprovalPendingError",
     "ApprovalRejectedError",
@@ -84,6 +83,7 @@ __all__ = [
     "MemoryStore",
     "MockLLMClient",
     "ModelCallEvent",
+    "NOT_DONE",
     "OutcomeUnknownError",
     "PlanPolicy",
     "PlanValidationError",
