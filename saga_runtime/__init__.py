@@ -60,14 +60,14 @@ from saga_runtime._records import (
     VerifyResult,
 )
 from saga_runtime._storage import MemoryStore, SagaStore, open_store
-from saga_runtime._tools import RetryPolicy, Secret, StepContext, ToolRegistry, ToolSpec
+from saga_runtime._tools import NOT_DONE, RetryPolicy, Secret, StepContext, ToolRegistry, ToolSpec
 
 __version__ = "0.1.0"
 
 # A library logs, the application decides where logs go: without a handler of its own, nothing is printed.
 _logging.getLogger("saga_runtime").addHandler(_logging.NullHandler())
 
-__all__ = [
+__all__ = [  # noqa: RUF022 (plain sorted order, as tests/test_exported_members.py checks; not constants first)
     "ApprovalError",
     "ApprovalPendingError",
     "ApprovalRejectedError",
@@ -83,6 +83,7 @@ __all__ = [
     "MemoryStore",
     "MockLLMClient",
     "ModelCallEvent",
+    "NOT_DONE",
     "OutcomeUnknownError",
     "PlanPolicy",
     "PlanValidationError",

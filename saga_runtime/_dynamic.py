@@ -497,6 +497,7 @@ class DynamicSaga:
             tool_name=tool,
             args=args,
             idempotency_key=idempotency_key(self.saga_id, step_id),
+            tool_version=spec.version if (spec := self._registry.find(tool)) is not None else "1",
         )
 
     def _outcome(self, row: StepRow) -> Any:

@@ -395,7 +395,7 @@ class SagaExecutor:
         keys = idempotency_keys(saga_id, [step.step_id for step in planned_steps])
         # Positional: saga_id, seq, step_id, group, tool_name, args, idempotency_key (faster, on the hot path).
         steps = [
-            StepRow(saga_id, seq, step.step_id, step.group, step.tool_name, step.args, key)
+            StepRow(saga_id, seq, step.step_id, step.group, step.tool_name, step.args, key, tool_version=step.version)
             for seq, (step, key) in enumerate(zip(planned_steps, keys, strict=True))
         ]
         return saga, steps

@@ -18,10 +18,12 @@ The hook keeps:
 - `saga_runtime_compensations_total{tool,status}`: compensations that ended (COMPENSATED or COMPENSATION_FAILED).
 - `saga_runtime_sagas_running`: sagas this process drives now (a saga waiting for an approval is not counted).
 - `saga_runtime_approvals_requested_total{tool}`.
-- `saga_runtime_llm_tokens_total{model,kind}` (`kind` "input", every input token, cached or not, and "output")
-  and `saga_runtime_cost_total`: the model calls of `LLMRunner`s (`model` is the model asked).
-- `saga_runtime_queue_depth{queue}` and `saga_runtime_takeovers_total`, which a worker feeds through
-  `observe_queue_depth()` and `observe_takeover()`.
+- `saga_runtime_llm_tokens_total{model,kind}` (`kind` "input", every input token, cached or not, and "output"):
+  the model calls of `LLMRunner`s (`model` is the model asked).
+- `saga_runtime_cost_total`: every charge of the sagas (a tool's `ctx.charge`, `saga.charge`, an LLM call).
+- `saga_runtime_queue_depth{queue}`, which a worker feeds through `observe_queue_depth()` as it polls.
+- `saga_runtime_takeovers_total`: sagas recovery took over here from an executor that was gone (also fed by
+  `observe_takeover()`).
 
 Each hook registers its metrics in its own `CollectorRegistry` unless given one, so two executors (or two apps)
 in one process never clash. Hooks given the same registry share its metrics (the gauge counts both), so passing
@@ -104,9 +106,7 @@ class _Metrics:
                 ["model", "kind"],
                 registry=registry,
             ),
-            cost=Counter(
-                "saga_runtime_cost", "Cost of LLMRunner model calls, from the runner's prices.", registry=registry
-            ),
+            cost=Counter("saga_runtime_cost", "Cost of every charge of the sagas.", registry=registry),
             queue_depth=Gauge(
                 "saga_runtime_queue_depth", "Queued sagas, as a worker last sampled.", ["queue"], registry=registry
             ),
@@ -222,7 +222,14 @@ class PrometheusHook:
             return
         self._m.tokens.labels(model=event.model, kind="input").inc(event.input_tokens)
         self._m.tokens.labels(model=event.model, kind="output").inc(event.output_tokens)
-        self._m.cost.inc(event.cost)
+        # Its cost comes as the `charged` event of the runner's charge.
+
+    def _charged(self, event: SagaEvent) -> None:
+        if event.cost:
+            self._m.cost.inc(event.cost)
+
+    def _saga_taken_over(self, event: SagaEvent) -> None:
+        self._m.takeovers.inc()
 
 
 class MetricsServer:

@@ -16,6 +16,7 @@ from saga_runtime._engine._cancellation import CANCELLED, shielded
 from saga_runtime._engine._ending import write_end
 from saga_runtime._engine._invoker import Invoker
 from saga_runtime._engine._journal import Journal, seq_of
+from saga_runtime._engine._reconcile import reconcile
 from saga_runtime._engine._verdict import Verdict
 from saga_runtime._exceptions import describe
 from saga_runtime._records import SagaResult, SagaStatus, StepRow, StepStatus, own_copy
@@ -45,7 +46,7 @@ class Compensator:
 
     def needs(self, row: StepRow) -> bool:
         """Tell whether a step must be undone when the saga compensates: done or in doubt, and undoable."""
-        if not (row.status is StepStatus.SUCCESS or row.status in UNKNOWN):
+        if not (row.status is StepStatus.SUCCESS or (row.status in UNKNOWN and not row.reconciled)):
             return False
         spec = self._registry.find(row.tool_name)
         return spec is None or spec.has_compensate  # a missing tool: its effect stays, recorded as such
@@ -150,10 +151,14 @@ class Compensator:
         failure for what it did not run: the new owner compensates from the records.
         """
         spec = self._registry.find(row.tool_name)
-        if spec is None:  # an operator gave up on a saga whose tool is missing: nothing here can undo it
+        if spec is None or not spec.accepts(row.tool_version):
+            # An operator gave up on a saga whose tool is missing (or another version): nothing here can undo it.
             if settle:
-                self._gave_up(row, f"not compensated: its tool {row.tool_name!r} is not registered (missing, renamed)")
+                why = "not registered (missing, renamed)" if spec is None else f"of another version ({spec.version!r})"
+                self._gave_up(row, f"not compensated: its tool {row.tool_name!r} is {why}")
             return False
+        if not known and row.status in UNKNOWN and not await self._reconciled(row, spec):
+            return False  # reconcile says the effect did not happen: nothing to undo
         compensate = spec.compensate
         if compensate is None:
             return False
@@ -184,7 +189,7 @@ class Compensator:
                     self._gave_up(row, "interrupted before it finished: compensation_timeout ran out")
                 raise
             except Exception as exc:
-                if journal.is_fenced():
+                if journal.guard.fenced:  # changed during the await
                     return False
                 if policy.should_retry(exc, attempt):
                     try:
@@ -214,6 +219,12 @@ class Compensator:
                 logger.debug("saga %s: step %s (%s) compensated", row.saga_id, row.step_id, row.tool_name)
             return True
         return False
+
+    async def _reconciled(self, row: StepRow, spec: ToolSpec) -> bool:
+        """Settle an unknown step by its tool's `reconcile` first; tell whether there may be an effect to undo."""
+        if spec.reconcile is None:
+            return True
+        return await reconcile(self._journal, self._invoker, spec, row) is not False
 
     def _gave_up(self, row: StepRow, why: str, *, tell: bool = True) -> None:
         self._journal.undo_failed(row, why)

@@ -26,6 +26,9 @@ EventKind = Literal[
     "approval_decided",
     "saga_queued",
     "saga_cancel_requested",
+    "attempt_started",
+    "charged",
+    "saga_taken_over",
 ]
 
 
@@ -37,6 +40,9 @@ class SagaEvent:
     the step (or of its compensation, for compensation events); `will_retry` tells, for a failed attempt,
     whether another attempt follows. `approval_requested` and `approval_decided` are emitted once the request
     (or the decision) is stored; `decision` ("approved" or "rejected") and `decided_by` say what was decided.
+    `attempt_started` comes right before each attempt of a step runs; `charged` once per charge (a tool's
+    `ctx.charge`, `saga.charge`, an LLM call), with its `cost` and `tokens`; `saga_taken_over` when recovery
+    takes over a saga whose owner is gone, before driving it.
     """
 
     kind: EventKind
@@ -52,6 +58,8 @@ class SagaEvent:
     will_retry: bool | None = None
     decision: str | None = None
     decided_by: str | None = None
+    cost: float | None = None
+    tokens: int | None = None
 
 
 @runtime_checkable

@@ -99,6 +99,13 @@ class GroupRunner:
         end; the group fails, failing the saga, with fewer than `needed` successes).
         """
         journal = self._journal
+        for row in rows:  # outcomes in doubt from before: settled by reconcile, if the tool has one, first
+            if row.status in UNKNOWN and not (
+                row.reconciled or row.compensation_attempts or row.step_id in journal.announced
+            ):
+                spec = self._registry.get(row.tool_name)
+                if spec.reconcile is not None:
+                    await self._runner.reconcile(row, spec)
         if join == "first" and any(succeeded(row) for row in rows):
             await self._settle_first(rows)  # resumed: the recorded winner stands, the rest lose
             return self._nothing_left_out(rows)

@@ -74,6 +74,18 @@ class Invoker:
         ctx = self.context(row, attempt, "compensate") if params else None
         await self.invoke(spec, compensate, spec.compensate_is_async, (value,), {}, params, ctx)
 
+    async def reconcile(self, spec: ToolSpec, row: StepRow, attempt: int) -> Any:
+        """Run one attempt of `spec.reconcile(**arguments)` for `row`, its arguments validated as execute's are."""
+        reconcile = spec.reconcile
+        assert reconcile is not None
+        args = own_copy(row.args)
+        if self._keyring is not None:
+            args = reveal(args, self._keyring)
+        kwargs = spec.validate_args(args)
+        params = spec.reconcile_ctx_params
+        ctx = self.context(row, attempt, "reconcile") if params else None
+        return await self.invoke(spec, reconcile, spec.reconcile_is_async, (), kwargs, params, ctx)
+
     async def invoke(
         self,
         spec: ToolSpec,

@@ -94,6 +94,8 @@ class Journal:
     def start(self, row: StepRow, at: datetime) -> None:
         """Start a step's next attempt (a resumed step of unknown outcome keeps counting)."""
         step_to(row, StepStatus.RUNNING)
+        if row.reconciled:  # found not done, it runs again: this run tells its outcome
+            row.reconciled = False
         row.attempts += 1
         row.started_at = row.started_at or at
         self._dirty[row.step_id] = row
@@ -112,6 +114,16 @@ class Journal:
         """Record a step's stored result and its success."""
         row.result = result
         self.finish_step(row, StepStatus.SUCCESS)
+
+    def reconciled(self, row: StepRow, result: Any, *, done: bool) -> None:
+        """Record what `reconcile` found of a step of unknown outcome: done (with `result`), or not done."""
+        row.reconciled = True
+        if done:
+            self.succeed(row, result)
+        else:
+            step_to(row, StepStatus.CANCELLED)  # (from RUNNING, or CANCELLED already)
+            row.error, row.error_type, row.finished_at = "reconcile: its effect did not happen", "NotDone", now()
+            self._dirty[row.step_id] = row
 
     def finish_step(
         self, row: StepRow, status: StepStatus, *, error: str | None = None, error_type: str | None = None
@@ -227,11 +239,7 @@ class Journal:
         self._saga_dirty = True
 
     def end(self, status: SagaStatus, error: str | None) -> None:
-        """Make the saga terminal; `error` says why it did not succeed.
-
-        No step of an ended saga reads RUNNING or WAITING: an unknown outcome nobody could undo (no compensation)
-        is CANCELLED, saying so; a step still waiting for a decision never ran (PENDING).
-        """
+        """Make the saga terminal (`error`: why it did not succeed); no step of it reads RUNNING or WAITING after."""
         self.saga_to(status)
         for row in self.rows.values() if status is not SagaStatus.SUCCESS else ():
             if row.status is StepStatus.RUNNING:
@@ -360,10 +368,6 @@ class Journal:
         """Stop writing for good. `lost`: another executor may own the saga now (its work is stopped too)."""
         self.guard.close(lost=lost)
 
-    def is_fenced(self) -> bool:
-        """Tell whether the journal is fenced now (a call: it changes across every await)."""
-        return self.guard.fenced
-
     def check_fence(self) -> None:
         """Raise `LeaseLostError` if fenced: nothing more may start or be written from here."""
         self.guard.check()
@@ -378,11 +382,7 @@ class Journal:
         return self.owner is not None and self.lease.left() <= self.config.lease_timeout * _INVOKE_MARGIN
 
     async def confirm_lease(self) -> None:
-        """Make sure, by this process's own clock, that the lease is good before a tool is invoked.
-
-        A lease confirmed too long ago (frozen, or the store unreachable) is extended by an owner-conditional write
-        first: refused if another executor took the saga over (fenced, `LeaseLostError`).
-        """
+        """Make sure by this process's clock that the lease is good before a tool runs (else extend it, or fence)."""
         if not self.lease_short():
             return
         self._saga_dirty = True

@@ -9,10 +9,12 @@ import anyio
 from saga_runtime._engine._approvals import Decisions
 from saga_runtime._engine._claim import Claim, Drives
 from saga_runtime._engine._driver import Planner, drive_plan
+from saga_runtime._engine._events import SagaEvent, emit
 from saga_runtime._engine._journal_rows import waits_for_tools
 from saga_runtime._engine._saga import SagaEngine
+from saga_runtime._engine._versions import unfit_tools
 from saga_runtime._exceptions import LeaseLostError, PlanValidationError
-from saga_runtime._records import SagaResult, SagaRow, SagaStatus, StepRow, now, with_unstarted
+from saga_runtime._records import SagaResult, SagaRow, SagaStatus, StepRow, now
 
 __all__ = ["Recovery"]
 
@@ -37,9 +39,10 @@ class Recovery:
         self._warned: set[tuple[str, tuple[str, ...]]] = set()
 
     def missing_tools(self, saga: SagaRow, rows: list[StepRow]) -> list[str]:
-        """Return the tools of a saga's steps (those never started included) this executor's registry lacks."""
-        tools = {row.tool_name for row in with_unstarted(saga, rows)}
-        return sorted(tools - set(self._drives.config.registry.names()))
+        """Return the tools of a saga's steps (those never started included) this executor's registry lacks, or
+        cannot resume (a version it does not accept, arguments of an accepted older version it refuses).
+        """
+        return unfit_tools(self._drives.config.registry, saga, rows)
 
     async def recover(self, limit: int) -> list[SagaResult]:
         """Go on with decided sagas, then take over every live saga whose owner is gone; return what finished."""
@@ -83,6 +86,7 @@ class Recovery:
 
     async def _recover_batch(self, batch: list[tuple[SagaRow, list[StepRow]]]) -> list[SagaResult]:
         """Drive a claimed batch of sagas, `concurrency` at a time; return the results, in batch order."""
+        config = self._drives.config
         done: list[SagaResult | None] = [None] * len(batch)
         limiter = anyio.CapacityLimiter(self._concurrency)
 
@@ -93,6 +97,8 @@ class Recovery:
                 try:
                     async with self._drives.claim(saga, rows, take="orphan") as held:
                         if held is not None:
+                            if config.hooks:
+                                emit(config.hooks, SagaEvent("saga_taken_over", saga.saga_id, status=saga.status.value))
                             done[index] = await self._recover_one(held)
                 except LeaseLostError as exc:
                     logger.warning("saga %s: %s", saga.saga_id, exc)
@@ -123,7 +129,11 @@ class Recovery:
                     plan = self._planner.build(saga.plan)
                 except PlanValidationError as exc:  # the tools changed under the saga: no retry can help
                     # Its problems only: the error's header is for a refused plan, and this one's steps ran.
-                    return await held.park(f"its plan no longer validates: {'; '.join(exc.problems)}")
+                    ran = sum(1 for row in held.rows if row.attempts)
+                    return await held.park(
+                        f"its plan no longer validates against this executor's tools, and {ran} step(s) of it ran "
+                        f"already (a tool changed without a new version=): {'; '.join(exc.problems)}"
+                    )
                 # No caller: if this worker stops, the saga stays for the next recovery.
                 engine = held.start(detached=True)
                 await _count_attempt(engine)

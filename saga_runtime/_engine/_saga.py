@@ -9,8 +9,11 @@ compensated), `quorum`/`any` (every step runs; too few successes fail the saga).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import functools
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from saga_runtime._engine._approvals import Gate
@@ -54,7 +57,7 @@ class SagaEngine:
         self.config = config
         self.journal = journal = Journal(config, saga, steps, announced=announced, owner=owner)
         self.verdict = verdict = Verdict()
-        self.account = Account(saga.saga_id, Budget.from_json(saga.budget), journal.charge)
+        self.account = Account(saga.saga_id, Budget.from_json(saga.budget), _charges(journal))
         invoker = Invoker(
             config.thread_limiter, config.call_limiter, self.account.charge, config.keyring, config.resources
         )
@@ -229,3 +232,32 @@ class SagaEngine:
     def judge(self, rows: Sequence[StepRow], join: str, needed: int | None) -> bool:
         """Decide whether a finished group lets the saga go on; fail the saga if not."""
         return self._groups.judge(rows, join, needed)
+
+
+def _charges(journal: Journal) -> Callable[[float, int], tuple[float, int]]:
+    """Return what adds a charge to the saga and tells the hooks, in the event loop (a sync tool charges from its
+    thread). It holds the journal only: the engine is freed without a cycle.
+    """
+    loop: asyncio.AbstractEventLoop | None = None
+    with contextlib.suppress(RuntimeError):  # (built outside a loop: charges come from it, or never)
+        loop = asyncio.get_running_loop()
+
+    def charged(cost: float, tokens: int) -> tuple[float, int]:
+        spent = journal.charge(cost, tokens)
+        if journal.config.hooks and (cost or tokens):
+            tell = functools.partial(journal.emit, "charged", cost=cost, tokens=tokens)
+            if loop is None or _in_loop(loop):
+                tell()
+            else:
+                loop.call_soon_threadsafe(tell)
+        return spent
+
+    return charged
+
+
+def _in_loop(loop: asyncio.AbstractEventLoop) -> bool:
+    """Tell whether this thread runs `loop`."""
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False

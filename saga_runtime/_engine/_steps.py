@@ -15,6 +15,7 @@ from saga_runtime._engine._cancellation import CANCELLED, Siblings
 from saga_runtime._engine._compensator import Compensator
 from saga_runtime._engine._invoker import AttemptTimeout, Invoker
 from saga_runtime._engine._journal import Journal
+from saga_runtime._engine._reconcile import reconcile
 from saga_runtime._engine._verdict import Verdict
 from saga_runtime._exceptions import (
     BudgetExceededError,
@@ -92,11 +93,18 @@ class StepRunner:
                 _cancel(siblings)
             return
         journal.succeed(row, result)
+        self._won(row, siblings, join)
+        logger.debug("saga %s: step %s (%s) succeeded", row.saga_id, row.step_id, row.tool_name)
+
+    def _won(self, row: StepRow, siblings: Siblings | None, join: str) -> None:
         winners = self._verdict.winners
         if join == "first" and row.group not in winners:
             winners[row.group] = row.step_id
             _cancel(siblings)  # the race is won: stop the others
-        logger.debug("saga %s: step %s (%s) succeeded", row.saga_id, row.step_id, row.tool_name)
+
+    async def reconcile(self, row: StepRow, spec: ToolSpec) -> bool | None:
+        """Settle a step of unknown outcome by its tool's `reconcile` (see saga_runtime._engine._reconcile)."""
+        return await reconcile(self._journal, self._invoker, spec, row)
 
     async def _attempts(self, row: StepRow, spec: ToolSpec, kwargs: dict[str, Any]) -> Any:
         # The retry policy counts row.attempts, every attempt recorded for the step, this one included: its budget
@@ -122,6 +130,8 @@ class StepRunner:
                 except Exception as exc:
                     raise _WriteFailed(f"attempt {row.attempts} could not confirm the lease: {describe(exc)}") from exc
             attempt = row.attempts
+            if journal.config.hooks:
+                journal.emit("attempt_started", row)
             raw: Any = _NOTHING
             given = own_values(kwargs)  # each attempt gets arguments of its own, never the record's objects
             try:
@@ -206,6 +216,13 @@ class StepRunner:
             status = StepStatus.COMPENSATION_FAILED
         self._journal.finish_step(row, status, error=error, error_type=error_type)
         logger.warning("saga %s: step %s (%s) failed: %s", row.saga_id, row.step_id, row.tool_name, error)
+        if timed_out and not stuck and spec.reconcile is not None:
+            done = await self.reconcile(row, spec)
+            if done:  # the effect happened after all: the step succeeded
+                del verdict.errors[row.step_id]
+                self._won(row, siblings, join)
+                return
+            timed_out = done is None  # not done: nothing to undo
         if stuck:
             verdict.fail(row, f"{error}; the effect of its refused result could not be undone")
             _cancel(siblings)

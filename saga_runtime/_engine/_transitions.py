@@ -34,7 +34,8 @@ SAGA_MOVES: dict[SagaStatus, frozenset[SagaStatus]] = {
 _UNDONE = frozenset({_T.COMPENSATED, _T.COMPENSATION_FAILED})
 
 #: Step statuses and those that may follow each.
-#: - A step starts (RUNNING) from PENDING, or again from an unknown outcome (RUNNING, CANCELLED) when resumed.
+#: - A step starts (RUNNING) from PENDING, or again from an unknown outcome (RUNNING, CANCELLED) when resumed;
+#:   an unknown outcome that `reconcile` finds done becomes SUCCESS.
 #: - FAILED is compensated only when its effect is known to be out there (a result that could not be stored).
 #: - COMPENSATION_FAILED reopens to what it was before (SUCCESS, or CANCELLED: unknown) for an operator's retry.
 #: - A step that needs a person's decision WAITs (it never ran); approved, it is PENDING again and runs as any
@@ -44,7 +45,7 @@ STEP_MOVES: dict[StepStatus, frozenset[StepStatus]] = {
     _T.WAITING: frozenset({_T.PENDING, _T.REJECTED}),
     _T.REJECTED: frozenset(),
     _T.RUNNING: frozenset({_T.RUNNING, _T.SUCCESS, _T.FAILED, _T.CANCELLED}) | _UNDONE,
-    _T.CANCELLED: frozenset({_T.RUNNING}) | _UNDONE,
+    _T.CANCELLED: frozenset({_T.RUNNING, _T.SUCCESS, _T.CANCELLED}) | _UNDONE,
     _T.SUCCESS: _UNDONE,
     _T.FAILED: _UNDONE,
     _T.COMPENSATION_FAILED: frozenset({_T.SUCCESS, _T.CANCELLED, _T.COMPENSATION_FAILED}),

@@ -41,7 +41,8 @@ __all__ = [
     "valid_id",
 ]
 
-_STEP_KEYS = frozenset({"tool", "args", "id", "approval"})
+# "version": a stored plan's record of the tool version a step was planned with (when not "1").
+_STEP_KEYS = frozenset({"tool", "args", "id", "approval", "version"})
 
 
 class Step(BaseModel):
@@ -77,6 +78,8 @@ class PlannedStep:
     kwargs: dict[str, Any] | None = field(default=None, compare=False, repr=False)
     # The step waits for a person's decision before it runs (stored in the plan as "approval": true).
     approval: bool = False
+    # The version of the tool the step is planned with (stored in the plan when it is not "1").
+    version: str = "1"
 
 
 JOINS = ("all", "first", "quorum", "any")
@@ -100,10 +103,26 @@ _ALL = Join()
 
 
 def _step_json(step: PlannedStep) -> dict[str, Any]:
-    """Return a step as a stored plan holds it (marked when it waits for a person's decision)."""
+    """Return a step as a stored plan holds it (marked when it waits for a person's decision, or versioned)."""
+    if not step.approval and step.version == "1":
+        return {"id": step.step_id, "tool": step.tool_name, "args": step.args}
+    out: dict[str, Any] = {"id": step.step_id, "tool": step.tool_name, "args": step.args}
     if step.approval:
-        return {"id": step.step_id, "tool": step.tool_name, "args": step.args, "approval": True}
-    return {"id": step.step_id, "tool": step.tool_name, "args": step.args}
+        out["approval"] = True
+    if step.version != "1":
+        out["version"] = step.version
+    return out
+
+
+def _unversioned(value: Any) -> Any:
+    """Return a stored plan without its steps' tool versions (the same calls, whatever code runs them)."""
+    if isinstance(value, list):
+        return [_unversioned(item) for item in value]
+    if isinstance(value, dict) and "group" in value:
+        return {**value, "group": _unversioned(value["group"])}
+    if isinstance(value, dict):
+        return {k: v for k, v in value.items() if k != "version"}
+    return value
 
 
 @dataclass(frozen=True)
@@ -160,10 +179,14 @@ class Plan:
         """Return the plan's hash: two plans with the same hash run the same calls.
 
         Secrets count as "**********": each encryption of a secret differs, and the same plan must keep its hash.
+        Tool versions do not count: a saga's id still names its calls after its tools were upgraded.
         """
-        if not any(_may_hold_secret(step.args) for group in self.groups for step in group):
+        secret = any(_may_hold_secret(step.args) for group in self.groups for step in group)
+        versioned = any(step.version != "1" for group in self.groups for step in group)
+        if not secret and not versioned:
             return hashlib.sha256(self.encoded).hexdigest()
-        return hashlib.sha256(canonical_json(mask_secrets(self.to_json())).encode()).hexdigest()
+        plan = _unversioned(self.to_json()) if versioned else self.to_json()
+        return hashlib.sha256(canonical_json(mask_secrets(plan) if secret else plan).encode()).hexdigest()
 
     def fresh(self) -> Plan:
         """Return a copy holding argument dicts of its own, its JSON's text and digest kept.
@@ -215,6 +238,7 @@ def _fresh_step(step: PlannedStep) -> PlannedStep:
         step.refs,
         None if kwargs is None else dict(kwargs),
         step.approval,
+        step.version,
     )
 
 
@@ -253,6 +277,7 @@ class _Draft:
     args: Any
     id: str | None
     approval: Any = False
+    version: Any = None
 
 
 def _label(draft: _Draft) -> str:
@@ -262,7 +287,15 @@ def _label(draft: _Draft) -> str:
 
 def _read_step(item: Any, group: int, index: int, problems: list[str]) -> _Draft | None:
     if type(item) is dict and "tool" in item and _STEP_KEYS.issuperset(item):  # the common case, checked fast
-        return _Draft(group, index, item["tool"], item.get("args", {}), item.get("id"), item.get("approval", False))
+        return _Draft(
+            group,
+            index,
+            item["tool"],
+            item.get("args", {}),
+            item.get("id"),
+            item.get("approval", False),
+            item.get("version"),
+        )
     where = f"step #{index + 1} of group {group}"
     if isinstance(item, Step):
         return _Draft(group, index, item.tool, item.args, item.id, item.approval)
@@ -271,11 +304,21 @@ def _read_step(item: Any, group: int, index: int, problems: list[str]) -> _Draft
         return None
     unknown = sorted(str(key) for key in item if key not in _STEP_KEYS)
     if unknown:
-        problems.append(f"{where}: unknown key(s) {unknown}; a step has only 'tool', 'args', 'id' and 'approval'")
+        problems.append(
+            f"{where}: unknown key(s) {unknown}; a step has only 'tool', 'args', 'id', 'approval' and 'version'"
+        )
     if "tool" not in item:
         problems.append(f"{where}: missing 'tool'")
         return None
-    return _Draft(group, index, item["tool"], item.get("args", {}), item.get("id"), item.get("approval", False))
+    return _Draft(
+        group,
+        index,
+        item["tool"],
+        item.get("args", {}),
+        item.get("id"),
+        item.get("approval", False),
+        item.get("version"),
+    )
 
 
 _GROUP_KEYS = frozenset({"group", "join", "k", "id"})
@@ -450,10 +493,18 @@ def _check_step(
         problems.extend(f"{label}: {p}" for p in found)
     if type(draft.approval) is not bool:
         problems.append(f"{_label(draft)}: 'approval' must be true or false, got {draft.approval!r}")
+    version = spec.version if draft.version is None else draft.version
+    if type(version) is not str:
+        problems.append(f"{_label(draft)}: 'version' must be a string, got {type(version).__name__} {version!r}")
+    elif not spec.accepts(version):
+        problems.append(
+            f"{_label(draft)}: planned with version {version!r} of tool {tool!r}, which this executor's version "
+            f"{spec.version!r} does not accept (compatible: {list(spec.compatible)})"
+        )
     if draft.id is None:
         return None
     gated = draft.approval is True or spec.approval
-    return PlannedStep(draft.id, str(tool), dict(args), draft.group, bool(deferred), kwargs, gated)
+    return PlannedStep(draft.id, str(tool), dict(args), draft.group, bool(deferred), kwargs, gated, str(version))
 
 
 def call_args(spec: ToolSpec, args: Mapping[str, Any], keyring: SecretKeyring | None, *, what: str) -> dict[str, Any]:
@@ -563,7 +614,12 @@ def _fast_plan(raw: Any, registry: ToolRegistry, policy: PlanPolicy | None) -> P
         for i, member in enumerate(members):
             kind = type(member)
             if kind is dict:
-                if "tool" not in member or "approval" in member or not _STEP_KEYS.issuperset(member):
+                if (
+                    "tool" not in member
+                    or "approval" in member
+                    or "version" in member
+                    or not _STEP_KEYS.issuperset(member)
+                ):
                     return None  # (a step marked for approval: the full walk records it)
                 tool, args, step_id = member["tool"], member.get("args", {}), member.get("id")
             elif kind is Step:
@@ -589,7 +645,7 @@ def _fast_plan(raw: Any, registry: ToolRegistry, policy: PlanPolicy | None) -> P
                 kwargs = spec.valid_args(args)
                 if kwargs is None:
                     return None
-                planned.append(PlannedStep(step_id, tool, dict(args), g, False, kwargs))
+                planned.append(PlannedStep(step_id, tool, dict(args), g, False, kwargs, False, spec.version))
             else:
                 later.append((g, len(planned)))
                 planned.append(_Draft(g, i, tool, args, step_id))

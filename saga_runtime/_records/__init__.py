@@ -48,6 +48,7 @@ from saga_runtime._records._rows import (
     now,
     plan_groups,
     plan_joins,
+    planned_version,
     step_succeeded,
     with_unstarted,
 )
@@ -133,6 +134,7 @@ __all__ = [
     "plan_groups",
     "plan_joins",
     "planned_identities",
+    "planned_version",
     "remember_plan_digest",
     "result_from_rows",
     "reveal",

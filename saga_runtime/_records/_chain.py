@@ -146,8 +146,9 @@ def identity_hash(row: StepRow | None, saga_id: str) -> str:
 # A row's seal hashes the canonical JSON text of one array: saga id, seq, step id, group, tool, arguments
 # (integral floats as ints, as every database gives them back), idempotency key, status, attempts, result,
 # error, error type, started, finished and compensated times (ISO 8601), compensation error, compensation
-# attempts, prev_hash. The text up to the idempotency key never changes as the step runs: `Sealer` hashes it
-# once per row and copies the hash state for each seal, so a re-seal hashes the rest only. (The canonical text
+# attempts, prev_hash, then the tool version and reconciled unless "1" and false (older seals stay valid). The
+# text up to the idempotency key never changes as the step runs: `Sealer` hashes it once per row and copies the
+# hash state for each seal, so a re-seal hashes the rest only. (The canonical text
 # of an array is "[" + its elements' texts joined by "," + "]": the two parts are cut from two shorter arrays,
 # or written directly, value by value, when the values are plain str, int and None.)
 
@@ -179,6 +180,8 @@ def _changing(row: StepRow) -> bytes:
         row.compensation_attempts,
         row.prev_hash,
     ]
+    if row.tool_version != "1" or row.reconciled:
+        parts += [row.tool_version, row.reconciled]
     return _text(parts)[1:].encode()  # the array's elements and its closing bracket: the fixed part opened it
 
 
@@ -205,7 +208,7 @@ def _changing_text(row: StepRow, time: Callable[[datetime], str]) -> bytes:
     `time` writes a datetime's JSON text (a sealer remembers the times it wrote).
     """
     attempts, undo_attempts, result = row.attempts, row.compensation_attempts, row.result
-    if type(attempts) is not int or type(undo_attempts) is not int:
+    if type(attempts) is not int or type(undo_attempts) is not int or row.tool_version != "1" or row.reconciled:
         return _changing(row)
     if result is None:
         result_text = "null"

@@ -50,6 +50,8 @@ class StepRecord(BaseModel):
     compensated_at: datetime | None = None
     compensation_error: str | None = None
     compensation_attempts: int = 0
+    tool_version: str = "1"
+    reconciled: bool = False
 
     @property
     def duration(self) -> float | None:
@@ -265,6 +267,8 @@ def _step_records(rows: Sequence[StepRow]) -> list[StepRecord]:
                 "compensated_at": row.compensated_at,
                 "compensation_error": row.compensation_error,
                 "compensation_attempts": row.compensation_attempts,
+                "tool_version": row.tool_version,
+                "reconciled": row.reconciled,
             },
         )
         _object_setattr(record, "__pydantic_fields_set__", fields.copy())

@@ -25,6 +25,7 @@ __all__ = [
     "now",
     "plan_groups",
     "plan_joins",
+    "planned_version",
     "step_succeeded",
     "with_unstarted",
 ]
@@ -141,6 +142,12 @@ def plan_groups(plan: Any) -> list[list[Any]]:
     return groups
 
 
+def planned_version(step: Any) -> str:
+    """Return the tool version a stored plan's step was planned with (a plan stores it when it is not "1")."""
+    version = step.get("version") if isinstance(step, dict) else None
+    return version if isinstance(version, str) else "1"
+
+
 _ascii = json.encoder.encode_basestring_ascii
 # The stdlib's C encoder, built once: json.dumps builds an encoder per call, which costs more than encoding a small
 # value. Same output as `json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
@@ -191,6 +198,9 @@ class StepRow:
     compensation_attempts: int = 0
     prev_hash: str | None = None
     hash: str | None = None
+    # The version of the tool the step was planned with, and whether `reconcile` settled its unknown outcome.
+    tool_version: str = "1"
+    reconciled: bool = False
 
     def copy(self) -> StepRow:
         """Return a snapshot of this row (values are JSON data that is never mutated in place)."""
@@ -215,6 +225,8 @@ class StepRow:
             self.compensation_attempts,
             self.prev_hash,
             self.hash,
+            self.tool_version,
+            self.reconciled,
         )
 
 
@@ -286,7 +298,10 @@ def with_unstarted(saga: SagaRow, rows: list[StepRow]) -> list[StepRow]:
             step_id = step.get("id") if isinstance(step, dict) else None
             if isinstance(step_id, str) and step_id not in have:
                 key = idempotency_key(saga.saga_id, step_id)
-                out.append(StepRow(saga.saga_id, seq, step_id, group, step.get("tool"), step.get("args"), key))
+                tool, args = step.get("tool"), step.get("args")
+                out.append(
+                    StepRow(saga.saga_id, seq, step_id, group, tool, args, key, tool_version=planned_version(step))
+                )
             seq += 1
     out.sort(key=lambda row: row.seq)
     return out

@@ -55,6 +55,8 @@ STEP_COLUMNS = (
     "compensation_attempts",
     "prev_hash",
     "hash",
+    "tool_version",
+    "reconciled",
 )
 
 # One encoder for every value (json.dumps with options builds a new one per call): compact, UTF-8, no NaN.
@@ -179,6 +181,8 @@ class RowCodec:
             row.compensation_attempts,
             row.prev_hash,
             row.hash,
+            row.tool_version,
+            1 if row.reconciled else 0,
         )
 
     def saga_row(self, r: Sequence[Any]) -> SagaRow:
@@ -230,6 +234,8 @@ class RowCodec:
             compensation_attempts=int(r[16]),
             prev_hash=r[17],
             hash=r[18],
+            tool_version=r[19],
+            reconciled=bool(r[20]),
         )
 
     def rows_of_load(self, records: Sequence[Sequence[Any]]) -> tuple[SagaRow, list[StepRow]] | None:

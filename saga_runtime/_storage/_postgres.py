@@ -155,6 +155,7 @@ _ARRAY_TYPES = {
     "grp": "int4",
     "attempts": "int4",
     "compensation_attempts": "int4",
+    "reconciled": "int4",
     "recovery_attempts": "int4",
     "tokens": "int8",
     "cost": "float8",

@@ -213,6 +213,18 @@ def _schema_queues(dialect: DialectName) -> list[str]:
     ]
 
 
+def _schema_tool_versions(dialect: DialectName) -> list[str]:
+    # Each step records the version of its tool, and whether `reconcile` settled its unknown outcome.
+    t = _TYPES[dialect]
+    columns = [
+        f"ADD COLUMN tool_version {t['short']} NOT NULL DEFAULT '1'",
+        f"ADD COLUMN reconciled {t['int']} NOT NULL DEFAULT 0",
+    ]
+    if dialect == "sqlite":
+        return [f"ALTER TABLE steps {column}" for column in columns]
+    return ["ALTER TABLE steps " + ", ".join(columns)]
+
+
 @dataclass(frozen=True, slots=True)
 class Migration:
     """One step of the schema: the statements that take a database from `version - 1` to `version`."""
@@ -230,6 +242,7 @@ MIGRATIONS: list[Migration] = [
     Migration(3, "sealed saga rows, JSON kept as text", _schema_v3),
     Migration(4, "approval requests", _schema_approvals),
     Migration(5, "queues", _schema_queues),
+    Migration(6, "tool versions and reconciled steps", _schema_tool_versions),
 ]
 #: The version from which saga rows carry a seal (one written before, untouched since, has none).
 SEALED_SAGAS_VERSION = 3

@@ -19,7 +19,8 @@ class StepContext:
 
     `idempotency_key` is stable across retries, crashes and recovery of the same step and differs between
     steps: pass it to the outside world (a payment API's idempotency header) and use it in `compensate` to find
-    what to undo. `attempt` is 1-based and counts attempts of the current phase (`"execute"` or `"compensate"`).
+    what to undo. `attempt` is 1-based and counts attempts of the current phase (`"execute"`, `"compensate"` or
+    `"reconcile"`).
     """
 
     saga_id: str
@@ -28,7 +29,7 @@ class StepContext:
     args: Mapping[str, Any]
     attempt: int
     idempotency_key: str
-    phase: Literal["execute", "compensate"] = "execute"
+    phase: Literal["execute", "compensate", "reconcile"] = "execute"
     _charge: Callable[[float, int], None] = field(default=_no_budget, repr=False, compare=False)
     #: What the registry's lifespan yielded (empty without one): the tools' shared resources.
     state: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)

@@ -59,6 +59,8 @@ class ToolRegistry:
         irreversible: bool = False,
         approval: bool = False,
         approval_timeout: float | None = None,
+        version: str = "1",
+        compatible: tuple[str, ...] = (),
     ) -> Callable[[T], T]: ...
 
     def tool(
@@ -73,6 +75,8 @@ class ToolRegistry:
         irreversible: bool = False,
         approval: bool = False,
         approval_timeout: float | None = None,
+        version: str = "1",
+        compatible: tuple[str, ...] = (),
     ) -> Any:
         """Register a tool class (instantiated once, without arguments); usable bare or with options."""
 
@@ -98,6 +102,8 @@ class ToolRegistry:
                 irreversible=irreversible,
                 approval=approval,
                 approval_timeout=approval_timeout,
+                version=version,
+                compatible=compatible,
             )
             return tool_cls
 
@@ -115,11 +121,15 @@ class ToolRegistry:
         irreversible: bool = False,
         approval: bool = False,
         approval_timeout: float | None = None,
+        version: str = "1",
+        compatible: tuple[str, ...] = (),
     ) -> ToolSpec:
         """Register a ready-made tool instance and return its spec; the name defaults to its class name.
 
         `approval=True`: every call of the tool waits for a person's decision (`executor.approve` / `reject`)
         before it runs; `approval_timeout` (seconds) is how long a request may wait before it counts as rejected.
+        `version` (a string) is recorded by every step; `compatible` lists the older recorded versions this code
+        can still resume (docs/how-to/upgrading-tools.md).
         """
         if isinstance(instance, type):
             raise TypeError(f"register() takes a tool instance; for the class {instance.__name__} use @registry.tool")
@@ -133,6 +143,8 @@ class ToolRegistry:
             irreversible=irreversible,
             approval=approval,
             approval_timeout=approval_timeout,
+            version=version,
+            compatible=compatible,
         )
         with self._lock:
             if spec.name in self._tools:

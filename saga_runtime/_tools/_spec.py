@@ -15,6 +15,7 @@ import pydantic
 from saga_runtime._tools._context import StepContext
 from saga_runtime._tools._retry import DEFAULT_COMPENSATION_RETRY, NO_RETRY, RetryPolicy
 from saga_runtime._tools._secrets import secret_paths
+from saga_runtime._tools._versions import check_versions
 
 __all__ = ["RetryScope", "ToolSpec", "build_spec"]
 
@@ -62,6 +63,17 @@ class ToolSpec:
     validate_is_async: bool = False
     # Where the secret arguments stand (see saga_runtime._tools._secrets); empty when the tool takes none.
     secrets: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    # The version steps record, and the older recorded versions this code can still resume.
+    version: str = "1"
+    compatible: tuple[str, ...] = ()
+    # Looks up whether a step of unknown outcome had its effect (execute's parameters, StepContext injected).
+    reconcile: Callable[..., Any] | None = field(default=None, repr=False)
+    reconcile_is_async: bool = False
+    reconcile_ctx_params: tuple[str, ...] = ()
+
+    def accepts(self, version: str) -> bool:
+        """Tell whether this tool can resume a step recorded under `version`."""
+        return version == self.version or version in self.compatible
 
     @property
     def has_compensate(self) -> bool:
@@ -255,6 +267,8 @@ def build_spec(
     irreversible: bool = False,
     approval: bool = False,
     approval_timeout: float | None = None,
+    version: str = "1",
+    compatible: tuple[str, ...] = (),
 ) -> ToolSpec:
     """Inspect a tool instance and return its spec; raise `TypeError`/`ValueError` for what cannot work."""
     owner = type(instance).__name__
@@ -278,7 +292,9 @@ def build_spec(
     for label, policy in (("retry", retry), ("compensation_retry", compensation_retry)):
         if policy is not None and not isinstance(policy, RetryPolicy):
             raise TypeError(f"{label} must be a RetryPolicy, got {type(policy).__name__}")
+    version, compatible = check_versions(owner, version, compatible)
     ctx, model, accepts_extra, field_names = _args_model(name, owner, execute)
+    reconcile = _method(instance, "reconcile")
     validate = _method(instance, "validate")
     compensate_ctx = _compensate_ctx(owner, compensate) if compensate is not None else ()
     doc = inspect.getdoc(type(instance)) or inspect.getdoc(execute) or ""
@@ -308,6 +324,11 @@ def build_spec(
         validate_result=validate,
         validate_is_async=validate is not None and inspect.iscoroutinefunction(validate),
         secrets=secret_paths(model),
+        version=version,
+        compatible=compatible,
+        reconcile=reconcile,
+        reconcile_is_async=reconcile is not None and inspect.iscoroutinefunction(reconcile),
+        reconcile_ctx_params=_context_params(reconcile)[0] if reconcile is not None else (),
     )
 
 

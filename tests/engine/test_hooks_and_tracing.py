@@ -58,7 +58,7 @@ PLAN = [
 
 
 async def test_hooks_see_every_event_of_a_compensated_saga_in_order() -> None:
-    """A hook is told: saga started, steps started/finished, failed attempts, compensations, saga finished."""
+    """A hook is told: saga started, steps started/finished, each attempt's start and failure, compensations, end."""
     events: list[SagaEvent] = []
     executor = SagaExecutor(make_registry(), hooks=[events.append])
     result = await executor.run(PLAN, saga_id="traced")
@@ -66,9 +66,12 @@ async def test_hooks_see_every_event_of_a_compensated_saga_in_order() -> None:
     assert [(e.kind, e.step_id) for e in events] == [
         ("saga_started", None),
         ("step_started", "reserve"),
+        ("attempt_started", "reserve"),
         ("step_finished", "reserve"),
         ("step_started", "ship"),
+        ("attempt_started", "ship"),
         ("attempt_failed", "ship"),
+        ("attempt_started", "ship"),
         ("attempt_failed", "ship"),
         ("step_finished", "ship"),
         ("compensation_started", "reserve"),
@@ -78,8 +81,8 @@ async def test_hooks_see_every_event_of_a_compensated_saga_in_order() -> None:
     ]
     assert [e.will_retry for e in events if e.kind == "attempt_failed"] == [True, False]
     assert events[-1].status == "COMPENSATED"
-    assert events[6].status == "FAILED"
-    assert "no route to Mars" in (events[6].error or "")
+    assert events[9].status == "FAILED"
+    assert "no route to Mars" in (events[9].error or "")
 
 
 async def test_a_failing_hook_never_breaks_a_saga(caplog: pytest.LogCaptureFixture) -> None:

@@ -187,6 +187,8 @@ def make_steps(saga_id: str, count: int = 3, *, full: bool = True) -> list[StepR
             row.compensation_attempts = seq
             row.prev_hash = None if seq == 0 else f"{seq - 1:064x}"
             row.hash = f"{seq:064x}"
+            row.tool_version = f"v{seq + 2}"
+            row.reconciled = seq % 2 == 1
         rows.append(row)
     return rows
 

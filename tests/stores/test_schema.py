@@ -51,7 +51,7 @@ async def test_open_records_the_schema_version(stores: Stores, sql_kind: str) ->
     """Opening an empty database creates the schema and records each version once, however often it is opened."""
     url = await stores.blank_url(sql_kind)
     store = await stores.open(sql_kind, url)
-    assert await store.schema_version() == SCHEMA_VERSION == 5  # type: ignore[attr-defined]
+    assert await store.schema_version() == SCHEMA_VERSION == 6  # type: ignore[attr-defined]
     await store.close()
     await (await stores.open(sql_kind, url)).close()
     rows = await _query(stores, sql_kind, url, "SELECT version FROM schema_version ORDER BY version")
@@ -92,6 +92,13 @@ def stores_row(row: Any) -> tuple[str, int, str | None]:
     return saga_id, int(row[1]), row[2]
 
 
+def _unversioned(rows: list[StepRow]) -> list[StepRow]:
+    """Return step rows as a database older than version 6 holds them: tool version "1", not reconciled."""
+    for row in rows:
+        row.tool_version, row.reconciled = "1", False
+    return rows
+
+
 async def _build_v1(
     stores: Stores, kind: str, url: str, rows: list[tuple[SagaRow, list[StepRow]]], version: int = 1
 ) -> None:
@@ -102,8 +109,9 @@ async def _build_v1(
     insert_saga = _placeholders(
         dialect, f"INSERT INTO sagas ({', '.join(v1_sagas)}) VALUES ({', '.join('?' * len(v1_sagas))})"
     )
+    v1_steps = STEP_COLUMNS[: STEP_COLUMNS.index("hash") + 1]  # tool versions came with version 6
     insert_step = _placeholders(
-        dialect, f"INSERT INTO steps ({', '.join(STEP_COLUMNS)}) VALUES ({', '.join('?' * len(STEP_COLUMNS))})"
+        dialect, f"INSERT INTO steps ({', '.join(v1_steps)}) VALUES ({', '.join('?' * len(v1_steps))})"
     )
     record = _placeholders(dialect, "INSERT INTO schema_version (version, description, applied_at) VALUES (?, ?, ?)")
     ddl = [VERSION_TABLE_DDL[dialect], *(sql for m in MIGRATIONS[:version] for sql in m.statements(dialect))]
@@ -112,7 +120,7 @@ async def _build_v1(
     ]
     for saga, steps in rows:
         writes.append((insert_saga, codec.saga_params(saga)[: len(v1_sagas)]))
-        writes.extend((insert_step, codec.step_params(row)) for row in steps)
+        writes.extend((insert_step, codec.step_params(row)[: len(v1_steps)]) for row in steps)
     if kind == "sqlite":
         conn = sqlite3.connect(sqlite_file(url))
         try:
@@ -161,7 +169,7 @@ async def test_a_version_1_database_is_migrated_in_place(stores: Stores, sql_kin
     are written and read; schema_version says the latest version, each version recorded once.
     """
     url = await stores.blank_url(sql_kind)
-    old = [(make_saga("old-1"), make_steps("old-1", 2)), (make_saga("old-2", full=False), [])]
+    old = [(make_saga("old-1"), _unversioned(make_steps("old-1", 2))), (make_saga("old-2", full=False), [])]
     for saga, _ in old:  # what a version-1 database can hold
         saga.recovery_attempts, saga.parked_from = 0, None
     await _build_v1(stores, sql_kind, url, old)

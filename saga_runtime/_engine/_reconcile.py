@@ -1,0 +1,74 @@
+"""Reconciliation: before anything is done with a step of unknown outcome, ask its tool's `reconcile` whether the
+effect happened (typically by the step's idempotency key), and record the answer.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from typing import Any
+
+import anyio
+
+from saga_runtime._engine._invoker import Invoker
+from saga_runtime._engine._journal import Journal
+from saga_runtime._exceptions import describe
+from saga_runtime._records import StepRow, to_json_value
+from saga_runtime._tools import NOT_DONE, ToolSpec
+
+__all__ = ["reconcile"]
+
+logger = logging.getLogger("saga_runtime")
+
+
+async def reconcile(journal: Journal, invoker: Invoker, spec: ToolSpec, row: StepRow) -> bool | None:
+    """Ask `spec.reconcile` about an unknown step and record its answer, written at once.
+
+    True: the effect happened (the step is SUCCESS, the answer its result); False: it did not (`NOT_DONE`);
+    None: still unknown (reconcile raised, past its `compensation_retry` policy, or its answer was refused).
+    """
+    if spec.reconcile is None:
+        return None
+    policy = spec.compensation_retry
+    attempt = 0
+    while True:
+        attempt += 1
+        journal.check_fence()
+        try:
+            answer = await invoker.reconcile(spec, row, attempt)
+            if answer is not NOT_DONE:
+                answer = await _checked(spec, answer)
+        except Exception as exc:
+            if policy.should_retry(exc, attempt):
+                await anyio.sleep(policy.delay(attempt))
+                continue
+            logger.warning(
+                "saga %s: step %s (%s): reconcile failed, its outcome stays unknown: %s",
+                row.saga_id,
+                row.step_id,
+                row.tool_name,
+                describe(exc),
+            )
+            return None
+        done = answer is not NOT_DONE
+        journal.reconciled(row, answer if done else None, done=done)
+        await journal.flush()
+        logger.info(
+            "saga %s: step %s (%s) reconciled: %s",
+            row.saga_id,
+            row.step_id,
+            row.tool_name,
+            "done" if done else "not done",
+        )
+        return done
+
+
+async def _checked(spec: ToolSpec, answer: Any) -> Any:
+    """Return reconcile's answer checked as a result is (return annotation, `validate()`), as stored JSON."""
+    if spec.result_adapter is not None:
+        answer = spec.result_adapter.validate_python(answer)
+    if spec.validate_result is not None:
+        verdict = spec.validate_result(answer)
+        if spec.validate_is_async or inspect.isawaitable(verdict):
+            await verdict
+    return to_json_value(answer, what="the result", tool_name=spec.name)

@@ -1,0 +1,58 @@
+"""Which of a saga's steps this executor's tools cannot resume: missing, of a version they do not accept, or
+recorded under an accepted older version with arguments the new code refuses.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from saga_runtime._records import SagaRow, StepRow, StepStatus, has_envelope, with_unstarted
+from saga_runtime._tools import ToolRegistry, ToolSpec
+
+__all__ = ["unfit_tools"]
+
+# Steps nothing will run or undo again: their tool's version no longer matters.
+_SETTLED = frozenset({StepStatus.COMPENSATED, StepStatus.REJECTED})
+# Steps a resumed saga may still run forward, whose arguments the tool must accept.
+_FORWARD = frozenset({StepStatus.PENDING, StepStatus.RUNNING, StepStatus.CANCELLED, StepStatus.WAITING})
+
+
+def unfit_tools(registry: ToolRegistry, saga: SagaRow, rows: list[StepRow]) -> list[str]:
+    """Return, sorted, each tool of the saga's steps this registry lacks or cannot resume, saying why."""
+    unfit: set[str] = set()
+    for row in with_unstarted(saga, rows):
+        spec = registry.find(row.tool_name)
+        if spec is None:
+            unfit.add(row.tool_name)
+        elif row.status in _SETTLED:
+            continue
+        elif not spec.accepts(row.tool_version):
+            unfit.add(
+                f"{row.tool_name} (steps recorded under version {row.tool_version!r}; this executor's version "
+                f"{spec.version!r} accepts {[spec.version, *spec.compatible]})"
+            )
+        elif row.tool_version != spec.version and row.status in _FORWARD:
+            problems = _args_problems(spec, row.args)
+            if problems:
+                unfit.add(
+                    f"{row.tool_name} (arguments recorded under version {row.tool_version!r} do not fit version "
+                    f"{spec.version!r}: {'; '.join(problems)})"
+                )
+    return sorted(unfit)
+
+
+def _args_problems(spec: ToolSpec, args: Any) -> list[str]:
+    """Return what the tool refuses in recorded arguments (a `$ref` or an encrypted secret is checked later)."""
+    if not isinstance(args, dict):
+        return ["the arguments are not a dict"]
+    deferred = frozenset(name for name, value in args.items() if _opaque(value))
+    return spec.check_args(args, deferred=deferred)
+
+
+def _opaque(value: Any) -> bool:
+    """Tell whether an argument's value is known only when its step runs: a `$ref`, or an encrypted secret."""
+    if isinstance(value, dict):
+        return "$ref" in value or has_envelope(value) or any(_opaque(item) for item in value.values())
+    if isinstance(value, list):
+        return any(_opaque(item) for item in value)
+    return isinstance(value, str) and has_envelope(value)
