@@ -88,14 +88,10 @@ class Recovery:
 
         async def drive(index: int, saga: SagaRow, rows: list[StepRow]) -> None:
             async with limiter:
-                # Claimed again right before it is driven: while it waited its turn, its lease may have run out
-                # and another executor taken it.
-                try:
-                    async with self._drives.claim(saga, rows, take="orphan") as held:
-                        if held is not None:
-                            done[index] = await self._recover_one(held)
-                except LeaseLostError as exc:
-                    logger.warning("saga %s: %s", saga.saga_id, exc)
+                if self._drives.shelters.stopping:  # its worker stops: let the next one take it at once
+                    await self._drives.claims.release(saga, owner=self._drives.config.executor_id)
+                    return
+                done[index] = await self.drive_claimed(saga, rows)
 
         async with anyio.create_task_group() as tg:
             for index, (saga, rows) in enumerate(batch):
@@ -103,13 +99,18 @@ class Recovery:
         return [result for result in done if result is not None]
 
     async def drive_claimed(self, saga: SagaRow, rows: list[StepRow]) -> SagaResult | None:
-        """Drive a saga this executor claimed (a queued saga it started) as recovery drives one; None if lost."""
-        try:
-            async with self._drives.claim(saga, rows, take="orphan") as held:
-                if held is not None:
-                    return await self._recover_one(held)
-        except LeaseLostError as exc:
-            logger.warning("saga %s: %s", saga.saga_id, exc)
+        """Drive a saga this executor claimed (a queued saga it started) as recovery drives one; None if lost.
+
+        Claimed again right before it is driven: while it waited its turn, its lease may have run out and another
+        executor taken it. Under a serving worker, its stop lets the running calls return (see `Shelters`).
+        """
+        with self._drives.shelters.shelter(self._drives.config.compensation_timeout):
+            try:
+                async with self._drives.claim(saga, rows, take="orphan") as held:
+                    if held is not None:
+                        return await self._recover_one(held)
+            except LeaseLostError as exc:
+                logger.warning("saga %s: %s", saga.saga_id, exc)
         return None
 
     async def _recover_one(self, held: Claim) -> SagaResult | None:
