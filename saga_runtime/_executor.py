@@ -367,7 +367,7 @@ class SagaExecutor:
                     shelters.stop(self.compensation_timeout)
         finally:
             shelters.serving -= 1
-            shelters.stopping = shelters.serving > 0
+            shelters.stopping = False  # its drives have ended: another serve() of this executor goes on
 
     async def _recover_rounds(self, pause: float, limit: int) -> None:
         while True:
