@@ -15,7 +15,8 @@ import pytest
 from .chaos_fleet import Fleet, check, schedule, submit_all, wait_terminal
 from .conftest import Stores
 
-pytestmark = pytest.mark.slow
+# About 30 s on 2 busy cores; the bound is for a machine shared with other test runs.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 SAGAS = 100
 WORKERS = 4
