@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks import concurrency, durable, group, memory, overhead, recovery
+from benchmarks import concurrency, durable, fleet, group, memory, overhead, recovery
 from benchmarks._report import Progress, Target, machine, plot, table
 
 Note = Callable[[str], None]
@@ -22,6 +22,11 @@ Note = Callable[[str], None]
 CONCURRENCY = (
     "durable: 10-step sagas at concurrency 1, 8, 50, 200 (1 and 50 with --quick): time per saga vs the raw "
     "driver's, one autocommitted INSERT of a step row per step at the same concurrency"
+)
+
+FLEET = (
+    "fleet: submit -> first step with 1, 2 and 4 idle worker processes (1 on PostgreSQL only with --quick) vs "
+    "the raw NOTIFY -> listener (PostgreSQL) or the poll interval (SQLite); claims/s by one worker vs raw commits/s"
 )
 
 # title (a key of the JSON's "results") -> what to show while it runs, how to run it, and its targets
@@ -47,6 +52,7 @@ WORKLOADS: dict[str, tuple[str, Callable[[bool, Note], list[Any]], list[Target]]
         lambda q, n: recovery.run(quick=q),
         [],
     ),
+    FLEET: ("fleet", lambda q, n: fleet.run(quick=q), fleet.TARGETS),
     "memory: peak RSS for 10,000 sagas (500 with --quick) vs RSS after setup": (
         "memory: peak RSS",
         lambda q, n: memory.rss(quick=q, note=n),

@@ -348,16 +348,26 @@ class SagaExecutor:
             for sample in samplers:
                 sample(queue, depth)
 
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(self._recover_rounds, self.lease_timeout / 2 if interval is None else interval, limit)
-            await self._actions.queues.serve(
-                served,
-                concurrency=concurrency,
-                interval=0.5 if interval is None else interval,
-                limit=limit,
-                task_group=tg,
-                on_depth=on_depth if samplers else None,
-            )
+        shelters = self._drives.shelters
+        shelters.serving += 1
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._recover_rounds, self.lease_timeout / 2 if interval is None else interval, limit)
+                try:
+                    await self._actions.queues.serve(
+                        served,
+                        concurrency=concurrency,
+                        interval=0.5 if interval is None else interval,
+                        limit=limit,
+                        task_group=tg,
+                        on_depth=on_depth if samplers else None,
+                    )
+                finally:
+                    # A stop: the sagas it drives stop once their running calls return (bounded), then are released.
+                    shelters.stop(self.compensation_timeout)
+        finally:
+            shelters.serving -= 1
+            shelters.stopping = False  # its drives have ended: another serve() of this executor goes on
 
     async def _recover_rounds(self, pause: float, limit: int) -> None:
         while True:

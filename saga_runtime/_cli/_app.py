@@ -458,6 +458,16 @@ def worker(
         int | None,
         typer.Option("--metrics-port", min=0, max=65535, help="Serve Prometheus metrics on this port (loopback)."),
     ] = None,
+    executor_id: Annotated[
+        str | None, typer.Option("--executor-id", help="This worker's executor id (unique per live process).")
+    ] = None,
+    lease_timeout: Annotated[
+        float, typer.Option("--lease-timeout", min=0.1, help="Seconds unrenewed before recovery takes a saga over.")
+    ] = 30.0,
+    interval: Annotated[
+        float | None,
+        typer.Option("--interval", min=0.001, help="Seconds between an idle worker's looks for queued sagas."),
+    ] = None,
 ) -> None:
     """Run queued sagas and recover orphans until SIGTERM or SIGINT; then stop without compensating anything."""
     registry = _registry(tools)
@@ -477,7 +487,9 @@ def worker(
             hook = PrometheusHook()
             hooks.append(hook)
             server = start_metrics_server(metrics_port, hook)
-        executor = SagaExecutor(registry, store=store, hooks=hooks)
+        executor = SagaExecutor(
+            registry, store=store, hooks=hooks, executor_id=executor_id, lease_timeout=lease_timeout
+        )
         names = ", ".join(queue.name for queue in served) if served else "default"
         try:
             async with anyio.create_task_group() as tg:
@@ -492,7 +504,7 @@ def worker(
                 tg.start_soon(stop_on_signal)
                 await anyio.lowlevel.checkpoint()  # the signal handlers are in place before the first saga starts
                 _stderr().print(f"{PROG} worker {executor.executor_id}: serving {names} on {store.url}")
-                await executor.serve(queues=served, concurrency=concurrency)
+                await executor.serve(queues=served, concurrency=concurrency, interval=interval)
         finally:
             await executor.aclose()
             if server is not None:

@@ -9,19 +9,69 @@ saga's work for good when its lease is lost; `cancel_requests` tells that apart 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import anyio
 
 from saga_runtime._exceptions import LeaseLostError
 
-__all__ = ["CANCELLED", "Fence", "Siblings", "cancel_requests", "shielded"]
+__all__ = ["CANCELLED", "Fence", "Shelters", "Siblings", "WorkerStopped", "cancel_requests", "shielded"]
 
 T = TypeVar("T")
 
 #: The caller leaving (asyncio-native; anyio raises the same on this backend).
 CANCELLED = asyncio.CancelledError
+
+
+class WorkerStopped(asyncio.CancelledError):
+    """A stopped worker's saga stops here, between groups, once the calls it ran have returned and been recorded."""
+
+
+class Shelters:
+    """A stopping worker's drives: shielded from its cancellation, so running calls return and are recorded.
+
+    `stop()` asks them to stop at their next group (`WorkerStopped`) and bounds them: each scope is cancelled
+    `bound` seconds later (what is still running then is cut short, as any cancellation would).
+    """
+
+    __slots__ = ("_scopes", "serving", "stopping")
+
+    def __init__(self) -> None:
+        self._scopes: dict[anyio.CancelScope, asyncio.TimerHandle | None] = {}
+        self.serving = 0  # serve() loops running: only their drives are sheltered
+        self.stopping = False
+
+    @contextmanager
+    def shelter(self, bound: float) -> Iterator[None]:
+        """Drive the block shielded while a worker serves; end it quietly if the worker's stop ended it."""
+        if not self.serving:
+            yield
+            return
+        scope = anyio.CancelScope(shield=True)
+        self._scopes[scope] = None
+        if self.stopping:
+            self._bound(scope, bound)
+        try:
+            with scope:
+                yield
+        except WorkerStopped:
+            pass
+        finally:
+            timer = self._scopes.pop(scope, None)
+            if timer is not None:
+                timer.cancel()
+
+    def _bound(self, scope: anyio.CancelScope, bound: float) -> None:
+        if self._scopes.get(scope) is None:
+            self._scopes[scope] = asyncio.get_running_loop().call_later(bound, scope.cancel)
+
+    def stop(self, bound: float) -> None:
+        """Ask every sheltered drive to stop at its next group; cancel what still runs `bound` seconds later."""
+        self.stopping = True
+        for scope in list(self._scopes):
+            self._bound(scope, bound)
 
 
 def cancel_requests() -> int:

@@ -11,6 +11,7 @@ from collections.abc import Collection, Sequence
 from types import TracebackType
 from typing import Any, Literal
 
+from saga_runtime._engine._cancellation import Shelters
 from saga_runtime._engine._config import EngineConfig
 from saga_runtime._engine._saga import SagaEngine
 from saga_runtime._engine._session import Claims, Session
@@ -26,12 +27,13 @@ Take = Literal["new", "orphan", "waiting", "reopen"]
 class Drives:
     """The sagas one executor drives right now, and the one way to drive one: `claim()`."""
 
-    __slots__ = ("_driving", "claims", "config")
+    __slots__ = ("_driving", "claims", "config", "shelters")
 
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
         self.claims = Claims(config)
         self._driving: set[str] = set()
+        self.shelters = Shelters()  # a serving worker's detached drives, which its stop lets finish their calls
 
     def __contains__(self, saga_id: object) -> bool:
         return saga_id in self._driving
@@ -123,6 +125,8 @@ class Claim:
         """
         if engine is None:
             engine = self._drives.claims.engine(self.saga, self.rows, detached=detached)
+        if detached:
+            engine.shelters = self._drives.shelters
         self.session = Session(self._drives.claims, engine, where=where)
         self.session.enter()
         return engine

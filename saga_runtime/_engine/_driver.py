@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from saga_runtime._engine._approvals import HOLDABLE
-from saga_runtime._engine._cancellation import CANCELLED
+from saga_runtime._engine._cancellation import CANCELLED, WorkerStopped
 from saga_runtime._engine._saga import RUNNABLE, SagaEngine
 from saga_runtime._records import SagaResult, SagaStatus, own_copy
 
@@ -93,6 +93,9 @@ async def drive_plan(engine: SagaEngine, plan: PlanShape, planner: Planner) -> S
         await engine.gate.load()  # its requests are part of its result, decided in an earlier run or not
     try:
         for g, group in enumerate(plan.groups):
+            if engine.shelters is not None and engine.shelters.stopping:
+                await engine.flush()  # its worker stops: what ran is recorded, and nothing more starts
+                raise WorkerStopped
             join = plan.join_of(g)
             recorded = [by_id[step.step_id] for step in group]
             engine.adopt(recorded, join.mode)

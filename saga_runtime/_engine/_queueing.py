@@ -85,6 +85,12 @@ class Queues:
         """
         running = 0
         freed = anyio.Event()
+        woken = anyio.Event()
+        names = {queue.name for queue in queues}
+
+        def wake(queue: str) -> None:
+            if not queue or queue in names:
+                woken.set()
 
         async def drive(saga: SagaRow, rows: list[StepRow]) -> None:
             nonlocal running, freed
@@ -94,31 +100,33 @@ class Queues:
                 running -= 1
                 freed.set()
 
-        while True:
-            started = 0
-            for queue in queues:
-                room = limit if concurrency is None else min(limit, concurrency - running)
-                if room < 1:
-                    break
-                try:
-                    claimed = await self.start(queue, room)
-                except StoreError as exc:
-                    logger.warning(
-                        "queue %r: starting sagas failed, trying again in %gs: %s", queue.name, interval, exc
-                    )
-                    claimed = []
-                for saga, rows in claimed:
-                    running += 1
-                    started += 1
-                    task_group.start_soon(drive, saga, rows)
-            if on_depth is not None:
-                await self._sample(queues, on_depth)
-            if started:
-                await anyio.lowlevel.checkpoint()  # let the started sagas begin before the next claim
-                continue
-            freed = anyio.Event()
-            with anyio.move_on_after(interval):
-                if concurrency is not None and running >= concurrency:
-                    await freed.wait()
-                else:
-                    await anyio.sleep(interval)
+        async with self._drives.config.store.queue_wakeups(wake):
+            while True:
+                woken = anyio.Event()  # before the claim: a submit made during it still wakes the wait below
+                started = 0
+                for queue in queues:
+                    room = limit if concurrency is None else min(limit, concurrency - running)
+                    if room < 1:
+                        break
+                    try:
+                        claimed = await self.start(queue, room)
+                    except StoreError as exc:
+                        logger.warning(
+                            "queue %r: starting sagas failed, trying again in %gs: %s", queue.name, interval, exc
+                        )
+                        claimed = []
+                    for saga, rows in claimed:
+                        running += 1
+                        started += 1
+                        task_group.start_soon(drive, saga, rows)
+                if on_depth is not None:
+                    await self._sample(queues, on_depth)
+                if started:
+                    await anyio.lowlevel.checkpoint()  # let the started sagas begin before the next claim
+                    continue
+                freed = anyio.Event()
+                with anyio.move_on_after(interval):
+                    if concurrency is not None and running >= concurrency:
+                        await freed.wait()
+                    else:
+                        await woken.wait()  # a submit heard (PostgreSQL, memory), else the interval

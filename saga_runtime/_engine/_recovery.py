@@ -86,36 +86,39 @@ class Recovery:
 
     async def _recover_batch(self, batch: list[tuple[SagaRow, list[StepRow]]]) -> list[SagaResult]:
         """Drive a claimed batch of sagas, `concurrency` at a time; return the results, in batch order."""
-        config = self._drives.config
         done: list[SagaResult | None] = [None] * len(batch)
         limiter = anyio.CapacityLimiter(self._concurrency)
 
         async def drive(index: int, saga: SagaRow, rows: list[StepRow]) -> None:
             async with limiter:
-                # Claimed again right before it is driven: while it waited its turn, its lease may have run out
-                # and another executor taken it.
-                try:
-                    async with self._drives.claim(saga, rows, take="orphan") as held:
-                        if held is not None:
-                            if config.hooks:
-                                emit(config.hooks, SagaEvent("saga_taken_over", saga.saga_id, status=saga.status.value))
-                            done[index] = await self._recover_one(held)
-                except LeaseLostError as exc:
-                    logger.warning("saga %s: %s", saga.saga_id, exc)
+                if self._drives.shelters.stopping:  # its worker stops: let the next one take it at once
+                    await self._drives.claims.release(saga, owner=self._drives.config.executor_id)
+                    return
+                done[index] = await self.drive_claimed(saga, rows, orphan=True)
 
         async with anyio.create_task_group() as tg:
             for index, (saga, rows) in enumerate(batch):
                 tg.start_soon(drive, index, saga, rows)
         return [result for result in done if result is not None]
 
-    async def drive_claimed(self, saga: SagaRow, rows: list[StepRow]) -> SagaResult | None:
-        """Drive a saga this executor claimed (a queued saga it started) as recovery drives one; None if lost."""
-        try:
-            async with self._drives.claim(saga, rows, take="orphan") as held:
-                if held is not None:
-                    return await self._recover_one(held)
-        except LeaseLostError as exc:
-            logger.warning("saga %s: %s", saga.saga_id, exc)
+    async def drive_claimed(self, saga: SagaRow, rows: list[StepRow], *, orphan: bool = False) -> SagaResult | None:
+        """Drive a saga this executor claimed (a queued saga it started) as recovery drives one; None if lost.
+
+        Claimed again right before it is driven: while it waited its turn, its lease may have run out and another
+        executor taken it. Under a serving worker, its stop lets the running calls return (see `Shelters`).
+        """
+        with self._drives.shelters.shelter(self._drives.config.compensation_timeout):
+            try:
+                async with self._drives.claim(saga, rows, take="orphan") as held:
+                    if held is not None:
+                        if orphan and self._drives.config.hooks:
+                            emit(
+                                self._drives.config.hooks,
+                                SagaEvent("saga_taken_over", saga.saga_id, status=saga.status.value),
+                            )
+                        return await self._recover_one(held)
+            except LeaseLostError as exc:
+                logger.warning("saga %s: %s", saga.saga_id, exc)
         return None
 
     async def _recover_one(self, held: Claim) -> SagaResult | None:

@@ -18,7 +18,7 @@ from typing import Any
 
 from saga_runtime._engine._approvals import Gate
 from saga_runtime._engine._budget import Account, Budget
-from saga_runtime._engine._cancellation import shielded
+from saga_runtime._engine._cancellation import Shelters, shielded
 from saga_runtime._engine._compensator import Compensator
 from saga_runtime._engine._config import EngineConfig
 from saga_runtime._engine._ending import write_end
@@ -70,6 +70,7 @@ class SagaEngine:
         # True for a saga recovery drives: no caller waits on it, so a cancellation (the worker shutting down)
         # stops it without compensating; the next recovery resumes it.
         self.detached = False
+        self.shelters: Shelters | None = None  # a worker's (detached): its stop ends the saga between groups
 
     # -- what front doors read -----------------------------------------------------------------------------------------
 

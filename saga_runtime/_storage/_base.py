@@ -7,7 +7,8 @@ Rows a store returns are fresh copies the caller may change.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
@@ -162,6 +163,15 @@ class SagaStore(Protocol):
         Lowest priority first, then the earliest submitted. The queue's limits (`concurrency`, `key_concurrency`,
         `rate_limit`) are counted in the same transaction as the claim, so they hold across every worker; two
         owners claiming at once never get the same saga. Returns snapshots of the sagas started.
+        """
+        ...
+
+    def queue_wakeups(self, wake: Callable[[str], None]) -> AbstractAsyncContextManager[bool]:
+        """While inside, call `wake(queue)` soon after a saga is queued in `queue` by any process.
+
+        Yields whether it can: PostgreSQL listens for the submits' notifications (LISTEN/NOTIFY), memory hears its
+        own submits; the others yield False, and a worker finds new sagas by polling. `wake("")` means "look at
+        every queue" (notifications may have been missed, say while a lost connection was restored).
         """
         ...
 

@@ -8,8 +8,8 @@ connections and duplicates (each driver module's `map_exceptions`, raised as Sto
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import ClassVar
 
 from saga_runtime._storage._approval_sql import ApprovalQueries
@@ -63,6 +63,11 @@ class Dialect(abc.ABC):
     @abc.abstractmethod
     async def write_batch(self, writes: Sequence[Write]) -> Sequence[Outcome | Exception]:
         """Write a batch, each write's condition checked with it, atomically; return each write's outcome."""
+
+    @asynccontextmanager
+    async def queue_wakeups(self, wake: Callable[[str], None]) -> AsyncIterator[bool]:
+        """Hear of no submit: workers poll (yields False); a database with notifications calls `wake(queue)`."""
+        yield False
 
     @abc.abstractmethod
     async def close(self) -> None:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta
 
@@ -53,6 +54,7 @@ class MemoryStore(StoreBase):
         # saga_id -> step_id -> approval row (the requests of that saga).
         self._approvals: dict[str, dict[str, ApprovalRow]] = {}
         self._closed = False
+        self._wakers: list[Callable[[str], None]] = []  # workers' wakeups (queue_wakeups)
         self._signing_key = signing_key_bytes(signing_key)
         # The rows written unsealed by save() or create_saga() and not sealed yet, by saga: exactly those are sealed
         # here (a row that came without a seal another way, an import, stays unsealed and is reported so).
@@ -302,7 +304,18 @@ class MemoryStore(StoreBase):
         existing = await self.create_saga(saga, steps)
         if existing is None or (existing[0].status is SagaStatus.QUEUED and saga.saga_id not in self._queued):
             self._queued[saga.saga_id] = entry
+            for wake in list(self._wakers):
+                wake(entry.queue)
         return existing
+
+    @asynccontextmanager
+    async def queue_wakeups(self, wake: Callable[[str], None]) -> AsyncIterator[bool]:
+        """Call `wake(queue)` at each submit to this store while inside (yields True)."""
+        self._wakers.append(wake)
+        try:
+            yield True
+        finally:
+            self._wakers.remove(wake)
 
     async def claim_queued(
         self, owner: str, lease_expires_at: datetime, now: datetime, queue: Queue, limit: int

@@ -19,7 +19,7 @@ import functools
 import logging
 import socket
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
@@ -32,7 +32,7 @@ from saga_runtime._storage._batch import Outcome, Write
 from saga_runtime._storage._dialect import Dialect
 from saga_runtime._storage._errors import CONNECT_ADVICE, ErrorMap, convert, mapping_errors
 from saga_runtime._storage._open import redact_url
-from saga_runtime._storage._sql import SAGA_COLUMNS, STEP_COLUMNS
+from saga_runtime._storage._sql import QUEUED_CHANNEL, SAGA_COLUMNS, STEP_COLUMNS
 from saga_runtime._storage._sqlstore import (
     DEFAULT_RETRY_FOR,
     SQLStore,
@@ -100,6 +100,7 @@ _CATCH: tuple[type[BaseException], ...] = (
 )
 _SCHEMA_LOCK = 0x5A6A_0001  # pg_advisory_xact_lock key: one process migrates the schema at a time
 _CLEANUP_SECONDS = 5.0
+_RELISTEN_SECONDS = 1.0  # between attempts to listen again after the listening connection was lost
 # How asyncpg's protocol refuses to start a statement on a connection the server has ended (see PostgresDialect._lost).
 _ENDED_BY_SERVER = ("cannot switch to state", "cannot process message")
 _CLOSED_ADVICE = "the server closed the connection (a terminated backend, a restart); a new one is used"
@@ -288,6 +289,8 @@ class PostgresDialect(Dialect):
         self._spare: Any = None
         self._spare_since = 0.0  # when the spare was last kept (time.monotonic)
         self._waiting = 0  # calls waiting for a connection from the pool
+        self._listen_dsn: str | None = None  # where queue_wakeups connects (set by connect)
+        self._listen_timeout = 10.0
 
     @classmethod
     async def connect(
@@ -320,7 +323,9 @@ class PostgresDialect(Dialect):
                 command_timeout=command_timeout,
                 reset=_keep_session,
             )
-        return cls(url, pool, retry_for=retry)
+        dialect = cls(url, pool, retry_for=retry)
+        dialect._listen_dsn, dialect._listen_timeout = dsn, timeout
+        return dialect
 
     @asynccontextmanager
     async def transaction(self, *, begin: bool) -> AsyncIterator[Transaction]:
@@ -444,6 +449,50 @@ class PostgresDialect(Dialect):
             else:
                 outcomes.append(Outcome.TAKEN if write.create else Outcome.LOST)
         return outcomes
+
+    @asynccontextmanager
+    async def queue_wakeups(self, wake: Callable[[str], None]) -> AsyncIterator[bool]:
+        """LISTEN for submits on a connection of its own (not the pool's), reconnecting when it is lost."""
+        if self._listen_dsn is None:
+            yield False
+            return
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._listen, wake)
+            try:
+                yield True
+            finally:
+                tg.cancel_scope.cancel()
+
+    async def _listen(self, wake: Callable[[str], None]) -> None:
+        def notified(_conn: Any, _pid: int, _channel: str, payload: str) -> None:
+            wake(payload)
+
+        down = False
+        while True:
+            lost = anyio.Event()
+            conn: Any = None
+            try:
+                conn = await asyncpg.connect(self._listen_dsn, timeout=self._listen_timeout)
+                conn.add_termination_listener(lambda _conn, lost=lost: lost.set())
+                await conn.add_listener(QUEUED_CHANNEL, notified)
+                if down:
+                    logger.warning("listening for submits to %s again", self.url)
+                    wake("")  # submits made while it was down were not heard
+                down = False
+                await lost.wait()
+            except Exception as exc:  # a lost wakeup never stops a worker: it polls
+                if not down:
+                    logger.warning(
+                        "cannot listen for submits to %s (%s); its workers poll until it can again",
+                        self.url,
+                        exc,
+                    )
+                down = True
+            finally:
+                if conn is not None and not conn.is_closed():
+                    with anyio.move_on_after(_CLEANUP_SECONDS, shield=True):
+                        await conn.close()
+            await anyio.sleep(_RELISTEN_SECONDS)
 
     def schema_transaction(self) -> AbstractAsyncContextManager[Transaction]:
         return self._locked_transaction()

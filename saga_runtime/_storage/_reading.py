@@ -5,7 +5,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 from saga_runtime._exceptions import IdempotencyConflictError
@@ -76,6 +77,11 @@ async def list_sagas(
 
 class StoreBase:
     """The public methods every store has over its primitives, each delegating to the function above."""
+
+    @asynccontextmanager
+    async def queue_wakeups(self, wake: Callable[[str], None]) -> AsyncIterator[bool]:
+        """Hear of no submit: a worker of this store polls for queued sagas (yields False)."""
+        yield False
 
     async def get_saga(self: SagaStore, saga_id: str) -> SagaResult | None:
         """Return the result of a stored saga, or None."""

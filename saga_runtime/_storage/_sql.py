@@ -16,6 +16,7 @@ from saga_runtime._storage._codec import SAGA_COLUMNS, STEP_COLUMNS, DialectName
 __all__ = [
     "LIVE_STATUSES",
     "MIGRATIONS",
+    "QUEUED_CHANNEL",
     "SAGA_COLUMNS",
     "SCHEMA_VERSION",
     "SEALED_SAGAS_VERSION",
@@ -26,6 +27,9 @@ __all__ = [
     "RowCodec",
     "schema_too_new",
 ]
+
+# The PostgreSQL channel a submit notifies (its payload the queue's name), so idle workers start it at once.
+QUEUED_CHANNEL = "saga_runtime_queued"
 
 # Column types per dialect. Ids are exact, case- and space-sensitive everywhere: "C" collation on PostgreSQL,
 # bytes on MySQL (its string collations ignore case or trailing spaces), SQLite's default BINARY collation.
@@ -360,11 +364,16 @@ class Queries:
             "ORDER BY created_at, saga_id LIMIT ?" + ("" if dialect == "sqlite" else " FOR UPDATE SKIP LOCKED"),
         )
         # -- queues: set once at submit; a claim counts the queue's limits under its lock row, then starts sagas --
-        self.enqueue = q(
-            dialect,
+        enqueue = (
             "UPDATE sagas SET queue = ?, queue_key = ?, priority = ?, not_before = ? "
-            "WHERE saga_id = ? AND status = ? AND queue IS NULL",
+            "WHERE saga_id = ? AND status = ? AND queue IS NULL"
         )
+        if dialect == "postgresql":
+            # Idle workers LISTEN: the notification goes out when this statement commits.
+            enqueue = (
+                f"WITH queued AS ({enqueue} RETURNING queue) SELECT pg_notify('{QUEUED_CHANNEL}', queue) FROM queued"
+            )
+        self.enqueue = q(dialect, enqueue)
         self.queue_lock_insert = q(
             dialect,
             "INSERT INTO queue_locks (name) VALUES (?) ON DUPLICATE KEY UPDATE name = name"

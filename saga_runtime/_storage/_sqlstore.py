@@ -20,8 +20,8 @@ import math
 import random
 import time
 import warnings
-from collections.abc import Awaitable, Callable, Sequence
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -626,6 +626,12 @@ class SQLStore(StoreBase):
                 return codec.rows_of_load_many(await tx.fetch(q.load_many(len(ids)), ids))
 
         return await self._retrying("claim_queued", claim)
+
+    @asynccontextmanager
+    async def queue_wakeups(self, wake: Callable[[str], None]) -> AsyncIterator[bool]:
+        """Call `wake(queue)` after submits by any process while inside, if the database can tell (see Dialect)."""
+        async with self._dialect.queue_wakeups(wake) as heard:
+            yield heard
 
     async def queue_depth(self, queue: str) -> int:
         """Return how many sagas wait QUEUED in `queue` (on the queue index)."""

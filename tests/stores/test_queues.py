@@ -260,6 +260,7 @@ async def test_a_stopped_worker_compensates_nothing_and_releases_its_sagas(store
         result = await second.handle("deploy").result(timeout=10)
     assert result.status is SagaStatus.SUCCESS
     assert not any(call.startswith("undo") for call in calls)
+    assert calls == ["do a", "do b"]  # the call running at the stop returned and was recorded: not run again
 
 
 async def test_cancel_of_a_queued_saga_ends_it_at_once(store: SagaStore) -> None:

@@ -1,0 +1,268 @@
+"""A fleet: submit -> first step latency with 1, 2 and 4 idle worker processes, and claims per second.
+
+Latency: 1, 2 or 4 worker processes (`executor.serve(queues=[Queue("bench")])`, the default `interval` of 0.5 s)
+wait idle on one database; this process submits one-step sagas one at a time, each once the one before has
+started and after a pause (so every worker is idle again), and the tool notes when it starts. Reported: the p50
+and p99 of submit -> step start. On PostgreSQL an idle worker is woken by the submit's NOTIFY; its floor, measured
+in the same run on the same database, is the raw driver's NOTIFY -> listener callback on two asyncpg connections
+(p50), and `ratio` is the fleet's p50 over it. Poll-based stores (SQLite) start a saga within the interval: their
+floor is the interval itself.
+
+Claims: `CLAIMS` one-step no-op sagas are queued first, then one worker process starts them all; reported as sagas
+started per second (first start to last). Its floor is the raw driver's autocommitted INSERTs of a step row per
+second on one connection (benchmarks/_floors.py); `ratio` is claims/s over raw commits/s.
+
+Stores: a SQLite file, and a PostgreSQL database created for the run (SAGA_RUNTIME_BENCH_POSTGRES_URL); an
+unreachable server is reported as skipped. `python -m benchmarks.fleet [--quick]` runs only this.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks._floors import STEPS, Unreachable, database, postgres_floor, sqlite_floor
+from benchmarks._report import Target, value
+from saga_runtime import SagaExecutor, StepContext, ToolRegistry, open_store
+
+ROOT = Path(__file__).resolve().parent.parent
+INTERVAL = 0.5  # serve()'s default
+CLAIMS = 500
+
+registry = ToolRegistry()
+
+
+@registry.tool
+class Mark:
+    """Note when the step started (in a worker: to the file $SAGA_BENCH_MARKS), then return."""
+
+    async def execute(self, n: int, ctx: StepContext) -> int:
+        path = os.environ.get("SAGA_BENCH_MARKS")
+        if path:  # one small O_APPEND write: lines of concurrent steps never interleave
+            line = f"{ctx.saga_id} {time.time():.6f}\n".encode()
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, line)
+            finally:
+                os.close(fd)
+        return n
+
+    async def compensate(self, result: int | None) -> None:
+        return None
+
+
+TARGETS = [
+    Target("fleet, PostgreSQL, 1 idle worker: submit -> first step p50", 15, "ms", value("p50_ms", store="postgresql")),
+    Target(
+        "fleet, PostgreSQL, 1 idle worker: submit -> first step p99", 100, "ms", value("p99_ms", store="postgresql")
+    ),
+]
+
+_WORKER = """
+import asyncio, sys
+from saga_runtime import Queue, SagaExecutor, open_store
+from benchmarks.fleet import registry
+
+async def main():
+    async with open_store(sys.argv[1]) as store:
+        print("ready", flush=True)
+        await SagaExecutor(registry, store=store).serve(queues=[Queue("bench")])
+
+asyncio.run(main())
+"""
+
+
+@dataclass
+class Fleet:
+    """One store's result with `workers` worker processes."""
+
+    store: str
+    workers: int
+    sagas: int = 0
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+    floor_ms: float | None = None
+    floor: str = ""
+    claims_per_s: float | None = None
+    raw_commits_per_s: float | None = None
+    skipped: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        def r(x: float | None, n: int = 2) -> float | None:
+            return None if x is None else round(x, n)
+
+        return {
+            "store": self.store,
+            "workers": self.workers,
+            "sagas": self.sagas,
+            "p50_ms": r(self.p50_ms),
+            "p99_ms": r(self.p99_ms),
+            "floor_ms": r(self.floor_ms, 3),
+            "floor": self.floor,
+            "ratio": None if not (self.p50_ms and self.floor_ms) else round(self.p50_ms / self.floor_ms, 2),
+            "claims_per_s": r(self.claims_per_s, 1),
+            "floor: raw commits/s": r(self.raw_commits_per_s, 1),
+            "claims ratio": None
+            if not (self.claims_per_s and self.raw_commits_per_s)
+            else round(self.claims_per_s / self.raw_commits_per_s, 3),
+            "skipped": self.skipped,
+        }
+
+
+def _marks(path: Path) -> dict[str, float]:
+    """Return when each saga's step started, by saga id."""
+    if not path.exists():
+        return {}
+    found = {}
+    for line in path.read_text().splitlines():
+        saga_id, at = line.split(" ")
+        found.setdefault(saga_id, float(at))
+    return found
+
+
+@contextlib.asynccontextmanager
+async def _workers(url: str, count: int, marks: Path) -> Any:
+    """Start `count` worker processes on `url`; yield once each is serving; stop them at the end."""
+    env = {**os.environ, "SAGA_BENCH_MARKS": str(marks), "PYTHONPATH": str(ROOT)}
+    children = []
+    try:
+        for _ in range(count):
+            child = await asyncio.create_subprocess_exec(
+                sys.executable, "-c", _WORKER, url, env=env, stdout=asyncio.subprocess.PIPE
+            )
+            children.append(child)
+        for child in children:
+            assert child.stdout is not None
+            assert (await child.stdout.readline()).strip() == b"ready"
+        await asyncio.sleep(1.0)  # past each worker's first round: idle, listening
+        yield
+    finally:
+        for child in children:
+            if child.returncode is None:
+                child.terminate()
+            await child.wait()
+
+
+async def _wait_for(marks: Path, saga_id: str, seconds: float) -> float:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        found = _marks(marks).get(saga_id)
+        if found is not None:
+            return found
+        await asyncio.sleep(0.002)
+    raise TimeoutError(f"{saga_id} did not start within {seconds}s")
+
+
+async def _latency(url: str, workers: int, sagas: int, folder: Path) -> tuple[float, float]:
+    """Return the p50 and p99 (ms) of submit -> step start with `workers` idle workers."""
+    marks = folder / f"marks-{url.split(':')[0]}-{workers}.txt"
+    latencies = []
+    async with open_store(url) as store, _workers(url, workers, marks):
+        executor = SagaExecutor(registry, store=store)
+        for n in range(sagas):
+            saga_id = f"lat-{workers}-{n}"
+            submitted = time.time()
+            await executor.submit([{"tool": "Mark", "args": {"n": n}}], saga_id=saga_id, queue="bench")
+            latencies.append((await _wait_for(marks, saga_id, 10 * INTERVAL + 5) - submitted) * 1000)
+            await asyncio.sleep(random.uniform(0.02, 0.06))  # the worker goes idle again
+    latencies.sort()
+    return statistics.median(latencies), latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
+
+
+async def _claims(url: str, count: int, folder: Path) -> float:
+    """Return the sagas per second one worker starts from a queue of `count` one-step sagas."""
+    marks = folder / f"marks-{url.split(':')[0]}-claims.txt"
+    async with open_store(url) as store:
+        executor = SagaExecutor(registry, store=store)
+        for n in range(count):
+            await executor.submit([{"tool": "Mark", "args": {"n": n}}], saga_id=f"claim-{n}", queue="bench")
+        async with _workers(url, 1, marks):
+            deadline = time.monotonic() + 120
+            while len(_marks(marks)) < count and time.monotonic() < deadline:  # noqa: ASYNC110 - another process writes
+                await asyncio.sleep(0.05)
+    starts = sorted(_marks(marks).values())
+    assert len(starts) == count, len(starts)
+    return (count - 1) / (starts[-1] - starts[0])
+
+
+async def _notify_floor(url: str, rounds: int) -> float:
+    """Return the p50 (ms) of a raw NOTIFY committed on one asyncpg connection -> the callback on another."""
+    import asyncpg
+
+    listener, sender = await asyncpg.connect(url), await asyncpg.connect(url)
+    heard: asyncio.Queue[float] = asyncio.Queue()
+    try:
+        await listener.add_listener("bench_floor", lambda *_: heard.put_nowait(time.perf_counter()))
+        times = []
+        for _ in range(rounds):
+            sent = time.perf_counter()
+            await sender.execute("NOTIFY bench_floor, 'x'")
+            times.append((await asyncio.wait_for(heard.get(), 5) - sent) * 1000)
+            await asyncio.sleep(0.005)
+        return statistics.median(times)
+    finally:
+        await listener.close()
+        await sender.close()
+
+
+async def _raw_commits(kind: str, url: str, path: Path) -> float:
+    """Return the floor's autocommitted step-row INSERTs per second on one connection."""
+    floor = await (sqlite_floor(path) if kind == "sqlite" else postgres_floor(url, None))
+    try:
+        started = time.perf_counter()
+        rounds = 20
+        for n in range(rounds):
+            await floor.saga(n)
+        return rounds * STEPS / (time.perf_counter() - started)
+    finally:
+        await floor.close()
+
+
+async def _store(kind: str, url: str, levels: tuple[int, ...], sagas: int, claims: int, folder: Path) -> list[Fleet]:
+    results = []
+    if kind == "postgresql":
+        floor_ms, floor = await _notify_floor(url, 50), "raw NOTIFY -> listener"
+    else:
+        floor_ms, floor = INTERVAL * 1000, "poll interval"
+    for workers in levels:
+        p50, p99 = await _latency(url, workers, sagas, folder)
+        results.append(Fleet(kind, workers, sagas, p50, p99, floor_ms, floor))
+    results[0].claims_per_s = await _claims(url, claims, folder)
+    results[0].raw_commits_per_s = await _raw_commits(kind, url, folder / "raw.db")
+    return results
+
+
+async def _all(quick: bool) -> list[Fleet]:
+    levels = (1,) if quick else (1, 2, 4)
+    sagas, claims = (10, 50) if quick else (100, CLAIMS)
+    results: list[Fleet] = []
+    with tempfile.TemporaryDirectory() as name:
+        folder = Path(name)
+        if not quick:  # polling: slow by design, and the same at every size
+            results += await _store("sqlite", f"sqlite:///{folder}/fleet.db", levels, sagas // 4, claims, folder)
+        try:
+            async with database("postgresql") as url:
+                results += await _store("postgresql", url, levels, sagas, claims, folder)
+        except Unreachable as exc:
+            results.append(Fleet("postgresql", 1, skipped=str(exc)))
+    return results
+
+
+def run(quick: bool = False) -> list[Fleet]:
+    """Measure the fleet; `quick` runs one worker on PostgreSQL only, few sagas, to check the script works."""
+    return asyncio.run(_all(quick))
+
+
+if __name__ == "__main__":
+    from benchmarks._report import table
+
+    print(table("fleet", [item.as_dict() for item in run(quick="--quick" in sys.argv)]))
