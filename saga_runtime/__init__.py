@@ -50,14 +50,17 @@ from saga_runtime._planning import (
 )
 from saga_runtime._records import (
     ApprovalRequest,
+    PurgeReport,
     Queue,
     RateLimit,
+    SagaHold,
     SagaResult,
     SagaStatus,
     SagaSummary,
     StepRecord,
     StepStatus,
     VerifyResult,
+    verify_export,
 )
 from saga_runtime._storage import MemoryStore, SagaStore, open_store
 from saga_runtime._tools import RetryPolicy, Secret, StepContext, ToolRegistry, ToolSpec
@@ -86,6 +89,7 @@ __all__ = [
     "OutcomeUnknownError",
     "PlanPolicy",
     "PlanValidationError",
+    "PurgeReport",
     "Queue",
     "RateLimit",
     "ReplayDivergenceError",
@@ -98,6 +102,7 @@ __all__ = [
     "SagaExecutor",
     "SagaFailedError",
     "SagaHandle",
+    "SagaHold",
     "SagaHook",
     "SagaInProgressError",
     "SagaNotFoundError",
@@ -130,4 +135,5 @@ __all__ = [
     "tool_result_messages",
     "usage_from_anthropic",
     "usage_from_openai",
+    "verify_export",
 ]

@@ -20,7 +20,7 @@ EXPORT_VERSION = 1
 _SAGA_FIELDS = {f.name for f in fields(SagaRow)}
 _STEP_FIELDS = {f.name for f in fields(StepRow)}
 _APPROVAL_FIELDS = {f.name for f in fields(ApprovalRow)}
-_TIMES = ("created_at", "updated_at", "finished_at", "lease_expires_at", "started_at", "compensated_at")
+_TIMES = ("created_at", "updated_at", "finished_at", "lease_expires_at", "purged_at", "started_at", "compensated_at")
 # A stored plan holds the arguments of its steps five levels down (a join group's list, its dict, ...).
 _PLAN_DEPTH = MAX_JSON_DEPTH + 5
 
@@ -47,10 +47,13 @@ def _plain(row: Mapping[str, Any]) -> dict[str, Any]:
 
 def export_rows(saga: SagaRow, steps: Sequence[StepRow], approvals: Sequence[ApprovalRow] = ()) -> dict[str, Any]:
     """Return the export document of a saga: JSON-able, versioned, steps in order (approval requests, if any)."""
+    plain = _plain(asdict(saga))
+    if plain["purged_at"] is None:  # only a tombstone says when it was purged
+        del plain["purged_at"]
     document: dict[str, Any] = {
         "format": EXPORT_FORMAT,
         "version": EXPORT_VERSION,
-        "saga": _plain(asdict(saga)),
+        "saga": plain,
         "steps": [_plain(asdict(row)) for row in sorted(steps, key=lambda r: r.seq)],
     }
     if approvals:

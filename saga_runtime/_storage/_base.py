@@ -7,14 +7,16 @@ Rows a store returns are fresh copies the caller may change.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from datetime import datetime
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
 from typing import Any, Protocol, runtime_checkable
 
 from saga_runtime._records import (
     ApprovalRow,
+    PurgeReport,
     Queue,
     QueueEntry,
+    SagaHold,
     SagaResult,
     SagaRow,
     SagaStatus,
@@ -235,6 +237,32 @@ class SagaStore(Protocol):
 
     async def import_saga(self, data: Mapping[str, Any]) -> None:
         """Store an exported saga; the same content again is a no-op, other content under its id a conflict."""
+        ...
+
+    # -- retention (API.md §14) --------------------------------------------------------------------------------
+
+    async def purge(
+        self,
+        *,
+        older_than: timedelta | float,
+        statuses: Iterable[SagaStatus | str] | None = None,
+        archive: Any = None,
+        dry_run: bool = False,
+        limit: int | None = None,
+    ) -> PurgeReport:
+        """Remove terminal sagas finished over `older_than` ago down to tombstones (archived first if asked)."""
+        ...
+
+    async def hold(self, saga_id: str, *, reason: str) -> None:
+        """Hold a saga: never purged until released; raise `KeyError` if no saga has the id."""
+        ...
+
+    async def unhold(self, saga_id: str) -> bool:
+        """Release a saga's hold; return whether it was held."""
+        ...
+
+    async def holds(self) -> list[SagaHold]:
+        """Return every hold, oldest first."""
         ...
 
     async def close(self) -> None:

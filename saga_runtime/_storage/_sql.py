@@ -213,6 +213,22 @@ def _schema_queues(dialect: DialectName) -> list[str]:
     ]
 
 
+def _schema_retention(dialect: DialectName) -> list[str]:
+    # Retention (API.md §14): a purged saga's row stays as a tombstone (`purged_at` set), so its id never runs
+    # again; holds live beside the record. The index serves a purge's scan for the oldest finished sagas.
+    t = _TYPES[dialect]
+    table_suffix = " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4" if dialect == "mysql" else ""
+    return [
+        f"ALTER TABLE sagas ADD COLUMN purged_at {t['time']}",
+        "CREATE INDEX sagas_retention ON sagas (status, purged_at, finished_at)",
+        f"""CREATE TABLE holds (
+            saga_id {t["id"]} NOT NULL PRIMARY KEY,
+            reason {t["text"]} NOT NULL,
+            held_at {t["time"]} NOT NULL
+        ){table_suffix}""",
+    ]
+
+
 @dataclass(frozen=True, slots=True)
 class Migration:
     """One step of the schema: the statements that take a database from `version - 1` to `version`."""
@@ -230,6 +246,7 @@ MIGRATIONS: list[Migration] = [
     Migration(3, "sealed saga rows, JSON kept as text", _schema_v3),
     Migration(4, "approval requests", _schema_approvals),
     Migration(5, "queues", _schema_queues),
+    Migration(6, "retention: tombstones and holds", _schema_retention),
 ]
 #: The version from which saga rows carry a seal (one written before, untouched since, has none).
 SEALED_SAGAS_VERSION = 3

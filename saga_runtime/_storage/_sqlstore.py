@@ -54,6 +54,7 @@ from saga_runtime._storage._sql import (
     RowCodec,
     schema_too_new,
 )
+from saga_runtime._storage._sql_retention import SQLRetention
 from saga_runtime._storage._sqlwrite import Transaction, write_of
 
 __all__ = ["DEFAULT_RETRY_FOR", "SQLStore", "Transaction", "retry_for_option"]
@@ -113,7 +114,7 @@ def _storable(text: str) -> bool:
     return True
 
 
-class SQLStore(StoreBase, abc.ABC):
+class SQLStore(StoreBase, SQLRetention, abc.ABC):
     """A SagaStore on a SQL database; subclasses bring the driver, connections and error conversion."""
 
     #: Rows come to it sealed: it never seals a step row.
