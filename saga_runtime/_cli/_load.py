@@ -23,7 +23,7 @@ def parse_age(text: str, option: str) -> timedelta:
     """Return an age like 90s, 30m, 1h, 2d or 1w as a timedelta; raise ValueError naming `option`."""
     match = _AGE.match(text)
     if not match:
-        raise ValueError(f"{option} takes an age like 90s, 30m, 1h, 2d, 1w, got {text!r}")
+        raise ValueError(f"{option} takes an age like 90s, 30m, 1h, 2d, 1w, not {text!r}")
     return timedelta(**{_UNITS[match.group(2).lower()]: float(match.group(1))})
 
 
