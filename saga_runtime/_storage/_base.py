@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from saga_runtime._records import (
     ApprovalRow,
@@ -24,6 +24,9 @@ from saga_runtime._records import (
     StepRow,
     VerifyResult,
 )
+
+if TYPE_CHECKING:
+    from saga_runtime._storage._archive import Archive
 
 __all__ = ["SagaStore", "key_full", "queue_allowance", "unparked_status"]
 
@@ -239,7 +242,42 @@ class SagaStore(Protocol):
         """Store an exported saga; the same content again is a no-op, other content under its id a conflict."""
         ...
 
-    # -- retention (API.md §14) --------------------------------------------------------------------------------
+    # -- retention (API.md §14): the primitives (saga_runtime._storage._retention builds purge on them) ----------
+
+    @property
+    def purge_batch_size(self) -> int:
+        """Return how many sagas one purge transaction takes at most."""
+        ...
+
+    async def purge_candidates(
+        self, cutoff: datetime, statuses: Sequence[SagaStatus], limit: int, offset: int
+    ) -> list[str]:
+        """Return the ids a purge would remove now, oldest finished first (nothing locked, nothing changed)."""
+        ...
+
+    async def purge_batch(
+        self, cutoff: datetime, statuses: Sequence[SagaStatus], limit: int, archive: Archive | None, at: datetime
+    ) -> tuple[list[str], Exception | None]:
+        """Purge up to `limit` sagas (archived first) in one transaction; return their ids and an archive error.
+
+        Only terminal sagas in `statuses` finished before `cutoff`, not held and not purged, are taken; two
+        purges at once take different ones. A saga whose archiving failed and those after it stay.
+        """
+        ...
+
+    async def hold_saga(self, saga_id: str, reason: str, at: datetime) -> bool:
+        """Hold a stored saga (a hold again replaces its reason); return False if no saga has the id."""
+        ...
+
+    async def unhold_saga(self, saga_id: str) -> bool:
+        """Release a saga's hold; return whether it was held."""
+        ...
+
+    async def list_holds(self) -> list[SagaHold]:
+        """Return every hold, oldest first."""
+        ...
+
+    # -- retention (API.md §14): the public methods, on every store from StoreBase ----------------------------
 
     async def purge(
         self,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from saga_runtime._exceptions import IdempotencyConflictError
 from saga_runtime._records import (
@@ -25,6 +25,7 @@ from saga_runtime._records import (
     verify_rows,
 )
 from saga_runtime._storage import _retention
+from saga_runtime._storage._archive import ArchiveTarget
 
 if TYPE_CHECKING:
     from saga_runtime._storage._base import SagaStore
@@ -110,7 +111,7 @@ class StoreBase:
         *,
         older_than: timedelta | float,
         statuses: Iterable[SagaStatus | str] | None = None,
-        archive: _retention.ArchiveTarget | None = None,
+        archive: ArchiveTarget | None = None,
         dry_run: bool = False,
         limit: int | None = None,
     ) -> PurgeReport:
@@ -134,4 +135,4 @@ class StoreBase:
 
     async def holds(self: SagaStore) -> list[SagaHold]:
         """Return every hold (saga id, reason, when), oldest first."""
-        return await cast(_retention.RetentionStore, self).list_holds()
+        return await self.list_holds()

@@ -8,20 +8,22 @@ it is written, so it waits for a purge that holds it and is seen by the next.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, ClassVar, TypeVar
 
 from saga_runtime._records import SagaHold, SagaRow, SagaStatus, StepRow, export_rows
 from saga_runtime._storage._approval_sql import APPROVAL_COLUMNS, approval_row
-from saga_runtime._storage._codec import SAGA_COLUMNS, DialectName
-from saga_runtime._storage._retention import Archive, tombstone
-from saga_runtime._storage._sql import _placeholders
-
-if TYPE_CHECKING:
-    from saga_runtime._storage._sqlstore import SQLStore
+from saga_runtime._storage._archive import Archive
+from saga_runtime._storage._codec import SAGA_COLUMNS, DialectName, RowCodec
+from saga_runtime._storage._retention import tombstone
+from saga_runtime._storage._sql import Queries, _placeholders
+from saga_runtime._storage._sqlwrite import Transaction
 
 __all__ = ["SQLRetention"]
+
+_T = TypeVar("_T")
 
 _LOCK: dict[DialectName, str] = {
     "sqlite": "",
@@ -46,11 +48,6 @@ class _Statements:
             "AND NOT EXISTS (SELECT 1 FROM holds h WHERE h.saga_id = s.saga_id) "
             "ORDER BY s.finished_at, s.saga_id LIMIT ?"
         )
-        self.tombstone = q(
-            dialect,
-            "UPDATE sagas SET plan = ?, budget = ?, metadata = ?, error = ?, owner = NULL, lease_expires_at = NULL, "
-            "cancel_request = NULL, purged_at = ?, seal = ? WHERE saga_id = ? AND purged_at IS NULL",
-        )
         self.exists = q(
             dialect, "SELECT saga_id FROM sagas WHERE saga_id = ?" + ("" if dialect == "sqlite" else " FOR UPDATE")
         )
@@ -67,6 +64,16 @@ class _Statements:
         """Return the scan for purgeable sagas (params: statuses..., cutoff, limit[, offset])."""
         sql = self._candidates.replace("(*)", _in(statuses)) + (" OFFSET ?" if offset else "")
         return _placeholders(self.dialect, sql + (_LOCK[self.dialect] if locked else ""))
+
+    def tombstone(self, count: int) -> str:
+        """Return the UPDATE making `count` rows tombstones (params: metadata, purged_at, (id, seal)..., ids...)."""
+        seals = " ".join(["WHEN ? THEN ?"] * count)
+        return _placeholders(
+            self.dialect,
+            "UPDATE sagas SET plan = NULL, budget = NULL, metadata = ?, error = NULL, owner = NULL, "
+            f"lease_expires_at = NULL, cancel_request = NULL, purged_at = ?, seal = CASE saga_id {seals} END "
+            f"WHERE saga_id IN {_in(count)} AND purged_at IS NULL",
+        )
 
     def delete(self, table: str, count: int) -> str:
         """Return the DELETE of a table's rows of `count` sagas."""
@@ -86,15 +93,35 @@ class SQLRetention:
     #: Sagas per purge transaction: a few hundred, so writers beside it wait at most a moment.
     purge_batch_size = 200
 
+    # What SQLStore provides (see saga_runtime._storage._sqlstore).
+    dialect: ClassVar[DialectName]
+    _codec: RowCodec
+    _queries: Queries
+    _signing_key: bytes | None
+
+    def _check_open(self) -> None:
+        raise NotImplementedError
+
+    def _transaction(self, *, begin: bool) -> AbstractAsyncContextManager[Transaction]:
+        raise NotImplementedError
+
+    def _claim_transaction(self) -> AbstractAsyncContextManager[Transaction]:
+        raise NotImplementedError
+
+    async def _retrying(self, what: str, operation: Callable[[], Awaitable[_T]]) -> _T:
+        raise NotImplementedError
+
+    async def _fetch(self, what: str, sql: str, params: Sequence[Any]) -> Sequence[Sequence[Any]]:
+        raise NotImplementedError
+
     async def purge_candidates(
         self, cutoff: datetime, statuses: Sequence[SagaStatus], limit: int, offset: int
     ) -> list[str]:
         """Return the ids a purge would remove now, oldest finished first."""
-        store = cast("SQLStore", self)
-        store._check_open()
-        st, codec = _statements(store), store._codec
+        self._check_open()
+        st, codec = _statements(self), self._codec
         params = (*(s.value for s in statuses), codec.time_in(cutoff), int(limit), int(offset))
-        records = await store._fetch("purge", st.candidates(len(statuses), locked=False, offset=True), params)
+        records = await self._fetch("purge", st.candidates(len(statuses), locked=False, offset=True), params)
         return [codec.id_out(record[0]) for record in records]
 
     async def purge_batch(
@@ -106,13 +133,12 @@ class SQLRetention:
         at: datetime,
     ) -> tuple[list[str], Exception | None]:
         """Purge up to `limit` sagas in one transaction, archived first; return their ids and an archive error."""
-        store = cast("SQLStore", self)
-        store._check_open()
-        st, codec, q = _statements(store), store._codec, store._queries
+        self._check_open()
+        st, codec, q = _statements(self), self._codec, self._queries
         params = (*(s.value for s in statuses), codec.time_in(cutoff), int(limit))
 
         async def once() -> tuple[list[str], Exception | None]:
-            async with store._claim_transaction() as tx:
+            async with self._claim_transaction() as tx:
                 records = await tx.fetch(st.candidates(len(statuses), locked=True), params)
                 sagas = [codec.saga_row(record) for record in records]
                 error = None
@@ -130,44 +156,41 @@ class SQLRetention:
                     ]
                     done, error = await archive.put(documents)
                     sagas = sagas[:done]
-                await _remove(store, tx, sagas, at)
+                await _remove(self, tx, sagas, at)
                 return [saga.saga_id for saga in sagas], error
 
-        return await store._retrying("purge", once)
+        return await self._retrying("purge", once)
 
     async def hold_saga(self, saga_id: str, reason: str, at: datetime) -> bool:
         """Hold a stored saga (its row locked meanwhile); return False if no saga has the id."""
-        store = cast("SQLStore", self)
-        store._check_open()
-        st = _statements(store)
+        self._check_open()
+        st = _statements(self)
 
         async def once() -> bool:
-            async with store._transaction(begin=True) as tx:
+            async with self._transaction(begin=True) as tx:
                 if not await tx.fetch(st.exists, (saga_id,)):
                     return False
-                await tx.execute(st.hold, (saga_id, reason, store._codec.time_in(at)))
+                await tx.execute(st.hold, (saga_id, reason, self._codec.time_in(at)))
                 return True
 
-        return await store._retrying("hold", once)
+        return await self._retrying("hold", once)
 
     async def unhold_saga(self, saga_id: str) -> bool:
         """Release a saga's hold; return whether it was held."""
-        store = cast("SQLStore", self)
-        store._check_open()
-        st = _statements(store)
+        self._check_open()
+        st = _statements(self)
 
         async def once() -> bool:
-            async with store._transaction(begin=False) as tx:
+            async with self._transaction(begin=False) as tx:
                 return await tx.execute(st.unhold, (saga_id,)) > 0
 
-        return await store._retrying("unhold", once)
+        return await self._retrying("unhold", once)
 
     async def list_holds(self) -> list[SagaHold]:
         """Return every hold, oldest first."""
-        store = cast("SQLStore", self)
-        store._check_open()
-        codec = store._codec
-        records = await store._fetch("holds", _statements(store).holds, ())
+        self._check_open()
+        codec = self._codec
+        records = await self._fetch("holds", _statements(self).holds, ())
         holds = []
         for saga_id, reason, held_at in records:
             when = codec.time_out(held_at)
@@ -176,7 +199,7 @@ class SQLRetention:
         return holds
 
 
-async def _remove(store: SQLStore, tx: Any, sagas: Sequence[SagaRow], at: datetime) -> None:
+async def _remove(store: SQLRetention, tx: Any, sagas: Sequence[SagaRow], at: datetime) -> None:
     """Delete the steps and approvals of `sagas` and make their rows tombstones, in the caller's transaction."""
     if not sagas:
         return
@@ -184,16 +207,17 @@ async def _remove(store: SQLStore, tx: Any, sagas: Sequence[SagaRow], at: dateti
     ids = [saga.saga_id for saga in sagas]
     await tx.execute(st.delete("steps", len(ids)), ids)
     await tx.execute(st.delete("approvals", len(ids)), ids)
-    empty = codec.json_in({}, "an empty metadata")
+    seals: list[Any] = []
     for saga in sagas:
-        kept = tombstone(saga, at, store.signing_key)
-        await tx.execute(st.tombstone, (None, None, empty, None, codec.time_in(at), kept.seal, saga.saga_id))
+        seals += (saga.saga_id, tombstone(saga, at, store._signing_key).seal)
+    params = (codec.json_in({}, "an empty metadata"), codec.time_in(at), *seals, *ids)
+    await tx.execute(st.tombstone(len(ids)), params)  # one statement for the batch
 
 
 _CACHE: dict[DialectName, _Statements] = {}
 
 
-def _statements(store: SQLStore) -> _Statements:
+def _statements(store: SQLRetention) -> _Statements:
     found = _CACHE.get(store.dialect)
     if found is None:
         found = _CACHE[store.dialect] = _Statements(store.dialect)
