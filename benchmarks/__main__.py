@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks import concurrency, durable, group, memory, overhead, recovery
+from benchmarks import concurrency, durable, group, memory, overhead, recovery, retention
 from benchmarks._report import Progress, Target, machine, plot, table
 
 Note = Callable[[str], None]
@@ -22,6 +22,11 @@ Note = Callable[[str], None]
 CONCURRENCY = (
     "durable: 10-step sagas at concurrency 1, 8, 50, 200 (1 and 50 with --quick): time per saga vs the raw "
     "driver's, one autocommitted INSERT of a step row per step at the same concurrency"
+)
+
+RETENTION = (
+    "retention: purging finished 10-step sagas on PostgreSQL with an archive file while 50 sagas at a time run "
+    f"({retention.DEFAULT_SAGAS:,} sagas, SAGA_RUNTIME_BENCH_RETENTION_SAGAS to change; 300 with --quick)"
 )
 
 # title (a key of the JSON's "results") -> what to show while it runs, how to run it, and its targets
@@ -47,6 +52,7 @@ WORKLOADS: dict[str, tuple[str, Callable[[bool, Note], list[Any]], list[Target]]
         lambda q, n: recovery.run(quick=q),
         [],
     ),
+    RETENTION: ("retention: purge beside running sagas", lambda q, n: retention.run(quick=q), retention.TARGETS),
     "memory: peak RSS for 10,000 sagas (500 with --quick) vs RSS after setup": (
         "memory: peak RSS",
         lambda q, n: memory.rss(quick=q, note=n),
