@@ -309,3 +309,13 @@ async def test_memory_store_keep_refuses_bad_values() -> None:
             MemoryStore(keep=bad)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="keep=N"):
         await open_store("memory://?kep=3")
+
+
+async def test_replay_of_a_tombstone_says_it_was_purged(store: SagaStore) -> None:
+    """Replaying a purged saga is refused with a message saying it was purged, not a divergence of its steps."""
+    from saga_runtime import ReplayDivergenceError
+
+    [saga_id] = await finished_sagas(store, 1)
+    await store.purge(older_than=0)
+    with pytest.raises(ReplayDivergenceError, match="was purged at"):
+        await SagaExecutor(registry, store=store).replay(saga_id)
