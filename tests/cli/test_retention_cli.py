@@ -29,6 +29,7 @@ def test_purge_dry_run_lists_what_would_go_and_changes_nothing(db: str) -> None:
     assert len(shown.json()["steps"]) == 2
 
 
+@pytest.mark.timeout(240)  # ten runs of the console script, on a busy machine
 def test_purge_with_archive_and_a_hold_then_verify_the_archive(db: str, tmp_path: Path) -> None:
     """A held saga stays; the others go to the archive, which `verify --file` checks (exit 4 once one is forged)."""
     archive = tmp_path / "sagas.jsonl"
@@ -72,6 +73,7 @@ def test_verify_file_reads_a_single_export(db: str, tmp_path: Path) -> None:
     assert "1 of 1 saga(s) intact" in ran.out
 
 
+@pytest.mark.timeout(120)  # two runs of the console script, on a busy machine
 @pytest.mark.parametrize(
     ("args", "code", "text"),
     [
