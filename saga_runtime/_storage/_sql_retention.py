@@ -11,12 +11,13 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
-from typing import Any, ClassVar, TypeVar
+from typing import Any, TypeVar
 
 from saga_runtime._records import SagaHold, SagaRow, SagaStatus, StepRow, export_rows
 from saga_runtime._storage._approval_sql import APPROVAL_COLUMNS, approval_row
 from saga_runtime._storage._archive import Archive
 from saga_runtime._storage._codec import SAGA_COLUMNS, DialectName, RowCodec
+from saga_runtime._storage._dialect import Dialect
 from saga_runtime._storage._retention import tombstone
 from saga_runtime._storage._sql import Queries, _placeholders
 from saga_runtime._storage._sqlwrite import Transaction
@@ -94,7 +95,7 @@ class SQLRetention:
     purge_batch_size = 200
 
     # What SQLStore provides (see saga_runtime._storage._sqlstore).
-    dialect: ClassVar[DialectName]
+    _dialect: Dialect
     _codec: RowCodec
     _queries: Queries
     _signing_key: bytes | None
@@ -103,9 +104,6 @@ class SQLRetention:
         raise NotImplementedError
 
     def _transaction(self, *, begin: bool) -> AbstractAsyncContextManager[Transaction]:
-        raise NotImplementedError
-
-    def _claim_transaction(self) -> AbstractAsyncContextManager[Transaction]:
         raise NotImplementedError
 
     async def _retrying(self, what: str, operation: Callable[[], Awaitable[_T]]) -> _T:
@@ -138,7 +136,7 @@ class SQLRetention:
         params = (*(s.value for s in statuses), codec.time_in(cutoff), int(limit))
 
         async def once() -> tuple[list[str], Exception | None]:
-            async with self._claim_transaction() as tx:
+            async with self._dialect.claim_transaction() as tx:
                 records = await tx.fetch(st.candidates(len(statuses), locked=True), params)
                 sagas = [codec.saga_row(record) for record in records]
                 error = None
@@ -218,7 +216,7 @@ _CACHE: dict[DialectName, _Statements] = {}
 
 
 def _statements(store: SQLRetention) -> _Statements:
-    found = _CACHE.get(store.dialect)
+    found = _CACHE.get(store._dialect.name)
     if found is None:
-        found = _CACHE[store.dialect] = _Statements(store.dialect)
+        found = _CACHE[store._dialect.name] = _Statements(store._dialect.name)
     return found
