@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks import concurrency, durable, fleet, group, memory, overhead, recovery
+from benchmarks import concurrency, durable, fleet, group, memory, overhead, recovery, retention
 from benchmarks._report import Progress, Target, machine, plot, table
 
 Note = Callable[[str], None]
@@ -27,6 +27,10 @@ CONCURRENCY = (
 FLEET = (
     "fleet: submit -> first step with 1, 2 and 4 idle worker processes (1 on PostgreSQL only with --quick) vs "
     "the raw NOTIFY -> listener (PostgreSQL) or the poll interval (SQLite); claims/s by one worker vs raw commits/s"
+)
+RETENTION = (
+    "retention: purging finished 10-step sagas on PostgreSQL with an archive file while 50 sagas at a time run "
+    f"({retention.DEFAULT_SAGAS:,} sagas, SAGA_RUNTIME_BENCH_RETENTION_SAGAS to change; 300 with --quick)"
 )
 
 # title (a key of the JSON's "results") -> what to show while it runs, how to run it, and its targets
@@ -53,6 +57,7 @@ WORKLOADS: dict[str, tuple[str, Callable[[bool, Note], list[Any]], list[Target]]
         [],
     ),
     FLEET: ("fleet", lambda q, n: fleet.run(quick=q), fleet.TARGETS),
+    RETENTION: ("retention: purge beside running sagas", lambda q, n: retention.run(quick=q), retention.TARGETS),
     "memory: peak RSS for 10,000 sagas (500 with --quick) vs RSS after setup": (
         "memory: peak RSS",
         lambda q, n: memory.rss(quick=q, note=n),

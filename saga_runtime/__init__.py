@@ -50,14 +50,17 @@ from saga_runtime._planning import (
 )
 from saga_runtime._records import (
     ApprovalRequest,
+    PurgeReport,
     Queue,
     RateLimit,
+    SagaHold,
     SagaResult,
     SagaStatus,
     SagaSummary,
     StepRecord,
     StepStatus,
     VerifyResult,
+    verify_export,
 )
 from saga_runtime._storage import MemoryStore, SagaStore, open_store
 from saga_runtime._tools import NOT_DONE, RetryPolicy, Secret, StepContext, ToolRegistry, ToolSpec
@@ -87,6 +90,7 @@ __all__ = [  # noqa: RUF022 (plain sorted order, as tests/test_exported_members.
     "OutcomeUnknownError",
     "PlanPolicy",
     "PlanValidationError",
+    "PurgeReport",
     "Queue",
     "RateLimit",
     "ReplayDivergenceError",
@@ -99,6 +103,7 @@ __all__ = [  # noqa: RUF022 (plain sorted order, as tests/test_exported_members.
     "SagaExecutor",
     "SagaFailedError",
     "SagaHandle",
+    "SagaHold",
     "SagaHook",
     "SagaInProgressError",
     "SagaNotFoundError",
@@ -131,4 +136,5 @@ __all__ = [  # noqa: RUF022 (plain sorted order, as tests/test_exported_members.
     "tool_result_messages",
     "usage_from_anthropic",
     "usage_from_openai",
+    "verify_export",
 ]

@@ -20,6 +20,8 @@ from saga_runtime._records import (
     KEY_ENV,
     REJECTED,
     ApprovalRequest,
+    PurgeReport,
+    SagaHold,
     SagaResult,
     SagaStatus,
     SagaSummary,
@@ -150,7 +152,35 @@ class SagaAdmin:
         """Rebuild a saga from its records, calling no tool; raise `ReplayDivergenceError` if they disagree."""
         return await replay(self.store, saga_id)
 
-    # -- approvals
+    # -- retention (API.md §14) -------------------------------------------------------------------------------
+
+    async def purge(
+        self,
+        *,
+        older_than: timedelta | float,
+        statuses: Sequence[SagaStatus | str] | None = None,
+        archive: Any = None,
+        dry_run: bool = False,
+        limit: int | None = None,
+    ) -> PurgeReport:
+        """Purge terminal sagas finished over `older_than` ago to tombstones, as `store.purge` does."""
+        return await self.store.purge(
+            older_than=older_than, statuses=statuses, archive=archive, dry_run=dry_run, limit=limit
+        )
+
+    async def hold(self, saga_id: str, *, reason: str) -> None:
+        """Hold a saga: never purged until released; raise `KeyError` if no saga has the id."""
+        await self.store.hold(saga_id, reason=reason)
+
+    async def unhold(self, saga_id: str) -> bool:
+        """Release a saga's hold; return whether it was held."""
+        return await self.store.unhold(saga_id)
+
+    async def holds(self) -> list[SagaHold]:
+        """Return every hold, oldest first."""
+        return await self.store.holds()
+
+    # -- approvals ---------------------------------------------------------------------------------------------
 
     async def pending_approvals(self, *, limit: int = 100) -> list[ApprovalRequest]:
         """Return the undecided approval requests in the store, oldest first."""

@@ -38,6 +38,9 @@ CONTRACT = [
     "ApprovalRejectedError",
     # Operators' actions without tools (API.md §5).
     "SagaAdmin",
+    # Retention (API.md §14).
+    "PurgeReport",
+    "verify_export",
 ]
 # The LLM front door's names (plan_from_openai, plan_from_anthropic, LLMRunner, MockLLMClient) join this list
 # with the issue that builds it.

@@ -34,6 +34,7 @@ from saga_runtime._cli._common import (
 from saga_runtime._cli._load import load_queues, parse_since
 from saga_runtime._cli._options import DecideToolsOption, JsonOption, ToolsOption, options, store_options
 from saga_runtime._cli._render import saga_table, timeline
+from saga_runtime._cli._retention import verify_file
 from saga_runtime._cli._ui import TOKEN_VAR, UiError, serve
 from saga_runtime._engine import SagaEvent
 from saga_runtime._exceptions import (
@@ -144,10 +145,18 @@ def export(
 @store_options
 def verify(
     ctx: typer.Context,
-    saga_id: Annotated[str, typer.Argument(metavar="ID", help="The saga id.")],
+    saga_id: Annotated[str | None, typer.Argument(metavar="ID", help="The saga id.")] = None,
+    file: Annotated[
+        Path | None, typer.Option("--file", help="Check every saga of an export or archive file instead (offline).")
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Check a saga's hash chain; exit 4, listing the problems, when a record was altered, removed or moved."""
+    if (saga_id is None) == (file is None):
+        _error("give a saga ID, or --file FILE (an export or a purge's archive), not both", ExitCode.USAGE)
+    if file is not None:
+        verify_file(ctx, file, as_json)
+    assert saga_id is not None
 
     async def work(store: SagaStore) -> ExitCode:
         verdict = await store.verify_saga(saga_id)

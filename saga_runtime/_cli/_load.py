@@ -13,10 +13,18 @@ from types import ModuleType
 from saga_runtime._records import Queue
 from saga_runtime._tools import ToolRegistry
 
-__all__ = ["load_registry", "parse_since"]
+__all__ = ["load_registry", "parse_age", "parse_since"]
 
 _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$", re.IGNORECASE)
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def parse_age(text: str, option: str) -> timedelta:
+    """Return an age like 90s, 30m, 1h, 2d or 1w as a timedelta; raise ValueError naming `option`."""
+    match = _AGE.match(text)
+    if not match:
+        raise ValueError(f"{option} takes an age like 90s, 30m, 1h, 2d, 1w, not {text!r}")
+    return timedelta(**{_UNITS[match.group(2).lower()]: float(match.group(1))})
 
 
 def parse_since(text: str, *, current: datetime | None = None) -> datetime:

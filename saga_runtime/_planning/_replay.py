@@ -32,6 +32,8 @@ def check_plan_record(saga: SagaRow, rows: Sequence[StepRow]) -> None:
         )
 
     plan: Any = saga.plan
+    if saga.purged_at is not None:
+        raise diverged(f"it was purged at {saga.purged_at.isoformat()} (a tombstone: its steps are in its archive)")
     if not isinstance(plan, list) or saga.plan_hash is None:
         raise diverged("it has no stored plan")
     if hashlib.sha256(canonical_json(mask_secrets(plan)).encode()).hexdigest() != saga.plan_hash:

@@ -36,6 +36,7 @@ from saga_runtime._records._models import (
     summary_from_rows,
 )
 from saga_runtime._records._queues import Queue, QueueEntry, RateLimit
+from saga_runtime._records._retention import PurgeReport, SagaHold, verify_export
 from saga_runtime._records._rows import (
     SagaKind,
     SagaRow,
@@ -91,9 +92,11 @@ __all__ = [
     "REJECTED",
     "ApprovalRequest",
     "ApprovalRow",
+    "PurgeReport",
     "Queue",
     "QueueEntry",
     "RateLimit",
+    "SagaHold",
     "SagaKind",
     "SagaResult",
     "SagaRow",
@@ -146,6 +149,7 @@ __all__ = [
     "step_succeeded",
     "summary_from_rows",
     "to_json_value",
+    "verify_export",
     "verify_rows",
     "with_unstarted",
 ]

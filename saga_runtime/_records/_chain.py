@@ -357,24 +357,25 @@ def saga_seal(saga: SagaRow, key: bytes | None, *, cached: bool = False) -> str:
     """
     status = saga.status
     parked = saga.parked_from
-    text = _text(
-        [
-            "saga",
-            saga.saga_id,
-            saga.kind,
-            _plan_digest(saga.plan, cached=cached),
-            saga.plan_hash,
-            getattr(status, "value", status),
-            _normal(saga.budget),
-            repr(float(saga.cost)),  # as text: a float stays one (and NaN would not be JSON)
-            saga.tokens,
-            _normal(saga.metadata),
-            saga.error,
-            _instant(saga.created_at),
-            _instant(saga.finished_at),
-            getattr(parked, "value", parked),
-        ]
-    ).encode()
+    parts = [
+        "saga",
+        saga.saga_id,
+        saga.kind,
+        _plan_digest(saga.plan, cached=cached),
+        saga.plan_hash,
+        getattr(status, "value", status),
+        _normal(saga.budget),
+        repr(float(saga.cost)),  # as text: a float stays one (and NaN would not be JSON)
+        saga.tokens,
+        _normal(saga.metadata),
+        saga.error,
+        _instant(saga.created_at),
+        _instant(saga.finished_at),
+        getattr(parked, "value", parked),
+    ]
+    if saga.purged_at is not None:  # a tombstone's seal covers when it was purged (a whole saga's stays as it was)
+        parts.append(_instant(saga.purged_at))
+    text = _text(parts).encode()
     if key is None:
         return hashlib.sha256(text).hexdigest()
     return "hmac:" + hmac.new(key, text, hashlib.sha256).hexdigest()
@@ -473,6 +474,10 @@ def verify_rows(
             problems.append(f"{where}: carries no seal (it was removed)")
     elif saga.seal != saga_seal(saga, key):
         problems.append(_seal_problem(where, saga.seal, key))
+    if saga.purged_at is not None:  # a tombstone: its steps and payloads were purged, its own seal is all there is
+        if rows or approvals:
+            problems.append("a purged saga holds step or approval records (added after its purge)")
+        return VerifyResult(saga.saga_id, not problems, problems, signed=key is not None, saga_sealed=saga_sealed)
     ordered = sorted(rows, key=lambda row: row.seq)
     planned = planned_identities(saga)
     stored = {row.seq: row for row in ordered}

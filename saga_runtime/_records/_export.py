@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, fields
+from dataclasses import fields
 from datetime import datetime
 from typing import Any
 
@@ -17,10 +17,13 @@ __all__ = ["EXPORT_FORMAT", "EXPORT_VERSION", "export_rows", "import_approvals",
 EXPORT_FORMAT = "saga_runtime.saga"
 EXPORT_VERSION = 1
 
-_SAGA_FIELDS = {f.name for f in fields(SagaRow)}
-_STEP_FIELDS = {f.name for f in fields(StepRow)}
-_APPROVAL_FIELDS = {f.name for f in fields(ApprovalRow)}
-_TIMES = ("created_at", "updated_at", "finished_at", "lease_expires_at", "started_at", "compensated_at")
+_SAGA_NAMES = [f.name for f in fields(SagaRow)]
+_STEP_NAMES = [f.name for f in fields(StepRow)]
+_APPROVAL_NAMES = [f.name for f in fields(ApprovalRow)]
+_SAGA_FIELDS = set(_SAGA_NAMES)
+_STEP_FIELDS = set(_STEP_NAMES)
+_APPROVAL_FIELDS = set(_APPROVAL_NAMES)
+_TIMES = ("created_at", "updated_at", "finished_at", "lease_expires_at", "purged_at", "started_at", "compensated_at")
 # A stored plan holds the arguments of its steps five levels down (a join group's list, its dict, ...).
 _PLAN_DEPTH = MAX_JSON_DEPTH + 5
 
@@ -33,28 +36,43 @@ def _check_nesting(values: Sequence[tuple[str, Any, int]]) -> None:
             raise ValueError(f"{what}: {problem}")
 
 
-def _plain(row: Mapping[str, Any]) -> dict[str, Any]:
+def _tree(value: Any) -> Any:
+    """Return a JSON value with its dicts and lists copied (a document never shares them with a stored row)."""
+    kind = type(value)
+    if kind is dict:
+        return {key: _tree(item) for key, item in value.items()}
+    if kind is list:
+        return [_tree(item) for item in value]
+    return value
+
+
+def _plain(row: Any, names: Sequence[str]) -> dict[str, Any]:
+    """Return a row's fields as JSON-able values (as `dataclasses.asdict` would, without its deep copies' cost)."""
     out: dict[str, Any] = {}
-    for key, value in row.items():
+    for key in names:
+        value = getattr(row, key)
         if isinstance(value, datetime):
             out[key] = value.isoformat()
         elif isinstance(value, SagaStatus | StepStatus):
             out[key] = value.value
         else:
-            out[key] = value
+            out[key] = _tree(value)
     return out
 
 
 def export_rows(saga: SagaRow, steps: Sequence[StepRow], approvals: Sequence[ApprovalRow] = ()) -> dict[str, Any]:
     """Return the export document of a saga: JSON-able, versioned, steps in order (approval requests, if any)."""
+    plain = _plain(saga, _SAGA_NAMES)
+    if plain["purged_at"] is None:  # only a tombstone says when it was purged
+        del plain["purged_at"]
     document: dict[str, Any] = {
         "format": EXPORT_FORMAT,
         "version": EXPORT_VERSION,
-        "saga": _plain(asdict(saga)),
-        "steps": [_plain(asdict(row)) for row in sorted(steps, key=lambda r: r.seq)],
+        "saga": plain,
+        "steps": [_plain(row, _STEP_NAMES) for row in sorted(steps, key=lambda r: r.seq)],
     }
     if approvals:
-        document["approvals"] = [_plain(asdict(row)) for row in sorted(approvals, key=lambda r: r.seq)]
+        document["approvals"] = [_plain(row, _APPROVAL_NAMES) for row in sorted(approvals, key=lambda r: r.seq)]
     return document
 
 

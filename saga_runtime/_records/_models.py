@@ -78,6 +78,8 @@ class SagaResult(BaseModel):
     kind: SagaKind = "plan"
     group_joins: dict[str, tuple[int, str]] = {}
     approvals: list[ApprovalRequest] = []
+    # Set when a purge removed the saga's steps and payloads (API.md §14): a tombstone's result.
+    purged_at: datetime | None = None
 
     @property
     def pending_approvals(self) -> list[ApprovalRequest]:
@@ -295,6 +297,7 @@ def result_from_rows(saga: SagaRow, steps: Sequence[StepRow], approvals: Sequenc
             "kind": saga.kind,
             "group_joins": plan_joins(saga.plan),
             "approvals": [approval_request(row) for row in sorted(approvals, key=_seq)] if approvals else [],
+            "purged_at": saga.purged_at,
         },
         _RESULT_FIELDS,
     )

@@ -251,6 +251,8 @@ class SagaRow:
     finished_at: datetime | None = None
     recovery_attempts: int = 0
     parked_from: SagaStatus | None = None
+    # When a purge removed its steps and payloads (a tombstone: its id never runs again); None while it is whole.
+    purged_at: datetime | None = None
     # The hash sealing the row's content (see saga_runtime._records._chain.seal_saga); set by the store as it writes
     # the row. Not part of a row's value: two rows with the same content are equal whether sealed or not.
     seal: str | None = field(default=None, compare=False)
@@ -275,6 +277,7 @@ class SagaRow:
             self.finished_at,
             self.recovery_attempts,
             self.parked_from,
+            self.purged_at,
             self.seal,
         )
 

@@ -7,15 +7,17 @@ Rows a store returns are fresh copies the caller may change.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from datetime import datetime
-from typing import Any, Protocol, runtime_checkable
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from saga_runtime._records import (
     ApprovalRow,
+    PurgeReport,
     Queue,
     QueueEntry,
+    SagaHold,
     SagaResult,
     SagaRow,
     SagaStatus,
@@ -23,6 +25,9 @@ from saga_runtime._records import (
     StepRow,
     VerifyResult,
 )
+
+if TYPE_CHECKING:
+    from saga_runtime._storage._archive import Archive
 
 __all__ = ["SagaStore", "key_full", "queue_allowance", "unparked_status"]
 
@@ -245,6 +250,67 @@ class SagaStore(Protocol):
 
     async def import_saga(self, data: Mapping[str, Any]) -> None:
         """Store an exported saga; the same content again is a no-op, other content under its id a conflict."""
+        ...
+
+    # -- retention (API.md §14): the primitives (saga_runtime._storage._retention builds purge on them) ----------
+
+    @property
+    def purge_batch_size(self) -> int:
+        """Return how many sagas one purge transaction takes at most."""
+        ...
+
+    async def purge_candidates(
+        self, cutoff: datetime, statuses: Sequence[SagaStatus], limit: int, offset: int
+    ) -> list[str]:
+        """Return the ids a purge would remove now, oldest finished first (nothing locked, nothing changed)."""
+        ...
+
+    async def purge_batch(
+        self, cutoff: datetime, statuses: Sequence[SagaStatus], limit: int, archive: Archive | None, at: datetime
+    ) -> tuple[list[str], Exception | None]:
+        """Purge up to `limit` sagas (archived first) in one transaction; return their ids and an archive error.
+
+        Only terminal sagas in `statuses` finished before `cutoff`, not held and not purged, are taken; two
+        purges at once take different ones. A saga whose archiving failed and those after it stay.
+        """
+        ...
+
+    async def hold_saga(self, saga_id: str, reason: str, at: datetime) -> bool:
+        """Hold a stored saga (a hold again replaces its reason); return False if no saga has the id."""
+        ...
+
+    async def unhold_saga(self, saga_id: str) -> bool:
+        """Release a saga's hold; return whether it was held."""
+        ...
+
+    async def list_holds(self) -> list[SagaHold]:
+        """Return every hold, oldest first."""
+        ...
+
+    # -- retention (API.md §14): the public methods, on every store from StoreBase ----------------------------
+
+    async def purge(
+        self,
+        *,
+        older_than: timedelta | float,
+        statuses: Iterable[SagaStatus | str] | None = None,
+        archive: Any = None,
+        dry_run: bool = False,
+        limit: int | None = None,
+    ) -> PurgeReport:
+        """Remove terminal sagas finished over `older_than` ago down to tombstones (archived first if asked)."""
+        ...
+
+    async def hold(self, saga_id: str, *, reason: str) -> None:
+        """Hold a saga: never purged until released; raise `KeyError` if no saga has the id."""
+        ...
+
+    async def unhold(self, saga_id: str) -> bool:
+        """Release a saga's hold; return whether it was held."""
+        ...
+
+    async def holds(self) -> list[SagaHold]:
+        """Return every hold, oldest first."""
         ...
 
     async def close(self) -> None:

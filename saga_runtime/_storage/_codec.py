@@ -33,6 +33,7 @@ SAGA_COLUMNS = (
     "finished_at",
     "recovery_attempts",
     "parked_from",
+    "purged_at",
     "seal",
 )
 STEP_COLUMNS = (
@@ -149,6 +150,7 @@ class RowCodec:
             self.time_in(row.finished_at),
             int(row.recovery_attempts),
             None if row.parked_from is None else row.parked_from.value,
+            self.time_in(row.purged_at),
             row.seal,
         )
 
@@ -209,7 +211,8 @@ class RowCodec:
             finished_at=self.time_out(r[14]),
             recovery_attempts=int(r[15]),
             parked_from=None if r[16] is None else SagaStatus(r[16]),
-            seal=r[17],
+            purged_at=self.time_out(r[17]),
+            seal=r[18],
         )
 
     def step_row(self, r: Sequence[Any]) -> StepRow:

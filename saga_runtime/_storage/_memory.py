@@ -12,6 +12,7 @@ from saga_runtime._records import (
     ApprovalRow,
     Queue,
     QueueEntry,
+    SagaHold,
     SagaRow,
     SagaStatus,
     StepRow,
@@ -24,6 +25,7 @@ from saga_runtime._records import (
 from saga_runtime._storage._base import key_full, queue_allowance, unparked_status
 from saga_runtime._storage._batch import lease_lost
 from saga_runtime._storage._keys import signing_key_bytes
+from saga_runtime._storage._memory_retention import MemoryRetention, keep_option
 from saga_runtime._storage._reading import StoreBase
 
 __all__ = ["MemoryStore"]
@@ -33,12 +35,15 @@ _LIVE = frozenset({SagaStatus.RUNNING, SagaStatus.COMPENSATING})
 _CANCELLABLE = _LIVE | {SagaStatus.WAITING}
 
 
-class MemoryStore(StoreBase):
+class MemoryStore(StoreBase, MemoryRetention):
     """Keep sagas in this process's memory: fast, private to the store object, gone when the process ends.
 
     Rows written without a seal (`hash` None: the engine leaves sealing to a store that `seals_on_read`) are
     sealed here when their saga ends, or earlier when anything reads it: a running saga in memory is read by
     nobody but its engine, so most of its rows are sealed once, not once per change.
+
+    `keep`: at most that many finished (SUCCESS or COMPENSATED) sagas are kept whole; past it, the oldest is
+    purged to its tombstone (API.md §14), so a long-running process does not grow without end.
     """
 
     #: The engine may write this store's rows unsealed: it seals them itself before anyone reads them.
@@ -46,7 +51,7 @@ class MemoryStore(StoreBase):
     #: No connection to lose: nothing is retried.
     retry_for = 0.0
 
-    def __init__(self, *, signing_key: bytes | str | None = None) -> None:
+    def __init__(self, *, signing_key: bytes | str | None = None, keep: int | None = None) -> None:
         self._sagas: dict[str, SagaRow] = {}
         self._steps: dict[str, dict[str, StepRow]] = {}
         # idempotency key -> (saga_id, step_id) of the step holding it: unique, as the SQL stores' constraint.
@@ -68,6 +73,11 @@ class MemoryStore(StoreBase):
         self._started: dict[str, datetime] = {}
         # saga_id -> the reason of a request to cancel it.
         self._cancels: dict[str, str] = {}
+        # Retention: holds, the sagas a purge is archiving, and the finished sagas `keep` counts (oldest first).
+        self._holds: dict[str, SagaHold] = {}
+        self._purging: set[str] = set()
+        self._finished: dict[str, None] = {}
+        self._keep = keep_option(keep)
 
     @property
     def url(self) -> str:
@@ -114,8 +124,11 @@ class MemoryStore(StoreBase):
         self._put_steps(steps)
         if steps:
             self._note_unsealed(steps[0].saga_id, steps)
-        if saga is not None and saga.status.is_terminal and saga.saga_id in self._unsealed:
-            self._seal(saga.saga_id)  # the saga ended: its record is final, seal it now
+        if saga is not None and saga.status.is_terminal:
+            if saga.saga_id in self._unsealed:
+                self._seal(saga.saga_id)  # the saga ended: its record is final, seal it now
+            if self._keep is not None:
+                self._ended(saga)
 
     def _check_owner(self, saga: SagaRow | None, steps: Sequence[StepRow], owner: str) -> None:
         """Raise LeaseLostError unless the stored saga of the rows is owned by `owner`."""
@@ -376,6 +389,8 @@ class MemoryStore(StoreBase):
         seal_saga(ended, self._signing_key)
         self._sagas[saga_id] = ended
         self._seal(saga_id)
+        if self._keep is not None:
+            self._ended(ended)
         return True
 
     async def request_cancel(self, saga_id: str, reason: str) -> bool:
@@ -488,3 +503,5 @@ class MemoryStore(StoreBase):
         self._steps.clear()
         self._keys.clear()
         self._approvals.clear()
+        self._holds.clear()
+        self._finished.clear()

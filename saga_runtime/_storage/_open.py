@@ -7,7 +7,7 @@ import os
 from collections.abc import Generator
 from types import TracebackType
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 from saga_runtime._exceptions import StoreError
 from saga_runtime._storage._base import SagaStore
@@ -57,9 +57,17 @@ async def _open(url: str | None, options: dict[str, Any]) -> SagaStore:
     key = signing_key_bytes(options.pop("signing_key", None))
     if scheme == "memory":
         options.pop("retry_for", None)  # no connection to lose
+        keep = options.pop("keep", None)
         if options:
-            raise TypeError(f"the memory store takes only signing_key= (and retry_for=), got {sorted(options)}")
-        store: SagaStore = module.MemoryStore(signing_key=key)
+            raise TypeError(f"the memory store takes only signing_key=, keep= (and retry_for=), got {sorted(options)}")
+        query = dict(parse_qsl(urlsplit(url).query, keep_blank_values=True))
+        if keep is None:
+            keep = query.pop("keep", None)
+        else:
+            query.pop("keep", None)
+        if query:
+            raise ValueError(f"the memory store's URL takes only ?keep=N, not {sorted(query)}")
+        store: SagaStore = module.MemoryStore(signing_key=key, keep=keep)
         return store
     opened = await module.open_sql(url, **options)
     opened.use_signing_key(key)

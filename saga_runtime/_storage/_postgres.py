@@ -164,6 +164,7 @@ _ARRAY_TYPES = {
     "created_at": "timestamptz",
     "updated_at": "timestamptz",
     "finished_at": "timestamptz",
+    "purged_at": "timestamptz",
     "started_at": "timestamptz",
     "compensated_at": "timestamptz",
 }

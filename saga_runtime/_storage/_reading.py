@@ -5,12 +5,15 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from saga_runtime._exceptions import IdempotencyConflictError
 from saga_runtime._records import (
+    PurgeReport,
+    SagaHold,
     SagaResult,
     SagaStatus,
     SagaSummary,
@@ -22,6 +25,8 @@ from saga_runtime._records import (
     summary_from_rows,
     verify_rows,
 )
+from saga_runtime._storage import _retention
+from saga_runtime._storage._archive import ArchiveTarget
 
 if TYPE_CHECKING:
     from saga_runtime._storage._base import SagaStore
@@ -104,3 +109,36 @@ class StoreBase:
     ) -> list[SagaSummary]:
         """Return summaries of stored sagas, newest first, optionally only those with `status`."""
         return await list_sagas(self, status, limit, offset)
+
+    # -- retention (API.md §14; saga_runtime._storage._retention) ----------------------------------------------
+
+    async def purge(
+        self: SagaStore,
+        *,
+        older_than: timedelta | float,
+        statuses: Iterable[SagaStatus | str] | None = None,
+        archive: ArchiveTarget | None = None,
+        dry_run: bool = False,
+        limit: int | None = None,
+    ) -> PurgeReport:
+        """Remove the steps, approvals and payloads of terminal sagas finished over `older_than` ago; keep tombstones.
+
+        `statuses` defaults to SUCCESS and COMPENSATED; held and non-terminal sagas are never touched. `archive`
+        (a file path or an async callable) gets each saga's export before its rows go. With `dry_run`, nothing
+        changes and the report says what would go.
+        """
+        return await _retention.purge(
+            self, older_than=older_than, statuses=statuses, archive=archive, dry_run=dry_run, limit=limit
+        )
+
+    async def hold(self: SagaStore, saga_id: str, *, reason: str) -> None:
+        """Hold a saga: never purged until released; raise `KeyError` if no saga has the id."""
+        await _retention.hold(self, saga_id, reason)
+
+    async def unhold(self: SagaStore, saga_id: str) -> bool:
+        """Release a saga's hold; return whether it was held."""
+        return await _retention.unhold(self, saga_id)
+
+    async def holds(self: SagaStore) -> list[SagaHold]:
+        """Return every hold (saga id, reason, when), oldest first."""
+        return await self.list_holds()

@@ -229,6 +229,26 @@ def _schema_tool_versions(dialect: DialectName) -> list[str]:
     return ["ALTER TABLE steps " + ", ".join(columns)]
 
 
+def _schema_retention(dialect: DialectName) -> list[str]:
+    # Retention (API.md §14): a purged saga's row stays as a tombstone (`purged_at` set), so its id never runs
+    # again; holds live beside the record. The index gives a purge the oldest finished sagas in order, without a
+    # sort of them all per batch (the statuses are filtered on the way).
+    t = _TYPES[dialect]
+    table_suffix = " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4" if dialect == "mysql" else ""
+    return [
+        f"ALTER TABLE sagas ADD COLUMN purged_at {t['time']}",
+        # MySQL/MariaDB have no partial index; `purged_at IS NULL` is a lookup on its first column there.
+        "CREATE INDEX sagas_retention ON sagas (purged_at, finished_at, saga_id)"
+        if dialect == "mysql"
+        else "CREATE INDEX sagas_retention ON sagas (finished_at, saga_id) WHERE purged_at IS NULL",
+        f"""CREATE TABLE holds (
+            saga_id {t["id"]} NOT NULL PRIMARY KEY,
+            reason {t["text"]} NOT NULL,
+            held_at {t["time"]} NOT NULL
+        ){table_suffix}""",
+    ]
+
+
 @dataclass(frozen=True, slots=True)
 class Migration:
     """One step of the schema: the statements that take a database from `version - 1` to `version`."""
@@ -247,6 +267,7 @@ MIGRATIONS: list[Migration] = [
     Migration(4, "approval requests", _schema_approvals),
     Migration(5, "queues", _schema_queues),
     Migration(6, "tool versions and reconciled steps", _schema_tool_versions),
+    Migration(7, "retention: tombstones and holds", _schema_retention),
 ]
 #: The version from which saga rows carry a seal (one written before, untouched since, has none).
 SEALED_SAGAS_VERSION = 3

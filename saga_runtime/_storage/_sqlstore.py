@@ -51,6 +51,7 @@ from saga_runtime._storage._sql import (
     VERSION_TABLE_DDL,
     schema_too_new,
 )
+from saga_runtime._storage._sql_retention import SQLRetention
 from saga_runtime._storage._sqlwrite import Transaction, write_of
 
 __all__ = ["DEFAULT_RETRY_FOR", "Dialect", "SQLStore", "Transaction", "retry_for_option"]
@@ -111,7 +112,7 @@ def _storable(text: str) -> bool:
     return True
 
 
-class SQLStore(StoreBase):
+class SQLStore(StoreBase, SQLRetention):
     """A SagaStore on a SQL database; its dialect brings the driver, connections, statements and error table."""
 
     #: Rows come to it sealed: it never seals a step row.

@@ -607,6 +607,10 @@ COMMANDS: dict[str, tuple[list[str], str]] = {
     "mcp": (["mcp", "--tools", "cli_tools:registry"], ""),  # stdin at its end: serves nothing; tests/integrations
     "cancel": (["cancel", "ok-1"], "saga ok-1: SUCCESS"),  # a terminal saga: unchanged
     "worker": (["worker", "--help"], "SIGTERM"),  # serving until a signal: tests/cli/test_worker.py
+    "purge": (["purge", "--older-than", "0s", "--dry-run"], "would purge 3 saga(s)"),  # tests/cli/test_retention_cli
+    "hold": (["hold", "ok-1", "--reason", "audit"], "saga ok-1: held (audit)"),
+    "unhold": (["unhold", "ok-1"], "was not held"),
+    "holds": (["holds"], "no saga is held"),
 }
 SIGNING_KEY = "the signing key of the test"
 

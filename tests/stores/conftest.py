@@ -53,7 +53,9 @@ class Stores:
         if len(databases.names) < 2:
             databases.create()
         url = str(databases.url_of(databases.names[1]))
-        await databases.execute(url, ["DROP TABLE IF EXISTS sagas, steps, approvals, queue_locks, schema_version"])
+        await databases.execute(
+            url, ["DROP TABLE IF EXISTS sagas, steps, approvals, queue_locks, holds, schema_version"]
+        )
         return url
 
     async def open(self, kind: str, url: str | None = None, *, wipe: bool = False, **options: Any) -> SagaStore:
@@ -61,8 +63,8 @@ class Stores:
         store = await open_store(url or self.url(kind), **options)
         self._opened.append(store)
         if wipe and kind in ("postgresql", "mysql"):
-            statement = "TRUNCATE sagas, steps, approvals" if kind == "postgresql" else "DELETE FROM steps"
-            extra = [] if kind == "postgresql" else ["DELETE FROM approvals", "DELETE FROM sagas"]
+            statement = "TRUNCATE sagas, steps, approvals, holds" if kind == "postgresql" else "DELETE FROM steps"
+            extra = [] if kind == "postgresql" else ["DELETE FROM approvals", "DELETE FROM holds", "DELETE FROM sagas"]
             await self._databases(kind).execute(url or self.url(kind), [statement, *extra])
         return store
 

@@ -17,7 +17,17 @@ from saga_runtime._storage._reading import StoreBase
 from saga_runtime._storage._sqlstore import SQLStore
 
 PACKAGE = Path(saga_runtime.__file__).parent
-BUILT_ON_PRIMITIVES = ("get_saga", "verify_saga", "export_saga", "import_saga", "list_sagas")
+BUILT_ON_PRIMITIVES = (
+    "get_saga",
+    "verify_saga",
+    "export_saga",
+    "import_saga",
+    "list_sagas",
+    "purge",
+    "hold",
+    "unhold",
+    "holds",
+)
 
 
 DIALECT_MODULES = {"_sqlite": "SQLiteDialect", "_postgres": "PostgresDialect", "_mysql": "MySQLDialect"}
@@ -59,7 +69,7 @@ def test_no_store_attribute_is_reached_by_getattr() -> None:
 def test_every_store_declares_what_the_engine_reads() -> None:
     """Every store class has seals_on_read, retry_for and sealed_since, as the protocol declares them."""
     for cls in _store_classes():
-        for name in ("seals_on_read", "retry_for", "sealed_since", "insert_rows", "list_rows"):
+        for name in ("seals_on_read", "retry_for", "sealed_since", "insert_rows", "list_rows", "purge_batch"):
             assert hasattr(cls, name), f"{cls.__name__} lacks {name}"
     assert MemoryStore.seals_on_read is True
     assert SQLStore.seals_on_read is False

@@ -1,0 +1,167 @@
+"""Retention on the memory store: purge to tombstones, holds, and the bound `keep` on finished sagas.
+
+One event loop owns the store, so a batch needs no lock, only care across its one wait (the archive): the sagas
+it took are set aside from other purges meanwhile, and each is checked again before it goes (a hold placed, or a
+failed compensation reopened, while it was archived keeps it).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from datetime import datetime
+
+from saga_runtime._records import ApprovalRow, QueueEntry, SagaHold, SagaRow, SagaStatus, StepRow, export_rows, now
+from saga_runtime._storage._archive import Archive
+from saga_runtime._storage._retention import DEFAULT_PURGE_STATUSES, tombstone
+
+__all__ = ["MemoryRetention", "keep_option"]
+
+
+def keep_option(keep: int | str | None) -> int | None:
+    """Return the memory store's bound on finished sagas; raise ValueError unless it is an int >= 0 or None."""
+    if keep is None:
+        return None
+    try:
+        value = int(keep)
+    except (TypeError, ValueError):
+        raise ValueError(f"keep must be a whole number of finished sagas >= 0, not {keep!r}") from None
+    if isinstance(keep, bool) or value < 0 or (isinstance(keep, float) and keep != value):
+        raise ValueError(f"keep must be a whole number of finished sagas >= 0, not {keep!r}")
+    return value
+
+
+class MemoryRetention:
+    """The retention primitives of MemoryStore (see saga_runtime._storage._retention.RetentionStore)."""
+
+    #: One batch is one pass in memory: no transaction to keep short.
+    purge_batch_size = 5000
+
+    # MemoryStore's state (see its __init__) and the reads this uses.
+    _sagas: dict[str, SagaRow]
+    _steps: dict[str, dict[str, StepRow]]
+    _keys: dict[str, tuple[str, str]]
+    _approvals: dict[str, dict[str, ApprovalRow]]
+    _unsealed: dict[str, dict[int, StepRow]]
+    _queued: dict[str, QueueEntry]
+    _started: dict[str, datetime]
+    _cancels: dict[str, str]
+    _holds: dict[str, SagaHold]
+    _purging: set[str]
+    _finished: dict[str, None]
+    _keep: int | None
+    _signing_key: bytes | None
+
+    def _check_open(self) -> None:
+        raise NotImplementedError
+
+    def _snapshot(self, saga_id: str) -> tuple[SagaRow, list[StepRow]] | None:
+        raise NotImplementedError
+
+    def _approval_rows(self, saga_id: str) -> list[ApprovalRow]:
+        raise NotImplementedError
+
+    def _purgeable(self, cutoff: datetime, statuses: Sequence[SagaStatus]) -> list[SagaRow]:
+        return [
+            saga
+            for saga in self._sagas.values()
+            if saga.status in statuses
+            and saga.purged_at is None
+            and saga.finished_at is not None
+            and saga.finished_at < cutoff
+            and saga.saga_id not in self._holds
+            and saga.saga_id not in self._purging
+        ]
+
+    async def purge_candidates(
+        self, cutoff: datetime, statuses: Sequence[SagaStatus], limit: int, offset: int
+    ) -> list[str]:
+        """Return the ids a purge would remove now, oldest finished first."""
+        self._check_open()
+        found = heapq.nsmallest(offset + limit, self._purgeable(cutoff, statuses), key=_age)
+        return [saga.saga_id for saga in found[offset:]]
+
+    async def purge_batch(
+        self,
+        cutoff: datetime,
+        statuses: Sequence[SagaStatus],
+        limit: int,
+        archive: Archive | None,
+        at: datetime,
+    ) -> tuple[list[str], Exception | None]:
+        """Purge up to `limit` sagas, archived first; return their ids and an archive error."""
+        self._check_open()
+        sagas = heapq.nsmallest(limit, self._purgeable(cutoff, statuses), key=_age)
+        error = None
+        if archive is not None and sagas:
+            taken = {saga.saga_id for saga in sagas}
+            self._purging |= taken
+            try:
+                documents = []
+                for saga in sagas:
+                    snapshot = self._snapshot(saga.saga_id)
+                    assert snapshot is not None
+                    documents.append(export_rows(*snapshot, self._approval_rows(saga.saga_id)))
+                done, error = await archive.put(documents)
+            finally:
+                self._purging -= taken
+            sagas = sagas[:done]
+        purged = []
+        for saga in sagas:
+            current = self._sagas.get(saga.saga_id)
+            if current is None or current.status not in statuses or current.purged_at is not None:
+                continue
+            if saga.saga_id in self._holds:
+                continue
+            self._bury(current, at)
+            purged.append(saga.saga_id)
+        return purged, error
+
+    def _bury(self, saga: SagaRow, at: datetime) -> None:
+        """Replace a saga by its tombstone, forgetting its steps, keys, approvals and queue entry."""
+        saga_id = saga.saga_id
+        self._sagas[saga_id] = tombstone(saga, at, self._signing_key)
+        for row in self._steps.pop(saga_id, {}).values():
+            if self._keys.get(row.idempotency_key) == (saga_id, row.step_id):
+                del self._keys[row.idempotency_key]
+        for table in (self._approvals, self._unsealed, self._queued, self._started, self._cancels):
+            table.pop(saga_id, None)
+        self._finished.pop(saga_id, None)
+
+    def _ended(self, saga: SagaRow) -> None:
+        """Count a saga that just finished toward `keep`; purge the oldest finished past it."""
+        if self._keep is None or saga.status not in DEFAULT_PURGE_STATUSES:
+            return
+        self._finished[saga.saga_id] = None
+        while len(self._finished) > self._keep:
+            oldest = next(iter(self._finished))
+            del self._finished[oldest]
+            current = self._sagas.get(oldest)
+            if current is None or current.purged_at is not None or current.status not in DEFAULT_PURGE_STATUSES:
+                continue
+            if oldest in self._holds or oldest in self._purging:
+                continue  # held back: it stays whole, and no longer counts
+            self._bury(current, now())
+
+    async def hold_saga(self, saga_id: str, reason: str, at: datetime) -> bool:
+        """Hold a stored saga (a hold again replaces its reason); return False if no saga has the id."""
+        self._check_open()
+        if saga_id not in self._sagas:
+            return False
+        self._holds[saga_id] = SagaHold(saga_id, reason, at)
+        return True
+
+    async def unhold_saga(self, saga_id: str) -> bool:
+        """Release a saga's hold; return whether it was held."""
+        self._check_open()
+        return self._holds.pop(saga_id, None) is not None
+
+    async def list_holds(self) -> list[SagaHold]:
+        """Return every hold, oldest first."""
+        self._check_open()
+        return sorted(self._holds.values(), key=lambda hold: (hold.held_at, hold.saga_id))
+
+
+def _age(saga: SagaRow) -> tuple[datetime, str]:
+    assert saga.finished_at is not None
+    return saga.finished_at, saga.saga_id

@@ -1,0 +1,129 @@
+"""Retention over any store (API.md §14): purge finished sagas to tombstones, archive them first, hold some back.
+
+A purge checks everything it is given before it changes anything, then asks the store for one bounded batch at a
+time (`purge_batch`: one transaction of at most a few hundred sagas), so running sagas and other workers go on
+beside it. Each batch is archived (appended and flushed) before its rows go; a saga whose archiving fails is not
+purged, and the error is raised once the sagas before it are.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from saga_runtime._records import PurgeReport, SagaRow, SagaStatus, now, seal_saga
+from saga_runtime._storage._archive import Archive, ArchiveTarget
+
+if TYPE_CHECKING:
+    from saga_runtime._storage._base import SagaStore
+
+__all__ = [
+    "DEFAULT_PURGE_STATUSES",
+    "Archive",
+    "ArchiveTarget",
+    "check_statuses",
+    "hold",
+    "purge",
+    "tombstone",
+    "unhold",
+]
+
+#: What a purge removes unless told otherwise: COMPENSATION_FAILED needs an operator, so only when named.
+DEFAULT_PURGE_STATUSES = (SagaStatus.SUCCESS, SagaStatus.COMPENSATED)
+
+
+def tombstone(saga: SagaRow, at: datetime, key: bytes | None) -> SagaRow:
+    """Return the tombstone of a finished saga: its id, status, plan hash, times, cost and tokens, sealed again."""
+    kept = replace(
+        saga, plan=None, budget=None, metadata={}, error=None, owner=None, lease_expires_at=None, purged_at=at
+    )
+    seal_saga(kept, key)
+    return kept
+
+
+def _cutoff(older_than: timedelta | float) -> datetime:
+    if isinstance(older_than, timedelta):
+        seconds = older_than.total_seconds()
+    elif isinstance(older_than, int | float) and not isinstance(older_than, bool):
+        seconds = float(older_than)
+    else:
+        raise TypeError(f"older_than must be a timedelta or seconds, not {type(older_than).__name__}")
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"older_than must be a duration >= 0, not {older_than!r}")
+    return now() - timedelta(seconds=seconds)
+
+
+def check_statuses(statuses: Iterable[SagaStatus | str] | None) -> tuple[SagaStatus, ...]:
+    """Return the statuses a purge removes; raise ValueError naming one that is not terminal."""
+    if statuses is None:
+        return DEFAULT_PURGE_STATUSES
+    if isinstance(statuses, str | SagaStatus):
+        statuses = [statuses]
+    wanted: list[SagaStatus] = []
+    for status in statuses:
+        try:
+            value = SagaStatus(status)
+        except ValueError:
+            raise ValueError(f"unknown saga status {status!r}; purge takes terminal statuses") from None
+        if not value.is_terminal:
+            terminal = ", ".join(s.value for s in SagaStatus if s.is_terminal)
+            raise ValueError(f"cannot purge {value.value} sagas: only terminal ones ({terminal}) are purged")
+        if value not in wanted:
+            wanted.append(value)
+    if not wanted:
+        raise ValueError("statuses is empty; name at least one terminal status, or leave it None")
+    return tuple(wanted)
+
+
+async def purge(
+    store: SagaStore,
+    *,
+    older_than: timedelta | float,
+    statuses: Iterable[SagaStatus | str] | None = None,
+    archive: ArchiveTarget | None = None,
+    dry_run: bool = False,
+    limit: int | None = None,
+) -> PurgeReport:
+    """Purge the terminal sagas that finished more than `older_than` ago (see the module docstring)."""
+    cutoff = _cutoff(older_than)
+    wanted = check_statuses(statuses)
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise ValueError(f"limit must be an int >= 0 or None, not {limit!r}")
+    box = None if archive is None else Archive(archive)
+    batch = store.purge_batch_size
+    ids: list[str] = []
+    if box is not None:
+        box.check(create=not dry_run)  # before the first deletion
+    try:
+        while limit is None or len(ids) < limit:
+            size = batch if limit is None else min(batch, limit - len(ids))
+            if dry_run:
+                found = await store.purge_candidates(cutoff, wanted, size, len(ids))
+                error = None
+            else:
+                found, error = await store.purge_batch(cutoff, wanted, size, box, now())
+            ids += found
+            if error is not None:
+                raise error
+            if len(found) < size:
+                break
+    finally:
+        if box is not None:
+            box.close()
+    return PurgeReport(len(ids), ids, None if box is None else box.name, dry_run)
+
+
+async def hold(store: SagaStore, saga_id: str, reason: str) -> None:
+    """Hold a saga: never purged until released; raise KeyError if no saga has the id."""
+    if not isinstance(reason, str) or not reason.strip():
+        raise ValueError("a hold needs a reason (who asked for it, and why)")
+    if not await store.hold_saga(saga_id, reason, now()):
+        raise KeyError(f"no saga {saga_id!r} in {store.url}; nothing was held")
+
+
+async def unhold(store: SagaStore, saga_id: str) -> bool:
+    """Release a saga's hold; return whether it was held."""
+    return await store.unhold_saga(saga_id)

@@ -1,0 +1,222 @@
+"""Retention on the SQL stores: the statements of a purge and of holds, over the store's transactions.
+
+A batch is one transaction: the oldest candidates are selected and locked (`FOR UPDATE SKIP LOCKED` on PostgreSQL
+and MySQL/MariaDB, so two purges at once take different sagas; SQLite's `BEGIN IMMEDIATE` lets one writer in),
+archived, then their steps and approvals deleted and their rows made tombstones. A hold locks the saga's row as
+it is written, so it waits for a purge that holds it and is seen by the next.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from datetime import datetime
+from typing import Any, TypeVar
+
+from saga_runtime._records import SagaHold, SagaRow, SagaStatus, StepRow, export_rows
+from saga_runtime._storage._approval_sql import APPROVAL_COLUMNS, approval_row
+from saga_runtime._storage._archive import Archive
+from saga_runtime._storage._codec import SAGA_COLUMNS, DialectName, RowCodec
+from saga_runtime._storage._dialect import Dialect
+from saga_runtime._storage._retention import tombstone
+from saga_runtime._storage._sql import Queries, _placeholders
+from saga_runtime._storage._sqlwrite import Transaction
+
+__all__ = ["SQLRetention"]
+
+_T = TypeVar("_T")
+
+_LOCK: dict[DialectName, str] = {
+    "sqlite": "",
+    "postgresql": " FOR UPDATE OF s SKIP LOCKED",
+    "mysql": " FOR UPDATE SKIP LOCKED",
+}
+
+
+def _in(count: int) -> str:
+    return "(" + ", ".join("?" * count) + ")"
+
+
+class _Statements:
+    """The retention statements of one dialect."""
+
+    def __init__(self, dialect: DialectName) -> None:
+        self.dialect = dialect
+        q = _placeholders
+        saga_cols = ", ".join(f"s.{c}" for c in SAGA_COLUMNS)
+        self._candidates = (
+            f"SELECT {saga_cols} FROM sagas s WHERE s.status IN (*) AND s.purged_at IS NULL AND s.finished_at < ? "
+            "AND NOT EXISTS (SELECT 1 FROM holds h WHERE h.saga_id = s.saga_id) "
+            "ORDER BY s.finished_at, s.saga_id LIMIT ?"
+        )
+        self.exists = q(
+            dialect, "SELECT saga_id FROM sagas WHERE saga_id = ?" + ("" if dialect == "sqlite" else " FOR UPDATE")
+        )
+        upsert = (
+            "ON DUPLICATE KEY UPDATE reason = VALUES(reason), held_at = VALUES(held_at)"
+            if dialect == "mysql"
+            else "ON CONFLICT (saga_id) DO UPDATE SET reason = excluded.reason, held_at = excluded.held_at"
+        )
+        self.hold = q(dialect, f"INSERT INTO holds (saga_id, reason, held_at) VALUES (?, ?, ?) {upsert}")
+        self.unhold = q(dialect, "DELETE FROM holds WHERE saga_id = ?")
+        self.holds = "SELECT saga_id, reason, held_at FROM holds ORDER BY held_at, saga_id"
+
+    def candidates(self, statuses: int, *, locked: bool, offset: bool = False) -> str:
+        """Return the scan for purgeable sagas (params: statuses..., cutoff, limit[, offset])."""
+        sql = self._candidates.replace("(*)", _in(statuses)) + (" OFFSET ?" if offset else "")
+        return _placeholders(self.dialect, sql + (_LOCK[self.dialect] if locked else ""))
+
+    def tombstone(self, count: int) -> str:
+        """Return the UPDATE making `count` rows tombstones (params: metadata, purged_at, (id, seal)..., ids...)."""
+        seals = " ".join(["WHEN ? THEN ?"] * count)
+        return _placeholders(
+            self.dialect,
+            "UPDATE sagas SET plan = NULL, budget = NULL, metadata = ?, error = NULL, owner = NULL, "
+            f"lease_expires_at = NULL, cancel_request = NULL, purged_at = ?, seal = CASE saga_id {seals} END "
+            f"WHERE saga_id IN {_in(count)} AND purged_at IS NULL",
+        )
+
+    def delete(self, table: str, count: int) -> str:
+        """Return the DELETE of a table's rows of `count` sagas."""
+        return _placeholders(self.dialect, f"DELETE FROM {table} WHERE saga_id IN {_in(count)}")
+
+    def approvals(self, count: int) -> str:
+        """Return the read of the approval rows of `count` sagas."""
+        columns = ", ".join(APPROVAL_COLUMNS)
+        return _placeholders(
+            self.dialect, f"SELECT {columns} FROM approvals WHERE saga_id IN {_in(count)} ORDER BY saga_id, seq"
+        )
+
+
+class SQLRetention:
+    """The retention primitives of a SQL store (see saga_runtime._storage._retention.RetentionStore)."""
+
+    #: Sagas per purge transaction: a few hundred, so writers beside it wait at most a moment.
+    purge_batch_size = 200
+
+    # What SQLStore provides (see saga_runtime._storage._sqlstore).
+    _dialect: Dialect
+    _codec: RowCodec
+    _queries: Queries
+    _signing_key: bytes | None
+
+    def _check_open(self) -> None:
+        raise NotImplementedError
+
+    def _transaction(self, *, begin: bool) -> AbstractAsyncContextManager[Transaction]:
+        raise NotImplementedError
+
+    async def _retrying(self, what: str, operation: Callable[[], Awaitable[_T]]) -> _T:
+        raise NotImplementedError
+
+    async def _fetch(self, what: str, sql: str, params: Sequence[Any]) -> Sequence[Sequence[Any]]:
+        raise NotImplementedError
+
+    async def purge_candidates(
+        self, cutoff: datetime, statuses: Sequence[SagaStatus], limit: int, offset: int
+    ) -> list[str]:
+        """Return the ids a purge would remove now, oldest finished first."""
+        self._check_open()
+        st, codec = _statements(self), self._codec
+        params = (*(s.value for s in statuses), codec.time_in(cutoff), int(limit), int(offset))
+        records = await self._fetch("purge", st.candidates(len(statuses), locked=False, offset=True), params)
+        return [codec.id_out(record[0]) for record in records]
+
+    async def purge_batch(
+        self,
+        cutoff: datetime,
+        statuses: Sequence[SagaStatus],
+        limit: int,
+        archive: Archive | None,
+        at: datetime,
+    ) -> tuple[list[str], Exception | None]:
+        """Purge up to `limit` sagas in one transaction, archived first; return their ids and an archive error."""
+        self._check_open()
+        st, codec, q = _statements(self), self._codec, self._queries
+        params = (*(s.value for s in statuses), codec.time_in(cutoff), int(limit))
+
+        async def once() -> tuple[list[str], Exception | None]:
+            async with self._dialect.claim_transaction() as tx:
+                records = await tx.fetch(st.candidates(len(statuses), locked=True), params)
+                sagas = [codec.saga_row(record) for record in records]
+                error = None
+                if archive is not None and sagas:
+                    ids = [saga.saga_id for saga in sagas]
+                    loaded = codec.rows_of_load_many(await tx.fetch(q.load_many(len(ids)), ids))
+                    steps: dict[str, list[StepRow]] = {saga.saga_id: rows for saga, rows in loaded}
+                    approvals: dict[str, list[Any]] = {}
+                    for record in await tx.fetch(st.approvals(len(ids)), ids):
+                        row = approval_row(codec, record)
+                        approvals.setdefault(row.saga_id, []).append(row)
+                    documents = [
+                        export_rows(saga, steps.get(saga.saga_id, []), approvals.get(saga.saga_id, ()))
+                        for saga in sagas
+                    ]
+                    done, error = await archive.put(documents)
+                    sagas = sagas[:done]
+                await _remove(self, tx, sagas, at)
+                return [saga.saga_id for saga in sagas], error
+
+        return await self._retrying("purge", once)
+
+    async def hold_saga(self, saga_id: str, reason: str, at: datetime) -> bool:
+        """Hold a stored saga (its row locked meanwhile); return False if no saga has the id."""
+        self._check_open()
+        st = _statements(self)
+
+        async def once() -> bool:
+            async with self._transaction(begin=True) as tx:
+                if not await tx.fetch(st.exists, (saga_id,)):
+                    return False
+                await tx.execute(st.hold, (saga_id, reason, self._codec.time_in(at)))
+                return True
+
+        return await self._retrying("hold", once)
+
+    async def unhold_saga(self, saga_id: str) -> bool:
+        """Release a saga's hold; return whether it was held."""
+        self._check_open()
+        st = _statements(self)
+
+        async def once() -> bool:
+            async with self._transaction(begin=False) as tx:
+                return await tx.execute(st.unhold, (saga_id,)) > 0
+
+        return await self._retrying("unhold", once)
+
+    async def list_holds(self) -> list[SagaHold]:
+        """Return every hold, oldest first."""
+        self._check_open()
+        codec = self._codec
+        records = await self._fetch("holds", _statements(self).holds, ())
+        holds = []
+        for saga_id, reason, held_at in records:
+            when = codec.time_out(held_at)
+            assert when is not None
+            holds.append(SagaHold(codec.id_out(saga_id), str(reason), when))
+        return holds
+
+
+async def _remove(store: SQLRetention, tx: Any, sagas: Sequence[SagaRow], at: datetime) -> None:
+    """Delete the steps and approvals of `sagas` and make their rows tombstones, in the caller's transaction."""
+    if not sagas:
+        return
+    st, codec = _statements(store), store._codec
+    ids = [saga.saga_id for saga in sagas]
+    await tx.execute(st.delete("steps", len(ids)), ids)
+    await tx.execute(st.delete("approvals", len(ids)), ids)
+    seals: list[Any] = []
+    for saga in sagas:
+        seals += (saga.saga_id, tombstone(saga, at, store._signing_key).seal)
+    params = (codec.json_in({}, "an empty metadata"), codec.time_in(at), *seals, *ids)
+    await tx.execute(st.tombstone(len(ids)), params)  # one statement for the batch
+
+
+_CACHE: dict[DialectName, _Statements] = {}
+
+
+def _statements(store: SQLRetention) -> _Statements:
+    found = _CACHE.get(store._dialect.name)
+    if found is None:
+        found = _CACHE[store._dialect.name] = _Statements(store._dialect.name)
+    return found
