@@ -50,6 +50,7 @@ from saga_runtime._planning import (
 )
 from saga_runtime._records import (
     ApprovalRequest,
+    CancelRecord,
     Queue,
     RateLimit,
     SagaResult,
@@ -57,6 +58,7 @@ from saga_runtime._records import (
     SagaSummary,
     StepRecord,
     StepStatus,
+    Takeover,
     VerifyResult,
 )
 from saga_runtime._storage import MemoryStore, SagaStore, open_store
@@ -75,6 +77,7 @@ __all__ = [
     "Budget",
     "BudgetExceededError",
     "BulkSummary",
+    "CancelRecord",
     "DynamicSaga",
     "IdempotencyConflictError",
     "LLMRunner",
@@ -117,6 +120,7 @@ __all__ = [
     "StoreConnectionError",
     "StoreError",
     "StoreFileError",
+    "Takeover",
     "TokenUsage",
     "ToolRegistry",
     "ToolSpec",

@@ -354,6 +354,8 @@ def saga_seal(saga: SagaRow, key: bytes | None, *, cached: bool = False) -> str:
     """
     status = saga.status
     parked = saga.parked_from
+    # Sealed only once there is one: a row sealed before the history existed still verifies.
+    history = [_normal(saga.history)] if saga.history else []
     text = _text(
         [
             "saga",
@@ -370,6 +372,7 @@ def saga_seal(saga: SagaRow, key: bytes | None, *, cached: bool = False) -> str:
             _instant(saga.created_at),
             _instant(saga.finished_at),
             getattr(parked, "value", parked),
+            *history,
         ]
     ).encode()
     if key is None:

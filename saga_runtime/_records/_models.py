@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict
 
 from saga_runtime._exceptions import SagaFailedError
 from saga_runtime._records._approvals import ApprovalRequest, ApprovalRow, approval_request
+from saga_runtime._records._history import CancelRecord, Takeover, cancel_of, takeovers_of
 from saga_runtime._records._rows import (
     SagaKind,
     SagaRow,
@@ -76,6 +77,8 @@ class SagaResult(BaseModel):
     kind: SagaKind = "plan"
     group_joins: dict[str, tuple[int, str]] = {}
     approvals: list[ApprovalRequest] = []
+    takeovers: list[Takeover] = []
+    cancel: CancelRecord | None = None
 
     @property
     def pending_approvals(self) -> list[ApprovalRequest]:
@@ -291,6 +294,8 @@ def result_from_rows(saga: SagaRow, steps: Sequence[StepRow], approvals: Sequenc
             "kind": saga.kind,
             "group_joins": plan_joins(saga.plan),
             "approvals": [approval_request(row) for row in sorted(approvals, key=_seq)] if approvals else [],
+            "takeovers": takeovers_of(saga.history) if saga.history else [],
+            "cancel": cancel_of(saga.history) if saga.history else None,
         },
         _RESULT_FIELDS,
     )

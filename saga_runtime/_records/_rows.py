@@ -239,6 +239,8 @@ class SagaRow:
     finished_at: datetime | None = None
     recovery_attempts: int = 0
     parked_from: SagaStatus | None = None
+    # What happened to the saga besides its steps, in order: takeovers and a cancel (JSON entries, sealed).
+    history: list[dict[str, Any]] = field(default_factory=list)
     # The hash sealing the row's content (see saga_runtime._records._chain.seal_saga); set by the store as it writes
     # the row. Not part of a row's value: two rows with the same content are equal whether sealed or not.
     seal: str | None = field(default=None, compare=False)
@@ -263,6 +265,7 @@ class SagaRow:
             self.finished_at,
             self.recovery_attempts,
             self.parked_from,
+            list(self.history),
             self.seal,
         )
 

@@ -34,6 +34,7 @@ SAGA_COLUMNS = (
     "recovery_attempts",
     "parked_from",
     "seal",
+    "history",
 )
 STEP_COLUMNS = (
     "saga_id",
@@ -148,6 +149,7 @@ class RowCodec:
             int(row.recovery_attempts),
             None if row.parked_from is None else row.parked_from.value,
             row.seal,
+            json_in(row.history, f"the history of {what}") if row.history else None,
         )
 
     def step_params(self, row: StepRow) -> tuple[Any, ...]:
@@ -206,6 +208,7 @@ class RowCodec:
             recovery_attempts=int(r[15]),
             parked_from=None if r[16] is None else SagaStatus(r[16]),
             seal=r[17],
+            history=self.json_out(r[18]) or [],
         )
 
     def step_row(self, r: Sequence[Any]) -> StepRow:
