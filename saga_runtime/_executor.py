@@ -90,6 +90,7 @@ class SagaExecutor:
         self.registry = registry
         self.store: SagaStore = store if store is not None else MemoryStore()
         self.executor_id = executor_id or f"executor-{uuid.uuid4().hex[:12]}"
+        self._stable_id = bool(executor_id)
         self.lease_timeout = float(lease_timeout)
         self.compensation_timeout = float(compensation_timeout)
         self.max_concurrency = max_concurrency
@@ -121,11 +122,12 @@ class SagaExecutor:
     async def __aenter__(self) -> SagaExecutor:
         """Enter the registry's lifespan now (else it is entered before the first tool call).
 
-        Then take over at once, in the background, the live sagas this executor id still owns (a restart of the
-        same process identity), without waiting for their leases to run out.
+        With a given `executor_id`, then take over at once, in the background, the live sagas it still owns (a
+        restart of the same process identity), without waiting for their leases to run out.
         """
         await self._resources.enter()
-        if self._taking_back is None or self._taking_back.done():
+        # A generated id is new: it owns nothing yet.
+        if self._stable_id and (self._taking_back is None or self._taking_back.done()):
             self._taking_back = asyncio.get_running_loop().create_task(self._take_back())
         return self
 

@@ -99,6 +99,7 @@ async def test_cancel_cuts_the_owners_running_call_and_is_sealed(stores: Stores,
     assert stored is not None
     assert stored.cancel == result.cancel
     assert await store.verify_saga("pay-1")
+    assert "by operator: customer asked" in _render(stored)  # saga-runtime show
 
 
 async def test_a_cancel_reason_cannot_pass_for_who_asked(store: SagaStore) -> None:
