@@ -50,6 +50,7 @@ from saga_runtime._planning import (
 )
 from saga_runtime._records import (
     ApprovalRequest,
+    CancelRecord,
     PurgeReport,
     Queue,
     RateLimit,
@@ -59,6 +60,7 @@ from saga_runtime._records import (
     SagaSummary,
     StepRecord,
     StepStatus,
+    Takeover,
     VerifyResult,
     verify_export,
 )
@@ -78,6 +80,7 @@ __all__ = [  # noqa: RUF022 (plain sorted order, as tests/test_exported_members.
     "Budget",
     "BudgetExceededError",
     "BulkSummary",
+    "CancelRecord",
     "DynamicSaga",
     "IdempotencyConflictError",
     "LLMRunner",
@@ -123,6 +126,7 @@ __all__ = [  # noqa: RUF022 (plain sorted order, as tests/test_exported_members.
     "StoreConnectionError",
     "StoreError",
     "StoreFileError",
+    "Takeover",
     "TokenUsage",
     "ToolRegistry",
     "ToolSpec",

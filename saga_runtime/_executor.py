@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import os
@@ -89,6 +90,7 @@ class SagaExecutor:
         self.registry = registry
         self.store: SagaStore = store if store is not None else MemoryStore()
         self.executor_id = executor_id or f"executor-{uuid.uuid4().hex[:12]}"
+        self._stable_id = bool(executor_id)
         self.lease_timeout = float(lease_timeout)
         self.compensation_timeout = float(compensation_timeout)
         self.max_concurrency = max_concurrency
@@ -109,6 +111,7 @@ class SagaExecutor:
             resources=self._resources,
         )
         self._drives = Drives(config)
+        self._taking_back: asyncio.Task[None] | None = None  # see __aenter__
         self._actions = Actions(
             self._drives,
             RegistryPlanner(registry, config.keyring),
@@ -117,15 +120,33 @@ class SagaExecutor:
         )
 
     async def __aenter__(self) -> SagaExecutor:
-        """Enter the registry's lifespan now (else it is entered before the first tool call)."""
+        """Enter the registry's lifespan now (else it is entered before the first tool call).
+
+        With a given `executor_id`, then take over at once, in the background, the live sagas it still owns (a
+        restart of the same process identity), without waiting for their leases to run out.
+        """
         await self._resources.enter()
+        # A generated id is new: it owns nothing yet.
+        if self._stable_id and (self._taking_back is None or self._taking_back.done()):
+            self._taking_back = asyncio.get_running_loop().create_task(self._take_back())
         return self
+
+    async def _take_back(self) -> None:
+        try:
+            await self._actions.recovery.take_back()
+        except Exception as exc:  # what is left is recovered once its leases run out
+            logger.error("%s: taking back its sagas after a restart failed: %s", self.executor_id, exc)
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Leave the registry's lifespan (its cleanup runs); the executor may enter it again later."""
+        """Stop the sagas taken back on entry (as a stopped worker), then leave the registry's lifespan."""
+        task, self._taking_back = self._taking_back, None
+        if task is not None and not task.done():
+            task.cancel()
+            with anyio.CancelScope(shield=True):
+                await asyncio.wait([task])
         await self._resources.exit()
 
     def __repr__(self) -> str:

@@ -298,7 +298,10 @@ def recover(
         ) as progress:
             ticker = _Ticker(progress, progress.add_task("", total=None))
             executor = SagaExecutor(registry, store=store, hooks=[ticker])
-            results = await executor.recover(limit=limit)
+            try:
+                results = await executor.recover(limit=limit)
+            finally:
+                await executor.aclose()  # the tools' lifespan, if recovery entered it
         if as_json:
             _json([{"saga_id": r.saga_id, "status": r.status.value, "error": r.error} for r in results])
         else:
@@ -336,9 +339,13 @@ def retry_compensation(
     registry = _registry(tools)
 
     async def work(store: SagaStore) -> ExitCode:
-        if saga_id is None:
-            return _bulk(await SagaAdmin(store, registry=registry).retry_compensations(since=cutoff))
-        result = await SagaAdmin(store, registry=registry).retry_compensation(saga_id)
+        admin = SagaAdmin(store, registry=registry)
+        try:
+            if saga_id is None:
+                return _bulk(await admin.retry_compensations(since=cutoff))
+            result = await admin.retry_compensation(saga_id)
+        finally:
+            await admin.aclose()  # the tools' lifespan, if an action entered it
         console = _stdout()
         console.print(timeline(result))
         if result.status is SagaStatus.COMPENSATED:
@@ -414,9 +421,13 @@ def unpark(
     registry = _registry(tools) if tools else None
 
     async def work(store: SagaStore) -> ExitCode:
-        if saga_id is None:
-            return _bulk(await SagaAdmin(store, registry=registry).unpark_all(compensate=compensate))
-        undone = await SagaAdmin(store, registry=registry).unpark(saga_id, compensate=compensate)
+        admin = SagaAdmin(store, registry=registry)
+        try:
+            if saga_id is None:
+                return _bulk(await admin.unpark_all(compensate=compensate))
+            undone = await admin.unpark(saga_id, compensate=compensate)
+        finally:
+            await admin.aclose()  # the tools' lifespan, if an action entered it
         if undone is not None:
             _stdout().print(timeline(undone))
             _stdout().print(f"saga {saga_id}: compensated by an operator, {undone.status.value}")

@@ -50,8 +50,11 @@ def _decide(
     async def work(store: SagaStore) -> ExitCode:
         await _get(store, saga_id)  # an unknown saga is "not found"
         admin = SagaAdmin(store, registry=registry)
-        decide = admin.approve if decision == "approved" else admin.reject
-        result = await decide(saga_id, step_id, by=by, note=note)
+        try:
+            decide = admin.approve if decision == "approved" else admin.reject
+            result = await decide(saga_id, step_id, by=by, note=note)
+        finally:
+            await admin.aclose()  # the tools' lifespan, if the decision went on with the saga
         console = _stdout()
         if tools is not None and result.status is not SagaStatus.WAITING:
             console.print(timeline(result))

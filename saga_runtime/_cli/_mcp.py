@@ -34,13 +34,15 @@ def mcp_command(
         _error(str(exc), ExitCode.STORE)
 
     async def work(store: SagaStore) -> ExitCode:
-        server = saga_mcp_server(
-            SagaExecutor(registry, store=store, executor_id=executor_id, lease_timeout=lease_timeout)
-        )
-        if http is None:
-            await server.run_stdio_async()  # stdout is the protocol's: nothing else is printed there
-        else:
-            await server.run_streamable_http_async(host=host, port=http)
+        executor = SagaExecutor(registry, store=store, executor_id=executor_id, lease_timeout=lease_timeout)
+        server = saga_mcp_server(executor)
+        try:
+            if http is None:
+                await server.run_stdio_async()  # stdout is the protocol's: nothing else is printed there
+            else:
+                await server.run_streamable_http_async(host=host, port=http)
+        finally:
+            await executor.aclose()  # the tools' lifespan, if a call entered it
         return ExitCode.OK
 
     _execute(ctx, work, create=True)

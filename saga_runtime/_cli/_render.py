@@ -25,6 +25,7 @@ from saga_runtime._records import (
     SagaSummary,
     StepRecord,
     StepStatus,
+    Takeover,
     approval_line,
 )
 
@@ -151,6 +152,11 @@ def _header(result: SagaResult) -> Table:
         grid.add_row("metadata", _short(result.metadata))
     if result.error:
         grid.add_row("error", Text(result.error, style="red"))
+    if result.cancel is not None:
+        why = f": {result.cancel.reason}" if result.cancel.reason else ""
+        grid.add_row("cancelled", f"asked {_when(result.cancel.at)} by {result.cancel.by}{why}")
+    if result.takeovers:
+        grid.add_row("takeovers", _plural(len(result.takeovers), "takeover") + " (see the timeline)")
     return grid
 
 
@@ -204,6 +210,20 @@ def _step_details(
     return details
 
 
+def _takeover_line(takeover: Takeover, start: datetime) -> Text:
+    before = takeover.from_owner or "nobody (released)"
+    return Text(
+        f"{_offset(start, takeover.at)}  taken over by {takeover.by} from {before} ({takeover.reason})", style="magenta"
+    )
+
+
+def _spans(record: StepRecord, takeover: Takeover) -> bool:
+    """Tell whether a step was started before a takeover and ended (or not yet) after it: two processes ran it."""
+    if record.started_at is None or record.started_at > takeover.at:
+        return False
+    return record.finished_at is None or record.finished_at > takeover.at
+
+
 def timeline(result: SagaResult, *, verbose: bool = False) -> RenderableType:
     """Return the timeline `saga-runtime show` prints: the saga's facts in a box, then its groups and steps."""
     start = result.created_at
@@ -220,8 +240,21 @@ def timeline(result: SagaResult, *, verbose: bool = False) -> RenderableType:
             node = branch.add(_step_line(record, id_width, tool_width, start))
             for detail in _step_details(record, start, verbose, requests.get(record.step_id)):
                 node.add(detail)
+            for takeover in result.takeovers:
+                if _spans(record, takeover):
+                    node.add(
+                        Text(
+                            f"ran in two processes: started under {takeover.from_owner or 'an earlier owner'}, "
+                            f"taken over by {takeover.by} at {_offset(start, takeover.at)}",
+                            style="magenta",
+                        )
+                    )
     if not result.steps:
         tree.add(Text("no steps", style="dim"))
+    if result.takeovers:
+        branch = tree.add(Text("takeovers", style="bold"))
+        for takeover in result.takeovers:
+            branch.add(_takeover_line(takeover, start))
     if result.status in (SagaStatus.COMPENSATED, SagaStatus.COMPENSATION_FAILED):
         tree.add(Text("compensation runs in reverse: the last group first", style="dim"))
     panel = Panel(_header(result), title=f"saga {result.saga_id}", title_align="left", box=box.ROUNDED, expand=False)

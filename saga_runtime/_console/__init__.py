@@ -70,6 +70,7 @@ def create_app(
                 opened = await stack.enter_async_context(open_store(opened, **extra))
             hooks = () if hook is None else (hook,)
             admin = SagaAdmin(opened, registry=registry, secret_key=secret_key, hooks=hooks)
+            stack.push_async_callback(admin.aclose)  # the tools' lifespan, if an action entered it
             app.state.console = Console(opened, admin, can_resume=registry is not None)
             yield
 

@@ -53,8 +53,8 @@ def _schemas() -> dict[str, Any]:
         "properties": {
             "saga_id": {"type": "string"},
             "step_id": {"type": "string", "description": "approve and reject: the waiting step"},
-            "by": {"type": "string", "description": "approve and reject: who decides (recorded)"},
-            "note": {"type": "string", "description": "approve and reject: why (recorded)"},
+            "by": {"type": "string", "description": "approve and reject: who decides (recorded); cancel: who asks"},
+            "note": {"type": "string", "description": "approve, reject and cancel: why (recorded)"},
             "args_digest": {"type": "string", "description": "approve: the request's digest, binding the decision"},
         },
     }
@@ -125,7 +125,7 @@ def openapi() -> dict[str, Any]:
             },
             "/api/actions/{action}": {
                 "post": {
-                    "summary": "Approve, reject, retry a compensation, or unpark",
+                    "summary": "Approve, reject, retry a compensation, unpark, or cancel",
                     "parameters": [
                         {
                             "name": "action",

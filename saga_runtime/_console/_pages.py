@@ -17,7 +17,7 @@ from starlette.routing import BaseRoute, Route
 
 from saga_runtime._console._guard import CSRF_COOKIE, CSRF_FIELD, SESSION_COOKIE
 from saga_runtime._console._http import authorized, console_of, guard_of, safe_next, same_origin
-from saga_runtime._console._service import ActionRefused
+from saga_runtime._console._service import CANCELLABLE, ActionRefused
 from saga_runtime._console._views import STATUSES, duration, shown_json, timeline
 from saga_runtime._records import SagaStatus
 
@@ -121,7 +121,10 @@ async def saga_page(request: Request) -> Response:
     if found is None:
         return _page(request, "refused.html", 404, refusal=f"no saga {saga_id!r} in the store", back="/")
     view = timeline(*found)
-    return _page(request, "saga.html", view=view, saga=view.result, can_resume=console.can_resume)
+    cancellable = view.result.status in CANCELLABLE
+    return _page(
+        request, "saga.html", view=view, saga=view.result, can_resume=console.can_resume, cancellable=cancellable
+    )
 
 
 async def approvals_page(request: Request) -> Response:

@@ -1,7 +1,7 @@
 """What the console does with a store: find sagas, read one with its verdict, and the four actions an operator takes.
 
 Only the public API of the store and of `SagaAdmin` is used: `list_sagas`, `get_saga`, `verify_saga`, and
-`approve`, `reject`, `retry_compensation`, `unpark`, `pending_approvals`.
+`approve`, `reject`, `retry_compensation`, `unpark`, `cancel`, `pending_approvals`.
 """
 
 from __future__ import annotations
@@ -13,9 +13,11 @@ from saga_runtime._exceptions import ApprovalError, SagaError, SagaInProgressErr
 from saga_runtime._records import ApprovalRequest, SagaResult, SagaStatus, SagaSummary, VerifyResult
 from saga_runtime._storage import SagaStore
 
-__all__ = ["ACTIONS", "ActionRefused", "Console", "Outcome"]
+__all__ = ["ACTIONS", "CANCELLABLE", "ActionRefused", "Console", "Outcome"]
 
-ACTIONS = ("approve", "reject", "retry-compensation", "unpark")
+ACTIONS = ("approve", "reject", "retry-compensation", "unpark", "cancel")
+#: The statuses a saga can be cancelled in (a terminal one is left as it is).
+CANCELLABLE = frozenset({SagaStatus.QUEUED, SagaStatus.RUNNING, SagaStatus.COMPENSATING, SagaStatus.WAITING})
 _SEARCH_DEPTH = 2000  # the newest sagas an id search looks through (an exact id is always found)
 
 
@@ -100,6 +102,8 @@ class Console:
             if action == "unpark":
                 await self.admin.unpark(saga_id)
                 return Outcome(f"saga {saga_id} is live again; the next recovery takes it over", None)
+            if action == "cancel":
+                return await self._cancel(saga_id, by, note)
             if not self.can_resume:
                 raise ActionRefused(
                     "retrying a compensation runs your tools: start the console with --tools module:registry", 409
@@ -114,6 +118,14 @@ class Console:
             raise ActionRefused(f"the store failed: {exc}", 503) from None
         except SagaError as exc:
             raise ActionRefused(f"{type(exc).__name__}: {exc}", 409) from None
+
+    async def _cancel(self, saga_id: str, by: str, note: str) -> Outcome:
+        # Who typed it goes in the reason; the record's `by` is this console's executor id.
+        reason = " ".join(part for part in (note.strip(), f"(asked by {by.strip()})" if by.strip() else "") if part)
+        result = await self.admin.cancel(saga_id, reason=reason or None)
+        if result.status.is_terminal:
+            return Outcome(f"saga {saga_id} is {result.status.value}", result)
+        return Outcome(f"saga {saga_id}: cancel requested; its owner stops it and compensates", result)
 
     async def _decide(self, action: str, saga_id: str, step_id: str, by: str, note: str, args_digest: str) -> Outcome:
         if not step_id:

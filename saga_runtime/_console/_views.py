@@ -16,6 +16,7 @@ from saga_runtime._records import (
     SagaStatus,
     SagaSummary,
     StepRecord,
+    Takeover,
     VerifyResult,
     approval_line,
     mask_secrets,
@@ -25,6 +26,7 @@ __all__ = [
     "STATUSES",
     "Bar",
     "StepView",
+    "TakeoverMark",
     "TimelineView",
     "approval_data",
     "duration",
@@ -67,6 +69,14 @@ class Bar:
 
 
 @dataclass(frozen=True)
+class TakeoverMark:
+    """A takeover drawn across the timeline: where (percent of the saga's time), and what happened."""
+
+    left: float
+    label: str
+
+
+@dataclass(frozen=True)
 class StepView:
     """A step as the timeline shows it."""
 
@@ -92,6 +102,7 @@ class TimelineView:
     undone: list[StepRecord]
     verified: bool
     problems: list[str] = field(default_factory=list)
+    takeovers: list[TakeoverMark] = field(default_factory=list)
 
 
 def _seconds(start: datetime, value: datetime) -> float:
@@ -136,6 +147,7 @@ def _bars(
     start: datetime,
     span: float,
     end: datetime,
+    takeovers: list[Takeover],
 ) -> list[Bar]:
     def place(kind: str, begin: datetime, until: datetime, label: str) -> Bar:
         left = 100.0 * _seconds(start, begin) / span
@@ -156,9 +168,15 @@ def _bars(
     if record.started_at is not None:
         finished = record.finished_at or end
         attempts = f"{record.attempts} attempt{'s' if record.attempts != 1 else ''}"
-        bars.append(
-            place("run", record.started_at, finished, f"{record.status.value}, {attempts}, {duration(record.duration)}")
-        )
+        label = f"{record.status.value}, {attempts}, {duration(record.duration)}"
+        # A step that ran across takeovers ran in several processes: one bar per process, not one bar.
+        cuts = [t for t in takeovers if record.started_at < t.at < finished]
+        begin, owner = record.started_at, cuts[0].from_owner if cuts else None
+        for cut in cuts:
+            bars.append(place("run", begin, cut.at, f"{label}; under {owner or 'its first owner'}"))
+            begin, owner = cut.at, cut.by
+        last = f"{label}; under {owner}" if cuts else label
+        bars.append(place("run resumed" if cuts else "run", begin, finished, last))
     if record.compensated_at is not None:
         began = undo_start or record.compensated_at
         took = duration(_seconds(began, record.compensated_at))
@@ -183,7 +201,7 @@ def timeline(result: SagaResult, verdict: VerifyResult, *, current: datetime | N
                 result=None if record.result is None else shown_json(record.result),
                 took=duration(record.duration),
                 started="" if record.started_at is None else "+" + duration(_seconds(start, record.started_at)),
-                bars=_bars(record, request, undo_starts.get(record.step_id), start, span, end),
+                bars=_bars(record, request, undo_starts.get(record.step_id), start, span, end, result.takeovers),
                 approval=request,
                 approval_text=None if request is None else approval_line(request),
             )
@@ -199,6 +217,13 @@ def timeline(result: SagaResult, verdict: VerifyResult, *, current: datetime | N
         undone=undone,
         verified=verdict.ok,
         problems=list(verdict.problems),
+        takeovers=[
+            TakeoverMark(
+                round(min(100.0, 100.0 * _seconds(start, t.at) / span), 3),
+                f"+{duration(_seconds(start, t.at))} taken over by {t.by} from {t.from_owner or 'nobody'} ({t.reason})",
+            )
+            for t in result.takeovers
+        ],
     )
 
 

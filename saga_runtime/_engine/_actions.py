@@ -23,6 +23,7 @@ from saga_runtime._records import (
     SagaRow,
     SagaStatus,
     StepRow,
+    cancel_note,
     gated_steps,
     now,
     result_from_rows,
@@ -149,7 +150,8 @@ class Actions:
         status = (await self._stored_result(saga_id)).status
         if status.is_terminal or status is SagaStatus.PARKED:
             return await self._stored_result(saga_id)
-        if await store.request_cancel(saga_id, why):
+        # A note, so the reason never passes for who asked: `by` is this executor's id.
+        if await store.request_cancel(saga_id, cancel_note(now(), config.executor_id, reason)):
             self._told(stored[0], why)
         if status is SagaStatus.WAITING:
             undecided = [row for row in await store.load_approvals(saga_id) if row.decision is None]

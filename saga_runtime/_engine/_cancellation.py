@@ -17,7 +17,16 @@ import anyio
 
 from saga_runtime._exceptions import LeaseLostError
 
-__all__ = ["CANCELLED", "Fence", "Shelters", "Siblings", "WorkerStopped", "cancel_requests", "shielded"]
+__all__ = [
+    "CANCELLED",
+    "Fence",
+    "Shelters",
+    "Siblings",
+    "WorkerStopped",
+    "cancel_requests",
+    "current_task",
+    "shielded",
+]
 
 T = TypeVar("T")
 
@@ -82,6 +91,13 @@ def cancel_requests() -> int:
     """
     task = asyncio.current_task()
     return 0 if task is None else task.cancelling()
+
+
+def current_task() -> asyncio.Task[object]:
+    """Return the task running now (the engine always runs in one)."""
+    task = asyncio.current_task()
+    assert task is not None
+    return task
 
 
 async def shielded(coro: Coroutine[Any, Any, T]) -> T:

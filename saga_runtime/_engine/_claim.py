@@ -13,15 +13,17 @@ from typing import Any, Literal
 
 from saga_runtime._engine._cancellation import Shelters
 from saga_runtime._engine._config import EngineConfig
+from saga_runtime._engine._journal_rows import took_over
 from saga_runtime._engine._saga import SagaEngine
 from saga_runtime._engine._session import Claims, Session
-from saga_runtime._records import SagaKind, SagaResult, SagaRow, SagaStatus, StepRow
+from saga_runtime._records import SagaKind, SagaResult, SagaRow, SagaStatus, StepRow, now
 
 __all__ = ["Claim", "Drives", "Take"]
 
-# How a saga is taken: just created by this executor ("new", nothing to ask), its owner gone ("orphan"), its
-# decisions made ("waiting"), or its failed compensations reopened ("reopen").
-Take = Literal["new", "orphan", "waiting", "reopen"]
+# How a saga is taken: just created by this executor ("new", nothing to ask), its owner gone ("orphan": a
+# takeover, recorded in its history), started from its queue ("queued"), its decisions made ("waiting"), or its
+# failed compensations reopened ("reopen").
+Take = Literal["new", "orphan", "queued", "waiting", "reopen"]
 
 
 class Drives:
@@ -86,6 +88,7 @@ class Claim:
             return None
         driving.add(saga_id)  # before the store is asked: no other path of this executor takes it meanwhile
         self._held = True
+        before = self.saga.owner
         try:
             if self._take != "new" and not await drives.claims.take(self.saga, self._store_claim()):
                 self._let_go()
@@ -103,6 +106,8 @@ class Claim:
         except BaseException:
             self._let_go()
             raise
+        if self._take == "orphan":
+            took_over(self.saga, drives.config.executor_id, before, now())
         return self
 
     def _let_go(self) -> None:
@@ -112,7 +117,7 @@ class Claim:
 
     def _store_claim(self) -> Any:
         store = self._drives.config.store
-        if self._take == "orphan":
+        if self._take in ("orphan", "queued"):
             return store.claim_saga
         return store.claim_waiting if self._take == "waiting" else store.reopen_compensation
 
@@ -127,9 +132,16 @@ class Claim:
             engine = self._drives.claims.engine(self.saga, self.rows, detached=detached)
         if detached:
             engine.shelters = self._drives.shelters
+        if self._take == "orphan":
+            engine.journal.touch_saga()  # the takeover is written (sealed) with the first flush
         self.session = Session(self._drives.claims, engine, where=where)
         self.session.enter()
         return engine
+
+    @property
+    def taken_over(self) -> bool:
+        """Tell whether this claim took the saga over from another owner (not a queued start)."""
+        return self._take == "orphan"
 
     async def release(self) -> None:
         """Give the claimed saga up undriven, so another executor can take it."""

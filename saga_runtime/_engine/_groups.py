@@ -13,7 +13,7 @@ from typing import Any
 
 import pydantic
 
-from saga_runtime._engine._cancellation import Siblings
+from saga_runtime._engine._cancellation import CANCELLED, Siblings, current_task
 from saga_runtime._engine._compensator import UNKNOWN, Compensator
 from saga_runtime._engine._journal import Journal
 from saga_runtime._engine._steps import StepRunner
@@ -123,14 +123,31 @@ class GroupRunner:
         if not calls:
             return self.judge(rows, join, needed)
         calls = await self._announce(calls, join)
+        verdict = self._verdict
         if len(calls) == 1 and join == "all":
             # One step needs no task group and has no siblings to cancel: run it inline (the sequential case).
-            await self._runner.run(*calls[0], None)
+            # An operator's cancel (Verdict.halt) cancels this task while it runs; that cancel ends here.
+            try:
+                verdict.running = current_task()
+                if verdict.halted:
+                    verdict.halt(verdict.halted)  # halted while the intent was written
+                await self._runner.run(*calls[0], None)
+            except CANCELLED:
+                if not verdict.cut_taken():
+                    raise
+            finally:
+                verdict.running = None
         else:
             siblings = Siblings()
-            for row, spec, kwargs in calls:
-                siblings.start(self._runner.run, row, spec, kwargs, siblings, join)
-            await siblings.wait()
+            verdict.running = siblings  # a halt cancels them
+            try:
+                for row, spec, kwargs in calls:
+                    siblings.start(self._runner.run, row, spec, kwargs, siblings, join)
+                if verdict.halted:
+                    siblings.cancel()  # halted while the intents were written
+                await siblings.wait()
+            finally:
+                verdict.running = None
         if self._verdict.store_error is not None:
             raise self._verdict.store_error
         if join == "first":

@@ -1,4 +1,4 @@
-"""The journal's intents on a saga row no engine holds yet: take over, release, park; and approval decisions.
+"""The journal's intents on a saga row no engine holds yet: take over, release, park, history; approval decisions.
 
 Claims use them before (or after) an engine drives the saga; like the Journal, nothing else assigns these fields.
 """
@@ -6,11 +6,30 @@ Claims use them before (or after) an engine drives the saga; like the Journal, n
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from saga_runtime._engine._transitions import saga_to
-from saga_runtime._records import ApprovalRow, SagaRow, SagaStatus, now, seal_approval
+from saga_runtime._records import (
+    ApprovalRow,
+    SagaRow,
+    SagaStatus,
+    TakeoverReason,
+    cancel_entry,
+    now,
+    seal_approval,
+    takeover_entry,
+)
 
-__all__ = ["WAITS_FOR_TOOLS", "decided", "let_go", "park", "take_over", "waits_for_tools"]
+__all__ = [
+    "WAITS_FOR_TOOLS",
+    "cancel_noted",
+    "decided",
+    "let_go",
+    "park",
+    "take_over",
+    "took_over",
+    "waits_for_tools",
+]
 
 #: How the error of a live saga nobody can drive for lack of its tools begins (cleared when a worker takes it).
 WAITS_FOR_TOOLS = "waits for a worker that has its tool(s) "
@@ -54,3 +73,17 @@ def decided(request: ApprovalRow, decision: str, by: str, note: str | None, key:
     row.decision, row.decided_by, row.decided_at, row.note = decision, by, now(), note
     seal_approval(row, row.prev_hash or "", key)
     return row
+
+
+def took_over(saga: SagaRow, by: str, from_owner: str | None, at: datetime) -> None:
+    """Add to the saga's history that `by` took it over from `from_owner` (None: it had been released)."""
+    reason: TakeoverReason = "released" if from_owner is None else "restart" if from_owner == by else "lease expired"
+    saga.history = [*saga.history, takeover_entry(at, by, from_owner, reason)]
+
+
+def cancel_noted(saga: SagaRow, note: dict[str, Any]) -> bool:
+    """Add an operator's cancel to the saga's history, once; return whether it was added."""
+    if any(entry.get("kind") == "cancel" for entry in saga.history):
+        return False
+    saga.history = [*saga.history, cancel_entry(note)]
+    return True

@@ -26,8 +26,8 @@ class LeaseKeeper:
     A store error only costs one renewal: the lease still has two thirds of its time when the next one is due.
     When the store says another executor owns the saga, the journal is fenced (it writes nothing more) and
     `on_lost` is called, which stops the saga's work instead of racing the new owner. A renewal also reads
-    whether an operator asked to cancel the saga (`executor.cancel`); a RUNNING saga then fails with that reason
-    (`on_cancel`) and compensates once its running calls return.
+    whether an operator asked to cancel the saga (`executor.cancel`); a RUNNING saga then is told (`on_cancel`,
+    given the stored request): its running calls are cancelled and it compensates.
     """
 
     def __init__(
@@ -113,7 +113,7 @@ class LeaseKeeper:
             return
         if reason is not None:
             self._cancelled = True
-            logger.warning("saga %s: %s; compensating once its running calls return", saga.saga_id, reason)
+            logger.warning("saga %s: cancel requested (%s); cancelling its running calls", saga.saga_id, reason)
             self._on_cancel(reason)
 
     async def stop(self) -> None:

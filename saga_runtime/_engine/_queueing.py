@@ -25,15 +25,19 @@ __all__ = ["Queues"]
 
 logger = logging.getLogger("saga_runtime")
 
+# At most this many sagas remembered as given back (then forgotten, and warned about again).
+_GIVEN_BACK_MAX = 10_000
+
 
 class Queues:
     """Submit sagas to queues, and start the queued sagas of the queues a worker serves."""
 
-    __slots__ = ("_drives", "_recovery")
+    __slots__ = ("_drives", "_given_back", "_recovery")
 
     def __init__(self, drives: Drives, recovery: Recovery) -> None:
         self._drives = drives
         self._recovery = recovery
+        self._given_back: set[str] = set()  # sagas warned about (this worker lacks their tools)
 
     async def submit(self, saga: SagaRow, steps: list[StepRow], entry: QueueEntry) -> None:
         """Store a new QUEUED saga; the same id with the same plan stores nothing; another plan raises."""
@@ -60,6 +64,23 @@ class Queues:
         return await drives.config.store.claim_queued(
             drives.config.executor_id, drives.claims.lease_until(started), started, queue, limit
         )
+
+    async def _give_back(self, saga: SagaRow, rows: list[StepRow]) -> bool:
+        """Put a started saga whose tools this worker lacks back in its queue, for a worker that has them."""
+        missing = self._recovery.missing_tools(saga, rows)
+        if not missing:
+            return False
+        config = self._drives.config
+        if saga.saga_id not in self._given_back:
+            if len(self._given_back) >= _GIVEN_BACK_MAX:
+                self._given_back.clear()
+            self._given_back.add(saga.saga_id)
+            logger.warning("saga %s: back to its queue, this worker lacks the tool(s) %s", saga.saga_id, missing)
+        try:
+            await config.store.requeue(saga.saga_id, config.executor_id, now())
+        except StoreError as exc:  # its lease runs out: recovery takes it (a worker with the tools)
+            logger.warning("saga %s: could not put it back in its queue: %s", saga.saga_id, exc)
+        return True
 
     async def _sample(self, queues: Sequence[Queue], on_depth: Callable[[str, int], None]) -> None:
         store = self._drives.config.store
@@ -116,6 +137,8 @@ class Queues:
                         )
                         claimed = []
                     for saga, rows in claimed:
+                        if await self._give_back(saga, rows):
+                            continue
                         running += 1
                         started += 1
                         task_group.start_soon(drive, saga, rows)

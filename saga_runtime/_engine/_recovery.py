@@ -71,6 +71,28 @@ class Recovery:
                 # A full batch of sagas this executor cannot run hid the rest: look further.
                 limit *= 2
 
+    async def take_back(self, page: int = 500) -> list[SagaResult]:
+        """Drive to an end the live sagas this executor's id still owns (the same process identity restarted).
+
+        Their leases are not waited for: no other live process has this id (documented).
+        """
+        config = self._drives.config
+        mine: list[str] = []
+        for status in (SagaStatus.RUNNING, SagaStatus.COMPENSATING):
+            offset = 0
+            while rows := await config.store.list_rows(status, page, offset):
+                mine += [saga.saga_id for saga, _ in rows if saga.owner == config.executor_id]
+                offset += page
+        batch = []
+        for saga_id in mine:
+            stored = await config.store.load_saga(saga_id)
+            ours = stored is not None and stored[0].owner == config.executor_id and saga_id not in self._drives
+            if stored is not None and ours and not self.missing_tools(*stored):
+                batch.append(stored)
+        if batch:
+            logger.info("%s: taking back %d sagas it owned before a restart", config.executor_id, len(batch))
+        return await self._recover_batch(batch)
+
     def _waits(self, saga: SagaRow, missing: list[str]) -> None:
         """Say in the saga's error which tools it waits for; warn once per worker and saga, not at every pass."""
         waits_for_tools(saga, missing)
@@ -102,14 +124,14 @@ class Recovery:
         return [result for result in done if result is not None]
 
     async def drive_claimed(self, saga: SagaRow, rows: list[StepRow], *, orphan: bool = False) -> SagaResult | None:
-        """Drive a saga this executor claimed (a queued saga it started) as recovery drives one; None if lost.
+        """Drive a saga this executor claimed (an orphan, or a queued saga it started); None if lost.
 
         Claimed again right before it is driven: while it waited its turn, its lease may have run out and another
         executor taken it. Under a serving worker, its stop lets the running calls return (see `Shelters`).
         """
         with self._drives.shelters.shelter(self._drives.config.compensation_timeout):
             try:
-                async with self._drives.claim(saga, rows, take="orphan") as held:
+                async with self._drives.claim(saga, rows, take="orphan" if orphan else "queued") as held:
                     if held is not None:
                         if orphan and self._drives.config.hooks:
                             emit(
@@ -141,6 +163,8 @@ class Recovery:
                 engine = held.start(detached=True)
                 await _count_attempt(engine)
                 engine.emit("saga_started")
+                if held.taken_over:
+                    await _honour_cancel(engine)
                 return await drive_plan(engine, plan, self._planner)
             engine = held.start(detached=True)
             await _count_attempt(engine)
@@ -202,6 +226,7 @@ class Recovery:
             engine = held.start(detached=detached)
             await engine.resume()
             engine.emit("saga_started")
+            await _honour_cancel(engine)
             return await drive_plan(engine, plan, self._planner)
 
 
@@ -209,3 +234,10 @@ async def _count_attempt(engine: SagaEngine) -> None:
     """Count the recovery attempt starting now, durably: a worker that dies driving the saga leaves it counted."""
     engine.journal.recovering()
     await engine.journal.flush()
+
+
+async def _honour_cancel(engine: SagaEngine) -> None:
+    """Tell a saga driven again of an operator's cancel request stored meanwhile."""
+    request = await engine.config.store.cancel_request(engine.saga.saga_id)
+    if request is not None:
+        engine.cancel(request)

@@ -25,6 +25,7 @@ from saga_runtime._engine._ending import write_end
 from saga_runtime._engine._groups import RUNNABLE, GroupRunner, succeeded
 from saga_runtime._engine._invoker import Invoker
 from saga_runtime._engine._journal import Journal
+from saga_runtime._engine._journal_rows import cancel_noted
 from saga_runtime._engine._steps import StepRunner
 from saga_runtime._engine._verdict import Verdict
 from saga_runtime._exceptions import ResultValidationError
@@ -34,6 +35,9 @@ from saga_runtime._records import (
     SagaStatus,
     StepRow,
     StepStatus,
+    note_reason,
+    now,
+    read_note,
     result_from_rows,
 )
 
@@ -132,6 +136,13 @@ class SagaEngine:
     def fail(self, reason: str) -> None:
         """Fail the saga for a reason of the front door's (the first reason stands)."""
         self.verdict.fail_with(reason)
+
+    def cancel(self, request: str) -> None:
+        """Honour an operator's cancel request (its stored note): record it, cut the running calls, fail the saga."""
+        note = read_note(request, at=now())
+        if cancel_noted(self.saga, note):
+            self.journal.touch_saga()  # sealed with the saga row's next write
+        self.verdict.halt(note_reason(note))
 
     def adopt(self, rows: Sequence[StepRow], join: str = "all") -> None:
         """Take in recorded outcomes of a resumed saga: a recorded FAILED step of scope "saga" fails it.

@@ -156,7 +156,7 @@ class Session:
         """Start the session in the current task (what `async with` does; for front doors that enter by hand)."""
         self._pending = cancel_requests()
         self._fence.__enter__()
-        self.keeper = LeaseKeeper(self.engine.journal, self._fence.cancel, on_cancel=self.engine.fail).start()
+        self.keeper = LeaseKeeper(self.engine.journal, self._fence.cancel, on_cancel=self.engine.cancel).start()
 
     async def stop_renewing(self) -> None:
         """Stop renewing the lease (it runs out; the saga stays this executor's until then)."""

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+
+from saga_runtime._engine._cancellation import Siblings
 from saga_runtime._records import StepRow
 
 __all__ = ["Verdict"]
@@ -13,9 +16,11 @@ class Verdict:
     `reason` is why the saga fails (None while it may still succeed); `culprit` the step that failed it.
     `errors` keeps the exception that ended each failed step in this process (the record keeps type and message);
     `stuck` holds steps whose refused result could not be undone; `winners` the step that won each `first` race.
+    `halted` says why an operator cancelled the saga; `running` is what runs a group now (the task running its
+    one step inline, or its siblings), which a halt cancels: the calls' outcomes are unknown.
     """
 
-    __slots__ = ("culprit", "errors", "reason", "store_error", "stuck", "winners")
+    __slots__ = ("_cut", "culprit", "errors", "halted", "reason", "running", "store_error", "stuck", "winners")
 
     def __init__(self) -> None:
         self.reason: str | None = None
@@ -25,6 +30,9 @@ class Verdict:
         self.winners: dict[int, str] = {}
         # A write-ahead record that could not be written: the group stops, and the error goes on to the caller.
         self.store_error: BaseException | None = None
+        self.halted: str | None = None
+        self.running: asyncio.Task[object] | Siblings | None = None
+        self._cut = False  # the task running a step inline was cancelled by a halt (not yet taken back)
 
     @property
     def failed(self) -> bool:
@@ -42,12 +50,33 @@ class Verdict:
         if self.reason is None:
             self.reason = reason
 
+    def halt(self, reason: str) -> None:
+        """Fail the saga for an operator's cancel, and cancel the calls running now."""
+        self.fail_with(reason)
+        self.halted = self.halted or reason
+        running = self.running
+        if isinstance(running, Siblings):
+            running.cancel()
+        elif running is not None and not self._cut:
+            self._cut = True
+            running.cancel()
+
+    def cut_taken(self) -> bool:
+        """Take back a halt's cancel of the current task; tell whether it was the only one (else it goes on)."""
+        if not self._cut:
+            return False
+        self._cut = False
+        task = asyncio.current_task()
+        return task is not None and task.uncancel() == 0
+
     def forgive(self) -> None:
         """Forget the failure (a dynamic saga's code decides itself whether a failed call ends the saga)."""
         self.reason = None
 
     def why_cancelled(self, row: StepRow) -> str:
-        """Say why a running step was cancelled: a race won, a sibling failed, or the caller left."""
+        """Say why a running step was cancelled: an operator's cancel, a race won, a failed sibling, the caller."""
+        if self.halted:
+            return self.halted
         if row.group in self.winners:
             return f"step {self.winners[row.group]!r} won the race"
         if self.culprit:

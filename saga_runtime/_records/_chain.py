@@ -375,6 +375,8 @@ def saga_seal(saga: SagaRow, key: bytes | None, *, cached: bool = False) -> str:
     ]
     if saga.purged_at is not None:  # a tombstone's seal covers when it was purged (a whole saga's stays as it was)
         parts.append(_instant(saga.purged_at))
+    if saga.history:  # sealed only once there is one: a row sealed before the history existed still verifies
+        parts.append(_normal(saga.history))
     text = _text(parts).encode()
     if key is None:
         return hashlib.sha256(text).hexdigest()

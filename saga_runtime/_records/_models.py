@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict
 
 from saga_runtime._exceptions import SagaFailedError
 from saga_runtime._records._approvals import ApprovalRequest, ApprovalRow, approval_request
+from saga_runtime._records._history import CancelRecord, Takeover, cancel_of, takeovers_of
 from saga_runtime._records._rows import (
     SagaKind,
     SagaRow,
@@ -80,6 +81,8 @@ class SagaResult(BaseModel):
     approvals: list[ApprovalRequest] = []
     # Set when a purge removed the saga's steps and payloads (API.md §14): a tombstone's result.
     purged_at: datetime | None = None
+    takeovers: list[Takeover] = []
+    cancel: CancelRecord | None = None
 
     @property
     def pending_approvals(self) -> list[ApprovalRequest]:
@@ -298,6 +301,8 @@ def result_from_rows(saga: SagaRow, steps: Sequence[StepRow], approvals: Sequenc
             "group_joins": plan_joins(saga.plan),
             "approvals": [approval_request(row) for row in sorted(approvals, key=_seq)] if approvals else [],
             "purged_at": saga.purged_at,
+            "takeovers": takeovers_of(saga.history) if saga.history else [],
+            "cancel": cancel_of(saga.history) if saga.history else None,
         },
         _RESULT_FIELDS,
     )

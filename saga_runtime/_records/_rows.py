@@ -253,6 +253,8 @@ class SagaRow:
     parked_from: SagaStatus | None = None
     # When a purge removed its steps and payloads (a tombstone: its id never runs again); None while it is whole.
     purged_at: datetime | None = None
+    # What happened to the saga besides its steps, in order: takeovers and a cancel (JSON entries, sealed).
+    history: list[dict[str, Any]] = field(default_factory=list)
     # The hash sealing the row's content (see saga_runtime._records._chain.seal_saga); set by the store as it writes
     # the row. Not part of a row's value: two rows with the same content are equal whether sealed or not.
     seal: str | None = field(default=None, compare=False)
@@ -278,6 +280,7 @@ class SagaRow:
             self.recovery_attempts,
             self.parked_from,
             self.purged_at,
+            list(self.history),
             self.seal,
         )
 

@@ -139,7 +139,8 @@ class SagaStore(Protocol):
     async def claim_expired(
         self, owner: str, lease_expires_at: datetime, now: datetime, limit: int = 100
     ) -> list[tuple[SagaRow, list[StepRow]]]:
-        """Take over up to `limit` live sagas whose lease expired before `now`; return snapshots of them.
+        """Take over up to `limit` live sagas whose lease expired before `now`; return snapshots of them as they
+        were before the claim (their owner then: the engine records from whom it took each over).
 
         Atomic per saga (`FOR UPDATE SKIP LOCKED` on PostgreSQL and MySQL/MariaDB, `BEGIN IMMEDIATE` on SQLite):
         two owners claiming at once never get the same saga. A live saga without a lease (NULL) counts as expired;
@@ -186,6 +187,13 @@ class SagaStore(Protocol):
 
     async def cancel_queued(self, saga_id: str, error: str, now: datetime) -> bool:
         """End a QUEUED saga COMPENSATED (nothing ran) with `error`; atomic; return whether it did."""
+        ...
+
+    async def requeue(self, saga_id: str, owner: str, now: datetime) -> bool:
+        """Put a saga `owner` started from its queue back QUEUED, unowned and not counted as started; atomic.
+
+        Only while it is RUNNING under `owner` (a worker that lacks its tools gives it back); return whether it did.
+        """
         ...
 
     async def request_cancel(self, saga_id: str, reason: str) -> bool:

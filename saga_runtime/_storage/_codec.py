@@ -35,6 +35,7 @@ SAGA_COLUMNS = (
     "parked_from",
     "purged_at",
     "seal",
+    "history",
 )
 STEP_COLUMNS = (
     "saga_id",
@@ -152,6 +153,7 @@ class RowCodec:
             None if row.parked_from is None else row.parked_from.value,
             self.time_in(row.purged_at),
             row.seal,
+            json_in(row.history, f"the history of {what}") if row.history else None,
         )
 
     def step_params(self, row: StepRow) -> tuple[Any, ...]:
@@ -213,6 +215,7 @@ class RowCodec:
             parked_from=None if r[16] is None else SagaStatus(r[16]),
             purged_at=self.time_out(r[17]),
             seal=r[18],
+            history=self.json_out(r[19]) or [],
         )
 
     def step_row(self, r: Sequence[Any]) -> StepRow:

@@ -293,7 +293,7 @@ class MemoryStore(StoreBase, MemoryRetention):
     async def claim_expired(
         self, owner: str, lease_expires_at: datetime, now: datetime, limit: int = 100
     ) -> list[tuple[SagaRow, list[StepRow]]]:
-        """Take over up to `limit` live sagas whose lease expired; return snapshots of them."""
+        """Take over up to `limit` live sagas whose lease expired; return snapshots of them from before the claim."""
         self._check_open()
         claimed: list[tuple[SagaRow, list[StepRow]]] = []
         for saga in sorted(self._sagas.values(), key=lambda row: (row.created_at, row.saga_id)):
@@ -302,9 +302,9 @@ class MemoryStore(StoreBase, MemoryRetention):
             expired = saga.lease_expires_at is None or saga.lease_expires_at < now
             if saga.status not in _LIVE or not expired:
                 continue
-            self._sagas[saga.saga_id] = replace(saga, owner=owner, lease_expires_at=lease_expires_at)
-            snapshot = self._snapshot(saga.saga_id)
+            snapshot = self._snapshot(saga.saga_id)  # as it was: its owner before the claim
             assert snapshot is not None
+            self._sagas[saga.saga_id] = replace(saga, owner=owner, lease_expires_at=lease_expires_at)
             claimed.append(snapshot)
         return claimed
 
@@ -391,6 +391,18 @@ class MemoryStore(StoreBase, MemoryRetention):
         self._seal(saga_id)
         if self._keep is not None:
             self._ended(ended)
+        return True
+
+    async def requeue(self, saga_id: str, owner: str, now: datetime) -> bool:
+        """Put a saga `owner` started from its queue back QUEUED; return whether it did."""
+        self._check_open()
+        saga = self._sagas.get(saga_id)
+        if saga is None or saga.status is not SagaStatus.RUNNING or saga.owner != owner or saga_id not in self._queued:
+            return False
+        back = replace(saga, status=SagaStatus.QUEUED, owner=None, lease_expires_at=None, updated_at=now)
+        seal_saga(back, self._signing_key)
+        self._sagas[saga_id] = back
+        self._started.pop(saga_id, None)
         return True
 
     async def request_cancel(self, saga_id: str, reason: str) -> bool:

@@ -249,6 +249,11 @@ def _schema_retention(dialect: DialectName) -> list[str]:
     ]
 
 
+def _schema_history(dialect: DialectName) -> list[str]:
+    # A saga's takeovers and its cancel, JSON text written with the (sealed) saga row.
+    return [f"ALTER TABLE sagas ADD COLUMN history {_TYPES[dialect]['text']}"]
+
+
 @dataclass(frozen=True, slots=True)
 class Migration:
     """One step of the schema: the statements that take a database from `version - 1` to `version`."""
@@ -268,6 +273,7 @@ MIGRATIONS: list[Migration] = [
     Migration(5, "queues", _schema_queues),
     Migration(6, "tool versions and reconciled steps", _schema_tool_versions),
     Migration(7, "retention: tombstones and holds", _schema_retention),
+    Migration(8, "saga history: takeovers and cancels", _schema_history),
 ]
 #: The version from which saga rows carry a seal (one written before, untouched since, has none).
 SEALED_SAGAS_VERSION = 3
@@ -376,6 +382,8 @@ class Queries:
             dialect,
             f"UPDATE sagas SET {', '.join(f'{c} = ?' for c in SAGA_COLUMNS[1:])} WHERE saga_id = ? AND status = ?",
         )
+        # A started saga given back to its queue: no longer counted in the rate window.
+        self.unstart = q(dialect, "UPDATE sagas SET started_at = NULL WHERE saga_id = ? AND started_at IS NOT NULL")
         self.sealed_since = q(dialect, "SELECT applied_at FROM schema_version WHERE version = ?")
         # Recovery's scan, on the (status, lease_expires_at) index. PostgreSQL and MySQL/MariaDB lock the rows
         # they return and skip those another claimer holds; SQLite's BEGIN IMMEDIATE already excludes writers.

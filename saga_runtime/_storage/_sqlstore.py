@@ -520,9 +520,9 @@ class SQLStore(StoreBase, SQLRetention):
 
         One transaction: the expired rows are selected `FOR UPDATE SKIP LOCKED` (PostgreSQL, MySQL/MariaDB) or
         under SQLite's write lock (`BEGIN IMMEDIATE`), given to `owner` (no recovery attempt counted),
-        and read back with their steps; two owners claiming at once never get the same saga. PARKED sagas are
-        not live, so never claimed. Retried after a lost connection: if the lost try had committed, its sagas are
-        `owner`'s until their lease runs out, then claimed again.
+        and read with their steps as they were before (their owners); two owners claiming at once never get the
+        same saga. PARKED sagas are not live, so never claimed. Retried after a lost connection: if the lost try
+        had committed, its sagas are `owner`'s until their lease runs out, then claimed again.
         """
         self._check_open()
         if limit < 1:
@@ -535,8 +535,9 @@ class SQLStore(StoreBase, SQLRetention):
                 ids = [codec.id_out(record[0]) for record in records]
                 if not ids:
                     return []
+                taken = codec.rows_of_load_many(await tx.fetch(q.load_many(len(ids)), ids))  # owners before
                 await tx.execute(q.take(len(ids)), (owner, codec.time_in(lease_expires_at), *ids))
-                return codec.rows_of_load_many(await tx.fetch(q.load_many(len(ids)), ids))
+                return taken
 
         return await self._retrying("claim_expired", claim)
 
@@ -650,6 +651,26 @@ class SQLStore(StoreBase, SQLRetention):
             return saga.status is SagaStatus.COMPENSATED and saga.finished_at == now
 
         return await self._conditional("cancel_queued", saga_id, SagaStatus.QUEUED, cancel, cancelled)
+
+    async def requeue(self, saga_id: str, owner: str, now: datetime) -> bool:
+        """Put a saga `owner` started from its queue back QUEUED (re-sealed, one transaction); return whether it did."""
+        self._check_open()
+        q, codec = self._queries, self._codec
+
+        async def once() -> bool:
+            async with self._transaction(begin=True) as tx:
+                records = await tx.fetch(q.lock_saga, (saga_id,))
+                saga = codec.saga_row(records[0]) if records else None
+                if saga is None or saga.status is not SagaStatus.RUNNING or saga.owner != owner:
+                    return False
+                if await tx.execute(q.unstart, (saga_id,)) != 1:
+                    return False  # not started from a queue
+                saga.status, saga.owner, saga.lease_expires_at, saga.updated_at = SagaStatus.QUEUED, None, None, now
+                seal_saga(saga, self._signing_key)
+                params = codec.saga_params(saga)
+                return await tx.execute(q.rewrite_saga, (*params[1:], saga_id, SagaStatus.RUNNING.value)) == 1
+
+        return await self._retrying("requeue", once)
 
     async def request_cancel(self, saga_id: str, reason: str) -> bool:
         """Record a request to cancel a live or waiting saga, once; return whether it did."""

@@ -797,3 +797,26 @@ def test_postgres_list_show_verify_export(postgres_db: str, tmp_path: Path) -> N
     missing = cli("show", "nope", db=postgres_db)
     assert missing.code == 1
     one_line_error(missing)
+
+
+LIFESPAN = """
+
+@registry.lifespan
+async def resources():
+    log("enter")
+    yield {}
+    log("leave")  # only when left properly: a lifespan abandoned is closed at the yield, with GeneratorExit
+"""
+
+
+def test_commands_with_tools_leave_the_lifespan_they_entered(work_db: str, tmp_path: Path) -> None:
+    """`recover` and `unpark --compensate` with --tools leave the registry's lifespan (its cleanup runs) at the end."""
+    (tmp_path / "cli_tools.py").write_text(TOOLS_MODULE + LIFESPAN)
+    ran = cli("recover", "--tools", "cli_tools:registry", db=work_db, cwd=tmp_path)
+    assert ran.code == 0, ran.err
+    assert (tmp_path / "effects.log").read_text().splitlines() == ["enter", "reserve LAMP", "leave"]
+    (tmp_path / "effects.log").unlink()
+    ran = cli("unpark", "parked-1", "--compensate", "--tools", "cli_tools:registry", db=work_db, cwd=tmp_path)
+    assert ran.code == 0, ran.err
+    lines = (tmp_path / "effects.log").read_text().splitlines()
+    assert (lines[0], lines[-1]) == ("enter", "leave")

@@ -199,7 +199,7 @@ def test_the_openapi_document_names_every_api_route(console: TestClient) -> None
     schemas = document["components"]["schemas"]
     assert {"SagaSummary", "SagaResult", "ApprovalRequest", "Saga", "Action", "Error"} <= set(schemas)
     action = document["paths"]["/api/actions/{action}"]["post"]["parameters"][0]["schema"]["enum"]
-    assert action == ["approve", "reject", "retry-compensation", "unpark"]
+    assert action == ["approve", "reject", "retry-compensation", "unpark", "cancel"]
 
 
 def test_the_list_page_pages_and_keeps_its_filters(console: TestClient) -> None:

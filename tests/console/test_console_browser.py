@@ -16,7 +16,7 @@ from chromium import chromium_path
 from conftest import run_sync
 from console_helpers import SCRIPT_TEXT, copy_store, example, fill, served
 
-from saga_runtime import open_store
+from saga_runtime import SagaExecutor, open_store
 from saga_runtime._console import create_app
 from saga_runtime._console._guard import SESSION_COOKIE
 
@@ -166,3 +166,25 @@ def test_a_secret_argument_is_masked_on_the_timeline(page: Any, template: Path, 
         args = page.locator("#step-charge .args").inner_text()
         assert '"card_token": "**********"' in args
         assert "tok_visa" not in page.content()
+
+
+def test_a_queued_saga_is_cancelled_from_the_list(page: Any, template: Path, tmp_path: Path) -> None:
+    """The list of QUEUED sagas offers cancel: clicking it ends the saga, no tool called, the reason recorded."""
+    url = copy_store(template, tmp_path)
+
+    async def submit() -> None:
+        async with open_store(url) as store:
+            plan = [{"id": "ship", "tool": "ShipParcel", "args": {"order_id": "Q-2", "address": "Cork"}}]
+            await SagaExecutor(example().registry, store).submit(plan, saga_id="queued-2")
+
+    run_sync(submit)
+    with served(create_app(url)) as base:
+        page.goto(base + "/?status=QUEUED")
+        row = page.locator("tr", has=page.get_by_role("link", name="queued-2"))
+        row.locator("input[name=by]").fill("alice")
+        row.locator("input[name=note]").fill("address is wrong")
+        row.get_by_role("button", name="Cancel").click()
+        assert "saga queued-2 is COMPENSATED" in page.locator(".flash").inner_text()
+    result = saga(url, "queued-2")
+    assert result.status.value == "COMPENSATED"
+    assert "address is wrong (asked by alice)" in (result.error or "")

@@ -190,7 +190,7 @@ async def test_renew_of_many_ids_returns_all_held(store: SagaStore) -> None:
 
 
 async def test_claim_expired_takes_expired_live_sagas_only(store: SagaStore) -> None:
-    """claim_expired takes live sagas with expired or no lease, in created order, with their steps; no others."""
+    """claim_expired takes live sagas with expired or no lease, oldest first, returned as they were; no others."""
     await put(store, "c-expired-late", owner="dead", lease=PAST, order=5)
     await put(store, "a-unowned", owner=None, lease=None, order=1)
     await put(store, "b-compensating", owner="dead", lease=PAST, status=SagaStatus.COMPENSATING, order=3)
@@ -203,9 +203,9 @@ async def test_claim_expired_takes_expired_live_sagas_only(store: SagaStore) -> 
     claimed = await store.claim_expired("me", LATER, NOW)
     assert [saga.saga_id for saga, _ in claimed] == ["a-unowned", "b-compensating", "c-expired-late"]
     for saga, steps in claimed:
-        assert (saga.owner, saga.lease_expires_at) == ("me", LATER)
+        assert (saga, steps) == untouched[saga.saga_id]  # as it was: whom it was taken from
+        assert await lease_of(store, saga.saga_id) == ("me", LATER)
         assert len(steps) == 2
-        assert (saga, steps) == await store.load_saga(saga.saga_id)
         del untouched[saga.saga_id]
     for saga_id, before in untouched.items():
         assert await store.load_saga(saga_id) == before
@@ -230,15 +230,17 @@ async def test_claim_expired_counts_no_recovery_attempt(store: SagaStore) -> Non
     await store.create_saga(saga, make_steps("r", 1, full=False))
     await put(store, "fresh", owner=None, lease=None, order=1)
     first = await store.claim_expired("me", FUTURE, NOW)
-    assert [(row.saga_id, row.recovery_attempts) for row, _ in first] == [("r", 2), ("fresh", 0)]
-    for row, steps in first:
-        assert await store.load_saga(row.saga_id) == (row, steps)
+    assert [(row.saga_id, row.recovery_attempts, row.owner) for row, _ in first] == [
+        ("r", 2, "dead"),
+        ("fresh", 0, None),
+    ]
+    for row, _ in first:
+        assert await lease_of(store, row.saga_id) == ("me", FUTURE)
     # Nobody renews: once the lease runs out, the next recovery claims them again, still uncounted.
     again = await store.claim_expired("other", LATER, FUTURE + timedelta(seconds=1))
-    assert [(row.saga_id, row.recovery_attempts, row.owner) for row, _ in again] == [
-        ("r", 2, "other"),
-        ("fresh", 0, "other"),
-    ]
+    assert [(row.saga_id, row.recovery_attempts, row.owner) for row, _ in again] == [("r", 2, "me"), ("fresh", 0, "me")]
+    for row, _ in again:
+        assert await lease_of(store, row.saga_id) == ("other", LATER)
     loaded = await store.load_saga("r")
     assert loaded is not None
     assert loaded[0].recovery_attempts == 2
@@ -357,7 +359,7 @@ async def test_a_late_unpark_leaves_a_saga_a_recovery_took_over_alone(store: Sag
     await parked(store, "s", SagaStatus.RUNNING)
     assert await store.unpark_saga("s", NOW) is True
     [(claimed, _)] = await store.claim_expired("worker", FUTURE, NOW)
-    claimed.status = SagaStatus.COMPENSATING
+    claimed.status, claimed.owner, claimed.lease_expires_at = SagaStatus.COMPENSATING, "worker", FUTURE
     await store.save(claimed.copy(), [], owner="worker")
     assert await store.unpark_saga("s", LATER) is False
     loaded = await store.load_saga("s")

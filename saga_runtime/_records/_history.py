@@ -1,0 +1,103 @@
+"""A saga's history besides its steps: each takeover by another executor, and an operator's cancel.
+
+Entries are JSON objects on the saga row (`SagaRow.history`), sealed with it; users read them as `Takeover` and
+`CancelRecord` on `SagaResult`. A cancel request travels from `executor.cancel` to the saga's owner as a JSON note
+(`cancel_note`), so its reason can never pass for who asked or when.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+__all__ = [
+    "CancelRecord",
+    "Takeover",
+    "TakeoverReason",
+    "cancel_entry",
+    "cancel_note",
+    "cancel_of",
+    "note_reason",
+    "read_note",
+    "takeover_entry",
+    "takeovers_of",
+]
+
+#: Why another executor took a saga over: its owner's lease ran out, the owner's own id came back after a
+#: restart, or the owner released it (a stopped worker).
+TakeoverReason = Literal["lease expired", "restart", "released"]
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+
+class Takeover(BaseModel):
+    """One time another executor took the saga over: when, by whom, from whom, and why."""
+
+    model_config = _FROZEN
+
+    at: datetime
+    by: str
+    from_owner: str | None = None
+    reason: TakeoverReason
+
+
+class CancelRecord(BaseModel):
+    """The operator's request that cancelled the saga: when, by whom (an executor id), and why."""
+
+    model_config = _FROZEN
+
+    at: datetime
+    by: str
+    reason: str | None = None
+
+
+def takeover_entry(at: datetime, by: str, from_owner: str | None, reason: TakeoverReason) -> dict[str, Any]:
+    """Return the history entry of a takeover."""
+    return {"kind": "takeover", "at": at.isoformat(), "by": by, "from_owner": from_owner, "reason": reason}
+
+
+def cancel_entry(note: dict[str, Any]) -> dict[str, Any]:
+    """Return the history entry of a cancel request as read from its note."""
+    return {"kind": "cancel", "at": note["at"], "by": note["by"], "reason": note.get("reason")}
+
+
+def cancel_note(at: datetime, by: str, reason: str | None) -> str:
+    """Return the text stored as a saga's cancel request."""
+    return json.dumps({"at": at.isoformat(), "by": by, "reason": reason}, ensure_ascii=False)
+
+
+def read_note(text: str, *, at: datetime) -> dict[str, Any]:
+    """Return a stored cancel request as a note; a plain text (older versions) is its reason, asked `at`."""
+    try:
+        note = json.loads(text)
+    except ValueError:
+        note = None
+    if isinstance(note, dict) and isinstance(note.get("at"), str) and isinstance(note.get("by"), str):
+        return note
+    return {"at": at.isoformat(), "by": "unknown", "reason": text}
+
+
+def note_reason(note: dict[str, Any]) -> str:
+    """Return the saga error of a cancel: "cancelled", and why."""
+    reason = note.get("reason")
+    return "cancelled" + (f": {reason}" if reason else "") + f" (by {note['by']})"
+
+
+def takeovers_of(history: list[dict[str, Any]]) -> list[Takeover]:
+    """Return the takeovers of a saga's history, in order."""
+    return [
+        Takeover.model_validate({k: v for k, v in entry.items() if k != "kind"})
+        for entry in history
+        if entry.get("kind") == "takeover"
+    ]
+
+
+def cancel_of(history: list[dict[str, Any]]) -> CancelRecord | None:
+    """Return the cancel recorded in a saga's history, if any."""
+    for entry in history:
+        if entry.get("kind") == "cancel":
+            return CancelRecord.model_validate({k: v for k, v in entry.items() if k != "kind"})
+    return None
