@@ -69,6 +69,14 @@ class Planner(Protocol):
 
 async def drive_plan(engine: SagaEngine, plan: PlanShape, planner: Planner) -> SagaResult:
     """Run (or resume) a plan saga from wherever its rows stand, to a terminal status or a wait."""
+    try:
+        return await _drive(engine, plan, planner)
+    finally:
+        # Each error's traceback holds the engine: let go of them, so refcounting frees it, not the GC.
+        engine.verdict.errors.clear()
+
+
+async def _drive(engine: SagaEngine, plan: PlanShape, planner: Planner) -> SagaResult:
     if engine.saga.status is SagaStatus.COMPENSATING:
         # The saga's error names why it compensates; a record without one (written by an older version) gets it
         # from its first failed group.
