@@ -97,7 +97,8 @@ async def _drive(engine: SagaEngine, plan: PlanShape, planner: Planner) -> SagaR
         return own_copy(engine.result_for(target))  # a copy: the step it is given to may change it
 
     by_id = engine.rows
-    if any(step.approval for step in plan.steps):
+    gates = any(step.approval for step in plan.steps)
+    if gates:
         await engine.gate.load()  # its requests are part of its result, decided in an earlier run or not
     try:
         for g, group in enumerate(plan.groups):
@@ -116,7 +117,7 @@ async def _drive(engine: SagaEngine, plan: PlanShape, planner: Planner) -> SagaR
                         engine.set_args(row, planner.resolve(step, lookup))
                     except (ValueError, LookupError) as exc:
                         engine.fail_before_start(row, exc)
-            gated = [row for step, row in zip(group, recorded, strict=True) if step.approval and row.status in HOLDABLE]
+            gated = gates and [r for s, r in zip(group, recorded, strict=True) if s.approval and r.status in HOLDABLE]
             if gated and not engine.failed:
                 waiting, rejected = await engine.hold(gated)
                 if waiting:

@@ -167,7 +167,7 @@ class StepRunner:
 
     async def _checked(self, row: StepRow, spec: ToolSpec, value: Any) -> Any:
         """Return the result as execute's return annotation validates it; raise `ResultValidationError` if refused."""
-        if spec.result_adapter is not None:
+        if spec.result_adapter is not None and type(value) is not spec.result_exact:
             try:
                 value = spec.result_adapter.validate_python(value)
             except pydantic.ValidationError as exc:
