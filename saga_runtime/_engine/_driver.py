@@ -69,6 +69,14 @@ class Planner(Protocol):
 
 async def drive_plan(engine: SagaEngine, plan: PlanShape, planner: Planner) -> SagaResult:
     """Run (or resume) a plan saga from wherever its rows stand, to a terminal status or a wait."""
+    try:
+        return await _drive(engine, plan, planner)
+    finally:
+        # Each error's traceback holds the engine: let go of them, so refcounting frees it, not the GC.
+        engine.verdict.errors.clear()
+
+
+async def _drive(engine: SagaEngine, plan: PlanShape, planner: Planner) -> SagaResult:
     if engine.saga.status is SagaStatus.COMPENSATING:
         # The saga's error names why it compensates; a record without one (written by an older version) gets it
         # from its first failed group.
@@ -89,7 +97,8 @@ async def drive_plan(engine: SagaEngine, plan: PlanShape, planner: Planner) -> S
         return own_copy(engine.result_for(target))  # a copy: the step it is given to may change it
 
     by_id = engine.rows
-    if any(step.approval for step in plan.steps):
+    gates = any(step.approval for step in plan.steps)
+    if gates:
         await engine.gate.load()  # its requests are part of its result, decided in an earlier run or not
     try:
         for g, group in enumerate(plan.groups):
@@ -111,7 +120,7 @@ async def drive_plan(engine: SagaEngine, plan: PlanShape, planner: Planner) -> S
                         engine.set_args(row, planner.resolve(step, lookup))
                     except (ValueError, LookupError) as exc:
                         engine.fail_before_start(row, exc)
-            gated = [row for step, row in zip(group, recorded, strict=True) if step.approval and row.status in HOLDABLE]
+            gated = gates and [r for s, r in zip(group, recorded, strict=True) if s.approval and r.status in HOLDABLE]
             if gated and not engine.failed:
                 waiting, rejected = await engine.hold(gated)
                 if waiting:

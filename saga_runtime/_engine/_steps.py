@@ -34,11 +34,16 @@ logger = logging.getLogger("saga_runtime")
 _NOTHING: Any = object()
 
 
-class _StepFailed(Exception):
-    """Internal: a step's attempts are exhausted; carries the error that ends it."""
+class _StepFailed:
+    """Internal: a step's attempts are exhausted; carries the error that ends it.
+
+    Returned, not raised: a raised one would keep the error in the frame its traceback holds, a reference cycle
+    that leaves the saga's whole engine to the garbage collector.
+    """
+
+    __slots__ = ("attempts", "error", "timed_out")
 
     def __init__(self, error: Exception, *, timed_out: bool, attempts: int) -> None:
-        super().__init__(error)
         self.error = error
         self.timed_out = timed_out
         self.attempts = attempts
@@ -73,14 +78,14 @@ class StepRunner:
                     row, StepStatus.CANCELLED, error=f"cancelled while running: {why}", error_type="CancelledError"
                 )
             raise
-        except _StepFailed as failure:
-            await self._on_failure(row, spec, failure, siblings, join)
-            return
         except _WriteFailed as exc:
             journal.finish_step(row, StepStatus.FAILED, error=f"not retried: {exc}", error_type="StoreError")
             if self._verdict.store_error is None:
                 self._verdict.store_error = exc.__cause__
             _cancel(siblings)
+            return
+        if type(value) is _StepFailed:
+            await self._on_failure(row, spec, value, siblings, join)
             return
         try:
             result = to_json_value(value, what="the result", tool_name=spec.name)
@@ -168,11 +173,11 @@ class StepRunner:
                     continue
                 # A tool that lost sight of its effect: unknown, as a timed-out attempt.
                 unknown = isinstance(exc, AttemptTimeout | OutcomeUnknownError)
-                raise _StepFailed(exc, timed_out=unknown, attempts=row.attempts) from exc
+                return _StepFailed(exc, timed_out=unknown, attempts=row.attempts)
 
     async def _checked(self, row: StepRow, spec: ToolSpec, value: Any) -> Any:
         """Return the result as execute's return annotation validates it; raise `ResultValidationError` if refused."""
-        if spec.result_adapter is not None:
+        if spec.result_adapter is not None and type(value) is not spec.result_exact:
             try:
                 value = spec.result_adapter.validate_python(value)
             except pydantic.ValidationError as exc:

@@ -59,6 +59,8 @@ class ToolSpec:
     _field_names: tuple[str, ...] = field(default=(), repr=False)
     # Checks of execute's result: its return annotation (as a pydantic adapter) and the tool's validate().
     result_adapter: pydantic.TypeAdapter[Any] | None = field(default=None, repr=False)
+    # The annotation when it is a plain scalar type: a result of exactly that type passes as it is.
+    result_exact: type | None = field(default=None, repr=False)
     validate_result: Callable[..., Any] | None = field(default=None, repr=False)
     validate_is_async: bool = False
     # Where the secret arguments stand (see saga_runtime._tools._secrets); empty when the tool takes none.
@@ -321,6 +323,7 @@ def build_spec(
         approval_timeout=None if approval_timeout is None else float(approval_timeout),
         _field_names=field_names,
         result_adapter=_result_adapter(owner, execute),
+        result_exact=_result_exact(execute),
         validate_result=validate,
         validate_is_async=validate is not None and inspect.iscoroutinefunction(validate),
         secrets=secret_paths(model),
@@ -334,6 +337,13 @@ def build_spec(
 
 # Results are checked as they are: an instance of an arbitrary class is checked with isinstance.
 _RESULT_CONFIG = pydantic.ConfigDict(arbitrary_types_allowed=True)
+# Annotations whose adapter returns a value of exactly that type unchanged (no constraint, no conversion).
+_EXACT = frozenset({int, str, float, bool})
+
+
+def _result_exact(execute: Callable[..., Any]) -> type | None:
+    annotation = _type_hints(execute).get("return")
+    return annotation if type(annotation) is type and annotation in _EXACT else None
 
 
 def _result_adapter(owner: str, execute: Callable[..., Any]) -> pydantic.TypeAdapter[Any] | None:

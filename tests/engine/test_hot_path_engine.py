@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -175,3 +176,15 @@ async def test_a_group_cancelled_by_an_anyio_scope_waits_for_shielded_steps_with
     with anyio.move_on_after(0.05):
         await executor.run([[{"tool": "Settle", "args": {"n": 1}}, {"tool": "Settle", "args": {"n": 2}}]])
     assert time.process_time() - cpu < 0.4  # a spinning wait burns the whole 0.6 s; idle waiting costs ~nothing
+
+
+async def test_a_saga_run_without_an_id_gets_a_fresh_uuid4_in_hex() -> None:
+    """A saga run without an id gets a new random UUID4 as 32 hex digits, as `uuid.uuid4().hex` writes it."""
+    world = World()
+    executor = SagaExecutor(world.registry)
+    ids = [(await executor.run([{"tool": "Take", "args": {"count": 1, "tags": []}}])).saga_id for _ in range(50)]
+
+    assert len(set(ids)) == 50
+    for saga_id in ids:
+        parsed = uuid.UUID(hex=saga_id)
+        assert (parsed.hex, parsed.version, parsed.variant) == (saga_id, 4, uuid.RFC_4122)

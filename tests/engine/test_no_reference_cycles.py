@@ -41,3 +41,33 @@ def test_finished_sagas_leave_no_cyclic_garbage() -> None:
             gc.enable()
 
     assert asyncio.run(main()) == 0
+
+
+@registry.tool
+class Fail:
+    """Fail at once."""
+
+    async def execute(self, n: int) -> int:
+        raise RuntimeError(f"failed {n}")
+
+
+def test_failed_and_compensated_sagas_leave_no_cyclic_garbage() -> None:
+    """Sagas whose last step fails and that compensate leave nothing for the cyclic collector (the error's traceback
+    holds no engine)."""
+
+    async def main() -> tuple[int, list[str]]:
+        executor = SagaExecutor(registry)
+        plan: list[dict[str, object]] = [{"tool": "Echo", "args": {"n": i}} for i in range(4)]
+        plan.append({"tool": "Fail", "args": {"n": 0}})
+        await executor.run(plan)  # warm-up: one-time objects
+        gc.collect()
+        gc.disable()
+        try:
+            results = [await executor.run(plan) for _ in range(10)]
+            return gc.collect(), [result.status.value for result in results]
+        finally:
+            gc.enable()
+
+    garbage, statuses = asyncio.run(main())
+    assert statuses == ["COMPENSATED"] * 10
+    assert garbage == 0

@@ -558,3 +558,37 @@ async def test_a_dynamic_saga_that_catches_a_stuck_refused_call_still_ends_compe
     assert saga.result.status is SagaStatus.COMPENSATION_FAILED, saga.result.describe()
     assert "could not be undone" in (saga.result.error or "")
     assert lab.entries("undo") == [("x", "lots"), ("y", 7)]  # y is compensated with the saga
+
+
+async def test_scalar_annotations_keep_their_conversions_for_other_types() -> None:
+    """A result of exactly its scalar annotation's type is stored as returned; any other type is still converted."""
+    registry = ToolRegistry()
+
+    @registry.tool
+    class AsInt:
+        async def execute(self, value: Any) -> int:
+            return value
+
+    @registry.tool
+    class AsFloat:
+        async def execute(self, value: Any) -> float:
+            return value
+
+    @registry.tool
+    class AsStr:
+        async def execute(self, value: Any) -> str:
+            return value
+
+    plan = [
+        {"id": "int", "tool": "AsInt", "args": {"value": 7}},
+        {"id": "bool", "tool": "AsInt", "args": {"value": True}},
+        {"id": "float", "tool": "AsFloat", "args": {"value": 2.5}},
+        {"id": "int_float", "tool": "AsFloat", "args": {"value": 3}},
+        {"id": "str", "tool": "AsStr", "args": {"value": "s"}},
+    ]
+    result = await SagaExecutor(registry).run(plan)
+
+    assert result.status is SagaStatus.SUCCESS, result.describe()
+    stored = {step_id: result.step(step_id).result for step_id in ("int", "bool", "float", "int_float", "str")}
+    assert stored == {"int": 7, "bool": 1, "float": 2.5, "int_float": 3.0, "str": "s"}
+    assert [type(value) for value in stored.values()] == [int, int, float, float, str]
