@@ -24,7 +24,8 @@ from typing import Any
 from benchmarks._floors import SERVERS, STEPS, Floor, Unreachable, database, server_floor, sqlite_floor
 from benchmarks._report import Target, value
 from saga_runtime import SagaExecutor, ToolRegistry, open_store
-from saga_runtime._storage._sqlite import SQLiteStore
+from saga_runtime._storage._sqlite import SQLiteDialect
+from saga_runtime._storage._sqlstore import SQLStore
 
 registry = ToolRegistry()
 
@@ -97,10 +98,10 @@ def _ratio(saga: float | None, floor: float | None) -> float | None:
 
 async def _statement_counter(store: Any) -> list[str] | None:
     """Return a list every statement the SQLite store's connection runs is appended to; None on other stores."""
-    if not isinstance(store, SQLiteStore):
+    if not (isinstance(store, SQLStore) and isinstance(store.dialect, SQLiteDialect)):
         return None
     seen: list[str] = []
-    await store._tx.call(lambda conn: conn.set_trace_callback(seen.append))
+    await store.dialect._tx.call(lambda conn: conn.set_trace_callback(seen.append))
     return seen
 
 

@@ -34,17 +34,14 @@ __all__ = ["BulkSummary", "SagaAdmin"]
 
 # Sagas read per page when a bulk action lists those it acts on.
 _PAGE = 500
-# What a bulk action leaves undone: the effects of such a saga are still out there.
+# Ended with effects still out there.
 _NOT_UNDONE = frozenset({SagaStatus.COMPENSATION_FAILED, SagaStatus.PARKED})
 
 
 @dataclass(frozen=True)
 class BulkSummary:
-    """What a bulk operator action did: each matching saga acted on once, its result or why the action failed.
-
-    `results`: saga id → the saga after the action (None: left to a worker that has its tools). `errors`: saga
-    id → why the action was refused or failed on it. Falsy when any saga failed (see `failed`).
-    """
+    """What a bulk action did, each saga once: `results` (id → saga, None if left to a worker), `errors` (id →
+    why it failed). Falsy when any failed."""
 
     action: str
     results: dict[str, SagaResult | None] = field(default_factory=dict)
@@ -52,7 +49,7 @@ class BulkSummary:
 
     @property
     def failed(self) -> list[str]:
-        """Return the ids of the sagas the action failed on, or that ended with effects not undone."""
+        """Return the ids it failed on, or that ended with effects not undone."""
         bad = [
             saga_id for saga_id, result in self.results.items() if result is not None and result.status in _NOT_UNDONE
         ]
@@ -73,14 +70,11 @@ class BulkSummary:
 
 
 class SagaAdmin:
-    """Read, list, verify, export and replay the sagas of `store`; decide approvals; unpark; retry compensations.
+    """Read, verify, export and replay the sagas of `store`; decide approvals; unpark; retry compensations.
 
-    Without `registry`, nothing that needs a tool runs here: a decision is recorded and a worker with the tools
-    (`SagaExecutor.serve()`) goes on with the saga; `unpark(compensate=True)` and `retry_compensation` leave the
-    compensating saga to the next `recover()` of an executor that has its tools. With `registry`, those actions
-    run here, the registry's lifespan entered first (left by `aclose()`, or use `async with SagaAdmin(...)`).
-    Each action behaves as the `SagaExecutor` method of the same name. `secret_key` as for `SagaExecutor` (else
-    the environment variable SAGA_RUNTIME_SECRET_KEY). `hooks` are told the events of the sagas it drives.
+    Each action behaves as the `SagaExecutor` method of that name. Without `registry` no tool runs here: what
+    needs one is left to a worker's `serve()` / `recover()`; with it, it runs here inside the registry's lifespan
+    (left by `aclose()` or `async with`). `secret_key` and `hooks` as for `SagaExecutor`.
     """
 
     def __init__(
@@ -117,7 +111,7 @@ class SagaAdmin:
         )
 
     async def __aenter__(self) -> SagaAdmin:
-        """Enter the registry's lifespan now (else before the first action that runs a tool)."""
+        """Enter the registry's lifespan now (else before the first tool runs)."""
         await self._resources.enter()
         return self
 
@@ -125,14 +119,14 @@ class SagaAdmin:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Leave the registry's lifespan, if it was entered (its cleanup runs)."""
+        """Leave the registry's lifespan, if entered."""
         await self._resources.exit()
 
     def __repr__(self) -> str:
         tools = None if self.registry is None else self.registry.names()
         return f"SagaAdmin(store={self.store.url!r}, tools={tools!r})"
 
-    # -- reading -----------------------------------------------------------------------------------------------
+    # -- reading
 
     async def get_saga(self, saga_id: str) -> SagaResult | None:
         """Return a stored saga's result (its steps and approvals), or None."""
@@ -145,7 +139,7 @@ class SagaAdmin:
         return await self.store.list_sagas(status, limit, offset)
 
     async def verify_saga(self, saga_id: str) -> VerifyResult:
-        """Check a stored saga's hash chain; the result is falsy, naming the broken records, if one was altered."""
+        """Check a stored saga's hash chain; falsy, naming the broken records, if altered."""
         return await self.store.verify_saga(saga_id)
 
     async def export_saga(self, saga_id: str) -> dict[str, Any]:
@@ -153,13 +147,13 @@ class SagaAdmin:
         return await self.store.export_saga(saga_id)
 
     async def replay(self, saga_id: str) -> SagaResult:
-        """Rebuild a recorded saga from its records, calling no tool; raise `ReplayDivergenceError` if they disagree."""
+        """Rebuild a saga from its records, calling no tool; raise `ReplayDivergenceError` if they disagree."""
         return await replay(self.store, saga_id)
 
-    # -- approvals ---------------------------------------------------------------------------------------------
+    # -- approvals
 
     async def pending_approvals(self, *, limit: int = 100) -> list[ApprovalRequest]:
-        """Return the undecided approval requests of waiting sagas in the store, oldest first, across sagas."""
+        """Return the undecided approval requests in the store, oldest first."""
         return await self._actions.pending(limit)
 
     async def approve(
@@ -172,10 +166,7 @@ class SagaAdmin:
         args_digest: str | None = None,
         resume: bool = True,
     ) -> SagaResult:
-        """Allow a waiting step to run, recorded once; with `registry` and `resume`, go on with the saga here.
-
-        Without `registry` the decision is recorded and the saga as it stands returned: a worker goes on with it.
-        """
+        """Allow a waiting step, recorded once; with `registry` and `resume` the saga goes on here, else a worker's."""
         return await self._actions.decide(
             saga_id, step_id, APPROVED, by=by, note=note, digest=args_digest, resume=self._here(resume)
         )
@@ -189,54 +180,46 @@ class SagaAdmin:
         )
 
     def _here(self, resume: bool) -> bool:
-        """Tell whether a decided saga goes on here: asked to, and with tools to run it."""
+        """Tell whether a decided saga goes on here."""
         return resume and self.registry is not None
 
-    # -- operator actions --------------------------------------------------------------------------------------
+    # -- operator actions
 
     async def unpark(self, saga_id: str, *, compensate: bool = False) -> SagaResult | None:
         """Make a PARKED saga live again, or (`compensate=True`) give up on it: it becomes COMPENSATING.
 
-        Its compensation runs here with `registry` (its result is returned), else in the next `recover()` of an
-        executor that has its tools (None is returned). A live saga stuck waiting for tools no worker has is given
-        up on the same way, with `registry`: the tools present compensate, each step of a missing tool is recorded
-        COMPENSATION_FAILED.
+        Compensated here with `registry` (result returned), else by a later `recover()` (None). With `registry`, a
+        saga waiting for missing tools is given up the same way; their steps end COMPENSATION_FAILED.
         """
         await self._resources.enter()
         return await self._actions.unpark(saga_id, compensate=compensate, tools=self.registry is not None)
 
     async def retry_compensation(self, saga_id: str) -> SagaResult:
-        """Reopen the compensations of a COMPENSATION_FAILED saga; run them here with `registry`, else leave them.
+        """Reopen a COMPENSATION_FAILED saga's compensations: run here with `registry`, else by a later `recover()`.
 
-        Left, the saga is COMPENSATING with no owner, and the next `recover()` of an executor with its tools
-        compensates it; steps already COMPENSATED are never compensated again.
+        Steps already COMPENSATED are never compensated again.
         """
         await self._resources.enter()
         return await self._actions.retry_compensation(saga_id)
 
     async def cancel(self, saga_id: str, *, reason: str | None = None) -> SagaResult:
-        """Cancel a saga: a QUEUED one ends COMPENSATED at once, no tool called, its error saying why.
+        """Cancel a saga and return it as it stands; an unknown id raises `SagaNotFoundError`.
 
-        A RUNNING one is asked to stop: its owner notices within `lease_timeout / 3` and compensates; a WAITING
-        one's undecided requests are rejected (`decided_by="cancel"`) and it compensates; a terminal one is
-        returned unchanged. Returns the saga as it stands; an unknown id raises `SagaNotFoundError` (a KeyError).
+        QUEUED ends COMPENSATED at once; RUNNING is compensated by its owner within `lease_timeout / 3`; WAITING
+        has its requests rejected (`decided_by="cancel"`) and compensates; a terminal saga is unchanged.
         """
         return await self._actions.cancel(saga_id, reason)
 
-    # -- bulk operator actions ---------------------------------------------------------------------------------
+    # -- bulk operator actions
 
     async def retry_compensations(self, *, since: datetime | timedelta | None = None) -> BulkSummary:
-        """Retry the compensations of every COMPENSATION_FAILED saga (that ended after `since`), each once.
-
-        `since`: a time, or an age before now. Each saga as `retry_compensation`; one failing does not stop the
-        others. Return the summary (falsy if any saga failed again or could not be retried).
-        """
+        """Retry every COMPENSATION_FAILED saga (ended after `since`: a time or an age) once; return the summary."""
         cutoff = now() - since if isinstance(since, timedelta) else since
         ids = await self._matching(SagaStatus.COMPENSATION_FAILED, cutoff)
         return await self._each("retry-compensation", ids, self.retry_compensation)
 
     async def unpark_all(self, *, compensate: bool = False) -> BulkSummary:
-        """Unpark every PARKED saga, each once, as `unpark`; return the summary (falsy if any failed)."""
+        """Unpark every PARKED saga once; return the summary."""
 
         async def unpark(saga_id: str) -> SagaResult | None:
             return await self.unpark(saga_id, compensate=compensate)
@@ -245,14 +228,14 @@ class SagaAdmin:
         return await self._each("unpark", ids, unpark)
 
     async def _matching(self, status: SagaStatus, since: datetime | None) -> list[str]:
-        """Return the ids of every saga in `status` (changed at or after `since`), all listed before any is acted on."""
+        """Return the ids of every saga in `status` since `since`, all listed before any is acted on."""
         ids: list[str] = []
         offset = 0
         while True:
             page = await self.store.list_sagas(status, _PAGE, offset)
             ids += [s.saga_id for s in page if since is None or (s.finished_at or s.updated_at) >= since]
             if len(page) < _PAGE:
-                return list(dict.fromkeys(ids))  # a saga listed on two pages (the list moved) acted on once
+                return list(dict.fromkeys(ids))  # once, even if listed on two pages
             offset += _PAGE
 
     @staticmethod

@@ -1,8 +1,6 @@
-"""Dynamic sagas: `async with executor.saga(...) as saga`, for code that picks its next call from the last result.
+"""Dynamic sagas: `async with executor.saga(...) as saga`, one group per `saga.call` / `saga.group`.
 
-Each `saga.call` (or `saga.group`) is one group fed to the same engine plans use. Calls are identified by their
-position in the saga (a group's members by their place in the list, never by which finished first), so a saga
-re-entered after a crash is served the recorded results of the calls it already made, then continues live.
+Calls are identified by position, so a saga re-entered after a crash is served its recorded results first.
 """
 
 from __future__ import annotations
@@ -59,10 +57,10 @@ _UNKNOWN = (StepStatus.RUNNING, StepStatus.CANCELLED)
 
 
 class DynamicSaga:
-    """A saga built call by call. Use it as `async with executor.saga(saga_id=...) as saga:`.
+    """A saga built call by call: `async with executor.saga(saga_id=...) as saga:`.
 
-    An exception leaving the block compensates every completed call in reverse order, then goes on; so does a
-    cancellation of the caller. `saga.result` holds the SagaResult once the block is left.
+    An exception or cancellation leaving the block compensates the completed calls in reverse; `saga.result`
+    holds the SagaResult once the block is left.
     """
 
     def __init__(
@@ -84,7 +82,7 @@ class DynamicSaga:
         self._replay_requested = replay
         self._engine: SagaEngine | None = None
         self._claim: Claim | None = None  # held while the block runs live
-        self._record: list[StepRow] = []  # what a re-entered or replayed saga had recorded, in call order
+        self._record: list[StepRow] = []  # a re-entered saga's record, in call order
         self._stored: tuple[SagaRow, list[StepRow]] | None = None
         self._next_seq = 0
         self._next_group = 0
@@ -92,18 +90,15 @@ class DynamicSaga:
         self._entered = False
         self._closed = False
         self.result: SagaResult | None = None
-        # Tools whose calls wait for a person's decision in this saga (besides those registered approval=True).
-        self._approval_required = frozenset(approval_required or ())
-        # The requests of a saga served from its record (replayed or finished), by step id.
-        self._requests: dict[str, ApprovalRow] = {}
-        # Set once a call waits for a decision: the saga is WAITING, and every later call raises it again.
-        self._waiting: ApprovalPendingError | None = None
+        self._approval_required = frozenset(approval_required or ())  # besides tools registered approval=True
+        self._requests: dict[str, ApprovalRow] = {}  # a recorded saga's requests, by step id
+        self._waiting: ApprovalPendingError | None = None  # once set, every later call raises it
 
-    # -- entering and leaving ----------------------------------------------------------------------------------
+    # -- entering and leaving
 
     @property
     def keyring(self) -> SecretKeyring | None:
-        """Return the keys the saga's secret arguments are encrypted with (its executor's; None without a key)."""
+        """Return the executor's keys for secret arguments (None without a key)."""
         return self._drives.config.keyring
 
     @property
@@ -113,7 +108,7 @@ class DynamicSaga:
 
     @property
     def replaying(self) -> bool:
-        """Tell whether every call is served from the record (replay=True, or a finished saga re-entered)."""
+        """Tell whether every call is served from the record (a replay, or a finished saga)."""
         return self._engine is None
 
     async def __aenter__(self) -> DynamicSaga:
@@ -122,7 +117,7 @@ class DynamicSaga:
         self._entered = True
         drives, store = self._drives, self._store
         if drives.config.resources is not None:
-            await drives.config.resources.enter()  # before anything is stored: a lifespan that fails runs nothing
+            await drives.config.resources.enter()  # a failing lifespan stores nothing
         # plan_hash holds the head of the call chain (none yet); see saga_runtime._records._chain.
         row = drives.new_saga(self.saga_id, "dynamic", budget=_account(self._budget, 0), metadata=self._metadata)
         if self._replay_requested:
@@ -144,7 +139,7 @@ class DynamicSaga:
         self._adopt_record(saga, rows)
         if saga.status.is_terminal:
             await self._read_requests()
-            return self  # a finished saga re-entered: served from the record, like a replay
+            return self  # finished: served from the record
         waited = saga.status is SagaStatus.WAITING
         engine = await self._go_live(
             drives.claim(saga, rows, take="waiting" if waited else "orphan"),
@@ -152,8 +147,7 @@ class DynamicSaga:
             waited=waited,
         )
         if engine.compensating:
-            # It was being undone when its process died: finish that first (keeping its lease); the block then
-            # replays the record.
+            # Died while being undone: finish that, then the block replays the record.
             claim, self._claim, self._engine = self._claim, None, None
             assert claim is not None
             try:
@@ -169,16 +163,12 @@ class DynamicSaga:
         return self
 
     async def _read_requests(self) -> None:
-        """Read the approval requests of a saga served from its record (a refused call is refused again)."""
+        """Read the approval requests of a saga served from its record."""
         if any(row.status in (StepStatus.REJECTED, StepStatus.WAITING) for row in self._record):
             self._requests = {row.step_id: row for row in await self._store.load_approvals(self.saga_id)}
 
     async def _go_live(self, claim: Claim, *, reentered: bool = False, waited: bool = False) -> SagaEngine:
-        """Claim the saga and run calls on its engine from now on, keeping its lease while the block runs.
-
-        The claim is entered here and left in __aexit__ (same task): its work is cancelled if another executor
-        takes the saga over, and leaving it tells a lost lease from the caller's cancellation.
-        """
+        """Claim the saga and run calls live; the claim is left in __aexit__, in the same task."""
         held = await claim.__aenter__()
         if held is None:
             saga = claim.saga
@@ -194,7 +184,7 @@ class DynamicSaga:
             if reentered:
                 await engine.gate.load()
             if waited:
-                await engine.resume()  # its calls are served from the record up to the one that waited
+                await engine.resume()  # served from the record up to the waiting call
         except BaseException as exc:
             await held.close(exc)
             raise
@@ -228,16 +218,14 @@ class DynamicSaga:
             return False
         try:
             if engine.fenced:
-                # Another executor owns the saga now, or it WAITs for a decision (ApprovalPendingError leaving the
-                # block): nothing is compensated or written from here.
+                # Taken over, or WAITING for a decision: nothing more is written.
                 pass
             elif exc is None:
                 stuck = self._not_undone(engine)
                 if stuck is None:
                     self.result = await engine.finish(SagaStatus.SUCCESS)
                 else:
-                    # The block caught the failure of a call whose effect could not be undone: the saga must not
-                    # end SUCCESS with that effect forgotten. It compensates and ends COMPENSATION_FAILED.
+                    # An effect that could not be undone must not end in SUCCESS.
                     engine.fail(f"call {stuck.step_id!r} ({stuck.tool_name}) has an effect that could not be undone")
                     self.result = await engine.compensate()
             else:
@@ -248,7 +236,7 @@ class DynamicSaga:
                 )
                 self.result = await engine.compensate()
         finally:
-            await claim.close(exc)  # raises LeaseLostError (or the caller's cancellation) if the lease was lost
+            await claim.close(exc)  # raises LeaseLostError if the lease was lost
         return False
 
     @staticmethod
@@ -257,27 +245,23 @@ class DynamicSaga:
         return next((row for row in engine.rows.values() if row.status is StepStatus.COMPENSATION_FAILED), None)
 
     async def detach(self) -> None:
-        """Leave the saga unfinished for a later re-entry or `recover()`: the block's exit ends and undoes nothing.
-
-        Its lease is released when the block is left, so `recover()` (any executor's) takes it over at once.
-        """
+        """Leave the saga unfinished, its lease released on exit, for a re-entry or any `recover()`."""
         self._check_open()
         engine = self._engine
         if engine is not None and not engine.fenced:
-            engine.detached = True  # released on leaving, as a recovery stopped by a shutdown
+            engine.detached = True
             engine.stop()
 
     def _check_open(self) -> None:
         if not self._entered or self._closed:
             raise RuntimeError("use the saga inside its `async with executor.saga(...) as saga:` block")
 
-    # -- calls -------------------------------------------------------------------------------------------------
+    # -- calls
 
     async def call(self, tool: str, /, **args: Any) -> Any:
-        """Run one tool call as its own group and return its result (as stored: JSON round-tripped).
+        """Run one call as its own group; return its stored (JSON round-tripped) result.
 
-        A failure raises `StepFailedError` (after the tool's retries); an unknown outcome (timed out) is
-        compensated before the error reaches you. `BudgetExceededError` comes through as itself.
+        A failure raises `StepFailedError` after retries (an unknown outcome is compensated first).
         """
         (result,) = await self.group([(tool, args)])
         return result
@@ -290,21 +274,15 @@ class DynamicSaga:
         k: int | None = None,
         return_exceptions: bool = False,
     ) -> Any:
-        """Run calls concurrently as one group; return what a `$ref` to the group would get.
+        """Run calls, each `(tool, args)`, `(tool, args, step_id)` or a `Step`, concurrently as one group.
 
-        Each call is `(tool, args)`, `(tool, args, step_id)` or a `Step`. With `join="all"` (the default) the
-        results come back in the order given; when one call fails, its running siblings are cancelled and
-        compensated at once (their outcome is unknown), then `StepFailedError` is raised for the call that
-        failed; siblings that succeeded stay done, to be undone if the block fails. With `return_exceptions=True`
-        (as in `asyncio.gather`), each failed call's error takes its place in the list.
-        `join="first"` returns the first successful call's result: the others are cancelled, and any that
-        succeeded too are compensated at once. `join="quorum"` (with `k`) and `join="any"` (k = 1) let every call
-        finish and return the list of successful results, in the order given. Such a group fails, raising
-        `StepFailedError`, only when every call failed (`first`) or fewer than `k` succeeded.
+        `join="all"`: results in the order given; a failure cancels and compensates the running siblings, then
+        raises `StepFailedError` (with `return_exceptions=True` errors take their places instead). `"first"`: the
+        first success, the others cancelled and undone. `"quorum"` (`k`) / `"any"`: the successes, in order.
         """
         self._check_open()
         if self._waiting is not None:
-            raise self._waiting  # the saga waits for a decision: no call goes on until it is re-entered
+            raise self._waiting  # no call goes on until re-entered
         if join not in ("all", "first", "quorum", "any"):
             raise PlanValidationError([f"join must be all, first, quorum or any, got {join!r}"], saga_id=self.saga_id)
         prepared = self._prepare(calls)
@@ -315,8 +293,7 @@ class DynamicSaga:
             )
         first = self._next_seq
         group = self._next_group
-        # Every member is checked (against the record, or for a free step id) before any is added, so a refused
-        # group uses no position and leaves no row behind.
+        # All checked before any is added: a refused group leaves no row.
         rows = [self._recorded_or_new(first + i, group, *call) for i, call in enumerate(prepared)]
         self._next_seq += len(prepared)
         self._next_group += 1
@@ -332,29 +309,24 @@ class DynamicSaga:
             )
             refused = await self._hold(engine, rows)
             if refused and (join != "all" or not return_exceptions):
-                # The group is refused as a whole: its other calls never run (recorded so: no effect, nothing to
-                # undo), and the saga can still end once the code catching the rejection goes on.
+                # Refused as a whole: the other calls are recorded as never run.
                 engine.not_run(rows, f"not run: call {refused[0].step_id!r} of its group was rejected")
                 await engine.flush()
                 self._refuse(refused[0])
             runnable = [row for row in rows if row not in refused]
             if failed_live:
-                # Re-executed: this group failed live and cancelled its other calls, which were being undone when
-                # the process died. Finish undoing them; run nothing again.
+                # Failed live and died mid-undo: finish undoing, run nothing again.
                 await engine.compensate_unknown(rows)
                 await engine.flush()
             elif join != "all" or any(row.status in (StepStatus.PENDING, *_UNKNOWN) for row in runnable):
                 ok = await engine.run_group(runnable, join=join, needed=needed)
-                engine.forgive()  # in a dynamic saga, the calling code decides whether a failure ends it
-                # A failed quorum or race undoes its successes at once: the group failed as a whole.
+                engine.forgive()  # the calling code decides whether a failure ends the saga
                 await engine.compensate_unknown(rows, successes=join != "all" and not ok)
-                # The caller acts on these results at once: they are durable before it sees them, so a
-                # re-execution never repeats a call whose result was handed out.
-                await engine.flush()
+                await engine.flush()  # durable before the caller sees a result
         if join != "all":
             return self._joined(rows, join, needed, ok)
         if not return_exceptions:
-            # Raise for the call that failed, not for a sibling cancelled because of it.
+            # Raise for the failed call, not a sibling it cancelled.
             for row in sorted(rows, key=lambda r: r.error_type == "CancelledError"):
                 self._outcome(row)
             return [self._outcome(row) for row in rows]
@@ -367,11 +339,7 @@ class DynamicSaga:
         return outcomes
 
     async def _hold(self, engine: SagaEngine, rows: list[StepRow]) -> list[StepRow]:
-        """Hold a group whose calls need a person's decision; return its refused calls (REJECTED).
-
-        A call that needs a decision and has none yet records its request (every such call of the group) and
-        makes the saga WAIT: `ApprovalPendingError` is raised before any call of the group runs.
-        """
+        """Return a group's refused calls; an undecided one records its request and raises ApprovalPendingError."""
         registry, gate = self._registry, engine.gate
         gated = [
             row
@@ -442,7 +410,7 @@ class DynamicSaga:
         prepared = []
         unknown = False
         registry = self._registry
-        items: list[Any] = list(calls)  # checked one by one: calls may come straight from a model's output
+        items: list[Any] = list(calls)  # may come straight from a model's output
         for i, call in enumerate(items):
             name: Any
             args: Any
@@ -487,14 +455,14 @@ class DynamicSaga:
 
     def _recorded_or_new(self, seq: int, group: int, tool: str, args: dict[str, Any], step_id: str | None) -> StepRow:
         if step_id is not None:
-            # Refused live for a step id used earlier: refused the same way when re-executed or replayed.
+            # Refused live for a reused step id: refused again on re-execution.
             known = self._engine.rows if self._engine is not None else {r.step_id: r for r in self._record}
             earlier = known.get(step_id)
             if earlier is not None and earlier.seq < seq:
                 raise PlanValidationError([f"step id {step_id!r} is already used in this saga"], saga_id=self.saga_id)
         if seq < len(self._record):
             row = self._record[seq]
-            # Secrets compare as "**********": each encryption of one differs.
+            # Secrets compare masked: each encryption differs.
             if row.tool_name != tool or canonical_json(mask_secrets(row.args)) != canonical_json(mask_secrets(args)):
                 raise ReplayDivergenceError(
                     f"saga {self.saga_id!r} call #{seq + 1} is {tool}({_brief(args)}) but the record holds "
@@ -532,7 +500,7 @@ class DynamicSaga:
         )
 
     def _outcome(self, row: StepRow) -> Any:
-        # A copy: the caller may change what it got; the record (and a later call's $ref to it) must not change.
+        # A copy: the caller must not change the record.
         if row.status is StepStatus.SUCCESS or (row.status is StepStatus.COMPENSATED and row.error is None):
             return own_copy(row.result)
         if row.status is StepStatus.COMPENSATION_FAILED and row.error is None:
@@ -564,7 +532,7 @@ class DynamicSaga:
         assert self._stored is not None
         return self._stored[0]
 
-    # -- metadata ----------------------------------------------------------------------------------------------
+    # -- metadata
 
     @property
     def metadata(self) -> dict[str, Any]:
@@ -572,7 +540,7 @@ class DynamicSaga:
         return dict(self._saga_row.metadata)
 
     async def set_metadata(self, **values: Any) -> None:
-        """Merge JSON-able values into the saga's metadata and write them at once (a replay writes nothing)."""
+        """Merge JSON-able values into the saga's metadata, written at once (not in a replay)."""
         self._check_open()
         engine = self._engine
         if engine is None:
@@ -581,13 +549,10 @@ class DynamicSaga:
         engine.record(metadata={**engine.saga.metadata, **stored})
         await engine.flush()
 
-    # -- money -------------------------------------------------------------------------------------------------
+    # -- money
 
     async def charge(self, cost: float = 0.0, tokens: int = 0) -> None:
-        """Add cost and tokens to the saga (written at once); raise `BudgetExceededError` when a cap is crossed.
-
-        A re-executed saga does not count again the charges its earlier run already recorded.
-        """
+        """Add cost and tokens (written at once; not again on re-execution); raise `BudgetExceededError` over a cap."""
         self._check_open()
         engine = self._engine
         if engine is None:
@@ -596,7 +561,7 @@ class DynamicSaga:
         account = engine.saga.budget or {}
         crossed_at = account.get("crossed_at")
         if self._charges_seen <= int(account.get("charges", 0)):
-            # Recorded by the run this one re-executes: not counted again, but it fails as it failed then.
+            # Recorded already: not counted again, but fails as it did.
             if crossed_at is not None and self._charges_seen >= crossed_at:
                 raise BudgetExceededError(
                     f"saga {self.saga_id!r} is over budget (recorded: charge #{crossed_at} crossed it)",

@@ -1,33 +1,30 @@
-"""The exceptions saga_runtime raises.
-
-Every error derives from `SagaError`, so `except SagaError` catches them all::
+"""The exceptions saga_runtime raises; `except SagaError` catches them all::
 
     SagaError
-    ├── PlanValidationError        a plan (or a call) is refused before anything is stored or run
-    │   └── UnknownToolError       ...because it names a tool the registry does not have
-    ├── SagaFailedError            raise_for_status() on a saga that did not end SUCCESS
-    ├── IdempotencyConflictError   a saga id reused with another plan, or imported with other content
-    ├── SagaInProgressError        the saga id is being run right now by someone else
-    ├── LeaseLostError             this executor lost a running saga to another (its lease expired)
-    ├── BudgetExceededError        a charge crossed the saga's Budget
-    ├── ReplayDivergenceError      a replayed saga asked for a call the record does not hold
-    ├── ResultValidationError      a tool returned a result its annotation or validate() rejects
-    ├── ResultNotStorableError     a tool returned a value that cannot be stored as JSON
-    ├── StepFailedError            a call of a dynamic saga failed (saga.call / saga.group)
-    ├── OutcomeUnknownError        a tool lost sight of its effect mid-call: the step's outcome is unknown
-    ├── TurnLimitError             an LLMRunner's model gave no final answer within max_turns
-    ├── SecretKeyError             a secret argument cannot be encrypted or decrypted: no key, or not the right one
-    ├── ApprovalError              a decision on an approval request was refused (decided already, wrong digest, ...)
-    ├── ApprovalPendingError       a dynamic saga's call waits for a person's decision; the saga is WAITING
-    ├── ApprovalRejectedError      a dynamic saga's call was refused by a person (or its deadline)
-    └── StoreError                 the database failed; the message says which and what to do
-        ├── StoreConnectionError   the database cannot be reached, or the connection was lost
-        ├── StoreBusyError         the database stayed locked (or deadlocked); nothing was written, retry
-        ├── SchemaVersionError     the database was written by a newer saga-runtime; upgrade it
-        └── StoreFileError         the SQLite file was deleted or replaced while the store had it open
+    ├── PlanValidationError        plan or call refused before anything is stored or run
+    │   └── UnknownToolError       ...it names an unregistered tool
+    ├── SagaFailedError            raise_for_status() on a saga not SUCCESS
+    ├── IdempotencyConflictError   saga id reused with other content
+    ├── SagaInProgressError        the saga is being run by someone else
+    ├── LeaseLostError             another executor took the saga over
+    ├── BudgetExceededError        a charge crossed the Budget
+    ├── ReplayDivergenceError      a replay asked for a call not on record
+    ├── ResultValidationError      a result its annotation or validate() rejects
+    ├── ResultNotStorableError     a result that cannot be stored as JSON
+    ├── StepFailedError            a dynamic saga's call failed
+    ├── OutcomeUnknownError        a tool lost sight of its effect mid-call
+    ├── TurnLimitError             no final answer within max_turns
+    ├── SecretKeyError             no key, or not the right one, for a secret
+    ├── ApprovalError              a decision was refused
+    ├── ApprovalPendingError       a dynamic saga's call waits for a decision
+    ├── ApprovalRejectedError      a dynamic saga's call was refused
+    └── StoreError                 the database failed
+        ├── StoreConnectionError   unreachable, or the connection was lost
+        ├── StoreBusyError         locked or deadlocked; nothing written, retry
+        ├── SchemaVersionError     written by a newer saga-runtime
+        └── StoreFileError         the SQLite file was replaced while open
 
-Errors carry structured fields (`saga_id`, `step_id`, `tool_name`, `attempts`, ...) so code can react to them
-without parsing messages; the messages are for people and say what to do next.
+Errors carry structured fields (`saga_id`, `step_id`, `tool_name`, ...); messages say what to do next.
 """
 
 from __future__ import annotations
@@ -68,7 +65,7 @@ class SagaError(Exception):
 
 
 class PlanValidationError(SagaError):
-    """A plan or call was refused before anything was stored or run; `problems` lists every reason."""
+    """A plan or call was refused before anything was stored or run; see `problems`."""
 
     def __init__(self, problems: Sequence[str], *, saga_id: str | None = None) -> None:
         self.problems = list(problems)
@@ -118,11 +115,7 @@ class IdempotencyConflictError(SagaError):
 
 
 class SagaInProgressError(SagaError):
-    """The saga is running right now under another owner; wait for it or read its result later.
-
-    `owner` is the executor holding it, `lease_expires_at` (an aware datetime, or None) when its lease runs out if
-    that owner is gone: an application can answer "retry after" with it.
-    """
+    """The saga is running under another `owner`; its lease ends at `lease_expires_at` (for a "retry after")."""
 
     def __init__(
         self, message: str, *, saga_id: str, owner: str | None = None, lease_expires_at: datetime | None = None
@@ -145,10 +138,7 @@ class SagaNotFoundError(SagaError, KeyError):
 
 
 class LeaseLostError(SagaError):
-    """Another executor took over a saga this one was running (its lease expired: a stall, a lost database).
-
-    This executor stopped the saga without compensating or writing anything more; the new owner drives it on.
-    """
+    """Another executor took this saga over; this one stopped without writing more."""
 
     def __init__(self, message: str, *, saga_id: str) -> None:
         self.saga_id = saga_id
@@ -156,7 +146,7 @@ class LeaseLostError(SagaError):
 
 
 class BudgetExceededError(SagaError):
-    """A charge crossed the saga's budget; the charging step fails without retry and the saga compensates."""
+    """A charge crossed the saga's budget; its step fails without retry."""
 
     def __init__(
         self,
@@ -195,7 +185,7 @@ class ResultValidationError(SagaError):
 
 
 class ResultNotStorableError(SagaError):
-    """A tool returned a value that cannot be stored as JSON; the step fails and is compensated."""
+    """A tool returned a value that cannot be stored as JSON; the step fails."""
 
     def __init__(self, message: str, *, tool_name: str, type_name: str) -> None:
         self.tool_name = tool_name
@@ -204,11 +194,9 @@ class ResultNotStorableError(SagaError):
 
 
 class StepFailedError(SagaError):
-    """A call of a dynamic saga failed; raised by `saga.call` and `saga.group`, live and on re-execution alike.
+    """A dynamic saga's call failed (`saga.call`, `saga.group`), live or re-executed from the record.
 
-    `error_type` and `error` are the recorded failure (the tool's exception type name and message), so code that
-    reacts to them behaves the same when a saga is re-executed from its record; live, `__cause__` is the
-    exception itself.
+    `error_type` and `error` are the recorded failure, the same on re-execution; live, `__cause__` is the exception.
     """
 
     def __init__(
@@ -232,27 +220,20 @@ class StepFailedError(SagaError):
 
 
 class OutcomeUnknownError(SagaError):
-    """Raised by a tool whose effect may have happened (its service went away mid-call).
-
-    The attempt counts as one whose outcome is unknown, as a timed-out one does: the step is never taken as
-    without effect, and is compensated with `result=None` if the saga undoes it.
-    """
+    """Raised by a tool whose effect may have happened; like a timeout, it is compensated with `result=None`."""
 
 
 class TurnLimitError(SagaError):
-    """An LLMRunner's model gave no final answer within `max_turns`; the run failed and was compensated."""
+    """An LLMRunner's model gave no final answer within `max_turns`."""
 
 
 class SecretKeyError(SagaError):
-    """A secret argument cannot be encrypted (no key configured) or decrypted (no key of the executor opens it)."""
+    """A secret argument cannot be encrypted (no key) or decrypted (no key opens it)."""
 
 
 class ApprovalError(SagaError):
-    """A decision on an approval request was refused, and nothing was recorded.
-
-    The request was decided already (the earlier decision is named, and `decision`, `decided_by` hold it), the
-    saga or the step waits for nothing, the `args_digest` given is not the request's, or its deadline passed.
-    """
+    """A decision was refused and nothing recorded: decided already (`decision`, `decided_by`), nothing waiting,
+    another `args_digest`, or the deadline passed."""
 
     def __init__(
         self,
@@ -271,10 +252,9 @@ class ApprovalError(SagaError):
 
 
 class ApprovalPendingError(SagaError):
-    """A call of a dynamic saga needs a person's decision first: its request is recorded and the saga is WAITING.
+    """A dynamic saga's call waits for a decision; the saga is WAITING and nothing is compensated.
 
-    Leaving the saga's block with it compensates nothing. Decide with `executor.approve()` / `reject()`, then
-    enter the saga id again: the earlier calls are served from the record and this one runs (or is refused).
+    Decide with `approve()` / `reject()`, then enter the saga id again to go on.
     """
 
     def __init__(self, message: str, *, saga_id: str, step_id: str, tool_name: str, arguments: object) -> None:
@@ -286,7 +266,7 @@ class ApprovalPendingError(SagaError):
 
 
 class ApprovalRejectedError(SagaError):
-    """A call of a dynamic saga was refused (`by` a person, or "deadline"); it never ran. Catch it to go on."""
+    """A dynamic saga's call was refused (`by` a person, or "deadline"); it never ran."""
 
     def __init__(
         self,
@@ -314,16 +294,12 @@ class StoreError(SagaError):
         super().__init__(message)
 
 
-#: The longest error text recorded: an exception's message may be anything (a whole response body, megabytes).
+#: The longest error text recorded (a message may be a whole response body).
 MAX_ERROR_CHARS = 2000
 
 
 def describe(exc: BaseException) -> str:
-    """Return `Type: message` for an exception, the form errors are recorded in.
-
-    The text is one every store keeps (NUL and lone surrogates written as escapes) and at most `MAX_ERROR_CHARS`
-    long: a tool's odd exception must not make the record of its own failure unwritable.
-    """
+    """Return `Type: message` as recorded: escaped so every store keeps it, at most `MAX_ERROR_CHARS` long."""
     try:
         text = str(exc)
     except Exception:  # a broken __str__ must not hide the failure it reports
@@ -343,27 +319,19 @@ def describe(exc: BaseException) -> str:
 
 
 class StoreConnectionError(StoreError):
-    """The database could not be reached, or the connection to it was lost; the message names the URL."""
+    """The database cannot be reached, or the connection was lost."""
 
 
 class StoreBusyError(StoreError):
-    """The database stayed locked past its timeout, or chose this transaction to break a deadlock.
-
-    The transaction was rolled back, so nothing of it was written; trying again is safe.
-    """
+    """The database stayed locked, or broke a deadlock with this transaction; nothing was written, retry."""
 
 
 class StoreFileError(StoreError):
-    """The SQLite file was deleted or replaced while the store had it open.
-
-    What the store wrote since went to a file no other process can open, so the store reports nothing as written
-    from then on: every later call raises this error. Close the store, find out what happened to the file (restore
-    it from a backup), and open a new store.
-    """
+    """The SQLite file was deleted or replaced while open; every later call fails. Restore it, open a new store."""
 
 
 class SchemaVersionError(StoreError):
-    """The database's schema is newer than this saga-runtime knows; upgrade saga-runtime to use it."""
+    """The database's schema is newer than this saga-runtime; upgrade saga-runtime."""
 
     def __init__(self, message: str, *, url: str | None = None, found: int, supported: int) -> None:
         self.found = found

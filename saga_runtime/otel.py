@@ -1,29 +1,23 @@
 """OpenTelemetry tracing of sagas, spans named by the OpenTelemetry GenAI conventions where they apply.
 
-Install the extra (`pip install 'saga-runtime[otel]'`), configure OpenTelemetry as usual, and give the executor
-the hook::
+Install `saga-runtime[otel]`, configure OpenTelemetry as usual, and give the executor the hook::
 
     from saga_runtime import SagaExecutor
     from saga_runtime.otel import TracingHook
 
     executor = SagaExecutor(registry, store=store, hooks=[TracingHook()])
 
-The spans of one saga share a trace, children of the saga's span `saga {saga id}`:
+One trace per saga, under its span `saga {saga id}`; `gen_ai.operation.name` names each operation:
 
-- `execute_tool {tool}`, one per attempt of a step, with `gen_ai.operation.name="execute_tool"`,
-  `gen_ai.tool.name`, `gen_ai.tool.call.id` (the step id) and `gen_ai.tool.type="function"`. A retried
-  attempt's span begins when the attempt before it failed (its backoff included).
-- `chat {model}`, one per model call of an `LLMRunner` (span kind CLIENT), with `gen_ai.operation.name="chat"`,
-  `gen_ai.request.model`, `gen_ai.response.model`, `gen_ai.response.finish_reasons`,
-  `gen_ai.usage.input_tokens` and `gen_ai.usage.output_tokens`.
+- `execute_tool {tool}`, one per step attempt (from the previous failure, backoff included): `gen_ai.tool.name`,
+  `gen_ai.tool.call.id` (the step id), `gen_ai.tool.type="function"`.
+- `chat {model}`, one per `LLMRunner` model call (kind CLIENT): `gen_ai.request.model`, `gen_ai.response.model`,
+  `gen_ai.response.finish_reasons`, `gen_ai.usage.input_tokens`, `gen_ai.usage.output_tokens`.
 - `compensate {tool}`, one per compensation attempt.
 
-saga_runtime's own attributes are under `saga_runtime.`: `saga_runtime.saga.id`, `saga_runtime.saga.status`,
-`saga_runtime.step.id`, `saga_runtime.step.tool`, `saga_runtime.step.group`, `saga_runtime.step.attempt`,
-`saga_runtime.step.status`, `saga_runtime.step.idempotency_key`, `saga_runtime.compensation.attempt`,
-`saga_runtime.llm.turn` and `saga_runtime.llm.cost`. A failed attempt, a step that failed, a compensation that
-gave up, a failed model call and a saga that did not end SUCCESS have an ERROR status and `error.type`. A saga
-that stops to wait for an approval ends its span (status WAITING); going on later starts a new one.
+Own attributes: `saga_runtime.saga.{id,status}`, `saga_runtime.step.{id,tool,group,attempt,status,
+idempotency_key}`, `saga_runtime.compensation.attempt`, `saga_runtime.llm.{turn,cost}`. Failures have ERROR
+status and `error.type`. A saga waiting for approval ends its span (WAITING); going on starts a new one.
 """
 
 from __future__ import annotations
@@ -50,7 +44,7 @@ def _ns(at: datetime) -> int:
 
 
 def _fail(span: Span, error: str | None, fallback: str) -> None:
-    """Mark a span failed: ERROR status, and `error.type` (the exception's type when `error` names it)."""
+    """Mark a span failed: ERROR status and `error.type`."""
     prefix = (error or "").split(":", 1)[0]
     span.set_status(Status(StatusCode.ERROR, error or fallback))
     span.set_attribute("error.type", prefix if prefix.isidentifier() else fallback)
@@ -71,10 +65,10 @@ class TracingHook:
         if handler is not None:
             handler(event)
 
-    # -- the saga --------------------------------------------------------------------------------------------
+    # -- the saga
 
     def _saga_started(self, event: SagaEvent) -> None:
-        self._end_saga(event, None)  # started again without an end seen here: that run's span ends now
+        self._end_saga(event, None)  # started again: the earlier run's span ends
         self._sagas[event.saga_id] = self._tracer.start_span(
             f"saga {event.saga_id}",
             start_time=_ns(event.at),
@@ -92,7 +86,7 @@ class TracingHook:
                 {"saga_runtime.step.id": event.step_id or "", "saga_runtime.step.tool": event.tool_name or ""},
                 timestamp=_ns(event.at),
             )
-        # A new request is undecided: the saga stops here and waits, maybe for days.
+        # Undecided: the saga waits, maybe for days.
         self._end_saga(event, "WAITING")
 
     def _end_saga(self, event: SagaEvent, status: str | None) -> None:
@@ -109,7 +103,7 @@ class TracingHook:
                 span.set_attribute("error.type", status)
         span.end(end_time=_ns(event.at))
 
-    # -- steps -----------------------------------------------------------------------------------------------
+    # -- steps
 
     def _child(
         self, event: SagaEvent, name: str, attributes: dict[str, Any], *, kind: SpanKind = SpanKind.INTERNAL
@@ -160,7 +154,7 @@ class TracingHook:
         key = (event.saga_id, event.step_id or "")
         span = self._attempts.get(key)
         if span is None or not event.will_retry:
-            return  # the last attempt: its span ends with the step, with the step's status
+            return  # the last attempt's span ends with the step
         self._attempts.pop(key)
         span.set_attribute("saga_runtime.step.status", "FAILED")
         _fail(span, event.error, "FAILED")
@@ -176,12 +170,12 @@ class TracingHook:
             _fail(span, event.error, event.status or "FAILED")
         span.end(end_time=_ns(event.at))
 
-    # -- compensations ---------------------------------------------------------------------------------------
+    # -- compensations
 
     def _compensation_started(self, event: SagaEvent) -> None:
         key = (event.saga_id, event.step_id or "")
         previous = self._compensations.pop(key, None)
-        if previous is not None:  # a retried compensation: the failed attempt's span ends here
+        if previous is not None:  # retried: the failed attempt's span ends
             _fail(previous, None, "FAILED")
             previous.end(end_time=_ns(event.at))
         attributes = {**self._step(event), "saga_runtime.compensation.attempt": event.attempt or 0}
@@ -196,7 +190,7 @@ class TracingHook:
             _fail(span, event.error, event.status or "FAILED")
         span.end(end_time=_ns(event.at))
 
-    # -- model calls of an LLMRunner -------------------------------------------------------------------------
+    # -- model calls of an LLMRunner
 
     def _model_called(self, event: SagaEvent) -> None:
         if not isinstance(event, ModelCallEvent):

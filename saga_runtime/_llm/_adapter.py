@@ -1,9 +1,6 @@
-"""What every model API adapter shares: reading SDK objects, the recorded turn, and the adapter's interface.
+"""What model API adapters share: reading SDK objects, the recorded turn (plain JSON), the adapter interface.
 
-A model's answer is kept as a `turn`: plain JSON saying what the loop needs (model, usage, finish reason,
-refusal, text, the tool calls) and the items that carry it into the conversation. The turn is what the saga
-records, so a re-entered run replays it without an SDK, and what the loop reads, so a first run and a re-entered
-one take the same path.
+The loop reads only turns, so a re-entered run replays recorded ones without an SDK, on the same path.
 """
 
 from __future__ import annotations
@@ -21,16 +18,13 @@ __all__ = ["Adapter", "ToolReply", "get", "plain", "turn"]
 
 
 def get(obj: Any, name: str, default: Any = None) -> Any:
-    """Return `obj[name]` of a mapping or `obj.name` of an object (`default` when absent or None)."""
+    """Return `obj[name]` or `obj.name` (`default` when absent or None)."""
     value = obj.get(name, default) if isinstance(obj, Mapping) else getattr(obj, name, default)
     return default if value is None else value
 
 
 def plain(value: Any, _depth: int = 0) -> Any:
-    """Return an SDK object (pydantic models, dataclasses of the mock, dicts, lists) as plain JSON values.
-
-    Raise `ValueError` for one nested deeper than a store keeps (`MAX_JSON_DEPTH`), or holding itself.
-    """
+    """Return an SDK object as plain JSON; raise `ValueError` past `MAX_JSON_DEPTH` or for a cycle."""
     if value is None or isinstance(value, str | int | float | bool):
         return value
     if _depth >= MAX_JSON_DEPTH:
@@ -54,7 +48,7 @@ def plain(value: Any, _depth: int = 0) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class ToolReply:
-    """What goes back to the model for one tool call: its id, the text, and whether it reports an error."""
+    """One tool call's reply to the model: id, text, and whether it is an error."""
 
     call_id: str
     content: str
@@ -86,12 +80,12 @@ def turn(
 
 
 class Adapter(ABC):
-    """One model API: where its endpoint is, how a request and its tools look, and how its answers read."""
+    """One model API: its endpoint, request and tool formats, and how its answers read."""
 
     api: ClassVar[str]
     endpoint_path: ClassVar[tuple[str, ...]]
     conversation_key: ClassVar[str]
-    system_key: ClassVar[str | None] = None  # a request parameter holding the system prompt, if the API has one
+    system_key: ClassVar[str | None] = None  # the system prompt's parameter, if any
 
     def endpoint(self, client: Any) -> Callable[..., Any] | None:
         """Return the client's method that asks the model, or `None` when it has none."""
@@ -106,7 +100,7 @@ class Adapter(ABC):
 
     @abstractmethod
     def conversation(self, prompt: str | list[Any], system: str | None) -> list[Any]:
-        """Return the conversation a run starts from: the prompt as one user message, or the messages given."""
+        """Return a run's first conversation: the prompt as a user message, or the messages given."""
 
     def request(
         self,

@@ -12,9 +12,9 @@ from saga_runtime._tools._schemas import anthropic_tool
 
 __all__ = ["DEFAULT_MAX_TOKENS", "AnthropicAdapter"]
 
-# The Messages API requires max_tokens; this is sent when the caller gives none.
+# Required by the Messages API; sent when the caller gives none.
 DEFAULT_MAX_TOKENS = 4096
-# The fields of each block kind that the API takes back as input (a response block may carry more).
+# The fields of each block kind the API takes back as input.
 _BLOCK_FIELDS = {
     "text": ("type", "text", "citations"),
     "tool_use": ("type", "id", "name", "input"),

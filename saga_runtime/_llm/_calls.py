@@ -1,8 +1,4 @@
-"""One turn's tool calls run as a saga group: each call checked alone, a bad one refused and told to the model.
-
-Also the helper a hand-written loop uses: `tool_result_messages` turns what `saga.group(...,
-return_exceptions=True)` returned into the tool-result messages of a model API.
-"""
+"""One turn's tool calls run as a saga group, each checked alone; and `tool_result_messages` for hand-written loops."""
 
 from __future__ import annotations
 
@@ -45,11 +41,7 @@ def _refusal(call_id: str, reason: Any) -> ToolReply:
 
 
 def reply_for(call_id: str, outcome: Any) -> ToolReply:
-    """Return the reply to one call from its outcome in `saga.group(..., return_exceptions=True)`.
-
-    A result goes back as `{"result": ...}`, a failed call as `{"error": ...}`; `BudgetExceededError` is raised,
-    since it ends the run rather than informing the model.
-    """
+    """Return `{"result": ...}` or `{"error": ...}` for one outcome; raise `BudgetExceededError` (it ends the run)."""
     if isinstance(outcome, BudgetExceededError):
         raise outcome
     if isinstance(outcome, ApprovalRejectedError):  # a person refused it: the model is told who, and why
@@ -69,10 +61,8 @@ def tool_result_messages(
 ) -> list[dict[str, Any]]:
     """Return the tool-result messages of `api` ("chat", "responses", "anthropic") for one turn's calls.
 
-    `outcomes` is what `saga.group(calls, return_exceptions=True)` returned for calls made under `call_ids`
-    (the provider's call ids). Chat Completions get one `role: tool` message per call, the Responses API one
-    `function_call_output` item per call, Anthropic one user message of `tool_result` blocks. A
-    `BudgetExceededError` among the outcomes is raised.
+    `outcomes` is what `saga.group(calls, return_exceptions=True)` returned for `call_ids`; a
+    `BudgetExceededError` among them is raised.
     """
     if len(call_ids) != len(outcomes):
         raise ValueError(f"{len(call_ids)} call ids for {len(outcomes)} outcomes: give one id per outcome")
@@ -94,11 +84,9 @@ async def run_turn(
     calls: Iterable[dict[str, Any]],
     used_ids: set[str],
 ) -> list[ToolReply]:
-    """Run one turn's calls as a group; return a reply per call, in the order the model wrote them.
+    """Run one turn's calls as a group; return a reply per call, in order. A bad call is refused alone.
 
-    Each call is checked alone (its JSON, tool, arguments, the policy, its id unused in the run): a bad one is
-    refused with the reason, and the others run. Calls past the policy's `max_group_size` (or `max_steps`) of
-    one turn are refused too. `used_ids` gains the ids of the calls run.
+    Calls past the policy's `max_group_size` (or `max_steps`) are refused; `used_ids` gains the ids run.
     """
     replies: dict[int, ToolReply] = {}
     runnable: list[tuple[int, dict[str, Any]]] = []
@@ -130,7 +118,7 @@ async def run_turn(
             outcomes = await saga.group(
                 [(step["tool"], step["args"], step["id"]) for step in steps], return_exceptions=True
             )
-        except PlanValidationError as exc:  # checked above; kept so the model is told rather than the loop failing
+        except PlanValidationError as exc:  # the model is told; the loop goes on
             for position, step in runnable:
                 replies[position] = _refusal(step["id"], exc)
         else:

@@ -19,12 +19,10 @@ MODEL_CALLED = cast(EventKind, "model_called")
 
 @dataclass(frozen=True, slots=True)
 class ModelCallEvent(SagaEvent):
-    """One model call of an `LLMRunner` (`kind` "model_called"), told once its answer is recorded in the saga.
+    """One model call of an `LLMRunner` (`kind` "model_called"), told once its answer is recorded.
 
-    `started_at` is when the call began and `at` when it ended (retries of a transient error included); `model`
-    the model asked, `response_model` the one that answered; `input_tokens` counts every input token, cached or
-    not; `cost` comes from the runner's prices. A call that failed (after its retries) has `error` set and no
-    usage. A turn served from the record of a re-entered saga was not a call: no event.
+    From `started_at` to `at`, retries included; `input_tokens` counts cached input too; a failed call has
+    `error` and no usage. A turn served from the record is no call: no event.
     """
 
     started_at: datetime | None = None

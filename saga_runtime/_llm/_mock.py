@@ -113,11 +113,10 @@ class _Chat:
 
 @dataclass
 class MockLLMClient:
-    """Script a model's turns: each item of `tool_sequence` is one turn's tool calls, then it answers in text.
+    """Script a model's turns: each item of `tool_sequence` is one turn's calls, then it answers in text.
 
-    An item is `(name, args)` for one call or a list of them for parallel calls. The client looks like the
-    OpenAI SDK's (`client.chat.completions.create(model=..., messages=..., tools=...)`), async by default or
-    sync with `sync=True`, and reports token usage (about 4 characters a token). `requests` keeps every request.
+    An item is `(name, args)`, or a list of them for parallel calls. Looks like the OpenAI SDK's client (async,
+    or `sync=True`) with rough token usage; `requests` keeps every request.
     """
 
     tool_sequence: Sequence[ToolCall | list[ToolCall]] = ()

@@ -16,9 +16,9 @@ logger = logging.getLogger("saga_runtime")
 T = TypeVar("T")
 
 DEFAULT_MODEL_RETRY = RetryPolicy(max_attempts=4, initial_interval=1.0, backoff_coefficient=2.0, max_interval=20.0)
-# HTTP statuses worth another try: timeout, conflict (the SDKs retry it too), rate limit; 5xx is checked apart.
+# Timeout, conflict (the SDKs retry it too), rate limit; 5xx apart.
 _TRANSIENT_STATUSES = frozenset({408, 409, 429})
-# The SDKs' errors for a call that got no answer, found by name so that neither SDK is imported here.
+# The SDKs' errors for a call without answer, by name: no SDK imported.
 _TRANSIENT_NAMES = frozenset({"APIConnectionError", "APITimeoutError"})
 
 
@@ -40,7 +40,7 @@ def is_transient(exc: BaseException) -> bool:
 
 
 def _retry_after(exc: BaseException) -> float | None:
-    """Return the seconds a `Retry-After` header of the error's response asks to wait, if any."""
+    """Return the seconds the error's `Retry-After` asks for, if any."""
     headers = getattr(getattr(exc, "response", None), "headers", None)
     try:
         value = headers.get("retry-after") if headers is not None else None
@@ -50,7 +50,7 @@ def _retry_after(exc: BaseException) -> float | None:
 
 
 async def call_with_retry(policy: RetryPolicy, call: Callable[[], Awaitable[T]], what: str) -> T:
-    """Return what `call` gives, trying again after transient errors as `policy` allows; raise the last error."""
+    """Return what `call` gives, retrying transient errors per `policy`; raise the last."""
     attempt = 1
     while True:
         try:
@@ -61,7 +61,7 @@ async def call_with_retry(policy: RetryPolicy, call: Callable[[], Awaitable[T]],
             delay = policy.delay(attempt)
             asked = _retry_after(exc)
             if asked is not None:
-                delay = max(delay, min(asked, policy.max_interval))  # the server's wish, within the policy's cap
+                delay = max(delay, min(asked, policy.max_interval))  # Retry-After, capped
             logger.warning(
                 "%s failed (attempt %d of %d), trying again in %.2f s: %s",
                 what,

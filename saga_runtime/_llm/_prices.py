@@ -54,21 +54,21 @@ def _rate(model: str, price: Any) -> _Rate:
 
 
 class PriceTable:
-    """Find a model's price (exactly, else by the longest name it starts with) and cost a call's usage."""
+    """Find a model's price (exact, else longest prefix) and cost a call's usage."""
 
     def __init__(self, prices: Mapping[str, Price] | None) -> None:
         self._rates = {str(model): _rate(str(model), price) for model, price in (prices or {}).items()}
         self._warned: set[str] = set()
 
     def rate(self, model: str) -> _Rate | None:
-        """Return the price of `model`: its own, else that of the longest key it starts with (its family)."""
+        """Return the price of `model`: its own, else its longest prefix's."""
         if model in self._rates:
             return self._rates[model]
         family = max((key for key in self._rates if model.startswith(key)), key=len, default=None)
         return None if family is None else self._rates[family]
 
     def cost(self, usage: TokenUsage, *models: str) -> float:
-        """Return the USD cost of `usage` at the price of the first of `models` that has one (0 if none has)."""
+        """Return the USD cost of `usage` at the first of `models` priced (else 0)."""
         for model in models:
             rate = self.rate(model)
             if rate is not None:

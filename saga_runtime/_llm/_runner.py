@@ -49,21 +49,15 @@ def _pick_api(client: Any) -> str:
 class LLMRunner:
     """Drive a model's function calls as one saga: each turn's calls run as a group, results go back to the model.
 
-    `api` names the model API: "chat" (OpenAI Chat Completions, `client.chat.completions.create`), "responses"
-    (OpenAI Responses, `client.responses.create`) or "anthropic" (`client.messages.create`); `None` picks
-    "anthropic" for a client with `messages.create` and no `chat`, else "chat". Sync and async clients work.
-    Only the tools `policy` allows are sent; a call outside it (or malformed, or of an unknown tool, or with bad
-    arguments) is refused alone and the model told why, while the other calls of its turn run. A tool's failure
-    goes back to the model as that call's result. A model call failing with a transient error is tried again as
-    `model_retry` allows (default: 4 attempts with backoff). A failure of the loop itself (the model's API, the
-    budget, no final answer within `max_turns`) compensates every call made, in reverse.
+    `api`: "chat" (`client.chat.completions.create`), "responses" (`client.responses.create`) or "anthropic"
+    (`client.messages.create`); `None` picks "anthropic" for a client with `messages.create` and no `chat`, else
+    "chat". Sync and async clients work. Only tools `policy` allows are sent; a bad call is refused alone and
+    the model told why; a tool's failure goes back as its result. Transient model errors are retried per
+    `model_retry`. A failure of the loop itself (API, budget, `max_turns`) compensates every call, in reverse.
 
-    Each model call is recorded in the saga (`metadata["llm_calls"]`: model, tokens, cost from `prices`, the
-    finish reason and any refusal) and charged to its budget. Each answer is recorded too
-    (`metadata["llm_responses"]`) before any call it asks for runs: run an unfinished saga id again (its process
-    died) with the same prompt and model, and the recorded answers are replayed instead of asking (and paying)
-    the model again; it is asked only for the turns never answered. The executor's hooks are told of each call
-    made as a `ModelCallEvent` (kind "model_called"), once its answer is recorded (or once it failed).
+    Each model call is recorded (`metadata["llm_calls"]`), charged to the budget and told to hooks as a
+    `ModelCallEvent`. Each answer is recorded (`metadata["llm_responses"]`) before its calls run, so running an
+    unfinished saga id again replays the answers and asks the model only for the turns never answered.
     """
 
     def __init__(
@@ -106,11 +100,7 @@ class LLMRunner:
     def cost_of(
         self, prompt_tokens: int | TokenUsage, completion_tokens: int = 0, *, model: str | None = None
     ) -> float:
-        """Return what a call cost, from the price table (0 for a model without a price).
-
-        Give the call's `TokenUsage` (cached and cache-written input are billed at their own prices), or its
-        prompt and completion tokens. `model` is the model that answered (default: the runner's).
-        """
+        """Return a call's cost (0 unpriced), from its `TokenUsage` or token counts."""
         usage = prompt_tokens if isinstance(prompt_tokens, TokenUsage) else TokenUsage(prompt_tokens, completion_tokens)
         models = [self.model] if model is None else [model, self.model]
         return self._prices.cost(usage, *models)
@@ -124,13 +114,10 @@ class LLMRunner:
         max_turns: int = 10,
         **options: Any,
     ) -> SagaResult:
-        """Run the loop until the model answers in text; return the saga's result (its answer in `metadata`).
+        """Run the loop until the model answers in text; return the saga's result (the answer in `metadata`).
 
-        `prompt` is one user message, or a list of messages in this API's own format (an earlier conversation).
-        `options` go to every model call as given (`temperature`, `tool_choice`, `max_tokens`, ...); the runner
-        sets the model, the messages and the tools. Like `executor.run`, a failure does not raise: the result is
-        COMPENSATED (or COMPENSATION_FAILED) and its `error` says why. Cancellation of the caller compensates,
-        then goes on.
+        `prompt`: one user message, or messages in this API's format. `options` go to every model call. As with
+        `executor.run`, a failure does not raise: the result is COMPENSATED and its `error` says why.
         """
         if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
             raise ValueError(f"max_turns must be a positive int, got {max_turns!r}")
@@ -149,7 +136,7 @@ class LLMRunner:
                 stored.metadata.get("model"),
                 stored.metadata.get("api", "chat"),
             ) != (canonical_json(recorded_prompt), self.model, self.api):
-                # Checked before the block is entered: a refused re-entry must not compensate the recorded saga.
+                # Checked first: a refused re-entry must not compensate.
                 raise IdempotencyConflictError(
                     f"saga {saga_id!r} was recorded for model {stored.metadata.get('model')!r} and prompt "
                     f"{stored.metadata.get('prompt')!r}; re-enter it with the same model and prompt (and API), or "
@@ -157,8 +144,7 @@ class LLMRunner:
                     saga_id=saga_id,
                 )
         metadata = {"model": self.model, "prompt": recorded_prompt, "api": self.api}
-        # A call that needs a person's decision ends the run WAITING (the model's answer is recorded); run the same
-        # prompt and saga id again once decided: an approved call runs, a rejected one is told to the model.
+        # A call awaiting a decision ends the run WAITING; run it again once decided.
         gated = None if self.policy is None else self.policy.approval_required
         saga = self.executor.saga(saga_id=saga_id, budget=budget, metadata=metadata, approval_required=gated)
         try:
@@ -169,15 +155,15 @@ class LLMRunner:
         except ApprovalPendingError as exc:
             logger.info("saga %s: the LLM loop waits for a decision on call %s", saga.saga_id, exc.step_id)
         except Exception as exc:
-            if saga.result is None:  # the saga never started (an id in use, a conflict): nothing to report
+            if saga.result is None:  # never started: nothing to report
                 raise
             logger.warning("saga %s: the LLM loop failed and was compensated: %s", saga.saga_id, exc)
         assert saga.result is not None
         return saga.result
 
     async def _complete(self, request: dict[str, Any]) -> Any:
-        """Call the model once (a sync client in a worker thread, so it does not block the event loop)."""
-        create = self._adapter.endpoint(self.client)  # looked up each time, as a client's attribute would be
+        """Call the model once (a sync client in a worker thread)."""
+        create = self._adapter.endpoint(self.client)
         if create is None:
             raise TypeError(f"the client's {'.'.join(self._adapter.endpoint_path)} is gone")
         if inspect.iscoroutinefunction(inspect.unwrap(create)):
@@ -187,18 +173,13 @@ class LLMRunner:
         return await response if inspect.isawaitable(response) else response
 
     async def _ask(self, conversation: list[Any], options: Mapping[str, Any]) -> dict[str, Any]:
-        """Ask the model for the next turn (tried again on transient errors); return the recorded turn."""
+        """Ask the model for the next turn, retrying transient errors; return it as recorded."""
         request = self._adapter.request(self.model, conversation, self.tools, self.system, options)
         response = await call_with_retry(self.model_retry, partial(self._complete, request), f"model {self.model}")
         return self._adapter.record(response, self.model)
 
     def _for_record(self, answer: dict[str, Any], saga: DynamicSaga) -> Any:
-        """Return a turn as it is recorded: one calling a tool with secret arguments is stored encrypted whole.
-
-        The model's answer holds its calls' arguments in plain text (in its calls and in its message): a secret
-        among them must not reach the record (shown as "**********"). Without a key there is no way to keep it:
-        the run fails, as a plan holding a secret without a key is refused.
-        """
+        """Return a turn as recorded: one with secret arguments is encrypted whole (no key: the run fails)."""
         secret = [
             call["name"] for call in answer["calls"] if (spec := self.registry.find(call["name"])) and spec.secrets
         ]
@@ -213,7 +194,7 @@ class LLMRunner:
         return saga.keyring.encrypt(answer)
 
     def _recorded(self, record: Any, saga: DynamicSaga) -> dict[str, Any]:
-        """Return a recorded turn; a chat completion recorded by an earlier version is read as one."""
+        """Return a recorded turn (an older version's chat completion too)."""
         if is_envelope(record):
             record = reveal(record, saga.keyring)
         if isinstance(record, Mapping) and "api" not in record:
@@ -223,7 +204,7 @@ class LLMRunner:
     async def _loop(
         self, saga: DynamicSaga, prompt: str | list[Any], max_turns: int, options: Mapping[str, Any]
     ) -> None:
-        recorded = [self._recorded(r, saga) for r in saga.metadata.get("llm_responses") or []]  # a re-entered run's
+        recorded = [self._recorded(r, saga) for r in saga.metadata.get("llm_responses") or []]
         conversation = self._adapter.conversation(prompt, self.system)
         calls_log: list[dict[str, Any]] = []
         responses: list[dict[str, Any]] = []
@@ -253,7 +234,7 @@ class LLMRunner:
                     "refusal": answer["refusal"],
                 }
             )
-            # Durable before any of its calls runs: a re-entered run replays this answer instead of paying again.
+            # Durable before its calls run: a re-entered run replays it.
             await saga.set_metadata(llm_calls=calls_log, llm_responses=responses)
             if started is not None:
                 tell_model_call(hooks, saga.saga_id, self.model, turn, started, answer=answer, usage=usage, cost=cost)

@@ -1,4 +1,4 @@
-"""MySQLStore: sagas in MySQL 8.0+ or MariaDB 10.6+, shared by any number of executors, on an aiomysql pool.
+"""The MySQL dialect: sagas in MySQL 8.0+ or MariaDB 10.6+, shared by any number of executors, on an aiomysql pool.
 
 URL: `mysql://user:password@host:port/database` (`mariadb://` too; `?unix_socket=/path` for a local socket).
 Options, as keywords of `open_store` or URL query parameters, keywords winning:
@@ -33,6 +33,7 @@ import pymysql
 from saga_runtime._exceptions import StoreBusyError, StoreConnectionError, StoreError
 from saga_runtime._storage._batch import Outcome, Write
 from saga_runtime._storage._codec import LEASE_SQL
+from saga_runtime._storage._dialect import Dialect
 from saga_runtime._storage._errors import CONNECT_ADVICE, ErrorMap, convert
 from saga_runtime._storage._open import redact_url
 from saga_runtime._storage._sql import SAGA_COLUMNS, STEP_COLUMNS
@@ -45,7 +46,7 @@ from saga_runtime._storage._sqlstore import (
     url_option,
 )
 
-__all__ = ["CODE_MAP", "ERROR_MAP", "MySQLStore", "map_exceptions", "store_error"]
+__all__ = ["CODE_MAP", "ERROR_MAP", "MySQLDialect", "map_exceptions", "open_sql", "store_error"]
 
 _err = pymysql.err
 
@@ -165,7 +166,7 @@ class _MySQLTransaction:
             raise
 
 
-# The batch script (see MySQLStore._write_batch): column lists, one row's placeholders, and the upserts' updates.
+# The batch script (see MySQLDialect.write_batch): column lists, one row's placeholders, and the upserts' updates.
 _SAGAS = ", ".join(SAGA_COLUMNS)
 _STEPS = ", ".join(STEP_COLUMNS)
 # A saga row's lease is what is left of it (RowCodec.lease_in), written on the database's clock.
@@ -311,10 +312,11 @@ def _chunks(items: list[_T], split: bool) -> list[list[_T]]:
     return [[item] for item in items] if split else [items]
 
 
-class MySQLStore(SQLStore):
-    """Keep sagas in a MySQL or MariaDB database, through a pool of aiomysql connections."""
+class MySQLDialect(Dialect):
+    """Sagas in a MySQL or MariaDB database, through a pool of aiomysql connections."""
 
-    dialect = "mysql"
+    name = "mysql"
+    counts_changed_rows = True
 
     def __init__(self, url: str, pool: Any, database: str, *, retry_for: float = DEFAULT_RETRY_FOR) -> None:
         super().__init__(url, retry_for=retry_for, writers=pool.maxsize)
@@ -322,7 +324,7 @@ class MySQLStore(SQLStore):
         self._database = database
 
     @classmethod
-    async def open(
+    async def connect(
         cls,
         url: str,
         *,
@@ -331,8 +333,8 @@ class MySQLStore(SQLStore):
         connect_timeout: float | None = None,
         pool_recycle: float | None = None,
         retry_for: float | None = None,
-    ) -> MySQLStore:
-        """Connect a pool to the MySQL/MariaDB database at `url` and bring its schema up to date."""
+    ) -> MySQLDialect:
+        """Connect a pool to the MySQL/MariaDB database at `url` and check the server's version."""
         redacted = redact_url(url)
         parts = urlsplit(url)
         query = dict(parse_qsl(parts.query))
@@ -364,20 +366,19 @@ class MySQLStore(SQLStore):
                 # Autocommit for single-statement reads; writes open their own transaction with BEGIN.
                 autocommit=True,
             )
-        store = cls(url, pool, database, retry_for=retry)
+        dialect = cls(url, pool, database, retry_for=retry)
         try:
-            async with store._transaction(begin=False) as tx:
+            async with dialect.transaction(begin=False) as tx:
                 _check_server(str((await tx.fetch("SELECT VERSION()"))[0][0]), redacted)
-            await store._migrate()
         except BaseException:
             with anyio.move_on_after(_CLEANUP_SECONDS, shield=True):
-                await store.close()
+                await dialect.close()
             raise
-        return store
+        return dialect
 
     @asynccontextmanager
     async def _connection(self) -> AsyncIterator[Any]:
-        with map_exceptions(self._url):
+        with map_exceptions(self.url):
             conn = await self._pool.acquire()
         try:
             yield conn
@@ -386,9 +387,9 @@ class MySQLStore(SQLStore):
                 await self._pool.release(conn)
 
     @asynccontextmanager
-    async def _transaction(self, *, begin: bool, isolation: str | None = None) -> AsyncIterator[Transaction]:
+    async def transaction(self, *, begin: bool, isolation: str | None = None) -> AsyncIterator[Transaction]:
         async with self._connection() as conn:
-            with map_exceptions(self._url):
+            with map_exceptions(self.url):
                 cursor = await conn.cursor()
                 try:
                     if begin:
@@ -400,7 +401,7 @@ class MySQLStore(SQLStore):
                     if begin:
                         await conn.commit()
                 except _err.MySQLError as exc:
-                    if isinstance(store_error(exc, self._url), StoreConnectionError):
+                    if isinstance(store_error(exc, self.url), StoreConnectionError):
                         # Lost (killed, server gone): closed, so the pool drops it instead of handing it out again.
                         conn.close()
                     elif begin:
@@ -426,7 +427,7 @@ class MySQLStore(SQLStore):
         if scope.cancelled_caught:
             conn.close()
 
-    async def _write_batch(self, writes: Sequence[Write]) -> Sequence[Outcome | Exception]:
+    async def write_batch(self, writes: Sequence[Write]) -> Sequence[Outcome | Exception]:
         """Write a batch in one round trip: one statement alone, else a script in a transaction of its own.
 
         aiomysql always lets a connection run several statements at once (CLIENT.MULTI_STATEMENTS); pymysql
@@ -441,13 +442,13 @@ class MySQLStore(SQLStore):
         statements, gated = _batch_script(writes, split=split)
         rows: Sequence[Sequence[Any]] = ()
         if split:
-            async with self._transaction(begin=True) as tx:
+            async with self.transaction(begin=True) as tx:
                 for sql, params in statements[:-1] if gated else statements:
                     await tx.execute(sql, params)
                 if gated:  # the last statement reads the outcomes back
                     rows = await tx.fetch(*statements[-1])
         else:
-            async with self._transaction(begin=False) as tx:
+            async with self.transaction(begin=False) as tx:
                 assert isinstance(tx, _MySQLTransaction)
                 if len(statements) == 1:  # one statement commits on its own, atomically
                     await tx.execute(*statements[0])
@@ -465,7 +466,7 @@ class MySQLStore(SQLStore):
 
     async def _write_alone(self, write: Write, statement: Statement) -> Outcome:
         """Write a lone write with its one statement, atomic on its own; return its outcome."""
-        async with self._transaction(begin=False) as tx:
+        async with self.transaction(begin=False) as tx:
             if await tx.execute(*statement):
                 return Outcome.WRITTEN
             if write.create:
@@ -476,12 +477,12 @@ class MySQLStore(SQLStore):
             held = await tx.fetch(_HOLDS, (write.saga_id, write.owner))
         return Outcome.WRITTEN if int(held[0][0]) else Outcome.LOST
 
-    def _claim_transaction(self) -> AbstractAsyncContextManager[Transaction]:
+    def claim_transaction(self) -> AbstractAsyncContextManager[Transaction]:
         # READ COMMITTED: the claim's scan takes no gap locks and keeps no locks on rows it did not return, so it
         # neither blocks new sagas being inserted nor other claimers (which SKIP LOCKED past what it holds).
-        return self._transaction(begin=True, isolation="READ COMMITTED")
+        return self.transaction(begin=True, isolation="READ COMMITTED")
 
-    def _schema_transaction(self) -> AbstractAsyncContextManager[Transaction]:
+    def schema_transaction(self) -> AbstractAsyncContextManager[Transaction]:
         return self._locked_schema()
 
     @asynccontextmanager
@@ -489,11 +490,11 @@ class MySQLStore(SQLStore):
         # MySQL's DDL commits on its own, so a named lock (per server, hence the database in its name) keeps two
         # processes from migrating at once.
         name = f"saga_runtime.schema.{self._database}"[:64]
-        async with self._transaction(begin=False) as tx:
+        async with self.transaction(begin=False) as tx:
             got = (await tx.fetch("SELECT GET_LOCK(?, 30)".replace("?", "%s"), (name,)))[0][0]
             if got != 1:
                 raise StoreBusyError(
-                    f"another process has held the schema lock of {self._url} for 30 seconds; retry", url=self._url
+                    f"another process has held the schema lock of {self.url} for 30 seconds; retry", url=self.url
                 )
             try:
                 yield tx
@@ -501,9 +502,14 @@ class MySQLStore(SQLStore):
                 with anyio.move_on_after(_CLEANUP_SECONDS, shield=True):
                     await tx.fetch("SELECT RELEASE_LOCK(%s)", (name,))
 
-    async def _close_connections(self) -> None:
+    async def close(self) -> None:
         self._pool.close()
-        with anyio.move_on_after(_CLEANUP_SECONDS, shield=True) as scope, map_exceptions(self._url):
+        with anyio.move_on_after(_CLEANUP_SECONDS, shield=True) as scope, map_exceptions(self.url):
             await self._pool.wait_closed()
         if scope.cancelled_caught:
             self._pool.terminate()
+
+
+async def open_sql(url: str, **options: Any) -> SQLStore:
+    """Open the SQL store on the MySQL/MariaDB database at `url` (options: see MySQLDialect.connect)."""
+    return await SQLStore.open(await MySQLDialect.connect(url, **options))

@@ -18,14 +18,15 @@ __all__ = ["DEFAULT_URL", "ENV_VAR", "StoreOpener", "open_store", "redact_url"]
 ENV_VAR = "SAGA_RUNTIME_DATABASE_URL"
 DEFAULT_URL = "sqlite:///sagas.db"
 
-# scheme -> (module, class, extra that installs its driver or None)
-_DIALECTS: dict[str, tuple[str, str, str | None]] = {
-    "memory": ("saga_runtime._storage._memory", "MemoryStore", None),
-    "sqlite": ("saga_runtime._storage._sqlite", "SQLiteStore", None),
-    "postgresql": ("saga_runtime._storage._postgres", "PostgresStore", "postgres"),
-    "postgres": ("saga_runtime._storage._postgres", "PostgresStore", "postgres"),
-    "mysql": ("saga_runtime._storage._mysql", "MySQLStore", "mysql"),
-    "mariadb": ("saga_runtime._storage._mysql", "MySQLStore", "mysql"),
+# scheme -> (module, extra that installs its driver or None); a SQL module's `open_sql` opens the one SQL store
+# on its dialect.
+_DIALECTS: dict[str, tuple[str, str | None]] = {
+    "memory": ("saga_runtime._storage._memory", None),
+    "sqlite": ("saga_runtime._storage._sqlite", None),
+    "postgresql": ("saga_runtime._storage._postgres", "postgres"),
+    "postgres": ("saga_runtime._storage._postgres", "postgres"),
+    "mysql": ("saga_runtime._storage._mysql", "mysql"),
+    "mariadb": ("saga_runtime._storage._mysql", "mysql"),
 }
 
 
@@ -44,7 +45,7 @@ async def _open(url: str | None, options: dict[str, Any]) -> SagaStore:
     if scheme not in _DIALECTS:
         known = ", ".join(f"{name}://" for name in sorted(_DIALECTS))
         raise StoreError(f"unsupported store URL {redact_url(url)!r}: use one of {known}", url=redact_url(url))
-    module_name, class_name, extra = _DIALECTS[scheme]
+    module_name, extra = _DIALECTS[scheme]
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
@@ -53,15 +54,14 @@ async def _open(url: str | None, options: dict[str, Any]) -> SagaStore:
             f"the {scheme} store needs a driver that is not installed ({exc.name or exc}): run {hint}",
             url=redact_url(url),
         ) from exc
-    store_class = getattr(module, class_name)
     key = signing_key_bytes(options.pop("signing_key", None))
     if scheme == "memory":
         options.pop("retry_for", None)  # no connection to lose
         if options:
             raise TypeError(f"the memory store takes only signing_key= (and retry_for=), got {sorted(options)}")
-        store: SagaStore = store_class(signing_key=key)
+        store: SagaStore = module.MemoryStore(signing_key=key)
         return store
-    opened = await store_class.open(url, **options)
+    opened = await module.open_sql(url, **options)
     opened.use_signing_key(key)
     result: SagaStore = opened
     return result

@@ -1,4 +1,4 @@
-"""PostgresStore: sagas in PostgreSQL, shared by any number of executors, on an asyncpg connection pool.
+"""The PostgreSQL dialect: sagas in PostgreSQL, shared by any number of executors, on an asyncpg connection pool.
 
 URL: `postgresql://user:password@host:port/database` (`postgres://` too); other query parameters (`sslmode`, ...)
 go to asyncpg. Options, as keywords of `open_store` or URL query parameters, keywords winning:
@@ -29,6 +29,7 @@ import asyncpg
 
 from saga_runtime._exceptions import StoreBusyError, StoreConnectionError, StoreError
 from saga_runtime._storage._batch import Outcome, Write
+from saga_runtime._storage._dialect import Dialect
 from saga_runtime._storage._errors import CONNECT_ADVICE, ErrorMap, convert, mapping_errors
 from saga_runtime._storage._open import redact_url
 from saga_runtime._storage._sql import SAGA_COLUMNS, STEP_COLUMNS
@@ -41,7 +42,7 @@ from saga_runtime._storage._sqlstore import (
     url_option,
 )
 
-__all__ = ["ERROR_MAP", "PostgresStore", "map_exceptions"]
+__all__ = ["ERROR_MAP", "PostgresDialect", "map_exceptions", "open_sql"]
 
 _exc = asyncpg.exceptions
 logger = logging.getLogger("saga_runtime")
@@ -99,7 +100,7 @@ _CATCH: tuple[type[BaseException], ...] = (
 )
 _SCHEMA_LOCK = 0x5A6A_0001  # pg_advisory_xact_lock key: one process migrates the schema at a time
 _CLEANUP_SECONDS = 5.0
-# How asyncpg's protocol refuses to start a statement on a connection the server has ended (see PostgresStore._lost).
+# How asyncpg's protocol refuses to start a statement on a connection the server has ended (see PostgresDialect._lost).
 _ENDED_BY_SERVER = ("cannot switch to state", "cannot process message")
 _CLOSED_ADVICE = "the server closed the connection (a terminated backend, a restart); a new one is used"
 # A spare connection unused for this long goes back to the pool before its next use (the pool's checks then apply:
@@ -274,10 +275,10 @@ def _batch_statement(modes: frozenset[str], checks: int, steps: bool, saga_rows:
     return f"WITH {', '.join(parts)} SELECT w FROM {'passed' if passed else '(SELECT 0 AS w) AS nothing WHERE false'}"
 
 
-class PostgresStore(SQLStore):
-    """Keep sagas in a PostgreSQL database, through a pool of asyncpg connections."""
+class PostgresDialect(Dialect):
+    """Sagas in a PostgreSQL database, through a pool of asyncpg connections."""
 
-    dialect = "postgresql"
+    name = "postgresql"
 
     def __init__(self, url: str, pool: Any, *, retry_for: float = DEFAULT_RETRY_FOR) -> None:
         super().__init__(url, retry_for=retry_for, writers=pool.get_max_size())
@@ -290,7 +291,7 @@ class PostgresStore(SQLStore):
         self._waiting = 0  # calls waiting for a connection from the pool
 
     @classmethod
-    async def open(
+    async def connect(
         cls,
         url: str,
         *,
@@ -299,8 +300,8 @@ class PostgresStore(SQLStore):
         connect_timeout: float | None = None,
         command_timeout: float | None = None,
         retry_for: float | None = None,
-    ) -> PostgresStore:
-        """Connect a pool to the PostgreSQL database at `url` and bring its schema up to date."""
+    ) -> PostgresDialect:
+        """Connect a pool to the PostgreSQL database at `url`."""
         redacted = redact_url(url)
         parts = urlsplit(url)
         query = dict(parse_qsl(parts.query))
@@ -320,18 +321,11 @@ class PostgresStore(SQLStore):
                 command_timeout=command_timeout,
                 reset=_keep_session,
             )
-        store = cls(url, pool, retry_for=retry)
-        try:
-            await store._migrate()
-        except BaseException:
-            with anyio.move_on_after(_CLEANUP_SECONDS, shield=True):
-                await store.close()
-            raise
-        return store
+        return cls(url, pool, retry_for=retry)
 
     @asynccontextmanager
-    async def _transaction(self, *, begin: bool) -> AsyncIterator[Transaction]:
-        with map_exceptions(self._url):
+    async def transaction(self, *, begin: bool) -> AsyncIterator[Transaction]:
+        with map_exceptions(self.url):
             conn = await self._connection()
             kept = False
             try:
@@ -352,7 +346,7 @@ class PostgresStore(SQLStore):
                     await self._pool.release(conn)
 
     async def _connection(self) -> Any:
-        """Return the spare connection if it is free, else one from the pool (released by `_transaction`)."""
+        """Return the spare connection if it is free, else one from the pool (released by `transaction`)."""
         conn, self._spare = self._spare, None
         if conn is not None:
             if time.monotonic() - self._spare_since < _SPARE_IDLE and _alive(conn):
@@ -368,7 +362,7 @@ class PostgresStore(SQLStore):
 
     def _keep(self, conn: Any) -> bool:
         """Keep `conn` as the spare if it is healthy, idle, and no call is waiting for the pool (so none starves)."""
-        if self._spare is not None or self._waiting or self._closed or not _alive(conn):
+        if self._spare is not None or self._waiting or self.closed or not _alive(conn):
             return False
         try:
             if conn.is_in_transaction():
@@ -394,19 +388,19 @@ class PostgresStore(SQLStore):
             if not closed:
                 conn.terminate()
             return StoreConnectionError(
-                f"lost the connection to {self._url}: the server ended it (its backend was terminated, or the "
+                f"lost the connection to {self.url}: the server ended it (its backend was terminated, or the "
                 "server restarted); a new connection is used",
-                url=self._url,
+                url=self.url,
             )
-        error = convert(exc, ERROR_MAP, self._url)
+        error = convert(exc, ERROR_MAP, self.url)
         if closed and not isinstance(error, StoreConnectionError):
-            error = convert(exc, ERROR_MAP, self._url, kind=StoreConnectionError, advice=_CLOSED_ADVICE)
+            error = convert(exc, ERROR_MAP, self.url, kind=StoreConnectionError, advice=_CLOSED_ADVICE)
         if isinstance(error, StoreConnectionError) and not closed:
             # The pool drops a closed connection on release and opens a new one on the next acquire.
             conn.terminate()
         return error
 
-    async def _write_batch(self, writes: Sequence[Write]) -> Sequence[Outcome | Exception]:
+    async def write_batch(self, writes: Sequence[Write]) -> Sequence[Outcome | Exception]:
         """Write a batch in one statement (see `_batch_statement`): atomic on its own, one round trip."""
         sagas = [(i, write, write.saga) for i, write in enumerate(writes) if write.saga is not None]
         checks = [(i, write) for i, write in enumerate(writes) if write.saga is None and write.owner is not None]
@@ -442,7 +436,7 @@ class PostgresStore(SQLStore):
             params += _columns([row for _, row, _ in steps], len(STEP_COLUMNS))
             params += [[i for i, _, _ in steps], [gated for _, _, gated in steps]]
         sql = _batch_statement(frozenset(modes), min(len(checks), 2), bool(steps), saga_rows, step_rows)
-        async with self._transaction(begin=False) as tx:
+        async with self.transaction(begin=False) as tx:
             passed = {record[0] for record in await tx.fetch(sql, params)}
         outcomes: list[Outcome | Exception] = []
         for i, write in enumerate(writes):
@@ -452,21 +446,26 @@ class PostgresStore(SQLStore):
                 outcomes.append(Outcome.TAKEN if write.create else Outcome.LOST)
         return outcomes
 
-    def _schema_transaction(self) -> AbstractAsyncContextManager[Transaction]:
+    def schema_transaction(self) -> AbstractAsyncContextManager[Transaction]:
         return self._locked_transaction()
 
     @asynccontextmanager
     async def _locked_transaction(self) -> AsyncIterator[Transaction]:
         # PostgreSQL's DDL is transactional: a migration is all or nothing, under an advisory lock.
-        async with self._transaction(begin=True) as tx:
+        async with self.transaction(begin=True) as tx:
             await tx.fetch(f"SELECT pg_advisory_xact_lock({_SCHEMA_LOCK})")
             yield tx
 
-    async def _close_connections(self) -> None:
-        with anyio.move_on_after(_CLEANUP_SECONDS, shield=True) as scope, map_exceptions(self._url):
+    async def close(self) -> None:
+        with anyio.move_on_after(_CLEANUP_SECONDS, shield=True) as scope, map_exceptions(self.url):
             spare, self._spare = self._spare, None
             if spare is not None:
                 await self._pool.release(spare)  # the pool's close waits for every connection to be released
             await self._pool.close()
         if scope.cancelled_caught:
             self._pool.terminate()
+
+
+async def open_sql(url: str, **options: Any) -> SQLStore:
+    """Open the SQL store on the PostgreSQL database at `url` (options: see PostgresDialect.connect)."""
+    return await SQLStore.open(await PostgresDialect.connect(url, **options))

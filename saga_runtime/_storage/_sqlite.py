@@ -1,4 +1,4 @@
-"""SQLiteStore: the embedded default, one file on one machine, on aiosqlite.
+"""The SQLite dialect: the embedded default, one file on one machine, on aiosqlite.
 
 URLs: `sqlite:///relative/path.db` (relative to the working directory), `sqlite:////absolute/path.db`, and
 `sqlite:///:memory:` (private to the store object). Options, as keywords of `open_store` or URL query parameters
@@ -37,12 +37,13 @@ import anyio
 
 from saga_runtime._exceptions import StoreBusyError, StoreConnectionError, StoreError, StoreFileError
 from saga_runtime._storage._batch import Outcome, Write
+from saga_runtime._storage._dialect import Dialect
 from saga_runtime._storage._errors import ErrorMap, convert
 from saga_runtime._storage._open import redact_url
 from saga_runtime._storage._sql import SAGA_COLUMNS, STEP_COLUMNS, Queries
 from saga_runtime._storage._sqlstore import DEFAULT_RETRY_FOR, SQLStore, Transaction, retry_for_option, url_option
 
-__all__ = ["ERROR_MAP", "SQLiteStore", "map_exceptions"]
+__all__ = ["ERROR_MAP", "SQLiteDialect", "map_exceptions", "open_sql"]
 
 # Every sqlite3 error derives from sqlite3.Error; the subclasses below get their own advice.
 ERROR_MAP: ErrorMap = {
@@ -152,7 +153,7 @@ def _write_all(conn: sqlite3.Connection, q: Queries, writes: Sequence[Write]) ->
     """
     if len(writes) == 1 and _statements(writes[0]) == 1:
         return [_write(conn, q, writes[0])]  # one statement commits on its own, atomically
-    # IMMEDIATE: take the write lock now (see SQLiteStore._transaction).
+    # IMMEDIATE: take the write lock now (see SQLiteDialect.transaction).
     conn.execute("BEGIN IMMEDIATE")
     try:
         outcomes = [_write(conn, q, write) for write in writes]
@@ -256,11 +257,11 @@ async def _connect(path: str, synchronous: str, busy_timeout: float, url: str) -
     return conn
 
 
-class SQLiteStore(SQLStore):
-    """Keep sagas in a SQLite file, in WAL mode, writing through one connection."""
+class SQLiteDialect(Dialect):
+    """Sagas in a SQLite file, in WAL mode, written through one connection."""
 
-    dialect = "sqlite"
-    _write_errors = _WRITE_ERRORS
+    name = "sqlite"
+    write_errors = _WRITE_ERRORS
 
     def __init__(
         self,
@@ -279,22 +280,22 @@ class SQLiteStore(SQLStore):
         self._lock = asyncio.Lock()
         # What a new connection needs, should this one be lost; and whether it was.
         path = _file_of(sqlite_path(url))
-        self._connect_args = (path, synchronous, busy_timeout, self._url)
+        self._connect_args = (path, synchronous, busy_timeout, self.url)
         self._broken = False
         # The file the store opened (device, inode), checked at the end of every transaction; None: in memory.
         self._identity = None if path == ":memory:" else _identity(path)
         self._file_error: StoreFileError | None = None
 
     @classmethod
-    async def open(
+    async def connect(
         cls,
         url: str,
         *,
         synchronous: str | None = None,
         busy_timeout: float | None = None,
         retry_for: float | None = None,
-    ) -> SQLiteStore:
-        """Open (creating if needed) the SQLite database at `url` and bring its schema up to date."""
+    ) -> SQLiteDialect:
+        """Open (creating if needed) the SQLite database at `url`."""
         redacted = redact_url(url)
         path = sqlite_path(url)
         query = dict(parse_qsl(urlsplit(url).query))
@@ -306,14 +307,7 @@ class SQLiteStore(SQLStore):
         if level not in _SYNCHRONOUS:
             raise ValueError(f"synchronous must be one of {', '.join(_SYNCHRONOUS)}, not {level!r}")
         conn = await _connect(_file_of(path), level, timeout, redacted)
-        store = cls(url, conn, synchronous=level, busy_timeout=timeout, retry_for=retry)
-        try:
-            await store._migrate()
-        except BaseException:
-            with anyio.move_on_after(_CLEANUP_SECONDS, shield=True):
-                await store.close()
-            raise
-        return store
+        return cls(url, conn, synchronous=level, busy_timeout=timeout, retry_for=retry)
 
     async def _reconnect(self) -> None:
         """Replace a lost connection with a new one; raise StoreConnectionError if the file cannot be opened."""
@@ -322,7 +316,7 @@ class SQLiteStore(SQLStore):
         if self._connect_args[0] == ":memory:":
             # Not a StoreConnectionError, so not retried: a new connection would be a new, empty database.
             raise StoreError(
-                f"the in-memory database of {self._url} was lost with its connection; open a new store", url=self._url
+                f"the in-memory database of {self.url} was lost with its connection; open a new store", url=self.url
             )
         self._check_file()  # never reopen the path onto another file (SQLite would create an empty one)
         self._conn = await _connect(*self._connect_args)
@@ -336,23 +330,23 @@ class SQLiteStore(SQLStore):
             if found != self._identity:
                 what = "deleted" if found is None else "replaced by another file"
                 self._file_error = StoreFileError(
-                    f"the SQLite file of {self._url} was {what} while the store had it open: what the store "
+                    f"the SQLite file of {self.url} was {what} while the store had it open: what the store "
                     "writes now is lost with the old file, so nothing more is reported written. Close the store, "
                     "restore the file (from a backup) or move the new one away, and open a new store",
-                    url=self._url,
+                    url=self.url,
                 )
         if self._file_error is not None:
             raise self._file_error
 
     @asynccontextmanager
-    async def _transaction(self, *, begin: bool) -> AsyncIterator[Transaction]:
+    async def transaction(self, *, begin: bool) -> AsyncIterator[Transaction]:
         async with self._lock:
             if self._file_error is not None:
                 raise self._file_error
             if self._broken:
                 await self._reconnect()
             try:
-                with map_exceptions(self._url):
+                with map_exceptions(self.url):
                     if not begin:
                         # Autocommit: each statement is atomic (and durable) on its own.
                         yield self._tx
@@ -376,7 +370,7 @@ class SQLiteStore(SQLStore):
                 raise convert(
                     exc,
                     ERROR_MAP,
-                    self._url,
+                    self.url,
                     kind=StoreConnectionError,
                     advice="the store's SQLite connection was closed; it is reopened on the next call",
                 ) from exc
@@ -395,19 +389,24 @@ class SQLiteStore(SQLStore):
             with contextlib.suppress(sqlite3.Error, ValueError):
                 await self._conn.execute("ROLLBACK")
 
-    async def _write_batch(self, writes: Sequence[Write]) -> Sequence[Outcome | Exception]:
+    async def write_batch(self, writes: Sequence[Write]) -> Sequence[Outcome | Exception]:
         """Write a batch in one transaction run whole on aiosqlite's thread: one hop, one commit (one fsync)."""
-        async with self._transaction(begin=False) as tx:
+        async with self.transaction(begin=False) as tx:
             assert isinstance(tx, _SQLiteTransaction)
             # Cancelled while it runs, the thread still finishes the transaction (commit or rollback) on its own.
-            return await tx.call(partial(_write_all, q=self._queries, writes=writes))
+            return await tx.call(partial(_write_all, q=self.queries, writes=writes))
 
-    def _schema_transaction(self) -> AbstractAsyncContextManager[Transaction]:
+    def schema_transaction(self) -> AbstractAsyncContextManager[Transaction]:
         # BEGIN IMMEDIATE is the schema lock; SQLite's DDL is transactional, so a migration is all or nothing.
-        return self._transaction(begin=True)
+        return self.transaction(begin=True)
 
-    async def _close_connections(self) -> None:
+    async def close(self) -> None:
         if not _usable(self._conn):  # lost already: nothing to close
             return
-        with map_exceptions(self._url):
+        with map_exceptions(self.url):
             await self._conn.close()
+
+
+async def open_sql(url: str, **options: Any) -> SQLStore:
+    """Open the SQL store on the SQLite database at `url` (options: see SQLiteDialect.connect)."""
+    return await SQLStore.open(await SQLiteDialect.connect(url, **options))

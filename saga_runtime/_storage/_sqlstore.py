@@ -1,9 +1,10 @@
-"""SQLStore: the SagaStore contract written once over a minimal transaction interface each driver provides.
+"""SQLStore: the SagaStore contract written once, for every database, over the database's Dialect object.
 
-Writes (`save`, `create_saga`, `import_saga`) go through a group commit (saga_runtime._storage._batch): concurrent
-writes share one transaction, each caller returning once its own rows are durable; a write refused (a stale owner,
-a duplicate idempotency key, a taken id) fails alone. Each driver writes a batch in as few round trips as it can
-(`_write_batch`).
+The dialect (saga_runtime._storage._dialect) brings the connections, statements, codec, batch writer and error
+table; no class extends this one. Writes (`save`, `create_saga`, `import_saga`) go through a group commit
+(saga_runtime._storage._batch): concurrent writes share one transaction, each caller returning once its own rows
+are durable; a write refused (a stale owner, a duplicate idempotency key, a taken id) fails alone. Each dialect
+writes a batch in as few round trips as it can (`Dialect.write_batch`).
 
 Every operation is one transaction, safe to run again: `create_saga` inserts or does nothing, `save` upserts,
 claims are conditional. So an operation that lost its connection (`StoreConnectionError`: the server restarted,
@@ -14,7 +15,6 @@ seconds (`open_store(url, retry_for=30.0)`, the default; 0 turns retries off). B
 
 from __future__ import annotations
 
-import abc
 import logging
 import math
 import random
@@ -23,7 +23,7 @@ import warnings
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime, timedelta
-from typing import Any, ClassVar, TypeVar
+from typing import Any, TypeVar
 
 import anyio
 
@@ -38,10 +38,10 @@ from saga_runtime._records import (
     now,
     seal_saga,
 )
-from saga_runtime._storage._approval_sql import ApprovalQueries, approval_params, approval_row
+from saga_runtime._storage._approval_sql import approval_params, approval_row
 from saga_runtime._storage._base import key_full, queue_allowance, same_rows, unparked_status
 from saga_runtime._storage._batch import Batcher, Outcome, Write, lease_lost
-from saga_runtime._storage._open import redact_url
+from saga_runtime._storage._dialect import Dialect
 from saga_runtime._storage._reading import StoreBase
 from saga_runtime._storage._sql import (
     LIVE_STATUSES,
@@ -49,14 +49,11 @@ from saga_runtime._storage._sql import (
     SAGA_COLUMNS,
     SEALED_SAGAS_VERSION,
     VERSION_TABLE_DDL,
-    DialectName,
-    Queries,
-    RowCodec,
     schema_too_new,
 )
 from saga_runtime._storage._sqlwrite import Transaction, write_of
 
-__all__ = ["DEFAULT_RETRY_FOR", "SQLStore", "Transaction", "retry_for_option"]
+__all__ = ["DEFAULT_RETRY_FOR", "Dialect", "SQLStore", "Transaction", "retry_for_option"]
 
 logger = logging.getLogger("saga_runtime")
 
@@ -68,6 +65,7 @@ _IN_CHUNK = 500
 DEFAULT_RETRY_FOR = 30.0
 _FIRST_DELAY = 0.05
 _MAX_DELAY = 2.0
+_CLEANUP_SECONDS = 5.0
 
 _T = TypeVar("_T")
 
@@ -113,49 +111,42 @@ def _storable(text: str) -> bool:
     return True
 
 
-class SQLStore(StoreBase, abc.ABC):
-    """A SagaStore on a SQL database; subclasses bring the driver, connections and error conversion."""
+class SQLStore(StoreBase):
+    """A SagaStore on a SQL database; its dialect brings the driver, connections, statements and error table."""
 
     #: Rows come to it sealed: it never seals a step row.
     seals_on_read = False
 
-    dialect: ClassVar[DialectName]
-    # The driver errors that are one write's doing (a batch failing with one is written again write by write);
-    # None: any error but a lost connection may be.
-    _write_errors: ClassVar[tuple[type[BaseException], ...] | None] = None
-
-    def __init__(self, url: str, *, retry_for: float = DEFAULT_RETRY_FOR, writers: int = 1) -> None:
-        self._url = redact_url(url)
-        self._queries = Queries(self.dialect)
-        self._approval_queries = ApprovalQueries(self.dialect)
-        self._codec = RowCodec(self.dialect)
+    def __init__(self, dialect: Dialect) -> None:
+        self._dialect = dialect
+        self._url = dialect.url
+        self._queries = dialect.queries
+        self._approval_queries = dialect.approval_queries
+        self._codec = dialect.codec
         self._closed = False
-        self._retry_for = retry_for
-        # Group commit: up to `writers` batches of writes at once (SQLite has one writer; a pool has more).
-        self._batcher = Batcher(self._flush, slots=writers)
+        self._retry_for = dialect.retry_for
+        # Group commit: up to `writers` batches of writes at once.
+        self._batcher = Batcher(self._flush, slots=dialect.writers)
 
-    # -- what a driver provides ------------------------------------------------------------------------------
+    @classmethod
+    async def open(cls, dialect: Dialect) -> SQLStore:
+        """Return a store on a connected `dialect`, its schema brought up to date (closed again if that fails)."""
+        store = cls(dialect)
+        try:
+            await store._migrate()
+        except BaseException:
+            with anyio.move_on_after(_CLEANUP_SECONDS, shield=True):
+                await store.close()
+            raise
+        return store
 
-    @abc.abstractmethod
+    @property
+    def dialect(self) -> Dialect:
+        """Return the store's dialect: its database's connections, statements, codec and error table."""
+        return self._dialect
+
     def _transaction(self, *, begin: bool) -> AbstractAsyncContextManager[Transaction]:
-        """Return a context holding a connection, in one transaction if `begin`, else in autocommit.
-
-        With `begin`, the transaction commits when the block ends and rolls back if it raises. Without, each
-        statement commits on its own: for reads and single-statement writes, one round trip instead of three.
-        Driver errors raised inside come out as StoreError subclasses.
-        """
-
-    @abc.abstractmethod
-    def _schema_transaction(self) -> AbstractAsyncContextManager[Transaction]:
-        """Return a transaction that holds the database's schema lock, so one process migrates at a time."""
-
-    @abc.abstractmethod
-    async def _close_connections(self) -> None:
-        """Close every connection of the store."""
-
-    def _claim_transaction(self) -> AbstractAsyncContextManager[Transaction]:
-        """Return the transaction recovery claims expired sagas in (a driver may pick its isolation)."""
-        return self._transaction(begin=True)
+        return self._dialect.transaction(begin=begin)
 
     # -- shared ----------------------------------------------------------------------------------------------
 
@@ -185,7 +176,7 @@ class SQLStore(StoreBase, abc.ABC):
         return self._sealed_since
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self._url}{' (closed)' if self._closed else ''}>"
+        return f"<{type(self).__name__} {self._dialect.name} {self._url}{' (closed)' if self._closed else ''}>"
 
     def _check_open(self) -> None:
         if self._closed:
@@ -234,19 +225,19 @@ class SQLStore(StoreBase, abc.ABC):
     async def _migrate(self) -> int:
         """Create the schema or bring it up to SCHEMA_VERSION in place; return the version found."""
         q = self._queries
-        async with self._schema_transaction() as tx:
+        async with self._dialect.schema_transaction() as tx:
             exists = (await tx.fetch(q.table_exists, ("schema_version",)))[0][0]
             found = 0
             if exists:
                 found = int((await tx.fetch(q.read_version))[0][0] or 0)
             else:
-                await tx.execute(VERSION_TABLE_DDL[self.dialect])
+                await tx.execute(VERSION_TABLE_DDL[self._dialect.name])
             latest = MIGRATIONS[-1].version
             if found > latest:
                 raise schema_too_new(found, latest, self._url)
             for migration in MIGRATIONS:
                 if migration.version > found:
-                    for statement in migration.statements(self.dialect):
+                    for statement in migration.statements(self._dialect.name):
                         await tx.execute(statement)
                     await tx.execute(
                         q.record_version,
@@ -302,7 +293,7 @@ class SQLStore(StoreBase, abc.ABC):
         """Tell whether a batch's error concerns every write of it (else each is written alone to find out)."""
         if isinstance(exc, StoreConnectionError) or self._closed:
             return True
-        own = self._write_errors
+        own = self._dialect.write_errors
         return own is not None and not (isinstance(exc, own) or isinstance(exc.__cause__, own))
 
     def _closed_error(self) -> StoreError:
@@ -311,9 +302,8 @@ class SQLStore(StoreBase, abc.ABC):
             url=self._url,
         )
 
-    @abc.abstractmethod
     async def _write_batch(self, writes: Sequence[Write]) -> Sequence[Outcome | Exception]:
-        """Write a batch, each write's condition checked with it, atomically; return each write's outcome."""
+        return await self._dialect.write_batch(writes)
 
     async def _insert(
         self, saga: SagaRow, steps: Sequence[StepRow], what: str = "create_saga"
@@ -399,9 +389,9 @@ class SQLStore(StoreBase, abc.ABC):
             async with self._transaction(begin=False) as tx:
                 if await tx.execute(q.claim, params) == 1:
                     return True
-                if self.dialect != "mysql":
+                if not self._dialect.counts_changed_rows:
                     return False
-                # MySQL reports changed rows: 0 also when `owner` held it already and rewrote the same lease.
+                # 0 also when `owner` held it already and rewrote the same lease.
                 return int((await tx.fetch(q.owns, (saga_id, owner, *LIVE_STATUSES)))[0][0]) == 1
 
         return await self._retrying("claim_saga", claim)
@@ -541,7 +531,7 @@ class SQLStore(StoreBase, abc.ABC):
         q, codec = self._queries, self._codec
 
         async def claim() -> list[tuple[SagaRow, list[StepRow]]]:
-            async with self._claim_transaction() as tx:
+            async with self._dialect.claim_transaction() as tx:
                 records = await tx.fetch(q.expired, (*LIVE_STATUSES, *codec.now_in(now), int(limit)))
                 ids = [codec.id_out(record[0]) for record in records]
                 if not ids:
@@ -598,7 +588,7 @@ class SQLStore(StoreBase, abc.ABC):
         limited = queue.concurrency is not None or queue.key_concurrency is not None or queue.rate_limit is not None
 
         async def claim() -> list[tuple[SagaRow, list[StepRow]]]:
-            async with self._claim_transaction() as tx:
+            async with self._dialect.claim_transaction() as tx:
                 running: dict[str | None, int] = {}
                 if limited:
                     await tx.execute(q.queue_lock_insert, (queue.name,))
@@ -771,11 +761,11 @@ class SQLStore(StoreBase, abc.ABC):
         """Release the store's connections; the store cannot be used afterwards."""
         if self._closed:
             return
-        self._closed = True
+        self._closed = self._dialect.closed = True
         try:
             await self._batcher.close(self._closed_error())
         finally:
-            await self._close_connections()
+            await self._dialect.close()
 
     def __del__(self, _warn: Any = warnings.warn) -> None:
         # Like aiosqlite: a store dropped without close() leaks connections (and, for SQLite, a thread).

@@ -4,7 +4,6 @@
 - `saga_runtime.integrations.pydantic_ai` (extra `pydantic-ai`): pydantic-ai.
 - `saga_runtime.integrations.langchain` (extra `langchain`): LangChain (langchain-core).
 
-Each has `saga_tools(saga, names=None)`, the registry's tools as that framework's tool objects whose every call is
-one step of the dynamic saga, and `durable_model(saga, model)`, the framework's model recording each response in
-the saga and serving it from the record when the saga is re-entered after a crash.
+Each has `saga_tools(saga, names=None)` (tools whose every call is a step of the saga) and
+`durable_model(saga, model)` (a model whose responses are recorded, and replayed on re-entry).
 """

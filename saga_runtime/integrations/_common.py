@@ -1,9 +1,7 @@
-"""What the framework integrations share: a tool call run as a saga step, and model responses kept in the saga.
+"""What the framework integrations share: a tool call run as a saga step, model responses kept in the saga.
 
-A framework calls tools and its model on its own schedule; the saga identifies calls by their position. So the
-calls of one saga run one at a time, in the order the framework made them, and each model response is recorded
-(`metadata["model_responses"]`) before the framework acts on it: a re-entered saga is served the same responses,
-makes the same calls in the same order, and those are served from the record too.
+Calls run one at a time, in the framework's order (a saga identifies calls by position), and each model
+response is recorded before it is acted on, so a re-entered saga makes the same calls, served from the record.
 """
 
 from __future__ import annotations
@@ -35,16 +33,16 @@ __all__ = ["ENDS_RUN", "ModelRecord", "call_step", "ends_run", "missing_extra", 
 
 T = TypeVar("T")
 
-# Errors that end the framework's run (and so the saga block): never shown to the model as a tool's failure.
+# Errors that end the run, never shown to the model as a tool's failure.
 ENDS_RUN: tuple[type[BaseException], ...] = (BudgetExceededError, LeaseLostError, ReplayDivergenceError)
-# Known by name: the approvals issue adds it, and it ends a run the same way.
+# Known by name, as the others end a run.
 _ENDS_RUN_NAMES = frozenset({"ApprovalPendingError"})
 
 RESPONSES_KEY = "model_responses"
 
 
 def ends_run(exc: BaseException) -> bool:
-    """Tell whether an error of a saga call ends the run rather than going back to the model."""
+    """Tell whether a call's error ends the run instead of going to the model."""
     return isinstance(exc, ENDS_RUN) or any(kind.__name__ in _ENDS_RUN_NAMES for kind in type(exc).__mro__)
 
 
@@ -54,8 +52,8 @@ def missing_extra(framework: str, extra: str) -> ImportError:
 
 
 def specs_of(saga: DynamicSaga, names: Iterable[str] | None) -> list[ToolSpec]:
-    """Return the specs of the saga's registry, or of the tools named (an unknown name raises UnknownToolError)."""
-    registry = saga.registry  # the registry the saga's calls are checked against
+    """Return the specs of the saga's registry, or of the tools named (else UnknownToolError)."""
+    registry = saga.registry
     if names is None:
         return list(registry)
     return [registry.get(name) for name in names]
@@ -68,7 +66,7 @@ def schema_of(spec: ToolSpec) -> dict[str, Any]:
 
 @dataclass
 class _SagaState:
-    """What the integrations keep per saga: one lock for its calls, and how many model responses were served."""
+    """Per saga: one lock for its calls, and how many model responses were served."""
 
     lock: anyio.Lock = field(default_factory=anyio.Lock)
     served: int = 0
@@ -85,11 +83,9 @@ def _state(saga: DynamicSaga) -> _SagaState:
 
 
 async def call_step(saga: DynamicSaga, tool: str, args: Mapping[str, Any], call_id: str | None = None) -> str:
-    """Run one tool call as a step of `saga`; return the text for the model: `{"result": ...}` or `{"error": ...}`.
+    """Run one tool call as a step of `saga`; return `{"result": ...}` or `{"error": ...}` text for the model.
 
-    A tool's failure (after its retries), or arguments the tool refuses, go back to the model as the error;
-    `BudgetExceededError`, `LeaseLostError`, `ReplayDivergenceError` (and `ApprovalPendingError`) are raised, and
-    end the run.
+    Budget, lease, replay and approval-pending errors are raised instead: they end the run.
     """
     step = (tool, dict(args)) if call_id is None or "." in call_id else (tool, dict(args), call_id)
     async with _state(saga).lock:
@@ -107,11 +103,7 @@ async def call_step(saga: DynamicSaga, tool: str, args: Mapping[str, Any], call_
 
 
 class ModelRecord:
-    """Record each model response of a saga before it is acted on; serve recorded ones on re-entry.
-
-    `dump` turns a framework response into JSON, `load` turns it back; `usage` reads its tokens, charged to the
-    saga (with `prices`, their cost too) so a `Budget` bounds the model's spending.
-    """
+    """Record each model response before it is acted on, serve recorded ones on re-entry; charge its tokens."""
 
     def __init__(
         self,
@@ -130,11 +122,7 @@ class ModelRecord:
         self._prices = PriceTable(prices) if prices is not None else None
 
     def _sealed(self, dumped: Any) -> Any:
-        """Return a response as recorded: encrypted whole when the saga's tools take secrets.
-
-        A response holds the model's tool calls with their arguments in plain text: a secret among them must not
-        reach the record. Without a key there is no way to keep it, and the run fails, as a plan would.
-        """
+        """Return a response as recorded: encrypted whole when the tools take secrets (no key: the run fails)."""
         registry = self.saga.registry
         if not any(registry.get(name).secrets for name in registry.names()):
             return dumped
@@ -146,7 +134,7 @@ class ModelRecord:
         return self.saga.keyring.encrypt(dumped)
 
     async def respond(self, ask: Callable[[], Awaitable[T]]) -> T:
-        """Return the next model response: from the record when the saga holds it, else asked and recorded."""
+        """Return the next model response, from the record or asked and recorded."""
         state = _state(self.saga)
         async with state.lock:
             position = state.served
@@ -167,11 +155,11 @@ class ModelRecord:
             else:
                 response = await ask()
                 entry = {"framework": self.framework, "response": self._sealed(self._dump(response))}
-                # Durable before the framework acts on it: a re-entered run is served this, not a new answer.
+                # Durable before the framework acts on it.
                 await self.saga.set_metadata(**{RESPONSES_KEY: [*recorded, entry]})
             state.served = position + 1
             usage = self._usage(response)
             cost = 0.0 if self._prices is None else self._prices.cost(usage, self._model_name(response))
-            # A re-entered saga does not count again the charges its earlier run recorded.
+            # Charged already by the run this one re-enters.
             await self.saga.charge(cost=cost, tokens=usage.total_tokens)
         return response

@@ -1,12 +1,8 @@
 """A saga executor served as an MCP server: every tool call a step of a saga, undone in reverse on rollback.
 
-A call's saga is the `saga_id` in the call's `_meta`; else, on a connection that keeps a session (the handshake
-protocol: stdio, stateful HTTP), the session's saga `mcp-<session id>`; else a saga of its own, ended SUCCESS when
-the call succeeds. A saga this server holds is driven by one task, which runs its calls one at a time in the order
-they came (a dynamic saga identifies calls by position). `saga_commit` ends it SUCCESS, `saga_rollback`
-compensates it; a session that ends with neither, or a server that stops, leaves it unfinished (detached), and
-`recover()` compensates it as any orphaned dynamic saga. A saga entered again (after a wait for approval, or by
-another connection) is served its recorded calls, then goes on.
+A call's saga is `_meta.saga_id`; else a session's `mcp-<session id>`; else one of its own, ended with the call.
+One task per saga runs its calls in order. `saga_commit` ends it SUCCESS, `saga_rollback` compensates; a session
+or server ending with neither detaches it for `recover()`. A saga entered again replays its record, then goes on.
 """
 
 from __future__ import annotations
@@ -54,7 +50,7 @@ logger = logging.getLogger("saga_runtime")
 META_KEY = "saga_id"
 _SESSION_KEY = "saga_runtime.session"
 _DRIVERS_KEY = "saga_runtime.drivers"
-# How long a stopping server waits for its sagas' running calls before it cancels them (which compensates).
+# How long a stopping server lets running calls finish before cancelling them.
 _DETACH_BOUND = 30.0
 
 
@@ -88,7 +84,7 @@ class _Job:
 
 
 class _Driver:
-    """The task that holds one saga's `async with executor.saga(...)` block open and runs its jobs in turn."""
+    """The task holding one saga's block open, running its jobs in turn."""
 
     def __init__(self, sagas: _Sagas, saga_id: str, record: SagaResult | None) -> None:
         self.sagas = sagas
@@ -100,7 +96,7 @@ class _Driver:
         self.ended = False
 
     async def run(self) -> None:
-        """Drive the saga until committed, rolled back, detached or waiting; never raises (its owner goes on)."""
+        """Drive the saga until committed, rolled back, detached or waiting; never raises."""
         ending: _Job | None = None
         current: _Job | None = None
         saga: DynamicSaga | None = None
@@ -136,7 +132,7 @@ class _Driver:
             if ending is not None:
                 ending.answer = _ended(self.saga_id, ending.kind, result)
                 ending.done.set()
-            elif current is not None and not current.done.is_set():  # a call the saga stopped in
+            elif current is not None and not current.done.is_set():
                 current.answer = _error(self.saga_id, self.refusal or f"saga {self.saga_id!r} stopped")
                 current.done.set()
             # Jobs that came in after the end: told so, nothing run.
@@ -150,7 +146,7 @@ class _Driver:
             self.receive.close()
 
     async def _replay(self, saga: DynamicSaga) -> None:
-        """Make the recorded calls again, in order: served from the record, no tool called."""
+        """Make the recorded calls again, served from the record."""
         if self.record is None:
             return
         groups: dict[int, list[tuple[str, dict[str, Any]]]] = {}
@@ -161,7 +157,7 @@ class _Driver:
             await saga.group(groups[group], return_exceptions=True)
 
     async def _call(self, saga: DynamicSaga, job: _Job) -> tuple[types.CallToolResult, bool]:
-        """Run one call as a step; return the answer, and whether the saga now waits for a decision."""
+        """Run one call as a step; return the answer and whether the saga now waits."""
         try:
             (outcome,) = await saga.group([(job.tool, job.args)], return_exceptions=True)
         except ApprovalPendingError as exc:
@@ -192,21 +188,17 @@ class _Sagas:
 
     @asynccontextmanager
     async def lifespan(self, server: Any) -> AsyncIterator[dict[str, Any]]:
-        """Own the drivers started while serving; detach each one still held when serving stops."""
+        """Own the drivers; detach those still held when serving stops."""
         started: list[_Driver] = []
         async with anyio.create_task_group() as tasks:
             yield {_DRIVERS_KEY: (tasks, started)}
             with anyio.move_on_after(_DETACH_BOUND, shield=True):
                 for driver in started:
                     await self.detach(driver.saga_id)
-            tasks.cancel_scope.cancel()  # calls still running past the bound: cancelled, so compensated
+            tasks.cancel_scope.cancel()  # past the bound: cancelled, so compensated
 
     async def driver(self, ctx: Context, saga_id: str, *, waiting_call: _Call | None) -> _Driver:
-        """Return the driver of `saga_id`, started (and its record replayed) if this server does not hold it.
-
-        `waiting_call` is what comes next: a saga waiting for a decision goes on only with the call that waits
-        (or a rollback, which undoes what ran; the waiting call never did).
-        """
+        """Return the driver of `saga_id`, started if not held; a waiting saga goes on only with `waiting_call`."""
         async with self.lock:
             driver = self.held.get(saga_id)
             if driver is not None and not driver.ended:
@@ -242,8 +234,7 @@ class _Sagas:
         saga_id, own = self.saga_of(ctx)
         same = (tool, json.dumps(args, sort_keys=True))
         if saga_id is None:
-            # A call of its own that waited for a decision goes on in its saga when it is made again; one made
-            # again with the client's idempotency key is the same saga, so its effect never runs twice.
+            # Made again (after a wait, or with the idempotency key): the same saga, so no effect runs twice.
             waited = self.waiting_own.pop(same, None)
             saga_id = waited or _own_saga_id(ctx)
             if waited is None and saga_id in self.held:
@@ -258,7 +249,7 @@ class _Sagas:
             answer = await self.ask(driver, job)
         finally:
             if own and answer is None:
-                # The client left mid-call: its saga still ends with the call (never left open for a retry).
+                # The client left mid-call: the saga still ends with it.
                 with anyio.CancelScope(shield=True):
                     await job.done.wait()
                     if not job.waiting and job.answer is not None:
@@ -266,7 +257,7 @@ class _Sagas:
         if own and job.waiting:
             self.waiting_own[same] = saga_id
         elif own:
-            await self.ask(driver, _Job("rollback" if answer.is_error else "commit"))  # ended with its call
+            await self.ask(driver, _Job("rollback" if answer.is_error else "commit"))
         return answer
 
     def saga_of(self, ctx: Context, *, session_only: bool = False) -> tuple[str | None, bool]:
@@ -280,11 +271,11 @@ class _Sagas:
         return None, not session_only
 
     def session_id(self, ctx: Context) -> str | None:
-        """Return the id of the call's session, on a connection that keeps one; at its end its saga is detached."""
+        """Return the id of the call's session, if the connection keeps one."""
         request = ctx.request_context
         if request.protocol_version in MODERN_PROTOCOL_VERSIONS:
             return None  # every request stands alone
-        # The SDK keeps the connection (its state, and a teardown stack) on the request's session proxy only.
+        # The SDK keeps the connection on the request's session proxy only.
         connection = getattr(request.session, "_connection", None)
         state = getattr(connection, "state", None)
         if connection is None or not isinstance(state, dict):
@@ -381,10 +372,9 @@ def _tool(name: str, description: str, schema: dict[str, Any], run: Any) -> Tool
 
 
 def saga_mcp_server(executor: SagaExecutor, *, names: Iterable[str] | None = None, name: str = "saga-runtime") -> Any:
-    """Return an MCP server (the SDK's `MCPServer`) offering the executor's tools, plus saga_commit and saga_rollback.
+    """Return an `MCPServer` offering the executor's tools, plus saga_commit and saga_rollback.
 
-    Run it as any `MCPServer`: `await server.run_stdio_async()`, `server.streamable_http_app()`, or `Client(server)`
-    in tests. Each tool call is a step of its saga, recorded before it runs (see this module's docstring).
+    Run it as any `MCPServer` (`run_stdio_async()`, `streamable_http_app()`, `Client(server)`).
     """
     sagas = _Sagas(executor)
     registry = executor.registry

@@ -45,11 +45,7 @@ def _tool(saga: DynamicSaga, name: str, description: str, schema: dict[str, Any]
 
 
 def saga_tools(saga: DynamicSaga, names: Iterable[str] | None = None) -> list[StructuredTool]:
-    """Return the saga registry's tools (or those named) as LangChain StructuredTools, each call a step of `saga`.
-
-    A tool's failure goes back to the model as `{"error": ...}`; `BudgetExceededError`, `LeaseLostError` and
-    `ReplayDivergenceError` end the run.
-    """
+    """Return the saga registry's tools (or those named) as LangChain StructuredTools, each call a step of `saga`."""
     return [_tool(saga, spec.name, spec.description or spec.name, schema_of(spec)) for spec in specs_of(saga, names)]
 
 
@@ -84,7 +80,7 @@ def _message(result: ChatResult) -> AIMessage:
 
 
 class DurableChatModel(BaseChatModel):
-    """A LangChain chat model whose every answer is recorded in a saga and, on re-entry, served from the record."""
+    """A LangChain chat model whose answers are recorded in a saga and replayed on re-entry."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
@@ -116,10 +112,10 @@ class DurableChatModel(BaseChatModel):
         tool_choice: str | None = None,
         **kwargs: Any,
     ) -> Runnable[LanguageModelInput, AIMessage]:
-        """Bind tools as the wrapped model binds them (in its own format), the calls still going through the record."""
+        """Bind tools as the wrapped model does, its calls still going through the record."""
         try:
             bound = self.wrapped.bind_tools(tools, tool_choice=tool_choice, **kwargs)
-        except NotImplementedError:  # a model without tool binding of its own (test models): OpenAI's format
+        except NotImplementedError:  # no binding of its own: OpenAI's format
             return self.bind(tools=[convert_to_openai_tool(tool) for tool in tools], **kwargs)
         return self.bind(**getattr(bound, "kwargs", {}))
 
@@ -149,8 +145,5 @@ class DurableChatModel(BaseChatModel):
 def durable_model(
     saga: DynamicSaga, model: BaseChatModel, *, prices: Mapping[str, Price] | None = None
 ) -> DurableChatModel:
-    """Return `model` wrapped so its answers are recorded in `saga` and served from the record on re-entry.
-
-    Each answer is charged to the saga (tokens, and cost with `prices`), so the saga's `Budget` bounds it.
-    """
+    """Return `model` wrapped so its answers are recorded in `saga`, replayed on re-entry, charged to its budget."""
     return DurableChatModel(wrapped=model, saga=saga, prices=prices)

@@ -9,11 +9,9 @@ async with Client(tickets_server) as client:             # or a connected Client
         ticket = await saga.call("book", seat="12A")    # checked against book's inputSchema, then called
 ```
 
-A tool's arguments are checked against its `inputSchema` before anything is recorded or called; a result with
-`isError` fails the attempt (the tool's retry policy applies); the result is the call's structured content,
-else its text. A call whose connection is lost midway leaves the step's outcome unknown (it may have had its
-effect), never SUCCESS. The other way round, `saga_mcp_server(executor)` offers an executor's tools to MCP
-clients, every call a step of a saga (see `saga_runtime.integrations._mcp_server`).
+Arguments are checked against `inputSchema` before anything is recorded; `isError` fails the attempt; the result
+is the structured content, else the text. A lost connection leaves the outcome unknown, never SUCCESS.
+`saga_mcp_server(executor)` serves an executor's tools to MCP clients, every call a saga step.
 
 Install with `pip install saga-runtime[mcp]`.
 """
@@ -51,14 +49,14 @@ logger = logging.getLogger("saga_runtime")
 ArgsBuilder = Callable[[Any, dict[str, Any]], Mapping[str, Any] | None]
 
 _NAME_RULE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-# Schema keys a property's own check needs besides `properties` (its `$ref`s resolve against them).
+# Schema keys a property's `$ref`s resolve against.
 _DOCUMENT_KEYS = ("$schema", "$id", "$defs", "definitions")
 # Errors that mean the server answered: the call was refused, not lost.
 _LOST_CODES = frozenset({types.CONNECTION_CLOSED, types.REQUEST_TIMEOUT})
 
 
 class MCPToolError(SagaError):
-    """An MCP tool answered with `isError`: the attempt failed, and the tool's retry policy applies."""
+    """An MCP tool answered with `isError`: the attempt failed (retried per the tool's policy)."""
 
     def __init__(self, message: str, *, tool_name: str) -> None:
         self.tool_name = tool_name
@@ -77,11 +75,9 @@ async def register_mcp_tools(
 ) -> list[str]:
     """Register the tools `session` lists (or those named) in `registry` as `prefix + name`; return those names.
 
-    `compensations` maps a tool to the MCP tool that undoes it and a function building that tool's arguments
-    from the step's result (None when its outcome is unknown) and its arguments; returning None means nothing to
-    undo. A tool annotated `readOnlyHint` needs no compensation; any other without one is registered
-    `irreversible=True`. A tool whose `inputSchema` is malformed is skipped, with a warning naming it. `retry` and
-    `timeout` apply to every tool registered.
+    `compensations` maps a tool to its undoing MCP tool and a function `(result, args)` of that tool's arguments
+    (result None if unknown; returning None: nothing to undo). Tools neither compensated nor `readOnlyHint` are
+    `irreversible=True`; a malformed `inputSchema` is skipped with a warning. `retry`, `timeout`: for every tool.
     """
     listed = {tool.name: tool for tool in await _list_tools(session)}
     wanted = list(listed) if names is None else list(names)
@@ -133,7 +129,7 @@ async def _list_tools(session: ClientSession | Client) -> list[types.Tool]:
 
 
 class _Checker:
-    """A tool's inputSchema, checked whole or one property at a time (what a pydantic field can see)."""
+    """A tool's inputSchema, checked whole or one property at a time."""
 
     def __init__(self, schema: Any) -> None:
         if not isinstance(schema, Mapping):
@@ -178,7 +174,7 @@ def _describe(error: Any) -> str:
 
 
 def _parameters(checker: _Checker, ctx_name: str) -> list[inspect.Parameter]:
-    """Return execute's keyword parameters: one per property a parameter can name, then **extra if needed."""
+    """Return execute's keyword parameters, one per nameable property, then **extra if needed."""
     params = [inspect.Parameter(ctx_name, inspect.Parameter.KEYWORD_ONLY, annotation=StepContext)]
     unnamed = False
     for name, sub in checker.properties.items():
@@ -200,7 +196,7 @@ def _parameters(checker: _Checker, ctx_name: str) -> list[inspect.Parameter]:
 def _tool_instance(
     session: ClientSession | Client, tool: types.Tool, checker: _Checker, undo: tuple[str, ArgsBuilder] | None
 ) -> Any:
-    """Return a saga tool calling `tool` on `session`; its arguments are validated by its inputSchema."""
+    """Return a saga tool calling `tool` on `session`."""
     ctx_name = next(name for name in ("ctx", "step_ctx", "saga_step_ctx") if name not in checker.properties)
 
     async def execute(**kwargs: Any) -> Any:

@@ -44,18 +44,14 @@ def _tool(saga: DynamicSaga, name: str, description: str, schema: dict[str, Any]
             return json.dumps({"error": "refused before running: the arguments must be a JSON object"})
         return await call_step(saga, name, args, ctx.tool_call_id)
 
-    # Not strict: the registry's schemas say what each tool accepts, and the tool validates its arguments itself.
+    # Not strict: each tool validates its own arguments.
     return FunctionTool(
         name=name, description=description, params_json_schema=schema, on_invoke_tool=invoke, strict_json_schema=False
     )
 
 
 def saga_tools(saga: DynamicSaga, names: Iterable[str] | None = None) -> list[FunctionTool]:
-    """Return the saga registry's tools (or those named) as Agents SDK FunctionTools, each call a step of `saga`.
-
-    A tool's failure goes back to the model as `{"error": ...}`; `BudgetExceededError`, `LeaseLostError` and
-    `ReplayDivergenceError` end the run.
-    """
+    """Return the saga registry's tools (or those named) as Agents SDK FunctionTools, each call a step of `saga`."""
     return [_tool(saga, spec.name, spec.description or spec.name, schema_of(spec)) for spec in specs_of(saga, names)]
 
 
@@ -71,7 +67,7 @@ def _usage(response: ModelResponse) -> TokenUsage:
 
 
 class DurableModel(Model):
-    """An Agents SDK model whose every response is recorded in a saga and, on re-entry, served from the record."""
+    """An Agents SDK model whose responses are recorded in a saga and replayed on re-entry."""
 
     def __init__(
         self, saga: DynamicSaga, wrapped: Model, *, name: str = "", prices: Mapping[str, Price] | None = None
@@ -103,9 +99,5 @@ class DurableModel(Model):
 def durable_model(
     saga: DynamicSaga, model: Model, *, name: str = "", prices: Mapping[str, Price] | None = None
 ) -> DurableModel:
-    """Return `model` wrapped so its responses are recorded in `saga` and served from the record on re-entry.
-
-    Each response is charged to the saga (tokens, and cost with `prices` at the price of `name`), so the saga's
-    `Budget` bounds it.
-    """
+    """Return `model` wrapped so its responses are recorded in `saga`, replayed on re-entry, charged to its budget."""
     return DurableModel(saga, model, name=name, prices=prices)

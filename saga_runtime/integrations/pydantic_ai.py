@@ -40,11 +40,7 @@ def _tool(saga: DynamicSaga, name: str, description: str | None, schema: dict[st
 
 
 def saga_tools(saga: DynamicSaga, names: Iterable[str] | None = None) -> list[Tool[Any]]:
-    """Return the saga registry's tools (or those named) as pydantic-ai Tools, each call one step of `saga`.
-
-    A tool's failure goes back to the model as `{"error": ...}`; `BudgetExceededError`, `LeaseLostError` and
-    `ReplayDivergenceError` end the run.
-    """
+    """Return the saga registry's tools (or those named) as pydantic-ai Tools, each call one step of `saga`."""
     return [_tool(saga, spec.name, spec.description or None, schema_of(spec)) for spec in specs_of(saga, names)]
 
 
@@ -70,7 +66,7 @@ def _usage(response: ModelResponse) -> TokenUsage:
 
 
 class DurableModel(WrapperModel):
-    """A pydantic-ai model whose every response is recorded in a saga and, on re-entry, served from the record."""
+    """A pydantic-ai model whose responses are recorded in a saga and replayed on re-entry."""
 
     def __init__(self, saga: DynamicSaga, wrapped: Model | str, *, prices: Mapping[str, Price] | None = None) -> None:
         super().__init__(wrapped)
@@ -107,12 +103,9 @@ class DurableModel(WrapperModel):
     ) -> AsyncIterator[StreamedResponse]:
         """Refuse streaming: a durable model records whole responses (use `agent.run`, not `run_stream`)."""
         raise NotImplementedError("durable_model records whole responses: run the agent with agent.run()")
-        yield  # type: ignore[unreachable]  # the yield makes this the async generator the decorator needs
+        yield  # type: ignore[unreachable]  # makes this an async generator
 
 
 def durable_model(saga: DynamicSaga, model: Model | str, *, prices: Mapping[str, Price] | None = None) -> DurableModel:
-    """Return `model` wrapped so its responses are recorded in `saga` and served from the record on re-entry.
-
-    Each response is charged to the saga (tokens, and cost with `prices`), so the saga's `Budget` bounds it.
-    """
+    """Return `model` wrapped so its responses are recorded in `saga`, replayed on re-entry, charged to its budget."""
     return DurableModel(saga, model, prices=prices)

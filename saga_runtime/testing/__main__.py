@@ -18,11 +18,11 @@ from saga_runtime.testing._harness import check_crash_points
 from saga_runtime.testing._ledger import Ledger, instrument, load_registry
 from saga_runtime.testing._reports import CrashPoint, CrashReport
 
-# -- the child process, and a command line -----------------------------------------------------------------------
+# -- the child process, and a command line
 
 
 async def _run(config: Mapping[str, Any]) -> int:
-    """Run the plan once as the crash point's child: killed at the point, or returning 0 if it never gets there."""
+    """Run the plan once as a crash point's child: killed there, or 0 if never reached."""
     point = None if config["point"] is None else CrashPoint(**config["point"])
     ledger = Ledger(config["ledger"], "run", point, config["fail_step"])
     registry = instrument(load_registry(config["registry"]), ledger)

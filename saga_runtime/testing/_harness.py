@@ -30,7 +30,7 @@ __all__ = ["check_crash_points"]
 _UNKNOWN = (StepStatus.RUNNING, StepStatus.CANCELLED)
 
 
-# -- the invariants ------------------------------------------------------------------------------------------------
+# -- the invariants
 
 
 def _problems(
@@ -89,11 +89,11 @@ def _problems(
     return problems
 
 
-# -- running ------------------------------------------------------------------------------------------------------
+# -- running
 
 
 def _child_env() -> dict[str, str]:
-    """Return the environment of a child: this one, with this process's import path, so the same tools import."""
+    """Return a child's environment: this one, with this process's import path."""
     paths = [path for path in sys.path if path]
     inherited = os.environ.get("PYTHONPATH")
     return {**os.environ, "PYTHONPATH": os.pathsep.join([*paths, *([inherited] if inherited else [])])}
@@ -163,15 +163,13 @@ async def check_crash_points(
 ) -> CrashReport:
     """Run `plan` in child processes killed at each crash point, recover every saga, and report per point.
 
-    `registry` names your ToolRegistry as `"package.module:attribute"` (importable here and in the children).
-    `url` is a scratch store (default: a temporary SQLite file). `points` limits the run to those points
-    (default: every point the probe run reaches). `fail_step` makes that step's `execute` raise
-    `InjectedFailure` without calling its tool, so the saga compensates. `lease_timeout` is the children's lease:
-    recovery starts once it ran out. `concurrency` children run at once; `time_limit` bounds each child and the
-    recovery. Raises `PlanValidationError` for a plan the registry refuses, `RuntimeError` if the probe run fails.
+    `registry`: `"package.module:attribute"`. `url`: a scratch store (default: temporary SQLite). `points`: a
+    subset (default: all the probe reaches). `fail_step`: that step raises `InjectedFailure` without its tool.
+    `lease_timeout`: the children's lease; `concurrency`: children at once; `time_limit` bounds each child and
+    the recovery. Raises `PlanValidationError`, or `RuntimeError` if the probe run fails.
     """
     tools = load_registry(registry)
-    stored_plan = build_plan(plan, tools).to_json()  # explicit ids: every child names the steps alike
+    stored_plan = build_plan(plan, tools).to_json()  # explicit ids for every child
     prefix = saga_prefix or f"crash-{secrets.token_hex(4)}"
     with _workdir() as folder:
         url = url or f"sqlite:///{folder / 'sagas.db'}"

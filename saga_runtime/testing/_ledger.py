@@ -17,15 +17,15 @@ from saga_runtime.testing._reports import Action, CrashPoint, InjectedFailure, O
 
 __all__ = ["Ledger", "instrument", "load_registry", "read_calls"]
 
-# The keyword the wrapped methods receive the StepContext under (never a tool argument: it starts with "_").
+# The StepContext keyword of wrapped methods ("_": never a tool argument).
 _CTX = "_saga_runtime_testing_ctx"
 
 
-# -- the ledger and the wrapped tools ----------------------------------------------------------------------------
+# -- the ledger and the wrapped tools
 
 
 class Ledger:
-    """Append the calls of wrapped tools to a file, one fsync'ed JSON line each; kill the process at its point."""
+    """Log wrapped tools' calls, one fsync'ed JSON line each; kill the process at its point."""
 
     def __init__(self, path: str, process: Process, crash: CrashPoint | None, fail_step: str | None) -> None:
         self._path = path
@@ -37,7 +37,7 @@ class Ledger:
 
     def _write(self, record: dict[str, Any]) -> None:
         line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
-        # O_APPEND: lines of concurrent processes never interleave; fsync: a kill right after loses none.
+        # O_APPEND: no interleaving; fsync: a kill loses no line.
         fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, line)
@@ -54,7 +54,7 @@ class Ledger:
             os._exit(137)
 
     def begin(self, action: Action, ctx: StepContext) -> int:
-        """Count the call, die here if it is the crash point, else note the call; return its occurrence."""
+        """Note a call's start (or die, at the crash point); return its occurrence."""
         with self._lock:
             key = (ctx.saga_id, ctx.step_id, action)
             n = self._counts[key] = self._counts.get(key, 0) + 1
@@ -63,7 +63,7 @@ class Ledger:
         return n
 
     def end(self, action: Action, ctx: StepContext, n: int, outcome: Outcome, error: BaseException | None) -> None:
-        """Note how the call ended; die here if it is the crash point (the outcome is not recorded yet)."""
+        """Note how a call ended (or die, at the crash point)."""
         record = self._record("end", action, ctx, n)
         record.update(outcome=outcome, error=None if error is None else f"{type(error).__name__}: {error}")
         self._write(record)
@@ -92,7 +92,7 @@ class Ledger:
 def _wrap(
     ledger: Ledger, action: Action, fn: Callable[..., Any], is_async: bool, names: tuple[str, ...]
 ) -> Callable[..., Any]:
-    """Return `fn` wrapped to note each call in the ledger (and maybe die around it); same sync-ness as `fn`."""
+    """Return `fn` wrapped to note each call (and maybe die around it), sync or async as `fn`."""
 
     def prepare(kwargs: dict[str, Any]) -> StepContext:
         ctx: StepContext = kwargs.pop(_CTX)
@@ -138,7 +138,7 @@ def _wrap(
 
 
 def instrument(registry: ToolRegistry, ledger: Ledger) -> ToolRegistry:
-    """Return a registry of the same tools, each call noted in `ledger`; names, arguments and options unchanged."""
+    """Return a registry of the same tools, each call noted in `ledger`."""
     wrapped = ToolRegistry()
     for spec in registry:
         changes: dict[str, Any] = {
@@ -151,13 +151,13 @@ def instrument(registry: ToolRegistry, ledger: Ledger) -> ToolRegistry:
             )
             changes["compensate_ctx_params"] = (_CTX,)
         new: ToolSpec = dataclasses.replace(spec, **changes)
-        # The spec is what the engine calls: same argument model, retry and timeout, wrapped methods.
+        # Same spec, wrapped methods.
         wrapped._tools[spec.name] = new
     return wrapped
 
 
 def load_registry(target: str) -> ToolRegistry:
-    """Import `"package.module:attribute"` (attribute defaults to `registry`) and return that ToolRegistry."""
+    """Return the ToolRegistry at `"package.module:attribute"` (default attribute: `registry`)."""
     module_name, _, attribute = target.partition(":")
     registry = getattr(importlib.import_module(module_name), attribute or "registry")
     if not isinstance(registry, ToolRegistry):

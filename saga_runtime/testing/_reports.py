@@ -47,11 +47,8 @@ class CrashPoint:
 
 @dataclass(frozen=True, slots=True)
 class ToolCall:
-    """One call of a tool's `execute` or `compensate`, as the harness's ledger saw it.
-
-    `process` is "run" (the process that was killed) or "recovery"; `outcome` is "returned", "raised",
-    "cancelled", or "interrupted" (the process died during the call).
-    """
+    """One `execute` or `compensate` call: `process` "run" or "recovery"; `outcome` "returned", "raised",
+    "cancelled" or "interrupted"."""
 
     action: Action
     tool_name: str
@@ -68,7 +65,7 @@ class ToolCall:
 
 @dataclass(frozen=True)
 class PointReport:
-    """What happened at one crash point: the records at the crash, the final result, the calls, the problems."""
+    """One crash point: the records at the crash, the final result, the calls, the problems."""
 
     point: CrashPoint
     saga_id: str
@@ -116,7 +113,7 @@ class PointReport:
 
 @dataclass(frozen=True)
 class CrashReport:
-    """The report of `check_crash_points`: the probe run (`baseline`) and one `PointReport` per crash point."""
+    """The report of `check_crash_points`: the probe run (`baseline`) and a `PointReport` per point."""
 
     baseline: SagaResult
     baseline_calls: tuple[ToolCall, ...]

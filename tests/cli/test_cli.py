@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import hashlib
 import json
 import os
 import sqlite3
@@ -13,12 +12,12 @@ import sys
 import textwrap
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 import typer
+from orphans import orphan_saga
 
 from saga_runtime import RetryPolicy, SagaExecutor, StepContext, ToolRegistry, open_store
 from saga_runtime._cli._app import app
@@ -27,9 +26,7 @@ from saga_runtime._records import (
     SagaStatus,
     StepRow,
     StepStatus,
-    canonical_json,
     idempotency_key,
-    now,
     seal_all,
 )
 
@@ -140,18 +137,8 @@ def orphan_rows(saga_id: str, status: SagaStatus = SagaStatus.RUNNING) -> tuple[
         [{"id": "charge", "tool": "Charge", "args": {"amount": 7}}],
         [{"id": "reserve", "tool": "Reserve", "args": {"sku": "LAMP"}}],
     ]
-    started = now() - timedelta(minutes=5)
-    saga = SagaRow(
-        saga_id=saga_id,
-        kind="plan",
-        plan=plan,
-        plan_hash=hashlib.sha256(canonical_json(plan).encode()).hexdigest(),
-        status=status,
-        created_at=started,
-        updated_at=started,
-        owner="dead-executor",
-        lease_expires_at=started + timedelta(seconds=30),
-    )
+    saga = orphan_saga(saga_id, plan, status=status, owner="dead-executor")
+    started = saga.created_at
     charge = StepRow(saga_id, 0, "charge", 0, "Charge", {"amount": 7}, idempotency_key(saga_id, "charge"))
     charge.status, charge.attempts, charge.result = StepStatus.SUCCESS, 1, {"charge": 7}
     charge.started_at = charge.finished_at = started

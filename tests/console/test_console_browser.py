@@ -6,14 +6,13 @@ the tests skip saying how to install it; under CI=true they fail, so CI never pa
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from chromium import chromium_path
 from conftest import run_sync
 from console_helpers import SCRIPT_TEXT, copy_store, example, fill, served
 
@@ -25,24 +24,10 @@ TOKEN = "the console token of the test"
 CHROMIUM_HINT = "install Chromium to run the console's browser tests: apt-get install chromium"
 
 
-def chromium_path() -> str:
-    """Return the system Chromium; skip without it (fail under CI=true)."""
-    found = os.environ.get("SAGA_RUNTIME_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        found = None
-    if found is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"no Chromium (or no playwright) under CI: {CHROMIUM_HINT}; pip install -e '.[dev]'")
-        pytest.skip(CHROMIUM_HINT)
-    return found
-
-
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     """Yield a headless Chromium for the module's tests."""
-    path = chromium_path()
+    path = chromium_path(CHROMIUM_HINT)
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:

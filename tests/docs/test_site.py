@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import http.server
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from chromium import chromium_path
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM_FLAGS = [
@@ -67,20 +67,6 @@ def test_the_site_builds_with_llms_txt_and_the_reference(site: Path) -> None:
     assert 'id="saga_runtime.testing.check_crash_points"' in (site / "reference" / "testing" / "index.html").read_text()
 
 
-def chromium_path() -> str:
-    """Return the system Chromium; skip without it (fail under CI=true)."""
-    found = os.environ.get("SAGA_RUNTIME_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        found = None
-    if found is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"no Chromium (or no playwright) under CI: {HINT}")
-        pytest.skip(HINT)
-    return found
-
-
 @pytest.fixture(scope="module")
 def served(site: Path) -> Iterator[str]:
     """Serve the built site on a free loopback port; yield its base URL."""
@@ -112,7 +98,7 @@ def heading(page: Any) -> str:
 @pytest.mark.timeout(300)
 def test_a_reader_opens_the_index_a_how_to_and_searches(served: str) -> None:
     """Headless Chromium opens the index, opens a how-to page, and the search finds the harness."""
-    path = chromium_path()
+    path = chromium_path(HINT)
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:

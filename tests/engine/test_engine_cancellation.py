@@ -6,6 +6,7 @@ import asyncio
 import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import anyio
 import pytest
@@ -97,19 +98,25 @@ def check_compensated(s: Scenario, stored: SagaResult | None) -> None:
     assert compensations == [("compensate hang", None), ("compensate hang", None), ("compensate done", {"tx": "t-1"})]
 
 
-async def test_task_cancel_compensates_then_propagates() -> None:
-    """task.cancel() mid-step: the step is CANCELLED and compensated, earlier steps too, then CancelledError."""
-    s = scenario()
-    executor = SagaExecutor(s.registry)
-    task = asyncio.create_task(executor.run(s.plan, saga_id="cancel-task"))
+async def cancelled_run(executor: SagaExecutor, plan: list[Any], saga_id: str, started: anyio.Event) -> SagaResult:
+    """Run `plan` in a task, cancel the task once `started` is set; check it raised CancelledError, return the saga."""
+    task = asyncio.create_task(executor.run(plan, saga_id=saga_id))
     with anyio.fail_after(HANDSHAKE):
-        await s.running.wait()
+        await started.wait()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
     assert task.cancelled()
+    stored = await executor.store.get_saga(saga_id)
+    assert stored is not None
+    return stored
 
-    check_compensated(s, await executor.store.get_saga("cancel-task"))
+
+async def test_task_cancel_compensates_then_propagates() -> None:
+    """task.cancel() mid-step: the step is CANCELLED and compensated, earlier steps too, then CancelledError."""
+    s = scenario()
+    executor = SagaExecutor(s.registry)
+    check_compensated(s, await cancelled_run(executor, s.plan, "cancel-task", s.running))
 
 
 async def test_asyncio_timeout_compensates_then_raises_timeout_error() -> None:
@@ -152,15 +159,7 @@ async def test_cancelled_single_step_is_cancelled_and_compensated() -> None:
             compensated.append(result)
 
     executor = SagaExecutor(registry)
-    task = asyncio.create_task(executor.run([{"id": "hang", "tool": "Hang"}], saga_id="lone"))
-    with anyio.fail_after(HANDSHAKE):
-        await running.wait()
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-
-    stored = await executor.store.get_saga("lone")
-    assert stored is not None
+    stored = await cancelled_run(executor, [{"id": "hang", "tool": "Hang"}], "lone", running)
     assert stored.status is SagaStatus.COMPENSATED
     assert compensated == [None]
     assert stored.step("hang").status is StepStatus.COMPENSATED
@@ -190,18 +189,10 @@ async def test_compensation_is_shielded_from_the_cancelled_caller() -> None:
             await anyio.Event().wait()
 
     executor = SagaExecutor(registry)
-    task = asyncio.create_task(
-        executor.run([{"id": "effect", "tool": "Effect"}, {"id": "hang", "tool": "Hang"}], saga_id="sh")
-    )
-    with anyio.fail_after(HANDSHAKE):
-        await running.wait()
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
+    plan = [{"id": "effect", "tool": "Effect"}, {"id": "hang", "tool": "Hang"}]
+    stored = await cancelled_run(executor, plan, "sh", running)
 
     assert steps == [f"undo {i}" for i in range(5)]
-    stored = await executor.store.get_saga("sh")
-    assert stored is not None
     assert stored.status is SagaStatus.COMPENSATED
     assert stored.step("hang").status is StepStatus.CANCELLED  # no compensate: stays where it ended
 
@@ -344,15 +335,7 @@ async def test_cancel_during_retry_backoff_is_cancelled_and_compensated() -> Non
             compensated.append(result)
 
     executor = SagaExecutor(registry)
-    task = asyncio.create_task(executor.run([{"id": "flaky", "tool": "Flaky"}], saga_id="backoff"))
-    with anyio.fail_after(HANDSHAKE):
-        await failed_once.wait()
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-
-    stored = await executor.store.get_saga("backoff")
-    assert stored is not None
+    stored = await cancelled_run(executor, [{"id": "flaky", "tool": "Flaky"}], "backoff", failed_once)
     assert stored.status is SagaStatus.COMPENSATED
     record = stored.step("flaky")
     assert record.attempts == 1

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import AsyncIterator
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from orphans import planned_orphan
 from stores.conftest import KINDS, Stores
 
 from saga_runtime import (
@@ -22,8 +22,7 @@ from saga_runtime import (
     StepStatus,
     ToolRegistry,
 )
-from saga_runtime._planning import build_plan
-from saga_runtime._records import SagaRow, StepRow, idempotency_key, now, seal_all
+from saga_runtime._records import StepRow, idempotency_key, seal_all
 from saga_runtime._storage import MemoryStore, SagaStore
 
 CALLS: Counter[str] = Counter()
@@ -124,20 +123,8 @@ async def park(store: SagaStore, saga_id: str) -> None:
         {"id": "a", "tool": "Reserve", "args": {"item": "a"}},
         {"id": "b", "tool": "Reserve", "args": {"item": "b"}},
     ]
-    planned = build_plan(plan, registry)
-    started = now() - timedelta(minutes=5)
-    saga = SagaRow(
-        saga_id,
-        "plan",
-        planned.to_json(),
-        planned.digest,
-        SagaStatus.RUNNING,
-        started,
-        started,
-        owner="dead",
-        lease_expires_at=started,
-        recovery_attempts=5,
-    )
+    saga = planned_orphan(saga_id, plan, registry, recovery_attempts=5)
+    started = saga.created_at
     done = StepRow(saga_id, 0, "a", 0, "Reserve", {"item": "a"}, idempotency_key(saga_id, "a"))
     done.status, done.attempts, done.started_at, done.finished_at = StepStatus.SUCCESS, 1, started, started
     done.result = {"item": "a"}

@@ -14,6 +14,7 @@ from typing import Any
 import anyio
 import pydantic
 import pytest
+import shop_tools
 
 from saga_runtime import (
     Budget,
@@ -26,7 +27,6 @@ from saga_runtime import (
     SagaExecutor,
     SagaResult,
     SagaStatus,
-    StepContext,
     StepStatus,
     ToolRegistry,
 )
@@ -36,12 +36,11 @@ HANDSHAKE = 2.0
 MODEL = "mock-1"
 
 
-class Ledger:
+class Ledger(shop_tools.Ledger):
     """What the tools of one test did, in order."""
 
     def __init__(self) -> None:
-        self.executed: list[tuple[str, Any]] = []
-        self.compensated: list[tuple[str, Any]] = []
+        super().__init__()
         self.both_started = anyio.Event()
         self.started = 0
         self.hanging = anyio.Event()
@@ -49,37 +48,7 @@ class Ledger:
 
 def make_registry(ledger: Ledger) -> ToolRegistry:
     """Return a registry of small tools that report to `ledger`."""
-    registry = ToolRegistry()
-
-    @registry.tool
-    class Book:
-        """Book an item."""
-
-        async def execute(self, item: str) -> dict[str, Any]:
-            ledger.executed.append(("Book", item))
-            return {"booked": item}
-
-        async def compensate(self, result: dict[str, Any] | None) -> None:
-            ledger.compensated.append(("Book", result))
-
-    @registry.tool
-    class Ship:
-        """Ship the order to an address."""
-
-        async def execute(self, to: str) -> dict[str, Any]:
-            ledger.executed.append(("Ship", to))
-            return {"tracking": f"T-{to}"}
-
-        async def compensate(self, result: dict[str, Any] | None) -> None:
-            ledger.compensated.append(("Ship", result))
-
-    @registry.tool
-    class Fail:
-        """Fail with the reason given."""
-
-        async def execute(self, reason: str) -> None:
-            ledger.executed.append(("Fail", reason))
-            raise ValueError(reason)
+    registry = shop_tools.shop_registry(ledger, "Book", "Ship", "Fail", "Spend")
 
     @registry.tool
     class Meet:
@@ -93,15 +62,6 @@ def make_registry(ledger: Ledger) -> ToolRegistry:
             with anyio.fail_after(HANDSHAKE):
                 await ledger.both_started.wait()
             return f"met {who}"
-
-    @registry.tool
-    class Spend:
-        """Charge the saga an API fee."""
-
-        async def execute(self, usd: float, ctx: StepContext) -> str:
-            ledger.executed.append(("Spend", usd))
-            ctx.charge(cost=usd)
-            return "spent"
 
     @registry.tool
     class Hang:
@@ -742,14 +702,12 @@ async def test_a_client_without_the_api_endpoint_is_refused(executor: SagaExecut
         LLMRunner(MockLLMClient(), MODEL, registry, executor, api="gemini")
 
 
-async def test_a_models_call_with_a_secret_argument_runs_with_the_executors_key() -> None:
-    """A model's call to a tool taking a SecretStr runs with the real value when the executor has a key; the
-    saga's record holds it only encrypted."""
+def login_tools(seen: list[str]) -> tuple[ToolRegistry, SagaExecutor, Any]:
+    """Return a Login tool taking a SecretStr (noting the real value in `seen`), an executor with a key, its store."""
     from cryptography.fernet import Fernet
 
     from saga_runtime import MemoryStore
 
-    seen: list[str] = []
     registry = ToolRegistry()
 
     @registry.tool
@@ -759,7 +717,14 @@ async def test_a_models_call_with_a_secret_argument_runs_with_the_executors_key(
             return f"hello {user}"
 
     store = MemoryStore()
-    executor = SagaExecutor(registry, store=store, secret_key=Fernet.generate_key().decode())
+    return registry, SagaExecutor(registry, store=store, secret_key=Fernet.generate_key().decode()), store
+
+
+async def test_a_models_call_with_a_secret_argument_runs_with_the_executors_key() -> None:
+    """A model's call to a tool taking a SecretStr runs with the real value when the executor has a key; the
+    saga's record holds it only encrypted."""
+    seen: list[str] = []
+    registry, executor, store = login_tools(seen)
     mock = MockLLMClient(tool_sequence=[("Login", {"user": "ann", "password": "hunter2-plain"})])
     result = await LLMRunner(mock, MODEL, registry, executor).run("Log me in", saga_id="secret-chat")
     assert result.status is SagaStatus.SUCCESS, result.describe()
@@ -772,21 +737,8 @@ async def test_a_models_call_with_a_secret_argument_runs_with_the_executors_key(
 async def test_a_models_answer_with_a_secret_is_recorded_encrypted_and_replayed_after_an_approval() -> None:
     """The model's answer holding a secret argument is kept encrypted in the saga; run again after the call is
     approved, the runner replays it (the model is not asked again) and the tool gets the real value."""
-    from cryptography.fernet import Fernet
-
-    from saga_runtime import MemoryStore, PlanPolicy
-
     seen: list[str] = []
-    registry = ToolRegistry()
-
-    @registry.tool
-    class Login:
-        async def execute(self, user: str, password: pydantic.SecretStr) -> str:
-            seen.append(password.get_secret_value())
-            return f"hello {user}"
-
-    store = MemoryStore()
-    executor = SagaExecutor(registry, store=store, secret_key=Fernet.generate_key().decode())
+    registry, executor, store = login_tools(seen)
     mock = MockLLMClient(tool_sequence=[("Login", {"user": "ann", "password": "hunter2-plain"})])
     runner = LLMRunner(mock, MODEL, registry, executor, policy=PlanPolicy(approval_required={"Login"}))
     waiting = await runner.run("Log me in", saga_id="gated-chat")

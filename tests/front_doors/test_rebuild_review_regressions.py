@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-from datetime import timedelta
 from typing import Any
 
 import pytest
+from orphans import orphan_saga
 
 from saga_runtime import (
     ApprovalPendingError,
@@ -20,23 +19,13 @@ from saga_runtime import (
     StepStatus,
     ToolRegistry,
 )
-from saga_runtime._records import SagaRow, StepRow, canonical_json, idempotency_key, now, seal_all
+from saga_runtime._records import StepRow, idempotency_key, now, seal_all
 
 
 def _orphan(store: MemoryStore, saga_id: str, plan: list[Any], rows: list[StepRow]) -> None:
     """Put a saga left by a dead executor (lease expired) straight into a memory store."""
-    started = now() - timedelta(minutes=5)
-    saga = SagaRow(
-        saga_id=saga_id,
-        kind="plan",
-        plan=plan,
-        plan_hash=hashlib.sha256(canonical_json(plan).encode()).hexdigest(),
-        status=SagaStatus.RUNNING,
-        created_at=started,
-        updated_at=started,
-        owner="dead",
-        lease_expires_at=started + timedelta(seconds=30),
-    )
+    saga = orphan_saga(saga_id, plan)
+    started = saga.created_at
     for row in rows:
         row.started_at = started
     seal_all(rows, None)

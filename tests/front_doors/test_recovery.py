@@ -214,12 +214,8 @@ async def test_retry_compensation_finishes_what_gave_up(registry: ToolRegistry, 
     assert await store.verify_saga("refunds")
 
 
-async def test_serve_recovers_then_stops_cleanly_on_cancellation(registry: ToolRegistry, world: World) -> None:
-    """serve() recovers orphans round after round and ends quietly when its task is cancelled."""
-    store = MemoryStore()
-    executor = SagaExecutor(registry, store=store)
-    worker = asyncio.create_task(executor.serve(interval=0.01))
-    orphan(store, "late", [StepStatus.RUNNING])
+async def stop_when_late_is_done(worker: asyncio.Task[None], store: MemoryStore) -> None:
+    """Wait (at most 2 s) for serve() to finish the orphan "late", cancel it, and check it ended quietly, SUCCESS."""
     for _ in range(200):
         await asyncio.sleep(0.01)
         if store._sagas["late"].status.is_terminal:
@@ -228,6 +224,15 @@ async def test_serve_recovers_then_stops_cleanly_on_cancellation(registry: ToolR
     with pytest.raises(asyncio.CancelledError):
         await worker
     assert store._sagas["late"].status is SagaStatus.SUCCESS
+
+
+async def test_serve_recovers_then_stops_cleanly_on_cancellation(registry: ToolRegistry, world: World) -> None:
+    """serve() recovers orphans round after round and ends quietly when its task is cancelled."""
+    store = MemoryStore()
+    executor = SagaExecutor(registry, store=store)
+    worker = asyncio.create_task(executor.serve(interval=0.01))
+    orphan(store, "late", [StepStatus.RUNNING])
+    await stop_when_late_is_done(worker, store)
 
 
 async def test_recovery_does_not_starve_behind_sagas_it_cannot_run(registry: ToolRegistry, world: World) -> None:
@@ -262,14 +267,7 @@ async def test_serve_survives_a_round_that_fails_unexpectedly(
     monkeypatch.setattr(store, "claim_expired", flaky_claim)
     orphan(store, "late", [StepStatus.RUNNING])
     worker = asyncio.create_task(executor.serve(interval=0.01))
-    for _ in range(200):
-        await asyncio.sleep(0.01)
-        if store._sagas["late"].status.is_terminal:
-            break
-    worker.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await worker
-    assert store._sagas["late"].status is SagaStatus.SUCCESS
+    await stop_when_late_is_done(worker, store)
     assert "a bug in one round" in caplog.text
 
 

@@ -8,24 +8,23 @@ without asking the model again for the turns it answered.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import shutil
 import subprocess
 import sys
 import textwrap
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
+from crash_children import EFFECT_TOOLS, child_env, load_tools
 from framework_drivers import DRIVERS, FRAMEWORKS
+from shop_tools import Ledger, shop_registry
 
 from saga_runtime import (
     Budget,
     SagaExecutor,
     SagaStatus,
-    StepContext,
     StepStatus,
     ToolRegistry,
     UnknownToolError,
@@ -33,54 +32,10 @@ from saga_runtime import (
 )
 
 
-class Ledger:
-    """What the tools did, in order."""
-
-    def __init__(self) -> None:
-        self.executed: list[tuple[str, Any]] = []
-        self.compensated: list[tuple[str, Any]] = []
-
-
-@pytest.fixture
-def ledger() -> Ledger:
-    """Return a fresh ledger."""
-    return Ledger()
-
-
 @pytest.fixture
 def registry(ledger: Ledger) -> ToolRegistry:
     """Return tools that book, fail and spend, reporting to the ledger."""
-    registry = ToolRegistry()
-
-    @registry.tool
-    class Book:
-        """Book an item."""
-
-        async def execute(self, item: str) -> dict[str, Any]:
-            ledger.executed.append(("Book", item))
-            return {"booked": item}
-
-        async def compensate(self, result: dict[str, Any] | None) -> None:
-            ledger.compensated.append(("Book", result))
-
-    @registry.tool
-    class Fail:
-        """Fail with the reason given."""
-
-        async def execute(self, reason: str) -> None:
-            ledger.executed.append(("Fail", reason))
-            raise ValueError(reason)
-
-    @registry.tool
-    class Spend:
-        """Charge the saga a fee."""
-
-        async def execute(self, usd: float, ctx: StepContext) -> str:
-            ledger.executed.append(("Spend", usd))
-            ctx.charge(cost=usd)
-            return "spent"
-
-    return registry
+    return shop_registry(ledger, "Book", "Fail", "Spend")
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
@@ -149,34 +104,6 @@ async def test_durable_model_charges_the_models_tokens(framework: str, registry:
     assert saga.result.tokens > 1
 
 
-TOOLS = textwrap.dedent(
-    """
-    import os
-    from saga_runtime import StepContext, ToolRegistry
-
-    def note(line: str) -> None:
-        with open(os.environ["LEDGER"], "a") as handle:
-            handle.write(line + "\\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-
-    registry = ToolRegistry()
-
-    @registry.tool
-    class Effect:
-        \"\"\"Have an effect.\"\"\"
-
-        async def execute(self, name: str, ctx: StepContext) -> dict:
-            note(f"do {name} {ctx.idempotency_key}")
-            if name == os.environ.get("DIE_IN"):
-                os._exit(137)  # killed mid-call: the effect happened, its outcome was never recorded
-            return {"name": name}
-
-        async def compensate(self, result, ctx: StepContext) -> None:
-            note(f"undo {ctx.args['name']} {ctx.idempotency_key}")
-    """
-)
-
 AGENT = textwrap.dedent(
     """
     import asyncio, sys
@@ -212,23 +139,18 @@ async def test_a_killed_run_resumes_without_asking_the_model_again_for_answered_
     framework: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Killed inside turn 3's call, the re-entered run is served turns 1-3 from the record and asks the model once."""
-    (tmp_path / "crash_tools.py").write_text(TOOLS)
+    (tmp_path / "crash_tools.py").write_text(EFFECT_TOOLS)
     (tmp_path / "agent.py").write_text(AGENT)
     shutil.copy(Path(__file__).parent.parent / "framework_drivers.py", tmp_path / "framework_drivers.py")
     url = f"sqlite:///{tmp_path / 'sagas.db'}"
-    env = {"LEDGER": str(tmp_path / "ledger.txt"), "PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin", "DIE_IN": "d"}
+    env = child_env(tmp_path, DIE_IN="d")
     child = partial(subprocess.run, [sys.executable, "agent.py", url, framework], env=env, cwd=tmp_path, timeout=60)
     done = await anyio.to_thread.run_sync(partial(child, check=False, capture_output=True))
     assert done.returncode == 137, done.stderr.decode()
     before = (tmp_path / "ledger.txt").read_text().splitlines()
     assert before.count("model") == 3
 
-    monkeypatch.setenv("LEDGER", str(tmp_path / "ledger.txt"))
-    spec = importlib.util.spec_from_file_location(f"crash_tools_{framework}", tmp_path / "crash_tools.py")
-    assert spec is not None
-    assert spec.loader is not None
-    tools = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tools)
+    tools = load_tools(tmp_path, monkeypatch, "crash_tools.py")
     driver = DRIVERS[framework](["all booked"])  # any answered turn asked again would get this text
     async with open_store(url) as store:
         executor = SagaExecutor(tools.registry, store=store, executor_id="agent-host")

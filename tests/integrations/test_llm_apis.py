@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from llm_fakes import APIS, MODELS, Failure, FakeAPI, args_of, call_id, text_turn, tool_turn, usage
+from shop_tools import Ledger, shop_registry
 
 from saga_runtime import (
     LLMRunner,
@@ -26,56 +27,10 @@ from saga_runtime import (
 NO_WAIT = RetryPolicy(max_attempts=3, initial_interval=0, jitter=False)
 
 
-class Ledger:
-    """What the tools did, in order."""
-
-    def __init__(self) -> None:
-        self.executed: list[tuple[str, Any]] = []
-        self.compensated: list[tuple[str, Any]] = []
-
-
-@pytest.fixture
-def ledger() -> Ledger:
-    """Return a fresh ledger."""
-    return Ledger()
-
-
 @pytest.fixture
 def registry(ledger: Ledger) -> ToolRegistry:
     """Return tools that book, ship and fail, reporting to the ledger."""
-    registry = ToolRegistry()
-
-    @registry.tool
-    class Book:
-        """Book an item."""
-
-        async def execute(self, item: str) -> dict[str, Any]:
-            ledger.executed.append(("Book", item))
-            return {"booked": item}
-
-        async def compensate(self, result: dict[str, Any] | None) -> None:
-            ledger.compensated.append(("Book", result))
-
-    @registry.tool
-    class Ship:
-        """Ship to an address."""
-
-        async def execute(self, to: str) -> dict[str, Any]:
-            ledger.executed.append(("Ship", to))
-            return {"tracking": f"T-{to}"}
-
-        async def compensate(self, result: dict[str, Any] | None) -> None:
-            ledger.compensated.append(("Ship", result))
-
-    @registry.tool
-    class Fail:
-        """Fail with the reason given."""
-
-        async def execute(self, reason: str) -> None:
-            ledger.executed.append(("Fail", reason))
-            raise ValueError(reason)
-
-    return registry
+    return shop_registry(ledger, "Book", "Ship", "Fail")
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ only the final answer: any request for an answered turn would find no script lef
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import subprocess
@@ -15,39 +14,13 @@ import sys
 import textwrap
 from functools import partial
 from pathlib import Path
-from types import ModuleType
 
 import anyio
 import pytest
+from crash_children import EFFECT_TOOLS, child_env, load_tools
 from llm_fakes import APIS, MODELS, FakeAPI, call_id, text_turn
 
 from saga_runtime import LLMRunner, SagaExecutor, SagaStatus, open_store
-
-TOOLS = textwrap.dedent(
-    """
-    import os
-    from saga_runtime import StepContext, ToolRegistry
-
-    def note(line: str) -> None:
-        with open(os.environ["LEDGER"], "a") as handle:
-            handle.write(line + "\\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-
-    registry = ToolRegistry()
-
-    @registry.tool
-    class Effect:
-        async def execute(self, name: str, ctx: StepContext) -> dict:
-            note(f"do {name} {ctx.idempotency_key}")
-            if name == os.environ.get("DIE_IN"):
-                os._exit(137)  # killed mid-call: the effect happened, its outcome was never recorded
-            return {"name": name}
-
-        async def compensate(self, result, ctx: StepContext) -> None:
-            note(f"undo {ctx.args['name']} {ctx.idempotency_key}")
-    """
-)
 
 AGENT = textwrap.dedent(
     """
@@ -88,27 +61,16 @@ AGENT = textwrap.dedent(
 )
 
 
-def load(folder: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    """Import the child's tools module in this process, under a name of its own."""
-    monkeypatch.setenv("LEDGER", str(folder / "ledger.txt"))
-    spec = importlib.util.spec_from_file_location(f"crash_tools_{folder.name}", folder / "crash_tools.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize("api", APIS)
 async def test_a_killed_loop_resumes_asking_the_model_only_for_the_unanswered_turn(
     api: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Killed inside turn 3's call, the re-entered run replays turns 1-3 from the record and asks the model once."""
-    (tmp_path / "crash_tools.py").write_text(TOOLS)
+    (tmp_path / "crash_tools.py").write_text(EFFECT_TOOLS)
     (tmp_path / "agent.py").write_text(AGENT)
     shutil.copy(Path(__file__).parent.parent / "llm_fakes.py", tmp_path / "llm_fakes.py")
     url = f"sqlite:///{tmp_path / 'sagas.db'}"
-    env = {"LEDGER": str(tmp_path / "ledger.txt"), "PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin", "DIE_IN": "d"}
+    env = child_env(tmp_path, DIE_IN="d")
     child = partial(subprocess.run, [sys.executable, "agent.py", url, api], env=env, cwd=tmp_path, timeout=60)
     done = await anyio.to_thread.run_sync(partial(child, check=False, capture_output=True))
     assert done.returncode == 137, done.stderr.decode()
@@ -116,7 +78,7 @@ async def test_a_killed_loop_resumes_asking_the_model_only_for_the_unanswered_tu
     assert [line.split()[0:2] if line != "model" else ["model"] for line in lines].count(["model"]) == 3
     child_bodies = [json.loads(line) for line in (tmp_path / "bodies.jsonl").read_text().splitlines()]
 
-    tools = load(tmp_path, monkeypatch)
+    tools = load_tools(tmp_path, monkeypatch, "crash_tools.py")
     fake = FakeAPI(api, [text_turn(api, "all booked")])
     async with open_store(url) as store:
         executor = SagaExecutor(tools.registry, store=store, executor_id="agent-host")

@@ -6,15 +6,14 @@ process died the moment the decision was stored or just after it took the saga u
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from types import ModuleType
 
 import anyio
 import pytest
+from crash_children import LEDGER_TOOLS, child_env, load_tools
 
 from saga_runtime import SagaExecutor, SagaStatus, StepStatus
 
@@ -22,21 +21,8 @@ from .conftest import Stores
 
 pytestmark = pytest.mark.slow
 
-TOOLS = textwrap.dedent(
+TOOLS = LEDGER_TOOLS + textwrap.dedent(
     """
-    import os
-    from saga_runtime import StepContext, ToolRegistry
-
-    LEDGER = os.environ["LEDGER"]
-
-    def note(line: str) -> None:
-        with open(LEDGER, "a") as handle:
-            handle.write(line + "\\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-
-    registry = ToolRegistry()
-
     @registry.tool
     class Charge:
         async def execute(self, amount: int, ctx: StepContext) -> dict:
@@ -79,20 +65,9 @@ PLAN = [
 ]
 
 
-def load_tools(folder: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    """Import the tools module in this process, under a name of its own."""
-    monkeypatch.setenv("LEDGER", str(folder / "ledger.txt"))
-    spec = importlib.util.spec_from_file_location(f"approval_tools_{folder.name}", folder / "tools.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def run_decider(folder: Path, url: str, die_at: str) -> int:
     """Run the deciding process; return its exit code."""
-    env = {"LEDGER": str(folder / "ledger.txt"), "PYTHONPATH": str(folder), "PATH": "/usr/bin:/bin", "DIE_AT": die_at}
+    env = child_env(folder, DIE_AT=die_at)
     done = subprocess.run([sys.executable, str(folder / "decider.py"), url], env=env, timeout=60, check=False)
     return done.returncode
 

@@ -5,46 +5,17 @@ The memory store dies with its process, so these run on SQLite, PostgreSQL and M
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from crash_children import EFFECT_TOOLS, child_env, load_tools
 
 from saga_runtime import Budget, ReplayDivergenceError, SagaExecutor, SagaStatus
 
 from .conftest import Stores
-
-TOOLS = textwrap.dedent(
-    """
-    import os
-    from saga_runtime import StepContext, ToolRegistry
-
-    LEDGER = os.environ["LEDGER"]
-
-    def note(line: str) -> None:
-        with open(LEDGER, "a") as handle:
-            handle.write(line + "\\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-
-    registry = ToolRegistry()
-
-    @registry.tool
-    class Effect:
-        async def execute(self, name: str, ctx: StepContext) -> dict:
-            note(f"do {name} {ctx.idempotency_key}")
-            if name == os.environ.get("DIE_IN"):
-                os._exit(137)  # killed mid-call: the effect happened, its outcome was never recorded
-            return {"name": name}
-
-        async def compensate(self, result, ctx: StepContext) -> None:
-            note(f"undo {ctx.args['name']} {ctx.idempotency_key}")
-    """
-)
 
 AGENT = textwrap.dedent(
     """
@@ -73,27 +44,14 @@ def ledger_lines(path: Path) -> list[str]:
 @pytest.fixture
 def agent_dir(tmp_path: Path) -> Path:
     """Return a folder holding the tools module and the agent script."""
-    (tmp_path / "tools.py").write_text(TOOLS)
+    (tmp_path / "tools.py").write_text(EFFECT_TOOLS)
     (tmp_path / "agent.py").write_text(AGENT)
     return tmp_path
 
 
-def load_tools(folder: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    """Import the agent's tools module in this process, under a name of its own."""
-    monkeypatch.setenv("LEDGER", str(folder / "ledger.txt"))
-    spec = importlib.util.spec_from_file_location(f"agent_tools_{folder.name}", folder / "tools.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def run_agent(folder: Path, url: str, die_in: str | None) -> int:
     """Run the agent in a child process; return its exit code."""
-    env = {"LEDGER": str(folder / "ledger.txt"), "PYTHONPATH": str(folder), "PATH": "/usr/bin:/bin"}
-    if die_in:
-        env["DIE_IN"] = die_in
+    env = child_env(folder, DIE_IN=die_in) if die_in else child_env(folder)
     done = subprocess.run([sys.executable, str(folder / "agent.py"), url], env=env, timeout=60, check=False)
     return done.returncode
 

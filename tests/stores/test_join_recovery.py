@@ -8,19 +8,17 @@ counts the recorded successes with those of the members run again.
 
 from __future__ import annotations
 
-import hashlib
 from collections import Counter
 from datetime import timedelta
 from typing import Any
 
 import anyio
 import pytest
+from orphans import orphan_saga
 
 from saga_runtime import SagaExecutor, SagaResult, SagaStatus, SagaStore, StepContext, StepStatus, ToolRegistry
 from saga_runtime._records import (
-    SagaRow,
     StepRow,
-    canonical_json,
     idempotency_key,
     now,
     seal_all,
@@ -126,18 +124,8 @@ async def crashed(
     status: SagaStatus = SagaStatus.RUNNING,
 ) -> None:
     """Store `plan` as a dead executor left it: each step's row set to `states[id]`, its lease expired."""
-    started = now() - timedelta(minutes=5)
-    saga = SagaRow(
-        saga_id=SAGA,
-        kind="plan",
-        plan=plan,
-        plan_hash=hashlib.sha256(canonical_json(plan).encode()).hexdigest(),
-        status=status,
-        created_at=started,
-        updated_at=started,
-        owner="dead",
-        lease_expires_at=started + timedelta(seconds=30),
-    )
+    saga = orphan_saga(SAGA, plan, status=status)
+    started = saga.created_at
     rows = []
     for g, group in enumerate(plan):
         members = group["group"] if isinstance(group, dict) else group

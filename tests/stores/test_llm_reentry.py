@@ -13,11 +13,12 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from crash_children import EFFECT_TOOLS, load_tools
 
 from saga_runtime import IdempotencyConflictError, LLMRunner, MockLLMClient, SagaExecutor, SagaStatus, SagaStore
 
 from .conftest import Stores
-from .test_dynamic_kill import TOOLS, ledger_lines, load_tools, run_agent
+from .test_dynamic_kill import ledger_lines, run_agent
 
 AGENT = textwrap.dedent(
     """
@@ -56,7 +57,7 @@ async def killed(
 ) -> tuple[SagaStore, Path, ModuleType]:
     """Run the agent in a child process killed inside the call to `d`; return the store, ledger and tools module."""
     store = await stores.open(sql_kind, wipe=True)
-    (tmp_path / "tools.py").write_text(TOOLS)
+    (tmp_path / "tools.py").write_text(EFFECT_TOOLS)
     (tmp_path / "agent.py").write_text(AGENT)
     assert run_agent(tmp_path, stores.url(sql_kind), die_in="d") == 137
     lines = ledger_lines(tmp_path / "ledger.txt")

@@ -53,16 +53,16 @@ async def test_sqlite_options(tmp_path: Path) -> None:
     """WAL and synchronous FULL by default; synchronous and busy_timeout set by keyword or URL query."""
     url = f"sqlite:///{tmp_path / 'o.db'}"
     async with open_store(url) as store:
-        conn = store._conn  # type: ignore[attr-defined]
+        conn = store.dialect._conn  # type: ignore[attr-defined]
         assert await conn.execute_fetchall("PRAGMA journal_mode") == [("wal",)]
         assert await conn.execute_fetchall("PRAGMA synchronous") == [(2,)]
         assert await conn.execute_fetchall("PRAGMA busy_timeout") == [(5000,)]
     async with open_store(url, synchronous="normal", busy_timeout=0.25) as store:
-        conn = store._conn  # type: ignore[attr-defined]
+        conn = store.dialect._conn  # type: ignore[attr-defined]
         assert await conn.execute_fetchall("PRAGMA synchronous") == [(1,)]
         assert await conn.execute_fetchall("PRAGMA busy_timeout") == [(250,)]
     async with open_store(f"{url}?synchronous=NORMAL") as store:
-        assert await store._conn.execute_fetchall("PRAGMA synchronous") == [(1,)]  # type: ignore[attr-defined]
+        assert await store.dialect._conn.execute_fetchall("PRAGMA synchronous") == [(1,)]  # type: ignore[attr-defined]
     with pytest.raises(ValueError, match="synchronous"):
         await open_store(url, synchronous="SOMETIMES")
     with pytest.raises(TypeError, match="speed"):
@@ -72,9 +72,9 @@ async def test_sqlite_options(tmp_path: Path) -> None:
 async def test_pool_sizes_are_options(stores: Stores) -> None:
     """PostgreSQL and MySQL pools are sized by min_size/max_size; impossible sizes are refused."""
     pg = await stores.open("postgresql", min_size=2, max_size=3)
-    assert (pg._pool.get_min_size(), pg._pool.get_max_size()) == (2, 3)  # type: ignore[attr-defined]
+    assert (pg.dialect._pool.get_min_size(), pg.dialect._pool.get_max_size()) == (2, 3)  # type: ignore[attr-defined]
     my = await stores.open("mysql", stores.url("mysql") + "?min_size=2&max_size=4")
-    assert (my._pool.minsize, my._pool.maxsize) == (2, 4)  # type: ignore[attr-defined]
+    assert (my.dialect._pool.minsize, my.dialect._pool.maxsize) == (2, 4)  # type: ignore[attr-defined]
     for kind in ("postgresql", "mysql"):
         with pytest.raises(ValueError, match="max_size"):
             await open_store(stores.url(kind), min_size=5, max_size=2)

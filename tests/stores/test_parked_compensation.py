@@ -7,6 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from orphans import planned_orphan
 
 from saga_runtime import (
     SagaExecutor,
@@ -43,22 +44,8 @@ PLAN = [
 
 async def park(store: Any, saga_id: str, *, attempts: int = 5, tools: ToolRegistry | None = None) -> SagaResult:
     """Leave a saga its recoveries kept failing on: one charge done, one of unknown outcome; recover() parks it."""
-    from saga_runtime._planning import build_plan
-
-    planned = build_plan(PLAN, registry)
-    started = now() - timedelta(minutes=5)
-    saga = SagaRow(
-        saga_id,
-        "plan",
-        planned.to_json(),
-        planned.digest,
-        SagaStatus.RUNNING,
-        started,
-        started,
-        owner="dead",
-        lease_expires_at=started,
-        recovery_attempts=attempts,
-    )
+    saga = planned_orphan(saga_id, PLAN, registry, recovery_attempts=attempts)
+    started = saga.created_at
     done = StepRow(saga_id, 0, "charge", 0, "Charge", {"amount": 900}, idempotency_key(saga_id, "charge"))
     done.status, done.attempts, done.started_at, done.finished_at = StepStatus.SUCCESS, 1, started, started
     done.result = {"tx": done.idempotency_key, "amount": 900}

@@ -66,7 +66,7 @@ async def test_a_one_connection_pool_serves_reads_and_writes_of_concurrent_sagas
 async def test_sequential_calls_reuse_one_connection_without_asking_the_pool(stores: Stores) -> None:
     """One call after another takes the spare: the pool is asked once, not once per call."""
     store = await open_store_kept(stores, await stores.blank_url("postgresql"))
-    pool = store._pool  # type: ignore[attr-defined]
+    pool = store.dialect._pool  # type: ignore[attr-defined]
     asked: list[int] = []
 
     class Counting:
@@ -79,7 +79,7 @@ async def test_sequential_calls_reuse_one_connection_without_asking_the_pool(sto
             asked.append(1)
             return pool.acquire(*args, **kwargs)
 
-    store._pool = Counting()  # type: ignore[attr-defined]
+    store.dialect._pool = Counting()  # type: ignore[attr-defined]
     executor = SagaExecutor(registry, store=store)
     for _ in range(5):
         assert (await executor.run(PLAN)).status is SagaStatus.SUCCESS

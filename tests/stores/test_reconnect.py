@@ -226,14 +226,14 @@ async def test_sqlite_reopens_a_connection_closed_under_it(stores: Stores, caplo
     store = await stores.open("sqlite", url)
     await fill(store, "a", 3)
     caplog.set_level(logging.WARNING, logger="saga_runtime")
-    await store._conn.close()  # type: ignore[attr-defined]
+    await store.dialect._conn.close()  # type: ignore[attr-defined]
     await fill(store, "b", 3)
     assert retries(caplog, "create_saga")
     await all_there(store, "a", 3)
     await store.close()
 
     strict = await stores.open("sqlite", url, retry_for=0)
-    await strict._conn.close()  # type: ignore[attr-defined]
+    await strict.dialect._conn.close()  # type: ignore[attr-defined]
     with pytest.raises(StoreConnectionError, match="closed"):
         await strict.load_saga("a-00")
     await all_there(strict, "b", 3)  # the next call opens the file again
@@ -243,7 +243,7 @@ async def test_a_lost_sqlite_memory_database_is_not_reopened_empty(stores: Store
     """sqlite:///:memory: lives in its connection: once that is closed, calls fail instead of seeing an empty store."""
     store = await stores.open("sqlite", "sqlite:///:memory:")
     await fill(store, "a", 1)
-    await store._conn.close()  # type: ignore[attr-defined]
+    await store.dialect._conn.close()  # type: ignore[attr-defined]
     for _ in range(2):
         with pytest.raises(StoreError, match="in-memory database"):
             await store.load_saga("a-00")
@@ -252,7 +252,7 @@ async def test_a_lost_sqlite_memory_database_is_not_reopened_empty(stores: Store
 @asynccontextmanager
 async def failing(store: Any, error: Exception, calls: list[float]) -> AsyncIterator[None]:
     """Make every transaction of `store` fail with `error`, noting when each was attempted."""
-    original = store._transaction
+    dialect = store.dialect
 
     class Broken:
         async def __aenter__(self) -> Any:
@@ -262,11 +262,11 @@ async def failing(store: Any, error: Exception, calls: list[float]) -> AsyncIter
         async def __aexit__(self, *exc_info: object) -> None:
             return None
 
-    store._transaction = lambda **kwargs: Broken()
+    dialect.transaction = lambda **kwargs: Broken()
     try:
         yield
     finally:
-        store._transaction = original
+        del dialect.transaction
 
 
 async def test_retries_back_off_and_give_up_after_retry_for(

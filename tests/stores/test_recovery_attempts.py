@@ -46,9 +46,9 @@ async def dies(work: Any) -> None:
     assert isinstance(error.exceptions[0] if isinstance(error, BaseExceptionGroup) else error, Crash), error
 
 
-async def orphans(store: Any, count: int) -> list[str]:
+async def orphans(store: Any, count: int, lease: float = LEASE) -> list[str]:
     """Leave `count` sagas RUNNING under a dead executor's lease (it died in step b); return their ids."""
-    dead = SagaExecutor(tools({"b"}), store=store, executor_id="dead", lease_timeout=LEASE)
+    dead = SagaExecutor(tools({"b"}), store=store, executor_id="dead", lease_timeout=lease)
     ids = [f"o{i:03d}" for i in range(count)]
     for saga_id in ids:
         with pytest.raises(Crash):
@@ -58,15 +58,17 @@ async def orphans(store: Any, count: int) -> list[str]:
 
 async def test_stopping_recovering_workers_parks_no_healthy_saga(stores: Stores, kind: str) -> None:
     """A recovering worker stopped again and again during a backlog of orphans parks none of them; all succeed."""
+    # A lease long enough that a loaded machine's stalls never lapse it: a lapsed lease is not a clean stop.
+    lease = 1.0
     store = await stores.open(kind, wipe=True)
-    ids = await orphans(store, 30)
-    await asyncio.sleep(LEASE + 0.05)
+    ids = await orphans(store, 30, lease)
+    await asyncio.sleep(lease + 0.05)
     for round_ in range(4):
         worker = SagaExecutor(
             tools(set(), pause=1.0),  # stopped mid-step: no outcome recorded
             store=store,
             executor_id=f"stopped-{round_}",
-            lease_timeout=LEASE,
+            lease_timeout=lease,
             recovery_concurrency=2,
             max_recovery_attempts=2,
         )
@@ -75,9 +77,9 @@ async def test_stopping_recovering_workers_parks_no_healthy_saga(stores: Stores,
         recovering.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await recovering
-        await asyncio.sleep(LEASE + 0.05)  # what it claimed but never drove is free again
+        await asyncio.sleep(lease + 0.05)  # what it claimed but never drove is free again
     assert await store.list_sagas(status="PARKED") == []
-    last = SagaExecutor(tools(set()), store=store, executor_id="last", lease_timeout=LEASE, max_recovery_attempts=2)
+    last = SagaExecutor(tools(set()), store=store, executor_id="last", lease_timeout=lease, max_recovery_attempts=2)
     await last.recover()
     statuses = {summary.saga_id: summary.status for summary in await store.list_sagas(limit=100)}
     assert statuses == dict.fromkeys(ids, SagaStatus.SUCCESS)

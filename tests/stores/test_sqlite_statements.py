@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from saga_runtime import LeaseLostError, SagaExecutor, ToolRegistry, open_store
-from saga_runtime._storage._sqlite import SQLiteStore
+from saga_runtime._storage._sqlite import SQLiteDialect
+from saga_runtime._storage._sqlstore import SQLStore
 
 from .conftest import make_saga, make_steps
 
@@ -27,15 +28,16 @@ PLAN = [{"tool": "Noop", "args": {"n": i}} for i in range(10)]
 BOUND = 30
 
 
-async def _traced(store: SQLiteStore, seen: list[str]) -> None:
+async def _traced(store: SQLStore, seen: list[str]) -> None:
     """Record every statement the store's connection runs from now on."""
-    await store._tx.call(lambda conn: conn.set_trace_callback(seen.append))
+    await store.dialect._tx.call(lambda conn: conn.set_trace_callback(seen.append))
 
 
 async def test_a_durable_ten_step_saga_takes_few_statements(tmp_path: Path) -> None:
     """A 10-step saga on SQLite runs at most 30 statements, BEGIN and COMMIT included, and no SAVEPOINT."""
     async with open_store(f"sqlite:///{tmp_path / 's.db'}") as store:
-        assert isinstance(store, SQLiteStore)
+        assert isinstance(store, SQLStore)
+        assert isinstance(store.dialect, SQLiteDialect)
         executor = SagaExecutor(registry, store=store)
         await executor.run(PLAN)  # warm: nothing but the saga's own statements is counted
         seen: list[str] = []
@@ -50,7 +52,8 @@ async def test_a_durable_ten_step_saga_takes_few_statements(tmp_path: Path) -> N
 async def test_a_lone_step_write_is_one_statement(tmp_path: Path) -> None:
     """An owner-conditional save of step rows alone is one autocommitted statement (no BEGIN, no owner SELECT)."""
     async with open_store(f"sqlite:///{tmp_path / 's.db'}") as store:
-        assert isinstance(store, SQLiteStore)
+        assert isinstance(store, SQLStore)
+        assert isinstance(store.dialect, SQLiteDialect)
         saga, steps = make_saga("one"), make_steps("one", 2)
         saga.owner = "me"
         await store.create_saga(saga, [])

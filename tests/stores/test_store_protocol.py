@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import importlib
 import inspect
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 import saga_runtime
 from saga_runtime._storage import MemoryStore, SagaStore
 from saga_runtime._storage._batch import Batcher
+from saga_runtime._storage._dialect import Dialect
 from saga_runtime._storage._reading import StoreBase
 from saga_runtime._storage._sqlstore import SQLStore
 
@@ -18,13 +20,28 @@ PACKAGE = Path(saga_runtime.__file__).parent
 BUILT_ON_PRIMITIVES = ("get_saga", "verify_saga", "export_saga", "import_saga", "list_sagas")
 
 
+DIALECT_MODULES = {"_sqlite": "SQLiteDialect", "_postgres": "PostgresDialect", "_mysql": "MySQLDialect"}
+
+
 def _store_classes() -> list[type]:
-    """Return every store class of the package (the SQL ones imported only if their driver is installed)."""
-    classes: list[type] = [MemoryStore, SQLStore]
-    for module, name in (("_sqlite", "SQLiteStore"), ("_postgres", "PostgresStore"), ("_mysql", "MySQLStore")):
-        found = pytest.importorskip(f"saga_runtime._storage.{module}")
-        classes.append(getattr(found, name))
-    return classes
+    """Return every store class of the package, once each SQL dialect's module is imported (if installed)."""
+    for module in DIALECT_MODULES:
+        pytest.importorskip(f"saga_runtime._storage.{module}")
+    return [MemoryStore, SQLStore, *SQLStore.__subclasses__()]
+
+
+def test_one_sql_store_holds_a_dialect_per_database() -> None:
+    """No class extends the SQL store: each database is a Dialect, and the store names no database itself."""
+    assert _store_classes() == [MemoryStore, SQLStore]
+    assert not inspect.isabstract(SQLStore)
+    for module, name in DIALECT_MODULES.items():
+        dialect = getattr(importlib.import_module(f"saga_runtime._storage.{module}"), name)
+        assert issubclass(dialect, Dialect), name
+        assert not inspect.isabstract(dialect), name
+    # Every per-database difference is reached through the dialect: the store's code names no database.
+    tree = ast.parse((PACKAGE / "_storage" / "_sqlstore.py").read_text())
+    names = {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)}
+    assert not names & {"sqlite", "postgresql", "postgres", "mysql", "mariadb"}
 
 
 def test_no_store_attribute_is_reached_by_getattr() -> None:
