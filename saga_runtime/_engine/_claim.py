@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from saga_runtime._engine._cancellation import Shelters
 from saga_runtime._engine._config import EngineConfig
-from saga_runtime._engine._journal_rows import took_over
+from saga_runtime._engine._journal_rows import take_over, took_over
 from saga_runtime._engine._saga import SagaEngine
 from saga_runtime._engine._session import Claims, Session
 from saga_runtime._records import SagaKind, SagaResult, SagaRow, SagaStatus, StepRow, now
@@ -102,7 +102,11 @@ class Claim:
                 ):
                     self._let_go()
                     return None
+                # The stored expiry is on the database's clock: the lease clock counts from this claim's.
+                expires = self.saga.lease_expires_at
                 self.saga, self.rows = stored
+                if expires is not None:
+                    take_over(self.saga, drives.config.executor_id, expires)
         except BaseException:
             self._let_go()
             raise

@@ -64,13 +64,14 @@ class LeaseKeeper:
         saga = journal.saga
         config = journal.config
         if not _finished(journal):
-            expires = now() + timedelta(seconds=config.lease_timeout)
+            renewed_at = now()
+            expires = renewed_at + timedelta(seconds=config.lease_timeout)
             sent = journal.lease.mark()
             held: set[str] | None = None
             try:
                 # Bounded: a store retrying a lost connection must not outlast the lease it is renewing.
                 with anyio.fail_after(self._interval):
-                    held = await config.store.renew_leases(config.executor_id, [saga.saga_id], expires)
+                    held = await config.store.renew_leases(config.executor_id, [saga.saga_id], expires, renewed_at)
             except Exception as exc:
                 logger.warning("saga %s: could not renew its lease, trying again: %s", saga.saga_id, describe(exc))
                 if journal.lease.left() <= 0 and not self._lapsed and not _finished(journal):

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from saga_runtime._records import ApprovalRow, SagaStatus
-from saga_runtime._storage._codec import DialectName, RowCodec
+from saga_runtime._storage._codec import LEASE_SQL, NOW_SQL, DialectName, RowCodec
 from saga_runtime._storage._sql import _placeholders
 
 __all__ = ["APPROVAL_COLUMNS", "ApprovalQueries", "approval_params", "approval_row"]
@@ -40,6 +40,7 @@ class ApprovalQueries:
 
     def __init__(self, dialect: DialectName) -> None:
         q = _placeholders
+        clock = NOW_SQL[dialect]  # leases are judged on the database's clock
         columns = ", ".join(APPROVAL_COLUMNS)
         marks = ", ".join("?" * len(APPROVAL_COLUMNS))
         absent = "ON DUPLICATE KEY UPDATE saga_id = saga_id" if dialect == "mysql" else "ON CONFLICT DO NOTHING"
@@ -68,14 +69,15 @@ class ApprovalQueries:
         self.ready = q(
             dialect,
             "SELECT s.saga_id FROM sagas s WHERE s.status = ? AND s.kind = 'plan' "
-            "AND (s.owner IS NULL OR s.lease_expires_at IS NULL OR s.lease_expires_at < ?) "
+            f"AND (s.owner IS NULL OR s.lease_expires_at IS NULL OR s.lease_expires_at < {clock}) "
             "AND NOT EXISTS (SELECT 1 FROM approvals a WHERE a.saga_id = s.saga_id AND a.decision IS NULL) "
             "ORDER BY s.created_at, s.saga_id LIMIT ?",
         )
         self.claim = q(
             dialect,
-            "UPDATE sagas SET owner = ?, lease_expires_at = ?, updated_at = ? WHERE saga_id = ? AND status = ? "
-            "AND (owner IS NULL OR owner = ? OR lease_expires_at IS NULL OR lease_expires_at < ?)",
+            f"UPDATE sagas SET owner = ?, lease_expires_at = {LEASE_SQL[dialect]}, updated_at = ? "
+            "WHERE saga_id = ? AND status = ? "
+            f"AND (owner IS NULL OR owner = ? OR lease_expires_at IS NULL OR lease_expires_at < {clock})",
         )
         self.holds = q(dialect, "SELECT COUNT(*) FROM sagas WHERE saga_id = ? AND owner = ? AND status = ?")
         self.waiting = _WAITING

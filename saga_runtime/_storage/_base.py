@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -29,7 +30,7 @@ from saga_runtime._records import (
 if TYPE_CHECKING:
     from saga_runtime._storage._archive import Archive
 
-__all__ = ["SagaStore", "key_full", "queue_allowance", "unparked_status"]
+__all__ = ["SagaStore", "key_full", "queue_allowance", "same_rows", "unparked_status"]
 
 
 @runtime_checkable
@@ -38,6 +39,11 @@ class SagaStore(Protocol):
 
     The journal's primitives (create, save, load, claims, approvals, `insert_rows`, `list_rows`) are each store's
     own; get, verify, export, import and list are built on them once (saga_runtime._storage._reading).
+
+    Leases are judged on one clock. A lease is written as an expiry on the writer's clock (a claim's with the
+    writer's `now`); PostgreSQL and MySQL/MariaDB store their own time plus what is left of it, and compare
+    expiries with their own time, so a worker's skewed clock neither takes live sagas nor writes leases already
+    expired. Memory and SQLite, whose writers share one machine's clock, store and compare the times as given.
     """
 
     @property
@@ -132,7 +138,9 @@ class SagaStore(Protocol):
         """
         ...
 
-    async def renew_leases(self, owner: str, saga_ids: Sequence[str], lease_expires_at: datetime) -> set[str]:
+    async def renew_leases(
+        self, owner: str, saga_ids: Sequence[str], lease_expires_at: datetime, now: datetime
+    ) -> set[str]:
         """Extend the leases `owner` still holds on live `saga_ids`; return the ids it still owns (fencing)."""
         ...
 
@@ -347,3 +355,12 @@ def queue_allowance(queue: Queue, running: int, limit: int) -> int:
 def key_full(queue: Queue, key: str | None, running: dict[str | None, int]) -> bool:
     """Tell whether the sagas running with `key` reach `queue.key_concurrency` (sagas without a key never do)."""
     return queue.key_concurrency is not None and key is not None and running.get(key, 0) >= queue.key_concurrency
+
+
+def same_rows(stored: tuple[SagaRow, list[StepRow]], given: tuple[SagaRow, Sequence[StepRow]]) -> bool:
+    """Tell whether stored rows hold what was written, its lease aside (a database writes it on its own clock)."""
+    saga, steps = stored
+    wanted, rows = given
+    if (saga.lease_expires_at is None) == (wanted.lease_expires_at is None):
+        saga = replace(saga, lease_expires_at=wanted.lease_expires_at)
+    return (saga, steps) == (wanted, sorted(rows, key=lambda row: row.seq))

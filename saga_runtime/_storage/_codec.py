@@ -4,15 +4,25 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from saga_runtime._exceptions import StoreError
-from saga_runtime._records import SagaRow, SagaStatus, StepRow, StepStatus
+from saga_runtime._records import SagaRow, SagaStatus, StepRow, StepStatus, now
 
-__all__ = ["SAGA_COLUMNS", "STEP_COLUMNS", "DialectName", "RowCodec"]
+__all__ = ["LEASE_SQL", "NOW_SQL", "SAGA_COLUMNS", "STEP_COLUMNS", "DialectName", "RowCodec"]
 
 DialectName = Literal["sqlite", "postgresql", "mysql"]
+
+# Leases are judged on one clock: the database's where machines share it, the local one on SQLite (one machine).
+# "Now" in a lease comparison (STABLE on PostgreSQL, so the lease index still serves it), and a lease written:
+# the database's time plus what is left of it by the writer's clock (RowCodec.lease_in), one `?` each.
+NOW_SQL: dict[DialectName, str] = {"sqlite": "?", "postgresql": "now()", "mysql": "UTC_TIMESTAMP(6)"}
+LEASE_SQL: dict[DialectName, str] = {
+    "sqlite": "?",
+    "postgresql": "clock_timestamp() + ?::interval",
+    "mysql": "TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(6))",
+}
 
 # Column order of each table; the Python attribute of `grp` is StepRow.group.
 SAGA_COLUMNS = (
@@ -91,6 +101,17 @@ class RowCodec:
             return value.replace(tzinfo=None)
         return value
 
+    def lease_in(self, expires: datetime | None, since: datetime | None = None) -> Any:
+        """Return a lease running until `expires` by a clock reading `since` (default: now), as LEASE_SQL takes it."""
+        if expires is None or self.dialect == "sqlite":
+            return self.time_in(expires)
+        length = expires - (now() if since is None else since)
+        return length if self.dialect == "postgresql" else length // timedelta(microseconds=1)
+
+    def now_in(self, now: datetime) -> tuple[Any, ...]:
+        """Return the parameters of NOW_SQL: `now` on SQLite, none where the database reads its own clock."""
+        return (self.time_in(now),) if self.dialect == "sqlite" else ()
+
     def time_out(self, value: Any) -> datetime | None:
         """Return a stored time as a timezone-aware UTC datetime."""
         if value is None:
@@ -130,7 +151,7 @@ class RowCodec:
         return value
 
     def saga_params(self, row: SagaRow) -> tuple[Any, ...]:
-        """Return the parameters of a saga row, in SAGA_COLUMNS order."""
+        """Return the parameters of a saga row, in SAGA_COLUMNS order (its lease as LEASE_SQL takes it)."""
         what = f"saga {row.saga_id!r}"
         json_in = self.json_in
         return (
@@ -140,7 +161,7 @@ class RowCodec:
             row.plan_hash,
             row.status.value,
             row.owner,
-            self.time_in(row.lease_expires_at),
+            self.lease_in(row.lease_expires_at),
             None if row.budget is None else json_in(row.budget, f"the budget of {what}"),
             float(row.cost),
             int(row.tokens),

@@ -279,7 +279,9 @@ class MemoryStore(StoreBase, MemoryRetention):
         self._sagas[saga_id] = unparked
         return True
 
-    async def renew_leases(self, owner: str, saga_ids: Sequence[str], lease_expires_at: datetime) -> set[str]:
+    async def renew_leases(
+        self, owner: str, saga_ids: Sequence[str], lease_expires_at: datetime, now: datetime
+    ) -> set[str]:
         """Extend the leases `owner` holds; return the ids it still owns."""
         self._check_open()
         held = set()

@@ -32,6 +32,7 @@ import pymysql
 
 from saga_runtime._exceptions import StoreBusyError, StoreConnectionError, StoreError
 from saga_runtime._storage._batch import Outcome, Write
+from saga_runtime._storage._codec import LEASE_SQL
 from saga_runtime._storage._dialect import Dialect
 from saga_runtime._storage._errors import CONNECT_ADVICE, ErrorMap, convert
 from saga_runtime._storage._open import redact_url
@@ -168,7 +169,9 @@ class _MySQLTransaction:
 # The batch script (see MySQLDialect.write_batch): column lists, one row's placeholders, and the upserts' updates.
 _SAGAS = ", ".join(SAGA_COLUMNS)
 _STEPS = ", ".join(STEP_COLUMNS)
-_SAGA_ROW = "(" + ", ".join(["%s"] * len(SAGA_COLUMNS)) + ")"
+# A saga row's lease is what is left of it (RowCodec.lease_in), written on the database's clock.
+_LEASE = LEASE_SQL["mysql"].replace("?", "%s")
+_SAGA_ROW = "(" + ", ".join(_LEASE if c == "lease_expires_at" else "%s" for c in SAGA_COLUMNS) + ")"
 _STEP_ROW = "(" + ", ".join(["%s"] * len(STEP_COLUMNS)) + ")"
 _SAGA_SET = ", ".join(f"{c} = VALUES({c})" for c in SAGA_COLUMNS[1:])
 # ON DUPLICATE KEY fires on any unique key: a new step taking another step's idempotency key must fail, not
@@ -183,7 +186,7 @@ _STEP_SET = ", ".join(
 )
 _STEP_SELECT = "SELECT " + ", ".join(f"%s AS {c}" for c in STEP_COLUMNS)
 _STEP_SELECT_NEXT = "SELECT " + ", ".join(["%s"] * len(STEP_COLUMNS))
-_UPDATE_SET = ", ".join(f"{c} = %s" for c in SAGA_COLUMNS[1:])
+_UPDATE_SET = ", ".join(f"{c} = {_LEASE if c == 'lease_expires_at' else '%s'}" for c in SAGA_COLUMNS[1:])
 
 
 def _gate(i: int) -> str:

@@ -160,7 +160,7 @@ _ARRAY_TYPES = {
     "recovery_attempts": "int4",
     "tokens": "int8",
     "cost": "float8",
-    "lease_expires_at": "timestamptz",
+    "lease_expires_at": "interval",  # what is left of the lease: written on the database's clock
     "created_at": "timestamptz",
     "updated_at": "timestamptz",
     "finished_at": "timestamptz",
@@ -176,6 +176,8 @@ def _columns(rows: Sequence[Sequence[Any]], width: int) -> list[list[Any]]:
 
 
 def _value(column: str, source: str) -> str:
+    if column == "lease_expires_at":
+        return f"clock_timestamp() + {source}.{column}"
     return f"{source}.{column}"
 
 

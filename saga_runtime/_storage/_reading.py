@@ -27,6 +27,7 @@ from saga_runtime._records import (
 )
 from saga_runtime._storage import _retention
 from saga_runtime._storage._archive import ArchiveTarget
+from saga_runtime._storage._base import same_rows
 
 if TYPE_CHECKING:
     from saga_runtime._storage._base import SagaStore
@@ -63,7 +64,7 @@ async def import_saga(store: SagaStore, data: Mapping[str, Any]) -> None:
     approvals = import_approvals(data, saga.saga_id)
     existing = await store.insert_rows(saga, steps)
     # Rows compare by value: times as instants, whatever offset the document wrote them with.
-    if existing is not None and existing != (saga, sorted(steps, key=lambda row: row.seq)):
+    if existing is not None and not same_rows(existing, (saga, steps)):
         raise IdempotencyConflictError(
             f"saga {saga.saga_id!r} already exists in {store.url} with other content; "
             "import it into another store or delete the existing one first",

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from saga_runtime._exceptions import SchemaVersionError, StoreError
 from saga_runtime._records import SagaStatus
-from saga_runtime._storage._codec import SAGA_COLUMNS, STEP_COLUMNS, DialectName, RowCodec
+from saga_runtime._storage._codec import LEASE_SQL, NOW_SQL, SAGA_COLUMNS, STEP_COLUMNS, DialectName, RowCodec
 
 __all__ = [
     "LIVE_STATUSES",
@@ -316,7 +316,10 @@ class Queries:
     def __init__(self, dialect: DialectName) -> None:
         self.dialect = dialect
         sagas = ", ".join(SAGA_COLUMNS)
-        saga_marks = ", ".join("?" * len(SAGA_COLUMNS))
+        # The lease column (RowCodec.saga_params gives what is left of it) is written on the database's clock.
+        lease, clock = LEASE_SQL[dialect], NOW_SQL[dialect]
+        saga_marks = ", ".join(lease if c == "lease_expires_at" else "?" for c in SAGA_COLUMNS)
+        saga_sets = ", ".join(f"{c} = {lease if c == 'lease_expires_at' else '?'}" for c in SAGA_COLUMNS[1:])
         if dialect == "mysql":
             saga_set = ", ".join(f"{c} = VALUES({c})" for c in SAGA_COLUMNS[1:])
             saga_upsert = f"ON DUPLICATE KEY UPDATE {saga_set}"
@@ -365,8 +368,8 @@ class Queries:
         # One conditional UPDATE: the database decides, row-locked, whether the saga is free for `owner`.
         self.claim = q(
             dialect,
-            f"UPDATE sagas SET owner = ?, lease_expires_at = ? WHERE saga_id = ? AND {live} "
-            "AND (owner IS NULL OR owner = ? OR lease_expires_at IS NULL OR lease_expires_at < ?)",
+            f"UPDATE sagas SET owner = ?, lease_expires_at = {lease} WHERE saga_id = ? AND {live} "
+            f"AND (owner IS NULL OR owner = ? OR lease_expires_at IS NULL OR lease_expires_at < {clock})",
         )
         # MySQL counts changed rows, not matched ones (aiomysql never sets CLIENT_FOUND_ROWS): a claim that
         # rewrote its own lease with the same values reports 0, so a 0 is checked with this.
@@ -380,7 +383,7 @@ class Queries:
         )
         self.rewrite_saga = q(
             dialect,
-            f"UPDATE sagas SET {', '.join(f'{c} = ?' for c in SAGA_COLUMNS[1:])} WHERE saga_id = ? AND status = ?",
+            f"UPDATE sagas SET {saga_sets} WHERE saga_id = ? AND status = ?",
         )
         # A started saga given back to its queue: no longer counted in the rate window.
         self.unstart = q(dialect, "UPDATE sagas SET started_at = NULL WHERE saga_id = ? AND started_at IS NOT NULL")
@@ -389,7 +392,7 @@ class Queries:
         # they return and skip those another claimer holds; SQLite's BEGIN IMMEDIATE already excludes writers.
         self.expired = q(
             dialect,
-            f"SELECT saga_id FROM sagas WHERE {live} AND (lease_expires_at IS NULL OR lease_expires_at < ?) "
+            f"SELECT saga_id FROM sagas WHERE {live} AND (lease_expires_at IS NULL OR lease_expires_at < {clock}) "
             "ORDER BY created_at, saga_id LIMIT ?" + ("" if dialect == "sqlite" else " FOR UPDATE SKIP LOCKED"),
         )
         # -- queues: set once at submit; a claim counts the queue's limits under its lock row, then starts sagas --
@@ -428,8 +431,7 @@ class Queries:
         )
         self.queue_start = q(
             dialect,
-            f"UPDATE sagas SET {', '.join(f'{c} = ?' for c in SAGA_COLUMNS[1:])}, started_at = ? "
-            "WHERE saga_id = ? AND status = ?",
+            f"UPDATE sagas SET {saga_sets}, started_at = ? WHERE saga_id = ? AND status = ?",
         )
         # A cancel request on a live or waiting saga, recorded once; its owner reads it at its lease renewals.
         self.request_cancel = q(
@@ -440,13 +442,16 @@ class Queries:
         self.cancel_asked = q(dialect, "SELECT COUNT(*) FROM sagas WHERE saga_id = ? AND cancel_request = ?")
         # PostgreSQL returns the renewed ids with the UPDATE; the others read them back in the same transaction.
         self.renew_returns = dialect == "postgresql"
+        self._lease = lease
 
     def _in(self, sql: str, count: int) -> str:
         return _placeholders(self.dialect, sql.replace("(*)", "(" + ", ".join("?" * count) + ")"))
 
     def renew(self, count: int) -> str:
         """Return the UPDATE extending `owner`'s leases on `count` ids (params: lease, owner, live..., ids...)."""
-        sql = "UPDATE sagas SET lease_expires_at = ? WHERE owner = ? AND status IN (?, ?) AND saga_id IN (*)"
+        sql = (
+            f"UPDATE sagas SET lease_expires_at = {self._lease} WHERE owner = ? AND status IN (?, ?) AND saga_id IN (*)"
+        )
         return self._in(sql + (" RETURNING saga_id" if self.renew_returns else ""), count)
 
     def owned(self, count: int) -> str:
@@ -456,7 +461,7 @@ class Queries:
     def take(self, count: int) -> str:
         """Return the UPDATE giving `count` sagas to an owner (params: owner, lease, ids...)."""
         return self._in(
-            "UPDATE sagas SET owner = ?, lease_expires_at = ? WHERE saga_id IN (*)",
+            f"UPDATE sagas SET owner = ?, lease_expires_at = {self._lease} WHERE saga_id IN (*)",
             count,
         )
 

@@ -39,7 +39,7 @@ from saga_runtime._records import (
     seal_saga,
 )
 from saga_runtime._storage._approval_sql import approval_params, approval_row
-from saga_runtime._storage._base import key_full, queue_allowance, unparked_status
+from saga_runtime._storage._base import key_full, queue_allowance, same_rows, unparked_status
 from saga_runtime._storage._batch import Batcher, Outcome, Write, lease_lost
 from saga_runtime._storage._dialect import Dialect
 from saga_runtime._storage._reading import StoreBase
@@ -323,7 +323,7 @@ class SQLStore(StoreBase, SQLRetention):
         existing = await self._retrying(what, lambda: self._load_once(saga.saga_id))
         if existing is None:  # pragma: no cover - the database said the id was taken, and sagas are never deleted
             raise StoreError(f"saga {saga.saga_id!r} is both taken and absent in {self._url}", url=self._url)
-        if write.tries > 1 and existing == (saga, sorted(steps, key=lambda row: row.seq)):
+        if write.tries > 1 and same_rows(existing, (saga, steps)):
             return None
         return existing
 
@@ -383,8 +383,8 @@ class SQLStore(StoreBase, SQLRetention):
         lost try had won (the saga is then `owner`'s own).
         """
         self._check_open()
-        q, time_in = self._queries, self._codec.time_in
-        params = (owner, time_in(lease_expires_at), saga_id, *LIVE_STATUSES, owner, time_in(now))
+        q, codec = self._queries, self._codec
+        params = (owner, codec.lease_in(lease_expires_at, now), saga_id, *LIVE_STATUSES, owner, *codec.now_in(now))
 
         async def claim() -> bool:
             async with self._transaction(begin=False) as tx:
@@ -487,7 +487,9 @@ class SQLStore(StoreBase, SQLRetention):
 
         return await self._retrying(what, once)
 
-    async def renew_leases(self, owner: str, saga_ids: Sequence[str], lease_expires_at: datetime) -> set[str]:
+    async def renew_leases(
+        self, owner: str, saga_ids: Sequence[str], lease_expires_at: datetime, now: datetime
+    ) -> set[str]:
         """Extend the leases `owner` still holds on the live sagas `saga_ids`; return the ids it still owns."""
         self._check_open()
         ids = list(dict.fromkeys(saga_ids))
@@ -501,7 +503,7 @@ class SQLStore(StoreBase, SQLRetention):
             async with self._transaction(begin=not q.renew_returns or len(ids) > _IN_CHUNK) as tx:
                 for start in range(0, len(ids), _IN_CHUNK):
                     chunk = ids[start : start + _IN_CHUNK]
-                    params = (codec.time_in(lease_expires_at), owner, *LIVE_STATUSES, *chunk)
+                    params = (codec.lease_in(lease_expires_at, now), owner, *LIVE_STATUSES, *chunk)
                     if q.renew_returns:
                         records = await tx.fetch(q.renew(len(chunk)), params)
                     else:
@@ -531,12 +533,12 @@ class SQLStore(StoreBase, SQLRetention):
 
         async def claim() -> list[tuple[SagaRow, list[StepRow]]]:
             async with self._dialect.claim_transaction() as tx:
-                records = await tx.fetch(q.expired, (*LIVE_STATUSES, codec.time_in(now), int(limit)))
+                records = await tx.fetch(q.expired, (*LIVE_STATUSES, *codec.now_in(now), int(limit)))
                 ids = [codec.id_out(record[0]) for record in records]
                 if not ids:
                     return []
                 taken = codec.rows_of_load_many(await tx.fetch(q.load_many(len(ids)), ids))  # owners before
-                await tx.execute(q.take(len(ids)), (owner, codec.time_in(lease_expires_at), *ids))
+                await tx.execute(q.take(len(ids)), (owner, codec.lease_in(lease_expires_at, now), *ids))
                 return taken
 
         return await self._retrying("claim_expired", claim)
@@ -744,14 +746,15 @@ class SQLStore(StoreBase, SQLRetention):
         """Return WAITING plan sagas whose requests are all decided, unowned or their lease expired."""
         self._check_open()
         aq = self._approval_queries
-        records = await self._fetch("waiting_sagas", aq.ready, (aq.waiting, self._codec.time_in(now), int(limit)))
+        records = await self._fetch("waiting_sagas", aq.ready, (aq.waiting, *self._codec.now_in(now), int(limit)))
         return [self._codec.id_out(record[0]) for record in records]
 
     async def claim_waiting(self, saga_id: str, owner: str, lease_expires_at: datetime, now: datetime) -> bool:
         """Give a WAITING saga nobody else holds to `owner`: one conditional UPDATE; return whether it now does."""
         self._check_open()
-        aq, time_in = self._approval_queries, self._codec.time_in
-        params = (owner, time_in(lease_expires_at), time_in(now), saga_id, aq.waiting, owner, time_in(now))
+        aq, codec = self._approval_queries, self._codec
+        lease = codec.lease_in(lease_expires_at, now)
+        params = (owner, lease, codec.time_in(now), saga_id, aq.waiting, owner, *codec.now_in(now))
         return await self._conditional_update(
             "claim_waiting", aq.claim, params, (aq.holds, (saga_id, owner, aq.waiting))
         )

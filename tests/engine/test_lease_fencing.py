@@ -26,7 +26,9 @@ from saga_runtime._records import SagaRow, StepRow, now
 class UnreachableForRenewals(MemoryStore):
     """A store whose lease renewals fail, as when the database is unreachable from this worker."""
 
-    async def renew_leases(self, owner: str, saga_ids: Sequence[str], lease_expires_at: datetime) -> set[str]:
+    async def renew_leases(
+        self, owner: str, saga_ids: Sequence[str], lease_expires_at: datetime, now: datetime
+    ) -> set[str]:
         raise StoreConnectionError("the database is unreachable", url=self.url)
 
 
@@ -113,7 +115,9 @@ class TakenOverAtRenewal(MemoryStore):
         super().__init__()
         self.renewed = asyncio.Event()
 
-    async def renew_leases(self, owner: str, saga_ids: Sequence[str], lease_expires_at: datetime) -> set[str]:
+    async def renew_leases(
+        self, owner: str, saga_ids: Sequence[str], lease_expires_at: datetime, now: datetime
+    ) -> set[str]:
         self.renewed.set()
         return set()
 
@@ -156,7 +160,9 @@ class TakenOverAsTheCallerCancels(MemoryStore):
         super().__init__()
         self.caller: asyncio.Task[object] | None = None
 
-    async def renew_leases(self, owner: str, saga_ids: Sequence[str], lease_expires_at: datetime) -> set[str]:
+    async def renew_leases(
+        self, owner: str, saga_ids: Sequence[str], lease_expires_at: datetime, now: datetime
+    ) -> set[str]:
         assert self.caller is not None
         self.caller.cancel()
         return set()

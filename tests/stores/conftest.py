@@ -18,6 +18,9 @@ SQL_KINDS = ("sqlite", "postgresql", "mysql")
 T0 = datetime(2024, 5, 17, 9, 30, 15, 123456, tzinfo=UTC)
 # The plan hash of rows tests write by hand (make_saga): not the engine's, so its invariants are not checked.
 RAW_PLAN_HASH = "ab" * 32
+# How far a lease stored on a database's clock may end from where it was asked to (its clock and the machine's
+# are the same here; the time between writing and reading it is not).
+SLACK = timedelta(seconds=60)
 
 
 class Stores:
@@ -159,6 +162,33 @@ def make_saga(
         row.finished_at = created_at + timedelta(minutes=2, microseconds=1)
         row.recovery_attempts = 3
         row.parked_from = SagaStatus.COMPENSATION_FAILED  # the longest status name fits the column too
+    return row
+
+
+class Near:
+    """Equal to a time within SLACK of `at`: a lease a database stored on its own clock, as written."""
+
+    def __init__(self, at: datetime) -> None:
+        self.at = at
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, datetime) and abs(other - self.at) < SLACK
+
+    def __repr__(self) -> str:
+        return f"Near({self.at!r})"
+
+
+def local_clock(store: SagaStore) -> bool:
+    """Tell whether a store keeps its writers' lease times as given (memory, SQLite: one machine's clock)."""
+    return store.url.startswith(("memory:", "sqlite:"))
+
+
+def as_stored(store: SagaStore, saga: SagaRow) -> SagaRow:
+    """Return `saga` as `store` holds it once written: on PostgreSQL and MySQL, its lease on the database's clock."""
+    if saga.lease_expires_at is None or local_clock(store):
+        return saga
+    row = saga.copy()
+    row.lease_expires_at = Near(saga.lease_expires_at)  # type: ignore[assignment]
     return row
 
 

@@ -11,7 +11,7 @@ from saga_runtime._exceptions import StoreError
 from saga_runtime._records import SagaStatus, StepStatus, idempotency_key
 from saga_runtime._storage import SagaStore
 
-from .conftest import T0, Stores, make_saga, make_steps
+from .conftest import T0, Stores, as_stored, make_saga, make_steps
 
 
 async def test_create_and_load_round_trip_every_field(store: SagaStore) -> None:
@@ -20,7 +20,7 @@ async def test_create_and_load_round_trip_every_field(store: SagaStore) -> None:
     assert await store.create_saga(saga, steps) is None
     loaded = await store.load_saga("s-1")
     assert loaded is not None
-    assert loaded == (saga, steps)
+    assert loaded == (as_stored(store, saga), steps)
     got_saga, got_steps = loaded
     assert got_saga.created_at.tzinfo is not None
     assert got_saga.created_at.utcoffset() == timedelta(0)
@@ -36,7 +36,7 @@ async def test_minimal_rows_round_trip(store: SagaStore) -> None:
     steps = make_steps("s-min", 2, full=False)
     steps[0].args = None
     await store.create_saga(saga, steps)
-    assert await store.load_saga("s-min") == (saga, steps)
+    assert await store.load_saga("s-min") == (as_stored(store, saga), steps)
 
 
 async def test_times_in_other_offsets_come_back_as_the_same_instant_in_utc(store: SagaStore) -> None:
@@ -60,8 +60,8 @@ async def test_create_on_taken_id_writes_nothing_and_returns_existing(store: Sag
     assert await store.create_saga(saga, steps) is None
     other = make_saga("s-2", status=SagaStatus.SUCCESS, full=False)
     other_steps = make_steps("s-2", 5, full=False)
-    assert await store.create_saga(other, other_steps) == (saga, steps)
-    assert await store.load_saga("s-2") == (saga, steps)
+    assert await store.create_saga(other, other_steps) == (as_stored(store, saga), steps)
+    assert await store.load_saga("s-2") == (as_stored(store, saga), steps)
 
 
 async def test_concurrent_creates_of_one_id_create_once(store: SagaStore) -> None:
@@ -102,7 +102,7 @@ async def test_save_upserts_steps_and_writes_the_saga(store: SagaStore) -> None:
     saga.finished_at = T0 + timedelta(hours=1)
     saga.cost = 1.25
     await store.save(saga, [])
-    assert await store.load_saga("s-3") == (saga, [*steps, extra])
+    assert await store.load_saga("s-3") == (as_stored(store, saga), [*steps, extra])
 
 
 async def test_save_with_nothing_to_write_is_a_no_op(store: SagaStore) -> None:
@@ -153,7 +153,7 @@ async def test_a_parked_saga_round_trips_and_is_listed(store: SagaStore) -> None
     saga.parked_from, saga.recovery_attempts = SagaStatus.COMPENSATING, 5
     await store.create_saga(saga, make_steps("p-1", 1))
     await store.create_saga(make_saga("p-2", full=False), [])
-    assert await store.load_saga("p-1") == (saga, make_steps("p-1", 1))
+    assert await store.load_saga("p-1") == (as_stored(store, saga), make_steps("p-1", 1))
     assert [s.saga_id for s in await store.list_sagas(status=SagaStatus.PARKED)] == ["p-1"]
     saga.status, saga.parked_from, saga.recovery_attempts = SagaStatus.RUNNING, None, 0  # unparked
     await store.save(saga, [])
@@ -198,7 +198,7 @@ async def test_hostile_strings_are_stored_verbatim(store: SagaStore) -> None:
             row.result = text
             row.error = text
         await store.create_saga(saga, steps)
-        assert await store.load_saga(saga_id) == (saga, steps)
+        assert await store.load_saga(saga_id) == (as_stored(store, saga), steps)
     assert len(await store.list_sagas()) == len(HOSTILE)
 
 
@@ -246,7 +246,7 @@ async def test_two_new_rows_of_one_write_cannot_share_a_key(store: SagaStore) ->
     kept.attempts = 5  # keeps its own key: no clash with the two new rows, which clash with each other
     with pytest.raises(StoreError):
         await store.save(None, [kept, steps[1], steps[2]])
-    assert await store.load_saga("twin") == (saga, steps[:1])
+    assert await store.load_saga("twin") == (as_stored(store, saga), steps[:1])
 
 
 async def test_an_idempotency_key_belongs_to_one_step(store: SagaStore) -> None:
@@ -266,7 +266,7 @@ async def test_an_idempotency_key_belongs_to_one_step(store: SagaStore) -> None:
         await store.save(make_saga("key-c", status=SagaStatus.SUCCESS), [thief])
     loaded = await store.load_saga("key-c")
     assert loaded is not None
-    assert loaded == (make_saga("key-c"), [])
+    assert loaded == (as_stored(store, make_saga("key-c")), [])
     document = await store.export_saga("key-a")
     document["saga"]["saga_id"] = "key-d"
     for row in document["steps"]:
@@ -274,6 +274,6 @@ async def test_an_idempotency_key_belongs_to_one_step(store: SagaStore) -> None:
     with pytest.raises(StoreError):
         await store.import_saga(document)
     assert await store.load_saga("key-d") is None
-    assert await store.load_saga("key-a") == (saga, steps)
+    assert await store.load_saga("key-a") == (as_stored(store, saga), steps)
     steps[0].attempts = 9  # the step holding a key may of course be saved again
     await store.save(None, [steps[0]])

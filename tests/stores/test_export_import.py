@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 
 import pytest
 
 from saga_runtime._exceptions import IdempotencyConflictError, StoreError
 from saga_runtime._storage import SagaStore
 
-from .conftest import KINDS, Stores, make_saga, make_steps
+from .conftest import KINDS, Near, Stores, as_stored, local_clock, make_saga, make_steps
 
 
 async def _target(stores: Stores, source_kind: str, target_kind: str) -> SagaStore:
@@ -30,19 +31,25 @@ async def test_export_import_round_trip_between_stores(stores: Stores, source_ki
     document = json.loads(json.dumps(document))  # it is plain JSON
     target = await _target(stores, source_kind, target_kind)
 
+    # Its lease as the source's database wrote it, or the target's: where either judges leases on its own clock.
+    expected = as_stored(target if local_clock(source) else source, saga)
     await target.import_saga(document)
-    assert await target.load_saga("exp-1") == (saga, steps)
-    assert await target.export_saga("exp-1") == document
+    assert await target.load_saga("exp-1") == (expected, steps)
+    exported = await target.export_saga("exp-1")
+    lease = datetime.fromisoformat(exported["saga"]["lease_expires_at"])
+    assert lease == Near(datetime.fromisoformat(document["saga"]["lease_expires_at"]))  # the target's clock
+    exported["saga"]["lease_expires_at"] = document["saga"]["lease_expires_at"]
+    assert exported == document
 
     await target.import_saga(document)  # identical content: nothing happens
-    assert await target.load_saga("exp-1") == (saga, steps)
+    assert await target.load_saga("exp-1") == (expected, steps)
 
     changed = json.loads(json.dumps(document))
     changed["steps"][2]["result"] = {"forged": True}
     with pytest.raises(IdempotencyConflictError) as caught:
         await target.import_saga(changed)
     assert caught.value.saga_id == "exp-1"
-    assert await target.load_saga("exp-1") == (saga, steps)
+    assert await target.load_saga("exp-1") == (expected, steps)
 
 
 async def test_import_with_a_step_more_conflicts(store: SagaStore) -> None:
@@ -53,7 +60,7 @@ async def test_import_with_a_step_more_conflicts(store: SagaStore) -> None:
     document["steps"].append(dict(document["steps"][-1], step_id="step-9", seq=9, idempotency_key="k9"))
     with pytest.raises(IdempotencyConflictError):
         await store.import_saga(document)
-    assert await store.load_saga("exp-2") == (saga, steps)
+    assert await store.load_saga("exp-2") == (as_stored(store, saga), steps)
 
 
 async def test_import_of_a_document_in_another_offset_is_identical(store: SagaStore) -> None:
@@ -62,7 +69,7 @@ async def test_import_of_a_document_in_another_offset_is_identical(store: SagaSt
     document = await store.export_saga("exp-3")
     document["saga"]["created_at"] = "2024-05-17T11:30:15.123456+02:00"
     await store.import_saga(document)
-    assert await store.load_saga("exp-3") == (make_saga("exp-3"), make_steps("exp-3", 1))
+    assert await store.load_saga("exp-3") == (as_stored(store, make_saga("exp-3")), make_steps("exp-3", 1))
 
 
 async def test_import_of_a_malformed_document_raises_store_error(store: SagaStore) -> None:

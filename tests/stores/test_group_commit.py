@@ -19,7 +19,7 @@ from saga_runtime._records import SagaStatus, StepRow, StepStatus, idempotency_k
 from saga_runtime._storage import SagaStore
 from saga_runtime._storage._sqlstore import SQLStore
 
-from .conftest import Stores, make_saga, make_steps, sqlite_file
+from .conftest import Stores, as_stored, make_saga, make_steps, sqlite_file
 from .test_reconnect import admin, retries
 
 OWNER = "executor-1"  # make_saga's owner
@@ -84,7 +84,7 @@ async def is_finished(store: SagaStore, saga_id: str) -> bool:
 
 async def is_untouched(store: SagaStore, saga_id: str) -> bool:
     """Tell whether a saga is stored exactly as `create` stored it."""
-    return await store.load_saga(saga_id) == (make_saga(saga_id), make_steps(saga_id, 2))
+    return await store.load_saga(saga_id) == (as_stored(store, make_saga(saga_id)), make_steps(saga_id, 2))
 
 
 async def test_concurrent_saves_share_commits_and_all_are_durable(store: SagaStore) -> None:

@@ -15,7 +15,7 @@ from saga_runtime._exceptions import LeaseLostError
 from saga_runtime._records import SagaRow, SagaStatus, StepRow, StepStatus
 from saga_runtime._storage import SagaStore
 
-from .conftest import Stores, make_saga, make_steps
+from .conftest import Stores, as_stored, make_saga, make_steps
 from .test_reconnect import admin
 
 OWNER = "executor-1"  # make_saga's owner
@@ -43,10 +43,10 @@ async def test_a_save_by_the_owner_writes(store: SagaStore) -> None:
     saga, rows = await stored(store, "own-1")
     new_saga, new_rows = changed(saga, rows)
     await store.save(new_saga.copy(), [row.copy() for row in new_rows], owner=OWNER)
-    assert await store.load_saga("own-1") == (new_saga, new_rows)
+    assert await store.load_saga("own-1") == (as_stored(store, new_saga), new_rows)
     more = make_steps("own-1", 4)[3]  # a step added (steps only, no saga row)
     await store.save(None, [more.copy()], owner=OWNER)
-    assert await store.load_saga("own-1") == (new_saga, [*new_rows, more])
+    assert await store.load_saga("own-1") == (as_stored(store, new_saga), [*new_rows, more])
 
 
 async def test_a_save_by_the_owner_may_hand_the_saga_on(store: SagaStore) -> None:
@@ -55,7 +55,7 @@ async def test_a_save_by_the_owner_may_hand_the_saga_on(store: SagaStore) -> Non
     released = saga.copy()
     released.owner, released.lease_expires_at = None, None
     await store.save(released.copy(), [], owner=OWNER)
-    assert await store.load_saga("own-2") == (released, rows)
+    assert await store.load_saga("own-2") == (as_stored(store, released), rows)
     with pytest.raises(LeaseLostError):
         await store.save(saga.copy(), [], owner=OWNER)  # not its owner any more
 
@@ -69,7 +69,7 @@ async def test_a_save_by_another_owner_writes_nothing(store: SagaStore, with_sag
     with pytest.raises(LeaseLostError, match="another executor") as caught:
         await store.save(new_saga if with_saga_row else None, [*new_rows, *extra], owner="executor-stale")
     assert caught.value.saga_id == "own-3"
-    assert await store.load_saga("own-3") == (saga, rows)
+    assert await store.load_saga("own-3") == (as_stored(store, saga), rows)
 
 
 async def test_an_owned_save_of_a_saga_not_stored_writes_nothing(store: SagaStore) -> None:
@@ -89,7 +89,7 @@ async def test_an_unowned_saga_refuses_owned_saves(store: SagaStore) -> None:
     assert await store.create_saga(saga.copy(), [row.copy() for row in rows]) is None
     with pytest.raises(LeaseLostError):
         await store.save(None, changed(saga, rows)[1], owner=OWNER)
-    assert await store.load_saga("own-5") == (saga, rows)
+    assert await store.load_saga("own-5") == (as_stored(store, saga), rows)
 
 
 async def test_without_an_owner_a_save_is_unconditional(store: SagaStore) -> None:
@@ -99,7 +99,7 @@ async def test_without_an_owner_a_save_is_unconditional(store: SagaStore) -> Non
     await store.save(saga.copy(), [])
     new_saga, new_rows = changed(saga, rows)
     await store.save(new_saga.copy(), [row.copy() for row in new_rows])
-    assert await store.load_saga("own-6") == (new_saga, new_rows)
+    assert await store.load_saga("own-6") == (as_stored(store, new_saga), new_rows)
 
 
 async def test_a_stalled_owner_cannot_write_after_a_takeover(store: SagaStore) -> None:
@@ -126,8 +126,8 @@ async def test_an_owned_save_is_of_one_saga(store: SagaStore) -> None:
     mixed = [changed(first, first_rows)[1][0], changed(second, second_rows)[1][0]]
     with pytest.raises(ValueError, match="one saga"):
         await store.save(None, mixed, owner=OWNER)
-    assert await store.load_saga("own-8") == (first, first_rows)
-    assert await store.load_saga("own-9") == (second, second_rows)
+    assert await store.load_saga("own-8") == (as_stored(store, first), first_rows)
+    assert await store.load_saga("own-9") == (as_stored(store, second), second_rows)
 
 
 @pytest.mark.parametrize("kind", ["postgresql", "mysql"])
@@ -152,7 +152,7 @@ async def test_the_owner_is_checked_on_the_row_a_takeover_just_committed(
         with pytest.raises(LeaseLostError):
             await asyncio.wait_for(save, 20)
     saga.owner = "executor-2"
-    assert await store.load_saga("own-11") == (saga, rows)
+    assert await store.load_saga("own-11") == (as_stored(store, saga), rows)
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgresql", "mysql"])

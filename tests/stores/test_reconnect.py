@@ -25,7 +25,7 @@ from saga_runtime._records import SagaStatus, StepStatus
 from saga_runtime._storage import SagaStore, _sqlstore, open_store
 from saga_runtime._storage._sqlstore import DEFAULT_RETRY_FOR
 
-from .conftest import T0, Stores, make_saga, make_steps
+from .conftest import T0, Stores, as_stored, make_saga, make_steps
 
 SERVERS = ("postgresql", "mysql")
 WAIT = 10.0  # seconds to see the store's statement blocked on the held lock
@@ -130,7 +130,7 @@ async def all_there(store: SagaStore, prefix: str, count: int) -> None:
     """Assert the `count` sagas of `prefix` are stored whole."""
     for n in range(count):
         saga_id = f"{prefix}-{n:02d}"
-        assert await store.load_saga(saga_id) == (make_saga(saga_id), make_steps(saga_id, 2)), saga_id
+        assert await store.load_saga(saga_id) == (as_stored(store, make_saga(saga_id)), make_steps(saga_id, 2)), saga_id
 
 
 def retries(caplog: pytest.LogCaptureFixture, what: str) -> list[logging.LogRecord]:
@@ -160,7 +160,7 @@ async def test_connections_killed_between_operations_lose_nothing(stores: Stores
         assert [saga.recovery_attempts for saga, _ in claimed] == [3, 3, 3]  # a claim counts nothing
         assert await db.kill_store_connections() >= 1
         ids = [saga.saga_id for saga, _ in claimed]
-        assert await store.renew_leases("me", ids, T0 + timedelta(hours=3)) == set(ids)
+        assert await store.renew_leases("me", ids, T0 + timedelta(hours=3), T0) == set(ids)
     await all_there(store, "b", 5)
 
 
@@ -187,10 +187,10 @@ async def test_connection_killed_during_a_save_is_retried(
             await db.commit()
         await asyncio.wait_for(save, 20)
     assert retries(caplog, "save"), "the save was not retried"
-    assert await store.load_saga("a-03") == (saga, steps)
+    assert await store.load_saga("a-03") == (as_stored(store, saga), steps)
     for n in (0, 1, 2, 4, 5, 6, 7, 8, 9):
         saga_id = f"a-{n:02d}"
-        assert await store.load_saga(saga_id) == (make_saga(saga_id), make_steps(saga_id, 2))
+        assert await store.load_saga(saga_id) == (as_stored(store, make_saga(saga_id)), make_steps(saga_id, 2))
 
 
 @pytest.mark.parametrize("kind", SERVERS)
@@ -217,7 +217,7 @@ async def test_without_retries_a_lost_connection_surfaces(
     assert not retries(caplog, "save")
     await all_there(store, "a", 2)  # nothing written, nothing lost, and the store works again
     await store.save(changed, [])
-    assert await store.load_saga("a-01") == (changed, make_steps("a-01", 2))
+    assert await store.load_saga("a-01") == (as_stored(store, changed), make_steps("a-01", 2))
 
 
 async def test_sqlite_reopens_a_connection_closed_under_it(stores: Stores, caplog: pytest.LogCaptureFixture) -> None:

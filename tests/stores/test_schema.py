@@ -25,7 +25,7 @@ from saga_runtime._storage._sql import (
     _placeholders,
 )
 
-from .conftest import T0, Stores, make_saga, make_steps, sqlite_file, sqlite_query
+from .conftest import T0, Stores, as_stored, make_saga, make_steps, sqlite_file, sqlite_query
 
 _registry = ToolRegistry()
 
@@ -66,7 +66,7 @@ async def test_reopened_store_keeps_its_sagas(stores: Stores, sql_kind: str) -> 
     await store.create_saga(saga, steps)
     await store.close()
     reopened = await stores.open(sql_kind, url)
-    assert await reopened.load_saga("keep") == (saga, steps)
+    assert await reopened.load_saga("keep") == (as_stored(reopened, saga), steps)
 
 
 async def test_newer_schema_is_refused_with_the_upgrade_message(stores: Stores, sql_kind: str) -> None:
@@ -119,7 +119,9 @@ async def _build_v1(
         (record, (m.version, m.description, codec.time_in(T0))) for m in MIGRATIONS[:version]
     ]
     for saga, steps in rows:
-        writes.append((insert_saga, codec.saga_params(saga)[: len(v1_sagas)]))
+        params = list(codec.saga_params(saga))
+        params[SAGA_COLUMNS.index("lease_expires_at")] = codec.time_in(saga.lease_expires_at)  # as stored
+        writes.append((insert_saga, tuple(params[: len(v1_sagas)])))
         writes.extend((insert_step, codec.step_params(row)[: len(v1_steps)]) for row in steps)
     if kind == "sqlite":
         conn = sqlite3.connect(sqlite_file(url))
@@ -182,7 +184,7 @@ async def test_a_version_1_database_is_migrated_in_place(stores: Stores, sql_kin
     parked = make_saga("new", status=SagaStatus.PARKED)
     parked.recovery_attempts, parked.parked_from = 6, SagaStatus.COMPENSATING
     await store.create_saga(parked, make_steps("new", 1))
-    assert await store.load_saga("new") == (parked, make_steps("new", 1))
+    assert await store.load_saga("new") == (as_stored(store, parked), make_steps("new", 1))
     await store.close()
 
     columns = await _query(stores, sql_kind, url, "SELECT saga_id, recovery_attempts, parked_from FROM sagas")

@@ -21,6 +21,8 @@ from saga_runtime._records import (
 )
 from saga_runtime._storage import MemoryStore, SagaStore
 
+from .conftest import as_stored
+
 # Three steps in two groups: "a", then "b" and "c" side by side.
 PLAN = [
     [{"id": "a", "tool": "charge", "args": {"n": 1}}],
@@ -60,7 +62,7 @@ async def test_a_saga_is_created_without_step_rows(store: SagaStore) -> None:
     """create_saga with the saga row alone stores no step row; get_saga still shows every planned step PENDING."""
     saga = _saga("bare")
     assert await store.create_saga(saga, []) is None
-    assert await store.load_saga("bare") == (saga, [])
+    assert await store.load_saga("bare") == (as_stored(store, saga), [])
     result = await store.get_saga("bare")
     assert result is not None
     assert [(step.step_id, step.status) for step in result.steps] == [
@@ -77,7 +79,7 @@ async def test_the_first_step_can_come_announced_running(store: SagaStore) -> No
     saga = _saga("announced")
     first = _step(saga, 0)
     assert await store.create_saga(saga, [first]) is None
-    assert await store.load_saga("announced") == (saga, [first])
+    assert await store.load_saga("announced") == (as_stored(store, saga), [first])
     await store.save(None, [_step(saga, 1)], owner="me")
     stored = await store.load_saga("announced")
     assert stored is not None

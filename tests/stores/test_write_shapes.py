@@ -13,7 +13,7 @@ from saga_runtime._exceptions import StoreError
 from saga_runtime._records import SagaStatus, idempotency_key
 from saga_runtime._storage import SagaStore
 
-from .conftest import Stores, make_saga, make_steps
+from .conftest import Stores, as_stored, make_saga, make_steps
 
 
 async def test_a_saved_step_keeps_a_changed_idempotency_key(store: SagaStore) -> None:
@@ -23,7 +23,7 @@ async def test_a_saved_step_keeps_a_changed_idempotency_key(store: SagaStore) ->
     steps[0].idempotency_key = "renewed-key"
     steps[0].attempts = 2
     await store.save(None, [steps[0]])
-    assert await store.load_saga("keys") == (saga, steps)
+    assert await store.load_saga("keys") == (as_stored(store, saga), steps)
     before = await store.load_saga("keys")
     thief = steps[1].copy()
     thief.idempotency_key = "renewed-key"
@@ -44,17 +44,17 @@ async def test_batches_of_every_size_round_trip(store: SagaStore, count: int) ->
         row.attempts += 1
     saga.status = SagaStatus.SUCCESS
     await store.save(saga, steps, owner="me")
-    assert await store.load_saga(saga.saga_id) == (saga, steps)
+    assert await store.load_saga(saga.saga_id) == (as_stored(store, saga), steps)
     for row in steps:
         row.attempts += 1
     await store.save(None, steps, owner="me")
-    assert await store.load_saga(saga.saga_id) == (saga, steps)
+    assert await store.load_saga(saga.saga_id) == (as_stored(store, saga), steps)
     stale = [row.copy() for row in steps]
     for row in stale:
         row.attempts = 99
     with pytest.raises(LeaseLostError):
         await store.save(None, stale, owner="someone else")
-    assert await store.load_saga(saga.saga_id) == (saga, steps)
+    assert await store.load_saga(saga.saga_id) == (as_stored(store, saga), steps)
 
 
 async def test_concurrent_writes_of_many_sagas_all_land(stores: Stores, kind: str) -> None:
@@ -67,7 +67,7 @@ async def test_concurrent_writes_of_many_sagas_all_land(stores: Stores, kind: st
             row.attempts += 1
     await asyncio.gather(*(store.save(saga, steps) for saga, steps in sagas))
     for saga, steps in sagas:
-        assert await store.load_saga(saga.saga_id) == (saga, steps)
+        assert await store.load_saga(saga.saga_id) == (as_stored(store, saga), steps)
 
 
 async def test_a_lone_write_on_mysql_is_one_statement_with_one_result(
@@ -98,4 +98,4 @@ async def test_a_lone_write_on_mysql_is_one_statement_with_one_result(
     assert "START TRANSACTION" not in sent[0]
     with pytest.raises(LeaseLostError):
         await store.save(None, steps, owner="someone else")
-    assert await store.load_saga("lone") == (saga, steps)
+    assert await store.load_saga("lone") == (as_stored(store, saga), steps)

@@ -10,7 +10,7 @@ import pytest
 from saga_runtime import LeaseLostError, SagaExecutor, SagaStatus, ToolRegistry
 from saga_runtime._records import MAX_JSON_BYTES, StepStatus, canonical_json
 
-from .conftest import Stores, make_saga, make_steps
+from .conftest import Stores, as_stored, make_saga, make_steps
 from .test_group_commit import OWNER, Batches
 
 
@@ -80,7 +80,7 @@ async def test_a_write_too_large_for_one_packet_keeps_its_owner_check(stores: St
 
     with pytest.raises(LeaseLostError):
         await store.save(make_saga("large"), rows, owner="someone-else")
-    assert await store.load_saga("large") == (make_saga("large"), make_steps("large", 2))
+    assert await store.load_saga("large") == (as_stored(store, make_saga("large")), make_steps("large", 2))
 
     await store.save(make_saga("large"), rows, owner=OWNER)
-    assert await store.load_saga("large") == (make_saga("large"), rows)
+    assert await store.load_saga("large") == (as_stored(store, make_saga("large")), rows)
