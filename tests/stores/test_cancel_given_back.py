@@ -1,9 +1,8 @@
-"""Review: an operator's cancel of a saga a worker started, then gave back to its queue (it lacked the tools), is lost.
+"""An operator's cancel of a saga a worker started, then gave back to its queue (it lacked the tools), is honoured.
 
 The cancel finds the saga RUNNING (started by the lacking worker), so it is stored as a request for its owner; the
-worker then puts the saga back QUEUED. The worker with the tools starts it from the queue and runs it to SUCCESS:
-a queued start never reads the stored request before running (only a takeover does, `_honour_cancel`), and a short
-saga ends before its first lease renewal would.
+worker then puts the saga back QUEUED. The worker with the tools starts it from the queue: it reads the stored
+request before running anything, so a short saga cannot end before its first lease renewal would notice it.
 """
 
 from __future__ import annotations
@@ -18,6 +17,7 @@ from saga_runtime import MemoryStore, SagaExecutor, SagaStatus, StepContext, Too
 
 
 def _charges(calls: list[str]) -> ToolRegistry:
+    """Return a Charge that notes its charges and refunds in `calls`."""
     registry = ToolRegistry()
 
     @registry.tool
@@ -33,6 +33,7 @@ def _charges(calls: list[str]) -> ToolRegistry:
 
 
 async def test_a_cancel_made_while_a_lacking_worker_held_the_saga_is_honoured() -> None:
+    """A cancel stored while a worker lacking the tools held the saga stops it before any charge (memory)."""
     calls: list[str] = []
     operator: list[SagaExecutor] = []
 
