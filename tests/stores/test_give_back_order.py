@@ -1,4 +1,4 @@
-"""Review: a worker giving back a queued saga it lacks the tools for must still start the runnable ones behind it."""
+"""A worker giving back a queued saga it lacks the tools for still starts the runnable ones behind it."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from saga_runtime import SagaExecutor, SagaStatus, SagaStore, StepContext, ToolR
 
 
 def _registry(*names: str, calls: list[str]) -> ToolRegistry:
+    """Return a registry with a tool of each name, noting its calls."""
     registry = ToolRegistry()
     for name in names:
 
