@@ -246,7 +246,12 @@ class SagaAdmin:
         """Retry every COMPENSATION_FAILED saga (ended after `since`: a time or an age) once; return the summary."""
         cutoff = now() - since if isinstance(since, timedelta) else since
         ids = await self._matching(SagaStatus.COMPENSATION_FAILED, cutoff)
-        return await self._each("retry-compensation", ids, self.retry_compensation)
+        whole = []  # a purged saga's tombstone keeps its status but has nothing left to retry
+        for saga_id in ids:
+            loaded = await self.store.load_saga(saga_id)
+            if loaded is not None and loaded[0].purged_at is None:
+                whole.append(saga_id)
+        return await self._each("retry-compensation", whole, self.retry_compensation)
 
     async def unpark_all(self, *, compensate: bool = False) -> BulkSummary:
         """Unpark every PARKED saga once; return the summary."""

@@ -14,7 +14,13 @@ from saga_runtime._engine._driver import Planner, PlanShape, drive_plan
 from saga_runtime._engine._events import SagaEvent, emit
 from saga_runtime._engine._queueing import Queues
 from saga_runtime._engine._recovery import Recovery
-from saga_runtime._exceptions import ApprovalError, IdempotencyConflictError, SagaInProgressError, SagaNotFoundError
+from saga_runtime._exceptions import (
+    ApprovalError,
+    IdempotencyConflictError,
+    SagaError,
+    SagaInProgressError,
+    SagaNotFoundError,
+)
 from saga_runtime._records import (
     REJECTED,
     ApprovalRequest,
@@ -254,6 +260,11 @@ class Actions:
             raise KeyError(f"no saga {saga_id!r} in {store.url}")
         if saga_id in drives:
             raise SagaInProgressError(f"saga {saga_id!r} is being compensated by this executor", saga_id=saga_id)
+        if stored[0].purged_at is not None:  # a tombstone: its steps are gone, and it never runs again (API.md §14)
+            raise SagaError(
+                f"saga {saga_id!r} was purged at {stored[0].purged_at.isoformat()}: its compensations cannot be "
+                "retried from a tombstone (its steps are in the purge's archive, if one was kept)"
+            )
         if stored[0].status is not SagaStatus.COMPENSATION_FAILED:
             raise SagaInProgressError(
                 f"saga {saga_id!r} is {stored[0].status.value}; only a COMPENSATION_FAILED saga has compensations "

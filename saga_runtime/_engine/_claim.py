@@ -147,6 +147,12 @@ class Claim:
         """Tell whether this claim took the saga over from another owner (not a queued start)."""
         return self._take == "orphan"
 
+    @property
+    def may_have_a_cancel(self) -> bool:
+        """Tell whether an operator's cancel may wait for it in the store: taken over, or started from a queue
+        (a worker lacking its tools may have held it RUNNING when the cancel came, then given it back)."""
+        return self._take in ("orphan", "queued")
+
     async def release(self) -> None:
         """Give the claimed saga up undriven, so another executor can take it."""
         await self._drives.claims.release(self.saga, owner=self._drives.config.executor_id)

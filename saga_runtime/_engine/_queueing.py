@@ -27,6 +27,7 @@ logger = logging.getLogger("saga_runtime")
 
 # At most this many sagas remembered as given back (then forgotten, and warned about again).
 _GIVEN_BACK_MAX = 10_000
+_LACKING_MAX = 100  # sagas a worker lacks the tools for, passed over in one round of one queue
 
 
 class Queues:
@@ -65,21 +66,47 @@ class Queues:
             drives.config.executor_id, drives.claims.lease_until(started), started, queue, limit
         )
 
+    async def _runnable(self, queue: Queue, room: int) -> list[tuple[SagaRow, list[StepRow]]]:
+        """Start up to `room` sagas of `queue` whose tools this worker has; give the others back to the queue.
+
+        Each saga given back is asked for again beside one more (up to `_LACKING_MAX` a round), so sagas this worker
+        cannot run at the head of the queue never keep it from those behind them.
+        """
+        runnable: list[tuple[SagaRow, list[StepRow]]] = []
+        lacking = 0
+        while len(runnable) < room:
+            asked = room - len(runnable) + lacking
+            claimed = await self.start(queue, asked)
+            lacking = 0
+            for saga, rows in claimed:
+                if len(runnable) >= room:  # one more than there is room for (another worker took a lacking one)
+                    await self._put_back(saga.saga_id)
+                elif await self._give_back(saga, rows):
+                    lacking += 1
+                else:
+                    runnable.append((saga, rows))
+            if not lacking or len(claimed) < asked or lacking >= _LACKING_MAX:
+                break
+        return runnable
+
+    async def _put_back(self, saga_id: str) -> None:
+        config = self._drives.config
+        try:
+            await config.store.requeue(saga_id, config.executor_id, now())
+        except StoreError as exc:  # its lease runs out: recovery takes it (a worker with the tools)
+            logger.warning("saga %s: could not put it back in its queue: %s", saga_id, exc)
+
     async def _give_back(self, saga: SagaRow, rows: list[StepRow]) -> bool:
         """Put a started saga whose tools this worker lacks back in its queue, for a worker that has them."""
         missing = self._recovery.missing_tools(saga, rows)
         if not missing:
             return False
-        config = self._drives.config
         if saga.saga_id not in self._given_back:
             if len(self._given_back) >= _GIVEN_BACK_MAX:
                 self._given_back.clear()
             self._given_back.add(saga.saga_id)
             logger.warning("saga %s: back to its queue, this worker lacks the tool(s) %s", saga.saga_id, missing)
-        try:
-            await config.store.requeue(saga.saga_id, config.executor_id, now())
-        except StoreError as exc:  # its lease runs out: recovery takes it (a worker with the tools)
-            logger.warning("saga %s: could not put it back in its queue: %s", saga.saga_id, exc)
+        await self._put_back(saga.saga_id)
         return True
 
     async def _sample(self, queues: Sequence[Queue], on_depth: Callable[[str, int], None]) -> None:
@@ -130,15 +157,13 @@ class Queues:
                     if room < 1:
                         break
                     try:
-                        claimed = await self.start(queue, room)
+                        claimed = await self._runnable(queue, room)
                     except StoreError as exc:
                         logger.warning(
                             "queue %r: starting sagas failed, trying again in %gs: %s", queue.name, interval, exc
                         )
                         claimed = []
                     for saga, rows in claimed:
-                        if await self._give_back(saga, rows):
-                            continue
                         running += 1
                         started += 1
                         task_group.start_soon(drive, saga, rows)

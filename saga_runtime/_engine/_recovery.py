@@ -163,7 +163,7 @@ class Recovery:
                 engine = held.start(detached=True)
                 await _count_attempt(engine)
                 engine.emit("saga_started")
-                if held.taken_over:
+                if held.may_have_a_cancel:
                     await _honour_cancel(engine)
                 return await drive_plan(engine, plan, self._planner)
             engine = held.start(detached=True)

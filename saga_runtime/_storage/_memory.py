@@ -244,7 +244,7 @@ class MemoryStore(StoreBase, MemoryRetention):
         """Make a COMPENSATION_FAILED saga COMPENSATING under `owner`; return whether it did."""
         self._check_open()
         saga = self._sagas.get(saga_id)
-        if saga is None or saga.status is not SagaStatus.COMPENSATION_FAILED:
+        if saga is None or saga.status is not SagaStatus.COMPENSATION_FAILED or saga.purged_at is not None:
             return False
         reopened = replace(
             saga,

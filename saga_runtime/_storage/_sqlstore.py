@@ -456,6 +456,8 @@ class SQLStore(StoreBase, SQLRetention):
                 if not records:
                     return False
                 saga = codec.saga_row(records[0])
+                if saga.purged_at is not None:  # a tombstone never changes again (API.md §14)
+                    return False
                 if saga.status is not status:
                     return tries > 1 and lost_try(saga)
                 change(saga)
