@@ -112,11 +112,16 @@ class Recovery:
         limiter = anyio.CapacityLimiter(self._concurrency)
 
         async def drive(index: int, saga: SagaRow, rows: list[StepRow]) -> None:
-            async with limiter:
-                if self._drives.shelters.stopping:  # its worker stops: let the next one take it at once
+            begun = False
+            try:
+                async with limiter:
+                    if self._drives.shelters.stopping:  # its worker stops: let the next one take it at once
+                        return
+                    begun = True
+                    done[index] = await self.drive_claimed(saga, rows, orphan=True)
+            finally:
+                if not begun:  # stopped (or cancelled) while it waited its turn: claimed, never driven
                     await self._drives.claims.release(saga, owner=self._drives.config.executor_id)
-                    return
-                done[index] = await self.drive_claimed(saga, rows, orphan=True)
 
         async with anyio.create_task_group() as tg:
             for index, (saga, rows) in enumerate(batch):

@@ -119,3 +119,31 @@ async def test_progress_gives_the_recovery_attempts_back(stores: Stores, kind: s
     loaded = await store.load_saga(saga_id)
     assert loaded is not None
     assert loaded[0].recovery_attempts == 0
+
+
+async def test_a_stopped_worker_releases_the_orphans_it_had_not_begun(stores: Stores, kind: str) -> None:
+    """Orphans a stopped serve() claimed but had not begun (waiting their turn) are released at once, not leased."""
+    lease = 1.0
+    store = await stores.open(kind, wipe=True)
+    ids = await orphans(store, 4, lease)
+    await asyncio.sleep(lease + 0.05)
+    worker = SagaExecutor(
+        tools(set(), pause=0.5), store=store, executor_id="stopped", lease_timeout=30, recovery_concurrency=1
+    )
+    serving = asyncio.ensure_future(worker.serve())
+    for _ in range(200):  # until the worker has claimed them all
+        loaded = [await store.load_saga(saga_id) for saga_id in ids]
+        if all(row is not None and row[0].owner == "stopped" for row in loaded):
+            break
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.2)  # the first one's step runs now
+    serving.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await serving
+    held = []
+    for saga_id in ids:
+        loaded = await store.load_saga(saga_id)
+        assert loaded is not None
+        if not loaded[0].status.is_terminal and loaded[0].owner == "stopped":
+            held.append(saga_id)
+    assert held == [], held  # another worker may resume every live one at once
