@@ -66,20 +66,25 @@ def table(title: str, rows: Rows) -> str:
 
 @dataclass(frozen=True)
 class Target:
-    """A goal of one workload: the value `pick` reads from its rows is at most `bound` (in `unit`)."""
+    """A goal of one workload: the value `pick` reads from its rows is at most `bound` (in `unit`).
+
+    With `at_least`, the bound is a floor instead: the value must be at least `bound`.
+    """
 
     name: str
     bound: float
     unit: str
     pick: Callable[[Rows], float | None]
+    at_least: bool = False
 
     def verdict(self, rows: Rows) -> dict[str, Any]:
         """Return the target's line of the report: the bound, what was measured, and met or missed."""
         value = self.pick(rows)
-        status = "not measured" if value is None else "met" if value <= self.bound else "missed"
+        met = value is not None and (value >= self.bound if self.at_least else value <= self.bound)
+        status = "not measured" if value is None else "met" if met else "missed"
         return {
             "target": self.name,
-            "at most": f"{self.bound:g} {self.unit}",
+            "bound": f"{'at least' if self.at_least else 'at most'} {self.bound:g} {self.unit}",
             "measured": None if value is None else f"{value:.3g} {self.unit}",
             "status": status,
         }

@@ -12,6 +12,10 @@ Claims: `CLAIMS` one-step no-op sagas are queued first, then one worker process 
 started per second (first start to last). Its floor is the raw driver's autocommitted INSERTs of a step row per
 second on one connection (benchmarks/_floors.py); `ratio` is claims/s over raw commits/s.
 
+Scaling: `SCALE` queued 10-step sagas of 10 ms sleep steps, then 1, 2 or 4 worker processes serving the queue
+with `concurrency=25` each start them all (PostgreSQL only). Reported: sagas finished per second, from the first
+saga's first step starting to the last saga's last step ending, and `speedup` over one worker's in the same run.
+
 Stores: a SQLite file, and a PostgreSQL database created for the run (SAGA_RUNTIME_BENCH_POSTGRES_URL); an
 unreachable server is reported as skipped. `python -m benchmarks.fleet [--quick]` runs only this.
 """
@@ -37,6 +41,8 @@ from saga_runtime import SagaExecutor, StepContext, ToolRegistry, open_store
 ROOT = Path(__file__).resolve().parent.parent
 INTERVAL = 0.5  # serve()'s default
 CLAIMS = 500
+SCALE = 400  # sagas per worker count: four waves of 4 x 25
+STEP_SECONDS = 0.010
 
 registry = ToolRegistry()
 
@@ -60,11 +66,52 @@ class Mark:
         return None
 
 
+def _note(path: str, line: str) -> None:
+    """Append one line to `path` in one small O_APPEND write: lines of concurrent steps never interleave."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+@registry.tool
+class Nap:
+    """Sleep 10 ms; the first step notes its start, the last its end (to the file $SAGA_BENCH_MARKS)."""
+
+    async def execute(self, n: int, last: int, ctx: StepContext) -> int:
+        path = os.environ.get("SAGA_BENCH_MARKS")
+        if path and n == 0:
+            _note(path, f"{ctx.saga_id} start {time.time():.6f}\n")
+        await asyncio.sleep(STEP_SECONDS)
+        if path and n == last:
+            _note(path, f"{ctx.saga_id} end {time.time():.6f}\n")
+        return n
+
+    async def compensate(self, result: int | None) -> None:
+        return None
+
+
+def _speedup(workers: int) -> Any:
+    """Return a `pick` of PostgreSQL's sagas/s with `workers` workers over one worker's."""
+    one, more = (
+        value("sagas_per_s", store="postgresql", workers=1),
+        value("sagas_per_s", store="postgresql", workers=workers),
+    )
+
+    def pick(rows: list[dict[str, Any]]) -> float | None:
+        base, found = one(rows), more(rows)
+        return None if not (base and found) else found / base
+
+    return pick
+
+
 TARGETS = [
     Target("fleet, PostgreSQL, 1 idle worker: submit -> first step p50", 15, "ms", value("p50_ms", store="postgresql")),
     Target(
         "fleet, PostgreSQL, 1 idle worker: submit -> first step p99", 100, "ms", value("p99_ms", store="postgresql")
     ),
+    Target("fleet, 4 workers / 1 worker, sagas/s", 2.5, "x", _speedup(4), at_least=True),
 ]
 
 _WORKER = """
@@ -73,9 +120,11 @@ from saga_runtime import Queue, SagaExecutor, open_store
 from benchmarks.fleet import registry
 
 async def main():
+    concurrency = int(sys.argv[2]) or None
     async with open_store(sys.argv[1]) as store:
         print("ready", flush=True)
-        await SagaExecutor(registry, store=store).serve(queues=[Queue("bench")])
+        await asyncio.to_thread(sys.stdin.readline)  # "go": every worker starts serving at once
+        await SagaExecutor(registry, store=store).serve(queues=[Queue("bench")], concurrency=concurrency)
 
 asyncio.run(main())
 """
@@ -94,6 +143,8 @@ class Fleet:
     floor: str = ""
     claims_per_s: float | None = None
     raw_commits_per_s: float | None = None
+    sagas_per_s: float | None = None
+    speedup: float | None = None
     skipped: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
@@ -114,6 +165,8 @@ class Fleet:
             "claims ratio": None
             if not (self.claims_per_s and self.raw_commits_per_s)
             else round(self.claims_per_s / self.raw_commits_per_s, 3),
+            "10-step sagas/s, 25 at a time each": r(self.sagas_per_s, 1),
+            "speedup over 1 worker": r(self.speedup),
             "skipped": self.skipped,
         }
 
@@ -130,19 +183,29 @@ def _marks(path: Path) -> dict[str, float]:
 
 
 @contextlib.asynccontextmanager
-async def _workers(url: str, count: int, marks: Path) -> Any:
+async def _workers(url: str, count: int, marks: Path, concurrency: int = 0) -> Any:
     """Start `count` worker processes on `url`; yield once each is serving; stop them at the end."""
     env = {**os.environ, "SAGA_BENCH_MARKS": str(marks), "PYTHONPATH": str(ROOT)}
     children = []
     try:
         for _ in range(count):
             child = await asyncio.create_subprocess_exec(
-                sys.executable, "-c", _WORKER, url, env=env, stdout=asyncio.subprocess.PIPE
+                sys.executable,
+                "-c",
+                _WORKER,
+                url,
+                str(concurrency),
+                env=env,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
             )
             children.append(child)
         for child in children:
             assert child.stdout is not None
             assert (await child.stdout.readline()).strip() == b"ready"
+        for child in children:
+            assert child.stdin is not None
+            child.stdin.write(b"go\n")
         await asyncio.sleep(1.0)  # past each worker's first round: idle, listening
         yield
     finally:
@@ -194,6 +257,30 @@ async def _claims(url: str, count: int, folder: Path) -> float:
     return (count - 1) / (starts[-1] - starts[0])
 
 
+async def _scale(url: str, workers: int, count: int, folder: Path) -> float:
+    """Return the 10-step sagas per second `workers` workers (25 at a time each) finish of `count` queued ones."""
+    marks = folder / f"marks-scale-{workers}.txt"
+    plan = [{"tool": "Nap", "args": {"n": n, "last": 9}} for n in range(10)]
+    async with open_store(url) as store:
+        executor = SagaExecutor(registry, store=store)
+        for first in range(0, count, 50):
+            ids = [f"scale-{workers}-{n}" for n in range(first, min(count, first + 50))]
+            await asyncio.gather(*(executor.submit(plan, saga_id=saga_id, queue="bench") for saga_id in ids))
+        async with _workers(url, workers, marks, concurrency=25):
+            deadline = time.monotonic() + 180
+            while _ends(marks) < count and time.monotonic() < deadline:  # noqa: ASYNC110 - other processes write
+                await asyncio.sleep(0.05)
+    lines = [line.split(" ") for line in marks.read_text().splitlines()]
+    starts = [float(at) for _, kind, at in lines if kind == "start"]
+    ends = [float(at) for _, kind, at in lines if kind == "end"]
+    assert len(ends) == count, (len(ends), count)
+    return count / (max(ends) - min(starts))
+
+
+def _ends(marks: Path) -> int:
+    return marks.read_text().count(" end ") if marks.exists() else 0
+
+
 async def _notify_floor(url: str, rounds: int) -> float:
     """Return the p50 (ms) of a raw NOTIFY committed on one asyncpg connection -> the callback on another."""
     import asyncpg
@@ -227,7 +314,9 @@ async def _raw_commits(kind: str, url: str, path: Path) -> float:
         await floor.close()
 
 
-async def _store(kind: str, url: str, levels: tuple[int, ...], sagas: int, claims: int, folder: Path) -> list[Fleet]:
+async def _store(
+    kind: str, url: str, levels: tuple[int, ...], sagas: int, claims: int, scale: int, folder: Path
+) -> list[Fleet]:
     results = []
     if kind == "postgresql":
         floor_ms, floor = await _notify_floor(url, 50), "raw NOTIFY -> listener"
@@ -238,20 +327,24 @@ async def _store(kind: str, url: str, levels: tuple[int, ...], sagas: int, claim
         results.append(Fleet(kind, workers, sagas, p50, p99, floor_ms, floor))
     results[0].claims_per_s = await _claims(url, claims, folder)
     results[0].raw_commits_per_s = await _raw_commits(kind, url, folder / "raw.db")
+    if kind == "postgresql":
+        rates = [await _scale(url, result.workers, scale, folder) for result in results]
+        for result, rate in zip(results, rates, strict=True):
+            result.sagas_per_s, result.speedup = rate, rate / rates[0]
     return results
 
 
 async def _all(quick: bool) -> list[Fleet]:
     levels = (1,) if quick else (1, 2, 4)
-    sagas, claims = (10, 50) if quick else (100, CLAIMS)
+    sagas, claims, scale = (10, 50, 50) if quick else (100, CLAIMS, SCALE)
     results: list[Fleet] = []
     with tempfile.TemporaryDirectory() as name:
         folder = Path(name)
         if not quick:  # polling: slow by design, and the same at every size
-            results += await _store("sqlite", f"sqlite:///{folder}/fleet.db", levels, sagas // 4, claims, folder)
+            results += await _store("sqlite", f"sqlite:///{folder}/fleet.db", levels, sagas // 4, claims, scale, folder)
         try:
             async with database("postgresql") as url:
-                results += await _store("postgresql", url, levels, sagas, claims, folder)
+                results += await _store("postgresql", url, levels, sagas, claims, scale, folder)
         except Unreachable as exc:
             results.append(Fleet("postgresql", 1, skipped=str(exc)))
     return results

@@ -10,6 +10,9 @@ from typing import Any
 
 import pytest
 
+from benchmarks.__main__ import WORKLOADS
+from benchmarks._report import Target, value
+
 ROOT = Path(__file__).resolve().parent.parent
 STORES = ["sqlite", "postgresql", "mysql"]
 
@@ -54,7 +57,7 @@ def test_quick_benchmarks_run_and_report_every_workload(tmp_path: Path) -> None:
     assert report["quick"] is True
     assert report["machine"]["cores"] >= 1
     results = report["results"]
-    assert len(results) == 9, list(results)
+    assert len(results) == len(WORKLOADS) == 9, list(results)
     for title, rows in results.items():
         assert f"### {title}" in done.stdout, title  # every table is printed too
         for row in rows:
@@ -89,6 +92,8 @@ def test_quick_benchmarks_run_and_report_every_workload(tmp_path: Path) -> None:
     assert [(row["store"], row["workers"]) for row in fleet] == [("postgresql", 1)]  # --quick
     for row in fleet:
         assert row["skipped"] is not None or (row["p50_ms"] > 0 and row["claims_per_s"] > 0), row
+        assert row["skipped"] is not None or row["10-step sagas/s, 25 at a time each"] > 0, row
+        assert row["skipped"] is not None or row["speedup over 1 worker"] == 1.0, row  # one worker: itself
     [purge] = _one(results, "retention: purging finished 10-step sagas")
     assert purge["skipped"] is not None or (purge["purged_sagas"], purge["running_sagas_checked"] > 0) == (300, True)
 
@@ -99,9 +104,20 @@ def test_quick_benchmarks_run_and_report_every_workload(tmp_path: Path) -> None:
 
     targets = report["targets"]
     assert [target["target"].split(",")[0] for target in targets] == (
-        ["in memory"] * 3 + ["durable"] * 7 + ["fleet"] * 2 + ["retention"]
+        ["in memory"] * 3 + ["durable"] * 7 + ["fleet"] * 3 + ["retention"]
     )
     assert all(target["status"] in ("met", "missed", "not measured") for target in targets), targets
     measured = [target for target in targets if target["status"] != "not measured"]
     assert len(measured) >= 3  # the in-memory ones at least: they need no server
     assert "### targets: " in done.stdout
+
+
+def test_a_lower_bound_target_is_met_at_or_above_its_bound() -> None:
+    """A Target with `at_least` is met at or above its bound, missed below it, and says which bound it is."""
+    target = Target("speedup", 2.5, "x", value("speedup"), at_least=True)
+    assert [target.verdict([{"speedup": x}])["status"] for x in (2.4, 2.5, 3.0)] == ["missed", "met", "met"]
+    assert target.verdict([{"speedup": 3.0}])["bound"] == "at least 2.5 x"
+    assert target.verdict([{"speedup": None}])["status"] == "not measured"
+    upper = Target("latency", 15, "ms", value("p50"))
+    assert [upper.verdict([{"p50": x}])["status"] for x in (14, 15, 16)] == ["met", "met", "missed"]
+    assert upper.verdict([{"p50": 1}])["bound"] == "at most 15 ms"

@@ -27,7 +27,7 @@ def saved_run() -> dict[str, object]:
         for level in (1, 50)
     ]
     host = {"python": "3.11", "system": "Linux", "cores": 2, "cpu": "a CPU"}
-    target = {"target": "throughput at 50", "at most": "1 x", "measured": "0.9 x", "status": "met"}
+    target = {"target": "throughput at 50", "bound": "at most 1 x", "measured": "0.9 x", "status": "met"}
     return {"quick": True, "machine": host, "results": {CONCURRENCY: rows}, "targets": [target]}
 
 
