@@ -1,6 +1,6 @@
-"""Prometheus metrics of sagas: counters, gauges and a histogram kept from the executor's events.
+"""Prometheus metrics of sagas, kept from the executor's events.
 
-Install the extra (`pip install 'saga-runtime[metrics]'`) and give the executor the hook::
+Install `saga-runtime[metrics]` and give the executor the hook::
 
     from saga_runtime import SagaExecutor
     from saga_runtime.metrics import PrometheusHook, start_metrics_server
@@ -9,25 +9,21 @@ Install the extra (`pip install 'saga-runtime[metrics]'`) and give the executor 
     executor = SagaExecutor(registry, store=store, hooks=[metrics])
     server = start_metrics_server(9464, metrics)     # or serve metrics.exposition() from your own app
 
-The hook keeps:
+Metrics:
 
-- `saga_runtime_sagas_started_total{queue}`: each time this process starts (or resumes) driving a saga.
-- `saga_runtime_sagas_finished_total{status}`: sagas that ended here, by terminal status.
-- `saga_runtime_steps_finished_total{tool,status}` and `saga_runtime_step_duration_seconds{tool}` (a histogram
-  of a step's start to its end, its retries included).
-- `saga_runtime_compensations_total{tool,status}`: compensations that ended (COMPENSATED or COMPENSATION_FAILED).
-- `saga_runtime_sagas_running`: sagas this process drives now (a saga waiting for an approval is not counted).
+- `saga_runtime_sagas_started_total{queue}`: sagas started or resumed here.
+- `saga_runtime_sagas_finished_total{status}`: sagas ended here.
+- `saga_runtime_steps_finished_total{tool,status}`; `saga_runtime_step_duration_seconds{tool}`, retries included.
+- `saga_runtime_compensations_total{tool,status}`.
+- `saga_runtime_sagas_running`: sagas driven here now (not those waiting for approval).
 - `saga_runtime_approvals_requested_total{tool}`.
-- `saga_runtime_llm_tokens_total{model,kind}` (`kind` "input", every input token, cached or not, and "output"):
-  the model calls of `LLMRunner`s (`model` is the model asked).
-- `saga_runtime_cost_total`: every charge of the sagas (a tool's `ctx.charge`, `saga.charge`, an LLM call).
-- `saga_runtime_queue_depth{queue}`, which a worker feeds through `observe_queue_depth()` as it polls.
-- `saga_runtime_takeovers_total`: sagas recovery took over here from an executor that was gone (also fed by
-  `observe_takeover()`).
+- `saga_runtime_llm_tokens_total{model,kind}`: `LLMRunner` tokens, `kind` "input" (cached too) or "output".
+- `saga_runtime_cost_total`: every charge (`ctx.charge`, `saga.charge`, an LLM call).
+- `saga_runtime_queue_depth{queue}`: fed by a worker's `observe_queue_depth()`.
+- `saga_runtime_takeovers_total`: sagas recovery took over from a gone executor (or `observe_takeover()`).
 
-Each hook registers its metrics in its own `CollectorRegistry` unless given one, so two executors (or two apps)
-in one process never clash. Hooks given the same registry share its metrics (the gauge counts both), so passing
-`prometheus_client.REGISTRY` to several hooks is fine too.
+Each hook has its own `CollectorRegistry` unless given one, so hooks never clash; hooks given the same
+registry (even `prometheus_client.REGISTRY`) share its metrics.
 """
 
 from __future__ import annotations
@@ -48,10 +44,10 @@ from saga_runtime._llm import ModelCallEvent
 
 __all__ = ["CONTENT_TYPE", "MetricsServer", "PrometheusHook", "start_metrics_server"]
 
-# What `exposition()` returns: the plain text format every Prometheus reads (as prometheus_client serves it).
+# Media type of `exposition()`.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 DEFAULT_QUEUE = "default"
-# Tools range from a cache read to a payment provider's slow call, so the buckets reach five minutes.
+# Tools range from a cache read to a slow payment call: up to five minutes.
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 
 
@@ -125,7 +121,7 @@ def _metrics_of(registry: CollectorRegistry) -> _Metrics:
         if metrics is None:
             try:
                 metrics = _Metrics.register(registry)
-            except ValueError as exc:  # names taken by collectors registered some other way
+            except ValueError as exc:  # names taken by foreign collectors
                 raise ValueError(
                     f"the registry already holds saga_runtime metrics not made by a PrometheusHook ({exc}); give "
                     "PrometheusHook a registry of its own, or none"
@@ -135,18 +131,17 @@ def _metrics_of(registry: CollectorRegistry) -> _Metrics:
 
 
 class PrometheusHook:
-    """A `SagaHook` keeping Prometheus metrics of the executor's sagas (see the module docstring).
+    """A `SagaHook` keeping Prometheus metrics of sagas; one hook may serve several executors.
 
-    `registry`: where the metrics are registered; by default a new `CollectorRegistry` of this hook's own
-    (`hook.registry`). One hook may serve several executors.
+    `registry`: where to register the metrics; by default a new one (`hook.registry`).
     """
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         self._m = _metrics_of(self.registry)
-        self._lock = threading.Lock()  # an app may hand one hook to executors on several threads' loops
+        self._lock = threading.Lock()  # executors may run on several threads' loops
         self._running: set[str] = set()
-        self._step_starts: dict[str, dict[str, datetime]] = {}  # saga id -> step id -> when it started
+        self._step_starts: dict[str, dict[str, datetime]] = {}  # saga id -> step id -> start
 
     def __repr__(self) -> str:
         return f"PrometheusHook(running={len(self._running)})"
@@ -157,32 +152,28 @@ class PrometheusHook:
         if handler is not None:
             handler(event)
 
-    # -- what a worker feeds ---------------------------------------------------------------------------------
-
     def observe_queue_depth(self, queue: str, depth: int) -> None:
-        """Set how many sagas wait in `queue` now (a worker samples it as it polls)."""
+        """Set how many sagas wait in `queue` now."""
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
             raise ValueError(f"depth must be a non-negative int, got {depth!r}")
         self._m.queue_depth.labels(queue=queue).set(depth)
 
     def observe_takeover(self, count: int = 1) -> None:
-        """Count sagas this process took over from another executor (a lease expired, a restart, a release)."""
+        """Count sagas taken over from another executor."""
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
             raise ValueError(f"count must be a non-negative int, got {count!r}")
         self._m.takeovers.inc(count)
 
     def exposition(self) -> bytes:
-        """Return the metrics of this hook's registry in Prometheus' plain text format (media type CONTENT_TYPE)."""
+        """Return the registry's metrics in Prometheus' text format (`CONTENT_TYPE`)."""
         return generate_latest(self.registry)
 
-    # -- events ----------------------------------------------------------------------------------------------
-
     def _saga_started(self, event: SagaEvent) -> None:
-        queue = getattr(event, "queue", None) or DEFAULT_QUEUE  # queued sagas will carry theirs
+        queue = getattr(event, "queue", None) or DEFAULT_QUEUE
         self._m.started.labels(queue=queue).inc()
         with self._lock:
             if event.saga_id in self._running:
-                return  # started again without an end seen here (re-entered while it waits)
+                return  # re-entered while it waits
             self._running.add(event.saga_id)
         self._m.running.inc()
 
@@ -200,7 +191,7 @@ class PrometheusHook:
 
     def _approval_requested(self, event: SagaEvent) -> None:
         self._m.approvals.labels(tool=event.tool_name or "").inc()
-        self._not_running(event.saga_id)  # a new request is undecided: the saga stops and waits
+        self._not_running(event.saga_id)  # the saga stops and waits
 
     def _step_started(self, event: SagaEvent) -> None:
         with self._lock:
@@ -211,7 +202,7 @@ class PrometheusHook:
         self._m.steps.labels(tool=tool, status=event.status or "").inc()
         with self._lock:
             started = self._step_starts.get(event.saga_id, {}).pop(event.step_id or "", None)
-        if started is not None:  # a step that never ran (rejected) has no duration
+        if started is not None:  # a rejected step never ran
             self._m.step_seconds.labels(tool=tool).observe(max(0.0, (event.at - started).total_seconds()))
 
     def _compensation_finished(self, event: SagaEvent) -> None:
@@ -222,7 +213,7 @@ class PrometheusHook:
             return
         self._m.tokens.labels(model=event.model, kind="input").inc(event.input_tokens)
         self._m.tokens.labels(model=event.model, kind="output").inc(event.output_tokens)
-        # Its cost comes as the `charged` event of the runner's charge.
+        # Its cost comes as a `charged` event.
 
     def _charged(self, event: SagaEvent) -> None:
         if event.cost:
@@ -233,7 +224,7 @@ class PrometheusHook:
 
 
 class MetricsServer:
-    """The HTTP server `start_metrics_server` started: `port` it listens on, `close()` to stop it."""
+    """The server `start_metrics_server` started: its `port`, and `close()`."""
 
     def __init__(self, server: Any, thread: threading.Thread) -> None:
         self._server = server
@@ -242,7 +233,7 @@ class MetricsServer:
         self.port: int = server.server_address[1]
 
     def close(self) -> None:
-        """Stop serving and free the port (blocks up to about half a second: run it in a thread from async code)."""
+        """Stop serving and free the port; blocks up to ~0.5 s, so use a thread from async code."""
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)
@@ -255,10 +246,9 @@ class MetricsServer:
 
 
 def start_metrics_server(port: int, hook: PrometheusHook, *, host: str = "127.0.0.1") -> MetricsServer:
-    """Serve `hook`'s metrics over HTTP on `host:port` in a daemon thread (prometheus_client's own server).
+    """Serve `hook`'s metrics over HTTP on `host:port` from a daemon thread.
 
-    It listens on the loopback unless told otherwise: metrics name tools and models, so expose them beyond the
-    machine on purpose (`host="0.0.0.0"`). Port 0 picks a free port (see `.port`).
+    Loopback by default: metrics name tools and models, so expose them on purpose. Port 0 picks a free one.
     """
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
         raise ValueError(f"port must be an int from 0 to 65535, got {port!r}")

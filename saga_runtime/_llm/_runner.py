@@ -1,4 +1,4 @@
-"""LLMRunner: a model's function-calling loop (Chat Completions, Responses or Anthropic) run as a dynamic saga."""
+"""LLMRunner: a model's function-calling loop run as a dynamic saga."""
 
 from __future__ import annotations
 
@@ -47,17 +47,15 @@ def _pick_api(client: Any) -> str:
 
 
 class LLMRunner:
-    """Drive a model's function calls as one saga: each turn's calls run as a group, results go back to the model.
+    """Drive a model's function calls as one saga, each turn's calls as a group.
 
-    `api`: "chat" (`client.chat.completions.create`), "responses" (`client.responses.create`) or "anthropic"
-    (`client.messages.create`); `None` picks "anthropic" for a client with `messages.create` and no `chat`, else
-    "chat". Sync and async clients work. Only tools `policy` allows are sent; a bad call is refused alone and
-    the model told why; a tool's failure goes back as its result. Transient model errors are retried per
-    `model_retry`. A failure of the loop itself (API, budget, `max_turns`) compensates every call, in reverse.
+    `api`: "chat", "responses" or "anthropic" (`client.messages.create`); `None` picks "anthropic" for a
+    client with `messages.create` and no `chat`. Sync and async clients work. Only tools `policy` allows are
+    sent; a bad call or a tool's failure goes back to the model. Transient model errors retry per
+    `model_retry`; a failure of the loop (API, budget, `max_turns`) compensates every call.
 
-    Each model call is recorded (`metadata["llm_calls"]`), charged to the budget and told to hooks as a
-    `ModelCallEvent`. Each answer is recorded (`metadata["llm_responses"]`) before its calls run, so running an
-    unfinished saga id again replays the answers and asks the model only for the turns never answered.
+    Each model call is recorded (`metadata["llm_calls"]`), charged and told to hooks as a `ModelCallEvent`;
+    each answer is recorded before its calls run, so re-running a saga id asks only unanswered turns.
     """
 
     def __init__(
@@ -114,10 +112,10 @@ class LLMRunner:
         max_turns: int = 10,
         **options: Any,
     ) -> SagaResult:
-        """Run the loop until the model answers in text; return the saga's result (the answer in `metadata`).
+        """Run the loop until the model answers in text; return the result (answer in `metadata`).
 
-        `prompt`: one user message, or messages in this API's format. `options` go to every model call. As with
-        `executor.run`, a failure does not raise: the result is COMPENSATED and its `error` says why.
+        `prompt`: a user message, or messages in this API's format; `options` go to every model call. A
+        failure does not raise: the result is COMPENSATED with an `error`.
         """
         if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
             raise ValueError(f"max_turns must be a positive int, got {max_turns!r}")
@@ -130,7 +128,7 @@ class LLMRunner:
         if saga_id is not None:
             stored = await self.executor.store.get_saga(saga_id)
             if stored is not None and stored.status.is_terminal:
-                return stored  # the saga id is the run's idempotency key: the model is not asked again
+                return stored  # the saga id is the idempotency key
             if stored is not None and (
                 canonical_json(stored.metadata.get("prompt")),
                 stored.metadata.get("model"),
@@ -144,25 +142,24 @@ class LLMRunner:
                     saga_id=saga_id,
                 )
         metadata = {"model": self.model, "prompt": recorded_prompt, "api": self.api}
-        # A call awaiting a decision ends the run WAITING; run it again once decided.
         gated = None if self.policy is None else self.policy.approval_required
         saga = self.executor.saga(saga_id=saga_id, budget=budget, metadata=metadata, approval_required=gated)
         try:
             async with saga:
                 await self._loop(saga, recorded_prompt, max_turns, options)
         except (ReplayDivergenceError, IdempotencyConflictError, LeaseLostError):
-            raise  # not a failure of the loop: the caller must know
+            raise  # not the loop's failure
         except ApprovalPendingError as exc:
             logger.info("saga %s: the LLM loop waits for a decision on call %s", saga.saga_id, exc.step_id)
         except Exception as exc:
-            if saga.result is None:  # never started: nothing to report
+            if saga.result is None:  # never started
                 raise
             logger.warning("saga %s: the LLM loop failed and was compensated: %s", saga.saga_id, exc)
         assert saga.result is not None
         return saga.result
 
     async def _complete(self, request: dict[str, Any]) -> Any:
-        """Call the model once (a sync client in a worker thread)."""
+        """Call the model once (a sync client in a thread)."""
         create = self._adapter.endpoint(self.client)
         if create is None:
             raise TypeError(f"the client's {'.'.join(self._adapter.endpoint_path)} is gone")
@@ -173,13 +170,13 @@ class LLMRunner:
         return await response if inspect.isawaitable(response) else response
 
     async def _ask(self, conversation: list[Any], options: Mapping[str, Any]) -> dict[str, Any]:
-        """Ask the model for the next turn, retrying transient errors; return it as recorded."""
+        """Return the model's next turn as recorded, retrying transient errors."""
         request = self._adapter.request(self.model, conversation, self.tools, self.system, options)
         response = await call_with_retry(self.model_retry, partial(self._complete, request), f"model {self.model}")
         return self._adapter.record(response, self.model)
 
     def _for_record(self, answer: dict[str, Any], saga: DynamicSaga) -> Any:
-        """Return a turn as recorded: one with secret arguments is encrypted whole (no key: the run fails)."""
+        """Return a turn as recorded, encrypted whole if it holds secret arguments."""
         secret = [
             call["name"] for call in answer["calls"] if (spec := self.registry.find(call["name"])) and spec.secrets
         ]
@@ -194,7 +191,7 @@ class LLMRunner:
         return saga.keyring.encrypt(answer)
 
     def _recorded(self, record: Any, saga: DynamicSaga) -> dict[str, Any]:
-        """Return a recorded turn (an older version's chat completion too)."""
+        """Return a recorded turn (an older chat completion too)."""
         if is_envelope(record):
             record = reveal(record, saga.keyring)
         if isinstance(record, Mapping) and "api" not in record:
@@ -211,9 +208,9 @@ class LLMRunner:
         used_ids: set[str] = set()
         hooks = self.executor.hooks
         for turn in range(max_turns):
-            started: datetime | None = None  # set for a live call, not one served from the record
+            started: datetime | None = None  # None: served from the record
             if turn < len(recorded):
-                answer = recorded[turn]  # a re-entered run: the model was asked this already
+                answer = recorded[turn]
             else:
                 started = now()
                 try:
@@ -234,11 +231,11 @@ class LLMRunner:
                     "refusal": answer["refusal"],
                 }
             )
-            # Durable before its calls run: a re-entered run replays it.
+            # Durable before its calls run.
             await saga.set_metadata(llm_calls=calls_log, llm_responses=responses)
             if started is not None:
                 tell_model_call(hooks, saga.saga_id, self.model, turn, started, answer=answer, usage=usage, cost=cost)
-            await saga.charge(cost=cost, tokens=usage.total_tokens)  # BudgetExceededError ends the loop
+            await saga.charge(cost=cost, tokens=usage.total_tokens)
             if not answer["calls"]:
                 await saga.set_metadata(answer=answer["text"], turns=turn + 1)
                 return

@@ -1,14 +1,10 @@
-"""Secret arguments at rest: encrypted envelopes in the records, masked wherever a person or a log reads them.
+"""Secret arguments at rest: encrypted in the records, masked wherever people or logs read them.
 
-A secret value is stored as `{"$secret": "<key id>:<Fernet token>"}`: the value's JSON, encrypted and
-authenticated with Fernet (AES-128-CBC and HMAC-SHA-256, from the `cryptography` package: the `secrets` extra).
-The key id (8 hex digits of the key's SHA-256) names the key that encrypted it, so keys rotate: a `SecretKeyring`
-holds the newest key first (it encrypts) and older ones after it (they still decrypt what they encrypted).
+A secret is stored as `{"$secret": "<key id>:<Fernet token>"}` (`cryptography`, the `secrets` extra). The key
+id (8 hex digits of the key's SHA-256) lets keys rotate: the newest key encrypts, older ones still decrypt.
 
-Where a secret's place is known (a tool's argument declared secret) the value is replaced by its envelope before
-anything is stored (`conceal`); an envelope is opened only to hand the tool its value (`reveal`); everything
-shown to people (`SagaResult`, `StepRecord`, the CLI) shows `MASK` instead (`mask_secrets`). Secret paths are
-plain data (`SecretPaths`): the tools layer finds them in a tool's argument model, this module only walks them.
+`conceal` encrypts before anything is stored, `reveal` opens only for the tool, `mask_secrets` shows `MASK`
+to people. The tools layer finds the `SecretPaths`; this module only walks them.
 """
 
 from __future__ import annotations
@@ -45,8 +41,7 @@ HOW_TO_SET = (
     'with: python -c "from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())"'
 )
 
-#: Where a tool's secrets stand in its arguments: each name maps to True (the value is secret) or to the paths
-#: inside it (a nested model's fields); the name "*" stands for every item of a list or every value of a mapping.
+#: Argument name -> True (secret) or the paths inside it; "*" is every item of a list or mapping.
 SecretPaths = Mapping[str, Any]
 
 
@@ -56,7 +51,7 @@ def is_envelope(value: Any) -> bool:
 
 
 def mask_secrets(value: Any) -> Any:
-    """Return a JSON value with every encrypted secret shown as `MASK` (the same object if it holds none)."""
+    """Return a JSON value with every secret shown as `MASK` (the same object if none)."""
     kind = type(value)
     if kind is dict:
         if is_envelope(value):
@@ -65,7 +60,7 @@ def mask_secrets(value: Any) -> Any:
             if type(item) is dict or type(item) is list:
                 break
         else:
-            return value  # scalars only: nothing to mask (the common case, checked without copying)
+            return value  # scalars only, the common case
         masked = {key: mask_secrets(item) for key, item in value.items()}
         return value if all(masked[key] is item for key, item in value.items()) else masked
     if kind is list:
@@ -82,7 +77,7 @@ def has_envelope(value: Any) -> bool:
 def _fernet_module() -> Any:
     try:
         from cryptography import fernet
-    except ImportError:  # pragma: no cover - the extra is installed in the test environment
+    except ImportError:  # pragma: no cover - the tests install the extra
         raise SecretKeyError("secret arguments need the cryptography package: install saga-runtime[secrets]") from None
     return fernet
 
@@ -95,7 +90,7 @@ def _key_list(keys: str | bytes | Sequence[str | bytes]) -> list[bytes]:
 
 
 class SecretKeyring:
-    """The keys secrets are encrypted with: the first encrypts, every one decrypts what it encrypted."""
+    """The secret keys: the first encrypts, each decrypts what it encrypted."""
 
     __slots__ = ("_by_id", "_fernet", "_newest")
 
@@ -120,7 +115,7 @@ class SecretKeyring:
 
     @classmethod
     def configured(cls, keys: str | bytes | Sequence[str | bytes] | None) -> SecretKeyring | None:
-        """Return the keyring of `keys` (a key, keys separated by commas, or a list; newest first), or None."""
+        """Return the keyring of `keys` (comma-separated or a list, newest first), or None."""
         if keys is None or (isinstance(keys, str | bytes) and not keys.strip()):
             return None
         return cls(keys)
@@ -137,7 +132,7 @@ class SecretKeyring:
         return {ENVELOPE: f"{self._newest}:{token}"}
 
     def decrypt(self, envelope: Mapping[str, str]) -> Any:
-        """Return the value an envelope holds; raise `SecretKeyError` if no key of the ring opens it."""
+        """Return an envelope's value; raise `SecretKeyError` if no key opens it."""
         key_id, _, token = envelope[ENVELOPE].partition(":")
         cipher = self._by_id.get(key_id)
         if cipher is None:
@@ -152,7 +147,7 @@ class SecretKeyring:
 
 
 def reveal(value: Any, keyring: SecretKeyring | None) -> Any:
-    """Return a JSON value with every envelope opened (the same object if it holds none)."""
+    """Return a JSON value with every envelope opened (the same object if none)."""
     kind = type(value)
     if kind is dict:
         if is_envelope(value):
@@ -172,10 +167,9 @@ def reveal(value: Any, keyring: SecretKeyring | None) -> Any:
 def conceal(
     args: Mapping[str, Any], paths: SecretPaths, keyring: SecretKeyring | None, *, what: str, mask: bool = False
 ) -> Any:
-    """Return `args` with the plain value at every secret path encrypted (envelopes kept as they are).
+    """Return `args` with every plain secret encrypted (None stays None).
 
-    None stays None (an optional secret left out). Raise `SecretKeyError`, naming `what` and the argument, when a
-    secret is given and there is no key; with `mask`, put `MASK` in its place instead.
+    Without a key, raise `SecretKeyError` naming `what`, or with `mask` put `MASK` instead.
     """
     if not paths:
         return args
@@ -183,10 +177,10 @@ def conceal(
 
 
 def open_args(row: StepRow, paths: SecretPaths, keyring: SecretKeyring | None) -> Any:
-    """Return a step's arguments with their secrets in clear, to be validated for the tool.
+    """Return a step's arguments with secrets in clear, for the tool.
 
-    A secret the row holds in clear (a `$ref` resolved to it) is encrypted in the row first, so the row is never
-    stored with it; if it cannot be (no key), it is masked in the row and `SecretKeyError` raised.
+    A clear secret in the row (from a `$ref`) is encrypted there first, or masked if there is no key (and
+    `SecretKeyError` raised), so it is never stored.
     """
     if not paths:
         return row.args

@@ -1,20 +1,13 @@
-"""What a store can hold: the one rule every store keeps for JSON values, and the copies tools are handed.
+"""The one rule for JSON values every store keeps (so sagas behave alike on each), and tools' own copies.
 
-Every store keeps the same values, so a saga behaves the same whichever store it runs on. A value (a result, a
-step's arguments, a saga's plan or metadata) is stored as JSON when:
+A value (result, arguments, plan, metadata) is stored when:
 
-- its text is Unicode without NUL, in strings and keys alike: no database encodes a lone surrogate, and
-  PostgreSQL refuses NUL (`\\x00`) in text and JSON;
-- its integers lie from `MIN_JSON_INT` (-2**63) to `MAX_JSON_INT` (2**64 - 1): MySQL's JSON keeps integers as
-  64-bit numbers (a larger one silently becomes a float), and Python reads back no integer of more than 4,300
-  digits. Larger numbers are stored as strings;
-- its containers nest at most `MAX_JSON_DEPTH` (24) levels: MariaDB refuses JSON nested 32 deep, and a stored
-  plan holds arguments five levels further down;
-- its JSON text takes at most `MAX_JSON_BYTES` (4,000,000) bytes in UTF-8: a step row holds its arguments and its
-  result, and the two at that limit, every character escaped, still fit in one packet of MariaDB's default
-  `max_allowed_packet` (16 MiB);
-- it is not an iterator or a generator: storing one consumes it, so the record would not hold what the tool
-  returned.
+- its text has no NUL (PostgreSQL refuses it) and no lone surrogate (no database encodes one);
+- its integers lie in -2**63 .. 2**64 - 1: MySQL's JSON turns larger ones into floats;
+- it nests at most 24 levels: MariaDB refuses 32, and a plan holds arguments five levels down;
+- its JSON takes at most 4,000,000 bytes: arguments and result at that limit, fully escaped, fit one
+  16 MiB MariaDB packet;
+- it is no iterator or generator: storing one consumes it.
 """
 
 from __future__ import annotations
@@ -48,10 +41,9 @@ MAX_JSON_DEPTH = 24
 MIN_JSON_INT = -(2**63)
 MAX_JSON_INT = 2**64 - 1
 
-# A string of at most this many characters fits MAX_JSON_BYTES whatever it holds (a character takes at most six
-# bytes of JSON: `\u001f`); only a longer one has its JSON measured.
+# Fits MAX_JSON_BYTES whatever it holds: a character is at most six bytes of JSON (`\u001f`).
 _SAFE_CHARS = (MAX_JSON_BYTES - 2) // 6
-# Compact JSON, as the stores write it: only its size is read.
+# As the stores write it; only its size is read.
 _compact = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"), check_circular=False).encode
 
 _NUL = "a NUL character (\\x00), which PostgreSQL cannot store"
@@ -79,7 +71,7 @@ def _int_problem(number: int) -> str:
 
 
 def _size_problem(value: Any) -> str | None:
-    """Return why a value is too large to store, or None; measures its JSON (only done for large values)."""
+    """Return why a value is too large to store, or None."""
     text = _compact(value)
     size = len(text) if text.isascii() else len(text.encode())
     if size <= MAX_JSON_BYTES:
@@ -91,10 +83,7 @@ def _size_problem(value: Any) -> str | None:
 
 
 def json_problem(value: Any) -> str | None:
-    """Return why a JSON value (dicts, lists, str, int, float, bool, None) cannot be stored, or None if it can.
-
-    Walks containers level by level, never recursing, and stops at the first level past `MAX_JSON_DEPTH`.
-    """
+    """Return why a JSON value cannot be stored, or None; walks level by level, never recursing."""
     kind = type(value)
     if kind is str:
         problem = _text_problem(value)
@@ -105,8 +94,8 @@ def json_problem(value: Any) -> str | None:
         return None
     level: list[Any] = [value]
     depth = 0
-    chars = 0  # characters of the strings and keys seen
-    count = 2  # the values and keys seen, and the brackets
+    chars = 0  # of strings and keys
+    count = 2  # values, keys and brackets
     while level:
         depth += 1
         if depth > MAX_JSON_DEPTH:
@@ -116,7 +105,7 @@ def json_problem(value: Any) -> str | None:
             count += len(node)
             if type(node) is dict:
                 try:
-                    keys = "".join(node)  # every key at once: one check each for NUL and non-ASCII text
+                    keys = "".join(node)  # one check for all keys
                 except TypeError:
                     return "a key that is not a string; JSON keys are strings"
                 if "\x00" in keys or not keys.isascii():
@@ -142,7 +131,7 @@ def json_problem(value: Any) -> str | None:
                 elif kind is dict or kind is list:
                     below.append(item)
         level = below
-    # A character takes at most six bytes of JSON, anything else (quotes, separators, a number) at most 24.
+    # Six bytes at most per character, 24 per anything else.
     return None if 6 * chars + 24 * count <= MAX_JSON_BYTES else _size_problem(value)
 
 
@@ -150,7 +139,7 @@ _LEAVES = frozenset({str, int, float, bool, type(None)})
 
 
 def _members(node: Any) -> Any:
-    """Return the (name, value) pairs a container holds (`()` if it holds no container), or None if no container."""
+    """Return a container's (name, value) pairs, `()` if it holds only leaves, None if no container."""
     kind = type(node)
     if kind is dict:
         return () if _LEAVES.issuperset(map(type, node.values())) else node.items()
@@ -172,15 +161,14 @@ def _members(node: Any) -> Any:
 
 
 def nesting_problem(value: Any, *, max_depth: int = MAX_JSON_DEPTH) -> str | None:
-    """Return where a value's containers nest more than `max_depth` levels or hold themselves, or None.
+    """Return where a value nests past `max_depth` or holds itself (a dotted path), or None.
 
-    Walks mappings, lists, tuples, sets, pydantic models and dataclasses without recursing (a value nested
-    thousands deep, or cyclic, is refused rather than raising `RecursionError`); the path is dotted, as in `$ref`.
+    Iterative, so a value nested thousands deep is refused, not a `RecursionError`.
     """
     members = _members(value)
     if members is None:
         return None
-    # Depth first, each frame an iterator over its container's members; `on_path` holds the open containers.
+    # Depth first; `on_path` holds the open containers.
     frames: list[tuple[Any, Any]] = [(value, iter(members))]
     path: list[str] = []
     on_path = {id(value)}
@@ -197,7 +185,7 @@ def nesting_problem(value: Any, *, max_depth: int = MAX_JSON_DEPTH) -> str | Non
             if len(frames) >= max_depth:
                 return f"{_DEEP}, at {'.'.join([*path, str(name)])!r}"
             if inner == ():
-                continue  # a container of scalars: nothing below it
+                continue
             frames.append((item, iter(inner)))
             path.append(str(name))
             on_path.add(id(item))
@@ -211,21 +199,17 @@ def nesting_problem(value: Any, *, max_depth: int = MAX_JSON_DEPTH) -> str | Non
 
 
 def check_nesting(value: Any, *, what: str, tool_name: str) -> None:
-    """Raise `ResultNotStorableError` if `value` nests too deep for any store or holds itself (see above)."""
+    """Raise `ResultNotStorableError` if `value` nests too deep or holds itself."""
     problem = nesting_problem(value)
     if problem is not None:
         raise _refused(what, tool_name, value, problem)
 
 
 def to_json_value(value: Any, *, what: str, tool_name: str) -> Any:
-    """Return `value` as the JSON-able structure it is stored as; raise `ResultNotStorableError` if it has none.
-
-    Pydantic models, dataclasses, datetimes, Decimals, UUIDs, enums, sets and tuples convert; NaN and infinities
-    become null, as in JSON. What no store can hold is refused, the same on every store (see the module docstring).
-    """
+    """Return `value` as stored JSON (NaN and infinities become null); else raise `ResultNotStorableError`."""
     kind = type(value)
     if value is None or kind is bool:
-        return value  # already JSON, as pydantic would return it
+        return value
     if kind is str:
         if len(value) <= _SAFE_CHARS and "\x00" not in value and (value.isascii() or _text_problem(value) is None):
             return value
@@ -247,17 +231,17 @@ def to_json_value(value: Any, *, what: str, tool_name: str) -> Any:
             converted = pydantic_core.to_jsonable_python(value, inf_nan_mode="null")
         except (pydantic_core.PydanticSerializationError, ValueError, TypeError, RecursionError) as exc:
             reason = str(exc)
-            if "surrogates not allowed" in reason:  # pydantic encodes keys to UTF-8 as it converts them
+            if "surrogates not allowed" in reason:  # from a key
                 reason = f"a key holds {_SURROGATE}"
             elif isinstance(exc, RecursionError) or "depth exceeded" in reason:
-                reason = nesting_problem(value) or _DEEP  # says where
+                reason = nesting_problem(value) or _DEEP  # with where
             elif "Circular reference" in reason:
                 reason = nesting_problem(value) or "it holds itself (a cycle), which JSON cannot hold"
             raise _refused(what, tool_name, value, reason) from None
     problem = json_problem(converted)
     if problem is not None:
         if problem is _DEEP:
-            problem = nesting_problem(converted) or problem  # says where
+            problem = nesting_problem(converted) or problem  # with where
         raise _refused(what, tool_name, value, problem)
     return converted
 
@@ -273,25 +257,22 @@ def _refused(what: str, tool_name: str, value: Any, reason: str) -> ResultNotSto
 
 
 def own_copy(value: Any) -> Any:
-    """Return a JSON container (dict or list) deep-copied, anything else as it is.
+    """Return a dict or list deep-copied, anything else as it is.
 
-    What a tool is handed is its own: a tool changing its arguments (or the result its compensation gets) in
-    place must not change the record (a stored result another step's `$ref` points to, a row's sealed args).
-    Only dicts and lists can be shared with records; scalars are immutable and validated models are new objects.
-    A value `copy.deepcopy` cannot copy (nested past the recursion limit, or holding a lock or a socket: a result
-    refused for storing, handed to `compensate`) has its dicts and lists copied, the objects in them shared.
+    A tool changing what it is handed must not change the record; only dicts and lists are shared with it.
+    What `deepcopy` refuses (too deep, or holding a lock) has only its containers copied.
     """
     if type(value) is not dict and type(value) is not list:
         return value
     try:
         return copy.deepcopy(value)
-    except Exception:  # RecursionError, or an object that refuses copying (TypeError: cannot pickle ...)
+    except Exception:  # RecursionError, or TypeError: cannot pickle
         return _copy_containers(value)
 
 
 def _copy_containers(value: dict[Any, Any] | list[Any]) -> Any:
-    """Return `value` with every dict and list in it copied (shared ones copied once), iteratively."""
-    copies: dict[int, Any] = {}  # id of an original container -> its copy
+    """Return `value` with every dict and list in it copied once, iteratively."""
+    copies: dict[int, Any] = {}  # id(original) -> copy
     pending: list[Any] = []
 
     def copied(node: Any) -> Any:
@@ -305,7 +286,7 @@ def _copy_containers(value: dict[Any, Any] | list[Any]) -> Any:
     while pending:
         node = pending.pop()
         if type(node) is dict:
-            for key, item in node.items():  # replacing values (no key added or removed) is safe while iterating
+            for key, item in node.items():  # replacing values while iterating is safe
                 if type(item) is dict or type(item) is list:
                     node[key] = copied(item)
         else:
@@ -316,7 +297,7 @@ def _copy_containers(value: dict[Any, Any] | list[Any]) -> Any:
 
 
 def own_values(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """Return `kwargs` with every dict or list value deep-copied (see `own_copy`); the same dict if none is."""
+    """Return `kwargs` with dict and list values deep-copied; the same dict if none is."""
     for value in kwargs.values():
         if type(value) is dict or type(value) is list:
             return {name: own_copy(item) for name, item in kwargs.items()}

@@ -1,7 +1,4 @@
-"""What is built on a store's primitives, once for every store: get, verify, export, import and list sagas.
-
-`StoreBase` gives each store the public methods of these (API.md §5) as one-line delegations.
-"""
+"""Get, verify, export, import and list: built once on any store's primitives; `StoreBase` delegates."""
 
 from __future__ import annotations
 
@@ -63,7 +60,7 @@ async def import_saga(store: SagaStore, data: Mapping[str, Any]) -> None:
     saga, steps = import_rows(data)
     approvals = import_approvals(data, saga.saga_id)
     existing = await store.insert_rows(saga, steps)
-    # Rows compare by value: times as instants, whatever offset the document wrote them with.
+    # By value: times as instants, whatever their offset.
     if existing is not None and not same_rows(existing, (saga, steps)):
         raise IdempotencyConflictError(
             f"saga {saga.saga_id!r} already exists in {store.url} with other content; "
@@ -76,17 +73,17 @@ async def import_saga(store: SagaStore, data: Mapping[str, Any]) -> None:
 async def list_sagas(
     store: SagaStore, status: SagaStatus | str | None = None, limit: int = 100, offset: int = 0
 ) -> list[SagaSummary]:
-    """Return summaries of stored sagas, newest first, optionally only those with `status`."""
+    """Return summaries of stored sagas, newest first, optionally of one `status`."""
     wanted = None if status is None else SagaStatus(status)
     return [summary_from_rows(saga, count) for saga, count in await store.list_rows(wanted, int(limit), int(offset))]
 
 
 class StoreBase:
-    """The public methods every store has over its primitives, each delegating to the function above."""
+    """The public methods every store builds on its primitives."""
 
     @asynccontextmanager
     async def queue_wakeups(self, wake: Callable[[str], None]) -> AsyncIterator[bool]:
-        """Hear of no submit: a worker of this store polls for queued sagas (yields False)."""
+        """Yield False: no wakeups, workers poll."""
         yield False
 
     async def get_saga(self: SagaStore, saga_id: str) -> SagaResult | None:
@@ -94,7 +91,7 @@ class StoreBase:
         return await get_saga(self, saga_id)
 
     async def verify_saga(self: SagaStore, saga_id: str) -> VerifyResult:
-        """Check a stored saga's hash chain; the result is falsy, naming the broken records, if one was altered."""
+        """Check a stored saga's hash chain; the result is falsy, naming altered records, if any."""
         return await verify_saga(self, saga_id)
 
     async def export_saga(self: SagaStore, saga_id: str) -> dict[str, Any]:
@@ -102,16 +99,14 @@ class StoreBase:
         return await export_saga(self, saga_id)
 
     async def import_saga(self: SagaStore, data: Mapping[str, Any]) -> None:
-        """Store an exported saga; the same content again is a no-op, other content under its id a conflict."""
+        """Store an exported saga; the same content is a no-op, other content under its id a conflict."""
         await import_saga(self, data)
 
     async def list_sagas(
         self: SagaStore, status: SagaStatus | str | None = None, limit: int = 100, offset: int = 0
     ) -> list[SagaSummary]:
-        """Return summaries of stored sagas, newest first, optionally only those with `status`."""
+        """Return summaries of stored sagas, newest first, optionally of one `status`."""
         return await list_sagas(self, status, limit, offset)
-
-    # -- retention (API.md §14; saga_runtime._storage._retention) ----------------------------------------------
 
     async def purge(
         self: SagaStore,
@@ -124,16 +119,15 @@ class StoreBase:
     ) -> PurgeReport:
         """Remove the steps, approvals and payloads of terminal sagas finished over `older_than` ago; keep tombstones.
 
-        `statuses` defaults to SUCCESS and COMPENSATED; held and non-terminal sagas are never touched. `archive`
-        (a file path or an async callable) gets each saga's export before its rows go. With `dry_run`, nothing
-        changes and the report says what would go.
+        `statuses` defaults to SUCCESS and COMPENSATED; held sagas are never touched. `archive` (a path or an
+        async callable) gets each export first. `dry_run` only reports.
         """
         return await _retention.purge(
             self, older_than=older_than, statuses=statuses, archive=archive, dry_run=dry_run, limit=limit
         )
 
     async def hold(self: SagaStore, saga_id: str, *, reason: str) -> None:
-        """Hold a saga: never purged until released; raise `KeyError` if no saga has the id."""
+        """Hold a saga from purges until released; raise `KeyError` if unknown."""
         await _retention.hold(self, saga_id, reason)
 
     async def unhold(self: SagaStore, saga_id: str) -> bool:

@@ -21,22 +21,22 @@ F = TypeVar("F", bound=Callable[..., Any])
 class ToolRegistry:
     """Hold the tools sagas may call, by name.
 
-    Register a class with the `@registry.tool` decorator (bare, or with options), or a ready-made instance with
-    `registry.register(instance)` when the tool needs constructor arguments (a client, a connection).
+    Register a class with `@registry.tool` (bare or with options), or an instance needing constructor
+    arguments with `registry.register(instance)`.
     """
 
     def __init__(self) -> None:
         self._tools: dict[str, ToolSpec] = {}
         self._lock = threading.Lock()
-        # Plans built from these tools lately, by content: kept by the planning layer, freed with the registry.
+        # Recent plans by content, kept by the planning layer.
         self._built_plans: dict[Any, Any] = {}
         self.lifespan_function: LifespanFunction | None = None
 
     def lifespan(self, function: F, /) -> F:
-        """Register the async generator that sets up what the tools need, yielding it as `ctx.state`.
+        """Register the async generator setting up what tools need, yielded as `ctx.state`.
 
-        Every process that runs the registry's tools (an app, a worker, a CLI command with `--tools`) enters it
-        once, before its first tool call, and leaves it when its executor closes. One lifespan per registry.
+        Each process running the tools enters it before its first call and leaves it when its executor
+        closes. One per registry.
         """
         checked = check_lifespan(function)
         if self.lifespan_function is not None:
@@ -124,12 +124,11 @@ class ToolRegistry:
         version: str = "1",
         compatible: tuple[str, ...] = (),
     ) -> ToolSpec:
-        """Register a ready-made tool instance and return its spec; the name defaults to its class name.
+        """Register a tool instance and return its spec; `name` defaults to its class name.
 
-        `approval=True`: every call of the tool waits for a person's decision (`executor.approve` / `reject`)
-        before it runs; `approval_timeout` (seconds) is how long a request may wait before it counts as rejected.
-        `version` (a string) is recorded by every step; `compatible` lists the older recorded versions this code
-        can still resume (docs/how-to/upgrading-tools.md).
+        `approval`: every call waits for `executor.approve` / `reject`; `approval_timeout` (seconds) until a
+        request counts as rejected. `version` is recorded by every step; `compatible` lists older versions
+        this code can resume.
         """
         if isinstance(instance, type):
             raise TypeError(f"register() takes a tool instance; for the class {instance.__name__} use @registry.tool")
@@ -153,14 +152,14 @@ class ToolRegistry:
         return spec
 
     def get(self, name: str) -> ToolSpec:
-        """Return the spec of the tool called `name`; raise `UnknownToolError` listing the known ones."""
+        """Return the spec of tool `name`; raise `UnknownToolError` listing the known ones."""
         try:
             return self._tools[name]
         except (KeyError, TypeError):
             raise UnknownToolError([unknown_tool_message(name, self.names())]) from None
 
     def find(self, name: str) -> ToolSpec | None:
-        """Return the spec of the tool called `name`, or None if there is none."""
+        """Return the spec of tool `name`, or None."""
         return self._tools.get(name)
 
     def names(self) -> list[str]:
@@ -168,16 +167,15 @@ class ToolRegistry:
         return sorted(self._tools)
 
     def to_openai_tools(self, strict: bool = False, *, api: str = "chat") -> list[dict[str, Any]]:
-        """Return every tool as an OpenAI function tool; with `strict`, in schemas OpenAI's strict mode accepts.
+        """Return every tool as an OpenAI function tool, in strict-mode schemas if `strict`.
 
-        `api="chat"` gives Chat Completions tools, `api="responses"` the Responses API's (flat) function tools.
-        Strict mode cannot express some argument types (`Any`, free-form dicts, tuples); `strict=True` raises
-        `ValueError` naming each such argument.
+        `api`: "chat" (Chat Completions) or "responses". With `strict`, arguments strict mode cannot express
+        (`Any`, free dicts, tuples) raise `ValueError` naming each.
         """
         return openai_tools(self, strict=strict, api=api)
 
     def to_anthropic_tools(self) -> list[dict[str, Any]]:
-        """Return every tool as an Anthropic Messages API tool definition."""
+        """Return every tool as an Anthropic Messages API tool."""
         return [anthropic_tool(spec) for spec in self]
 
     def __contains__(self, name: object) -> bool:
@@ -194,6 +192,6 @@ class ToolRegistry:
 
 
 def unknown_tool_message(name: object, available: list[str]) -> str:
-    """Return the message for a tool name that is not registered."""
+    """Return the message for an unregistered tool name."""
     known = ", ".join(available) if available else "none are registered"
     return f"unknown tool {name!r} (available: {known})"

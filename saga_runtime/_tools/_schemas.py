@@ -1,19 +1,14 @@
-"""Tool definitions for LLM providers: OpenAI function tools (plain or strict mode) and Anthropic tools.
+"""Tool definitions for LLM providers: OpenAI function tools (plain or strict) and Anthropic tools.
 
-Both come from a tool's pydantic argument model. The plain schema is that model's JSON schema without pydantic's
-`title` annotations. The strict schema is what OpenAI's strict mode (Structured Outputs) accepts, and it stays
-truthful: every value the model can produce under it is one the tool's argument validation accepts.
+The plain schema is the argument model's JSON schema without `title`s. The strict one (OpenAI Structured
+Outputs) stays truthful: every value the model can send under it passes the tool's validation.
 
-- Every object lists all its properties in `required` and has `additionalProperties: false`, at every level.
-- A field that accepts None is nullable (`"type": ["string", "null"]`, or `anyOf` with `{"type": "null"}`).
-- A field with a default that does not accept None becomes required, not nullable: the model must choose a value,
-  and the default is named in its description (`default` itself is not allowed in strict mode). Making it
-  nullable would let the model send a null the tool then refuses.
-- Nested models are inlined; recursive ones stay as `$defs` entries referenced by `$ref`.
-- Keywords strict mode refuses (`minLength`, `uniqueItems`, unsupported `format`s, ...) move into the
-  description as notes, so the model still reads them and validation still enforces them.
-- What strict mode cannot express at all (`Any`, free-form dicts, tuples, `allOf`) is refused with a `ValueError`
-  naming the tool and argument: use `strict=False` for that tool set, or give the argument a model.
+- Every object requires all its properties and has `additionalProperties: false`.
+- A field accepting None is nullable; one with a non-None default is required, its default named in the
+  description (strict mode allows no `default`; a null would be refused).
+- Nested models are inlined; recursive ones stay in `$defs`.
+- Keywords strict mode refuses (`minLength`, ...) become description notes; validation still enforces them.
+- What it cannot express (`Any`, free dicts, tuples, `allOf`) raises `ValueError` naming tool and argument.
 """
 
 from __future__ import annotations
@@ -26,9 +21,9 @@ from saga_runtime._tools._spec import ToolSpec
 
 __all__ = ["anthropic_tool", "openai_tool", "openai_tools", "plain_schema", "strict_schema"]
 
-# The string formats strict mode supports (OpenAI, Structured Outputs, "Supported schemas").
+# OpenAI's "Supported schemas".
 _STRICT_FORMATS = frozenset({"date-time", "time", "date", "duration", "email", "hostname", "ipv4", "ipv6", "uuid"})
-# The keywords kept as they are; structural ones (properties, items, anyOf, $ref, ...) are handled one by one.
+# Kept as they are; structural ones are handled one by one.
 _STRICT_KEEP = frozenset(
     {
         "type",
@@ -44,14 +39,14 @@ _STRICT_KEEP = frozenset(
         "maxItems",
     }
 )
-# Annotations that tell the model nothing it needs; dropped without a note.
+# Dropped without a note.
 _ANNOTATIONS = frozenset(
     {"title", "$schema", "$id", "$comment", "examples", "discriminator", "readOnly", "writeOnly", "deprecated"}
 )
-# Keywords `convert` has already dealt with.
+# Dealt with by `convert`.
 _STRUCTURE = frozenset({"properties", "required", "additionalProperties", "items", "$defs", "definitions"})
 _SCALAR_TYPES = frozenset({"string", "integer", "number", "boolean"})
-# Where a JSON schema holds further schemas: as a dict of them, as a list of them, or as one.
+# Where a schema holds schemas: a dict of them, a list, or one.
 _SCHEMA_MAPS = ("properties", "$defs", "definitions", "patternProperties", "dependentSchemas")
 _SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
 _SCHEMA_ONE = (
@@ -101,14 +96,14 @@ def _note(description: Any, notes: list[str]) -> str | None:
 
 
 class _Strict:
-    """Turn one tool's argument schema into the strict-mode subset, collecting what cannot be expressed."""
+    """Convert one tool's argument schema to strict mode, collecting what cannot be expressed."""
 
     def __init__(self, spec: ToolSpec) -> None:
         self.tool = spec.name
         self.root: dict[str, Any] = spec.args_schema
         self.defs: dict[str, Any] = self.root.get("$defs", {})
         self.problems: list[str] = []
-        self.needed: list[str] = []  # recursive models, kept in $defs
+        self.needed: list[str] = []  # recursive models
 
     def refuse(self, path: tuple[str, ...], what: str) -> dict[str, Any]:
         where = ".".join(path) or "(arguments)"
@@ -129,7 +124,7 @@ class _Strict:
         return schema
 
     def resolve(self, node: dict[str, Any], path: tuple[str, ...], stack: tuple[str, ...]) -> dict[str, Any]:
-        """Inline the `$ref` of `node` (its own keys win), or keep it when the model is recursive."""
+        """Inline `node`'s `$ref` (its own keys win), or keep it for a recursive model."""
         node = dict(node)
         ref = node.pop("$ref")
         prefix = "#/$defs/"
@@ -141,7 +136,7 @@ class _Strict:
                 self.needed.append(name)
             siblings = self.convert({k: v for k, v in node.items() if k != "type"}, path, stack, bare=True)
             target = {"$ref": prefix + name}
-            # Strict mode allows no keyword beside a `$ref`, but allows them beside an `anyOf`.
+            # Strict mode allows keywords beside an `anyOf`, not a `$ref`.
             return {"anyOf": [target], **siblings} if siblings else target
         return self.convert({**self.defs[name], **node}, path, (*stack, name))
 
@@ -175,7 +170,7 @@ class _Strict:
         node.pop("const", None)
         variants = node.pop("anyOf", None)
         if variants is None:
-            variants = node.pop("oneOf", None)  # a discriminated union: its variants exclude each other already
+            variants = node.pop("oneOf", None)  # discriminated: variants already exclusive
         if "prefixItems" in node:
             return self.refuse(path, "a tuple")
         kind = node.get("type")
@@ -218,13 +213,13 @@ class _Strict:
     ) -> None:
         properties = node.get("properties")
         extra = node.get("additionalProperties")
-        if not isinstance(properties, dict):  # `dict` or `dict[str, X]`: the keys are the caller's to choose
+        if not isinstance(properties, dict):  # `dict[str, X]`: free keys
             properties = {}
             if not root:
                 self.refuse(path, "a mapping with free keys")
         elif extra not in (None, False) and (not root or not properties):
             self.refuse(path, "a mapping with free keys")
-        # Extra arguments a tool's **kwargs would take are left out: the declared ones are still a truthful subset.
+        # **kwargs are left out: the declared ones are still a truthful subset.
         out["type"] = "object"
         out["properties"] = {name: self.convert(sub, (*path, name), stack) for name, sub in properties.items()}
         out["required"] = list(properties)
@@ -257,10 +252,9 @@ OPENAI_APIS = ("chat", "responses")
 
 
 def openai_tool(spec: ToolSpec, *, strict: bool = False, api: str = "chat") -> dict[str, Any]:
-    """Return a tool as an OpenAI function tool (`strict=True`: in strict mode).
+    """Return a tool as an OpenAI function tool, in strict mode if `strict`.
 
-    `api="chat"` gives the Chat Completions form (`{"type": "function", "function": {...}}`), `api="responses"`
-    the Responses API's flat one, which always says `strict`: that API takes a tool without it as strict.
+    `api`: "chat" (Chat Completions) or "responses" (flat, always saying `strict`: missing means strict there).
     """
     if api not in OPENAI_APIS:
         raise ValueError(f"api must be 'chat' or 'responses', got {api!r}")
@@ -276,7 +270,7 @@ def openai_tool(spec: ToolSpec, *, strict: bool = False, api: str = "chat") -> d
 
 
 def openai_tools(specs: Iterable[ToolSpec], *, strict: bool = False, api: str = "chat") -> list[dict[str, Any]]:
-    """Return OpenAI function tools for `specs`; with `strict`, raise one `ValueError` naming every problem."""
+    """Return OpenAI function tools; with `strict`, one `ValueError` names every problem."""
     if api not in OPENAI_APIS:
         raise ValueError(f"api must be 'chat' or 'responses', got {api!r}")
     tools: list[dict[str, Any]] = []
@@ -292,7 +286,7 @@ def openai_tools(specs: Iterable[ToolSpec], *, strict: bool = False, api: str = 
 
 
 def anthropic_tool(spec: ToolSpec) -> dict[str, Any]:
-    """Return a tool as an Anthropic Messages API tool definition."""
+    """Return a tool as an Anthropic Messages API tool."""
     tool: dict[str, Any] = {"name": spec.name}
     if spec.description:
         tool["description"] = spec.description

@@ -1,4 +1,4 @@
-"""ToolSpec: a registered tool, its options, and the pydantic model its arguments are validated with."""
+"""ToolSpec: a registered tool, its options and its argument model."""
 
 from __future__ import annotations
 
@@ -21,21 +21,21 @@ __all__ = ["RetryScope", "ToolSpec", "build_spec"]
 
 RetryScope = Literal["saga", "step"]
 
-# The rule OpenAI and Anthropic both apply to function names; checking it here keeps every tool usable by both.
+# OpenAI's and Anthropic's rule for function names.
 _NAME_RULE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 _ARGS_CONFIG = pydantic.ConfigDict(
     extra="forbid",
-    # A tool parameter may well be called `model_name`; pydantic's reserved prefix must not get in the way.
+    # Allow parameters named `model_*`.
     protected_namespaces=(),
 )
-# For an execute(**kwargs): names beyond the declared ones are accepted and passed on.
+# For an execute(**kwargs).
 _ARGS_CONFIG_EXTRA = pydantic.ConfigDict(extra="allow", protected_namespaces=())
 
 
 @dataclass(frozen=True, slots=True, eq=False)
 class ToolSpec:
-    """Everything the engine needs to call one tool: its methods, argument model and options."""
+    """What the engine needs to call one tool: its methods, argument model and options."""
 
     name: str
     instance: Any
@@ -53,22 +53,22 @@ class ToolSpec:
     compensation_retry: RetryPolicy = DEFAULT_COMPENSATION_RETRY
     irreversible: bool = False
     description: str = ""
-    # Every call waits for a person's decision first; a request waits at most approval_timeout seconds.
+    # Every call waits for a person's decision, at most approval_timeout seconds.
     approval: bool = False
     approval_timeout: float | None = None
     _field_names: tuple[str, ...] = field(default=(), repr=False)
-    # Checks of execute's result: its return annotation (as a pydantic adapter) and the tool's validate().
+    # Checks of execute's result: its return annotation and the tool's validate().
     result_adapter: pydantic.TypeAdapter[Any] | None = field(default=None, repr=False)
-    # The annotation when it is a plain scalar type: a result of exactly that type passes as it is.
+    # A plain scalar annotation: a result of exactly that type passes unchecked.
     result_exact: type | None = field(default=None, repr=False)
     validate_result: Callable[..., Any] | None = field(default=None, repr=False)
     validate_is_async: bool = False
-    # Where the secret arguments stand (see saga_runtime._tools._secrets); empty when the tool takes none.
+    # Where secret arguments stand (see `_secrets`).
     secrets: Mapping[str, Any] = field(default_factory=dict, repr=False)
-    # The version steps record, and the older recorded versions this code can still resume.
+    # The version steps record, and older ones this code can resume.
     version: str = "1"
     compatible: tuple[str, ...] = ()
-    # Looks up whether a step of unknown outcome had its effect (execute's parameters, StepContext injected).
+    # Whether a step of unknown outcome had its effect (execute's parameters).
     reconcile: Callable[..., Any] | None = field(default=None, repr=False)
     reconcile_is_async: bool = False
     reconcile_ctx_params: tuple[str, ...] = ()
@@ -88,11 +88,11 @@ class ToolSpec:
         return self.args_model.model_json_schema()
 
     def validate_args(self, args: Mapping[str, Any]) -> dict[str, Any]:
-        """Return the keyword arguments for `execute`, validated; raise `pydantic.ValidationError` if invalid."""
+        """Return `execute`'s keyword arguments, validated (else `pydantic.ValidationError`)."""
         return self._kwargs(self.args_model.__pydantic_validator__.validate_python(args))
 
     def valid_args(self, args: dict[str, Any]) -> dict[str, Any] | None:
-        """Return `validate_args(args)`, or None if `args` are invalid (`checked_args` then says why)."""
+        """Return `validate_args(args)`, or None if invalid."""
         try:
             model = self.args_model.__pydantic_validator__.validate_python(args)
         except pydantic.ValidationError:
@@ -100,28 +100,20 @@ class ToolSpec:
         return self._kwargs(model) if self.accepts_extra else dict(model.__dict__)
 
     def _kwargs(self, model: pydantic.BaseModel) -> dict[str, Any]:
-        # A model's __dict__ holds exactly its fields, in order (extras live apart, in __pydantic_extra__).
+        # __dict__ holds exactly the fields, in order; extras live apart.
         kwargs = dict(model.__dict__)
         if self.accepts_extra and model.__pydantic_extra__:
             kwargs.update(model.__pydantic_extra__)
         return kwargs
 
     def check_args(self, args: Mapping[str, Any], *, deferred: frozenset[str] = frozenset()) -> list[str]:
-        """Return a readable line per problem with `args`, ignoring what `deferred` arguments cannot show yet.
-
-        A deferred argument (one whose value is a `$ref`) is checked for existence only: its value is known
-        when the step runs, and is validated then.
-        """
+        """Return a line per problem with `args`; `deferred` ones (`$ref`s) are only checked to exist."""
         return self.checked_args(args, deferred=deferred)[0]
 
     def checked_args(
         self, args: Mapping[str, Any], *, deferred: frozenset[str] = frozenset()
     ) -> tuple[list[str], dict[str, Any] | None]:
-        """Return `check_args`'s problems and, when there are none and nothing is deferred, the validated kwargs.
-
-        The kwargs are what `validate_args(args)` returns: a plan can keep them, and its step need not be
-        validated again when it starts.
-        """
+        """Return `check_args`'s problems and, if none and nothing deferred, the validated kwargs to keep."""
         problems: list[str] = []
         if deferred and not self.accepts_extra:
             unknown = sorted(deferred.difference(self._field_names))
@@ -142,13 +134,12 @@ class ToolSpec:
 
 
 def _resolve(fn: Callable[..., Any], name: str, annotation: Any) -> Any:
-    """Return a parameter's annotation evaluated; raise `TypeError` if it names something that does not exist."""
+    """Return a parameter's annotation evaluated; raise `TypeError` if it does not resolve."""
     if not isinstance(annotation, str):
         return annotation
     if annotation.rsplit(".", 1)[-1] == "StepContext":
         return StepContext
     try:
-        # What typing.get_type_hints does, one parameter at a time.
         return eval(annotation, dict(getattr(fn, "__globals__", {})))
     except Exception as exc:
         owner = getattr(fn, "__qualname__", repr(fn))
@@ -162,15 +153,14 @@ def _type_hints(fn: Callable[..., Any]) -> dict[str, Any]:
     try:
         return typing.get_type_hints(fn, include_extras=True)
     except Exception:
-        # Some forward reference does not resolve: resolve each parameter alone, so the faulty one is named and
-        # no other parameter silently loses its validation.
+        # One at a time, to name the faulty one and keep the others' validation.
         raw = dict(getattr(fn, "__annotations__", {}))
         raw.pop("return", None)
         return {name: _resolve(fn, name, annotation) for name, annotation in raw.items()}
 
 
 def _is_context(annotation: Any) -> bool:
-    """Tell whether a parameter asks for the StepContext (also as `StepContext | None` or `Annotated[...]`)."""
+    """Tell whether a parameter asks for the StepContext (also optional or `Annotated`)."""
     if annotation is StepContext:
         return True
     if isinstance(annotation, str):
@@ -220,7 +210,7 @@ def _args_model(tool_name: str, owner: str, execute: Callable[..., Any]) -> tupl
     try:
         model = pydantic.create_model(f"{tool_name}Args", __config__=config, **fields)
         if secret_paths(model):
-            # A refused secret must not be quoted in the error (which is stored, logged and shown).
+            # Errors are stored and shown: never quote a secret.
             hidden = pydantic.ConfigDict(**{**config, "hide_input_in_errors": True})
             model = pydantic.create_model(f"{tool_name}Args", __config__=hidden, **fields)
     except pydantic.PydanticSchemaGenerationError as exc:
@@ -272,7 +262,7 @@ def build_spec(
     version: str = "1",
     compatible: tuple[str, ...] = (),
 ) -> ToolSpec:
-    """Inspect a tool instance and return its spec; raise `TypeError`/`ValueError` for what cannot work."""
+    """Return a tool instance's spec; raise `TypeError`/`ValueError` for what cannot work."""
     owner = type(instance).__name__
     if not isinstance(name, str) or not _NAME_RULE.match(name):
         raise ValueError(
@@ -335,9 +325,9 @@ def build_spec(
     )
 
 
-# Results are checked as they are: an instance of an arbitrary class is checked with isinstance.
+# Instances of arbitrary classes are checked with isinstance.
 _RESULT_CONFIG = pydantic.ConfigDict(arbitrary_types_allowed=True)
-# Annotations whose adapter returns a value of exactly that type unchanged (no constraint, no conversion).
+# Their adapters return a value of exactly that type unchanged.
 _EXACT = frozenset({int, str, float, bool})
 
 
@@ -347,14 +337,14 @@ def _result_exact(execute: Callable[..., Any]) -> type | None:
 
 
 def _result_adapter(owner: str, execute: Callable[..., Any]) -> pydantic.TypeAdapter[Any] | None:
-    """Return the adapter that checks execute's result against its return annotation (None: nothing to check)."""
+    """Return the adapter checking execute's result, or None if not annotated."""
     annotation = _type_hints(execute).get("return", inspect.Signature.empty)
     if annotation is inspect.Signature.empty or annotation is Any or isinstance(annotation, str):
         return None
     try:
         try:
             return pydantic.TypeAdapter(annotation, config=_RESULT_CONFIG)
-        except pydantic.PydanticUserError:  # a model or dataclass brings its own config
+        except pydantic.PydanticUserError:  # a model brings its own config
             return pydantic.TypeAdapter(annotation)
     except (pydantic.PydanticSchemaGenerationError, pydantic.PydanticUserError, TypeError) as exc:
         raise TypeError(

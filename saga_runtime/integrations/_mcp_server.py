@@ -1,8 +1,8 @@
-"""A saga executor served as an MCP server: every tool call a step of a saga, undone in reverse on rollback.
+"""An executor served over MCP: every tool call a saga step, undone in reverse on rollback.
 
-A call's saga is `_meta.saga_id`; else a session's `mcp-<session id>`; else one of its own, ended with the call.
-One task per saga runs its calls in order. `saga_commit` ends it SUCCESS, `saga_rollback` compensates; a session
-or server ending with neither detaches it for `recover()`. A saga entered again replays its record, then goes on.
+A call's saga is `_meta.saga_id`, else `mcp-<session id>`, else its own, ended with the call. One task per
+saga runs its calls in order. Ending a session with neither `saga_commit` nor `saga_rollback` detaches the
+saga for `recover()`; re-entered, it replays its record.
 """
 
 from __future__ import annotations
@@ -50,12 +50,12 @@ logger = logging.getLogger("saga_runtime")
 META_KEY = "saga_id"
 _SESSION_KEY = "saga_runtime.session"
 _DRIVERS_KEY = "saga_runtime.drivers"
-# How long a stopping server lets running calls finish before cancelling them.
+# Seconds a stopping server lets calls finish.
 _DETACH_BOUND = 30.0
 
 
 class _Arguments(ArgModelBase):
-    """Any arguments: the executor checks them against the tool's own model."""
+    """Any arguments: the executor checks them."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -68,23 +68,23 @@ _Call = tuple[str, dict[str, Any]] | str
 
 
 class _Refused(Exception):
-    """A call answered with a tool error; nothing was run for it."""
+    """A call refused with a tool error, nothing run."""
 
 
 @dataclass
 class _Job:
-    """One request to a saga's driver, and its answer once done."""
+    """One request to a saga's driver, and its answer."""
 
     kind: str  # "call", "commit", "rollback" or "detach"
     tool: str = ""
     args: dict[str, Any] = field(default_factory=dict)
     done: anyio.Event = field(default_factory=anyio.Event)
     answer: types.CallToolResult | None = None
-    waiting: bool = False  # the call waits for a decision: the saga is WAITING
+    waiting: bool = False  # the saga is WAITING
 
 
 class _Driver:
-    """The task holding one saga's block open, running its jobs in turn."""
+    """The task holding one saga's block open, running its jobs."""
 
     def __init__(self, sagas: _Sagas, saga_id: str, record: SagaResult | None) -> None:
         self.sagas = sagas
@@ -110,7 +110,7 @@ class _Driver:
                         job.answer, job.waiting = await self._call(saga, job)
                         job.done.set()
                         if job.waiting:
-                            break  # WAITING: the block is left as it stands
+                            break  # the block is left as it stands
                         continue
                     ending = job
                     if job.kind == "rollback":
@@ -135,7 +135,7 @@ class _Driver:
             elif current is not None and not current.done.is_set():
                 current.answer = _error(self.saga_id, self.refusal or f"saga {self.saga_id!r} stopped")
                 current.done.set()
-            # Jobs that came in after the end: told so, nothing run.
+            # Jobs after the end: refused.
             while True:
                 try:
                     late = self.receive.receive_nowait()
@@ -146,7 +146,7 @@ class _Driver:
             self.receive.close()
 
     async def _replay(self, saga: DynamicSaga) -> None:
-        """Make the recorded calls again, served from the record."""
+        """Replay the recorded calls."""
         if self.record is None:
             return
         groups: dict[int, list[tuple[str, dict[str, Any]]]] = {}
@@ -174,17 +174,17 @@ class _Driver:
 
 
 class RollbackRequested(Exception):
-    """Raised in a saga's block to compensate it: its MCP client called saga_rollback."""
+    """Raised in a saga's block to compensate it on saga_rollback."""
 
 
 class _Sagas:
-    """The sagas one server holds, by id, and how calls reach them."""
+    """The sagas one server holds, by id."""
 
     def __init__(self, executor: SagaExecutor) -> None:
         self.executor = executor
         self.held: dict[str, _Driver] = {}
-        self.waiting_own: dict[tuple[str, str], str] = {}  # a call of its own that waits: its saga id
-        self.lock = anyio.Lock()  # starting a driver: one per saga id
+        self.waiting_own: dict[tuple[str, str], str] = {}  # waiting own-saga call -> saga id
+        self.lock = anyio.Lock()  # one driver per saga id
 
     @asynccontextmanager
     async def lifespan(self, server: Any) -> AsyncIterator[dict[str, Any]]:
@@ -195,10 +195,10 @@ class _Sagas:
             with anyio.move_on_after(_DETACH_BOUND, shield=True):
                 for driver in started:
                     await self.detach(driver.saga_id)
-            tasks.cancel_scope.cancel()  # past the bound: cancelled, so compensated
+            tasks.cancel_scope.cancel()  # past the bound: compensated
 
     async def driver(self, ctx: Context, saga_id: str, *, waiting_call: _Call | None) -> _Driver:
-        """Return the driver of `saga_id`, started if not held; a waiting saga goes on only with `waiting_call`."""
+        """Return `saga_id`'s driver, started if needed; a waiting saga resumes only by `waiting_call`."""
         async with self.lock:
             driver = self.held.get(saga_id)
             if driver is not None and not driver.ended:
@@ -227,14 +227,14 @@ class _Sagas:
         return job.answer
 
     async def call(self, ctx: Context, tool: str, args: dict[str, Any]) -> types.CallToolResult:
-        """Run one tool call as a step of its saga (see the module docstring)."""
+        """Run one tool call as a step of its saga."""
         problems = self.executor.registry.get(tool).check_args(args)
         if problems:
             return _error(None, f"refused before running: {'; '.join(problems)}")
         saga_id, own = self.saga_of(ctx)
         same = (tool, json.dumps(args, sort_keys=True))
         if saga_id is None:
-            # Made again (after a wait, or with the idempotency key): the same saga, so no effect runs twice.
+            # A repeated call reuses its saga, so no effect runs twice.
             waited = self.waiting_own.pop(same, None)
             saga_id = waited or _own_saga_id(ctx)
             if waited is None and saga_id in self.held:
@@ -249,7 +249,7 @@ class _Sagas:
             answer = await self.ask(driver, job)
         finally:
             if own and answer is None:
-                # The client left mid-call: the saga still ends with it.
+                # The client left: the saga still ends with the call.
                 with anyio.CancelScope(shield=True):
                     await job.done.wait()
                     if not job.waiting and job.answer is not None:
@@ -261,7 +261,7 @@ class _Sagas:
         return answer
 
     def saga_of(self, ctx: Context, *, session_only: bool = False) -> tuple[str | None, bool]:
-        """Return the call's saga id (None: a new one), and whether it is a saga of its own."""
+        """Return the call's saga id (None: new), and whether it is the call's own."""
         given = (ctx.request_context.meta or {}).get(META_KEY)
         if isinstance(given, str) and given:
             return given, False
@@ -271,11 +271,11 @@ class _Sagas:
         return None, not session_only
 
     def session_id(self, ctx: Context) -> str | None:
-        """Return the id of the call's session, if the connection keeps one."""
+        """Return the call's session id, if any."""
         request = ctx.request_context
         if request.protocol_version in MODERN_PROTOCOL_VERSIONS:
             return None  # every request stands alone
-        # The SDK keeps the connection on the request's session proxy only.
+        # Only the session proxy knows the connection.
         connection = getattr(request.session, "_connection", None)
         state = getattr(connection, "state", None)
         if connection is None or not isinstance(state, dict):
@@ -287,7 +287,7 @@ class _Sagas:
         return str(session)
 
     async def detach(self, saga_id: str) -> None:
-        """Leave a saga to recovery (its session ended with neither commit nor rollback)."""
+        """Leave a saga to recovery."""
         driver = self.held.get(saga_id)
         if driver is not None and not driver.ended:
             await self.ask(driver, _Job("detach"))
@@ -309,7 +309,7 @@ class _Sagas:
 
 
 def _check_enterable(record: SagaResult, waiting_call: _Call | None) -> None:
-    """Refuse a finished saga, and a waiting one entered for anything but the call that waits."""
+    """Refuse a finished saga, and a waiting one entered but by its waiting call."""
     if record.status.is_terminal:
         raise _Refused(f"saga {record.saga_id!r} has ended ({record.status.value}); use another saga id")
     if record.status is not SagaStatus.WAITING:
@@ -372,10 +372,7 @@ def _tool(name: str, description: str, schema: dict[str, Any], run: Any) -> Tool
 
 
 def saga_mcp_server(executor: SagaExecutor, *, names: Iterable[str] | None = None, name: str = "saga-runtime") -> Any:
-    """Return an `MCPServer` offering the executor's tools, plus saga_commit and saga_rollback.
-
-    Run it as any `MCPServer` (`run_stdio_async()`, `streamable_http_app()`, `Client(server)`).
-    """
+    """Return an `MCPServer` offering the executor's tools, plus saga_commit and saga_rollback."""
     sagas = _Sagas(executor)
     registry = executor.registry
     specs = list(registry) if names is None else [registry.get(tool) for tool in names]
@@ -400,7 +397,7 @@ def saga_mcp_server(executor: SagaExecutor, *, names: Iterable[str] | None = Non
 
 
 def _own_saga_id(ctx: Context) -> str:
-    """Return the id of a call's own saga: named by the client's idempotency key when it gives one."""
+    """Return a call's own saga id, from its idempotency key if given."""
     key = (ctx.request_context.meta or {}).get("idempotency_key")
     if isinstance(key, str) and key:
         return f"mcp-call-{hashlib.sha256(key.encode('utf-8', 'surrogatepass')).hexdigest()[:32]}"

@@ -1,4 +1,4 @@
-"""MCP: an MCP server's tools run as saga steps, and a saga executor served as an MCP server.
+"""MCP: an MCP server's tools run as saga steps, and an executor served over MCP.
 
 ```python
 async with Client(tickets_server) as client:             # or a connected ClientSession
@@ -9,11 +9,9 @@ async with Client(tickets_server) as client:             # or a connected Client
         ticket = await saga.call("book", seat="12A")    # checked against book's inputSchema, then called
 ```
 
-Arguments are checked against `inputSchema` before anything is recorded; `isError` fails the attempt; the result
-is the structured content, else the text. A lost connection leaves the outcome unknown, never SUCCESS.
-`saga_mcp_server(executor)` serves an executor's tools to MCP clients, every call a saga step.
-
-Install with `pip install saga-runtime[mcp]`.
+Arguments are checked against `inputSchema` before anything is recorded; `isError` fails the attempt; a lost
+connection leaves the outcome unknown. `saga_mcp_server(executor)` serves tools, each call a saga step.
+Extra: `saga-runtime[mcp]`.
 """
 
 from __future__ import annotations
@@ -45,18 +43,18 @@ __all__ = ["MCPToolError", "register_mcp_tools", "saga_mcp_server"]
 
 logger = logging.getLogger("saga_runtime")
 
-# Builds the undoing tool's arguments from (result, arguments); None: nothing to undo.
+# (result, arguments) -> the undoing tool's arguments, or None.
 ArgsBuilder = Callable[[Any, dict[str, Any]], Mapping[str, Any] | None]
 
 _NAME_RULE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-# Schema keys a property's `$ref`s resolve against.
+# What a property's `$ref`s resolve against.
 _DOCUMENT_KEYS = ("$schema", "$id", "$defs", "definitions")
-# Errors that mean the server answered: the call was refused, not lost.
+# Any other code means the server answered: refused, not lost.
 _LOST_CODES = frozenset({types.CONNECTION_CLOSED, types.REQUEST_TIMEOUT})
 
 
 class MCPToolError(SagaError):
-    """An MCP tool answered with `isError`: the attempt failed (retried per the tool's policy)."""
+    """An MCP tool answered with `isError`: the attempt failed."""
 
     def __init__(self, message: str, *, tool_name: str) -> None:
         self.tool_name = tool_name
@@ -71,13 +69,13 @@ async def register_mcp_tools(
     compensations: Mapping[str, tuple[str, ArgsBuilder]] | None = None,
     prefix: str = "",
     retry: RetryPolicy | None = None,
-    timeout: float | None = None,  # noqa: ASYNC109  (each tool's per-attempt timeout, as registry.tool(timeout=))
+    timeout: float | None = None,  # noqa: ASYNC109  (per attempt, as registry.tool(timeout=))
 ) -> list[str]:
-    """Register the tools `session` lists (or those named) in `registry` as `prefix + name`; return those names.
+    """Register the tools `session` lists (or `names`) as `prefix + name`; return those names.
 
-    `compensations` maps a tool to its undoing MCP tool and a function `(result, args)` of that tool's arguments
-    (result None if unknown; returning None: nothing to undo). Tools neither compensated nor `readOnlyHint` are
-    `irreversible=True`; a malformed `inputSchema` is skipped with a warning. `retry`, `timeout`: for every tool.
+    `compensations`: tool -> (undoing tool, `(result, args)` -> its arguments or None; result None if
+    unknown). Tools neither compensated nor `readOnlyHint` are irreversible; a malformed `inputSchema` is
+    skipped with a warning. `retry`, `timeout`: for every tool.
     """
     listed = {tool.name: tool for tool in await _list_tools(session)}
     wanted = list(listed) if names is None else list(names)
@@ -179,7 +177,7 @@ def _parameters(checker: _Checker, ctx_name: str) -> list[inspect.Parameter]:
     unnamed = False
     for name, sub in checker.properties.items():
         if not name.isidentifier() or keyword.iskeyword(name) or name.startswith("_") or name == ctx_name:
-            unnamed = True  # checked with the whole schema when the step runs
+            unnamed = True  # checked by the whole schema
             continue
         annotation = Annotated[
             Any,
@@ -201,7 +199,7 @@ def _tool_instance(
 
     async def execute(**kwargs: Any) -> Any:
         ctx: StepContext = kwargs[ctx_name]
-        args = dict(ctx.args)  # as given (no defaults filled in), secrets in clear
+        args = dict(ctx.args)  # as given, no defaults filled in
         problem = checker.problem(args)
         if problem is not None:
             raise ValueError(f"arguments refused by the inputSchema of {tool.name}: {problem}")
@@ -226,14 +224,14 @@ def _tool_instance(
 
 
 async def _call(session: ClientSession | Client, name: str, args: dict[str, Any], key: str) -> Any:
-    """Call an MCP tool; return its structured content, else its text. A lost connection: outcome unknown."""
+    """Call an MCP tool; return its structured content, else its text."""
     try:
         meta = types.RequestParamsMeta(idempotency_key=key)  # type: ignore[typeddict-unknown-key]
         result = await session.call_tool(name, args, meta=meta)
     except MCPError as exc:
         if exc.code in _LOST_CODES:
             raise OutcomeUnknownError(f"MCP tool {name}: the connection was lost mid-call ({exc.message})") from exc
-        raise  # the server answered with an error: the call was refused
+        raise  # refused by the server
     except Exception as exc:
         raise OutcomeUnknownError(f"MCP tool {name}: the call was cut off ({type(exc).__name__}: {exc})") from exc
     if result.is_error:
