@@ -1,6 +1,6 @@
-"""What model API adapters share: reading SDK objects, the recorded turn (plain JSON), the adapter interface.
+"""Shared by model API adapters: reading SDK objects, the recorded turn, the adapter interface.
 
-The loop reads only turns, so a re-entered run replays recorded ones without an SDK, on the same path.
+The loop reads only turns, so replay needs no SDK and takes the same path.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def plain(value: Any, _depth: int = 0) -> Any:
         return [plain(v, _depth) for v in value]
     dump = getattr(value, "model_dump", None)
     if callable(dump):
-        return plain(dump(mode="json", exclude_none=True), _depth - 1)  # the same level, as a dict
+        return plain(dump(mode="json", exclude_none=True), _depth - 1)  # same level
     fields = getattr(value, "__dataclass_fields__", None)
     if fields is not None:
         return {name: plain(getattr(value, name), _depth) for name in fields if getattr(value, name) is not None}
@@ -48,7 +48,7 @@ def plain(value: Any, _depth: int = 0) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class ToolReply:
-    """One tool call's reply to the model: id, text, and whether it is an error."""
+    """A tool call's reply to the model."""
 
     call_id: str
     content: str
@@ -66,7 +66,7 @@ def turn(
     calls: list[dict[str, Any]],
     output: list[Any],
 ) -> dict[str, Any]:
-    """Return one recorded turn of the model (plain JSON)."""
+    """Return a recorded turn (plain JSON)."""
     return {
         "api": api,
         "model": model,
@@ -80,15 +80,15 @@ def turn(
 
 
 class Adapter(ABC):
-    """One model API: its endpoint, request and tool formats, and how its answers read."""
+    """One model API: endpoint, request and tool formats, and its answers."""
 
     api: ClassVar[str]
     endpoint_path: ClassVar[tuple[str, ...]]
     conversation_key: ClassVar[str]
-    system_key: ClassVar[str | None] = None  # the system prompt's parameter, if any
+    system_key: ClassVar[str | None] = None  # the system prompt's parameter
 
     def endpoint(self, client: Any) -> Callable[..., Any] | None:
-        """Return the client's method that asks the model, or `None` when it has none."""
+        """Return the client's method asking the model, or None."""
         found: Any = client
         for name in self.endpoint_path:
             found = get(found, name)
@@ -96,11 +96,11 @@ class Adapter(ABC):
 
     @abstractmethod
     def tools(self, specs: Iterable[ToolSpec], *, strict: bool) -> list[dict[str, Any]]:
-        """Return the tool definitions of `specs` in this API's format."""
+        """Return `specs` as this API's tools."""
 
     @abstractmethod
     def conversation(self, prompt: str | list[Any], system: str | None) -> list[Any]:
-        """Return a run's first conversation: the prompt as a user message, or the messages given."""
+        """Return a run's first conversation from the prompt."""
 
     def request(
         self,
@@ -110,7 +110,7 @@ class Adapter(ABC):
         system: str | None,
         options: Mapping[str, Any],
     ) -> dict[str, Any]:
-        """Return the keyword arguments of one model call (a snapshot of the conversation)."""
+        """Return one model call's keyword arguments (the conversation copied)."""
         request: dict[str, Any] = {"model": model, self.conversation_key: list(conversation)}
         if tools:
             request["tools"] = tools
@@ -128,8 +128,8 @@ class Adapter(ABC):
 
     @abstractmethod
     def record(self, response: Any, model: str) -> dict[str, Any]:
-        """Return the recorded turn of one response of this API."""
+        """Return a response's recorded turn."""
 
     @abstractmethod
     def replies(self, replies: list[ToolReply]) -> list[dict[str, Any]]:
-        """Return the messages (or input items) that give the model its tool calls' results."""
+        """Return the messages giving the model its tool calls' results."""

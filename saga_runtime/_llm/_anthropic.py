@@ -1,4 +1,4 @@
-"""The Anthropic Messages API (`client.messages.create`): content blocks in and out."""
+"""The Anthropic Messages API: content blocks in and out."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from saga_runtime._tools._schemas import anthropic_tool
 
 __all__ = ["DEFAULT_MAX_TOKENS", "AnthropicAdapter"]
 
-# Required by the Messages API; sent when the caller gives none.
+# Required by the API; sent if the caller gives none.
 DEFAULT_MAX_TOKENS = 4096
-# The fields of each block kind the API takes back as input.
+# Fields each block kind takes back as input.
 _BLOCK_FIELDS = {
     "text": ("type", "text", "citations"),
     "tool_use": ("type", "id", "name", "input"),
@@ -24,7 +24,7 @@ _BLOCK_FIELDS = {
 
 
 def _block(block: Any) -> dict[str, Any]:
-    """Return a response's content block as the input block that gives it back to the model."""
+    """Return a response's content block as an input block."""
     data = plain(block)
     if not isinstance(data, Mapping):
         raise TypeError(f"an Anthropic content block must be an object, got {type(block).__name__}")
@@ -35,7 +35,7 @@ def _block(block: Any) -> dict[str, Any]:
 
 
 class AnthropicAdapter(Adapter):
-    """The assistant's blocks go back as they came; results follow in one user message of tool_result blocks."""
+    """Blocks go back as they came; results follow in one user message of tool_result blocks."""
 
     api = "anthropic"
     endpoint_path = ("messages", "create")
@@ -43,11 +43,11 @@ class AnthropicAdapter(Adapter):
     system_key = "system"
 
     def tools(self, specs: Iterable[ToolSpec], *, strict: bool) -> list[dict[str, Any]]:
-        """Return Anthropic tool definitions (Anthropic has no strict mode)."""
+        """Return Anthropic tools (there is no strict mode)."""
         return [anthropic_tool(spec) for spec in specs]
 
     def conversation(self, prompt: str | list[Any], system: str | None) -> list[Any]:
-        """Return the prompt as a user message, or the messages given (`system` is a parameter of its own)."""
+        """Return the prompt as a user message, or the messages given."""
         return [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
 
     def request(
@@ -58,13 +58,13 @@ class AnthropicAdapter(Adapter):
         system: str | None,
         options: Mapping[str, Any],
     ) -> dict[str, Any]:
-        """Return a Messages API request; `max_tokens` is 4096 unless the options say otherwise."""
+        """Return a request; `max_tokens` defaults to 4096."""
         request = super().request(model, conversation, tools, system, options)
         request.setdefault("max_tokens", DEFAULT_MAX_TOKENS)
         return request
 
     def record(self, response: Any, model: str) -> dict[str, Any]:
-        """Return the turn of a message: its tool_use blocks, text, stop reason and refusal."""
+        """Return a message's turn."""
         blocks = [_block(block) for block in get(response, "content", [])]
         calls = [
             {"id": b.get("id"), "name": b.get("name"), "arguments": b.get("input")}
@@ -87,7 +87,7 @@ class AnthropicAdapter(Adapter):
         )
 
     def replies(self, replies: list[ToolReply]) -> list[dict[str, Any]]:
-        """Return one user message holding a tool_result block per call (errors flagged `is_error`)."""
+        """Return one user message of tool_result blocks."""
         blocks: list[dict[str, Any]] = []
         for reply in replies:
             block: dict[str, Any] = {"type": "tool_result", "tool_use_id": reply.call_id, "content": reply.content}

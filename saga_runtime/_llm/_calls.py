@@ -1,4 +1,4 @@
-"""One turn's tool calls run as a saga group, each checked alone; and `tool_result_messages` for hand-written loops."""
+"""A turn's tool calls run as a saga group, each checked alone; `tool_result_messages` for own loops."""
 
 from __future__ import annotations
 
@@ -41,10 +41,10 @@ def _refusal(call_id: str, reason: Any) -> ToolReply:
 
 
 def reply_for(call_id: str, outcome: Any) -> ToolReply:
-    """Return `{"result": ...}` or `{"error": ...}` for one outcome; raise `BudgetExceededError` (it ends the run)."""
+    """Return `{"result": ...}` or `{"error": ...}` for an outcome; raise `BudgetExceededError`."""
     if isinstance(outcome, BudgetExceededError):
         raise outcome
-    if isinstance(outcome, ApprovalRejectedError):  # a person refused it: the model is told who, and why
+    if isinstance(outcome, ApprovalRejectedError):
         why = f": {outcome.note}" if outcome.note else ""
         return ToolReply(
             call_id, json.dumps({"error": f"refused by {outcome.by}{why}; the call was not made"}), is_error=True
@@ -59,10 +59,9 @@ def reply_for(call_id: str, outcome: Any) -> ToolReply:
 def tool_result_messages(
     call_ids: Sequence[str], outcomes: Sequence[Any], *, api: str = "chat"
 ) -> list[dict[str, Any]]:
-    """Return the tool-result messages of `api` ("chat", "responses", "anthropic") for one turn's calls.
+    """Return the tool-result messages of `api` ("chat", "responses", "anthropic") for a turn.
 
-    `outcomes` is what `saga.group(calls, return_exceptions=True)` returned for `call_ids`; a
-    `BudgetExceededError` among them is raised.
+    `outcomes`: what `saga.group(calls, return_exceptions=True)` returned; a `BudgetExceededError` is raised.
     """
     if len(call_ids) != len(outcomes):
         raise ValueError(f"{len(call_ids)} call ids for {len(outcomes)} outcomes: give one id per outcome")
@@ -84,9 +83,9 @@ async def run_turn(
     calls: Iterable[dict[str, Any]],
     used_ids: set[str],
 ) -> list[ToolReply]:
-    """Run one turn's calls as a group; return a reply per call, in order. A bad call is refused alone.
+    """Run a turn's calls as a group; return a reply per call. Bad calls are refused alone.
 
-    Calls past the policy's `max_group_size` (or `max_steps`) are refused; `used_ids` gains the ids run.
+    Calls past the policy's group or step limit are refused; `used_ids` gains the ids run.
     """
     replies: dict[int, ToolReply] = {}
     runnable: list[tuple[int, dict[str, Any]]] = []
@@ -118,7 +117,7 @@ async def run_turn(
             outcomes = await saga.group(
                 [(step["tool"], step["args"], step["id"]) for step in steps], return_exceptions=True
             )
-        except PlanValidationError as exc:  # the model is told; the loop goes on
+        except PlanValidationError as exc:  # told to the model
             for position, step in runnable:
                 replies[position] = _refusal(step["id"], exc)
         else:

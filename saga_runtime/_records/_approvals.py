@@ -1,9 +1,8 @@
-"""Approval requests: a step that waits for a person's decision, the decision, and its seal in the saga's record.
+"""Approval requests: a step waiting for a person's decision, the decision, and its seal.
 
-A request is recorded when a saga reaches the group holding its step, with the step's exact arguments (and their
-digest); its decision is written once, by one conditional update in the store. Each row is sealed like a step row
-(SHA-256, or HMAC-SHA-256 with the store's signing key) over every field, and linked to its step: `prev_hash` is
-the identity hash of the step it gates, so an edited decision, or one moved to another step, fails `verify_saga`.
+A request records the step's exact arguments (and digest) when the saga reaches its group; the decision is
+written once, by a conditional update. Rows are sealed like step rows, and `prev_hash` is the gated step's
+identity hash, so an edited or moved decision fails `verify_saga`.
 """
 
 from __future__ import annotations
@@ -42,14 +41,14 @@ DEADLINE = "deadline"
 
 
 def args_digest(args: Any) -> str:
-    """Return the hex SHA-256 of the arguments' canonical JSON (sorted keys, no spaces, UTF-8): what decisions bind."""
+    """Return the hex SHA-256 of the arguments' canonical JSON: what decisions bind."""
     text = json.dumps(args, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
 @dataclass(slots=True)
 class ApprovalRow:
-    """One approval request as stored, with its decision once there is one."""
+    """One approval request as stored, with its decision."""
 
     saga_id: str
     step_id: str
@@ -114,13 +113,13 @@ def _seal_of(row: ApprovalRow, key: bytes | None) -> str:
 
 
 def seal_approval(row: ApprovalRow, link: str, key: bytes | None) -> None:
-    """Link a request to its step (the step's identity hash `link`) and seal its content."""
+    """Link a request to its step's identity hash `link` and seal it."""
     row.prev_hash = link
     row.hash = _seal_of(row, key)
 
 
 class ApprovalRequest(BaseModel):
-    """A step's request for a person's decision: the call it would make, and the decision once there is one."""
+    """A step's request for a person's decision: the call it would make, and the decision."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -148,11 +147,11 @@ def approval_request(row: ApprovalRow) -> ApprovalRequest:
         saga_id=row.saga_id,
         step_id=row.step_id,
         tool_name=row.tool_name,
-        args=mask_secrets(row.args),  # an encrypted secret is shown as "**********", as in StepRecord
+        args=mask_secrets(row.args),
         args_digest=row.args_digest,
         requested_at=row.requested_at,
         deadline=row.deadline,
-        decision=row.decision,  # type: ignore[arg-type]  # a stored decision is one of the two, checked by pydantic
+        decision=row.decision,  # type: ignore[arg-type]  # checked by pydantic
         decided_by=row.decided_by,
         decided_at=row.decided_at,
         note=row.note,
@@ -160,7 +159,7 @@ def approval_request(row: ApprovalRow) -> ApprovalRequest:
 
 
 def gated_steps(plan: Any) -> set[str]:
-    """Return the ids of a stored plan's steps that need a person's approval (marked `"approval": true`)."""
+    """Return the ids of a stored plan's steps marked `"approval": true`."""
     return {
         step["id"]
         for group in plan_groups(plan)
@@ -172,9 +171,9 @@ def gated_steps(plan: Any) -> set[str]:
 def approval_problems(
     saga: SagaRow, steps: Sequence[StepRow], approvals: Sequence[ApprovalRow], key: bytes | None, link: Any
 ) -> list[str]:
-    """Return what is wrong with a saga's approval records: seals, links to their steps, decisions the steps deny.
+    """Return what is wrong with a saga's approvals: seals, links, decisions the steps deny.
 
-    `link(step)` is the identity hash of a step row (what a request of that step links to).
+    `link(step)` is a step row's identity hash.
     """
     problems: list[str] = []
     by_id = {row.step_id: row for row in steps}

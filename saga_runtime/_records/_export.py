@@ -1,4 +1,4 @@
-"""The export format of a saga: plain, versioned JSON that any store can import."""
+"""A saga's export: plain, versioned JSON any store can import."""
 
 from __future__ import annotations
 
@@ -24,12 +24,12 @@ _SAGA_FIELDS = set(_SAGA_NAMES)
 _STEP_FIELDS = set(_STEP_NAMES)
 _APPROVAL_FIELDS = set(_APPROVAL_NAMES)
 _TIMES = ("created_at", "updated_at", "finished_at", "lease_expires_at", "purged_at", "started_at", "compensated_at")
-# A stored plan holds the arguments of its steps five levels down (a join group's list, its dict, ...).
+# A plan holds its steps' arguments five levels down.
 _PLAN_DEPTH = MAX_JSON_DEPTH + 5
 
 
 def _check_nesting(values: Sequence[tuple[str, Any, int]]) -> None:
-    """Raise ValueError for a value nested deeper than a store keeps, or holding itself (never walked later)."""
+    """Raise ValueError for a value nested too deep to store, or holding itself."""
     for what, value, depth in values:
         problem = nesting_problem(value, max_depth=depth)
         if problem is not None:
@@ -37,7 +37,7 @@ def _check_nesting(values: Sequence[tuple[str, Any, int]]) -> None:
 
 
 def _tree(value: Any) -> Any:
-    """Return a JSON value with its dicts and lists copied (a document never shares them with a stored row)."""
+    """Return a JSON value with its containers copied, never shared with a row."""
     kind = type(value)
     if kind is dict:
         return {key: _tree(item) for key, item in value.items()}
@@ -47,7 +47,7 @@ def _tree(value: Any) -> Any:
 
 
 def _plain(row: Any, names: Sequence[str]) -> dict[str, Any]:
-    """Return a row's fields as JSON-able values (as `dataclasses.asdict` would, without its deep copies' cost)."""
+    """Return a row's fields as JSON-able values (`asdict` without its deep-copy cost)."""
     out: dict[str, Any] = {}
     for key in names:
         value = getattr(row, key)
@@ -61,9 +61,9 @@ def _plain(row: Any, names: Sequence[str]) -> dict[str, Any]:
 
 
 def export_rows(saga: SagaRow, steps: Sequence[StepRow], approvals: Sequence[ApprovalRow] = ()) -> dict[str, Any]:
-    """Return the export document of a saga: JSON-able, versioned, steps in order (approval requests, if any)."""
+    """Return a saga's export document, steps (and approvals) in order."""
     plain = _plain(saga, _SAGA_NAMES)
-    if plain["purged_at"] is None:  # only a tombstone says when it was purged
+    if plain["purged_at"] is None:  # only tombstones carry it
         del plain["purged_at"]
     document: dict[str, Any] = {
         "format": EXPORT_FORMAT,
@@ -77,7 +77,7 @@ def export_rows(saga: SagaRow, steps: Sequence[StepRow], approvals: Sequence[App
 
 
 def import_approvals(data: Mapping[str, Any], saga_id: str) -> list[ApprovalRow]:
-    """Return the approval rows of an export document (none in a document without them); raise `StoreError`."""
+    """Return an export document's approval rows; raise `StoreError` if malformed."""
     try:
         rows = []
         for raw in data.get("approvals") or []:
@@ -101,7 +101,7 @@ def _parse_time(value: Any) -> datetime | None:
 
 
 def import_rows(data: Mapping[str, Any]) -> tuple[SagaRow, list[StepRow]]:
-    """Return the rows of an export document; raise `StoreError` saying what is wrong with it."""
+    """Return an export document's rows; raise `StoreError` saying what is wrong."""
     if not isinstance(data, Mapping) or data.get("format") != EXPORT_FORMAT:
         raise StoreError(f"not a saga export: expected a mapping with format {EXPORT_FORMAT!r}")
     version = data.get("version")

@@ -1,8 +1,7 @@
-"""A saga's history besides its steps: each takeover by another executor, and an operator's cancel.
+"""A saga's history besides its steps: takeovers and an operator's cancel.
 
-Entries are JSON objects on the saga row (`SagaRow.history`), sealed with it; users read them as `Takeover` and
-`CancelRecord` on `SagaResult`. A cancel request travels from `executor.cancel` to the saga's owner as a JSON note
-(`cancel_note`), so its reason can never pass for who asked or when.
+Entries are JSON on the saga row, sealed with it, read as `Takeover` and `CancelRecord`. A cancel request
+reaches the owner as a JSON note, so its reason never passes for who asked or when.
 """
 
 from __future__ import annotations
@@ -26,15 +25,14 @@ __all__ = [
     "takeovers_of",
 ]
 
-#: Why another executor took a saga over: its owner's lease ran out, the owner's own id came back after a
-#: restart, or the owner released it (a stopped worker).
+#: Why a saga was taken over: lease ran out, owner's id back after a restart, or released by a stopped worker.
 TakeoverReason = Literal["lease expired", "restart", "released"]
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
 
 class Takeover(BaseModel):
-    """One time another executor took the saga over: when, by whom, from whom, and why."""
+    """A takeover by another executor: when, by whom, from whom, and why."""
 
     model_config = _FROZEN
 
@@ -45,7 +43,7 @@ class Takeover(BaseModel):
 
 
 class CancelRecord(BaseModel):
-    """The operator's request that cancelled the saga: when, by whom (an executor id), and why."""
+    """The request that cancelled the saga: when, by whom (executor id), and why."""
 
     model_config = _FROZEN
 
@@ -60,7 +58,7 @@ def takeover_entry(at: datetime, by: str, from_owner: str | None, reason: Takeov
 
 
 def cancel_entry(note: dict[str, Any]) -> dict[str, Any]:
-    """Return the history entry of a cancel request as read from its note."""
+    """Return the history entry of a cancel note."""
     return {"kind": "cancel", "at": note["at"], "by": note["by"], "reason": note.get("reason")}
 
 
@@ -70,7 +68,7 @@ def cancel_note(at: datetime, by: str, reason: str | None) -> str:
 
 
 def read_note(text: str, *, at: datetime) -> dict[str, Any]:
-    """Return a stored cancel request as a note; a plain text (older versions) is its reason, asked `at`."""
+    """Return a stored cancel request as a note; older plain text is its reason, asked `at`."""
     try:
         note = json.loads(text)
     except ValueError:

@@ -1,8 +1,7 @@
-"""Retention on the memory store: purge to tombstones, holds, and the bound `keep` on finished sagas.
+"""Retention on the memory store: purge to tombstones, holds, and the `keep` bound.
 
-One event loop owns the store, so a batch needs no lock, only care across its one wait (the archive): the sagas
-it took are set aside from other purges meanwhile, and each is checked again before it goes (a hold placed, or a
-failed compensation reopened, while it was archived keeps it).
+One loop owns the store, so no lock; across the archive's wait the batch is set aside from other purges and
+each saga is checked again before it goes (a hold or a reopen meanwhile keeps it).
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ __all__ = ["MemoryRetention", "keep_option"]
 
 
 def keep_option(keep: int | str | None) -> int | None:
-    """Return the memory store's bound on finished sagas; raise ValueError unless it is an int >= 0 or None."""
+    """Return the bound on finished sagas; raise ValueError unless an int >= 0 or None."""
     if keep is None:
         return None
     try:
@@ -32,12 +31,12 @@ def keep_option(keep: int | str | None) -> int | None:
 
 
 class MemoryRetention:
-    """The retention primitives of MemoryStore (see saga_runtime._storage._retention.RetentionStore)."""
+    """The retention primitives of MemoryStore (`RetentionStore`)."""
 
-    #: One batch is one pass in memory: no transaction to keep short.
+    #: No transaction to keep short.
     purge_batch_size = 5000
 
-    # MemoryStore's state (see its __init__) and the reads this uses.
+    # MemoryStore's state and reads.
     _sagas: dict[str, SagaRow]
     _steps: dict[str, dict[str, StepRow]]
     _keys: dict[str, tuple[str, str]]
@@ -89,7 +88,7 @@ class MemoryRetention:
         archive: Archive | None,
         at: datetime,
     ) -> tuple[list[str], Exception | None]:
-        """Purge up to `limit` sagas, archived first; return their ids and an archive error."""
+        """Purge up to `limit` sagas, archived first; return ids and any archive error."""
         self._check_open()
         sagas = heapq.nsmallest(limit, self._purgeable(cutoff, statuses), key=_age)
         error = None
@@ -118,7 +117,7 @@ class MemoryRetention:
         return purged, error
 
     def _bury(self, saga: SagaRow, at: datetime) -> None:
-        """Replace a saga by its tombstone, forgetting its steps, keys, approvals and queue entry."""
+        """Replace a saga by its tombstone, forgetting all else of it."""
         saga_id = saga.saga_id
         self._sagas[saga_id] = tombstone(saga, at, self._signing_key)
         for row in self._steps.pop(saga_id, {}).values():
@@ -129,7 +128,7 @@ class MemoryRetention:
         self._finished.pop(saga_id, None)
 
     def _ended(self, saga: SagaRow) -> None:
-        """Count a saga that just finished toward `keep`; purge the oldest finished past it."""
+        """Count a finished saga toward `keep`; purge the oldest past it."""
         if self._keep is None or saga.status not in DEFAULT_PURGE_STATUSES:
             return
         self._finished[saga.saga_id] = None
@@ -140,11 +139,11 @@ class MemoryRetention:
             if current is None or current.purged_at is not None or current.status not in DEFAULT_PURGE_STATUSES:
                 continue
             if oldest in self._holds or oldest in self._purging:
-                continue  # held back: it stays whole, and no longer counts
+                continue  # stays whole, no longer counted
             self._bury(current, now())
 
     async def hold_saga(self, saga_id: str, reason: str, at: datetime) -> bool:
-        """Hold a stored saga (a hold again replaces its reason); return False if no saga has the id."""
+        """Hold a stored saga (again: a new reason); return False if unknown."""
         self._check_open()
         if saga_id not in self._sagas:
             return False

@@ -1,4 +1,4 @@
-"""open_store(): pick a store by URL scheme, importing its driver only when it is asked for."""
+"""open_store(): pick a store by URL scheme, importing its driver lazily."""
 
 from __future__ import annotations
 
@@ -18,8 +18,7 @@ __all__ = ["DEFAULT_URL", "ENV_VAR", "StoreOpener", "open_store", "redact_url"]
 ENV_VAR = "SAGA_RUNTIME_DATABASE_URL"
 DEFAULT_URL = "sqlite:///sagas.db"
 
-# scheme -> (module, extra that installs its driver or None); a SQL module's `open_sql` opens the one SQL store
-# on its dialect.
+# scheme -> (module, extra installing its driver).
 _DIALECTS: dict[str, tuple[str, str | None]] = {
     "memory": ("saga_runtime._storage._memory", None),
     "sqlite": ("saga_runtime._storage._sqlite", None),
@@ -31,7 +30,7 @@ _DIALECTS: dict[str, tuple[str, str | None]] = {
 
 
 def redact_url(url: str) -> str:
-    """Return `url` with any password replaced by `***`, fit for messages and logs."""
+    """Return `url` with any password as `***`."""
     parts = urlsplit(url)
     if parts.password is None:
         return url
@@ -56,7 +55,7 @@ async def _open(url: str | None, options: dict[str, Any]) -> SagaStore:
         ) from exc
     key = signing_key_bytes(options.pop("signing_key", None))
     if scheme == "memory":
-        options.pop("retry_for", None)  # no connection to lose
+        options.pop("retry_for", None)
         keep = options.pop("keep", None)
         if options:
             raise TypeError(f"the memory store takes only signing_key=, keep= (and retry_for=), got {sorted(options)}")
@@ -76,7 +75,7 @@ async def _open(url: str | None, options: dict[str, Any]) -> SagaStore:
 
 
 class StoreOpener:
-    """The value of `open_store(...)`: await it for a store, or use it as an async context manager."""
+    """What `open_store` returns: awaitable, or an async context manager."""
 
     def __init__(self, url: str | None, options: dict[str, Any]) -> None:
         self._url = url
@@ -101,12 +100,10 @@ class StoreOpener:
 def open_store(url: str | None = None, **options: Any) -> StoreOpener:
     """Open the store at `url` (else `$SAGA_RUNTIME_DATABASE_URL`, else `sqlite:///sagas.db`).
 
-    Awaitable (close the store with `await store.close()`) and an async context manager. Creates or migrates
-    the schema of SQL stores. Each `memory://` store is a fresh, private one.
+    Await it (then `await store.close()`) or use `async with`. SQL schemas are created or migrated; each
+    `memory://` store is fresh and private.
 
-    `retry_for` (seconds, default 30; 0 turns it off): how long a SQL store retries, with exponential backoff on a
-    fresh connection, an operation whose connection was lost (a server restart, a killed connection) before it
-    raises `StoreConnectionError`. Every store operation is safe to run again. Other options are the driver's
-    (see each store module's docstring).
+    `retry_for` (seconds, default 30; 0: off): how long a SQL store retries a lost connection's operation,
+    with backoff on a fresh one, before `StoreConnectionError`. Other options are the driver's.
     """
     return StoreOpener(url, options)

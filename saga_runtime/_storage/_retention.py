@@ -1,9 +1,8 @@
-"""Retention over any store (API.md §14): purge finished sagas to tombstones, archive them first, hold some back.
+"""Retention over any store: purge finished sagas to tombstones, archived first; holds.
 
-A purge checks everything it is given before it changes anything, then asks the store for one bounded batch at a
-time (`purge_batch`: one transaction of at most a few hundred sagas), so running sagas and other workers go on
-beside it. Each batch is archived (appended and flushed) before its rows go; a saga whose archiving fails is not
-purged, and the error is raised once the sagas before it are.
+A purge checks its arguments before changing anything, then works in bounded batches (one transaction each)
+so other work goes on. A batch is archived and flushed before its rows go; a saga failing to archive stays,
+and the error is raised once those before it are purged.
 """
 
 from __future__ import annotations
@@ -31,12 +30,12 @@ __all__ = [
     "unhold",
 ]
 
-#: What a purge removes unless told otherwise: COMPENSATION_FAILED needs an operator, so only when named.
+#: COMPENSATION_FAILED needs an operator: purged only when named.
 DEFAULT_PURGE_STATUSES = (SagaStatus.SUCCESS, SagaStatus.COMPENSATED)
 
 
 def tombstone(saga: SagaRow, at: datetime, key: bytes | None) -> SagaRow:
-    """Return the tombstone of a finished saga: its id, status, plan hash, times, cost and tokens, sealed again."""
+    """Return a finished saga's tombstone (id, status, plan hash, times, cost, tokens), resealed."""
     kept = replace(
         saga, plan=None, budget=None, metadata={}, error=None, owner=None, lease_expires_at=None, purged_at=at
     )
@@ -57,7 +56,7 @@ def _cutoff(older_than: timedelta | float) -> datetime:
 
 
 def check_statuses(statuses: Iterable[SagaStatus | str] | None) -> tuple[SagaStatus, ...]:
-    """Return the statuses a purge removes; raise ValueError naming one that is not terminal."""
+    """Return the statuses to purge; raise ValueError naming a non-terminal one."""
     if statuses is None:
         return DEFAULT_PURGE_STATUSES
     if isinstance(statuses, str | SagaStatus):
@@ -87,7 +86,7 @@ async def purge(
     dry_run: bool = False,
     limit: int | None = None,
 ) -> PurgeReport:
-    """Purge the terminal sagas that finished more than `older_than` ago (see the module docstring)."""
+    """Purge terminal sagas finished more than `older_than` ago."""
     cutoff = _cutoff(older_than)
     wanted = check_statuses(statuses)
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
@@ -117,7 +116,7 @@ async def purge(
 
 
 async def hold(store: SagaStore, saga_id: str, reason: str) -> None:
-    """Hold a saga: never purged until released; raise KeyError if no saga has the id."""
+    """Hold a saga from purges until released; raise KeyError if unknown."""
     if not isinstance(reason, str) or not reason.strip():
         raise ValueError("a hold needs a reason (who asked for it, and why)")
     if not await store.hold_saga(saga_id, reason, now()):

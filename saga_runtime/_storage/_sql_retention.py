@@ -1,9 +1,8 @@
-"""Retention on the SQL stores: the statements of a purge and of holds, over the store's transactions.
+"""Retention on the SQL stores: purge and hold statements.
 
-A batch is one transaction: the oldest candidates are selected and locked (`FOR UPDATE SKIP LOCKED` on PostgreSQL
-and MySQL/MariaDB, so two purges at once take different sagas; SQLite's `BEGIN IMMEDIATE` lets one writer in),
-archived, then their steps and approvals deleted and their rows made tombstones. A hold locks the saga's row as
-it is written, so it waits for a purge that holds it and is seen by the next.
+A batch is one transaction: the oldest candidates locked (`SKIP LOCKED`, so concurrent purges take different
+sagas; SQLite's `BEGIN IMMEDIATE`), archived, their steps and approvals deleted, their rows made tombstones.
+A hold locks the saga's row, so it waits for a purge holding it.
 """
 
 from __future__ import annotations
@@ -62,12 +61,12 @@ class _Statements:
         self.holds = "SELECT saga_id, reason, held_at FROM holds ORDER BY held_at, saga_id"
 
     def candidates(self, statuses: int, *, locked: bool, offset: bool = False) -> str:
-        """Return the scan for purgeable sagas (params: statuses..., cutoff, limit[, offset])."""
+        """Return the purgeable-saga scan (params: statuses..., cutoff, limit[, offset])."""
         sql = self._candidates.replace("(*)", _in(statuses)) + (" OFFSET ?" if offset else "")
         return _placeholders(self.dialect, sql + (_LOCK[self.dialect] if locked else ""))
 
     def tombstone(self, count: int) -> str:
-        """Return the UPDATE making `count` rows tombstones (params: metadata, purged_at, (id, seal)..., ids...)."""
+        """Return the tombstone UPDATE (params: metadata, purged_at, (id, seal)..., ids...)."""
         seals = " ".join(["WHEN ? THEN ?"] * count)
         return _placeholders(
             self.dialect,
@@ -77,11 +76,11 @@ class _Statements:
         )
 
     def delete(self, table: str, count: int) -> str:
-        """Return the DELETE of a table's rows of `count` sagas."""
+        """Return a DELETE of `count` sagas' rows."""
         return _placeholders(self.dialect, f"DELETE FROM {table} WHERE saga_id IN {_in(count)}")
 
     def approvals(self, count: int) -> str:
-        """Return the read of the approval rows of `count` sagas."""
+        """Return a read of `count` sagas' approvals."""
         columns = ", ".join(APPROVAL_COLUMNS)
         return _placeholders(
             self.dialect, f"SELECT {columns} FROM approvals WHERE saga_id IN {_in(count)} ORDER BY saga_id, seq"
@@ -89,12 +88,12 @@ class _Statements:
 
 
 class SQLRetention:
-    """The retention primitives of a SQL store (see saga_runtime._storage._retention.RetentionStore)."""
+    """The retention primitives of a SQL store (`RetentionStore`)."""
 
-    #: Sagas per purge transaction: a few hundred, so writers beside it wait at most a moment.
+    #: Sagas per purge transaction: small, so writers wait a moment at most.
     purge_batch_size = 200
 
-    # What SQLStore provides (see saga_runtime._storage._sqlstore).
+    # Provided by SQLStore.
     _dialect: Dialect
     _codec: RowCodec
     _queries: Queries
@@ -130,7 +129,7 @@ class SQLRetention:
         archive: Archive | None,
         at: datetime,
     ) -> tuple[list[str], Exception | None]:
-        """Purge up to `limit` sagas in one transaction, archived first; return their ids and an archive error."""
+        """Purge up to `limit` sagas in one transaction, archived first; return ids and any archive error."""
         self._check_open()
         st, codec, q = _statements(self), self._codec, self._queries
         params = (*(s.value for s in statuses), codec.time_in(cutoff), int(limit))
@@ -160,7 +159,7 @@ class SQLRetention:
         return await self._retrying("purge", once)
 
     async def hold_saga(self, saga_id: str, reason: str, at: datetime) -> bool:
-        """Hold a stored saga (its row locked meanwhile); return False if no saga has the id."""
+        """Hold a stored saga, its row locked; return False if unknown."""
         self._check_open()
         st = _statements(self)
 
@@ -198,7 +197,7 @@ class SQLRetention:
 
 
 async def _remove(store: SQLRetention, tx: Any, sagas: Sequence[SagaRow], at: datetime) -> None:
-    """Delete the steps and approvals of `sagas` and make their rows tombstones, in the caller's transaction."""
+    """Delete `sagas`' steps and approvals and make tombstones, in the caller's transaction."""
     if not sagas:
         return
     st, codec = _statements(store), store._codec
@@ -209,7 +208,7 @@ async def _remove(store: SQLRetention, tx: Any, sagas: Sequence[SagaRow], at: da
     for saga in sagas:
         seals += (saga.saga_id, tombstone(saga, at, store._signing_key).seal)
     params = (codec.json_in({}, "an empty metadata"), codec.time_in(at), *seals, *ids)
-    await tx.execute(st.tombstone(len(ids)), params)  # one statement for the batch
+    await tx.execute(st.tombstone(len(ids)), params)
 
 
 _CACHE: dict[DialectName, _Statements] = {}

@@ -1,4 +1,4 @@
-"""StepContext: what a running tool may know about its step, and how it reports cost."""
+"""StepContext: what a running tool knows of its step, and how it reports cost."""
 
 from __future__ import annotations
 
@@ -15,12 +15,10 @@ def _no_budget(cost: float, tokens: int) -> None:
 
 @dataclass(frozen=True, slots=True)
 class StepContext:
-    """Describe the step a tool is running for; injected into any parameter annotated `StepContext`.
+    """Describe a tool's step; injected into any parameter annotated `StepContext`.
 
-    `idempotency_key` is stable across retries, crashes and recovery of the same step and differs between
-    steps: pass it to the outside world (a payment API's idempotency header) and use it in `compensate` to find
-    what to undo. `attempt` is 1-based and counts attempts of the current phase (`"execute"`, `"compensate"` or
-    `"reconcile"`).
+    `idempotency_key` is stable across retries, crashes and recovery, and unique per step: pass it on (an
+    idempotency header) and use it in `compensate` to find what to undo. `attempt` is 1-based, per `phase`.
     """
 
     saga_id: str
@@ -31,12 +29,9 @@ class StepContext:
     idempotency_key: str
     phase: Literal["execute", "compensate", "reconcile"] = "execute"
     _charge: Callable[[float, int], None] = field(default=_no_budget, repr=False, compare=False)
-    #: What the registry's lifespan yielded (empty without one): the tools' shared resources.
+    #: What the registry's lifespan yielded: the tools' shared resources.
     state: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def charge(self, cost: float = 0.0, tokens: int = 0) -> None:
-        """Add cost and tokens to the saga's account; raise `BudgetExceededError` when a budget is crossed.
-
-        A plain method, safe to call from a sync tool's worker thread.
-        """
+        """Add cost and tokens to the saga; raise `BudgetExceededError` past a budget; sync tools may call it."""
         self._charge(cost, tokens)

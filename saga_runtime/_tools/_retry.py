@@ -1,4 +1,4 @@
-"""RetryPolicy: how often, and how far apart, a failing attempt is tried again."""
+"""RetryPolicy: how often, and how far apart, a failed attempt is retried."""
 
 from __future__ import annotations
 
@@ -13,10 +13,9 @@ class RetryPolicy:
     """Decide how many attempts a call gets and how long to wait between them.
 
     `max_attempts` counts the first try. The wait before attempt n+1 is
-    `initial_interval * backoff_coefficient ** (n - 1)`, capped at `max_interval`. With `jitter`, each wait is
-    drawn uniformly from its upper half ("equal jitter"): retries of many sagas spread out, yet no wait falls
-    below half the computed one, so backoff keeps its meaning. Exceptions whose type is in `non_retryable`
-    (or a subclass of one) fail at once. Only `Exception` is ever retried: cancellation always goes through.
+    `initial_interval * backoff_coefficient ** (n - 1)` seconds, capped at `max_interval`; `jitter` draws it
+    from its upper half ("equal jitter"). `non_retryable` types (and subclasses) fail at once. Only
+    `Exception` is retried, so cancellation always goes through.
     """
 
     max_attempts: int = 1
@@ -42,17 +41,17 @@ class RetryPolicy:
         object.__setattr__(self, "non_retryable", non_retryable)
 
     def delay(self, attempt: int) -> float:
-        """Return the seconds to wait after failed attempt number `attempt` (1-based) before the next one."""
+        """Return the seconds to wait after failed attempt `attempt` (1-based)."""
         try:
             base = min(self.max_interval, self.initial_interval * self.backoff_coefficient ** (attempt - 1))
-        except OverflowError:  # the geometric series left float range long after it passed the cap
+        except OverflowError:  # long past the cap
             base = self.max_interval if self.initial_interval > 0 else 0.0
         if self.jitter and base > 0:
             return base / 2 + random.uniform(0, base / 2)
         return base
 
     def should_retry(self, exc: BaseException, attempt: int) -> bool:
-        """Tell whether failed attempt number `attempt`, which raised `exc`, is tried again."""
+        """Tell whether failed attempt `attempt`, which raised `exc`, is retried."""
         if attempt >= self.max_attempts or not isinstance(exc, Exception):
             return False
         return not isinstance(exc, self.non_retryable)

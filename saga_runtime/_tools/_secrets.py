@@ -1,9 +1,7 @@
-"""Which arguments of a tool are secrets: found once, at registration, in the tool's argument model.
+"""Which tool arguments are secrets, found once at registration in the argument model.
 
-An argument (or a field of a model argument, at any depth, also inside lists and mappings) is a secret when its
-type is `pydantic.SecretStr`, `pydantic.SecretBytes` or `pydantic.Secret[...]`, or when it is marked:
-`Annotated[str, Secret]` or `Field(json_schema_extra={"secret": True})`. The result is plain data (see
-`saga_runtime._records._secrets.SecretPaths`): the records layer walks it to encrypt and mask the values.
+At any depth, a field is secret if typed `SecretStr`, `SecretBytes` or `Secret[...]`, or marked
+`Annotated[str, Secret]` or `Field(json_schema_extra={"secret": True})`. The records layer walks the paths.
 """
 
 from __future__ import annotations
@@ -19,10 +17,9 @@ __all__ = ["Secret", "secret_paths", "unwrap_secrets"]
 
 
 class Secret:
-    """Mark a tool argument (or a model field) secret: `api_key: Annotated[str, Secret]`.
+    """Mark a tool argument (or model field) secret: `api_key: Annotated[str, Secret]`.
 
-    A secret is stored encrypted with the executor's key and shown as "**********" everywhere; the tool gets the
-    value as declared (here a plain `str`).
+    Stored encrypted with the executor's key and shown masked; the tool gets the value as declared.
     """
 
 
@@ -53,7 +50,7 @@ def _merge(nodes: list[Any]) -> Any:
 
 
 def _node(annotation: Any, stack: tuple[type, ...]) -> Any:
-    """Return the secret paths inside a value of type `annotation`: True, a dict of paths, or None (none)."""
+    """Return the secret paths inside an `annotation`: True, a dict of paths, or None."""
     origin = typing.get_origin(annotation)
     if origin is typing.Annotated:
         inner, *extras = typing.get_args(annotation)
@@ -94,19 +91,18 @@ def _model_paths(model: type[pydantic.BaseModel], stack: tuple[type, ...]) -> di
 
 
 def secret_paths(model: type[pydantic.BaseModel]) -> dict[str, Any]:
-    """Return where the secrets stand in the arguments `model` validates (empty: the tool takes none)."""
+    """Return where the secrets stand in `model`'s arguments (empty if none)."""
     return _model_paths(model, (model,)) or {}
 
 
-# A backstop: callers refuse values nested past the value rule's depth (24) before unwrapping them.
+# A backstop: callers refuse values nested past 24 first.
 _MAX_DEPTH = 100
 
 
 def unwrap_secrets(value: Any, _depth: int = 0) -> Any:
-    """Return a value with each pydantic secret object (SecretStr, SecretBytes, ...) replaced by what it holds.
+    """Return a value with each pydantic secret object replaced by what it holds (else stored masked).
 
-    A secret object given in a plan stands for its value: stored as JSON it would become "**********". Raise
-    `ValueError` for containers nested more than 100 deep (or cyclic) rather than recursing without end.
+    Raise `ValueError` past 100 levels (or a cycle).
     """
     if _depth > _MAX_DEPTH:
         raise ValueError(f"the value nests more than {_MAX_DEPTH} levels deep, or holds itself")
@@ -126,5 +122,5 @@ def unwrap_secrets(value: Any, _depth: int = 0) -> Any:
     if type(value) is list or type(value) is tuple:
         return [unwrap_secrets(item, _depth) for item in value]
     if isinstance(value, pydantic.BaseModel):
-        return unwrap_secrets(value.model_dump(), _depth)  # a model holding secret fields: its values, as a dict
+        return unwrap_secrets(value.model_dump(), _depth)
     return value

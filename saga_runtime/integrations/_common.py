@@ -1,7 +1,7 @@
-"""What the framework integrations share: a tool call run as a saga step, model responses kept in the saga.
+"""Shared by the integrations: a tool call as a saga step, model responses kept in the saga.
 
-Calls run one at a time, in the framework's order (a saga identifies calls by position), and each model
-response is recorded before it is acted on, so a re-entered saga makes the same calls, served from the record.
+Calls run one at a time, in order (a saga knows calls by position); each response is recorded before it is
+acted on, so a re-entered saga replays the same calls.
 """
 
 from __future__ import annotations
@@ -35,19 +35,19 @@ T = TypeVar("T")
 
 # Errors that end the run, never shown to the model as a tool's failure.
 ENDS_RUN: tuple[type[BaseException], ...] = (BudgetExceededError, LeaseLostError, ReplayDivergenceError)
-# Known by name, as the others end a run.
+# Known by name too.
 _ENDS_RUN_NAMES = frozenset({"ApprovalPendingError"})
 
 RESPONSES_KEY = "model_responses"
 
 
 def ends_run(exc: BaseException) -> bool:
-    """Tell whether a call's error ends the run instead of going to the model."""
+    """Tell whether a call's error ends the run, not going to the model."""
     return isinstance(exc, ENDS_RUN) or any(kind.__name__ in _ENDS_RUN_NAMES for kind in type(exc).__mro__)
 
 
 def missing_extra(framework: str, extra: str) -> ImportError:
-    """Return the error raised when a framework's extra is not installed."""
+    """Return the error for a framework's missing extra."""
     return ImportError(f"{framework} is not installed: install saga-runtime[{extra}]")
 
 
@@ -60,7 +60,7 @@ def specs_of(saga: DynamicSaga, names: Iterable[str] | None) -> list[ToolSpec]:
 
 
 def schema_of(spec: ToolSpec) -> dict[str, Any]:
-    """Return a tool's JSON schema of arguments, as the registry gives it to model APIs."""
+    """Return a tool's argument schema, as given to model APIs."""
     return plain_schema(spec)
 
 
@@ -83,9 +83,9 @@ def _state(saga: DynamicSaga) -> _SagaState:
 
 
 async def call_step(saga: DynamicSaga, tool: str, args: Mapping[str, Any], call_id: str | None = None) -> str:
-    """Run one tool call as a step of `saga`; return `{"result": ...}` or `{"error": ...}` text for the model.
+    """Run a tool call as a step; return `{"result": ...}` or `{"error": ...}` text for the model.
 
-    Budget, lease, replay and approval-pending errors are raised instead: they end the run.
+    Errors that end the run (`ends_run`) are raised.
     """
     step = (tool, dict(args)) if call_id is None or "." in call_id else (tool, dict(args), call_id)
     async with _state(saga).lock:
@@ -103,7 +103,7 @@ async def call_step(saga: DynamicSaga, tool: str, args: Mapping[str, Any], call_
 
 
 class ModelRecord:
-    """Record each model response before it is acted on, serve recorded ones on re-entry; charge its tokens."""
+    """Record each model response before it is acted on, replay on re-entry; charge its tokens."""
 
     def __init__(
         self,
@@ -122,7 +122,7 @@ class ModelRecord:
         self._prices = PriceTable(prices) if prices is not None else None
 
     def _sealed(self, dumped: Any) -> Any:
-        """Return a response as recorded: encrypted whole when the tools take secrets (no key: the run fails)."""
+        """Return a response as recorded, encrypted whole if the tools take secrets."""
         registry = self.saga.registry
         if not any(registry.get(name).secrets for name in registry.names()):
             return dumped
@@ -134,7 +134,7 @@ class ModelRecord:
         return self.saga.keyring.encrypt(dumped)
 
     async def respond(self, ask: Callable[[], Awaitable[T]]) -> T:
-        """Return the next model response, from the record or asked and recorded."""
+        """Return the next model response, recorded or asked and recorded."""
         state = _state(self.saga)
         async with state.lock:
             position = state.served

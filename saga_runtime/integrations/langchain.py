@@ -1,4 +1,4 @@
-"""LangChain: the registry's tools as `StructuredTool`s run as saga steps, and a chat model whose answers are kept.
+"""LangChain: tools as `StructuredTool`s run as saga steps, and a chat model whose answers are kept.
 
 ```python
 async with executor.saga(saga_id="trip-7") as saga:
@@ -9,7 +9,7 @@ async with executor.saga(saga_id="trip-7") as saga:
         messages += [answer, *[await tools[call["name"]].ainvoke(call) for call in answer.tool_calls]]
 ```
 
-Install with `pip install saga-runtime[langchain]`.
+Extra: `saga-runtime[langchain]`.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def _tool(saga: DynamicSaga, name: str, description: str, schema: dict[str, Any]
 
 
 def saga_tools(saga: DynamicSaga, names: Iterable[str] | None = None) -> list[StructuredTool]:
-    """Return the saga registry's tools (or those named) as LangChain StructuredTools, each call a step of `saga`."""
+    """Return the registry's tools (or `names`) as StructuredTools, each call a step of `saga`."""
     return [_tool(saga, spec.name, spec.description or spec.name, schema_of(spec)) for spec in specs_of(saga, names)]
 
 
@@ -90,7 +90,7 @@ class DurableChatModel(BaseChatModel):
     _record: ModelRecord = PrivateAttr()
 
     def model_post_init(self, context: Any, /) -> None:
-        """Set up the record of the saga's model answers."""
+        """Set up the record of the model's answers."""
         self._record = ModelRecord(
             self.saga,
             "langchain",
@@ -112,10 +112,10 @@ class DurableChatModel(BaseChatModel):
         tool_choice: str | None = None,
         **kwargs: Any,
     ) -> Runnable[LanguageModelInput, AIMessage]:
-        """Bind tools as the wrapped model does, its calls still going through the record."""
+        """Bind tools as the wrapped model does, calls still going through the record."""
         try:
             bound = self.wrapped.bind_tools(tools, tool_choice=tool_choice, **kwargs)
-        except NotImplementedError:  # no binding of its own: OpenAI's format
+        except NotImplementedError:  # use OpenAI's format
             return self.bind(tools=[convert_to_openai_tool(tool) for tool in tools], **kwargs)
         return self.bind(**getattr(bound, "kwargs", {}))
 
@@ -145,5 +145,5 @@ class DurableChatModel(BaseChatModel):
 def durable_model(
     saga: DynamicSaga, model: BaseChatModel, *, prices: Mapping[str, Price] | None = None
 ) -> DurableChatModel:
-    """Return `model` wrapped so its answers are recorded in `saga`, replayed on re-entry, charged to its budget."""
+    """Return `model` with answers recorded in `saga`, replayed on re-entry, charged to its budget."""
     return DurableChatModel(wrapped=model, saga=saga, prices=prices)

@@ -1,4 +1,4 @@
-"""The OpenAI Agents SDK: the registry's tools as `FunctionTool`s run as saga steps, and a model whose answers are kept.
+"""OpenAI Agents SDK: tools as `FunctionTool`s run as saga steps, and a model whose answers are kept.
 
 ```python
 async with executor.saga(saga_id="trip-7") as saga:
@@ -6,7 +6,7 @@ async with executor.saga(saga_id="trip-7") as saga:
     result = await Runner.run(agent, "Book me a trip")
 ```
 
-Install with `pip install saga-runtime[openai-agents]`.
+Extra: `saga-runtime[openai-agents]`.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def _tool(saga: DynamicSaga, name: str, description: str, schema: dict[str, Any]
 
 
 def saga_tools(saga: DynamicSaga, names: Iterable[str] | None = None) -> list[FunctionTool]:
-    """Return the saga registry's tools (or those named) as Agents SDK FunctionTools, each call a step of `saga`."""
+    """Return the registry's tools (or `names`) as FunctionTools, each call a step of `saga`."""
     return [_tool(saga, spec.name, spec.description or spec.name, schema_of(spec)) for spec in specs_of(saga, names)]
 
 
@@ -67,7 +67,7 @@ def _usage(response: ModelResponse) -> TokenUsage:
 
 
 class DurableModel(Model):
-    """An Agents SDK model whose responses are recorded in a saga and replayed on re-entry."""
+    """An Agents SDK model whose responses are recorded in a saga, replayed on re-entry."""
 
     def __init__(
         self, saga: DynamicSaga, wrapped: Model, *, name: str = "", prices: Mapping[str, Price] | None = None
@@ -84,7 +84,7 @@ class DurableModel(Model):
         )
 
     async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
-        """Return the wrapped model's response, recorded first; on re-entry, the recorded one."""
+        """Return the wrapped model's response, recorded; on re-entry, the recorded one."""
 
         async def ask() -> ModelResponse:
             return await self.wrapped.get_response(*args, **kwargs)
@@ -92,12 +92,12 @@ class DurableModel(Model):
         return await self._record.respond(ask)
 
     def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
-        """Refuse streaming: a durable model records whole responses (use `Runner.run`, not `run_streamed`)."""
+        """Refuse streaming: use `Runner.run`, not `run_streamed`."""
         raise NotImplementedError("durable_model records whole responses: run the agent with Runner.run()")
 
 
 def durable_model(
     saga: DynamicSaga, model: Model, *, name: str = "", prices: Mapping[str, Price] | None = None
 ) -> DurableModel:
-    """Return `model` wrapped so its responses are recorded in `saga`, replayed on re-entry, charged to its budget."""
+    """Return `model` with responses recorded in `saga`, replayed on re-entry, charged to its budget."""
     return DurableModel(saga, model, name=name, prices=prices)

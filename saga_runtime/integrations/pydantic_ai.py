@@ -1,4 +1,4 @@
-"""pydantic-ai: the registry's tools as pydantic-ai `Tool`s run as saga steps, and a model whose answers are kept.
+"""pydantic-ai: tools as `Tool`s run as saga steps, and a model whose answers are kept.
 
 ```python
 async with executor.saga(saga_id="trip-7") as saga:
@@ -6,7 +6,7 @@ async with executor.saga(saga_id="trip-7") as saga:
     result = await agent.run("Book me a trip")
 ```
 
-Install with `pip install saga-runtime[pydantic-ai]`.
+Extra: `saga-runtime[pydantic-ai]`.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def _tool(saga: DynamicSaga, name: str, description: str | None, schema: dict[st
 
 
 def saga_tools(saga: DynamicSaga, names: Iterable[str] | None = None) -> list[Tool[Any]]:
-    """Return the saga registry's tools (or those named) as pydantic-ai Tools, each call one step of `saga`."""
+    """Return the registry's tools (or `names`) as pydantic-ai Tools, each call a step of `saga`."""
     return [_tool(saga, spec.name, spec.description or None, schema_of(spec)) for spec in specs_of(saga, names)]
 
 
@@ -66,7 +66,7 @@ def _usage(response: ModelResponse) -> TokenUsage:
 
 
 class DurableModel(WrapperModel):
-    """A pydantic-ai model whose responses are recorded in a saga and replayed on re-entry."""
+    """A pydantic-ai model whose responses are recorded in a saga, replayed on re-entry."""
 
     def __init__(self, saga: DynamicSaga, wrapped: Model | str, *, prices: Mapping[str, Price] | None = None) -> None:
         super().__init__(wrapped)
@@ -86,7 +86,7 @@ class DurableModel(WrapperModel):
         model_settings: ModelSettings | None,
         model_request_parameters: ModelRequestParameters,
     ) -> ModelResponse:
-        """Return the wrapped model's response, recorded first; on re-entry, the recorded one."""
+        """Return the wrapped model's response, recorded; on re-entry, the recorded one."""
 
         async def ask() -> ModelResponse:
             return await self.wrapped.request(messages, model_settings, model_request_parameters)
@@ -101,11 +101,11 @@ class DurableModel(WrapperModel):
         model_request_parameters: ModelRequestParameters,
         run_context: RunContext[Any] | None = None,
     ) -> AsyncIterator[StreamedResponse]:
-        """Refuse streaming: a durable model records whole responses (use `agent.run`, not `run_stream`)."""
+        """Refuse streaming: use `agent.run`, not `run_stream`."""
         raise NotImplementedError("durable_model records whole responses: run the agent with agent.run()")
-        yield  # type: ignore[unreachable]  # makes this an async generator
+        yield  # type: ignore[unreachable]  # an async generator
 
 
 def durable_model(saga: DynamicSaga, model: Model | str, *, prices: Mapping[str, Price] | None = None) -> DurableModel:
-    """Return `model` wrapped so its responses are recorded in `saga`, replayed on re-entry, charged to its budget."""
+    """Return `model` with responses recorded in `saga`, replayed on re-entry, charged to its budget."""
     return DurableModel(saga, model, prices=prices)
