@@ -1,4 +1,4 @@
-"""SagaHandle: a submitted saga's id, its status, and its result once it ends."""
+"""SagaHandle: a submitted saga's id, status, and result."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from saga_runtime._storage import SagaStore
 
 __all__ = ["SagaHandle"]
 
-# Polls of a waiting result: the first soon, then further apart.
+# Poll soon, then further apart.
 _FIRST_POLL = 0.01
 _MAX_POLL = 0.25
 
@@ -30,7 +30,7 @@ class SagaHandle:
         return f"SagaHandle({self.saga_id!r})"
 
     async def status(self) -> SagaStatus:
-        """Return the saga's status now; raise `SagaNotFoundError` (a `KeyError`) if it is not stored."""
+        """Return the saga's status; raise `SagaNotFoundError` (a `KeyError`) if not stored."""
         return (await self._result()).status
 
     async def _result(self) -> SagaResult:
@@ -40,7 +40,7 @@ class SagaHandle:
         return result
 
     async def result(self, timeout: float | None = None) -> SagaResult:  # noqa: ASYNC109 (the API's name)
-        """Return the saga's result once it is terminal; raise `TimeoutError` after `timeout` seconds."""
+        """Return the saga's result once terminal; raise `TimeoutError` after `timeout` seconds."""
         if timeout is not None and (isinstance(timeout, bool) or not timeout >= 0 or math.isnan(timeout)):
             raise ValueError(f"timeout must be a number of seconds >= 0 or None, got {timeout!r}")
         pause = _FIRST_POLL

@@ -1,4 +1,4 @@
-"""The LLM front door: a function-calling loop run as a saga, and a scripted model for tests and examples."""
+"""The LLM front door: a function-calling loop as a saga, and a scripted model."""
 
 from saga_runtime._llm._calls import tool_result_messages
 from saga_runtime._llm._events import ModelCallEvent

@@ -1,4 +1,4 @@
-"""The OpenAI Chat Completions API (`client.chat.completions.create`), and any server that speaks it."""
+"""The OpenAI Chat Completions API, and any server speaking it."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ __all__ = ["ChatAdapter"]
 
 
 class ChatAdapter(Adapter):
-    """Messages in, one choice's message out; tool results go back as `role: tool` messages by call id."""
+    """Messages in, a choice's message out; results go back as `role: tool` messages."""
 
     api = "chat"
     endpoint_path = ("chat", "completions", "create")
@@ -25,7 +25,7 @@ class ChatAdapter(Adapter):
         return openai_tools(specs, strict=strict, api="chat")
 
     def conversation(self, prompt: str | list[Any], system: str | None) -> list[Any]:
-        """Return the system message (if any), then the prompt as a user message or the messages given."""
+        """Return the system message, then the prompt as a user message or the messages given."""
         messages: list[Any] = [{"role": "system", "content": system}] if system is not None else []
         if isinstance(prompt, str):
             messages.append({"role": "user", "content": prompt})
@@ -34,7 +34,7 @@ class ChatAdapter(Adapter):
         return messages
 
     def record(self, response: Any, model: str) -> dict[str, Any]:
-        """Return the turn of a chat completion: its first choice's message, finish reason and refusal."""
+        """Return a chat completion's turn, from its first choice."""
         choices = get(response, "choices", [])
         choice = choices[0] if choices else None
         message = get(choice, "message")

@@ -1,4 +1,4 @@
-"""ModelCallEvent: what an LLMRunner tells the executor's hooks about each call it makes to the model."""
+"""ModelCallEvent: what an LLMRunner tells hooks of each model call."""
 
 from __future__ import annotations
 
@@ -13,16 +13,16 @@ from saga_runtime._records import now
 
 __all__ = ["MODEL_CALLED", "ModelCallEvent", "tell_model_call"]
 
-# Not one of the engine's kinds: the runner, above the engine, adds it.
+# Added by the runner, above the engine.
 MODEL_CALLED = cast(EventKind, "model_called")
 
 
 @dataclass(frozen=True, slots=True)
 class ModelCallEvent(SagaEvent):
-    """One model call of an `LLMRunner` (`kind` "model_called"), told once its answer is recorded.
+    """An `LLMRunner` model call (`kind` "model_called"), told once its answer is recorded.
 
-    From `started_at` to `at`, retries included; `input_tokens` counts cached input too; a failed call has
-    `error` and no usage. A turn served from the record is no call: no event.
+    `started_at` to `at` includes retries; `input_tokens` counts cached input; a failed call has `error`
+    and no usage. Replayed turns tell nothing.
     """
 
     started_at: datetime | None = None
@@ -47,7 +47,7 @@ def tell_model_call(
     cost: float = 0.0,
     error: str | None = None,
 ) -> None:
-    """Hand the hooks a `ModelCallEvent` for one call (nothing to do without hooks)."""
+    """Hand the hooks a `ModelCallEvent`."""
     if not hooks:
         return
     answered = answer or {}

@@ -1,4 +1,4 @@
-"""MockLLMClient: a scripted, OpenAI-compatible model for tests and examples (no network, no key)."""
+"""MockLLMClient: a scripted OpenAI-compatible model for tests and examples."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ class _Completion:
 
 
 def _tokens(text: str) -> int:
-    """Return a rough token count (4 characters a token), as a model would report usage."""
+    """Return a rough token count (4 characters a token)."""
     return max(1, len(text) // 4)
 
 
@@ -96,13 +96,13 @@ class _Completions:
 
 class _AsyncCompletions(_Completions):
     async def create(self, **request: Any) -> _Completion:
-        """Answer like `client.chat.completions.create(...)` of the OpenAI SDK's async client."""
+        """Answer like the async OpenAI client's `chat.completions.create`."""
         return self._answer(**request)
 
 
 class _SyncCompletions(_Completions):
     def create(self, **request: Any) -> _Completion:
-        """Answer like `client.chat.completions.create(...)` of the OpenAI SDK's sync client."""
+        """Answer like the sync OpenAI client's `chat.completions.create`."""
         return self._answer(**request)
 
 
@@ -115,8 +115,8 @@ class _Chat:
 class MockLLMClient:
     """Script a model's turns: each item of `tool_sequence` is one turn's calls, then it answers in text.
 
-    An item is `(name, args)`, or a list of them for parallel calls. Looks like the OpenAI SDK's client (async,
-    or `sync=True`) with rough token usage; `requests` keeps every request.
+    An item is `(name, args)`, or a list for parallel calls. Mimics the OpenAI client (async, or `sync=True`);
+    `requests` keeps every request.
     """
 
     tool_sequence: Sequence[ToolCall | list[ToolCall]] = ()

@@ -1,4 +1,4 @@
-"""Model calls tried again on transient errors (rate limits, overload, timeouts, lost connections)."""
+"""Model calls retried on transient errors (rate limits, overload, timeouts, lost connections)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ logger = logging.getLogger("saga_runtime")
 T = TypeVar("T")
 
 DEFAULT_MODEL_RETRY = RetryPolicy(max_attempts=4, initial_interval=1.0, backoff_coefficient=2.0, max_interval=20.0)
-# Timeout, conflict (the SDKs retry it too), rate limit; 5xx apart.
+# As the SDKs retry them; and 5xx.
 _TRANSIENT_STATUSES = frozenset({408, 409, 429})
-# The SDKs' errors for a call without answer, by name: no SDK imported.
+# By name, so no SDK is imported.
 _TRANSIENT_NAMES = frozenset({"APIConnectionError", "APITimeoutError"})
 
 
@@ -30,7 +30,7 @@ def _status(exc: BaseException) -> int | None:
 
 
 def is_transient(exc: BaseException) -> bool:
-    """Tell whether a failed model call may succeed if made again."""
+    """Tell whether a failed model call may succeed again."""
     status = _status(exc)
     if status is not None:
         return status in _TRANSIENT_STATUSES or status >= 500
@@ -40,7 +40,7 @@ def is_transient(exc: BaseException) -> bool:
 
 
 def _retry_after(exc: BaseException) -> float | None:
-    """Return the seconds the error's `Retry-After` asks for, if any."""
+    """Return the error's `Retry-After` seconds, if any."""
     headers = getattr(getattr(exc, "response", None), "headers", None)
     try:
         value = headers.get("retry-after") if headers is not None else None
@@ -50,7 +50,7 @@ def _retry_after(exc: BaseException) -> float | None:
 
 
 async def call_with_retry(policy: RetryPolicy, call: Callable[[], Awaitable[T]], what: str) -> T:
-    """Return what `call` gives, retrying transient errors per `policy`; raise the last."""
+    """Return `call()`, retrying transient errors per `policy`."""
     attempt = 1
     while True:
         try:
@@ -61,7 +61,7 @@ async def call_with_retry(policy: RetryPolicy, call: Callable[[], Awaitable[T]],
             delay = policy.delay(attempt)
             asked = _retry_after(exc)
             if asked is not None:
-                delay = max(delay, min(asked, policy.max_interval))  # Retry-After, capped
+                delay = max(delay, min(asked, policy.max_interval))
             logger.warning(
                 "%s failed (attempt %d of %d), trying again in %.2f s: %s",
                 what,

@@ -1,4 +1,4 @@
-"""Prices of model calls: a table of USD per million tokens, cached and cache-written input billed apart."""
+"""Model call prices in USD per million tokens, cached and cache-written input apart."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ Price = tuple[float, float] | Mapping[str, float]
 
 @dataclass(frozen=True, slots=True)
 class _Rate:
-    """USD per million tokens: uncached input, output, input read from the cache, input written to it."""
+    """USD per million tokens."""
 
     input: float
     output: float
@@ -61,14 +61,14 @@ class PriceTable:
         self._warned: set[str] = set()
 
     def rate(self, model: str) -> _Rate | None:
-        """Return the price of `model`: its own, else its longest prefix's."""
+        """Return `model`'s price, else its longest prefix's."""
         if model in self._rates:
             return self._rates[model]
         family = max((key for key in self._rates if model.startswith(key)), key=len, default=None)
         return None if family is None else self._rates[family]
 
     def cost(self, usage: TokenUsage, *models: str) -> float:
-        """Return the USD cost of `usage` at the first of `models` priced (else 0)."""
+        """Return `usage`'s USD cost at the first priced of `models` (else 0)."""
         for model in models:
             rate = self.rate(model)
             if rate is not None:

@@ -1,4 +1,4 @@
-"""The OpenAI Responses API (`client.responses.create`): input items in, output items out."""
+"""The OpenAI Responses API: input items in, output items out."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ __all__ = ["ResponsesAdapter"]
 
 
 class ResponsesAdapter(Adapter):
-    """The output items go back into the input as they came; results follow as `function_call_output` items."""
+    """Output items go back as they came; results follow as `function_call_output` items."""
 
     api = "responses"
     endpoint_path = ("responses", "create")
@@ -26,11 +26,11 @@ class ResponsesAdapter(Adapter):
         return openai_tools(specs, strict=strict, api="responses")
 
     def conversation(self, prompt: str | list[Any], system: str | None) -> list[Any]:
-        """Return the prompt as a user message, or the input items given (`system` goes in `instructions`)."""
+        """Return the prompt as a user message, or the input items given."""
         return [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
 
     def record(self, response: Any, model: str) -> dict[str, Any]:
-        """Return the turn of a response: its function calls, text, refusal and why it stopped."""
+        """Return a response's turn."""
         output = [plain(item) for item in get(response, "output", [])]
         calls: list[dict[str, Any]] = []
         texts: list[str] = []

@@ -1,4 +1,4 @@
-"""Queues: where a submitted saga waits (`QueueEntry`), and the limits workers start sagas within (`Queue`)."""
+"""Queues: where a submitted saga waits, and the limits workers start sagas within."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def _limit(name: str, value: object) -> int | None:
 
 @dataclass(frozen=True, slots=True)
 class RateLimit:
-    """At most `limit` sagas of a queue start within any window of `per` seconds, across every worker."""
+    """At most `limit` sagas of a queue start in any `per` seconds, across all workers."""
 
     limit: int
     per: float = 1.0
@@ -33,10 +33,10 @@ class RateLimit:
 
 @dataclass(frozen=True, slots=True, init=False)
 class Queue:
-    """A named queue and the limits its sagas start within, across every worker of the store.
+    """A named queue and its limits, across all workers of the store (give each the same).
 
     `concurrency` bounds its sagas RUNNING or COMPENSATING at once; `key_concurrency` those sharing a key;
-    `rate_limit` how many start within a window. Every worker serving a queue must be given the same limits.
+    `rate_limit` how many start per window.
     """
 
     name: str
@@ -64,7 +64,7 @@ class Queue:
 
 @dataclass(frozen=True, slots=True)
 class QueueEntry:
-    """Where a QUEUED saga waits: its queue, key, priority (lower starts first) and earliest start."""
+    """Where a QUEUED saga waits: queue, key, priority (lower first) and earliest start."""
 
     queue: str = "default"
     key: str | None = None

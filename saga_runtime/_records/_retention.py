@@ -1,4 +1,4 @@
-"""What retention reads back (API.md §14): a purge's report, a hold, and the offline check of an export."""
+"""What retention returns: a purge's report, a hold, and an export's offline check."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ __all__ = ["PurgeReport", "SagaHold", "verify_export"]
 
 @dataclass(frozen=True, slots=True)
 class PurgeReport:
-    """What a purge removed (or, with `dry_run`, would remove): the sagas, oldest first, and where they went."""
+    """What a purge removed (or would, with `dry_run`), oldest first, and where they went."""
 
     count: int
     saga_ids: list[str]
@@ -25,7 +25,7 @@ class PurgeReport:
 
 @dataclass(frozen=True, slots=True)
 class SagaHold:
-    """A hold on a saga: it is never purged while held (kept beside the record, not in its chain)."""
+    """A hold keeping a saga from purges (beside the record, not in its chain)."""
 
     saga_id: str
     reason: str
@@ -33,7 +33,7 @@ class SagaHold:
 
 
 def verify_export(data: Mapping[str, Any], *, signing_key: bytes | str | None = None) -> VerifyResult:
-    """Check an exported (or archived) saga's record offline, as `store.verify_saga` does in the store.
+    """Check an exported (or archived) saga's chain offline, as `store.verify_saga` does.
 
     Raise `StoreError` if `data` is not a saga export.
     """

@@ -1,7 +1,7 @@
-"""The SQL of the approvals table (schema version 3): its columns, statements and rows <-> values, per dialect.
+"""The approvals table's SQL (schema 3): columns, statements and row codecs.
 
-A decision is one conditional UPDATE (`WHERE ... AND decision IS NULL`): the database decides which of two
-deciders at once wins, whatever processes or machines they run on.
+A decision is one conditional UPDATE (`... AND decision IS NULL`): the database picks the winner of two
+concurrent deciders.
 """
 
 from __future__ import annotations
@@ -40,22 +40,21 @@ class ApprovalQueries:
 
     def __init__(self, dialect: DialectName) -> None:
         q = _placeholders
-        clock = NOW_SQL[dialect]  # leases are judged on the database's clock
+        clock = NOW_SQL[dialect]  # leases use the database's clock
         columns = ", ".join(APPROVAL_COLUMNS)
         marks = ", ".join("?" * len(APPROVAL_COLUMNS))
         absent = "ON DUPLICATE KEY UPDATE saga_id = saga_id" if dialect == "mysql" else "ON CONFLICT DO NOTHING"
-        # Affected rows: 1 when inserted, 0 when the request was recorded already (it is left as it is).
+        # Affects 0 rows if recorded already.
         self.insert = q(dialect, f"INSERT INTO approvals ({columns}) VALUES ({marks}) {absent}")
         self.load = q(dialect, f"SELECT {columns} FROM approvals WHERE saga_id = ? ORDER BY seq")
         decide = (
             "UPDATE approvals SET decision = ?, decided_by = ?, decided_at = ?, note = ?, hash = ? "
             "WHERE saga_id = ? AND step_id = ? AND decision IS NULL AND "
         )
-        # A person decides before the deadline; the deadline's own rejection comes after it. Params: the five
-        # values, saga_id, step_id, the decision's time.
+        # People decide before the deadline, the deadline after. Params: five values, saga_id, step_id, time.
         self.decide = q(dialect, decide + "(deadline IS NULL OR deadline > ?)")
         self.expire = q(dialect, decide + "deadline IS NOT NULL AND deadline <= ?")
-        # Whether a decision is stored as given (a retried decision finding its own lost try's commit).
+        # Lets a retried decision find its lost try's commit.
         self.decided_as = q(dialect, "SELECT COUNT(*) FROM approvals WHERE saga_id = ? AND step_id = ? AND hash = ?")
         cols = ", ".join(f"a.{c}" for c in APPROVAL_COLUMNS)
         pending = (
@@ -65,7 +64,7 @@ class ApprovalQueries:
         order = " ORDER BY a.requested_at, a.saga_id, a.seq LIMIT ?"
         self.pending = q(dialect, pending + order)
         self.due = q(dialect, pending + " AND a.deadline IS NOT NULL AND a.deadline <= ?" + order)
-        # WAITING plan sagas nobody holds whose every request is decided: recovery goes on with them.
+        # Unheld WAITING plan sagas, all decided: for recovery.
         self.ready = q(
             dialect,
             "SELECT s.saga_id FROM sagas s WHERE s.status = ? AND s.kind = 'plan' "
@@ -84,7 +83,7 @@ class ApprovalQueries:
 
 
 def approval_params(codec: RowCodec, row: ApprovalRow) -> tuple[Any, ...]:
-    """Return the parameters of an approval row, in APPROVAL_COLUMNS order."""
+    """Return an approval row's parameters, in APPROVAL_COLUMNS order."""
     return (
         row.saga_id,
         row.step_id,
@@ -104,7 +103,7 @@ def approval_params(codec: RowCodec, row: ApprovalRow) -> tuple[Any, ...]:
 
 
 def approval_row(codec: RowCodec, r: Sequence[Any]) -> ApprovalRow:
-    """Return the approval row of a record's values in APPROVAL_COLUMNS order."""
+    """Return the approval row of a record in APPROVAL_COLUMNS order."""
     requested_at = codec.time_out(r[6])
     assert requested_at is not None
     return ApprovalRow(

@@ -1,4 +1,4 @@
-"""Where a purge puts sagas before their rows go: a file (one export per line) or an async callable."""
+"""Where a purge puts sagas before their rows go."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ ArchiveTarget = str | os.PathLike[str] | Callable[[dict[str, Any]], Awaitable[An
 
 
 class Archive:
-    """Where purged sagas go first: a file (one export per line, appended and flushed) or an async callable."""
+    """A file (one export per line, appended and flushed) or an async callable."""
 
     def __init__(self, target: ArchiveTarget) -> None:
         self._call: Callable[[dict[str, Any]], Awaitable[Any]] | None = None
@@ -30,7 +30,7 @@ class Archive:
             raise TypeError(f"archive must be a file path or an async callable, not {type(target).__name__}")
 
     def check(self, *, create: bool) -> None:
-        """Raise ValueError if the file cannot be appended to; with `create`, open it (made if absent)."""
+        """Raise ValueError if the file cannot be appended; with `create`, open it."""
         if self._path is None:
             return
         path = self._path
@@ -47,7 +47,7 @@ class Archive:
             raise ValueError(f"archive {str(path)!r} cannot be written: {exc.strerror or exc}") from None
 
     async def put(self, documents: Sequence[dict[str, Any]]) -> tuple[int, Exception | None]:
-        """Archive exports in order; return how many are archived, and the error that stopped the rest."""
+        """Archive exports in order; return how many, and the error stopping the rest."""
         if self._call is not None:
             for done, document in enumerate(documents):
                 try:
@@ -60,12 +60,12 @@ class Archive:
             self._file.writelines(lines)
             self._file.flush()
             os.fsync(self._file.fileno())  # on disk before the rows go
-        except Exception as exc:  # a disk full: nothing of this batch counts as archived
+        except Exception as exc:  # disk full: none of the batch counts
             return 0, exc
         return len(documents), None
 
     def close(self) -> None:
-        """Close the archive file, if one is open."""
+        """Close the archive file, if open."""
         if self._file is not None:
             self._file.close()
             self._file = None

@@ -1,4 +1,4 @@
-"""Lifespans: the resources a registry's tools need (a pool, a client), set up once in every process running them."""
+"""Lifespans: resources the tools need (a pool, a client), set up once per process."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ import anyio
 
 __all__ = ["LifespanFunction", "Resources"]
 
-#: What `@registry.lifespan` decorates: an async generator function yielding the tools' state (a mapping) once.
+#: An async generator function yielding the tools' state (a mapping) once.
 LifespanFunction = Callable[[], AsyncIterator[Mapping[str, Any]]]
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
 def check_lifespan(function: Any) -> LifespanFunction:
-    """Return `function` if it can be a registry's lifespan; raise `TypeError` saying why not."""
+    """Return `function` if it can be a lifespan; else raise `TypeError`."""
     if not inspect.isasyncgenfunction(function):
         raise TypeError(
             f"a lifespan must be an async generator function (async def ... yield {{...}}), got {function!r}"
@@ -34,7 +34,7 @@ def check_lifespan(function: Any) -> LifespanFunction:
 
 
 class Resources:
-    """One executor's lifespan, entered once before its first tool runs and left when the executor closes."""
+    """An executor's lifespan: entered before its first tool, left when it closes."""
 
     __slots__ = ("_function", "_lock", "_stack", "entered", "state")
 
@@ -46,7 +46,7 @@ class Resources:
         self.state: Mapping[str, Any] = _EMPTY
 
     async def enter(self) -> None:
-        """Enter the lifespan unless entered already; a failure raises its own error and leaves it unentered."""
+        """Enter the lifespan once; a failure raises and leaves it unentered."""
         if self.entered:
             return
         async with self._lock:
@@ -67,7 +67,7 @@ class Resources:
             self._stack, self.state, self.entered = stack, MappingProxyType(dict(state)), True
 
     async def exit(self) -> None:
-        """Leave the lifespan if entered (its cleanup runs); it may be entered again later."""
+        """Leave the lifespan if entered; it may be entered again."""
         async with self._lock:
             stack, self._stack = self._stack, None
             if stack is None:

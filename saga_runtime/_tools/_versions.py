@@ -1,4 +1,4 @@
-"""Tool versions and reconciliation's answer: what a tool says about code changes and effects in doubt."""
+"""Tool versions, and `NOT_DONE`, reconciliation's answer for an effect that did not happen."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ __all__ = ["NOT_DONE", "NotDone", "check_versions"]
 
 @final
 class NotDone:
-    """The type of `NOT_DONE`: what `reconcile` returns when a step's effect did not happen."""
+    """The type of `NOT_DONE`."""
 
     _instance: NotDone | None = None
 
@@ -26,12 +26,12 @@ class NotDone:
         return "NOT_DONE"
 
 
-#: Returned by a tool's `reconcile` when the step's effect did not happen (the step may run again).
+#: Returned by `reconcile` when the effect did not happen (the step may run again).
 NOT_DONE: Final = NotDone()
 
 
 def check_versions(owner: str, version: Any, compatible: Any) -> tuple[str, tuple[str, ...]]:
-    """Return a tool's version and the older versions it accepts; raise `TypeError`/`ValueError` if unfit."""
+    """Return a tool's version and older accepted ones; raise `TypeError`/`ValueError` if unfit."""
     if not isinstance(version, str):
         raise TypeError(f"{owner}: version must be a string such as '2', got {type(version).__name__} {version!r}")
     if not version or version != version.strip():
