@@ -1,4 +1,4 @@
-"""The one rule for JSON values every store keeps (so sagas behave alike on each), and tools' own copies.
+"""The JSON values every store keeps alike, and tools' own copies.
 
 A value (result, arguments, plan, metadata) is stored when:
 
@@ -83,7 +83,7 @@ def _size_problem(value: Any) -> str | None:
 
 
 def json_problem(value: Any) -> str | None:
-    """Return why a JSON value cannot be stored, or None; walks level by level, never recursing."""
+    """Return why a JSON value cannot be stored, or None; never recurses."""
     kind = type(value)
     if kind is str:
         problem = _text_problem(value)
@@ -139,7 +139,7 @@ _LEAVES = frozenset({str, int, float, bool, type(None)})
 
 
 def _members(node: Any) -> Any:
-    """Return a container's (name, value) pairs, `()` if it holds only leaves, None if no container."""
+    """Return a container's (name, value) pairs, `()` if only leaves, None if no container."""
     kind = type(node)
     if kind is dict:
         return () if _LEAVES.issuperset(map(type, node.values())) else node.items()
@@ -206,7 +206,7 @@ def check_nesting(value: Any, *, what: str, tool_name: str) -> None:
 
 
 def to_json_value(value: Any, *, what: str, tool_name: str) -> Any:
-    """Return `value` as stored JSON (NaN and infinities become null); else raise `ResultNotStorableError`."""
+    """Return `value` as stored JSON (NaN becomes null), else raise `ResultNotStorableError`."""
     kind = type(value)
     if value is None or kind is bool:
         return value

@@ -1,4 +1,4 @@
-"""Get, verify, export, import and list: built once on any store's primitives; `StoreBase` delegates."""
+"""Get, verify, export, import and list, built once on a store's primitives."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ async def get_saga(store: SagaStore, saga_id: str) -> SagaResult | None:
 
 
 async def verify_saga(store: SagaStore, saga_id: str) -> VerifyResult:
-    """Check a stored saga's hash chain; raise `KeyError` if it is not stored."""
+    """Check a stored saga's hash chain; raise `KeyError` if not stored."""
     snapshot = await store.load_saga(saga_id)
     if snapshot is None:
         raise KeyError(f"no saga {saga_id!r} in {store.url}")
@@ -48,7 +48,7 @@ async def verify_saga(store: SagaStore, saga_id: str) -> VerifyResult:
 
 
 async def export_saga(store: SagaStore, saga_id: str) -> dict[str, Any]:
-    """Return a saga as a JSON-able, versioned document; raise `KeyError` if it is not stored."""
+    """Return a saga's export document; raise `KeyError` if not stored."""
     snapshot = await store.load_saga(saga_id)
     if snapshot is None:
         raise KeyError(f"no saga {saga_id!r} in {store.url}")
@@ -56,7 +56,7 @@ async def export_saga(store: SagaStore, saga_id: str) -> dict[str, Any]:
 
 
 async def import_saga(store: SagaStore, data: Mapping[str, Any]) -> None:
-    """Store an exported saga; the same content again is a no-op, other content under its id a conflict."""
+    """Store an exported saga; the same again is a no-op, other content a conflict."""
     saga, steps = import_rows(data)
     approvals = import_approvals(data, saga.saga_id)
     existing = await store.insert_rows(saga, steps)
@@ -73,7 +73,7 @@ async def import_saga(store: SagaStore, data: Mapping[str, Any]) -> None:
 async def list_sagas(
     store: SagaStore, status: SagaStatus | str | None = None, limit: int = 100, offset: int = 0
 ) -> list[SagaSummary]:
-    """Return summaries of stored sagas, newest first, optionally of one `status`."""
+    """Return stored sagas' summaries, newest first, optionally of one `status`."""
     wanted = None if status is None else SagaStatus(status)
     return [summary_from_rows(saga, count) for saga, count in await store.list_rows(wanted, int(limit), int(offset))]
 
@@ -95,11 +95,11 @@ class StoreBase:
         return await verify_saga(self, saga_id)
 
     async def export_saga(self: SagaStore, saga_id: str) -> dict[str, Any]:
-        """Return a saga as a JSON-able, versioned document; raise `KeyError` if it is not stored."""
+        """Return a saga as a versioned JSON-able document; raise `KeyError` if not stored."""
         return await export_saga(self, saga_id)
 
     async def import_saga(self: SagaStore, data: Mapping[str, Any]) -> None:
-        """Store an exported saga; the same content is a no-op, other content under its id a conflict."""
+        """Store an exported saga; the same again is a no-op, other content a conflict."""
         await import_saga(self, data)
 
     async def list_sagas(
@@ -117,7 +117,7 @@ class StoreBase:
         dry_run: bool = False,
         limit: int | None = None,
     ) -> PurgeReport:
-        """Remove the steps, approvals and payloads of terminal sagas finished over `older_than` ago; keep tombstones.
+        """Reduce terminal sagas finished over `older_than` ago to tombstones.
 
         `statuses` defaults to SUCCESS and COMPENSATED; held sagas are never touched. `archive` (a path or an
         async callable) gets each export first. `dry_run` only reports.

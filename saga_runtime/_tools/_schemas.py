@@ -1,14 +1,9 @@
-"""Tool definitions for LLM providers: OpenAI function tools (plain or strict) and Anthropic tools.
+"""Tool definitions for OpenAI (plain or strict) and Anthropic.
 
-The plain schema is the argument model's JSON schema without `title`s. The strict one (OpenAI Structured
-Outputs) stays truthful: every value the model can send under it passes the tool's validation.
-
-- Every object requires all its properties and has `additionalProperties: false`.
-- A field accepting None is nullable; one with a non-None default is required, its default named in the
-  description (strict mode allows no `default`; a null would be refused).
-- Nested models are inlined; recursive ones stay in `$defs`.
-- Keywords strict mode refuses (`minLength`, ...) become description notes; validation still enforces them.
-- What it cannot express (`Any`, free dicts, tuples, `allOf`) raises `ValueError` naming tool and argument.
+The strict schema stays truthful: all the model can send under it passes the tool's validation. So a
+field with a non-None default is required, its default noted (strict mode has no `default`); refused
+keywords (`minLength`, ...) become notes; recursive models stay in `$defs`; what cannot be expressed (`Any`,
+free dicts, tuples) raises `ValueError`.
 """
 
 from __future__ import annotations
@@ -82,7 +77,7 @@ def _without_titles(node: Any) -> Any:
 
 
 def plain_schema(spec: ToolSpec) -> dict[str, Any]:
-    """Return the JSON schema of a tool's arguments, without pydantic's `title` annotations."""
+    """Return a tool's argument schema without `title`s."""
     schema: dict[str, Any] = _without_titles(spec.args_schema)
     schema.setdefault("properties", {})
     return schema
@@ -96,7 +91,7 @@ def _note(description: Any, notes: list[str]) -> str | None:
 
 
 class _Strict:
-    """Convert one tool's argument schema to strict mode, collecting what cannot be expressed."""
+    """Convert a tool's argument schema to strict mode, collecting problems."""
 
     def __init__(self, spec: ToolSpec) -> None:
         self.tool = spec.name
@@ -219,7 +214,7 @@ class _Strict:
                 self.refuse(path, "a mapping with free keys")
         elif extra not in (None, False) and (not root or not properties):
             self.refuse(path, "a mapping with free keys")
-        # **kwargs are left out: the declared ones are still a truthful subset.
+        # **kwargs left out: still a truthful subset.
         out["type"] = "object"
         out["properties"] = {name: self.convert(sub, (*path, name), stack) for name, sub in properties.items()}
         out["required"] = list(properties)
@@ -227,7 +222,7 @@ class _Strict:
 
 
 def _collapse_nullable(out: dict[str, Any]) -> dict[str, Any]:
-    """Write `anyOf: [{"type": T, ...}, {"type": "null"}]` of a scalar T as `"type": [T, "null"]`."""
+    """Write a nullable scalar's `anyOf` as `"type": [T, "null"]`."""
     variants = out.get("anyOf")
     if not (isinstance(variants, list) and len(variants) == 2 and {"type": "null"} in variants):
         return out
@@ -240,7 +235,7 @@ def _collapse_nullable(out: dict[str, Any]) -> dict[str, Any]:
 
 
 def strict_schema(spec: ToolSpec) -> dict[str, Any]:
-    """Return a tool's argument schema in OpenAI's strict-mode subset; raise `ValueError` if it has none."""
+    """Return a tool's argument schema in strict mode, else raise `ValueError`."""
     converter = _Strict(spec)
     schema = converter.run()
     if converter.problems:

@@ -35,7 +35,7 @@ _ARGS_CONFIG_EXTRA = pydantic.ConfigDict(extra="allow", protected_namespaces=())
 
 @dataclass(frozen=True, slots=True, eq=False)
 class ToolSpec:
-    """What the engine needs to call one tool: its methods, argument model and options."""
+    """What the engine needs to call one tool."""
 
     name: str
     instance: Any
@@ -57,7 +57,7 @@ class ToolSpec:
     approval: bool = False
     approval_timeout: float | None = None
     _field_names: tuple[str, ...] = field(default=(), repr=False)
-    # Checks of execute's result: its return annotation and the tool's validate().
+    # Checks of execute's result.
     result_adapter: pydantic.TypeAdapter[Any] | None = field(default=None, repr=False)
     # A plain scalar annotation: a result of exactly that type passes unchecked.
     result_exact: type | None = field(default=None, repr=False)
@@ -88,7 +88,7 @@ class ToolSpec:
         return self.args_model.model_json_schema()
 
     def validate_args(self, args: Mapping[str, Any]) -> dict[str, Any]:
-        """Return `execute`'s keyword arguments, validated (else `pydantic.ValidationError`)."""
+        """Return `execute`'s kwargs, validated (else `ValidationError`)."""
         return self._kwargs(self.args_model.__pydantic_validator__.validate_python(args))
 
     def valid_args(self, args: dict[str, Any]) -> dict[str, Any] | None:
@@ -107,13 +107,13 @@ class ToolSpec:
         return kwargs
 
     def check_args(self, args: Mapping[str, Any], *, deferred: frozenset[str] = frozenset()) -> list[str]:
-        """Return a line per problem with `args`; `deferred` ones (`$ref`s) are only checked to exist."""
+        """Return a line per problem; `deferred` (`$ref`) args are only checked to exist."""
         return self.checked_args(args, deferred=deferred)[0]
 
     def checked_args(
         self, args: Mapping[str, Any], *, deferred: frozenset[str] = frozenset()
     ) -> tuple[list[str], dict[str, Any] | None]:
-        """Return `check_args`'s problems and, if none and nothing deferred, the validated kwargs to keep."""
+        """Return `check_args`'s problems and, if clean and nothing deferred, the kwargs."""
         problems: list[str] = []
         if deferred and not self.accepts_extra:
             unknown = sorted(deferred.difference(self._field_names))
@@ -134,7 +134,7 @@ class ToolSpec:
 
 
 def _resolve(fn: Callable[..., Any], name: str, annotation: Any) -> Any:
-    """Return a parameter's annotation evaluated; raise `TypeError` if it does not resolve."""
+    """Return a parameter's annotation evaluated, else raise `TypeError`."""
     if not isinstance(annotation, str):
         return annotation
     if annotation.rsplit(".", 1)[-1] == "StepContext":
@@ -160,7 +160,7 @@ def _type_hints(fn: Callable[..., Any]) -> dict[str, Any]:
 
 
 def _is_context(annotation: Any) -> bool:
-    """Tell whether a parameter asks for the StepContext (also optional or `Annotated`)."""
+    """Tell whether a parameter asks for the StepContext."""
     if annotation is StepContext:
         return True
     if isinstance(annotation, str):
@@ -262,7 +262,7 @@ def build_spec(
     version: str = "1",
     compatible: tuple[str, ...] = (),
 ) -> ToolSpec:
-    """Return a tool instance's spec; raise `TypeError`/`ValueError` for what cannot work."""
+    """Return a tool instance's spec, or raise `TypeError`/`ValueError`."""
     owner = type(instance).__name__
     if not isinstance(name, str) or not _NAME_RULE.match(name):
         raise ValueError(
@@ -337,7 +337,7 @@ def _result_exact(execute: Callable[..., Any]) -> type | None:
 
 
 def _result_adapter(owner: str, execute: Callable[..., Any]) -> pydantic.TypeAdapter[Any] | None:
-    """Return the adapter checking execute's result, or None if not annotated."""
+    """Return the adapter checking execute's result, if annotated."""
     annotation = _type_hints(execute).get("return", inspect.Signature.empty)
     if annotation is inspect.Signature.empty or annotation is Any or isinstance(annotation, str):
         return None
