@@ -24,7 +24,7 @@ def get(obj: Any, name: str, default: Any = None) -> Any:
 
 
 def plain(value: Any, _depth: int = 0) -> Any:
-    """Return an SDK object as plain JSON; raise `ValueError` past `MAX_JSON_DEPTH` or for a cycle."""
+    """Return an SDK object as plain JSON; raise `ValueError` if too deep or cyclic."""
     if value is None or isinstance(value, str | int | float | bool):
         return value
     if _depth >= MAX_JSON_DEPTH:

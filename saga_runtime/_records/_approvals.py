@@ -41,7 +41,7 @@ DEADLINE = "deadline"
 
 
 def args_digest(args: Any) -> str:
-    """Return the hex SHA-256 of the arguments' canonical JSON: what decisions bind."""
+    """Return the SHA-256 of the arguments' canonical JSON, which decisions bind."""
     text = json.dumps(args, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -171,10 +171,7 @@ def gated_steps(plan: Any) -> set[str]:
 def approval_problems(
     saga: SagaRow, steps: Sequence[StepRow], approvals: Sequence[ApprovalRow], key: bytes | None, link: Any
 ) -> list[str]:
-    """Return what is wrong with a saga's approvals: seals, links, decisions the steps deny.
-
-    `link(step)` is a step row's identity hash.
-    """
+    """Return what is wrong with a saga's approvals; `link(step)` is a step's identity hash."""
     problems: list[str] = []
     by_id = {row.step_id: row for row in steps}
     decided = {}

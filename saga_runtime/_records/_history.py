@@ -25,7 +25,7 @@ __all__ = [
     "takeovers_of",
 ]
 
-#: Why a saga was taken over: lease ran out, owner's id back after a restart, or released by a stopped worker.
+#: Lease ran out, owner's id back after a restart, or released by a stopped worker.
 TakeoverReason = Literal["lease expired", "restart", "released"]
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
@@ -68,7 +68,7 @@ def cancel_note(at: datetime, by: str, reason: str | None) -> str:
 
 
 def read_note(text: str, *, at: datetime) -> dict[str, Any]:
-    """Return a stored cancel request as a note; older plain text is its reason, asked `at`."""
+    """Return a stored cancel request as a note (older plain text: its reason)."""
     try:
         note = json.loads(text)
     except ValueError:

@@ -52,7 +52,7 @@ def missing_extra(framework: str, extra: str) -> ImportError:
 
 
 def specs_of(saga: DynamicSaga, names: Iterable[str] | None) -> list[ToolSpec]:
-    """Return the specs of the saga's registry, or of the tools named (else UnknownToolError)."""
+    """Return the specs of the saga's registry, or of `names`."""
     registry = saga.registry
     if names is None:
         return list(registry)
@@ -66,7 +66,7 @@ def schema_of(spec: ToolSpec) -> dict[str, Any]:
 
 @dataclass
 class _SagaState:
-    """Per saga: one lock for its calls, and how many model responses were served."""
+    """Per saga: a lock for its calls, and the model responses served."""
 
     lock: anyio.Lock = field(default_factory=anyio.Lock)
     served: int = 0
@@ -103,7 +103,7 @@ async def call_step(saga: DynamicSaga, tool: str, args: Mapping[str, Any], call_
 
 
 class ModelRecord:
-    """Record each model response before it is acted on, replay on re-entry; charge its tokens."""
+    """Record model responses before they are acted on, replay them; charge tokens."""
 
     def __init__(
         self,

@@ -96,7 +96,7 @@ class _Driver:
         self.ended = False
 
     async def run(self) -> None:
-        """Drive the saga until committed, rolled back, detached or waiting; never raises."""
+        """Drive the saga until it ends, detaches or waits; never raises."""
         ending: _Job | None = None
         current: _Job | None = None
         saga: DynamicSaga | None = None
@@ -198,7 +198,7 @@ class _Sagas:
             tasks.cancel_scope.cancel()  # past the bound: compensated
 
     async def driver(self, ctx: Context, saga_id: str, *, waiting_call: _Call | None) -> _Driver:
-        """Return `saga_id`'s driver, started if needed; a waiting saga resumes only by `waiting_call`."""
+        """Return `saga_id`'s driver, started if needed; a WAITING saga only for `waiting_call`."""
         async with self.lock:
             driver = self.held.get(saga_id)
             if driver is not None and not driver.ended:
@@ -309,7 +309,7 @@ class _Sagas:
 
 
 def _check_enterable(record: SagaResult, waiting_call: _Call | None) -> None:
-    """Refuse a finished saga, and a waiting one entered but by its waiting call."""
+    """Refuse a finished saga, or a waiting one but for its waiting call."""
     if record.status.is_terminal:
         raise _Refused(f"saga {record.saga_id!r} has ended ({record.status.value}); use another saga id")
     if record.status is not SagaStatus.WAITING:
