@@ -17,7 +17,8 @@ Metrics:
 - `saga_runtime_compensations_total{tool,status}`.
 - `saga_runtime_sagas_running`: sagas driven here now (not those waiting for approval).
 - `saga_runtime_approvals_requested_total{tool}`.
-- `saga_runtime_llm_tokens_total{model,kind}`: `LLMRunner` tokens, `kind` "input" (cached too) or "output".
+- `saga_runtime_llm_tokens_total{model,kind}`: `LLMRunner` tokens by model asked, `kind` "input" (cached
+  too) or "output".
 - `saga_runtime_cost_total`: every charge (`ctx.charge`, `saga.charge`, an LLM call).
 - `saga_runtime_queue_depth{queue}`: fed by a worker's `observe_queue_depth()`.
 - `saga_runtime_takeovers_total`: sagas recovery took over from a gone executor (or `observe_takeover()`).

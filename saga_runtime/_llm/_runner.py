@@ -55,7 +55,8 @@ class LLMRunner:
     `model_retry`; a failure of the loop (API, budget, `max_turns`) compensates every call.
 
     Each model call is recorded (`metadata["llm_calls"]`), charged and told to hooks as a `ModelCallEvent`;
-    each answer is recorded before its calls run, so re-running a saga id asks only unanswered turns.
+    each answer (`metadata["llm_responses"]`) before its calls run, so re-running a saga id asks only
+    unanswered turns.
     """
 
     def __init__(

@@ -104,6 +104,7 @@ def open_store(url: str | None = None, **options: Any) -> StoreOpener:
     `memory://` store is fresh and private.
 
     `retry_for` (seconds, default 30; 0: off): how long a SQL store retries a lost connection's operation,
-    with backoff on a fresh one, before `StoreConnectionError`. Other options are the driver's.
+    with backoff on a fresh one, before `StoreConnectionError` (every operation is safe to repeat). Other
+    options are the driver's.
     """
     return StoreOpener(url, options)

@@ -128,7 +128,7 @@ class ToolRegistry:
 
         `approval`: every call waits for `executor.approve` / `reject`; `approval_timeout` (seconds) until a
         request counts as rejected. `version` is recorded by every step; `compatible` lists older versions
-        this code can resume.
+        this code can resume (docs/how-to/upgrading-tools.md).
         """
         if isinstance(instance, type):
             raise TypeError(f"register() takes a tool instance; for the class {instance.__name__} use @registry.tool")

@@ -1,7 +1,8 @@
 """Tool definitions for OpenAI (plain or strict) and Anthropic.
 
-The strict schema stays truthful: all the model can send under it passes the tool's validation. So a
-field with a non-None default is required, its default noted (strict mode has no `default`); refused
+The strict schema stays truthful: all the model can send under it passes the tool's validation. Every
+object requires all its properties and forbids others; a field accepting None is nullable, one with another
+default is required, its default noted (strict mode has no `default`); refused
 keywords (`minLength`, ...) become notes; recursive models stay in `$defs`; what cannot be expressed (`Any`,
 free dicts, tuples) raises `ValueError`.
 """

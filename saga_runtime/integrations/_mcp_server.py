@@ -372,7 +372,10 @@ def _tool(name: str, description: str, schema: dict[str, Any], run: Any) -> Tool
 
 
 def saga_mcp_server(executor: SagaExecutor, *, names: Iterable[str] | None = None, name: str = "saga-runtime") -> Any:
-    """Return an `MCPServer` offering the executor's tools, plus saga_commit and saga_rollback."""
+    """Return an `MCPServer` offering the executor's tools, plus saga_commit and saga_rollback.
+
+    Run it as any `MCPServer` (`run_stdio_async()`, `streamable_http_app()`, `Client(server)`).
+    """
     sagas = _Sagas(executor)
     registry = executor.registry
     specs = list(registry) if names is None else [registry.get(tool) for tool in names]
