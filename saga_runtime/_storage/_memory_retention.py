@@ -143,7 +143,7 @@ class MemoryRetention:
             self._bury(current, now())
 
     async def hold_saga(self, saga_id: str, reason: str, at: datetime) -> bool:
-        """Hold a stored saga (again: a new reason); return False if unknown."""
+        """Hold a stored saga (again: replace the reason); return False if unknown."""
         self._check_open()
         if saga_id not in self._sagas:
             return False

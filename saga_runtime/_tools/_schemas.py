@@ -2,9 +2,9 @@
 
 The strict schema stays truthful: all the model can send under it passes the tool's validation. Every
 object requires all its properties and forbids others; a field accepting None is nullable, one with another
-default is required, its default noted (strict mode has no `default`); refused
-keywords (`minLength`, ...) become notes; recursive models stay in `$defs`; what cannot be expressed (`Any`,
-free dicts, tuples) raises `ValueError`.
+default is required, its default noted (strict mode has no `default`); refused keywords (`minLength`, ...)
+become notes; recursive models stay in `$defs`; what cannot be expressed (`Any`, free dicts, tuples) raises
+`ValueError`.
 """
 
 from __future__ import annotations
