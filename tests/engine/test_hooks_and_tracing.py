@@ -11,13 +11,13 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
+from shop_tools import warehouse_registry
 
 from saga_runtime import (
     LLMRunner,
     LoggingHook,
     MockLLMClient,
     ModelCallEvent,
-    RetryPolicy,
     SagaEvent,
     SagaExecutor,
     SagaHook,
@@ -30,25 +30,7 @@ from saga_runtime.otel import TracingHook
 
 def make_registry() -> ToolRegistry:
     """Return tools for a saga that retries, fails, and compensates one step that refuses once."""
-    registry = ToolRegistry()
-    refusals = {"left": 1}
-
-    @registry.tool(compensation_retry=RetryPolicy(max_attempts=2, initial_interval=0))
-    class Reserve:
-        async def execute(self, item: str) -> dict[str, str]:
-            return {"item": item}
-
-        async def compensate(self, result: Any) -> None:
-            if refusals["left"]:
-                refusals["left"] -= 1
-                raise ConnectionError("warehouse busy")
-
-    @registry.tool(retry=RetryPolicy(max_attempts=2, initial_interval=0))
-    class Ship:
-        async def execute(self, to: str) -> None:
-            raise LookupError(f"no route to {to}")
-
-    return registry
+    return warehouse_registry()
 
 
 PLAN = [

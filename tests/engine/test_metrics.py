@@ -13,6 +13,7 @@ import anyio
 import pytest
 from prometheus_client import REGISTRY, CollectorRegistry, Counter
 from prometheus_client.parser import text_string_to_metric_families
+from shop_tools import warehouse_registry
 
 from saga_runtime import (
     LLMRunner,
@@ -46,25 +47,12 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
 
 def make_registry(hook: PrometheusHook | None = None) -> ToolRegistry:
     """Return tools that succeed, fail after a retry, compensate (once refusing), and need an approval."""
-    registry = ToolRegistry()
-    refusals = {"left": 1}
 
-    @registry.tool(compensation_retry=RetryPolicy(max_attempts=2, initial_interval=0))
-    class Reserve:
-        async def execute(self, item: str) -> dict[str, str]:
-            if hook is not None:  # counted as running while its step runs
-                assert value(hook, "saga_runtime_sagas_running") == 1
-            return {"item": item}
+    def while_reserving() -> None:
+        if hook is not None:  # counted as running while its step runs
+            assert value(hook, "saga_runtime_sagas_running") == 1
 
-        async def compensate(self, result: Any) -> None:
-            if refusals["left"]:
-                refusals["left"] -= 1
-                raise ConnectionError("warehouse busy")
-
-    @registry.tool(retry=RetryPolicy(max_attempts=2, initial_interval=0))
-    class Ship:
-        async def execute(self, to: str) -> None:
-            raise LookupError(f"no route to {to}")
+    registry = warehouse_registry(while_reserving)
 
     @registry.tool
     class Refund:
