@@ -174,6 +174,16 @@ def text_turn(api: str, text: str, *, model: str | None = None, use: Any = None)
     }
 
 
+class BrokenModel:
+    """A client of the shape of OpenAI's whose every chat completion raises ValueError."""
+
+    class chat:  # the attribute path of an OpenAI client
+        class completions:
+            @staticmethod
+            async def create(**request: Any) -> Any:
+                raise ValueError("the model is confused")
+
+
 @dataclass
 class Failure:
     """An HTTP error the server answers instead of a turn."""

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from llm_fakes import BrokenModel
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -197,15 +198,8 @@ async def test_a_failed_model_call_is_a_chat_span_in_error() -> None:
     registry = make_registry()
     events: list[SagaEvent] = []
 
-    class Broken:
-        class chat:  # the shape of an OpenAI client
-            class completions:
-                @staticmethod
-                async def create(**request: Any) -> Any:
-                    raise ValueError("the model is confused")
-
     executor = SagaExecutor(registry, hooks=[hook, events.append])
-    await LLMRunner(Broken(), "gpt-4o", registry, executor).run("hi", saga_id="broken")
+    await LLMRunner(BrokenModel(), "gpt-4o", registry, executor).run("hi", saga_id="broken")
     (span,) = [span for span in exporter.get_finished_spans() if span.name == "chat gpt-4o"]
     assert span.status.status_code is StatusCode.ERROR
     assert attributes(span)["error.type"] == "ValueError"

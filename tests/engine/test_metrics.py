@@ -11,6 +11,7 @@ from typing import Any
 
 import anyio
 import pytest
+from llm_fakes import BrokenModel
 from prometheus_client import REGISTRY, CollectorRegistry, Counter
 from prometheus_client.parser import text_string_to_metric_families
 from shop_tools import warehouse_registry
@@ -175,14 +176,7 @@ async def test_a_failed_model_call_counts_no_tokens() -> None:
     registry = make_registry()
     executor = SagaExecutor(registry, hooks=[hook])
 
-    class Broken:
-        class chat:  # the shape of an OpenAI client
-            class completions:
-                @staticmethod
-                async def create(**request: Any) -> Any:
-                    raise ValueError("the model is confused")
-
-    runner = LLMRunner(Broken(), "gpt-4o", registry, executor)
+    runner = LLMRunner(BrokenModel(), "gpt-4o", registry, executor)
     result = await runner.run("hi", saga_id="broken")
     assert result.status is SagaStatus.COMPENSATED
     assert value(hook, "saga_runtime_llm_tokens_total", model="gpt-4o", kind="input") == 0
