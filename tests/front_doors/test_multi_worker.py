@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from orphans import planned_orphan
 from worker_processes import WorkerProcesses
 
 from saga_runtime import SagaStatus, open_store
@@ -235,8 +236,7 @@ async def test_four_workers_share_200_sagas_under_sigkill(fleet: Fleet, postgres
 async def test_a_saga_waiting_in_a_claimed_batch_is_not_run_by_two_executors() -> None:
     """Executor A claims two orphans at once and is busy with the first; B takes the second: it must run once."""
     from saga_runtime import MemoryStore, SagaExecutor, StepContext, ToolRegistry
-    from saga_runtime._planning import build_plan
-    from saga_runtime._records import SagaRow, StepRow, StepStatus, idempotency_key, now, seal_all
+    from saga_runtime._records import StepRow, StepStatus, idempotency_key, now, seal_all
 
     calls: list[str] = []
     registry = ToolRegistry()
@@ -249,18 +249,9 @@ async def test_a_saga_waiting_in_a_claimed_batch_is_not_run_by_two_executors() -
 
     store = MemoryStore()
     for saga_id, seconds in (("first", 1.0), ("second", 0.2)):
-        planned = build_plan([{"id": "s", "tool": "Slow", "args": {"seconds": seconds}}], registry)
         started = now()
-        saga = SagaRow(
-            saga_id=saga_id,
-            kind="plan",
-            plan=planned.to_json(),
-            plan_hash=planned.digest,
-            status=SagaStatus.RUNNING,
-            created_at=started,
-            updated_at=started,
-            owner="dead",
-            lease_expires_at=started,
+        saga = planned_orphan(
+            saga_id, [{"id": "s", "tool": "Slow", "args": {"seconds": seconds}}], registry, started=started
         )
         row = StepRow(saga_id, 0, "s", 0, "Slow", {"seconds": seconds}, idempotency_key(saga_id, "s"))
         row.status, row.attempts, row.started_at = StepStatus.RUNNING, 1, started

@@ -8,6 +8,7 @@ from typing import Any
 
 import anyio
 import pytest
+from orphans import orphan_saga
 
 from saga_runtime import (
     Budget,
@@ -612,16 +613,8 @@ async def crashed_plan_saga(
     """Store a plan saga as a dead executor left it; return each step's idempotency key."""
     planned = build_plan(plan, executor.registry)
     started = now()
-    saga = SagaRow(
-        saga_id=saga_id,
-        kind="plan",
-        plan=planned.to_json(),
-        plan_hash=planned.digest,
-        status=status,
-        created_at=started,
-        updated_at=started,
-        owner=owner,
-        lease_expires_at=started + lease,
+    saga = orphan_saga(
+        saga_id, planned.to_json(), plan_hash=planned.digest, status=status, owner=owner, started=started, lease=lease
     )
     rows = []
     for seq, step in enumerate(planned.steps):
