@@ -10,6 +10,7 @@ from typing import Any
 
 import anyio
 import pytest
+from cancelling import cancel_once
 
 from saga_runtime import RetryPolicy, SagaExecutor, SagaResult, SagaStatus, StepStatus, ToolRegistry
 
@@ -100,13 +101,7 @@ def check_compensated(s: Scenario, stored: SagaResult | None) -> None:
 
 async def cancelled_run(executor: SagaExecutor, plan: list[Any], saga_id: str, started: anyio.Event) -> SagaResult:
     """Run `plan` in a task, cancel the task once `started` is set; check it raised CancelledError, return the saga."""
-    task = asyncio.create_task(executor.run(plan, saga_id=saga_id))
-    with anyio.fail_after(HANDSHAKE):
-        await started.wait()
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    assert task.cancelled()
+    await cancel_once(executor.run(plan, saga_id=saga_id), started)
     stored = await executor.store.get_saga(saga_id)
     assert stored is not None
     return stored
