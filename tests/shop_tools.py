@@ -1,4 +1,4 @@
-"""Small shop tools shared by tests: Book, Ship, Fail, Spend reporting to a ledger, and a warehouse that fails."""
+"""Small tools shared by tests: Book, Ship, Fail, Spend reporting to a ledger, Boom, and a warehouse that fails."""
 
 from __future__ import annotations
 
@@ -59,6 +59,15 @@ def shop_registry(ledger: Ledger, *names: str, registry: ToolRegistry | None = N
     for name in names:
         registry.tool(tools[name])
     return registry
+
+
+def boom_tool(registry: ToolRegistry) -> None:
+    """Register `Boom`, a tool that always fails."""
+
+    @registry.tool
+    class Boom:
+        async def execute(self) -> None:
+            raise RuntimeError("boom")
 
 
 def warehouse_registry(while_reserving: Callable[[], None] = lambda: None) -> ToolRegistry:

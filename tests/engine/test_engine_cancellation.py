@@ -11,6 +11,7 @@ from typing import Any
 import anyio
 import pytest
 from cancelling import cancel_once
+from shop_tools import boom_tool
 
 from saga_runtime import RetryPolicy, SagaExecutor, SagaResult, SagaStatus, StepStatus, ToolRegistry
 
@@ -252,10 +253,7 @@ async def test_compensation_timeout_also_bounds_a_failed_saga() -> None:
         async def compensate(self, result: object) -> None:
             await anyio.Event().wait()
 
-    @registry.tool
-    class Boom:
-        async def execute(self) -> None:
-            raise RuntimeError("boom")
+    boom_tool(registry)
 
     executor = SagaExecutor(registry, compensation_timeout=0.05)
     result = await executor.run([{"id": "effect", "tool": "Effect"}, {"id": "boom", "tool": "Boom"}], saga_id="bounded")

@@ -9,6 +9,7 @@ import time
 import anyio
 import anyio.lowlevel
 import pytest
+from shop_tools import boom_tool
 
 from saga_runtime import SagaExecutor, SagaStatus, StepContext, StepStatus, ToolRegistry
 
@@ -366,10 +367,7 @@ async def test_max_concurrency_also_caps_compensations() -> None:
         async def compensate(self, result: int) -> None:
             await meter.busy(3)
 
-    @registry.tool
-    class Boom:
-        async def execute(self) -> None:
-            raise RuntimeError("boom")
+    boom_tool(registry)
 
     executor = SagaExecutor(registry, max_concurrency=2)
     result = await executor.run([[{"tool": "Effect", "args": {"i": i}} for i in range(5)], {"tool": "Boom"}])

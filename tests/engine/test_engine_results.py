@@ -15,6 +15,7 @@ import anyio
 import anyio.lowlevel
 import pydantic
 import pytest
+from shop_tools import boom_tool
 
 from saga_runtime import (
     Budget,
@@ -56,15 +57,6 @@ class FakeSocket:
     def __init__(self) -> None:
         self.fd = 7
         self.closed = False
-
-
-def boom_tool(registry: ToolRegistry) -> None:
-    """Register `Boom`, a tool that always fails."""
-
-    @registry.tool
-    class Boom:
-        async def execute(self) -> None:
-            raise RuntimeError("boom")
 
 
 def echo_registry() -> tuple[ToolRegistry, list[int]]:
