@@ -44,6 +44,22 @@ def with_database(url: str, name: str) -> str:
     return urlsplit(url)._replace(path=f"/{name}").geturl()
 
 
+async def mysql_connect(url: str) -> Any:
+    """Open an autocommitting aiomysql connection to the server and database of `url`."""
+    import aiomysql
+
+    parts = urlsplit(url)
+    return await aiomysql.connect(
+        host=parts.hostname or "127.0.0.1",
+        port=parts.port or 3306,
+        user=parts.username or "root",
+        password=parts.password or "",
+        db=parts.path.lstrip("/") or None,
+        connect_timeout=5,
+        autocommit=True,
+    )
+
+
 async def admin_execute(kind: str, url: str, statements: list[str]) -> None:
     """Run statements on a server with its raw driver, outside any store."""
     if kind == "postgresql":
@@ -56,18 +72,7 @@ async def admin_execute(kind: str, url: str, statements: list[str]) -> None:
         finally:
             await conn.close()
     else:
-        import aiomysql
-
-        parts = urlsplit(url)
-        conn = await aiomysql.connect(
-            host=parts.hostname or "127.0.0.1",
-            port=parts.port or 3306,
-            user=parts.username or "root",
-            password=parts.password or "",
-            db=parts.path.lstrip("/") or None,
-            connect_timeout=5,
-            autocommit=True,
-        )
+        conn = await mysql_connect(url)
         try:
             async with conn.cursor() as cursor:
                 # Notes such as "table does not exist" under IF EXISTS are not test failures.

@@ -15,11 +15,14 @@ from types import ModuleType
 from typing import Any
 
 import uvicorn
+from starlette.testclient import TestClient
 
 from saga_runtime import SagaExecutor, open_store
+from saga_runtime._console import create_app
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "console_store.py"
 SCRIPT_TEXT = "<script>window.__pwned = 1</script>"
+BASE = "http://127.0.0.1:8765"
 
 
 def example() -> ModuleType:
@@ -49,6 +52,11 @@ def copy_store(template: Path, folder: Path) -> str:
     target = folder / "console.db"
     shutil.copyfile(template, target)
     return f"sqlite:///{target}"
+
+
+def client(url: str, **options: Any) -> TestClient:
+    """Return a test client of a console on `url`, as a browser on the loopback reaches it."""
+    return TestClient(create_app(url, **options), base_url=BASE, follow_redirects=False)
 
 
 def free_port() -> int:

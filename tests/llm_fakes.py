@@ -66,28 +66,51 @@ def usage(
     }
 
 
-def tool_turn(api: str, calls: list[Call], *, model: str | None = None, use: Any = None) -> dict[str, Any]:
-    """Return a response asking for `calls`."""
+def response(api: str, n: int, stop: str, body: Any, *, model: str | None = None, use: Any = None) -> dict[str, Any]:
+    """Return the n-th response as the API sends it, around `body`: chat's message, responses' output or Anthropic's
+    content; `stop` is chat's finish_reason or Anthropic's stop_reason."""
     model = model or MODELS[api]
     use = use or usage(api)
+    if api == "chat":
+        choice = {"index": 0, "finish_reason": stop, "message": body}
+        return {
+            "id": f"chatcmpl-{n}",
+            "object": "chat.completion",
+            "created": 0,
+            "model": model,
+            "choices": [choice],
+            "usage": use,
+        }
+    if api == "responses":
+        return {
+            "id": f"resp_{n}",
+            "object": "response",
+            "created_at": 0,
+            "model": model,
+            "status": "completed",
+            "output": body,
+            "usage": use,
+        }
+    return {
+        "id": f"msg_{n}",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": body,
+        "stop_reason": stop,
+        "stop_sequence": None,
+        "usage": use,
+    }
+
+
+def tool_turn(api: str, calls: list[Call], *, model: str | None = None, use: Any = None) -> dict[str, Any]:
+    """Return a response asking for `calls`."""
     if api == "chat":
         tool_calls = [
             {"id": cid, "type": "function", "function": {"name": name, "arguments": args}} for cid, name, args in calls
         ]
-        return {
-            "id": "chatcmpl-1",
-            "object": "chat.completion",
-            "created": 0,
-            "model": model,
-            "choices": [
-                {
-                    "index": 0,
-                    "finish_reason": "tool_calls",
-                    "message": {"role": "assistant", "content": None, "tool_calls": tool_calls},
-                }
-            ],
-            "usage": use,
-        }
+        message = {"role": "assistant", "content": None, "tool_calls": tool_calls}
+        return response(api, 1, "tool_calls", message, model=model, use=use)
     if api == "responses":
         output = [
             {"type": "reasoning", "id": "rs_1", "summary": []},
@@ -103,48 +126,17 @@ def tool_turn(api: str, calls: list[Call], *, model: str | None = None, use: Any
                 for cid, name, args in calls
             ),
         ]
-        return {
-            "id": "resp_1",
-            "object": "response",
-            "created_at": 0,
-            "model": model,
-            "status": "completed",
-            "output": output,
-            "usage": use,
-        }
+        return response(api, 1, "", output, model=model, use=use)
     content = [{"type": "text", "text": "Let me do that."}]
     content += [{"type": "tool_use", "id": cid, "name": name, "input": args} for cid, name, args in calls]
-    return {
-        "id": "msg_1",
-        "type": "message",
-        "role": "assistant",
-        "model": model,
-        "content": content,
-        "stop_reason": "tool_use",
-        "stop_sequence": None,
-        "usage": use,
-    }
+    return response(api, 1, "tool_use", content, model=model, use=use)
 
 
 def text_turn(api: str, text: str, *, model: str | None = None, use: Any = None) -> dict[str, Any]:
     """Return a response answering in text."""
-    model = model or MODELS[api]
-    use = use or usage(api)
     if api == "chat":
-        return {
-            "id": "chatcmpl-2",
-            "object": "chat.completion",
-            "created": 0,
-            "model": model,
-            "choices": [
-                {
-                    "index": 0,
-                    "finish_reason": "stop",
-                    "message": {"role": "assistant", "content": text, "refusal": None},
-                }
-            ],
-            "usage": use,
-        }
+        message = {"role": "assistant", "content": text, "refusal": None}
+        return response(api, 2, "stop", message, model=model, use=use)
     if api == "responses":
         message = {
             "type": "message",
@@ -153,25 +145,18 @@ def text_turn(api: str, text: str, *, model: str | None = None, use: Any = None)
             "status": "completed",
             "content": [{"type": "output_text", "text": text, "annotations": []}],
         }
-        return {
-            "id": "resp_2",
-            "object": "response",
-            "created_at": 0,
-            "model": model,
-            "status": "completed",
-            "output": [message],
-            "usage": use,
-        }
-    return {
-        "id": "msg_2",
-        "type": "message",
-        "role": "assistant",
-        "model": model,
-        "content": [{"type": "text", "text": text}],
-        "stop_reason": "end_turn",
-        "stop_sequence": None,
-        "usage": use,
-    }
+        return response(api, 2, "", [message], model=model, use=use)
+    return response(api, 2, "end_turn", [{"type": "text", "text": text}], model=model, use=use)
+
+
+class BrokenModel:
+    """A client of the shape of OpenAI's whose every chat completion raises ValueError."""
+
+    class chat:  # the attribute path of an OpenAI client
+        class completions:
+            @staticmethod
+            async def create(**request: Any) -> Any:
+                raise ValueError("the model is confused")
 
 
 @dataclass

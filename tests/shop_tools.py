@@ -1,10 +1,11 @@
-"""Small shop tools (Book, Ship, Fail, Spend) that report to a ledger, shared by the model-loop tests."""
+"""Small tools shared by tests: Book, Ship, Fail, Spend reporting to a ledger, Boom, and a warehouse that fails."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from saga_runtime import StepContext, ToolRegistry
+from saga_runtime import RetryPolicy, StepContext, ToolRegistry
 
 
 class Ledger:
@@ -57,4 +58,40 @@ def shop_registry(ledger: Ledger, *names: str, registry: ToolRegistry | None = N
     tools = {tool.__name__: tool for tool in (Book, Ship, Fail, Spend)}
     for name in names:
         registry.tool(tools[name])
+    return registry
+
+
+def boom_tool(registry: ToolRegistry) -> None:
+    """Register `Boom`, a tool that always fails."""
+
+    @registry.tool
+    class Boom:
+        async def execute(self) -> None:
+            raise RuntimeError("boom")
+
+
+def warehouse_registry(while_reserving: Callable[[], None] = lambda: None) -> ToolRegistry:
+    """Return Reserve (its undo refuses once, then works) and Ship (fails each try), each given a second try.
+
+    `while_reserving` is called inside each Reserve call.
+    """
+    registry = ToolRegistry()
+    refusals = {"left": 1}
+
+    @registry.tool(compensation_retry=RetryPolicy(max_attempts=2, initial_interval=0))
+    class Reserve:
+        async def execute(self, item: str) -> dict[str, str]:
+            while_reserving()
+            return {"item": item}
+
+        async def compensate(self, result: Any) -> None:
+            if refusals["left"]:
+                refusals["left"] -= 1
+                raise ConnectionError("warehouse busy")
+
+    @registry.tool(retry=RetryPolicy(max_attempts=2, initial_interval=0))
+    class Ship:
+        async def execute(self, to: str) -> None:
+            raise LookupError(f"no route to {to}")
+
     return registry

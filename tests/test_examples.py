@@ -36,16 +36,27 @@ def run_command(command: list[str], tmp_path: Path) -> str:
     return done.stdout
 
 
+def printed(out: str, lines: str) -> None:
+    """Assert that `out` holds every non-blank line of `lines` (stripped), naming those it lacks."""
+    missing = [line.strip() for line in lines.splitlines() if line.strip() and line.strip() not in out]
+    assert missing == [], f"missing {missing} in:\n{out}"
+
+
 def test_order_flow_succeeds_then_rolls_back(tmp_path: Path) -> None:
     """The order example prints one SUCCESS saga and one COMPENSATED saga whose effects were all undone."""
     out = run_example("order", tmp_path)
-    assert ": SUCCESS (3 steps" in out
-    assert ": COMPENSATED (3 steps" in out
-    assert "ConnectionError" in out
-    assert "3 attempts" in out
-    assert "0 tool calls made" in out
-    assert "charges still standing: 1 (order A-1), refunds: 1 (order A-2)" in out
-    assert "keyboards in stock: 4 of 5, shipments booked: 1" in out
+    printed(
+        out,
+        """
+        : SUCCESS (3 steps
+        : COMPENSATED (3 steps
+        ConnectionError
+        3 attempts
+        0 tool calls made
+        charges still standing: 1 (order A-1), refunds: 1 (order A-2)
+        keyboards in stock: 4 of 5, shipments booked: 1
+        """,
+    )
 
 
 def test_order_flow_writes_to_the_sqlite_default(tmp_path: Path) -> None:
@@ -58,11 +69,16 @@ def test_order_flow_writes_to_the_sqlite_default(tmp_path: Path) -> None:
 def test_async_order_flow_cancels_the_slow_sibling(tmp_path: Path) -> None:
     """async_order runs a group in parallel and a failure cancels and compensates the slow sibling."""
     out = run_example("async_order", tmp_path)
-    assert "saga order-B-1: SUCCESS" in out
-    assert "saga order-B-2: COMPENSATED" in out
-    assert "cancelled while running: step 'fraud' failed" in out
-    assert "shipping quote for 'Seoul' cancelled mid-flight" in out
-    assert "(result=None)" in out
+    printed(
+        out,
+        """
+        saga order-B-1: SUCCESS
+        saga order-B-2: COMPENSATED
+        cancelled while running: step 'fraud' failed
+        shipping quote for 'Seoul' cancelled mid-flight
+        (result=None)
+        """,
+    )
     took = float(out.split("the failing saga took ")[1].split("s")[0])
     assert took < 5, "the 10 s sibling was not cancelled"
 
@@ -70,11 +86,16 @@ def test_async_order_flow_cancels_the_slow_sibling(tmp_path: Path) -> None:
 def test_retry_flow_shows_backoff_non_retryable_and_step_scope(tmp_path: Path) -> None:
     """retry retries a flaky call, stops at once on a non-retryable error, and tolerates an optional step."""
     out = run_example("retry", tmp_path)
-    assert "saga trip-1: SUCCESS" in out
-    assert "ExchangeRate attempt 3" in out
-    assert "SendSms" in out
-    assert "FAILED" in out
-    assert "saga trip-2: COMPENSATED" in out
+    printed(
+        out,
+        """
+        saga trip-1: SUCCESS
+        ExchangeRate attempt 3
+        SendSms
+        FAILED
+        saga trip-2: COMPENSATED
+        """,
+    )
     assert "ChargeCard attempt 2" not in out
     assert "HoldSeat released KE901-14C" in out
 
@@ -121,9 +142,14 @@ def test_agent_loop_rolls_back_then_replays_from_the_database(tmp_path: Path) ->
     out = run_example("agent_loop", tmp_path)
     assert "saga trip-lisbon: COMPENSATED" in out
     assert "CancelFlight(F-" in out.split("tool calls, in order:")[1].split("CancelHotel")[0]
-    assert "tool calls made: 0" in out
-    assert "a changed decision is caught" in out
-    assert "the record verifies: True" in out
+    printed(
+        out,
+        """
+        tool calls made: 0
+        a changed decision is caught
+        the record verifies: True
+        """,
+    )
 
 
 @pytest.mark.parametrize("name", ["pydantic_ai_agent", "langchain_agent", "openai_agents_agent"])
@@ -170,10 +196,15 @@ def test_console_store_fills_a_store_with_every_kind_of_saga(tmp_path: Path) -> 
 def test_mcp_session_books_two_tickets_over_mcp_and_rolls_them_back(tmp_path: Path) -> None:
     """mcp_session.py: an MCP session books two tickets, its refund waits for a decision, rollback cancels both."""
     out = run_example("mcp_session", tmp_path)
-    assert "the MCP server offers: book_ticket, refund, saga_commit, saga_rollback" in out
-    assert "waits for a person's decision" in out
-    assert "'status': 'COMPENSATED'" in out
-    assert "booked KE901-12A; booked KE901-12B; cancelled KE901-12B; cancelled KE901-12A" in out
-    assert "saga trip-over-mcp: COMPENSATED" in out
-    assert "airline booked OZ202-3C; airline cancelled OZ202-3C" in out
-    assert "tickets still booked: 0" in out
+    printed(
+        out,
+        """
+        the MCP server offers: book_ticket, refund, saga_commit, saga_rollback
+        waits for a person's decision
+        'status': 'COMPENSATED'
+        booked KE901-12A; booked KE901-12B; cancelled KE901-12B; cancelled KE901-12A
+        saga trip-over-mcp: COMPENSATED
+        airline booked OZ202-3C; airline cancelled OZ202-3C
+        tickets still booked: 0
+        """,
+    )

@@ -10,38 +10,16 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
-from conftest import run_sync
-from console_helpers import SCRIPT_TEXT, copy_store, example, fill, free_port
+from console_helpers import SCRIPT_TEXT, client, example, free_port
 from starlette.testclient import TestClient
 
 from saga_runtime._console import create_app
 from saga_runtime._console._guard import CSRF_FIELD, is_loopback
 
 TOKEN = "the console token of the test"
-BASE = "http://127.0.0.1:8765"
-
-
-@pytest.fixture(scope="module")
-def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Return a SQLite file holding the example's sagas (each test works on a copy)."""
-    path = tmp_path_factory.mktemp("console-http") / "template.db"
-    run_sync(lambda: fill(f"sqlite:///{path}"))
-    return path
-
-
-def client(url: str, **options: Any) -> TestClient:
-    """Return a test client of a console on `url`, as a browser on the loopback reaches it."""
-    return TestClient(create_app(url, **options), base_url=BASE, follow_redirects=False)
-
-
-@pytest.fixture
-def url(template: Path, tmp_path: Path) -> str:
-    """Return the URL of a fresh copy of the example store."""
-    return copy_store(template, tmp_path)
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from chromium import chromium_path
 from conftest import run_sync
-from console_helpers import SCRIPT_TEXT, copy_store, example, fill, served
+from console_helpers import SCRIPT_TEXT, copy_store, example, served
 
 from saga_runtime import SagaExecutor, open_store
 from saga_runtime._console import create_app
@@ -34,14 +34,6 @@ def browser() -> Iterator[Any]:
         launched = playwright.chromium.launch(executable_path=path, headless=True)
         yield launched
         launched.close()
-
-
-@pytest.fixture(scope="module")
-def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Return a SQLite file holding the example's sagas (filled once; each test works on a copy)."""
-    path = tmp_path_factory.mktemp("console") / "template.db"
-    run_sync(lambda: fill(f"sqlite:///{path}"))
-    return path
 
 
 @pytest.fixture

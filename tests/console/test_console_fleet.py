@@ -10,15 +10,12 @@ from typing import Any
 
 import pytest
 from conftest import run_sync
-from console_helpers import copy_store, example, fill
-from starlette.testclient import TestClient
+from console_helpers import client, example, fill
 
 from saga_runtime import SagaExecutor, SagaStatus, StepContext, ToolRegistry, open_store
-from saga_runtime._console import create_app
 from saga_runtime._console._guard import CSRF_FIELD
 
 TOKEN = "the console token of the test"
-BASE = "http://127.0.0.1:8765"
 SHIP = [{"id": "ship", "tool": "ShipParcel", "args": {"order_id": "Q-1", "address": "Dublin"}}]
 
 
@@ -35,17 +32,6 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     run_sync(filled)
     return path
-
-
-@pytest.fixture
-def url(template: Path, tmp_path: Path) -> str:
-    """Return the URL of a fresh copy of the store."""
-    return copy_store(template, tmp_path)
-
-
-def client(url: str, **options: Any) -> TestClient:
-    """Return a test client of a console on `url`, as a browser on the loopback reaches it."""
-    return TestClient(create_app(url, **options), base_url=BASE, follow_redirects=False)
 
 
 def stored(url: str, saga_id: str) -> Any:

@@ -6,8 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import run_sync
-from console_helpers import copy_store, fill
+from console_helpers import BASE, copy_store
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
@@ -16,7 +15,6 @@ from saga_runtime._console import create_app
 from saga_runtime._console._guard import CSRF_COOKIE, CSRF_FIELD, SESSION_COOKIE, Guard
 
 TOKEN = "the console token of the fuzz test"
-BASE = "http://127.0.0.1:8765"
 FUZZ = settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
 )
@@ -31,14 +29,6 @@ hostile = st.one_of(
     st.sampled_from(["[::1", "http://[", "null", "\u00e9vil.test"]),
     _latin1,
 )
-
-
-@pytest.fixture(scope="module")
-def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Return a SQLite file holding the example's sagas (each test works on a copy)."""
-    path = tmp_path_factory.mktemp("console-guards") / "template.db"
-    run_sync(lambda: fill(f"sqlite:///{path}"))
-    return path
 
 
 @pytest.fixture

@@ -3,40 +3,16 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
-from typing import Any
 
 import pytest
 from conftest import run_sync
-from console_helpers import copy_store, example, fill
+from console_helpers import client, example
 from prometheus_client.parser import text_string_to_metric_families
-from starlette.testclient import TestClient
 
 from saga_runtime import SagaExecutor, ToolRegistry, open_store
-from saga_runtime._console import create_app
 from saga_runtime.metrics import CONTENT_TYPE, PrometheusHook
 
 TOKEN = "the metrics token of the test"
-BASE = "http://127.0.0.1:8765"
-
-
-@pytest.fixture(scope="module")
-def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Return a SQLite file holding the example's sagas (each test works on a copy)."""
-    path = tmp_path_factory.mktemp("console-metrics") / "template.db"
-    run_sync(lambda: fill(f"sqlite:///{path}"))
-    return path
-
-
-@pytest.fixture
-def url(template: Path, tmp_path: Path) -> str:
-    """Return the URL of a fresh copy of the example store."""
-    return copy_store(template, tmp_path)
-
-
-def client(url: str, **options: Any) -> TestClient:
-    """Return a test client of a console on `url`, as a scraper on the loopback reaches it."""
-    return TestClient(create_app(url, **options), base_url=BASE, follow_redirects=False)
 
 
 def value(text: str, name: str, **labels: str) -> float:

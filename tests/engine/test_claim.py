@@ -9,6 +9,7 @@ import pytest
 from saga_runtime import SagaStatus, ToolRegistry
 from saga_runtime._engine import Drives, EngineConfig
 from saga_runtime._engine._claim import Take
+from saga_runtime._records import SagaRow
 from saga_runtime._storage import MemoryStore
 
 
@@ -26,12 +27,18 @@ def drives_over(store: MemoryStore, executor_id: str = "me") -> Drives:
     return Drives(config)
 
 
-async def test_a_saga_held_by_one_path_is_refused_to_another_until_it_is_let_go() -> None:
-    """While a claim holds a saga, a second claim of it yields None; once left, the saga is free again."""
+async def stored_saga(saga_id: str) -> tuple[Drives, SagaRow]:
+    """Return the claims of an executor over a new memory store, and a dynamic saga it created there."""
     store = MemoryStore()
     drives = drives_over(store)
-    row = drives.new_saga("s1", "dynamic")
+    row = drives.new_saga(saga_id, "dynamic")
     assert await store.create_saga(row.copy(), []) is None
+    return drives, row
+
+
+async def test_a_saga_held_by_one_path_is_refused_to_another_until_it_is_let_go() -> None:
+    """While a claim holds a saga, a second claim of it yields None; once left, the saga is free again."""
+    drives, row = await stored_saga("s1")
     async with drives.claim(row, take="new") as held:
         assert held is not None
         assert "s1" in drives
@@ -43,10 +50,7 @@ async def test_a_saga_held_by_one_path_is_refused_to_another_until_it_is_let_go(
 
 async def test_a_refused_claim_does_not_let_go_of_the_saga_another_path_holds() -> None:
     """A claim refused because another path holds the saga leaves it in the set (regression: it was taken out)."""
-    store = MemoryStore()
-    drives = drives_over(store)
-    row = drives.new_saga("s5", "dynamic")
-    assert await store.create_saga(row.copy(), []) is None
+    drives, row = await stored_saga("s5")
     async with drives.claim(row, take="new") as held:
         assert held is not None
         takes: tuple[Take, ...] = ("new", "orphan", "waiting")
@@ -58,10 +62,7 @@ async def test_a_refused_claim_does_not_let_go_of_the_saga_another_path_holds() 
 
 async def test_a_claim_lets_the_saga_go_when_its_block_raises() -> None:
     """An error inside the block (its session open) leaves the saga out of the set, and the error goes on."""
-    store = MemoryStore()
-    drives = drives_over(store)
-    row = drives.new_saga("s2", "dynamic")
-    assert await store.create_saga(row.copy(), []) is None
+    drives, row = await stored_saga("s2")
 
     async def fail_inside() -> None:
         async with drives.claim(row, take="new") as held:
@@ -87,10 +88,7 @@ async def test_a_claim_the_store_refuses_holds_nothing() -> None:
 
 async def test_a_reread_claim_holds_only_what_is_still_in_the_expected_status() -> None:
     """A claim asked to re-read gives the saga up when the stored row is not in the status it expects."""
-    store = MemoryStore()
-    drives = drives_over(store)
-    row = drives.new_saga("s4", "dynamic")
-    assert await store.create_saga(row.copy(), []) is None
+    drives, row = await stored_saga("s4")
     async with drives.claim(row, take="new", reread={SagaStatus.WAITING}) as held:
         assert held is None
     async with drives.claim(row, take="new", reread={SagaStatus.RUNNING}) as held:

@@ -10,6 +10,8 @@ from typing import Any
 
 import anyio
 import pytest
+from cancelling import cancel_once
+from shop_tools import boom_tool
 
 from saga_runtime import RetryPolicy, SagaExecutor, SagaResult, SagaStatus, StepStatus, ToolRegistry
 
@@ -100,13 +102,7 @@ def check_compensated(s: Scenario, stored: SagaResult | None) -> None:
 
 async def cancelled_run(executor: SagaExecutor, plan: list[Any], saga_id: str, started: anyio.Event) -> SagaResult:
     """Run `plan` in a task, cancel the task once `started` is set; check it raised CancelledError, return the saga."""
-    task = asyncio.create_task(executor.run(plan, saga_id=saga_id))
-    with anyio.fail_after(HANDSHAKE):
-        await started.wait()
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    assert task.cancelled()
+    await cancel_once(executor.run(plan, saga_id=saga_id), started)
     stored = await executor.store.get_saga(saga_id)
     assert stored is not None
     return stored
@@ -257,10 +253,7 @@ async def test_compensation_timeout_also_bounds_a_failed_saga() -> None:
         async def compensate(self, result: object) -> None:
             await anyio.Event().wait()
 
-    @registry.tool
-    class Boom:
-        async def execute(self) -> None:
-            raise RuntimeError("boom")
+    boom_tool(registry)
 
     executor = SagaExecutor(registry, compensation_timeout=0.05)
     result = await executor.run([{"id": "effect", "tool": "Effect"}, {"id": "boom", "tool": "Boom"}], saga_id="bounded")

@@ -8,6 +8,7 @@ from datetime import datetime
 import anyio
 import anyio.lowlevel
 import pytest
+from shop_tools import boom_tool
 
 from saga_runtime import (
     RetryPolicy,
@@ -49,10 +50,7 @@ async def test_compensation_runs_groups_in_reverse_and_a_group_concurrently() ->
             await anyio.lowlevel.checkpoint()
             log.append(("comp_end", result))
 
-    @registry.tool
-    class Boom:
-        async def execute(self) -> None:
-            raise RuntimeError("boom")
+    boom_tool(registry)
 
     plan = [
         [{"id": "a0", "tool": "Effect", "args": {"key": "a0"}}, {"id": "a1", "tool": "Effect", "args": {"key": "a1"}}],
@@ -95,10 +93,7 @@ async def test_compensate_receives_the_stored_json_result() -> None:
         async def compensate(self, result: dict) -> None:
             received.append(result)
 
-    @registry.tool
-    class Boom:
-        async def execute(self) -> None:
-            raise RuntimeError("boom")
+    boom_tool(registry)
 
     result = await SagaExecutor(registry).run([{"id": "book", "tool": "Book"}, {"id": "boom", "tool": "Boom"}])
 
@@ -157,10 +152,7 @@ async def test_tools_without_compensate_are_skipped_and_stay_success() -> None:
         async def compensate(self, result: object) -> None:
             compensated.append(result)
 
-    @registry.tool
-    class Boom:
-        async def execute(self) -> None:
-            raise RuntimeError("boom")
+    boom_tool(registry)
 
     plan = [[{"id": "lookup", "tool": "Lookup"}, {"id": "effect", "tool": "Effect"}], {"id": "boom", "tool": "Boom"}]
     result = await SagaExecutor(registry).run(plan)
@@ -208,10 +200,7 @@ async def test_compensation_failure_is_recorded_and_others_still_run() -> None:
             if result == "stuck":
                 raise RuntimeError("refund API down")
 
-    @registry.tool
-    class Boom:
-        async def execute(self) -> None:
-            raise RuntimeError("boom")
+    boom_tool(registry)
 
     plan = [
         {"id": "first", "tool": "Effect", "args": {"key": "first"}},
@@ -259,10 +248,7 @@ async def test_compensation_is_retried_per_compensation_retry_then_succeeds() ->
             if ctx.attempt < 3:
                 raise ConnectionError("try again")
 
-    @registry.tool
-    class Boom:
-        async def execute(self) -> None:
-            raise RuntimeError("boom")
+    boom_tool(registry)
 
     result = await SagaExecutor(registry).run([{"id": "flaky", "tool": "Flaky"}, {"id": "boom", "tool": "Boom"}])
 
@@ -290,10 +276,7 @@ async def test_compensation_retry_gives_up_after_max_attempts() -> None:
             calls += 1
             raise RuntimeError("still down")
 
-    @registry.tool
-    class Boom:
-        async def execute(self) -> None:
-            raise RuntimeError("boom")
+    boom_tool(registry)
 
     result = await SagaExecutor(registry).run([{"id": "stuck", "tool": "Stuck"}, {"id": "boom", "tool": "Boom"}])
 

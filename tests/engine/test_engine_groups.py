@@ -9,6 +9,7 @@ import time
 import anyio
 import anyio.lowlevel
 import pytest
+from shop_tools import boom_tool
 
 from saga_runtime import SagaExecutor, SagaStatus, StepContext, StepStatus, ToolRegistry
 
@@ -218,28 +219,38 @@ async def test_sync_tool_runs_in_a_worker_thread_without_blocking_the_loop() -> 
     assert threads["sync"] != loop_thread
 
 
+class Meter:
+    """Count the calls in progress and the most there were at once."""
+
+    def __init__(self) -> None:
+        self.active = 0
+        self.peak = 0
+
+    async def busy(self, ticks: int) -> None:
+        """Be one call in progress for `ticks` short sleeps."""
+        self.active += 1
+        self.peak = max(self.peak, self.active)
+        for _ in range(ticks):
+            await anyio.sleep(0.001)
+        self.active -= 1
+
+
 async def test_max_concurrency_caps_concurrent_tool_calls() -> None:
     """max_concurrency=2 lets at most two tool calls of a group of six run at once, and does reach two."""
     registry = ToolRegistry()
-    active = 0
-    peak = 0
+    meter = Meter()
 
     @registry.tool
     class Busy:
         async def execute(self, i: int) -> int:
-            nonlocal active, peak
-            active += 1
-            peak = max(peak, active)
-            for _ in range(5):
-                await anyio.sleep(0.001)
-            active -= 1
+            await meter.busy(5)
             return i
 
     executor = SagaExecutor(registry, max_concurrency=2)
     result = await executor.run([[{"tool": "Busy", "args": {"i": i}} for i in range(6)]])
 
     assert result.status is SagaStatus.SUCCESS
-    assert peak == 2
+    assert meter.peak == 2
     assert [r.result for r in result.steps] == list(range(6))
 
 
@@ -346,8 +357,7 @@ async def test_failing_group_leaves_next_group_pending(size: int) -> None:
 async def test_max_concurrency_also_caps_compensations() -> None:
     """max_concurrency caps a group's concurrent compensations as it caps executes."""
     registry = ToolRegistry()
-    active = 0
-    peak = 0
+    meter = Meter()
 
     @registry.tool
     class Effect:
@@ -355,20 +365,12 @@ async def test_max_concurrency_also_caps_compensations() -> None:
             return i
 
         async def compensate(self, result: int) -> None:
-            nonlocal active, peak
-            active += 1
-            peak = max(peak, active)
-            for _ in range(3):
-                await anyio.sleep(0.001)
-            active -= 1
+            await meter.busy(3)
 
-    @registry.tool
-    class Boom:
-        async def execute(self) -> None:
-            raise RuntimeError("boom")
+    boom_tool(registry)
 
     executor = SagaExecutor(registry, max_concurrency=2)
     result = await executor.run([[{"tool": "Effect", "args": {"i": i}} for i in range(5)], {"tool": "Boom"}])
 
     assert result.status is SagaStatus.COMPENSATED
-    assert peak == 2
+    assert meter.peak == 2

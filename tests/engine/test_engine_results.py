@@ -15,6 +15,7 @@ import anyio
 import anyio.lowlevel
 import pydantic
 import pytest
+from shop_tools import boom_tool
 
 from saga_runtime import (
     Budget,
@@ -58,13 +59,18 @@ class FakeSocket:
         self.closed = False
 
 
-def boom_tool(registry: ToolRegistry) -> None:
-    """Register `Boom`, a tool that always fails."""
+def echo_registry() -> tuple[ToolRegistry, list[int]]:
+    """Return a registry whose `Effect` returns its `n`, and the list of the n it was called with."""
+    registry = ToolRegistry()
+    called: list[int] = []
 
     @registry.tool
-    class Boom:
-        async def execute(self) -> None:
-            raise RuntimeError("boom")
+    class Effect:
+        async def execute(self, n: int) -> int:
+            called.append(n)
+            return n
+
+    return registry, called
 
 
 # -- results as JSON -------------------------------------------------------------------------------------------
@@ -265,16 +271,7 @@ async def test_finished_saga_id_returns_the_stored_result_without_calling_tools(
 
 async def test_same_id_with_another_plan_is_a_conflict() -> None:
     """The same saga_id with a different plan raises IdempotencyConflictError and runs nothing."""
-    registry = ToolRegistry()
-    calls = 0
-
-    @registry.tool
-    class Effect:
-        async def execute(self, n: int) -> int:
-            nonlocal calls
-            calls += 1
-            return n
-
+    registry, called = echo_registry()
     executor = SagaExecutor(registry)
     await executor.run([{"id": "a", "tool": "Effect", "args": {"n": 1}}], saga_id="order-1")
 
@@ -282,7 +279,7 @@ async def test_same_id_with_another_plan_is_a_conflict() -> None:
         await executor.run([{"id": "a", "tool": "Effect", "args": {"n": 2}}], saga_id="order-1")
     assert info.value.saga_id == "order-1"
     assert "order-1" in str(info.value)
-    assert calls == 1
+    assert called == [1]
     stored = await executor.store.get_saga("order-1")
     assert stored is not None
     assert stored.result_of("a") == 1
@@ -652,17 +649,8 @@ async def test_nothing_is_stored_or_run_for_a_refused_plan() -> None:
     """A plan refused by validation writes nothing to the store and runs no tool."""
     from saga_runtime import PlanValidationError
 
-    registry = ToolRegistry()
+    registry, called = echo_registry()
     log: list[tuple[Any, ...]] = []
-    calls = 0
-
-    @registry.tool
-    class Effect:
-        async def execute(self, n: int) -> int:
-            nonlocal calls
-            calls += 1
-            return n
-
     store = LoggingStore(log)
     with pytest.raises(PlanValidationError):
         await SagaExecutor(registry, store=store).run(
@@ -671,7 +659,7 @@ async def test_nothing_is_stored_or_run_for_a_refused_plan() -> None:
         )
 
     assert log == []
-    assert calls == 0
+    assert called == []
     assert await store.get_saga("refused") is None
 
 

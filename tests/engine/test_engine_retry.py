@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 import anyio
+from shop_tools import boom_tool
 
 from saga_runtime import RetryPolicy, SagaExecutor, SagaStatus, StepContext, StepStatus, ToolRegistry
 
@@ -195,10 +196,7 @@ async def test_timeout_bounds_each_compensation_attempt() -> None:
             if ctx.attempt == 1:
                 await anyio.Event().wait()
 
-    @registry.tool
-    class Boom:
-        async def execute(self) -> None:
-            raise RuntimeError("boom")
+    boom_tool(registry)
 
     result = await SagaExecutor(registry).run([{"id": "effect", "tool": "Effect"}, {"id": "boom", "tool": "Boom"}])
 
@@ -221,10 +219,7 @@ async def test_compensation_timing_out_on_every_attempt_is_compensation_failed()
         async def compensate(self, result: str) -> None:
             await anyio.Event().wait()
 
-    @registry.tool
-    class Boom:
-        async def execute(self) -> None:
-            raise RuntimeError("boom")
+    boom_tool(registry)
 
     result = await SagaExecutor(registry).run([{"id": "effect", "tool": "Effect"}, {"id": "boom", "tool": "Boom"}])
 

@@ -7,17 +7,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from llm_fakes import BrokenModel
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
+from shop_tools import warehouse_registry
 
 from saga_runtime import (
     LLMRunner,
     LoggingHook,
     MockLLMClient,
     ModelCallEvent,
-    RetryPolicy,
     SagaEvent,
     SagaExecutor,
     SagaHook,
@@ -30,25 +31,7 @@ from saga_runtime.otel import TracingHook
 
 def make_registry() -> ToolRegistry:
     """Return tools for a saga that retries, fails, and compensates one step that refuses once."""
-    registry = ToolRegistry()
-    refusals = {"left": 1}
-
-    @registry.tool(compensation_retry=RetryPolicy(max_attempts=2, initial_interval=0))
-    class Reserve:
-        async def execute(self, item: str) -> dict[str, str]:
-            return {"item": item}
-
-        async def compensate(self, result: Any) -> None:
-            if refusals["left"]:
-                refusals["left"] -= 1
-                raise ConnectionError("warehouse busy")
-
-    @registry.tool(retry=RetryPolicy(max_attempts=2, initial_interval=0))
-    class Ship:
-        async def execute(self, to: str) -> None:
-            raise LookupError(f"no route to {to}")
-
-    return registry
+    return warehouse_registry()
 
 
 PLAN = [
@@ -215,15 +198,8 @@ async def test_a_failed_model_call_is_a_chat_span_in_error() -> None:
     registry = make_registry()
     events: list[SagaEvent] = []
 
-    class Broken:
-        class chat:  # the shape of an OpenAI client
-            class completions:
-                @staticmethod
-                async def create(**request: Any) -> Any:
-                    raise ValueError("the model is confused")
-
     executor = SagaExecutor(registry, hooks=[hook, events.append])
-    await LLMRunner(Broken(), "gpt-4o", registry, executor).run("hi", saga_id="broken")
+    await LLMRunner(BrokenModel(), "gpt-4o", registry, executor).run("hi", saga_id="broken")
     (span,) = [span for span in exporter.get_finished_spans() if span.name == "chat gpt-4o"]
     assert span.status.status_code is StatusCode.ERROR
     assert attributes(span)["error.type"] == "ValueError"

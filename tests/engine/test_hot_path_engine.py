@@ -10,6 +10,7 @@ from typing import Any
 
 import anyio
 import pytest
+from cancelling import cancel_once
 
 from saga_runtime import SagaExecutor, SagaStatus, StepStatus, StoreError, ToolRegistry
 from saga_runtime._engine import _ending
@@ -126,12 +127,7 @@ async def test_a_caller_leaving_a_wide_group_cancels_and_undoes_every_step() -> 
     world = World(width=50)
     executor = SagaExecutor(world.registry)
     plan = [[{"id": f"w{i}", "tool": "Wait", "args": {"n": i}} for i in range(50)]]
-    task = asyncio.create_task(executor.run(plan, saga_id="wide"))
-    with anyio.fail_after(HANDSHAKE):
-        await world.all_started.wait()
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
+    await cancel_once(executor.run(plan, saga_id="wide"), world.all_started)
     result = await executor.store.get_saga("wide")
     assert result is not None
     assert result.status is SagaStatus.COMPENSATED

@@ -1,18 +1,16 @@
 """Join modes of a group (API.md §8): `first` races, `quorum`/`any` tolerate failures, `all` stays the default.
 
-Every racing tool waits for the test to release it, so the test (not the scheduler or a clock) decides who
-finishes when: a saga runs in a task group next to a script that waits for the members to start, then releases
-them one by one. `anyio.wait_all_tasks_blocked()` lets the engine settle what one release caused before the next.
+Every racing tool waits for the test to release it (tests/quote_desk.py), so the test decides who finishes when.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import anyio
 import pytest
+from quote_desk import HOLD, Desk, group, price, quote, quotes, scripted, statuses, use
 
 from saga_runtime import (
     PlanValidationError,
@@ -25,164 +23,18 @@ from saga_runtime import (
     ToolRegistry,
 )
 
-# A handshake that never completes would hang a broken engine; this bound turns the hang into a failure.
-HANDSHAKE = 5.0
-
-T = TypeVar("T")
-
-
-class Desk:
-    """Quote tools whose every call waits to be released; the test decides who finishes, fails, and when."""
-
-    def __init__(self) -> None:
-        self.started: dict[str, anyio.Event] = {}
-        self.go: dict[str, anyio.Event] = {}
-        self.failing: set[str] = set()
-        self.log: list[tuple[Any, ...]] = []
-        self.registry = ToolRegistry()
-        desk = self
-
-        @self.registry.tool
-        class Quote:
-            """A provider's quote; its effect is a reservation, released by compensate()."""
-
-            async def execute(self, name: str) -> dict[str, Any]:
-                return await desk.work(name)
-
-            async def compensate(self, result: Any, ctx: StepContext) -> None:
-                desk.log.append(("undo", ctx.args["name"], result))
-
-        @self.registry.tool
-        class Peek:
-            """A read-only quote: nothing to undo."""
-
-            async def execute(self, name: str) -> dict[str, Any]:
-                return await desk.work(name)
-
-        @self.registry.tool
-        class Hold:
-            """An earlier effect that a failing saga must undo."""
-
-            async def execute(self, name: str) -> dict[str, Any]:
-                desk.log.append(("do", name))
-                return {"held": name}
-
-            async def compensate(self, result: Any, ctx: StepContext) -> None:
-                desk.log.append(("undo", ctx.args["name"], result))
-
-        @self.registry.tool
-        class Use:
-            """A later step: records what its `$ref` gave it."""
-
-            async def execute(self, quote: Any) -> Any:
-                desk.log.append(("use", quote))
-                return quote
-
-        @self.registry.tool
-        class Boom:
-            """A later step that fails."""
-
-            async def execute(self) -> None:
-                desk.log.append(("do", "boom"))
-                raise RuntimeError("boom")
-
-    def _event(self, table: dict[str, anyio.Event], name: str) -> anyio.Event:
-        if name not in table:
-            table[name] = anyio.Event()
-        return table[name]
-
-    async def work(self, name: str) -> dict[str, Any]:
-        """Start, wait to be released, then succeed or fail as the test said."""
-        self.log.append(("do", name))
-        self._event(self.started, name).set()
-        try:
-            await self._event(self.go, name).wait()
-        except anyio.get_cancelled_exc_class():
-            self.log.append(("cancelled", name))
-            raise
-        if name in self.failing:
-            raise RuntimeError(f"{name} is down")
-        return {"quote": name, "price": 100 + ord(name[0])}
-
-    async def wait_started(self, *names: str) -> None:
-        """Return once every named call has started."""
-        for name in names:
-            await self._event(self.started, name).wait()
-
-    def release(self, *names: str) -> None:
-        """Let the named calls finish, in this order, in one go (no yield in between)."""
-        for name in names:
-            self._event(self.go, name).set()
-
-    def undone(self) -> list[tuple[Any, ...]]:
-        """Return the compensations made, in order: (name, result given)."""
-        return [entry[1:] for entry in self.log if entry[0] == "undo"]
-
-    def cancelled(self) -> list[str]:
-        """Return the calls cancelled while they waited."""
-        return [entry[1] for entry in self.log if entry[0] == "cancelled"]
-
-    def used(self) -> list[Any]:
-        """Return what the later Use steps received."""
-        return [entry[1] for entry in self.log if entry[0] == "use"]
-
-
-def price(name: str) -> int:
-    """Return the price Desk quotes for `name`."""
-    return 100 + ord(name[0])
-
-
-def quote(name: str) -> dict[str, Any]:
-    """Return the result Desk gives for `name`."""
-    return {"quote": name, "price": price(name)}
-
-
-async def scripted(work: Callable[[], Awaitable[T]], script: Callable[[], Awaitable[None]]) -> T:
-    """Run `work` in a task next to `script` (which releases the tools); return what `work` returned."""
-    out: list[T] = []
-
-    async def main() -> None:
-        out.append(await work())
-
-    with anyio.fail_after(HANDSHAKE):
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(main)
-            await script()
-    return out[0]
-
-
-def group(tool: str, names: str, join: str, gid: str = "q", **extra: Any) -> dict[str, Any]:
-    """Return a group dict of one step per name (its id the name)."""
-    steps = [{"id": n, "tool": tool, "args": {"name": n}} for n in names]
-    return {"group": steps, "join": join, "id": gid, **extra}
-
-
-def statuses(result: SagaResult) -> dict[str, StepStatus]:
-    """Return each step's status by id."""
-    return {s.step_id: s.status for s in result.steps}
-
-
 # -- first ------------------------------------------------------------------------------------------------------
 
 
 async def test_first_winner_is_kept_and_running_siblings_are_cancelled_and_undone_with_none() -> None:
     """`first`: the first success wins; running siblings are cancelled, then compensated at once with None."""
     desk = Desk()
-    plan = [group("Quote", "abc", "first"), {"id": "use", "tool": "Use", "args": {"quote": {"$ref": "q"}}}]
+    plan = [group("Quote", "abc", "first"), use()]
 
-    async def script() -> None:
-        await desk.wait_started("a", "b", "c")
-        desk.release("b")
-
-    result = await scripted(lambda: SagaExecutor(desk.registry).run(plan), script)
+    result = await desk.race(plan, "abc", "b")
 
     assert result.status is SagaStatus.SUCCESS, result.describe()
-    assert statuses(result) == {
-        "a": StepStatus.COMPENSATED,
-        "b": StepStatus.SUCCESS,
-        "c": StepStatus.COMPENSATED,
-        "use": StepStatus.SUCCESS,
-    }
+    assert statuses(result) == {"a": "COMPENSATED", "b": "SUCCESS", "c": "COMPENSATED", "use": "SUCCESS"}
     assert sorted(desk.cancelled()) == ["a", "c"]
     assert sorted(desk.undone(), key=str) == [("a", None), ("c", None)]
     for loser in ("a", "c"):
@@ -199,13 +51,9 @@ async def test_first_winner_is_kept_and_running_siblings_are_cancelled_and_undon
 async def test_first_sibling_that_finished_too_is_compensated_with_its_result() -> None:
     """`first`: a sibling that succeeded after the winner (before its cancellation landed) is undone with its result."""
     desk = Desk()
-    plan = [group("Quote", "ab", "first"), {"id": "use", "tool": "Use", "args": {"quote": {"$ref": "q"}}}]
+    plan = [group("Quote", "ab", "first"), use()]
 
-    async def script() -> None:
-        await desk.wait_started("a", "b")
-        desk.release("b", "a")  # b wakes first and wins; a wakes in the same turn and finishes anyway
-
-    result = await scripted(lambda: SagaExecutor(desk.registry).run(plan), script)
+    result = await desk.race(plan, "ab", "ba")  # b wakes first and wins; a wakes in the same turn and finishes anyway
 
     assert result.status is SagaStatus.SUCCESS, result.describe()
     assert desk.cancelled() == []
@@ -223,7 +71,7 @@ async def test_first_failed_members_are_failed_not_undone_and_do_not_fail_the_sa
     """`first`: a member that fails is recorded FAILED, is not compensated, and a later winner still wins."""
     desk = Desk()
     desk.failing.add("a")
-    plan = [group("Quote", "abc", "first"), {"id": "use", "tool": "Use", "args": {"quote": {"$ref": "q"}}}]
+    plan = [group("Quote", "abc", "first"), use()]
 
     async def script() -> None:
         await desk.wait_started("a", "b", "c")
@@ -252,27 +100,16 @@ async def test_first_every_member_failing_fails_the_saga_and_undoes_earlier_grou
     desk = Desk()
     desk.failing.update("ab")
     plan = [
-        {"id": "hold", "tool": "Hold", "args": {"name": "hold"}},
+        HOLD,
         group("Quote", "ab", "first"),
-        {"id": "use", "tool": "Use", "args": {"quote": {"$ref": "q"}}},
+        use(),
     ]
 
-    async def script() -> None:
-        await desk.wait_started("a", "b")
-        desk.release("a")
-        await anyio.wait_all_tasks_blocked()
-        desk.release("b")
-
-    result = await scripted(lambda: SagaExecutor(desk.registry).run(plan), script)
+    result = await desk.race(plan, "ab", "a", "b")
 
     assert result.status is SagaStatus.COMPENSATED, result.describe()
     assert result.error == "every step of 'first' group 1 failed"
-    assert statuses(result) == {
-        "hold": StepStatus.COMPENSATED,
-        "a": StepStatus.FAILED,
-        "b": StepStatus.FAILED,
-        "use": StepStatus.PENDING,
-    }
+    assert statuses(result) == {"hold": "COMPENSATED", "a": "FAILED", "b": "FAILED", "use": "PENDING"}
     assert desk.undone() == [("hold", {"held": "hold"})]
     assert desk.used() == []
     assert result.result_of("q") is None
@@ -283,19 +120,10 @@ async def test_first_winner_is_undone_with_the_saga_and_losers_are_not_undone_tw
     desk = Desk()
     plan = [group("Quote", "abc", "first"), {"id": "boom", "tool": "Boom"}]
 
-    async def script() -> None:
-        await desk.wait_started("a", "b", "c")
-        desk.release("c")
-
-    result = await scripted(lambda: SagaExecutor(desk.registry).run(plan), script)
+    result = await desk.race(plan, "abc", "c")
 
     assert result.status is SagaStatus.COMPENSATED, result.describe()
-    assert statuses(result) == {
-        "a": StepStatus.COMPENSATED,
-        "b": StepStatus.COMPENSATED,
-        "c": StepStatus.COMPENSATED,
-        "boom": StepStatus.FAILED,
-    }
+    assert statuses(result) == {"a": "COMPENSATED", "b": "COMPENSATED", "c": "COMPENSATED", "boom": "FAILED"}
     assert Counter(name for name, _ in desk.undone()) == {"a": 1, "b": 1, "c": 1}
     assert desk.undone()[-1] == ("c", quote("c"))  # the winner, with the saga, after the losers
     assert result.step("c").error is None
@@ -306,14 +134,10 @@ async def test_first_loser_without_compensate_stays_cancelled() -> None:
     desk = Desk()
     plan = [group("Peek", "ab", "first")]
 
-    async def script() -> None:
-        await desk.wait_started("a", "b")
-        desk.release("a")
-
-    result = await scripted(lambda: SagaExecutor(desk.registry).run(plan), script)
+    result = await desk.race(plan, "ab", "a")
 
     assert result.status is SagaStatus.SUCCESS, result.describe()
-    assert statuses(result) == {"a": StepStatus.SUCCESS, "b": StepStatus.CANCELLED}
+    assert statuses(result) == {"a": "SUCCESS", "b": "CANCELLED"}
     assert result.step("b").error == "cancelled while running: step 'a' won the race"
     assert result.result_of("q") == quote("a")
 
@@ -321,13 +145,9 @@ async def test_first_loser_without_compensate_stays_cancelled() -> None:
 async def test_first_ref_is_the_winner_even_when_an_earlier_loser_without_compensate_finished_too() -> None:
     """`first`: a $ref to the group is the winner's result, even if a plan-earlier, uncompensatable loser finished."""
     desk = Desk()
-    plan = [group("Peek", "ab", "first"), {"id": "use", "tool": "Use", "args": {"quote": {"$ref": "q"}}}]
+    plan = [group("Peek", "ab", "first"), use()]
 
-    async def script() -> None:
-        await desk.wait_started("a", "b")
-        desk.release("b", "a")  # b wins; a (plan-earlier, no compensate) finishes in the same turn
-
-    result = await scripted(lambda: SagaExecutor(desk.registry).run(plan), script)
+    result = await desk.race(plan, "ab", "ba")  # b wins; a (plan-earlier, no compensate) finishes in the same turn
 
     assert result.status is SagaStatus.SUCCESS, result.describe()
     assert result.step("a").error == "lost the race to step 'b'"
@@ -338,13 +158,9 @@ async def test_first_ref_is_the_winner_even_when_an_earlier_loser_without_compen
 async def test_first_ref_paths_reach_into_the_winners_result() -> None:
     """`first`: `{"$ref": "<group>.<key>"}` reads a field of the winner's result."""
     desk = Desk()
-    plan = [group("Quote", "ab", "first"), {"id": "use", "tool": "Use", "args": {"quote": {"$ref": "q.price"}}}]
+    plan = [group("Quote", "ab", "first"), use("q.price")]
 
-    async def script() -> None:
-        await desk.wait_started("a", "b")
-        desk.release("b")
-
-    result = await scripted(lambda: SagaExecutor(desk.registry).run(plan), script)
+    result = await desk.race(plan, "ab", "b")
 
     assert result.status is SagaStatus.SUCCESS, result.describe()
     assert desk.used() == [price("b")]
@@ -377,13 +193,9 @@ async def test_replay_rebuilds_a_saga_whose_step_took_a_ref_to_a_group() -> None
     """executor.replay() accepts a recorded step whose $ref pointed at a group id, calling no tool."""
     desk = Desk()
     executor = SagaExecutor(desk.registry)
-    plan = [group("Quote", "ab", "first"), {"id": "use", "tool": "Use", "args": {"quote": {"$ref": "q"}}}]
+    plan = [group("Quote", "ab", "first"), use()]
 
-    async def script() -> None:
-        await desk.wait_started("a", "b")
-        desk.release("a")
-
-    result = await scripted(lambda: executor.run(plan, saga_id="replayed"), script)
+    result = await scripted(lambda: executor.run(plan, saga_id="replayed"), desk.releasing("ab", "a"))
     calls_made = len(desk.log)
     replayed = await executor.replay("replayed")
 
@@ -418,8 +230,8 @@ async def test_quorum_met_keeps_going_and_its_ref_is_the_successes_in_plan_order
     desk.failing.add("b")
     plan = [
         group("Quote", "abc", "quorum", k=2),
-        {"id": "use", "tool": "Use", "args": {"quote": {"$ref": "q"}}},
-        {"id": "second", "tool": "Use", "args": {"quote": {"$ref": "q.1.quote"}}},
+        use(),
+        use("q.1.quote", "second"),
     ]
 
     async def script() -> None:
@@ -434,13 +246,7 @@ async def test_quorum_met_keeps_going_and_its_ref_is_the_successes_in_plan_order
     result = await scripted(lambda: SagaExecutor(desk.registry).run(plan), script)
 
     assert result.status is SagaStatus.SUCCESS, result.describe()
-    assert statuses(result) == {
-        "a": StepStatus.SUCCESS,
-        "b": StepStatus.FAILED,
-        "c": StepStatus.SUCCESS,
-        "use": StepStatus.SUCCESS,
-        "second": StepStatus.SUCCESS,
-    }
+    assert statuses(result) == {"a": "SUCCESS", "b": "FAILED", "c": "SUCCESS", "use": "SUCCESS", "second": "SUCCESS"}
     assert result.step("b").error == "RuntimeError: b is down (after 1 attempt)"
     assert desk.cancelled() == []
     assert desk.undone() == []
@@ -453,20 +259,12 @@ async def test_quorum_not_met_fails_the_saga_and_compensates_its_successes() -> 
     desk = Desk()
     desk.failing.update("bc")
     plan = [
-        {"id": "hold", "tool": "Hold", "args": {"name": "hold"}},
+        HOLD,
         group("Quote", "abc", "quorum", k=2),
-        {"id": "use", "tool": "Use", "args": {"quote": {"$ref": "q"}}},
+        use(),
     ]
 
-    async def script() -> None:
-        await desk.wait_started("a", "b", "c")
-        desk.release("b")
-        await anyio.wait_all_tasks_blocked()
-        desk.release("a")
-        await anyio.wait_all_tasks_blocked()
-        desk.release("c")
-
-    result = await scripted(lambda: SagaExecutor(desk.registry).run(plan), script)
+    result = await desk.race(plan, "abc", "b", "a", "c")
 
     assert result.status is SagaStatus.COMPENSATED, result.describe()
     assert result.error == "quorum group 1: 1 of 3 steps succeeded, 2 needed"
@@ -506,23 +304,12 @@ async def test_any_goes_on_with_one_success() -> None:
     """`any`: one success among failures is enough; its $ref is the list of successes."""
     desk = Desk()
     desk.failing.update("ac")
-    plan = [group("Quote", "abc", "any"), {"id": "use", "tool": "Use", "args": {"quote": {"$ref": "q"}}}]
+    plan = [group("Quote", "abc", "any"), use()]
 
-    async def script() -> None:
-        await desk.wait_started("a", "b", "c")
-        desk.release("a", "c")
-        await anyio.wait_all_tasks_blocked()
-        desk.release("b")
-
-    result = await scripted(lambda: SagaExecutor(desk.registry).run(plan), script)
+    result = await desk.race(plan, "abc", "ac", "b")
 
     assert result.status is SagaStatus.SUCCESS, result.describe()
-    assert statuses(result) == {
-        "a": StepStatus.FAILED,
-        "b": StepStatus.SUCCESS,
-        "c": StepStatus.FAILED,
-        "use": StepStatus.SUCCESS,
-    }
+    assert statuses(result) == {"a": "FAILED", "b": "SUCCESS", "c": "FAILED", "use": "SUCCESS"}
     assert desk.used() == [[quote("b")]]
 
 
@@ -530,13 +317,9 @@ async def test_any_with_every_member_failing_fails_the_saga() -> None:
     """`any`: no success at all fails the saga, which compensates the earlier groups."""
     desk = Desk()
     desk.failing.update("ab")
-    plan = [{"id": "hold", "tool": "Hold", "args": {"name": "hold"}}, group("Quote", "ab", "any")]
+    plan = [HOLD, group("Quote", "ab", "any")]
 
-    async def script() -> None:
-        await desk.wait_started("a", "b")
-        desk.release("a", "b")
-
-    result = await scripted(lambda: SagaExecutor(desk.registry).run(plan), script)
+    result = await desk.race(plan, "ab", "ab")
 
     assert result.status is SagaStatus.COMPENSATED, result.describe()
     assert result.error == "any group 1: 0 of 2 steps succeeded, 1 needed"
@@ -552,18 +335,14 @@ async def test_all_groups_fail_on_one_failure_and_cancel_their_siblings(form: st
     """A plain list group, and a group dict with join "all", fail the saga on one failure and cancel siblings."""
     desk = Desk()
     desk.failing.add("a")
-    steps = [{"id": n, "tool": "Quote", "args": {"name": n}} for n in "ab"]
+    steps = quotes("ab")
     first: Any = steps if form == "list" else {"group": steps, "join": "all", "id": "q"}
-    plan = [first, {"id": "use", "tool": "Use", "args": {"quote": {"$ref": "b"}}}]
+    plan = [first, use("b")]
 
-    async def script() -> None:
-        await desk.wait_started("a", "b")
-        desk.release("a")
-
-    result = await scripted(lambda: SagaExecutor(desk.registry).run(plan), script)
+    result = await desk.race(plan, "ab", "a")
 
     assert result.status is SagaStatus.COMPENSATED, result.describe()
-    assert statuses(result) == {"a": StepStatus.FAILED, "b": StepStatus.COMPENSATED, "use": StepStatus.PENDING}
+    assert statuses(result) == {"a": "FAILED", "b": "COMPENSATED", "use": "PENDING"}
     assert result.step("b").error == "cancelled while running: step 'a' failed"
     assert desk.cancelled() == ["b"]
     assert desk.undone() == [("b", None)]
@@ -572,13 +351,9 @@ async def test_all_groups_fail_on_one_failure_and_cancel_their_siblings(form: st
 async def test_all_group_id_ref_is_the_list_of_results_in_plan_order() -> None:
     """A `$ref` to an `all` group's id is the list of its results in plan order, whoever finished first."""
     desk = Desk()
-    plan = [group("Quote", "abc", "all"), {"id": "use", "tool": "Use", "args": {"quote": {"$ref": "q"}}}]
+    plan = [group("Quote", "abc", "all"), use()]
 
-    async def script() -> None:
-        await desk.wait_started("a", "b", "c")
-        desk.release("c", "b", "a")
-
-    result = await scripted(lambda: SagaExecutor(desk.registry).run(plan), script)
+    result = await desk.race(plan, "abc", "cba")
 
     assert result.status is SagaStatus.SUCCESS, result.describe()
     assert desk.used() == [[quote("a"), quote("b"), quote("c")]]
@@ -587,7 +362,7 @@ async def test_all_group_id_ref_is_the_list_of_results_in_plan_order() -> None:
 
 # -- plan validation --------------------------------------------------------------------------------------------
 
-QUOTES = [{"id": "a", "tool": "Quote", "args": {"name": "a"}}, {"id": "b", "tool": "Quote", "args": {"name": "b"}}]
+QUOTES = quotes("ab")
 
 
 @pytest.mark.parametrize(
@@ -647,7 +422,7 @@ async def test_two_groups_with_one_id_are_refused() -> None:
 async def test_ref_to_a_group_in_the_same_or_a_later_group_is_refused(where: str) -> None:
     """A `$ref` to a group id from inside that group, or from an earlier group, is refused."""
     desk = Desk()
-    user = {"id": "use", "tool": "Use", "args": {"quote": {"$ref": "q"}}}
+    user = use()
     if where == "same":
         plan: list[Any] = [{"group": [*QUOTES, user], "join": "first", "id": "q"}]
         expected = "$ref to 'q' in group 0; a $ref may only point to a step of an earlier group"
@@ -665,7 +440,7 @@ async def test_ref_to_a_group_in_the_same_or_a_later_group_is_refused(where: str
 async def test_ref_to_an_unknown_group_id_is_refused() -> None:
     """A `$ref` to an id no step or group has is refused."""
     desk = Desk()
-    plan = [group("Quote", "ab", "first"), {"id": "use", "tool": "Use", "args": {"quote": {"$ref": "nope"}}}]
+    plan = [group("Quote", "ab", "first"), use("nope")]
 
     with pytest.raises(PlanValidationError) as caught:
         await SagaExecutor(desk.registry).run(plan)
@@ -694,16 +469,12 @@ async def test_dynamic_first_returns_the_winner_and_undoes_the_losers() -> None:
         assert saga.result is not None
         return saga.result
 
-    async def script() -> None:
-        await desk.wait_started("a", "b", "c")
-        desk.release("b")
-
-    result = await scripted(work, script)
+    result = await scripted(work, desk.releasing("abc", "b"))
 
     assert seen[0] == quote("b")
     assert sorted(seen[1], key=str) == [("a", None), ("c", None)]  # already undone when the call returned
     assert result.status is SagaStatus.SUCCESS
-    assert statuses(result) == {"a": StepStatus.COMPENSATED, "b": StepStatus.SUCCESS, "c": StepStatus.COMPENSATED}
+    assert statuses(result) == {"a": "COMPENSATED", "b": "SUCCESS", "c": "COMPENSATED"}
     assert result.step("a").error == "cancelled while running: step 'b' won the race"
 
 
@@ -728,16 +499,10 @@ async def test_dynamic_first_with_every_call_failing_raises_and_the_block_compen
         assert saga.result is not None
         return saga.result
 
-    async def script() -> None:
-        await desk.wait_started("a", "b")
-        desk.release("a")
-        await anyio.wait_all_tasks_blocked()
-        desk.release("b")
-
-    result = await scripted(work, script)
+    result = await scripted(work, desk.releasing("ab", "a", "b"))
 
     assert result.status is SagaStatus.COMPENSATED
-    assert statuses(result) == {"Hold-0": StepStatus.COMPENSATED, "a": StepStatus.FAILED, "b": StepStatus.FAILED}
+    assert statuses(result) == {"Hold-0": "COMPENSATED", "a": "FAILED", "b": "FAILED"}
     assert desk.undone() == [("hold", {"held": "hold"})]
 
 
@@ -754,17 +519,11 @@ async def test_dynamic_quorum_returns_the_successes_in_call_order() -> None:
         assert saga.result is not None
         return saga.result
 
-    async def script() -> None:
-        await desk.wait_started("a", "b", "c")
-        desk.release("c", "a")
-        await anyio.wait_all_tasks_blocked()
-        desk.release("b")
-
-    result = await scripted(work, script)
+    result = await scripted(work, desk.releasing("abc", "ca", "b"))
 
     assert seen == [[quote("b"), quote("c")]]
     assert result.status is SagaStatus.SUCCESS
-    assert statuses(result) == {"a": StepStatus.FAILED, "b": StepStatus.SUCCESS, "c": StepStatus.SUCCESS}
+    assert statuses(result) == {"a": "FAILED", "b": "SUCCESS", "c": "SUCCESS"}
     assert desk.cancelled() == []
 
 
@@ -782,14 +541,10 @@ async def test_dynamic_quorum_not_met_raises_and_leaving_the_block_undoes_its_su
         assert saga.result is not None
         return saga.result
 
-    async def script() -> None:
-        await desk.wait_started("a", "b", "c")
-        desk.release("a", "b", "c")
-
-    result = await scripted(work, script)
+    result = await scripted(work, desk.releasing("abc", "abc"))
 
     assert result.status is SagaStatus.COMPENSATED
-    assert statuses(result) == {"a": StepStatus.COMPENSATED, "b": StepStatus.FAILED, "c": StepStatus.FAILED}
+    assert statuses(result) == {"a": "COMPENSATED", "b": "FAILED", "c": "FAILED"}
     assert desk.undone() == [("a", quote("a"))]
 
 
@@ -834,11 +589,7 @@ async def test_dynamic_first_returns_the_winner_even_when_an_earlier_loser_witho
         async with executor.saga("dyn-first-peek") as saga:
             seen.append(await saga.group(calls("ab", tool="Peek"), join="first"))
 
-    async def script() -> None:
-        await desk.wait_started("a", "b")
-        desk.release("b", "a")
-
-    await scripted(work, script)
+    await scripted(work, desk.releasing("ab", "ba"))
 
     assert seen == [quote("b")]
 

@@ -11,8 +11,10 @@ from typing import Any
 
 import anyio
 import pytest
+from llm_fakes import BrokenModel
 from prometheus_client import REGISTRY, CollectorRegistry, Counter
 from prometheus_client.parser import text_string_to_metric_families
+from shop_tools import warehouse_registry
 
 from saga_runtime import (
     LLMRunner,
@@ -46,25 +48,12 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
 
 def make_registry(hook: PrometheusHook | None = None) -> ToolRegistry:
     """Return tools that succeed, fail after a retry, compensate (once refusing), and need an approval."""
-    registry = ToolRegistry()
-    refusals = {"left": 1}
 
-    @registry.tool(compensation_retry=RetryPolicy(max_attempts=2, initial_interval=0))
-    class Reserve:
-        async def execute(self, item: str) -> dict[str, str]:
-            if hook is not None:  # counted as running while its step runs
-                assert value(hook, "saga_runtime_sagas_running") == 1
-            return {"item": item}
+    def while_reserving() -> None:
+        if hook is not None:  # counted as running while its step runs
+            assert value(hook, "saga_runtime_sagas_running") == 1
 
-        async def compensate(self, result: Any) -> None:
-            if refusals["left"]:
-                refusals["left"] -= 1
-                raise ConnectionError("warehouse busy")
-
-    @registry.tool(retry=RetryPolicy(max_attempts=2, initial_interval=0))
-    class Ship:
-        async def execute(self, to: str) -> None:
-            raise LookupError(f"no route to {to}")
+    registry = warehouse_registry(while_reserving)
 
     @registry.tool
     class Refund:
@@ -187,14 +176,7 @@ async def test_a_failed_model_call_counts_no_tokens() -> None:
     registry = make_registry()
     executor = SagaExecutor(registry, hooks=[hook])
 
-    class Broken:
-        class chat:  # the shape of an OpenAI client
-            class completions:
-                @staticmethod
-                async def create(**request: Any) -> Any:
-                    raise ValueError("the model is confused")
-
-    runner = LLMRunner(Broken(), "gpt-4o", registry, executor)
+    runner = LLMRunner(BrokenModel(), "gpt-4o", registry, executor)
     result = await runner.run("hi", saga_id="broken")
     assert result.status is SagaStatus.COMPENSATED
     assert value(hook, "saga_runtime_llm_tokens_total", model="gpt-4o", kind="input") == 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+from shop_tools import boom_tool
 
 from saga_runtime import SagaExecutor, SagaStatus, StepStatus, ToolRegistry
 from saga_runtime._engine import TransitionError
@@ -79,10 +80,7 @@ async def test_every_move_of_a_real_saga_is_in_the_table() -> None:
         async def compensate(self, result: int | None) -> None:
             return None
 
-    @registry.tool
-    class Boom:
-        async def execute(self) -> None:
-            raise RuntimeError("boom")
+    boom_tool(registry)
 
     executor = SagaExecutor(registry)
     result = await executor.run(

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from orphans import planned_orphan
-from stores.conftest import KINDS, Stores
+from stores import conftest as contract
+from stores.conftest import Stores
 
 from saga_runtime import (
     ApprovalError,
@@ -78,21 +78,9 @@ GATED = [
 ]
 
 
-@pytest.fixture(params=KINDS)
-def kind(request: pytest.FixtureRequest) -> str:
-    """Return each kind of store in turn (the store contract's kinds)."""
-    value: str = request.param
-    return value
-
-
-@pytest.fixture
-async def stores(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Stores]:
-    """Return the store contract's factory of stores, closed at the end of the test."""
-    factory = Stores(request, tmp_path)
-    try:
-        yield factory
-    finally:
-        await factory.close_all()
+# The store contract's fixtures: each kind of store in turn, and its factory of stores.
+kind = contract.kind
+stores = contract.stores
 
 
 @pytest.fixture

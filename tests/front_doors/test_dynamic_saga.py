@@ -8,6 +8,7 @@ from typing import Any
 
 import anyio
 import pytest
+from cancelling import cancel_once
 
 from saga_runtime import (
     Budget,
@@ -406,12 +407,7 @@ async def test_caller_cancellation_compensates_and_propagates(ledger: Ledger) ->
             await saga.call("Book", item="ticket")
             await saga.call("Wait")
 
-    task = asyncio.create_task(agent())
-    with anyio.fail_after(HANDSHAKE):
-        await started.wait()
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
+    await cancel_once(agent(), started)
 
     assert ledger.compensated == [("Wait", None), ("Book", {"item": "ticket"})]
     stored = await executor.store.get_saga("cancelled")

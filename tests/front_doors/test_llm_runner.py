@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import functools
 import json
@@ -15,6 +14,7 @@ import anyio
 import pydantic
 import pytest
 import shop_tools
+from cancelling import cancel_once
 
 from saga_runtime import (
     Budget,
@@ -520,12 +520,7 @@ async def test_caller_cancellation_compensates_then_propagates(
         client = Harness(MockLLMClient(tool_sequence=[("Book", {"item": "desk"}), ("Hang", {"what": "forever"})]))
         blocked = ledger.hanging
     runner = LLMRunner(client, MODEL, registry, executor)
-    task = asyncio.create_task(runner.run("go", saga_id="leaving"))
-    with anyio.fail_after(HANDSHAKE):
-        await blocked.wait()
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
+    await cancel_once(runner.run("go", saga_id="leaving"), blocked)
 
     stored = await executor.store.get_saga("leaving")
     assert stored is not None

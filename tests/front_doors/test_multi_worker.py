@@ -21,17 +21,16 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-import signal
-import subprocess
 import sys
 import textwrap
 import time
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
 
 import pytest
+from orphans import planned_orphan
+from worker_processes import WorkerProcesses
 
 from saga_runtime import SagaStatus, open_store
 
@@ -142,49 +141,18 @@ def worker_dir(tmp_path: Path) -> Path:
     return tmp_path
 
 
-class Fleet:
+class Fleet(WorkerProcesses):
     """The worker processes of the test; every one still alive is killed at the end."""
 
     def __init__(self, folder: Path, url: str) -> None:
-        self.folder = folder
+        super().__init__(folder)
         self.url = url
         self.env = {**os.environ, "LEDGER_URL": url, "PYTHONPATH": str(folder)}
-        self.all: list[subprocess.Popen[bytes]] = []
-        self.slots: dict[int, subprocess.Popen[bytes]] = {}
-        self.killed: set[int] = set()
-        self.logs: list[BinaryIO] = []
 
     def start(self, index: int) -> None:
         """Start (or restart) the worker of slot `index`."""
-        log = (self.folder / f"worker-{index}-{len(self.all)}.err").open("wb")
-        self.logs.append(log)
         arguments = [self.url, str(index), str(SAGAS), str(WORKERS), str(LEASE)]
-        process = subprocess.Popen(
-            [sys.executable, str(self.folder / "worker.py"), *arguments], env=self.env, stderr=log
-        )
-        self.all.append(process)
-        self.slots[index] = process
-
-    def kill(self, index: int) -> int:
-        """SIGKILL the worker of slot `index`; return its pid."""
-        process = self.slots[index]
-        process.send_signal(signal.SIGKILL)
-        process.wait()
-        self.killed.add(process.pid)
-        return process.pid
-
-    def stop_all(self) -> None:
-        """Kill every worker still running."""
-        for process in self.all:
-            if process.poll() is None:
-                process.kill()
-            process.wait()
-        for log in self.logs:
-            log.close()
-
-    def errors(self) -> str:
-        """Return what the workers wrote to stderr."""
-        return "".join(path.read_text() for path in sorted(self.folder.glob("worker-*.err")))
+        self.spawn(index, [sys.executable, str(self.folder / "worker.py"), *arguments], env=self.env)
 
 
 @pytest.fixture
@@ -268,8 +236,7 @@ async def test_four_workers_share_200_sagas_under_sigkill(fleet: Fleet, postgres
 async def test_a_saga_waiting_in_a_claimed_batch_is_not_run_by_two_executors() -> None:
     """Executor A claims two orphans at once and is busy with the first; B takes the second: it must run once."""
     from saga_runtime import MemoryStore, SagaExecutor, StepContext, ToolRegistry
-    from saga_runtime._planning import build_plan
-    from saga_runtime._records import SagaRow, StepRow, StepStatus, idempotency_key, now, seal_all
+    from saga_runtime._records import StepRow, StepStatus, idempotency_key, now, seal_all
 
     calls: list[str] = []
     registry = ToolRegistry()
@@ -282,18 +249,9 @@ async def test_a_saga_waiting_in_a_claimed_batch_is_not_run_by_two_executors() -
 
     store = MemoryStore()
     for saga_id, seconds in (("first", 1.0), ("second", 0.2)):
-        planned = build_plan([{"id": "s", "tool": "Slow", "args": {"seconds": seconds}}], registry)
         started = now()
-        saga = SagaRow(
-            saga_id=saga_id,
-            kind="plan",
-            plan=planned.to_json(),
-            plan_hash=planned.digest,
-            status=SagaStatus.RUNNING,
-            created_at=started,
-            updated_at=started,
-            owner="dead",
-            lease_expires_at=started,
+        saga = planned_orphan(
+            saga_id, [{"id": "s", "tool": "Slow", "args": {"seconds": seconds}}], registry, started=started
         )
         row = StepRow(saga_id, 0, "s", 0, "Slow", {"seconds": seconds}, idempotency_key(saga_id, "s"))
         row.status, row.attempts, row.started_at = StepStatus.RUNNING, 1, started

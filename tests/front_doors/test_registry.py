@@ -4,6 +4,7 @@ import asyncio
 import threading
 
 import pytest
+from shop_tools import boom_tool
 
 from saga_runtime import (
     PlanValidationError,
@@ -153,10 +154,7 @@ async def test_compensation_retry_option_retries_a_failing_compensation() -> Non
             undo_attempts.append(ctx.attempt)
             raise RuntimeError("cannot undo")
 
-    @registry.tool
-    class Boom:
-        async def execute(self) -> None:
-            raise RuntimeError("boom")
+    boom_tool(registry)
 
     result = await SagaExecutor(registry).run([{"tool": "Stubborn", "id": "s"}, {"tool": "Boom", "id": "b"}])
     assert undo_attempts == [1, 2, 3, 4]

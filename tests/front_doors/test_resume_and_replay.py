@@ -8,6 +8,8 @@ from typing import Any
 
 import anyio
 import pytest
+from cancelling import cancel_once
+from orphans import orphan_saga
 
 from saga_runtime import (
     Budget,
@@ -401,12 +403,7 @@ async def test_replay_serves_every_call_from_the_record_and_writes_nothing(
 async def test_replay_refuses_a_call_recorded_without_outcome(executor: SagaExecutor, ledger: Ledger) -> None:
     """replay=True raises ReplayDivergenceError for a recorded call whose outcome is unknown, and runs nothing."""
     saga = await enter(executor, "unknown-outcome")
-    task = asyncio.create_task(saga.call("Gate", item="pay"))
-    with anyio.fail_after(HANDSHAKE):
-        await ledger.gate_started.wait()
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
+    await cancel_once(saga.call("Gate", item="pay"), ledger.gate_started)
     before = await executor.store.export_saga("unknown-outcome")
 
     ledger.gate.set()
@@ -612,16 +609,8 @@ async def crashed_plan_saga(
     """Store a plan saga as a dead executor left it; return each step's idempotency key."""
     planned = build_plan(plan, executor.registry)
     started = now()
-    saga = SagaRow(
-        saga_id=saga_id,
-        kind="plan",
-        plan=planned.to_json(),
-        plan_hash=planned.digest,
-        status=status,
-        created_at=started,
-        updated_at=started,
-        owner=owner,
-        lease_expires_at=started + lease,
+    saga = orphan_saga(
+        saga_id, planned.to_json(), plan_hash=planned.digest, status=status, owner=owner, started=started, lease=lease
     )
     rows = []
     for seq, step in enumerate(planned.steps):
@@ -821,12 +810,7 @@ async def test_retry_attempts_keep_counting_across_reentry(ledger: Ledger) -> No
 
     executor = SagaExecutor(registry, executor_id="flaky")
     saga = await enter(executor, "flaky")
-    task = asyncio.create_task(saga.call("Flaky"))
-    with anyio.fail_after(HANDSHAKE):
-        await started.wait()
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
+    await cancel_once(saga.call("Flaky"), started)
 
     gate.set()
     async with restart(executor).saga(saga_id="flaky") as again:

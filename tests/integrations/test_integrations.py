@@ -8,16 +8,12 @@ without asking the model again for the turns it answered.
 from __future__ import annotations
 
 import importlib
-import shutil
-import subprocess
 import sys
 import textwrap
-from functools import partial
 from pathlib import Path
 
-import anyio
 import pytest
-from crash_children import EFFECT_TOOLS, child_env, load_tools
+from crash_children import assert_only_d_done_again, kill_agent, load_tools
 from framework_drivers import DRIVERS, FRAMEWORKS
 from shop_tools import Ledger, shop_registry
 
@@ -139,15 +135,7 @@ async def test_a_killed_run_resumes_without_asking_the_model_again_for_answered_
     framework: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Killed inside turn 3's call, the re-entered run is served turns 1-3 from the record and asks the model once."""
-    (tmp_path / "crash_tools.py").write_text(EFFECT_TOOLS)
-    (tmp_path / "agent.py").write_text(AGENT)
-    shutil.copy(Path(__file__).parent.parent / "framework_drivers.py", tmp_path / "framework_drivers.py")
-    url = f"sqlite:///{tmp_path / 'sagas.db'}"
-    env = child_env(tmp_path, DIE_IN="d")
-    child = partial(subprocess.run, [sys.executable, "agent.py", url, framework], env=env, cwd=tmp_path, timeout=60)
-    done = await anyio.to_thread.run_sync(partial(child, check=False, capture_output=True))
-    assert done.returncode == 137, done.stderr.decode()
-    before = (tmp_path / "ledger.txt").read_text().splitlines()
+    url, before = await kill_agent(tmp_path, AGENT, "framework_drivers.py", framework)
     assert before.count("model") == 3
 
     tools = load_tools(tmp_path, monkeypatch, "crash_tools.py")
@@ -161,10 +149,7 @@ async def test_a_killed_run_resumes_without_asking_the_model_again_for_answered_
     assert driver.asked == 1  # only the turn never answered
     assert saga.result is not None
     assert saga.result.status is SagaStatus.SUCCESS, saga.result.error
-    effects = [line.split() for line in (tmp_path / "ledger.txt").read_text().splitlines() if line != "model"]
-    assert [name for verb, name, _ in effects if verb == "do"] in (list("abcdd"), list("acbdd"))
-    assert len({key for verb, name, key in effects if name == "d"}) == 1  # d again, with its own idempotency key
-    assert [e for e in effects if e[0] == "undo"] == []
+    assert_only_d_done_again(tmp_path)
     assert len(saga.result.metadata["model_responses"]) == 4
 
 

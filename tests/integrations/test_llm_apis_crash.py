@@ -8,16 +8,11 @@ only the final answer: any request for an answered turn would find no script lef
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
-import sys
 import textwrap
-from functools import partial
 from pathlib import Path
 
-import anyio
 import pytest
-from crash_children import EFFECT_TOOLS, child_env, load_tools
+from crash_children import assert_only_d_done_again, kill_agent, load_tools
 from llm_fakes import APIS, MODELS, FakeAPI, call_id, text_turn
 
 from saga_runtime import LLMRunner, SagaExecutor, SagaStatus, open_store
@@ -66,15 +61,7 @@ async def test_a_killed_loop_resumes_asking_the_model_only_for_the_unanswered_tu
     api: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Killed inside turn 3's call, the re-entered run replays turns 1-3 from the record and asks the model once."""
-    (tmp_path / "crash_tools.py").write_text(EFFECT_TOOLS)
-    (tmp_path / "agent.py").write_text(AGENT)
-    shutil.copy(Path(__file__).parent.parent / "llm_fakes.py", tmp_path / "llm_fakes.py")
-    url = f"sqlite:///{tmp_path / 'sagas.db'}"
-    env = child_env(tmp_path, DIE_IN="d")
-    child = partial(subprocess.run, [sys.executable, "agent.py", url, api], env=env, cwd=tmp_path, timeout=60)
-    done = await anyio.to_thread.run_sync(partial(child, check=False, capture_output=True))
-    assert done.returncode == 137, done.stderr.decode()
-    lines = (tmp_path / "ledger.txt").read_text().splitlines()
+    url, lines = await kill_agent(tmp_path, AGENT, "llm_fakes.py", api)
     assert [line.split()[0:2] if line != "model" else ["model"] for line in lines].count(["model"]) == 3
     child_bodies = [json.loads(line) for line in (tmp_path / "bodies.jsonl").read_text().splitlines()]
 
@@ -99,9 +86,6 @@ async def test_a_killed_loop_resumes_asking_the_model_only_for_the_unanswered_tu
     tail = str(sent[len(before) :])  # turn 3's answer, then the result of its call
     assert call_id(api, 4) in tail
     assert """'{"result": {"name": "d"}}'""" in tail
-    effects = [line.split() for line in (tmp_path / "ledger.txt").read_text().splitlines() if line != "model"]
-    assert [name for verb, name, _ in effects if verb == "do"] in (list("abcdd"), list("acbdd"))
-    assert len({key for verb, name, key in effects if name == "d"}) == 1  # d again, with its own idempotency key
-    assert [e for e in effects if e[0] == "undo"] == []
+    assert_only_d_done_again(tmp_path)
     assert [c["turn"] for c in result.metadata["llm_calls"]] == [0, 1, 2, 3]
     assert result.cost == pytest.approx(sum(c["cost"] for c in result.metadata["llm_calls"]))  # each charged once

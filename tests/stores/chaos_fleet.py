@@ -21,15 +21,16 @@ import asyncio
 import os
 import random
 import signal
-import subprocess
 import sys
 import textwrap
 import time
 from collections import defaultdict
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
+
+from worker_processes import WorkerProcesses
 
 from saga_runtime import SagaExecutor, SagaStatus, SagaStore, StepContext, ToolRegistry
 
@@ -113,43 +114,30 @@ def submitter(store: SagaStore) -> SagaExecutor:
     return SagaExecutor(registry, store)
 
 
-@dataclass
-class Fleet:
+class Fleet(WorkerProcesses):
     """The worker processes of one test: started, stopped and killed by slot; every one left is killed at the end."""
 
-    folder: Path
-    url: str
-    concurrency: int
-    all: list[subprocess.Popen[bytes]] = field(default_factory=list)
-    slots: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
-    killed: set[int] = field(default_factory=set)
-    stopped: set[int] = field(default_factory=set)
-    logs: list[BinaryIO] = field(default_factory=list)
-    paths: dict[int, Path] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        (self.folder / "chaos_tools.py").write_text(TOOLS)
-        self.ledger = self.folder / "ledger.txt"
+    def __init__(self, folder: Path, url: str, concurrency: int) -> None:
+        super().__init__(folder)
+        self.url = url
+        self.concurrency = concurrency
+        self.stopped: set[int] = set()
+        (folder / "chaos_tools.py").write_text(TOOLS)
+        self.ledger = folder / "ledger.txt"
         self.env = {
             **{k: v for k, v in os.environ.items() if k != "SAGA_RUNTIME_DATABASE_URL"},
             "CHAOS_LEDGER": str(self.ledger),
-            "CHAOS_CONCURRENCY": str(self.concurrency),
-            "PYTHONPATH": str(self.folder),
+            "CHAOS_CONCURRENCY": str(concurrency),
+            "PYTHONPATH": str(folder),
         }
 
     def start(self, slot: int) -> None:
         """Start (or restart) the worker of `slot`."""
-        path = self.folder / f"worker-{slot}-{len(self.all)}.err"
-        self.paths[slot] = path
-        log = path.open("wb")
-        self.logs.append(log)
         command = [
             str(CLI), "--db", self.url, "worker", "--tools", "chaos_tools:registry", "--queues", "chaos_tools:QUEUES",
             "--executor-id", f"chaos-{slot}-{len(self.all)}", "--lease-timeout", str(LEASE), "--interval", "0.05",
         ]  # fmt: skip
-        process = subprocess.Popen(command, cwd=self.folder, env=self.env, stdout=log, stderr=log)
-        self.all.append(process)
-        self.slots[slot] = process
+        self.spawn(slot, command, merge=True, cwd=self.folder, env=self.env)
 
     def serving(self, slot: int) -> None:
         """Wait until the worker of `slot` says it serves (its signal handlers are in place)."""
@@ -159,13 +147,10 @@ class Fleet:
             assert time.monotonic() < deadline, self.errors()
             time.sleep(0.05)
 
-    def kill(self, slot: int) -> None:
-        """SIGKILL the worker of `slot`."""
+    def kill(self, slot: int) -> int:
+        """SIGKILL the worker of `slot` once it serves; return its pid."""
         self.serving(slot)
-        process = self.slots[slot]
-        process.send_signal(signal.SIGKILL)
-        process.wait()
-        self.killed.add(process.pid)
+        return super().kill(slot)
 
     def interrupt(self, slot: int) -> None:
         """SIGINT the worker of `slot` (a deploy's stop) and wait until it has stopped; it must exit 0."""
@@ -176,18 +161,9 @@ class Fleet:
         self.stopped.add(process.pid)
         assert code == 0, (code, self.errors())
 
-    def stop_all(self) -> None:
-        """Kill every worker still running."""
-        for process in self.all:
-            if process.poll() is None:
-                process.kill()
-            process.wait()
-        for log in self.logs:
-            log.close()
-
     def errors(self) -> str:
-        """Return what the workers printed."""
-        return "".join(path.read_text() for path in sorted(self.folder.glob("worker-*.err")))[-6000:]
+        """Return the end of what the workers printed."""
+        return super().errors()[-6000:]
 
 
 @dataclass

@@ -32,15 +32,21 @@ async def run_plan(store: SagaStore, saga_id: str = "audited") -> None:
     assert result.ok
 
 
-async def tamper(stores: Stores, kind: str, store: SagaStore, statements: dict[str, str]) -> None:
-    """Change the stored steps behind the store's back, with the database's own tools."""
+async def tamper(stores: Stores, kind: str, store: SagaStore, *, memory: str, sql: str) -> list[str]:
+    """Change the stored steps behind the store's back, with the database's own tools; return what verify says.
+
+    The saga must no longer verify.
+    """
     if kind == "memory":
         assert isinstance(store, MemoryStore)
-        exec(statements["memory"], {"steps": store._steps["audited"]})
+        exec(memory, {"steps": store._steps["audited"]})
     elif kind == "sqlite":
-        sqlite_query(stores.url(kind), statements["sql"])
+        sqlite_query(stores.url(kind), sql)
     else:
-        await stores.execute(kind, stores.url(kind), [statements["sql"]])
+        await stores.execute(kind, stores.url(kind), [sql])
+    verdict = await store.verify_saga("audited")
+    assert not verdict
+    return verdict.problems
 
 
 async def test_an_untouched_saga_verifies(store: SagaStore) -> None:
@@ -56,47 +62,31 @@ async def test_an_edited_result_is_reported(stores: Stores, store: SagaStore, ki
     """Editing a step's result directly in the database breaks that record's seal."""
     await run_plan(store)
     result = '{"amount": 999, "key": "forged"}'
-    await tamper(
+    problems = await tamper(
         stores,
         kind,
         store,
-        {
-            "memory": f"import json; steps['s2'].result = json.loads('{result}')",
-            "sql": f"UPDATE steps SET result = '{result}' WHERE step_id = 's2'",
-        },
+        memory=f"import json; steps['s2'].result = json.loads('{result}')",
+        sql=f"UPDATE steps SET result = '{result}' WHERE step_id = 's2'",
     )
-    verdict = await store.verify_saga("audited")
-    assert not verdict
-    assert any("'s2'" in problem and "altered" in problem for problem in verdict.problems), verdict.problems
+    assert any("'s2'" in problem and "altered" in problem for problem in problems), problems
 
 
 async def test_a_deleted_step_row_is_reported(stores: Stores, store: SagaStore, kind: str) -> None:
     """Deleting a step row directly in the database breaks the chain after it."""
     await run_plan(store)
-    await tamper(
-        stores,
-        kind,
-        store,
-        {"memory": "del steps['s1']", "sql": "DELETE FROM steps WHERE step_id = 's1'"},
-    )
-    verdict = await store.verify_saga("audited")
-    assert not verdict
-    assert any("removed" in problem for problem in verdict.problems), verdict.problems
+    problems = await tamper(stores, kind, store, memory="del steps['s1']", sql="DELETE FROM steps WHERE step_id = 's1'")
+    assert any("removed" in problem for problem in problems), problems
 
 
 async def test_two_swapped_rows_are_reported(stores: Stores, store: SagaStore, kind: str) -> None:
     """Swapping the positions of two step rows directly in the database is reported."""
     await run_plan(store)
     swap = "UPDATE steps SET seq = CASE step_id WHEN 's1' THEN 2 WHEN 's2' THEN 1 END WHERE step_id IN ('s1', 's2')"
-    await tamper(
-        stores,
-        kind,
-        store,
-        {"memory": "steps['s1'].seq, steps['s2'].seq = steps['s2'].seq, steps['s1'].seq", "sql": swap},
+    problems = await tamper(
+        stores, kind, store, memory="steps['s1'].seq, steps['s2'].seq = steps['s2'].seq, steps['s1'].seq", sql=swap
     )
-    verdict = await store.verify_saga("audited")
-    assert not verdict
-    assert verdict.problems
+    assert problems
 
 
 async def test_a_removed_last_call_of_a_dynamic_saga_is_reported(stores: Stores, store: SagaStore, kind: str) -> None:
@@ -105,15 +95,10 @@ async def test_a_removed_last_call_of_a_dynamic_saga_is_reported(stores: Stores,
         await saga.call("Charge", amount=1)
         await saga.call("Charge", amount=2)
     assert await store.verify_saga("audited")
-    await tamper(
-        stores,
-        kind,
-        store,
-        {"memory": "del steps['Charge-1']", "sql": "DELETE FROM steps WHERE step_id = 'Charge-1'"},
+    problems = await tamper(
+        stores, kind, store, memory="del steps['Charge-1']", sql="DELETE FROM steps WHERE step_id = 'Charge-1'"
     )
-    verdict = await store.verify_saga("audited")
-    assert not verdict
-    assert any("chain head" in problem for problem in verdict.problems), verdict.problems
+    assert any("chain head" in problem for problem in problems), problems
 
 
 async def test_signed_records_verify_only_with_their_key(stores: Stores, kind: str) -> None:

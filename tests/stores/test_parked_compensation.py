@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections import Counter
-from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -14,13 +13,12 @@ from saga_runtime import (
     SagaInProgressError,
     SagaResult,
     SagaStatus,
+    SagaStore,
     StepContext,
     StepStatus,
     ToolRegistry,
 )
-from saga_runtime._records import SagaRow, StepRow, idempotency_key, now, seal_all
-
-from .conftest import Stores
+from saga_runtime._records import StepRow, idempotency_key, seal_all
 
 CALLS: Counter[str] = Counter()
 registry = ToolRegistry()
@@ -58,10 +56,14 @@ async def park(store: Any, saga_id: str, *, attempts: int = 5, tools: ToolRegist
     return parked
 
 
-async def test_unpark_with_compensate_undoes_every_step_once(stores: Stores, kind: str) -> None:
-    """The charge is refunded with its result and the step of unknown outcome with None; nothing runs forward."""
+@pytest.fixture(autouse=True)
+def _count_from_zero() -> None:
+    """Count every test's tool calls from zero."""
     CALLS.clear()
-    store = await stores.open(kind, wipe=True)
+
+
+async def test_unpark_with_compensate_undoes_every_step_once(store: SagaStore) -> None:
+    """The charge is refunded with its result and the step of unknown outcome with None; nothing runs forward."""
     await park(store, "stuck")
     result = await SagaExecutor(registry, store=store).unpark("stuck", compensate=True)
     assert result is not None
@@ -74,12 +76,8 @@ async def test_unpark_with_compensate_undoes_every_step_once(stores: Stores, kin
     assert CALLS == {"refund 900": 1, "refund None": 1}
 
 
-async def test_unpark_with_compensate_by_an_executor_without_the_tools_leaves_it_to_recovery(
-    stores: Stores, kind: str
-) -> None:
+async def test_unpark_with_compensate_by_an_executor_without_the_tools_leaves_it_to_recovery(store: SagaStore) -> None:
     """Without the tools the saga is only made COMPENSATING; the next recover() with them undoes it."""
-    CALLS.clear()
-    store = await stores.open(kind, wipe=True)
     await park(store, "stuck")
     assert await SagaExecutor(ToolRegistry(), store=store).unpark("stuck", compensate=True) is None
     stored = await store.get_saga("stuck")
@@ -90,10 +88,9 @@ async def test_unpark_with_compensate_by_an_executor_without_the_tools_leaves_it
     assert CALLS == {"refund 900": 1, "refund None": 1}
 
 
-async def test_a_tool_failing_with_an_unstorable_message_still_fails_and_compensates(stores: Stores, kind: str) -> None:
+async def test_a_tool_failing_with_an_unstorable_message_still_fails_and_compensates(store: SagaStore) -> None:
     """An exception whose text holds NUL, a lone surrogate and a megabyte is recorded escaped and bounded: the step
     fails and the saga compensates on every store, instead of the write of its failure being refused."""
-    CALLS.clear()
     odd = ToolRegistry()
     odd.register(Charge())
 
@@ -102,7 +99,6 @@ async def test_a_tool_failing_with_an_unstorable_message_still_fails_and_compens
         async def execute(self) -> None:
             raise ValueError("bad\x00byte \udc80 " + "x" * 1_000_000)
 
-    store = await stores.open(kind, wipe=True)
     plan = [{"id": "charge", "tool": "Charge", "args": {"amount": 7}}, {"id": "odd", "tool": "Odd"}]
     result = await SagaExecutor(odd, store=store).run(plan, saga_id="odd-error")
     assert result.status is SagaStatus.COMPENSATED
@@ -126,10 +122,8 @@ class ChargeInCents:
         CALLS[f"refund {None if result is None else result['amount']}"] += 1
 
 
-async def test_a_saga_parked_for_a_renamed_argument_is_compensated_whole(stores: Stores, kind: str) -> None:
+async def test_a_saga_parked_for_a_renamed_argument_is_compensated_whole(store: SagaStore) -> None:
     """Its arguments no longer fit the tool: unparked with compensation, no step stays RUNNING in the ended saga."""
-    CALLS.clear()
-    store = await stores.open(kind, wipe=True)
     await park(store, "renamed")
     result = await SagaExecutor(renamed, store=store).unpark("renamed", compensate=True)
     assert result is not None
@@ -147,22 +141,14 @@ class Notify:
         CALLS["notify"] += 1
 
 
-async def test_an_unknown_outcome_nobody_can_undo_ends_cancelled_not_running(stores: Stores, kind: str) -> None:
+async def test_an_unknown_outcome_nobody_can_undo_ends_cancelled_not_running(store: SagaStore) -> None:
     """A crashed irreversible step cannot be compensated: the compensated saga records it CANCELLED, never RUNNING."""
-    CALLS.clear()
-    store = await stores.open(kind, wipe=True)
-    from saga_runtime._planning import build_plan
-
-    planned = build_plan(
-        [
-            {"id": "charge", "tool": "Charge", "args": {"amount": 7}},
-            {"id": "tell", "tool": "Notify", "args": {"text": "hi"}},
-        ],
-        registry,
-    )
-    started = now() - timedelta(minutes=5)
-    saga = SagaRow("told", "plan", planned.to_json(), planned.digest, SagaStatus.COMPENSATING, started, started)
-    saga.owner, saga.lease_expires_at, saga.error = "dead", started, "a crash"
+    plan = [
+        {"id": "charge", "tool": "Charge", "args": {"amount": 7}},
+        {"id": "tell", "tool": "Notify", "args": {"text": "hi"}},
+    ]
+    saga = planned_orphan("told", plan, registry, status=SagaStatus.COMPENSATING, error="a crash")
+    started = saga.created_at
     done = StepRow("told", 0, "charge", 0, "Charge", {"amount": 7}, idempotency_key("told", "charge"))
     done.status, done.attempts, done.started_at, done.finished_at = StepStatus.SUCCESS, 1, started, started
     done.result = {"tx": done.idempotency_key, "amount": 7}
@@ -177,9 +163,8 @@ async def test_an_unknown_outcome_nobody_can_undo_ends_cancelled_not_running(sto
     assert CALLS == {"refund 7": 1}
 
 
-async def test_a_saga_parked_because_its_plan_no_longer_validates_says_what_ran(stores: Stores, kind: str) -> None:
+async def test_a_saga_parked_because_its_plan_no_longer_validates_says_what_ran(store: SagaStore) -> None:
     """The park reason lists the plan's problems, without the refused plan's "nothing was stored or run"."""
-    store = await stores.open(kind, wipe=True)
     parked = await park(store, "no-longer", attempts=0, tools=renamed)
     assert "its plan no longer validates" in (parked.error or "")
     assert "amount" in (parked.error or "")

@@ -6,7 +6,7 @@ from collections import Counter
 from datetime import timedelta
 from typing import Any
 
-from saga_runtime import NOT_DONE, SagaExecutor, SagaStatus, StepContext, StepStatus, ToolRegistry
+from saga_runtime import NOT_DONE, SagaExecutor, SagaResult, SagaStatus, StepContext, StepStatus, ToolRegistry
 from saga_runtime._planning import build_plan
 from saga_runtime._records import SagaRow, StepRow, extend_head, idempotency_key, now, seal_all
 
@@ -65,17 +65,26 @@ async def orphan(store: Any, saga_id: str, plan: list[Any], kind: str = "plan") 
 
 
 def reset(saga_id: str, answer: Any) -> None:
+    """Count from zero; the provider will answer `answer` for the saga's first step."""
     CALLS.clear()
     KEYS.clear()
     PROVIDER[idempotency_key(saga_id, "pay")] = answer
 
 
+async def recovered(
+    store: Any, saga_id: str, answer: Any, plan: list[Any] = PLAN, saga_kind: str = "plan"
+) -> SagaResult:
+    """Orphan a saga whose first step's outcome is unknown, let the provider say `answer`; return it recovered."""
+    await orphan(store, saga_id, plan, saga_kind)
+    reset(saga_id, answer)
+    (done,) = await SagaExecutor(registry, store=store).recover()
+    return done
+
+
 async def test_recovery_asks_reconcile_and_records_a_done_step_without_running_it(stores: Stores, kind: str) -> None:
     """reconcile found the charge: the step is SUCCESS with its answer, reconciled, never executed again."""
     store = await stores.open(kind, wipe=True)
-    await orphan(store, "found", PLAN)
-    reset("found", {"tx": "tx-found"})
-    (done,) = await SagaExecutor(registry, store=store).recover()
+    done = await recovered(store, "found", {"tx": "tx-found"})
     assert done.status is SagaStatus.SUCCESS
     pay = done.step("pay")
     assert (pay.status, pay.result, pay.reconciled, pay.attempts) == (StepStatus.SUCCESS, {"tx": "tx-found"}, True, 1)
@@ -90,9 +99,7 @@ async def test_recovery_asks_reconcile_and_records_a_done_step_without_running_i
 async def test_recovery_runs_a_step_reconcile_finds_not_done_again_with_its_key(stores: Stores, kind: str) -> None:
     """NOT_DONE: the step runs again with the same idempotency key; its record is the run's, not reconciled."""
     store = await stores.open(kind, wipe=True)
-    await orphan(store, "missing", PLAN)
-    reset("missing", NOT_DONE)
-    (done,) = await SagaExecutor(registry, store=store).recover()
+    done = await recovered(store, "missing", NOT_DONE)
     assert done.status is SagaStatus.SUCCESS
     pay = done.step("pay")
     assert (pay.status, pay.result, pay.reconciled) == (StepStatus.SUCCESS, {"tx": "tx-5"}, False)
@@ -103,9 +110,7 @@ async def test_recovery_runs_a_step_reconcile_finds_not_done_again_with_its_key(
 async def test_a_reconcile_that_raises_leaves_the_outcome_unknown_as_before(stores: Stores, kind: str) -> None:
     """reconcile raising: the step runs again with its key, as without reconcile (retried by compensation_retry)."""
     store = await stores.open(kind, wipe=True)
-    await orphan(store, "unsure", PLAN)
-    reset("unsure", ConnectionError("provider down"))
-    (done,) = await SagaExecutor(registry, store=store).recover()
+    done = await recovered(store, "unsure", ConnectionError("provider down"))
     assert done.status is SagaStatus.SUCCESS
     assert not done.step("pay").reconciled
     assert CALLS["execute"] == 2
@@ -115,9 +120,7 @@ async def test_a_reconcile_that_raises_leaves_the_outcome_unknown_as_before(stor
 async def test_a_dynamic_saga_compensates_a_reconciled_step_with_its_answer(stores: Stores, kind: str) -> None:
     """Recovery compensating: a step found done is undone with reconcile's answer, not with None."""
     store = await stores.open(kind, wipe=True)
-    await orphan(store, "dyn-done", PLAN, kind="dynamic")
-    reset("dyn-done", {"tx": "tx-found"})
-    (done,) = await SagaExecutor(registry, store=store).recover()
+    done = await recovered(store, "dyn-done", {"tx": "tx-found"}, saga_kind="dynamic")
     assert done.status is SagaStatus.COMPENSATED
     pay = done.step("pay")
     assert (pay.status, pay.result, pay.reconciled) == (StepStatus.COMPENSATED, {"tx": "tx-found"}, True)
@@ -128,9 +131,7 @@ async def test_a_dynamic_saga_compensates_a_reconciled_step_with_its_answer(stor
 async def test_a_step_found_not_done_is_cancelled_and_never_compensated(stores: Stores, kind: str) -> None:
     """Recovery compensating: NOT_DONE ends the step CANCELLED, reconciled, with no compensate call."""
     store = await stores.open(kind, wipe=True)
-    await orphan(store, "dyn-none", PLAN, kind="dynamic")
-    reset("dyn-none", NOT_DONE)
-    (done,) = await SagaExecutor(registry, store=store).recover()
+    done = await recovered(store, "dyn-none", NOT_DONE, saga_kind="dynamic")
     assert done.status is SagaStatus.COMPENSATED
     pay = done.step("pay")
     assert (pay.status, pay.reconciled, pay.compensated_at) == (StepStatus.CANCELLED, True, None)

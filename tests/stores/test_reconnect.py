@@ -14,11 +14,10 @@ from contextlib import asynccontextmanager
 from datetime import timedelta
 from types import SimpleNamespace
 from typing import Any
-from urllib.parse import urlsplit
 
-import aiomysql
 import asyncpg
 import pytest
+from conftest import mysql_connect
 
 from saga_runtime._exceptions import StoreBusyError, StoreConnectionError, StoreError
 from saga_runtime._records import SagaStatus, StepStatus
@@ -103,16 +102,7 @@ async def admin(kind: str, url: str) -> AsyncIterator[Admin]:
         finally:
             await pg.close()
         return
-    parts = urlsplit(url)
-    my = await aiomysql.connect(
-        host=parts.hostname or "127.0.0.1",
-        port=parts.port or 3306,
-        user=parts.username or "root",
-        password=parts.password or "",
-        db=parts.path.lstrip("/"),
-        autocommit=True,
-        connect_timeout=5,
-    )
+    my = await mysql_connect(url)
     try:
         yield Admin(kind, my)
     finally:

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import sqlite3
 from typing import Any
-from urllib.parse import urlsplit
 
-import aiomysql
 import asyncpg
 import pytest
+from conftest import mysql_connect
 
 from saga_runtime import SagaExecutor, ToolRegistry
 from saga_runtime._exceptions import SchemaVersionError
@@ -144,15 +143,7 @@ async def _build_v1(
         finally:
             await pg.close()
     else:
-        parts = urlsplit(url)
-        my = await aiomysql.connect(
-            host=parts.hostname or "127.0.0.1",
-            port=parts.port or 3306,
-            user=parts.username or "root",
-            password=parts.password or "",
-            db=parts.path.lstrip("/"),
-            autocommit=True,
-        )
+        my = await mysql_connect(url)
         try:
             async with my.cursor() as cursor:
                 for statement in ddl:
