@@ -274,9 +274,10 @@ class Journal:
     def charge(self, cost: float, tokens: int) -> tuple[float, int]:
         """Add a charge to the saga; return its cost and tokens so far."""
         saga = self.saga
-        saga.cost += cost
-        saga.tokens += tokens
-        self._saga_dirty = True
+        if cost or tokens:  # a charge of nothing changes nothing to write
+            saga.cost += cost
+            saga.tokens += tokens
+            self._saga_dirty = True
         return saga.cost, saga.tokens
 
     def renewed(self, expires: datetime, sent: float) -> None:
