@@ -68,8 +68,7 @@ class Journal:
         for row in announced:  # new rows, written RUNNING with the saga itself: no move
             row.status, row.attempts, row.started_at = StepStatus.RUNNING, 1, saga.created_at
         self._dirty: dict[str, StepRow] = {}
-        # The saga row must be written: with a sealed field changed (`_saga_dirty`), or only what no seal covers
-        # (`_saga_touched`: recovery attempts, the lease), keeping the seal of this journal's last write.
+        # The saga row to write: a sealed field changed (dirty), or only its lease or recovery count (touched).
         self._saga_dirty = False
         self._saga_touched = False
         self._seal_known = False  # the saga row's seal is the one this journal's last write stored
@@ -344,10 +343,7 @@ class Journal:
                 for row in steps:
                     self._dirty.setdefault(row.step_id, self.rows[row.step_id])
                 if saga is not None:
-                    if reseal:
-                        self._saga_dirty = True
-                    else:
-                        self._saga_touched = True
+                    self._saga_touched, self._saga_dirty = True, self._saga_dirty or reseal
                 if isinstance(exc, LeaseLostError) and self.owner is not None:
                     logger.error(
                         "saga %s: the store refused a write, another executor owns the saga now; stopping here",
