@@ -314,10 +314,10 @@ class Journal:
             self.check_fence()
             if not self._dirty and not self._saga_dirty and not self._saga_touched:
                 return
-            link = self._link
+            links, link = self._links, self._link
             steps = []
             for row in self._dirty.values():
-                row.prev_hash, row.hash = link(row), None  # the store seals it afresh
+                row.prev_hash, row.hash = links.get(row.seq) or link(row), None  # the store seals it afresh
                 steps.append(row.copy())
             self._dirty.clear()
             saga = None
