@@ -1,8 +1,8 @@
 """Engine: runs one saga's groups, retries, timeouts, cancellation and compensation. Knows no driver.
 
 Its shape (DESIGN.md): a transition table allows every status change (`_transitions`); the Journal is the one owner
-of a saga's record: every change to it, its sealing and writing (`_journal`); cancellation lives in one module
-(`_cancellation`); the Invoker calls tools (`_invoker`); the StepRunner (`_steps`) and the Compensator
+of a saga's record: every change to it, its linking and writing (`_journal`; the store seals); cancellation lives
+in one module (`_cancellation`); the Invoker calls tools (`_invoker`); the StepRunner (`_steps`) and the Compensator
 (`_compensator`) receive them; `SagaEngine` (`_saga`) composes them for one saga; `Claims` and `Session`
 (`_session`) hold sagas under this executor's lease; `Drives` (`_claim`) owns the sagas it drives and the one
 claim-and-drive context manager every front door uses; `drive_plan` (`_driver`) feeds a plan's groups to the

@@ -64,8 +64,10 @@ class Actions:
         engine = drives.claims.start_plan(saga, steps, announce=announce)
         # Only the first group's intents go with the saga: a step's row is first written at its intent.
         announced = engine.journal.announced
-        existing = await store.create_saga(saga.copy(), [row.copy() for row in steps if row.step_id in announced])
+        created = saga.copy()
+        existing = await store.create_saga(created, [row.copy() for row in steps if row.step_id in announced])
         if existing is None:
+            engine.journal.stored_as(created)
             logger.debug("saga %s: started by %s, %d steps", saga.saga_id, drives.config.executor_id, len(steps))
             claim = drives.claim(saga, take="new")
         else:

@@ -33,7 +33,6 @@ from saga_runtime._records import (
     identity_hash,
     mask_secrets,
     now,
-    seal_approval,
 )
 
 __all__ = ["HOLDABLE", "Decisions", "Gate", "decided"]
@@ -89,7 +88,6 @@ class Gate:
         await self.load()
         saga_id = journal.saga.saga_id
         started = now()
-        key = journal.store.signing_key
         new = []
         for row in gated:
             request = self.rows.get(row.step_id)
@@ -114,8 +112,8 @@ class Gate:
                 digest,
                 started,
                 None if timeout is None else started + timedelta(seconds=timeout),
+                prev_hash=identity_hash(row, saga_id),  # linked to its step; the store seals it
             )
-            seal_approval(request, identity_hash(row, saga_id), key)
             new.append(request)
         if new:
             await journal.flush()  # the steps are stored before the requests that name them
@@ -150,7 +148,7 @@ class Gate:
     async def _expire(self, request: ApprovalRow) -> None:
         """Reject a request whose deadline passed (one conditional update; a decision made first stands)."""
         store = self._journal.store
-        row = decided(request, REJECTED, DEADLINE, None, store.signing_key)
+        row = decided(request, REJECTED, DEADLINE, None)
         if await store.decide_approval(row, by_deadline=True):
             self._keep([row])
             tell(self._journal.config, self._journal.saga, row)
@@ -229,7 +227,7 @@ class Decisions:
                 saga_id=saga_id,
                 step_id=step_id,
             )
-        row = decided(request, decision, by, note, store.signing_key)
+        row = decided(request, decision, by, note)
         if request.deadline is not None and request.deadline <= (row.decided_at or now()):
             raise self._too_late(request)
         if not await store.decide_approval(row):
@@ -246,7 +244,7 @@ class Decisions:
         store = self._config.store
         done = 0
         for request in await store.list_approvals(due=now(), limit=limit):
-            row = decided(request, REJECTED, DEADLINE, None, store.signing_key)
+            row = decided(request, REJECTED, DEADLINE, None)
             if await store.decide_approval(row, by_deadline=True):
                 done += 1
                 logger.info("saga %s: step %s rejected, its deadline passed", row.saga_id, row.step_id)

@@ -1,8 +1,9 @@
 """The Journal: the one owner of a saga's record (saga row, step rows, approval decisions).
 
 Nothing else assigns a record's field (tests/engine/test_journal.py holds that). Its methods are intents, each
-checked against the transition table, changing the fields and marking what must be written. It seals the rows
-and writes them ahead through the store: owner-conditionally under the lease, never again once fenced.
+checked against the transition table, changing the fields and marking what must be written. It writes the rows
+ahead through the store, which seals them (each step row carries its link, `prev_hash`, fixed at its creation):
+owner-conditionally under the lease, never again once fenced.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from saga_runtime._records import (
     ApprovalRow,
     SagaRow,
     SagaStatus,
-    Sealer,
     StepRow,
     StepStatus,
     extend_head,
@@ -63,15 +63,15 @@ class Journal:
         self.rows: dict[str, StepRow] = {row.step_id: row for row in steps}
         self._by_seq: dict[int, StepRow] = {row.seq: row for row in steps}
         self._links: dict[int, str] = {}
-        self._sealer = Sealer(config.store.signing_key)
-        # A store that seals rows itself before they are read (memory) is written unsealed rows.
-        self._sealing = not config.store.seals_on_read
         # Steps whose first attempt was committed RUNNING with the saga itself (write-ahead done).
         self.announced = {row.step_id for row in announced}
         for row in announced:  # new rows, written RUNNING with the saga itself: no move
             row.status, row.attempts, row.started_at = StepStatus.RUNNING, 1, saga.created_at
         self._dirty: dict[str, StepRow] = {}
+        # The saga row to write: a sealed field changed (dirty), or only its lease or recovery count (touched).
         self._saga_dirty = False
+        self._saga_touched = False
+        self._seal_known = False  # the saga row's seal is the one this journal's last write stored
         # asyncio.Lock: it does not yield to the loop when nobody holds it.
         self._write_lock = asyncio.Lock()
         self.guard = Fence(saga.saga_id)
@@ -210,16 +210,16 @@ class Journal:
     def recovering(self) -> None:
         """Count a recovery attempt: a worker starts driving the saga (written before it does)."""
         self.saga.recovery_attempts += 1
-        self._saga_dirty = True
+        self._saga_touched = True
 
     def _progressed(self) -> None:
         # A step's outcome recorded: the recoveries that failed before no longer count against the saga.
         if self.saga.recovery_attempts:
             self.saga.recovery_attempts = 0
-            self._saga_dirty = True
+            self._saga_touched = True
 
     def touch_saga(self) -> None:
-        """Note that the saga row must be written with the next flush (a fresh lease)."""
+        """Note that the saga row must be written, sealed again, with the next flush (its history changed)."""
         self._saga_dirty = True
 
     def saga_to(self, status: SagaStatus) -> None:
@@ -273,9 +273,10 @@ class Journal:
     def charge(self, cost: float, tokens: int) -> tuple[float, int]:
         """Add a charge to the saga; return its cost and tokens so far."""
         saga = self.saga
-        saga.cost += cost
-        saga.tokens += tokens
-        self._saga_dirty = True
+        if cost or tokens:  # a charge of nothing changes nothing to write
+            saga.cost += cost
+            saga.tokens += tokens
+            self._saga_dirty = True
         return saga.cost, saga.tokens
 
     def renewed(self, expires: datetime, sent: float) -> None:
@@ -297,45 +298,44 @@ class Journal:
             link = self._links[row.seq] = identity_hash(self._by_seq.get(row.seq - 1), row.saga_id)
         return link
 
-    def seal_all(self) -> None:
-        """Link and seal every row, in order (before the saga's first write)."""
-        if not self._sealing:
-            return
-        seal, link = self._sealer.seal, self._link
-        for row in sorted(self.rows.values(), key=seq_of):
-            seal(row, link(row))
+    def link_all(self) -> None:
+        """Link every row to the one before it (before the saga's first write: the store seals them)."""
+        link = self._link
+        for row in self.rows.values():
+            row.prev_hash = link(row)
+
+    def stored_as(self, saga: SagaRow) -> None:
+        """Note the saga row as the store wrote it (its seal), outside `flush` (its creation)."""
+        self.saga.seal, self._seal_known = saga.seal, True
 
     async def flush(self) -> None:
         """Commit every changed row in one owner-conditional store write; raise `LeaseLostError` when fenced."""
         async with self._write_lock:
             self.check_fence()
-            if not self._dirty and not self._saga_dirty:
+            if not self._dirty and not self._saga_dirty and not self._saga_touched:
                 return
-            if self._sealing:
-                seal, link = self._sealer.seal, self._link
-                steps = []
-                for row in self._dirty.values():
-                    seal(row, link(row))
-                    steps.append(row.copy())
-            else:
-                steps = [row.copy() for row in self._dirty.values()]
-                for copy in steps:
-                    copy.hash = None  # changed since it was sealed, if ever: the store seals it afresh
+            links, link = self._links, self._link
+            steps = []
+            for row in self._dirty.values():
+                row.prev_hash, row.hash = links.get(row.seq) or link(row), None  # the store seals it afresh
+                steps.append(row.copy())
             self._dirty.clear()
             saga = None
             sent = 0.0
-            if self._saga_dirty:
+            reseal = self._saga_dirty or not self._seal_known
+            if self._saga_dirty or self._saga_touched:
                 # The new lease goes on the copy; believed only once stored.
                 saga = self.saga.copy()
                 saga.updated_at = now()
                 if saga.status in (SagaStatus.RUNNING, SagaStatus.COMPENSATING):
                     saga.lease_expires_at = saga.updated_at + timedelta(seconds=self.config.lease_timeout)
                     sent = self.lease.mark()
-                self._saga_dirty = False
+                self._saga_dirty = self._saga_touched = False
             try:
-                await self.store.save(saga, steps, owner=self.owner)
+                await self.store.save(saga, steps, owner=self.owner, reseal=reseal)
                 if saga is not None:
                     self.saga.updated_at, self.saga.lease_expires_at = saga.updated_at, saga.lease_expires_at
+                    self.saga.seal, self._seal_known = saga.seal, True
                     if sent and self.owner is not None:
                         self.lease.confirmed(sent)
             except BaseException as exc:
@@ -343,7 +343,7 @@ class Journal:
                 for row in steps:
                     self._dirty.setdefault(row.step_id, self.rows[row.step_id])
                 if saga is not None:
-                    self._saga_dirty = True
+                    self._saga_touched, self._saga_dirty = True, self._saga_dirty or reseal
                 if isinstance(exc, LeaseLostError) and self.owner is not None:
                     logger.error(
                         "saga %s: the store refused a write, another executor owns the saga now; stopping here",
@@ -375,7 +375,7 @@ class Journal:
     def keep_lease(self) -> None:
         """Make the next (owner-conditional) write extend the lease when too little is left to start a step on."""
         if self.owner is not None and self.lease.left() < self.config.lease_timeout * _LEASE_MARGIN:
-            self._saga_dirty = True  # flush() writes the saga row with a fresh lease_expires_at
+            self._saga_touched = True  # flush() writes the saga row with a fresh lease_expires_at
 
     def lease_short(self) -> bool:
         """Tell whether too little of the lease is known to be left to invoke a tool on (see `confirm_lease`)."""
@@ -385,7 +385,7 @@ class Journal:
         """Make sure by this process's clock that the lease is good before a tool runs (else extend it, or fence)."""
         if not self.lease_short():
             return
-        self._saga_dirty = True
+        self._saga_touched = True
         await self.flush()
         self.check_fence()
         if self.lease_short():

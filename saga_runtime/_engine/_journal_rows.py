@@ -16,7 +16,6 @@ from saga_runtime._records import (
     TakeoverReason,
     cancel_entry,
     now,
-    seal_approval,
     takeover_entry,
 )
 
@@ -67,11 +66,10 @@ def park(saga: SagaRow, why: str) -> None:
     saga.error = f"parked: {why}; fix the cause, then executor.unpark({saga.saga_id!r})"
 
 
-def decided(request: ApprovalRow, decision: str, by: str, note: str | None, key: bytes | None) -> ApprovalRow:
-    """Return a copy of `request` holding a decision made now, sealed again."""
+def decided(request: ApprovalRow, decision: str, by: str, note: str | None) -> ApprovalRow:
+    """Return a copy of `request` holding a decision made now, unsealed (the store seals it as it records it)."""
     row = request.copy()
-    row.decision, row.decided_by, row.decided_at, row.note = decision, by, now(), note
-    seal_approval(row, row.prev_hash or "", key)
+    row.decision, row.decided_by, row.decided_at, row.note, row.hash = decision, by, now(), note, None
     return row
 
 

@@ -43,7 +43,7 @@ class Queues:
     async def submit(self, saga: SagaRow, steps: list[StepRow], entry: QueueEntry) -> None:
         """Store a new QUEUED saga; the same id with the same plan stores nothing; another plan raises."""
         config = self._drives.config
-        Journal(config, saga, steps).seal_all()
+        Journal(config, saga, steps).link_all()
         existing = await config.store.enqueue(saga.copy(), [row.copy() for row in steps], entry)
         if existing is None:
             logger.debug("saga %s: queued in %r", saga.saga_id, entry.queue)

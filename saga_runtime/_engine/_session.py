@@ -86,7 +86,7 @@ class Claims:
         """
         first = [row for row in steps if row.group == 0] if announce else []
         engine = SagaEngine(self.config, saga, steps, announced=first, owner=self.config.executor_id)
-        engine.journal.seal_all()  # the journal seals: it keeps what it hashed for the next seals of the same rows
+        engine.journal.link_all()  # linked now: the store seals each row as it writes it
         return engine
 
     def engine(self, saga: SagaRow, steps: Sequence[StepRow], *, detached: bool = False) -> SagaEngine:

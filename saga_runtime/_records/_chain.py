@@ -13,7 +13,7 @@ changes and seals what does:
 Updating one row re-seals that row only: a store write stays one row per changed step. A running saga hashes the
 part of a row that never changes once (`Sealer`), then only the rest at each seal.
 
-The saga row is sealed too (`seal_saga`, by the store each time it writes the row): its kind, plan (by digest),
+The saga row is sealed too (`seal_saga`, by the store when it writes the row changed): its kind, plan (by digest),
 plan hash (a dynamic saga's chain head), status, budget, cost, tokens, metadata, error, times and the status it was
 parked from. Removing a step together with its plan entry changes the plan, so it breaks the saga's seal. Not
 sealed: the owner, the lease, `updated_at` and the count of recovery attempts, which leases and recovery change
@@ -251,18 +251,18 @@ def seal(row: StepRow, previous: StepRow | str | None, key: bytes | None) -> Non
 class Sealer:
     """Seal the rows of one saga again and again as they change, hashing each row's fixed part only once.
 
-    The hash state after a row's fixed part is kept with the arguments it was computed from (the object, and a
-    copy of its content): the engine replaces arguments (a `$ref` resolved is a new dict), and a tool that
-    changed its arguments in place makes them unequal to the copy (unless it swapped a value for an equal one
-    that JSON writes otherwise: 1 for true, 0 for false); either way the state is computed afresh. A seal is
-    the one `seal` gives.
+    The hash state after a row's fixed part is kept with the identity and arguments it was computed from (the
+    arguments object, and a copy of its content), so a snapshot of the row (`StepRow.copy`) finds it too: the
+    engine replaces arguments (a `$ref` resolved is a new dict), and a tool that changed its arguments in place
+    makes them unequal to the copy (unless it swapped a value for an equal one that JSON writes otherwise: 1 for
+    true, 0 for false); either way the state is computed afresh. A seal is the one `seal` gives.
     """
 
     __slots__ = ("_key", "_states", "_times")
 
     def __init__(self, key: bytes | None) -> None:
         self._key = key
-        self._states: dict[str, tuple[StepRow, Any, Any, Any]] = {}
+        self._states: dict[str, tuple[tuple[Any, ...], Any, Any, Any]] = {}
         # The text of each time sealed, by identity (equal instants in other offsets have other text).
         self._times: dict[int, tuple[datetime, str]] = {}
 
@@ -274,15 +274,16 @@ class Sealer:
         self._times[id(value)] = (value, text)
         return text
 
-    def seal(self, row: StepRow, link: str) -> None:
+    def seal(self, row: StepRow, link: str | None) -> None:
         """Link `row` to the identity hash `link` of the row before it, and seal its content."""
         row.prev_hash = link
         args = row.args
+        ident = (row.saga_id, row.seq, row.group, row.tool_name, row.idempotency_key)
         known = self._states.get(row.step_id)
-        if known is None or known[0] is not row or known[1] is not args or known[2] != args:
+        if known is None or known[0] != ident or known[1] is not args or known[2] != args:
             normal = _normal_copy(args)  # a new dict (lists and dicts inside copied): the copy to compare with
             state = _start(_fixed(row, normal), self._key)
-            self._states[row.step_id] = (row, args, normal, state)
+            self._states[row.step_id] = (ident, args, normal, state)
         else:
             state = known[3]
         row.hash = _finish(state.copy(), _changing_text(row, self._time), self._key)

@@ -47,15 +47,6 @@ class SagaStore(Protocol):
     """
 
     @property
-    def seals_on_read(self) -> bool:
-        """Tell whether step rows are written to it unsealed (`hash` None), sealed by the store before any read.
-
-        A store that says so seals them (see `saga_runtime._records.seal`) at the latest when their saga ends;
-        the others are written sealed rows.
-        """
-        ...
-
-    @property
     def retry_for(self) -> float:
         """Return the seconds an operation that lost its connection is retried for (0: never retried)."""
         ...
@@ -82,12 +73,19 @@ class SagaStore(Protocol):
     async def create_saga(self, saga: SagaRow, steps: Sequence[StepRow]) -> tuple[SagaRow, list[StepRow]] | None:
         """Insert a new saga with its first step rows, atomically; return None, or the existing saga if the id is taken.
 
-        When the id is taken nothing is written: the caller compares plans and decides.
+        When the id is taken nothing is written: the caller compares plans and decides. Rows are sealed as `save`
+        seals them.
         """
         ...
 
-    async def save(self, saga: SagaRow | None, steps: Sequence[StepRow], *, owner: str | None = None) -> None:
+    async def save(
+        self, saga: SagaRow | None, steps: Sequence[StepRow], *, owner: str | None = None, reseal: bool = True
+    ) -> None:
         """Write the saga row (if given) and upsert the step rows, all in one commit; return once it is durable.
+
+        The store seals what it writes (saga_runtime._storage._sealing): the saga row, unless `reseal` is False
+        (no sealed field changed since its `seal`, which is kept), and each step row given unsealed (`hash` None),
+        to the link it carries (`prev_hash`).
 
         With `owner`, the write happens only if the stored saga's `owner` is `owner`, checked atomically with the
         write (the saga row locked where the database needs it); otherwise nothing is written and `LeaseLostError`
@@ -218,10 +216,12 @@ class SagaStore(Protocol):
 
     # -- approvals: requests for a person's decision, each decided once ---------------------------------------------
 
-    async def request_approvals(self, rows: Sequence[ApprovalRow]) -> list[str]:
+    async def request_approvals(self, rows: Sequence[ApprovalRow], *, seal: bool = True) -> list[str]:
         """Record the approval requests not recorded yet (by saga and step); return the step ids it recorded.
 
-        A request recorded already is left as it is (its time, deadline and any decision stand).
+        A request recorded already is left as it is (its time, deadline and any decision stand). A row given
+        unsealed (`hash` None) is sealed to its step (the link it carries, `prev_hash`); not with `seal` False
+        (an import: rows are kept as given).
         """
         ...
 
@@ -234,7 +234,7 @@ class SagaStore(Protocol):
 
         One conditional update: only an undecided request is decided, so of two decisions at once exactly one is
         recorded (the other gets False). A person's decision needs the deadline not passed at `decided_at`;
-        `by_deadline` (the deadline's own rejection) needs it passed.
+        `by_deadline` (the deadline's own rejection) needs it passed. A row given unsealed is sealed first.
         """
         ...
 

@@ -16,17 +16,14 @@ from saga_runtime._records import (
     SagaRow,
     SagaStatus,
     StepRow,
-    identity_hash,
     now,
-    planned_identities,
-    seal,
-    seal_saga,
 )
 from saga_runtime._storage._base import key_full, queue_allowance, unparked_status
 from saga_runtime._storage._batch import lease_lost
 from saga_runtime._storage._keys import signing_key_bytes
 from saga_runtime._storage._memory_retention import MemoryRetention, keep_option
 from saga_runtime._storage._reading import StoreBase
+from saga_runtime._storage._sealing import Sealing
 
 __all__ = ["MemoryStore"]
 
@@ -38,16 +35,14 @@ _CANCELLABLE = _LIVE | {SagaStatus.WAITING}
 class MemoryStore(StoreBase, MemoryRetention):
     """Keep sagas in this process's memory: fast, private to the store object, gone when the process ends.
 
-    Rows written without a seal (`hash` None: the engine leaves sealing to a store that `seals_on_read`) are
-    sealed here when their saga ends, or earlier when anything reads it: a running saga in memory is read by
-    nobody but its engine, so most of its rows are sealed once, not once per change.
+    Step rows written without a seal (`hash` None: the engine hands them so, linked) are sealed here when their
+    saga ends, or earlier when anything reads it: a running saga in memory is read by nobody but its engine, so
+    most of its rows are sealed once, not once per change.
 
     `keep`: at most that many finished (SUCCESS or COMPENSATED) sagas are kept whole; past it, the oldest is
     purged to its tombstone (API.md §14), so a long-running process does not grow without end.
     """
 
-    #: The engine may write this store's rows unsealed: it seals them itself before anyone reads them.
-    seals_on_read = True
     #: No connection to lose: nothing is retried.
     retry_for = 0.0
 
@@ -61,6 +56,7 @@ class MemoryStore(StoreBase, MemoryRetention):
         self._closed = False
         self._wakers: list[Callable[[str], None]] = []  # workers' wakeups (queue_wakeups)
         self._signing_key = signing_key_bytes(signing_key)
+        self._sealing = Sealing(self._signing_key)
         # The rows written unsealed by save() or create_saga() and not sealed yet, by saga: exactly those are sealed
         # here (a row that came without a seal another way, an import, stays unsealed and is reported so).
         # (By id: rows compare by value; the row itself is kept, so its id is not reused while it waits.)
@@ -105,13 +101,15 @@ class MemoryStore(StoreBase, MemoryRetention):
         if existing is not None:
             return existing
         self._check_keys(steps)
-        seal_saga(saga, self._signing_key)
+        self._sealing.saga(saga)
         self._sagas[saga.saga_id] = saga
         self._put_steps(steps)
         self._note_unsealed(saga.saga_id, steps)
         return None
 
-    async def save(self, saga: SagaRow | None, steps: Sequence[StepRow], *, owner: str | None = None) -> None:
+    async def save(
+        self, saga: SagaRow | None, steps: Sequence[StepRow], *, owner: str | None = None, reseal: bool = True
+    ) -> None:
         """Keep the given rows (snapshots the caller no longer touches); with `owner`, only if it owns the saga."""
         if self._closed:  # checked inline: a running saga saves at every step
             self._check_open()
@@ -119,7 +117,7 @@ class MemoryStore(StoreBase, MemoryRetention):
             self._check_owner(saga, steps, owner)
         self._check_keys(steps)  # before anything is written: a refused save writes nothing
         if saga is not None:
-            seal_saga(saga, self._signing_key)
+            self._sealing.saga(saga, reseal=reseal)
             self._sagas[saga.saga_id] = saga
         self._put_steps(steps)
         if steps:
@@ -198,22 +196,10 @@ class MemoryStore(StoreBase, MemoryRetention):
                 self._unsealed.setdefault(saga_id, {})[id(row)] = row
 
     def _seal(self, saga_id: str) -> None:
-        """Seal the rows of a saga written unsealed and still stored, each linked to the step before it.
-
-        A plan's step never started has no row: the row after it links to its identity, read from the plan.
-        """
+        """Seal the rows of a saga written unsealed and still stored (each carries its link)."""
         pending = self._unsealed.pop(saga_id, {})
-        rows = sorted(self._steps.get(saga_id, {}).values(), key=lambda r: r.seq)
-        planned: list[StepRow] | None = None
-        previous: StepRow | None = None
-        for row in rows:
-            if pending.get(id(row)) is row:
-                if row.seq and (previous is None or previous.seq != row.seq - 1):
-                    if planned is None:
-                        planned = planned_identities(self._sagas[saga_id]) or []
-                    previous = planned[row.seq - 1] if row.seq <= len(planned) else previous
-                seal(row, identity_hash(previous, saga_id), self._signing_key)
-            previous = row
+        stored = self._steps.get(saga_id, {})
+        self._sealing.steps_once([row for row in pending.values() if stored.get(row.step_id) is row])
 
     def _snapshot(self, saga_id: str) -> tuple[SagaRow, list[StepRow]] | None:
         saga = self._sagas.get(saga_id)
@@ -254,7 +240,7 @@ class MemoryStore(StoreBase, MemoryRetention):
             updated_at=now,
             finished_at=None,
         )
-        seal_saga(reopened, self._signing_key)
+        self._sealing.saga(reopened)
         self._sagas[saga_id] = reopened
         return True
 
@@ -275,7 +261,7 @@ class MemoryStore(StoreBase, MemoryRetention):
             lease_expires_at=None,
             updated_at=now,
         )
-        seal_saga(unparked, self._signing_key)
+        self._sealing.saga(unparked)
         self._sagas[saga_id] = unparked
         return True
 
@@ -364,7 +350,7 @@ class MemoryStore(StoreBase, MemoryRetention):
             started = replace(
                 saga, status=SagaStatus.RUNNING, owner=owner, lease_expires_at=lease_expires_at, updated_at=now
             )
-            seal_saga(started, self._signing_key)
+            self._sealing.saga(started)
             self._sagas[saga.saga_id] = started
             self._started[saga.saga_id] = now
             snapshot = self._snapshot(saga.saga_id)
@@ -388,7 +374,7 @@ class MemoryStore(StoreBase, MemoryRetention):
         if saga is None or saga.status is not SagaStatus.QUEUED:
             return False
         ended = replace(saga, status=SagaStatus.COMPENSATED, error=error, updated_at=now, finished_at=now)
-        seal_saga(ended, self._signing_key)
+        self._sealing.saga(ended)
         self._sagas[saga_id] = ended
         self._seal(saga_id)
         if self._keep is not None:
@@ -402,7 +388,7 @@ class MemoryStore(StoreBase, MemoryRetention):
         if saga is None or saga.status is not SagaStatus.RUNNING or saga.owner != owner or saga_id not in self._queued:
             return False
         back = replace(saga, status=SagaStatus.QUEUED, owner=None, lease_expires_at=None, updated_at=now)
-        seal_saga(back, self._signing_key)
+        self._sealing.saga(back)
         self._sagas[saga_id] = back
         self._started.pop(saga_id, None)
         return True
@@ -425,10 +411,12 @@ class MemoryStore(StoreBase, MemoryRetention):
     def _approval_rows(self, saga_id: str) -> list[ApprovalRow]:
         return sorted((row.copy() for row in self._approvals.get(saga_id, {}).values()), key=lambda r: r.seq)
 
-    async def request_approvals(self, rows: Sequence[ApprovalRow]) -> list[str]:
+    async def request_approvals(self, rows: Sequence[ApprovalRow], *, seal: bool = True) -> list[str]:
         """Record the requests not recorded yet; return the step ids it recorded."""
         self._check_open()
         added = []
+        if seal:
+            self._sealing.approvals(rows)
         for row in rows:
             held = self._approvals.setdefault(row.saga_id, {})
             if row.step_id not in held:
@@ -444,6 +432,7 @@ class MemoryStore(StoreBase, MemoryRetention):
     async def decide_approval(self, row: ApprovalRow, *, by_deadline: bool = False) -> bool:
         """Record the decision of an undecided request; return whether it did."""
         self._check_open()
+        self._sealing.approvals([row])
         stored = self._approvals.get(row.saga_id, {}).get(row.step_id)
         if stored is None or stored.decision is not None or row.decided_at is None:
             return False

@@ -67,7 +67,7 @@ async def import_saga(store: SagaStore, data: Mapping[str, Any]) -> None:
             "import it into another store or delete the existing one first",
             saga_id=saga.saga_id,
         )
-    await store.request_approvals(approvals)
+    await store.request_approvals(approvals, seal=False)  # kept as exported, unsealed ones too
 
 
 async def list_sagas(

@@ -36,13 +36,13 @@ from saga_runtime._records import (
     SagaStatus,
     StepRow,
     now,
-    seal_saga,
 )
 from saga_runtime._storage._approval_sql import approval_params, approval_row
 from saga_runtime._storage._base import key_full, queue_allowance, same_rows, unparked_status
 from saga_runtime._storage._batch import Batcher, Outcome, Write, lease_lost
 from saga_runtime._storage._dialect import Dialect
 from saga_runtime._storage._reading import StoreBase
+from saga_runtime._storage._sealing import Sealing
 from saga_runtime._storage._sql import (
     LIVE_STATUSES,
     MIGRATIONS,
@@ -115,9 +115,6 @@ def _storable(text: str) -> bool:
 class SQLStore(StoreBase, SQLRetention):
     """A SagaStore on a SQL database; its dialect brings the driver, connections, statements and error table."""
 
-    #: Rows come to it sealed: it never seals a step row.
-    seals_on_read = False
-
     def __init__(self, dialect: Dialect) -> None:
         self._dialect = dialect
         self._url = dialect.url
@@ -126,6 +123,7 @@ class SQLStore(StoreBase, SQLRetention):
         self._codec = dialect.codec
         self._closed = False
         self._retry_for = dialect.retry_for
+        self._sealing = Sealing()
         # Group commit: up to `writers` batches of writes at once.
         self._batcher = Batcher(self._flush, slots=dialect.writers)
 
@@ -166,7 +164,7 @@ class SQLStore(StoreBase, SQLRetention):
 
     def use_signing_key(self, key: bytes | None) -> None:
         """Sign (and verify) saga records with `key` (HMAC-SHA-256) from now on."""
-        self._signing_key = key
+        self._signing_key = self._sealing.key = key
 
     # When the database began sealing saga rows (schema version 3 applied); read at open.
     _sealed_since: datetime | None = None
@@ -314,8 +312,9 @@ class SQLStore(StoreBase, SQLRetention):
         Retried on a lost connection. A retry finding exactly these rows stored returns None: they are this
         call's own, committed by a try whose answer the connection took with it.
         """
-        if what != "import_saga":  # an import keeps the seal it was exported with
-            seal_saga(saga, self._signing_key)
+        if what != "import_saga":  # an import keeps the seals it was exported with
+            self._sealing.saga(saga)
+            self._sealing.steps(steps)
         write = write_of(self._codec, what, saga, steps, create=True)
         assert write is not None
         if await self._batcher.submit(write) is Outcome.WRITTEN:
@@ -335,15 +334,18 @@ class SQLStore(StoreBase, SQLRetention):
         self._check_open()
         return await self._insert(saga, steps)
 
-    async def save(self, saga: SagaRow | None, steps: Sequence[StepRow], *, owner: str | None = None) -> None:
+    async def save(
+        self, saga: SagaRow | None, steps: Sequence[StepRow], *, owner: str | None = None, reseal: bool = True
+    ) -> None:
         """Write the saga row (if given) and upsert the step rows in one commit; return once it is durable.
 
         With `owner`, write only if the stored saga's owner is `owner`, checked in the same transaction (the row
         locked); else write nothing and raise LeaseLostError. Concurrent saves share commits (group commit).
         """
         self._check_open()
+        self._sealing.steps(steps)
         if saga is not None:
-            seal_saga(saga, self._signing_key)
+            self._sealing.saga(saga, reseal=reseal)
         write = write_of(self._codec, "save", saga, steps, owner=owner)
         if write is None:
             return
@@ -461,7 +463,7 @@ class SQLStore(StoreBase, SQLRetention):
                 if saga.status is not status:
                     return tries > 1 and lost_try(saga)
                 change(saga)
-                seal_saga(saga, self._signing_key)
+                self._sealing.saga(saga)
                 params = codec.saga_params(saga)
                 return await tx.execute(q.rewrite_saga, (*params[1:], saga_id, status.value)) == 1
 
@@ -624,7 +626,7 @@ class SQLStore(StoreBase, SQLRetention):
                     saga = codec.saga_row((await tx.fetch(q.lock_saga, (saga_id,)))[0])
                     saga.status, saga.owner, saga.lease_expires_at = SagaStatus.RUNNING, owner, lease_expires_at
                     saga.updated_at = now
-                    seal_saga(saga, self._signing_key)
+                    self._sealing.saga(saga)
                     params = codec.saga_params(saga)
                     await tx.execute(q.queue_start, (*params[1:], codec.time_in(now), saga_id, SagaStatus.QUEUED.value))
                 if not ids:
@@ -670,7 +672,7 @@ class SQLStore(StoreBase, SQLRetention):
                 if await tx.execute(q.unstart, (saga_id,)) != 1:
                     return False  # not started from a queue
                 saga.status, saga.owner, saga.lease_expires_at, saga.updated_at = SagaStatus.QUEUED, None, None, now
-                seal_saga(saga, self._signing_key)
+                self._sealing.saga(saga)
                 params = codec.saga_params(saga)
                 return await tx.execute(q.rewrite_saga, (*params[1:], saga_id, SagaStatus.RUNNING.value)) == 1
 
@@ -696,11 +698,13 @@ class SQLStore(StoreBase, SQLRetention):
 
     # -- approvals -------------------------------------------------------------------------------------------
 
-    async def request_approvals(self, rows: Sequence[ApprovalRow]) -> list[str]:
+    async def request_approvals(self, rows: Sequence[ApprovalRow], *, seal: bool = True) -> list[str]:
         """Record the requests not recorded yet (one transaction); return the step ids it recorded."""
         self._check_open()
         if not rows:
             return []
+        if seal:
+            self._sealing.approvals(rows)
         params = [approval_params(self._codec, row) for row in rows]
         insert = self._approval_queries.insert
 
@@ -725,6 +729,7 @@ class SQLStore(StoreBase, SQLRetention):
     async def decide_approval(self, row: ApprovalRow, *, by_deadline: bool = False) -> bool:
         """Record the decision of an undecided request: one conditional UPDATE; return whether it did."""
         self._check_open()
+        self._sealing.approvals([row])
         aq, time_in = self._approval_queries, self._codec.time_in
         stamp = time_in(row.decided_at)
         params = (row.decision, row.decided_by, stamp, row.note, row.hash, row.saga_id, row.step_id, stamp)

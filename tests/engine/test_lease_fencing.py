@@ -69,9 +69,11 @@ class RecordingStore(MemoryStore):
         super().__init__()
         self.saves: list[tuple[SagaRow | None, list[StepRow]]] = []
 
-    async def save(self, saga: SagaRow | None, steps: Sequence[StepRow], *, owner: str | None = None) -> None:
+    async def save(
+        self, saga: SagaRow | None, steps: Sequence[StepRow], *, owner: str | None = None, reseal: bool = True
+    ) -> None:
         self.saves.append((None if saga is None else saga.copy(), [row.copy() for row in steps]))
-        await super().save(saga, steps, owner=owner)
+        await super().save(saga, steps, owner=owner, reseal=reseal)
 
 
 async def test_a_step_never_starts_on_an_almost_expired_lease() -> None:

@@ -53,8 +53,11 @@ def _step(saga: SagaRow, seq: int, *, sealed: bool = True) -> StepRow:
     key = idempotency_key(saga.saga_id, identity.step_id)
     row = StepRow(saga.saga_id, seq, identity.step_id, identity.group, identity.tool_name, {"n": seq}, key)
     row.status, row.attempts, row.started_at = StepStatus.RUNNING, 1, now()
+    link = identity_hash(planned[seq - 1] if seq else None, saga.saga_id)
     if sealed:
-        seal(row, identity_hash(planned[seq - 1] if seq else None, saga.saga_id), None)
+        seal(row, link, None)
+    else:
+        row.prev_hash = link  # as the engine hands it: linked, for the store to seal
     return row
 
 
@@ -128,13 +131,11 @@ async def test_a_saga_missing_a_step_of_an_earlier_group_fails_verification() ->
     await store.close()
 
 
-async def test_the_memory_store_seals_a_gap_against_the_plan() -> None:
-    """Unsealed rows written to memory with a planned step between them unwritten are sealed to verify."""
-    store = MemoryStore()
+async def test_the_store_seals_linked_rows_around_a_gap(store: SagaStore) -> None:
+    """Unsealed, linked rows written with a planned step between them unwritten are sealed by the store to verify."""
     saga = _saga("unsealed")
     await store.create_saga(saga, [_step(saga, 0, sealed=False)])
     await store.save(None, [_step(saga, 2, sealed=False)], owner="me")
     assert await store.verify_saga("unsealed"), (await store.verify_saga("unsealed")).problems
     await store.save(None, [_step(saga, 1, sealed=False)], owner="me")
     assert await store.verify_saga("unsealed")
-    await store.close()

@@ -67,12 +67,11 @@ def test_no_store_attribute_is_reached_by_getattr() -> None:
 
 
 def test_every_store_declares_what_the_engine_reads() -> None:
-    """Every store class has seals_on_read, retry_for and sealed_since, as the protocol declares them."""
+    """Every store class has retry_for and sealed_since, as the protocol declares them (no sealing switch)."""
     for cls in _store_classes():
-        for name in ("seals_on_read", "retry_for", "sealed_since", "insert_rows", "list_rows", "purge_batch"):
+        for name in ("retry_for", "sealed_since", "insert_rows", "list_rows", "purge_batch"):
             assert hasattr(cls, name), f"{cls.__name__} lacks {name}"
-    assert MemoryStore.seals_on_read is True
-    assert SQLStore.seals_on_read is False
+        assert not hasattr(cls, "seals_on_read"), f"{cls.__name__} still says who seals: the store always does"
     assert MemoryStore.retry_for == 0.0
 
 
