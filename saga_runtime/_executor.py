@@ -314,16 +314,19 @@ class SagaExecutor:
         await self._resources.enter()
         return await self._actions.unpark(saga_id, compensate=compensate)
 
-    async def cancel(self, saga_id: str, *, reason: str | None = None) -> SagaResult:
+    async def cancel(self, saga_id: str, *, reason: str | None = None, by: str | None = None) -> SagaResult:
         """Cancel a saga: a QUEUED one ends COMPENSATED at once, no tool called, its error saying why.
 
         A RUNNING one is asked to stop: its owner notices within `lease_timeout / 3` and compensates; a WAITING
         one's undecided requests are rejected (`decided_by="cancel"`) and it compensates; a terminal one is
         returned unchanged. Returns the saga as it stands; an unknown id raises `SagaNotFoundError` (a KeyError).
+        `by` (who asks: a person, an operator) is recorded as the cancel's `by`; this executor's id when None.
         """
         if reason is not None and not isinstance(reason, str):
             raise TypeError(f"reason must be a str or None, got {type(reason).__name__}")
-        return await self._actions.cancel(saga_id, reason)
+        if by is not None and (not isinstance(by, str) or not by.strip()):
+            raise ValueError(f"by must be a non-empty str or None (who asks), got {by!r}")
+        return await self._actions.cancel(saga_id, reason, None if by is None else by.strip())
 
     async def retry_compensation(self, saga_id: str) -> SagaResult:
         """Run again the compensations of a COMPENSATION_FAILED saga that gave up; return its new result.

@@ -45,7 +45,7 @@ class Takeover(BaseModel):
 
 
 class CancelRecord(BaseModel):
-    """The operator's request that cancelled the saga: when, by whom (an executor id), and why."""
+    """The operator's request that cancelled the saga: when, by whom (a person, or the executor's id), and why."""
 
     model_config = _FROZEN
 

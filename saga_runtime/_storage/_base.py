@@ -193,8 +193,9 @@ class SagaStore(Protocol):
         """Return how many sagas wait QUEUED in `queue`."""
         ...
 
-    async def cancel_queued(self, saga_id: str, error: str, now: datetime) -> bool:
-        """End a QUEUED saga COMPENSATED (nothing ran) with `error`; atomic; return whether it did."""
+    async def cancel_queued(self, saga_id: str, error: str, now: datetime, entry: dict[str, Any]) -> bool:
+        """End a QUEUED saga COMPENSATED (nothing ran) with `error`, `entry` (the cancel) added to its history and
+        sealed with it; atomic; return whether it did."""
         ...
 
     async def requeue(self, saga_id: str, owner: str, now: datetime) -> bool:

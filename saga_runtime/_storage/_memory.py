@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta
+from typing import Any
 
 from saga_runtime._exceptions import StoreError
 from saga_runtime._records import (
@@ -381,13 +382,20 @@ class MemoryStore(StoreBase, MemoryRetention):
             if entry.queue == queue and self._sagas[saga_id].status is SagaStatus.QUEUED
         )
 
-    async def cancel_queued(self, saga_id: str, error: str, now: datetime) -> bool:
-        """End a QUEUED saga COMPENSATED with `error`; return whether it did."""
+    async def cancel_queued(self, saga_id: str, error: str, now: datetime, entry: dict[str, Any]) -> bool:
+        """End a QUEUED saga COMPENSATED with `error`, `entry` in its history; return whether it did."""
         self._check_open()
         saga = self._sagas.get(saga_id)
         if saga is None or saga.status is not SagaStatus.QUEUED:
             return False
-        ended = replace(saga, status=SagaStatus.COMPENSATED, error=error, updated_at=now, finished_at=now)
+        ended = replace(
+            saga,
+            status=SagaStatus.COMPENSATED,
+            error=error,
+            updated_at=now,
+            finished_at=now,
+            history=[*saga.history, entry],
+        )
         seal_saga(ended, self._signing_key)
         self._sagas[saga_id] = ended
         self._seal(saga_id)

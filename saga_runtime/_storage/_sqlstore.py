@@ -645,11 +645,13 @@ class SQLStore(StoreBase, SQLRetention):
         records = await self._fetch("queue_depth", self._queries.queue_depth, (queue, SagaStatus.QUEUED.value))
         return int(records[0][0])
 
-    async def cancel_queued(self, saga_id: str, error: str, now: datetime) -> bool:
-        """End a QUEUED saga COMPENSATED with `error` (one conditional change, re-sealed); return whether it did."""
+    async def cancel_queued(self, saga_id: str, error: str, now: datetime, entry: dict[str, Any]) -> bool:
+        """End a QUEUED saga COMPENSATED with `error`, `entry` in its history (one conditional change, re-sealed);
+        return whether it did."""
 
         def cancel(saga: SagaRow) -> None:
             saga.status, saga.error, saga.updated_at, saga.finished_at = SagaStatus.COMPENSATED, error, now, now
+            saga.history = [*saga.history, entry]
 
         def cancelled(saga: SagaRow) -> bool:
             return saga.status is SagaStatus.COMPENSATED and saga.finished_at == now

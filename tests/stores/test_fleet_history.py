@@ -282,3 +282,49 @@ async def test_saga_queued_is_told_once_per_stored_saga(store: SagaStore) -> Non
     for _ in range(2):
         await executor.submit([{"tool": "Charge", "args": {"name": "b"}, "id": "b"}], saga_id="q-once")
     assert [(event.kind, event.saga_id) for event in events] == [("saga_queued", "q-once")]
+
+
+async def test_a_cancel_while_compensating_is_recorded_and_the_undo_goes_on(
+    stores: Stores, kind: str, store: SagaStore
+) -> None:
+    """A cancel asked while the saga compensates is in its sealed history (who, why); the undoing is not cut."""
+    undoing = asyncio.Event()
+    release = asyncio.Event()
+    undone: list[str] = []
+    registry = ToolRegistry()
+
+    @registry.tool
+    class Book:
+        async def execute(self, ctx: StepContext) -> dict[str, str]:
+            return {"booked": "yes"}
+
+        async def compensate(self, result: Any, ctx: StepContext) -> None:
+            undoing.set()
+            await release.wait()
+            undone.append("book")
+
+    @registry.tool
+    class Fail:
+        async def execute(self, ctx: StepContext) -> None:
+            raise RuntimeError("declined")
+
+    owner = SagaExecutor(registry, store, executor_id="owner", lease_timeout=0.6)
+    operator = SagaExecutor(registry, await second(stores, kind, store), executor_id="operator")
+    plan = [{"tool": "Book", "id": "book"}, {"tool": "Fail", "id": "fail"}]
+    running = asyncio.create_task(owner.run(plan, saga_id="undo-1"))
+    await asyncio.wait_for(undoing.wait(), 10)
+    asked = await operator.cancel("undo-1", reason="give up", by="alice")
+    assert asked.status is SagaStatus.COMPENSATING
+    await asyncio.sleep(0.6)  # past a lease renewal (every 0.2s here): the owner has read the request
+    release.set()
+    result = await asyncio.wait_for(running, 10)
+    assert result.status is SagaStatus.COMPENSATED
+    assert undone == ["book"]
+    assert result.error is not None
+    assert "declined" in result.error  # the failure stands as the reason: the cancel came after it
+    assert result.cancel is not None
+    assert (result.cancel.by, result.cancel.reason) == ("alice", "give up")
+    stored = await store.get_saga("undo-1")
+    assert stored is not None
+    assert stored.cancel == result.cancel
+    assert await store.verify_saga("undo-1")
