@@ -14,7 +14,7 @@ from typing import Any
 import anyio
 
 from saga_runtime._dynamic import DynamicSaga
-from saga_runtime._engine import Actions, Budget, Drives, EngineConfig, SagaHook
+from saga_runtime._engine import Actions, Budget, Drives, EngineConfig, SagaHook, Shelters
 from saga_runtime._exceptions import PlanValidationError, ResultNotStorableError, StoreError
 from saga_runtime._handle import SagaHandle
 from saga_runtime._planner import RegistryPlanner, replay
@@ -372,31 +372,29 @@ class SagaExecutor:
             for sample in samplers:
                 sample(queue, depth)
 
-        shelters = self._drives.shelters
-        shelters.serving += 1
-        try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self._recover_rounds, self.lease_timeout / 2 if interval is None else interval, limit)
-                try:
-                    await self._actions.queues.serve(
-                        served,
-                        concurrency=concurrency,
-                        interval=0.5 if interval is None else interval,
-                        limit=limit,
-                        task_group=tg,
-                        on_depth=on_depth if samplers else None,
-                    )
-                finally:
-                    # A stop: the sagas it drives stop once their running calls return (bounded), then are released.
-                    shelters.stop(self.compensation_timeout)
-        finally:
-            shelters.serving -= 1
-            shelters.stopping = False  # its drives have ended: another serve() of this executor goes on
+        shelters = Shelters()  # this serve's own: another serve() of this executor is not stopped with it
+        async with anyio.create_task_group() as tg:
+            pause = self.lease_timeout / 2 if interval is None else interval
+            tg.start_soon(self._recover_rounds, pause, limit, shelters)
+            try:
+                await self._actions.queues.serve(
+                    served,
+                    concurrency=concurrency,
+                    interval=0.5 if interval is None else interval,
+                    limit=limit,
+                    task_group=tg,
+                    shelters=shelters,
+                    on_depth=on_depth if samplers else None,
+                )
+            finally:
+                # A stop: the sagas it drives stop once their running calls return (bounded), then are released.
+                shelters.stop(self.compensation_timeout)
 
-    async def _recover_rounds(self, pause: float, limit: int) -> None:
+    async def _recover_rounds(self, pause: float, limit: int, shelters: Shelters) -> None:
         while True:
             try:
-                await self.recover(limit=limit)
+                await self._resources.enter()
+                await self._actions.recovery.recover(limit, shelters)
             except StoreError as exc:
                 logger.warning("recovery round failed, trying again in %gs: %s", pause, exc)
             except Exception:

@@ -14,6 +14,7 @@ import anyio
 import anyio.lowlevel
 from anyio.abc import TaskGroup
 
+from saga_runtime._engine._cancellation import Shelters
 from saga_runtime._engine._claim import Drives
 from saga_runtime._engine._events import SagaEvent, emit
 from saga_runtime._engine._journal import Journal
@@ -125,11 +126,13 @@ class Queues:
         interval: float,
         limit: int,
         task_group: TaskGroup,
+        shelters: Shelters,
         on_depth: Callable[[str, int], None] | None = None,
     ) -> None:
         """Start queued sagas of `queues` (at most `concurrency` driven at once here) until cancelled.
 
-        `on_depth(queue, depth)` is told how many sagas wait in each queue, once per round.
+        `shelters`: this serve's (its stop lets the running calls return); `on_depth(queue, depth)` is told how many
+        sagas wait in each queue, once per round.
         """
         running = 0
         freed = anyio.Event()
@@ -143,7 +146,7 @@ class Queues:
         async def drive(saga: SagaRow, rows: list[StepRow]) -> None:
             nonlocal running, freed
             try:
-                await self._recovery.drive_claimed(saga, rows)
+                await self._recovery.drive_claimed(saga, rows, shelters=shelters)
             finally:
                 running -= 1
                 freed.set()
