@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from contextlib import nullcontext
+from datetime import datetime
 
 import anyio
 
@@ -79,24 +80,49 @@ class Recovery:
     async def take_back(self, page: int = 500) -> list[SagaResult]:
         """Drive to an end the live sagas this executor's id still owns (the same process identity restarted).
 
-        Their leases are not waited for: no other live process has this id (documented).
+        Their leases are not waited for, but a renewal is: a saga whose lease is still renewed belongs to a live
+        process of this id (one stopping, that finishes its running calls, then releases it), so it is left to it
+        rather than run twice. Half a lease covers a renewal (due every third) and its round trip.
         """
         config = self._drives.config
-        mine: list[str] = []
-        for status in (SagaStatus.RUNNING, SagaStatus.COMPENSATING):
-            offset = 0
-            while rows := await config.store.list_rows(status, page, offset):
-                mine += [saga.saga_id for saga, _ in rows if saga.owner == config.executor_id]
-                offset += page
+        before = await self._owned(page)
+        if not before:
+            return []
+        await anyio.sleep(config.lease_timeout / 2)
+        after = await self._owned(page)
+        renewed = {
+            saga_id
+            for saga_id, lease in after.items()
+            if saga_id in before and before[saga_id] != lease and saga_id not in self._drives
+        }
+        if renewed:
+            logger.warning(
+                "%s: %d saga(s) it owns are still renewed by a live process of this id (a stopping one finishing its "
+                "calls, or two processes sharing the id): left to it",
+                config.executor_id,
+                len(renewed),
+            )
         batch = []
-        for saga_id in mine:
+        for saga_id in before.keys() & after.keys():
+            if saga_id in renewed or saga_id in self._drives:
+                continue
             stored = await config.store.load_saga(saga_id)
-            ours = stored is not None and stored[0].owner == config.executor_id and saga_id not in self._drives
-            if stored is not None and ours and not self.missing_tools(*stored):
+            if stored is not None and stored[0].owner == config.executor_id and not self.missing_tools(*stored):
                 batch.append(stored)
         if batch:
             logger.info("%s: taking back %d sagas it owned before a restart", config.executor_id, len(batch))
         return await self._recover_batch(batch)
+
+    async def _owned(self, page: int) -> dict[str, datetime | None]:
+        """Return the live sagas this executor's id owns in the store, each with its lease's expiry."""
+        config = self._drives.config
+        owned: dict[str, datetime | None] = {}
+        for status in (SagaStatus.RUNNING, SagaStatus.COMPENSATING):
+            offset = 0
+            while rows := await config.store.list_rows(status, page, offset, owner=config.executor_id):
+                owned.update((saga.saga_id, saga.lease_expires_at) for saga, _ in rows)
+                offset += page
+        return owned
 
     def _waits(self, saga: SagaRow, missing: list[str]) -> None:
         """Say in the saga's error which tools it waits for; warn once per worker and saga, not at every pass."""

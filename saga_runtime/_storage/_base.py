@@ -108,8 +108,11 @@ class SagaStore(Protocol):
         """Insert rows as given (their seals kept), atomically; return None, or what is stored if the id is taken."""
         ...
 
-    async def list_rows(self, status: SagaStatus | None, limit: int, offset: int) -> list[tuple[SagaRow, int]]:
-        """Return saga rows, newest first, each with its count of step rows; only those in `status` if given."""
+    async def list_rows(
+        self, status: SagaStatus | None, limit: int, offset: int, *, owner: str | None = None
+    ) -> list[tuple[SagaRow, int]]:
+        """Return saga rows, newest first, each with its count of step rows; only those in `status` if given, and
+        only those `owner` holds if given (a restarted executor finds its own sagas)."""
         ...
 
     async def claim_saga(self, saga_id: str, owner: str, lease_expires_at: datetime, now: datetime) -> bool:

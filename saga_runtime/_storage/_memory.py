@@ -500,10 +500,16 @@ class MemoryStore(StoreBase, MemoryRetention):
             self._sagas[saga_id] = replace(saga, owner=owner, lease_expires_at=lease_expires_at, updated_at=now)
         return free
 
-    async def list_rows(self, status: SagaStatus | None, limit: int, offset: int) -> list[tuple[SagaRow, int]]:
+    async def list_rows(
+        self, status: SagaStatus | None, limit: int, offset: int, *, owner: str | None = None
+    ) -> list[tuple[SagaRow, int]]:
         """Return saga rows, newest first, each with its count of step rows."""
         self._check_open()
-        rows = [row for row in self._sagas.values() if status is None or row.status is status]
+        rows = [
+            row
+            for row in self._sagas.values()
+            if (status is None or row.status is status) and (owner is None or row.owner == owner)
+        ]
         rows.sort(key=lambda row: (row.created_at, row.saga_id), reverse=True)
         return [(row.copy(), len(self._steps.get(row.saga_id, {}))) for row in rows[offset : offset + limit]]
 

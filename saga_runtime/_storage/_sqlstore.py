@@ -772,12 +772,17 @@ class SQLStore(StoreBase, SQLRetention):
 
         return await self._retrying(what, read)
 
-    async def list_rows(self, status: SagaStatus | None, limit: int, offset: int) -> list[tuple[SagaRow, int]]:
+    async def list_rows(
+        self, status: SagaStatus | None, limit: int, offset: int, *, owner: str | None = None
+    ) -> list[tuple[SagaRow, int]]:
         """Return saga rows, newest first, each with its count of step rows."""
         self._check_open()
         q = self._queries
         params: tuple[Any, ...]
-        if status is None:
+        if owner is not None:
+            sql, params = q.list_owned(status is not None), (owner, *([] if status is None else [status.value]))
+            params = (*params, limit, offset)
+        elif status is None:
             sql, params = q.list_all, (limit, offset)
         else:
             sql, params = q.list_status, (status.value, limit, offset)
