@@ -155,7 +155,7 @@ class Claim:
     @property
     def may_have_a_cancel(self) -> bool:
         """Tell whether an operator's cancel may wait for it in the store: taken over, or started from a queue
-        (a worker lacking its tools may have held it RUNNING when the cancel came, then given it back)."""
+        (a cancel made between its start and its first lease renewal)."""
         return self._take in ("orphan", "queued")
 
     async def release(self) -> None:

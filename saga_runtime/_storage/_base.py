@@ -173,13 +173,21 @@ class SagaStore(Protocol):
         ...
 
     async def claim_queued(
-        self, owner: str, lease_expires_at: datetime, now: datetime, queue: Queue, limit: int
+        self,
+        owner: str,
+        lease_expires_at: datetime,
+        now: datetime,
+        queue: Queue,
+        limit: int,
+        fits: Callable[[SagaRow], bool] | None = None,
     ) -> list[tuple[SagaRow, list[StepRow]]]:
         """Start up to `limit` QUEUED sagas of `queue` whose `not_before` passed: RUNNING under `owner`'s lease.
 
         Lowest priority first, then the earliest submitted. The queue's limits (`concurrency`, `key_concurrency`,
         `rate_limit`) are counted in the same transaction as the claim, so they hold across every worker; two
-        owners claiming at once never get the same saga. Returns snapshots of the sagas started.
+        owners claiming at once never get the same saga. A saga `fits` refuses (the worker lacks its tools) is
+        passed over unwritten, keeping its place, and those behind it looked at (up to a thousand a claim).
+        Returns snapshots of the sagas started.
         """
         ...
 

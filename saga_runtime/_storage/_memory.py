@@ -334,7 +334,13 @@ class MemoryStore(StoreBase, MemoryRetention):
             self._wakers.remove(wake)
 
     async def claim_queued(
-        self, owner: str, lease_expires_at: datetime, now: datetime, queue: Queue, limit: int
+        self,
+        owner: str,
+        lease_expires_at: datetime,
+        now: datetime,
+        queue: Queue,
+        limit: int,
+        fits: Callable[[SagaRow], bool] | None = None,
     ) -> list[tuple[SagaRow, list[StepRow]]]:
         """Start up to `limit` QUEUED sagas of `queue` within its limits (counted here); return snapshots of them."""
         self._check_open()
@@ -359,7 +365,7 @@ class MemoryStore(StoreBase, MemoryRetention):
         for saga, entry in waiting:
             if len(claimed) >= allowed:
                 break
-            if key_full(queue, entry.key, running):
+            if key_full(queue, entry.key, running) or (fits is not None and not fits(saga)):
                 continue
             running[entry.key] = running.get(entry.key, 0) + 1
             started = replace(

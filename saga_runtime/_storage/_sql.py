@@ -428,7 +428,7 @@ class Queries:
         self.queue_waiting = q(
             dialect,
             "SELECT saga_id, queue_key FROM sagas WHERE queue = ? AND status = ? "
-            "AND (not_before IS NULL OR not_before <= ?) ORDER BY priority, created_at, saga_id LIMIT ?"
+            "AND (not_before IS NULL OR not_before <= ?) ORDER BY priority, created_at, saga_id LIMIT ? OFFSET ?"
             + {"sqlite": "", "postgresql": " FOR UPDATE SKIP LOCKED", "mysql": " FOR UPDATE"}[dialect],
         )
         self.queue_start = q(

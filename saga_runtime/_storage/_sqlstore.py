@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 import anyio
 
-from saga_runtime._exceptions import StoreConnectionError, StoreError
+from saga_runtime._exceptions import StoreBusyError, StoreConnectionError, StoreError
 from saga_runtime._records import (
     ApprovalRow,
     Queue,
@@ -60,6 +60,10 @@ logger = logging.getLogger("saga_runtime")
 
 # Ids per `IN (...)` list: well under every driver's limit on parameters of one statement.
 _IN_CHUNK = 500
+# Queued sagas a claim passes over at most (those a worker lacks the tools for), then it starts what it found.
+_PASS_OVER_MAX = 1000
+# Tries of an operator's conditional change that the database broke off as a deadlock's victim.
+_BUSY_TRIES = 4
 
 # Retries after a lost connection: the first after about 50 ms, doubling up to 2 s between tries, each wait
 # jittered (50-100 %) so the workers of a restarted server do not all reconnect at the same instant.
@@ -465,7 +469,15 @@ class SQLStore(StoreBase, SQLRetention):
                 params = codec.saga_params(saga)
                 return await tx.execute(q.rewrite_saga, (*params[1:], saga_id, status.value)) == 1
 
-        return await self._retrying(what, once)
+        busy = 0
+        while True:
+            try:
+                return await self._retrying(what, once)
+            except StoreBusyError:  # a deadlock victim (MySQL: a claim's locking scan): rolled back, so try again
+                busy += 1
+                if busy >= _BUSY_TRIES:
+                    raise
+                await anyio.sleep(0.01 * 2**busy)
 
     async def _conditional_update(
         self, what: str, update: str, params: Sequence[Any], lost_try: tuple[str, Sequence[Any]]
@@ -576,14 +588,20 @@ class SQLStore(StoreBase, SQLRetention):
         return existing
 
     async def claim_queued(
-        self, owner: str, lease_expires_at: datetime, now: datetime, queue: Queue, limit: int
+        self,
+        owner: str,
+        lease_expires_at: datetime,
+        now: datetime,
+        queue: Queue,
+        limit: int,
+        fits: Callable[[SagaRow], bool] | None = None,
     ) -> list[tuple[SagaRow, list[StepRow]]]:
         """Start up to `limit` QUEUED sagas of `queue` within its limits; return snapshots of them.
 
         One transaction: the queue's lock row is locked (when it has limits: claimers of one queue count in
         turn), its running sagas and recent starts counted, the waiting sagas selected `FOR UPDATE SKIP LOCKED`
         (MySQL/MariaDB: `FOR UPDATE`, see Queries; SQLite: under `BEGIN IMMEDIATE`), and each started (RUNNING
-        under `owner`'s lease, re-sealed).
+        under `owner`'s lease, re-sealed) unless `fits` refuses it (then left unwritten; the scan goes on).
         """
         self._check_open()
         if limit < 1:
@@ -606,27 +624,36 @@ class SQLStore(StoreBase, SQLRetention):
                     allowed = min(allowed, queue.rate_limit.limit - recent)
                 if allowed < 1:
                     return []
-                # Sagas of a key at its limit are passed over: look a little further than `allowed`.
-                scan = allowed if queue.key_concurrency is None else allowed * 4 + 16
-                waiting = await tx.fetch(
-                    q.queue_waiting,
-                    (queue.name, SagaStatus.QUEUED.value, codec.time_in(now), scan),
-                )
+                # Sagas of a key at its limit, or refused, are passed over: look a little further than `allowed`.
+                scan = allowed if queue.key_concurrency is None and fits is None else allowed * 4 + 16
                 ids: list[str] = []
-                for record in waiting:
-                    if len(ids) >= allowed:
+                offset = refused = 0
+                while True:
+                    waiting = await tx.fetch(
+                        q.queue_waiting,
+                        (queue.name, SagaStatus.QUEUED.value, codec.time_in(now), scan, offset),
+                    )
+                    for record in waiting:
+                        if len(ids) >= allowed:
+                            break
+                        if key_full(queue, record[1], running):
+                            continue
+                        saga_id = codec.id_out(record[0])
+                        saga = codec.saga_row((await tx.fetch(q.lock_saga, (saga_id,)))[0])
+                        if fits is not None and not fits(saga):
+                            refused += 1
+                            continue
+                        running[record[1]] = running.get(record[1], 0) + 1
+                        ids.append(saga_id)
+                        saga.status, saga.owner, saga.lease_expires_at = SagaStatus.RUNNING, owner, lease_expires_at
+                        saga.updated_at = now
+                        seal_saga(saga, self._signing_key)
+                        params = codec.saga_params(saga)
+                        start = (*params[1:], codec.time_in(now), saga_id, SagaStatus.QUEUED.value)
+                        await tx.execute(q.queue_start, start)
+                    offset += scan
+                    if len(ids) >= allowed or len(waiting) < scan or not refused or offset >= _PASS_OVER_MAX:
                         break
-                    if key_full(queue, record[1], running):
-                        continue
-                    running[record[1]] = running.get(record[1], 0) + 1
-                    ids.append(codec.id_out(record[0]))
-                for saga_id in ids:
-                    saga = codec.saga_row((await tx.fetch(q.lock_saga, (saga_id,)))[0])
-                    saga.status, saga.owner, saga.lease_expires_at = SagaStatus.RUNNING, owner, lease_expires_at
-                    saga.updated_at = now
-                    seal_saga(saga, self._signing_key)
-                    params = codec.saga_params(saga)
-                    await tx.execute(q.queue_start, (*params[1:], codec.time_in(now), saga_id, SagaStatus.QUEUED.value))
                 if not ids:
                     return []
                 return codec.rows_of_load_many(await tx.fetch(q.load_many(len(ids)), ids))
