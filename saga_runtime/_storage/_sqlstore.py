@@ -62,6 +62,7 @@ logger = logging.getLogger("saga_runtime")
 _IN_CHUNK = 500
 # Queued sagas a claim passes over at most (those a worker lacks the tools for), then it starts what it found.
 _PASS_OVER_MAX = 1000
+_PAGE_MIN = 64  # sagas a page past them reads at least
 # Tries of an operator's conditional change that the database broke off as a deadlock's victim.
 _BUSY_TRIES = 4
 
@@ -625,23 +626,26 @@ class SQLStore(StoreBase, SQLRetention):
                 if allowed < 1:
                     return []
                 # Sagas of a key at its limit, or refused, are passed over: look a little further than `allowed`.
-                scan = allowed if queue.key_concurrency is None and fits is None else allowed * 4 + 16
+                scan = allowed if queue.key_concurrency is None else allowed * 4 + 16
                 ids: list[str] = []
-                offset = refused = 0
+                passed = 0  # sagas looked at and left QUEUED: the next page begins after them
                 while True:
                     waiting = await tx.fetch(
                         q.queue_waiting,
-                        (queue.name, SagaStatus.QUEUED.value, codec.time_in(now), scan, offset),
+                        (queue.name, SagaStatus.QUEUED.value, codec.time_in(now), scan, passed),
                     )
+                    refused = 0
                     for record in waiting:
                         if len(ids) >= allowed:
                             break
                         if key_full(queue, record[1], running):
+                            passed += 1
                             continue
                         saga_id = codec.id_out(record[0])
                         saga = codec.saga_row((await tx.fetch(q.lock_saga, (saga_id,)))[0])
                         if fits is not None and not fits(saga):
                             refused += 1
+                            passed += 1
                             continue
                         running[record[1]] = running.get(record[1], 0) + 1
                         ids.append(saga_id)
@@ -651,9 +655,10 @@ class SQLStore(StoreBase, SQLRetention):
                         params = codec.saga_params(saga)
                         start = (*params[1:], codec.time_in(now), saga_id, SagaStatus.QUEUED.value)
                         await tx.execute(q.queue_start, start)
-                    offset += scan
-                    if len(ids) >= allowed or len(waiting) < scan or not refused or offset >= _PASS_OVER_MAX:
+                    # Another page only past sagas this worker cannot run (the others are limits: they wait).
+                    if len(ids) >= allowed or len(waiting) < scan or not refused or passed >= _PASS_OVER_MAX:
                         break
+                    scan = max(scan, _PAGE_MIN)
                 if not ids:
                     return []
                 return codec.rows_of_load_many(await tx.fetch(q.load_many(len(ids)), ids))
