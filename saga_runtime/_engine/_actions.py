@@ -143,8 +143,7 @@ class Actions:
     async def cancel(self, saga_id: str, reason: str | None, by: str | None = None) -> SagaResult:
         """Cancel a saga: a QUEUED one ends at once; a running or waiting one is asked to stop and compensate.
 
-        A terminal (or PARKED) saga is returned unchanged. Returns the saga as it stands. `by`: who asks (recorded;
-        this executor's id when None).
+        A terminal (or PARKED) saga is returned unchanged; returns the saga as it stands. `by`: who asks (recorded).
         """
         config = self._drives.config
         store = config.store
