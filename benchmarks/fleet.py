@@ -15,6 +15,10 @@ second on one connection (benchmarks/_floors.py); `ratio` is claims/s over raw c
 Scaling: `SCALE` queued 10-step sagas of 10 ms sleep steps, then 1, 2 or 4 worker processes serving the queue
 with `concurrency=25` each start them all (PostgreSQL only). Reported: sagas finished per second, from the first
 saga's first step starting to the last saga's last step ending, and `speedup` over one worker's in the same run.
+Beside it, why it scales as it does: the CPU seconds the worker processes and the database server's processes
+(every process named `postgres` on the host, read from /proc) used while they ran, over the cores this process may
+run on times that wall time (`cpu share`: 1.0 is every core busy with them), and how busy the whole machine was
+(/proc/stat, other programs included) meanwhile.
 
 Stores: a SQLite file, and a PostgreSQL database created for the run (SAGA_RUNTIME_BENCH_POSTGRES_URL); an
 unreachable server is reported as skipped. `python -m benchmarks.fleet [--quick]` runs only this.
@@ -130,6 +134,87 @@ asyncio.run(main())
 """
 
 
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """Return the CPU seconds (user + system) process `pid` used so far, or None if it is gone (or no /proc)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / _TICK  # utime and stime: fields 14 and 15 of stat(5)
+
+
+def _postgres_pids() -> list[int]:
+    """Return the ids of the processes named `postgres` (the server and its backends) this machine shows."""
+    pids = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError):
+            if entry.joinpath("comm").read_text().strip() == "postgres":
+                pids.append(int(entry.name))
+    return pids
+
+
+def _machine_busy() -> tuple[float, float] | None:
+    """Return the machine's (busy, total) CPU time so far from /proc/stat, in ticks; None without /proc."""
+    try:
+        ticks = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    except (OSError, IndexError, ValueError):
+        return None
+    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)  # idle and iowait
+    return sum(ticks) - idle, sum(ticks)
+
+
+@dataclass
+class Cpu:
+    """What the CPU did while the workers ran: theirs, the database server's, the machine's."""
+
+    wall_s: float
+    cores: int
+    workers_s: float | None
+    database_s: float | None
+    machine_busy: float | None
+
+    @property
+    def share(self) -> float | None:
+        """Return the workers' and database's CPU time over the cores' capacity in that wall time."""
+        if self.workers_s is None:
+            return None
+        return (self.workers_s + (self.database_s or 0.0)) / (self.wall_s * self.cores)
+
+
+class CpuMeter:
+    """Sample the CPU time of worker processes and the database server, and of the machine, at start and end."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self._pids = pids
+        self._started = time.monotonic()
+        self._workers = self._sum(pids)
+        self._database = {pid: _cpu_seconds(pid) for pid in _postgres_pids()}
+        self._machine = _machine_busy()
+
+    @staticmethod
+    def _sum(pids: list[int]) -> float | None:
+        used = [_cpu_seconds(pid) for pid in pids]
+        return None if any(x is None for x in used) else sum(x for x in used if x is not None)
+
+    def stop(self) -> Cpu:
+        """Return what was used since the meter started."""
+        wall = time.monotonic() - self._started
+        workers_now = self._sum(self._pids)
+        workers = None if workers_now is None or self._workers is None else workers_now - self._workers
+        database = None
+        if self._database:  # a backend started meanwhile counts from 0; one that ended meanwhile is lost
+            now = {pid: _cpu_seconds(pid) for pid in _postgres_pids()}
+            database = sum(used - (self._database.get(pid) or 0.0) for pid, used in now.items() if used is not None)
+        busy = None
+        machine = _machine_busy()
+        if machine is not None and self._machine is not None and machine[1] > self._machine[1]:
+            busy = (machine[0] - self._machine[0]) / (machine[1] - self._machine[1])
+        return Cpu(wall, len(os.sched_getaffinity(0)), workers, database, busy)
+
+
 @dataclass
 class Fleet:
     """One store's result with `workers` worker processes."""
@@ -145,6 +230,7 @@ class Fleet:
     raw_commits_per_s: float | None = None
     sagas_per_s: float | None = None
     speedup: float | None = None
+    cpu: Cpu | None = None
     skipped: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
@@ -167,6 +253,11 @@ class Fleet:
             else round(self.claims_per_s / self.raw_commits_per_s, 3),
             "10-step sagas/s, 25 at a time each": r(self.sagas_per_s, 1),
             "speedup over 1 worker": r(self.speedup),
+            "cpu: workers s": None if self.cpu is None else r(self.cpu.workers_s),
+            "cpu: postgres s": None if self.cpu is None else r(self.cpu.database_s),
+            "cpu: wall s x cores": None if self.cpu is None else f"{self.cpu.wall_s:.2f} x {self.cpu.cores}",
+            "cpu share (workers + db)": None if self.cpu is None else r(self.cpu.share),
+            "machine busy": None if self.cpu is None else r(self.cpu.machine_busy),
             "skipped": self.skipped,
         }
 
@@ -183,8 +274,9 @@ def _marks(path: Path) -> dict[str, float]:
 
 
 @contextlib.asynccontextmanager
-async def _workers(url: str, count: int, marks: Path, concurrency: int = 0) -> Any:
-    """Start `count` worker processes on `url`; yield once each is serving; stop them at the end."""
+async def _workers(url: str, count: int, marks: Path, concurrency: int = 0, settle: float = 1.0) -> Any:
+    """Start `count` worker processes on `url`; yield their ids `settle` seconds after each began serving; stop
+    them at the end."""
     env = {**os.environ, "SAGA_BENCH_MARKS": str(marks), "PYTHONPATH": str(ROOT)}
     children = []
     try:
@@ -206,8 +298,8 @@ async def _workers(url: str, count: int, marks: Path, concurrency: int = 0) -> A
         for child in children:
             assert child.stdin is not None
             child.stdin.write(b"go\n")
-        await asyncio.sleep(1.0)  # past each worker's first round: idle, listening
-        yield
+        await asyncio.sleep(settle)  # past each worker's first round: idle, listening
+        yield [child.pid for child in children]
     finally:
         for child in children:
             if child.returncode is None:
@@ -257,8 +349,9 @@ async def _claims(url: str, count: int, folder: Path) -> float:
     return (count - 1) / (starts[-1] - starts[0])
 
 
-async def _scale(url: str, workers: int, count: int, folder: Path) -> float:
-    """Return the 10-step sagas per second `workers` workers (25 at a time each) finish of `count` queued ones."""
+async def _scale(url: str, workers: int, count: int, folder: Path) -> tuple[float, Cpu]:
+    """Return the 10-step sagas per second `workers` workers (25 at a time each) finish of `count` queued ones,
+    and the CPU they and the database used meanwhile."""
     marks = folder / f"marks-scale-{workers}.txt"
     plan = [{"tool": "Nap", "args": {"n": n, "last": 9}} for n in range(10)]
     async with open_store(url) as store:
@@ -266,15 +359,18 @@ async def _scale(url: str, workers: int, count: int, folder: Path) -> float:
         for first in range(0, count, 50):
             ids = [f"scale-{workers}-{n}" for n in range(first, min(count, first + 50))]
             await asyncio.gather(*(executor.submit(plan, saga_id=saga_id, queue="bench") for saga_id in ids))
-        async with _workers(url, workers, marks, concurrency=25):
+        async with _workers(url, workers, marks, concurrency=25, settle=0.0) as pids:
+            meter = CpuMeter(pids)  # from "go": the queue is full, so they start at once
             deadline = time.monotonic() + 180
             while _ends(marks) < count and time.monotonic() < deadline:  # noqa: ASYNC110 - other processes write
                 await asyncio.sleep(0.05)
-    lines = [line.split(" ") for line in marks.read_text().splitlines()]
+            cpu = meter.stop()
+    # A Mark line ("id at") of an earlier workload's saga that a stopped worker left to recovery is not counted.
+    lines = [parts for parts in (line.split(" ") for line in marks.read_text().splitlines()) if len(parts) == 3]
     starts = [float(at) for _, kind, at in lines if kind == "start"]
     ends = [float(at) for _, kind, at in lines if kind == "end"]
     assert len(ends) == count, (len(ends), count)
-    return count / (max(ends) - min(starts))
+    return count / (max(ends) - min(starts)), cpu
 
 
 def _ends(marks: Path) -> int:
@@ -328,9 +424,9 @@ async def _store(
     results[0].claims_per_s = await _claims(url, claims, folder)
     results[0].raw_commits_per_s = await _raw_commits(kind, url, folder / "raw.db")
     if kind == "postgresql":
-        rates = [await _scale(url, result.workers, scale, folder) for result in results]
-        for result, rate in zip(results, rates, strict=True):
-            result.sagas_per_s, result.speedup = rate, rate / rates[0]
+        scaled = [await _scale(url, result.workers, scale, folder) for result in results]
+        for result, (rate, cpu) in zip(results, scaled, strict=True):
+            result.sagas_per_s, result.speedup, result.cpu = rate, rate / scaled[0][0], cpu
     return results
 
 

@@ -232,13 +232,16 @@ class SagaAdmin:
         await self._resources.enter()
         return await self._actions.retry_compensation(saga_id)
 
-    async def cancel(self, saga_id: str, *, reason: str | None = None) -> SagaResult:
+    async def cancel(self, saga_id: str, *, reason: str | None = None, by: str | None = None) -> SagaResult:
         """Cancel a saga and return it as it stands; an unknown id raises `SagaNotFoundError`.
 
         QUEUED ends COMPENSATED at once; RUNNING is compensated by its owner within `lease_timeout / 3`; WAITING
         has its requests rejected (`decided_by="cancel"`) and compensates; a terminal saga is unchanged.
+        `by` (who asks: a person, an operator) is recorded as the cancel's `by`; this admin's executor id when None.
         """
-        return await self._actions.cancel(saga_id, reason)
+        if by is not None and (not isinstance(by, str) or not by.strip()):
+            raise ValueError(f"by must be a non-empty str or None (who asks), got {by!r}")
+        return await self._actions.cancel(saga_id, reason, None if by is None else by.strip())
 
     # -- bulk operator actions
 

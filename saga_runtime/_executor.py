@@ -14,7 +14,7 @@ from typing import Any
 import anyio
 
 from saga_runtime._dynamic import DynamicSaga
-from saga_runtime._engine import Actions, Budget, Drives, EngineConfig, SagaHook
+from saga_runtime._engine import Actions, Budget, Drives, EngineConfig, SagaHook, Shelters
 from saga_runtime._exceptions import PlanValidationError, ResultNotStorableError, StoreError
 from saga_runtime._handle import SagaHandle
 from saga_runtime._planner import RegistryPlanner, replay
@@ -122,8 +122,9 @@ class SagaExecutor:
     async def __aenter__(self) -> SagaExecutor:
         """Enter the registry's lifespan now (else it is entered before the first tool call).
 
-        With a given `executor_id`, then take over at once, in the background, the live sagas it still owns (a
-        restart of the same process identity), without waiting for their leases to run out.
+        With a given `executor_id`, then take over in the background the live sagas it still owns (a restart of
+        the same process identity), without waiting for their leases to run out: within half a lease, those whose
+        lease no live process of that id renews meanwhile (a stopping one still finishing its calls keeps its own).
         """
         await self._resources.enter()
         # A generated id is new: it owns nothing yet.
@@ -314,16 +315,19 @@ class SagaExecutor:
         await self._resources.enter()
         return await self._actions.unpark(saga_id, compensate=compensate)
 
-    async def cancel(self, saga_id: str, *, reason: str | None = None) -> SagaResult:
+    async def cancel(self, saga_id: str, *, reason: str | None = None, by: str | None = None) -> SagaResult:
         """Cancel a saga: a QUEUED one ends COMPENSATED at once, no tool called, its error saying why.
 
         A RUNNING one is asked to stop: its owner notices within `lease_timeout / 3` and compensates; a WAITING
         one's undecided requests are rejected (`decided_by="cancel"`) and it compensates; a terminal one is
         returned unchanged. Returns the saga as it stands; an unknown id raises `SagaNotFoundError` (a KeyError).
+        `by` (who asks: a person, an operator) is recorded as the cancel's `by`; this executor's id when None.
         """
         if reason is not None and not isinstance(reason, str):
             raise TypeError(f"reason must be a str or None, got {type(reason).__name__}")
-        return await self._actions.cancel(saga_id, reason)
+        if by is not None and (not isinstance(by, str) or not by.strip()):
+            raise ValueError(f"by must be a non-empty str or None (who asks), got {by!r}")
+        return await self._actions.cancel(saga_id, reason, None if by is None else by.strip())
 
     async def retry_compensation(self, saga_id: str) -> SagaResult:
         """Run again the compensations of a COMPENSATION_FAILED saga that gave up; return its new result.
@@ -369,31 +373,29 @@ class SagaExecutor:
             for sample in samplers:
                 sample(queue, depth)
 
-        shelters = self._drives.shelters
-        shelters.serving += 1
-        try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self._recover_rounds, self.lease_timeout / 2 if interval is None else interval, limit)
-                try:
-                    await self._actions.queues.serve(
-                        served,
-                        concurrency=concurrency,
-                        interval=0.5 if interval is None else interval,
-                        limit=limit,
-                        task_group=tg,
-                        on_depth=on_depth if samplers else None,
-                    )
-                finally:
-                    # A stop: the sagas it drives stop once their running calls return (bounded), then are released.
-                    shelters.stop(self.compensation_timeout)
-        finally:
-            shelters.serving -= 1
-            shelters.stopping = False  # its drives have ended: another serve() of this executor goes on
+        shelters = Shelters()  # this serve's own: another serve() of this executor is not stopped with it
+        async with anyio.create_task_group() as tg:
+            pause = self.lease_timeout / 2 if interval is None else interval
+            tg.start_soon(self._recover_rounds, pause, limit, shelters)
+            try:
+                await self._actions.queues.serve(
+                    served,
+                    concurrency=concurrency,
+                    interval=0.5 if interval is None else interval,
+                    limit=limit,
+                    task_group=tg,
+                    shelters=shelters,
+                    on_depth=on_depth if samplers else None,
+                )
+            finally:
+                # A stop: the sagas it drives stop once their running calls return (bounded), then are released.
+                shelters.stop(self.compensation_timeout)
 
-    async def _recover_rounds(self, pause: float, limit: int) -> None:
+    async def _recover_rounds(self, pause: float, limit: int, shelters: Shelters) -> None:
         while True:
             try:
-                await self.recover(limit=limit)
+                await self._resources.enter()
+                await self._actions.recovery.recover(limit, shelters)
             except StoreError as exc:
                 logger.warning("recovery round failed, trying again in %gs: %s", pause, exc)
             except Exception:

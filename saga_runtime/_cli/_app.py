@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import getpass
 import json
+import os
 import signal
+import socket
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -446,11 +449,14 @@ def cancel(
     ctx: typer.Context,
     saga_id: Annotated[str, typer.Argument(metavar="ID", help="The saga to cancel.")],
     reason: Annotated[str | None, typer.Option("--reason", help="Why; recorded in the saga's error.")] = None,
+    by: Annotated[
+        str | None, typer.Option("--by", help="Who asks, recorded with the cancel (default: cli:USER@HOST).")
+    ] = None,
 ) -> None:
     """Cancel a saga: a QUEUED one ends at once; a running or waiting one is asked to stop and compensate."""
 
     async def work(store: SagaStore) -> ExitCode:
-        result = await SagaAdmin(store).cancel(saga_id, reason=reason)
+        result = await SagaAdmin(store).cancel(saga_id, reason=reason, by=by or _operator())
         if result.status.is_terminal:
             _stdout().print(f"saga {saga_id}: {result.status.value}" + (f" ({result.error})" if result.error else ""))
         else:
@@ -458,6 +464,15 @@ def cancel(
         return ExitCode.OK
 
     _execute(ctx, work)
+
+
+def _operator() -> str:
+    """Return who runs this command: "cli:" and the user at the host."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no user name for this uid (a container)
+        user = str(os.getuid())
+    return f"cli:{user}@{socket.gethostname()}"
 
 
 @app.command()

@@ -120,9 +120,8 @@ class Console:
             raise ActionRefused(f"{type(exc).__name__}: {exc}", 409) from None
 
     async def _cancel(self, saga_id: str, by: str, note: str) -> Outcome:
-        # Who typed it goes in the reason; the record's `by` is this console's executor id.
-        reason = " ".join(part for part in (note.strip(), f"(asked by {by.strip()})" if by.strip() else "") if part)
-        result = await self.admin.cancel(saga_id, reason=reason or None)
+        # Who asks is recorded as the cancel's `by`, as a decision's ("console" when the form left it empty).
+        result = await self.admin.cancel(saga_id, reason=note.strip() or None, by=by.strip() or "console")
         if result.status.is_terminal:
             return Outcome(f"saga {saga_id} is {result.status.value}", result)
         return Outcome(f"saga {saga_id}: cancel requested; its owner stops it and compensates", result)

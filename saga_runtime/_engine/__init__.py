@@ -13,6 +13,7 @@ engine; `Recovery` (`_recovery`) and `Actions` (`_actions`) are what front doors
 from saga_runtime._engine._actions import Actions
 from saga_runtime._engine._approvals import HOLDABLE, Decisions
 from saga_runtime._engine._budget import Account, Budget
+from saga_runtime._engine._cancellation import Shelters
 from saga_runtime._engine._claim import Claim, Drives
 from saga_runtime._engine._config import EngineConfig
 from saga_runtime._engine._driver import Planner, PlanShape, drive_plan
@@ -38,6 +39,7 @@ __all__ = [
     "SagaEngine",
     "SagaEvent",
     "SagaHook",
+    "Shelters",
     "TransitionError",
     "drive_plan",
     "take_over",

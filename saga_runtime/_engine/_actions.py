@@ -29,9 +29,11 @@ from saga_runtime._records import (
     SagaRow,
     SagaStatus,
     StepRow,
+    cancel_entry,
     cancel_note,
     gated_steps,
     now,
+    read_note,
     result_from_rows,
 )
 
@@ -140,10 +142,10 @@ class Actions:
                 return result
         return await self._stored_result(saga_id)
 
-    async def cancel(self, saga_id: str, reason: str | None) -> SagaResult:
+    async def cancel(self, saga_id: str, reason: str | None, by: str | None = None) -> SagaResult:
         """Cancel a saga: a QUEUED one ends at once; a running or waiting one is asked to stop and compensate.
 
-        A terminal (or PARKED) saga is returned unchanged. Returns the saga as it stands.
+        A terminal (or PARKED) saga is returned unchanged; returns the saga as it stands. `by`: who asks (recorded).
         """
         config = self._drives.config
         store = config.store
@@ -152,14 +154,18 @@ class Actions:
             raise SagaNotFoundError(f"no saga {saga_id!r} in {store.url}", saga_id=saga_id)
         why = "cancelled" + (f": {reason}" if reason else "")
         saga = stored[0]
-        if saga.status is SagaStatus.QUEUED and await store.cancel_queued(saga_id, f"{why} (before it started)", now()):
+        asked = now()
+        # A note, so the reason never passes for who asked.
+        note = cancel_note(asked, by or config.executor_id, reason)
+        if saga.status is SagaStatus.QUEUED and await store.cancel_queued(
+            saga_id, f"{why} (before it started)", asked, cancel_entry(read_note(note, at=asked))
+        ):
             self._told(saga, why)
             return await self._stored_result(saga_id)
         status = (await self._stored_result(saga_id)).status
         if status.is_terminal or status is SagaStatus.PARKED:
             return await self._stored_result(saga_id)
-        # A note, so the reason never passes for who asked: `by` is this executor's id.
-        if await store.request_cancel(saga_id, cancel_note(now(), config.executor_id, reason)):
+        if await store.request_cancel(saga_id, note):
             self._told(stored[0], why)
         if status is SagaStatus.WAITING:
             undecided = [row for row in await store.load_approvals(saga_id) if row.decision is None]

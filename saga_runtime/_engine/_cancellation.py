@@ -39,25 +39,22 @@ class WorkerStopped(asyncio.CancelledError):
 
 
 class Shelters:
-    """A stopping worker's drives: shielded from its cancellation, so running calls return and are recorded.
+    """One serving worker's drives (one per `serve()`): shielded from its cancellation, so running calls return
+    and are recorded.
 
     `stop()` asks them to stop at their next group (`WorkerStopped`) and bounds them: each scope is cancelled
     `bound` seconds later (what is still running then is cut short, as any cancellation would).
     """
 
-    __slots__ = ("_scopes", "serving", "stopping")
+    __slots__ = ("_scopes", "stopping")
 
     def __init__(self) -> None:
         self._scopes: dict[anyio.CancelScope, asyncio.TimerHandle | None] = {}
-        self.serving = 0  # serve() loops running: only their drives are sheltered
         self.stopping = False
 
     @contextmanager
     def shelter(self, bound: float) -> Iterator[None]:
-        """Drive the block shielded while a worker serves; end it quietly if the worker's stop ended it."""
-        if not self.serving:
-            yield
-            return
+        """Drive the block shielded from the worker's cancellation; end it quietly if the worker's stop ended it."""
         scope = anyio.CancelScope(shield=True)
         self._scopes[scope] = None
         if self.stopping:

@@ -29,13 +29,12 @@ Take = Literal["new", "orphan", "queued", "waiting", "reopen"]
 class Drives:
     """The sagas one executor drives right now, and the one way to drive one: `claim()`."""
 
-    __slots__ = ("_driving", "claims", "config", "shelters")
+    __slots__ = ("_driving", "claims", "config")
 
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
         self.claims = Claims(config)
         self._driving: set[str] = set()
-        self.shelters = Shelters()  # a serving worker's detached drives, which its stop lets finish their calls
 
     def __contains__(self, saga_id: object) -> bool:
         return saga_id in self._driving
@@ -126,16 +125,22 @@ class Claim:
         return store.claim_waiting if self._take == "waiting" else store.reopen_compensation
 
     def start(
-        self, engine: SagaEngine | None = None, *, detached: bool = False, where: str = "while this one ran it"
+        self,
+        engine: SagaEngine | None = None,
+        *,
+        detached: bool = False,
+        shelters: Shelters | None = None,
+        where: str = "while this one ran it",
     ) -> SagaEngine:
         """Open the session the saga is driven in, on `engine` (else one over the claimed rows); return the engine.
 
-        `detached`: no caller waits on it (recovery): a cancellation stops it without compensating.
+        `detached`: no caller waits on it (recovery): a cancellation stops it without compensating; `shelters`:
+        the serving worker's, whose stop ends it between groups.
         """
         if engine is None:
             engine = self._drives.claims.engine(self.saga, self.rows, detached=detached)
         if detached:
-            engine.shelters = self._drives.shelters
+            engine.shelters = shelters
         if self._take == "orphan":
             engine.journal.touch_saga()  # the takeover is written (sealed) with the first flush
         self.session = Session(self._drives.claims, engine, where=where)
@@ -150,7 +155,7 @@ class Claim:
     @property
     def may_have_a_cancel(self) -> bool:
         """Tell whether an operator's cancel may wait for it in the store: taken over, or started from a queue
-        (a worker lacking its tools may have held it RUNNING when the cancel came, then given it back)."""
+        (a cancel made between its start and its first lease renewal)."""
         return self._take in ("orphan", "queued")
 
     async def release(self) -> None:

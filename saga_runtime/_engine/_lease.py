@@ -17,6 +17,9 @@ __all__ = ["LeaseKeeper"]
 
 logger = logging.getLogger("saga_runtime")
 
+# A compensating saga only records the cancel (see SagaEngine.cancel).
+_CANCELLABLE = (SagaStatus.RUNNING, SagaStatus.COMPENSATING)
+
 
 class LeaseKeeper:
     """Renew one running saga's lease every third of the lease timeout; fence the saga if the lease is lost.
@@ -27,7 +30,7 @@ class LeaseKeeper:
     When the store says another executor owns the saga, the journal is fenced (it writes nothing more) and
     `on_lost` is called, which stops the saga's work instead of racing the new owner. A renewal also reads
     whether an operator asked to cancel the saga (`executor.cancel`); a RUNNING saga then is told (`on_cancel`,
-    given the stored request): its running calls are cancelled and it compensates.
+    given the stored request): its running calls are cancelled and it compensates (a COMPENSATING one records it).
     """
 
     def __init__(
@@ -102,9 +105,9 @@ class LeaseKeeper:
             self._timer = self._loop.call_later(self._interval, self._due)
 
     async def _read_cancel(self) -> None:
-        """Fail a RUNNING saga an operator asked to cancel (told once)."""
+        """Tell a RUNNING or COMPENSATING saga an operator asked to cancel it (once)."""
         saga = self._journal.saga
-        if self._on_cancel is None or self._cancelled or saga.status is not SagaStatus.RUNNING:
+        if self._on_cancel is None or self._cancelled or saga.status not in _CANCELLABLE:
             return
         try:
             with anyio.fail_after(self._interval):

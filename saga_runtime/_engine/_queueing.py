@@ -14,6 +14,7 @@ import anyio
 import anyio.lowlevel
 from anyio.abc import TaskGroup
 
+from saga_runtime._engine._cancellation import Shelters
 from saga_runtime._engine._claim import Drives
 from saga_runtime._engine._events import SagaEvent, emit
 from saga_runtime._engine._journal import Journal
@@ -25,20 +26,19 @@ __all__ = ["Queues"]
 
 logger = logging.getLogger("saga_runtime")
 
-# At most this many sagas remembered as given back (then forgotten, and warned about again).
-_GIVEN_BACK_MAX = 10_000
-_LACKING_MAX = 100  # sagas a worker lacks the tools for, passed over in one round of one queue
+# At most this many sagas remembered as passed over (then forgotten, and warned about again).
+_PASSED_OVER_MAX = 10_000
 
 
 class Queues:
     """Submit sagas to queues, and start the queued sagas of the queues a worker serves."""
 
-    __slots__ = ("_drives", "_given_back", "_recovery")
+    __slots__ = ("_drives", "_passed_over", "_recovery")
 
     def __init__(self, drives: Drives, recovery: Recovery) -> None:
         self._drives = drives
         self._recovery = recovery
-        self._given_back: set[str] = set()  # sagas warned about (this worker lacks their tools)
+        self._passed_over: set[str] = set()  # sagas warned about (this worker lacks their tools)
 
     async def submit(self, saga: SagaRow, steps: list[StepRow], entry: QueueEntry) -> None:
         """Store a new QUEUED saga; the same id with the same plan stores nothing; another plan raises."""
@@ -59,55 +59,35 @@ class Queues:
             )
 
     async def start(self, queue: Queue, limit: int) -> list[tuple[SagaRow, list[StepRow]]]:
-        """Claim up to `limit` queued sagas of `queue` for this worker (RUNNING under its lease)."""
-        drives = self._drives
-        started = now()
-        return await drives.config.store.claim_queued(
-            drives.config.executor_id, drives.claims.lease_until(started), started, queue, limit
-        )
+        """Claim up to `limit` queued sagas of `queue` whose tools this worker has (RUNNING under its lease).
 
-    async def _runnable(self, queue: Queue, room: int) -> list[tuple[SagaRow, list[StepRow]]]:
-        """Start up to `room` sagas of `queue` whose tools this worker has; give the others back to the queue.
-
-        Each saga given back is asked for again beside one more (up to `_LACKING_MAX` a round), so sagas this worker
-        cannot run at the head of the queue never keep it from those behind them.
+        The others are passed over in the store, unwritten (a worker lacking their tools costs them no write), and
+        warned about once each.
         """
-        runnable: list[tuple[SagaRow, list[StepRow]]] = []
-        lacking = 0
-        while len(runnable) < room:
-            asked = room - len(runnable) + lacking
-            claimed = await self.start(queue, asked)
-            lacking = 0
-            for saga, rows in claimed:
-                if len(runnable) >= room:  # one more than there is room for (another worker took a lacking one)
-                    await self._put_back(saga.saga_id)
-                elif await self._give_back(saga, rows):
-                    lacking += 1
-                else:
-                    runnable.append((saga, rows))
-            if not lacking or len(claimed) < asked or lacking >= _LACKING_MAX:
-                break
-        return runnable
+        drives = self._drives
+        lacking: dict[str, list[str]] = {}
 
-    async def _put_back(self, saga_id: str) -> None:
-        config = self._drives.config
-        try:
-            await config.store.requeue(saga_id, config.executor_id, now())
-        except StoreError as exc:  # its lease runs out: recovery takes it (a worker with the tools)
-            logger.warning("saga %s: could not put it back in its queue: %s", saga_id, exc)
+        def fits(saga: SagaRow) -> bool:
+            missing = self._recovery.missing_tools(saga, [])  # a queued saga's steps are its plan's
+            if missing:
+                lacking[saga.saga_id] = missing
+            return not missing
 
-    async def _give_back(self, saga: SagaRow, rows: list[StepRow]) -> bool:
-        """Put a started saga whose tools this worker lacks back in its queue, for a worker that has them."""
-        missing = self._recovery.missing_tools(saga, rows)
-        if not missing:
-            return False
-        if saga.saga_id not in self._given_back:
-            if len(self._given_back) >= _GIVEN_BACK_MAX:
-                self._given_back.clear()
-            self._given_back.add(saga.saga_id)
-            logger.warning("saga %s: back to its queue, this worker lacks the tool(s) %s", saga.saga_id, missing)
-        await self._put_back(saga.saga_id)
-        return True
+        started = now()
+        claimed = await drives.config.store.claim_queued(
+            drives.config.executor_id, drives.claims.lease_until(started), started, queue, limit, fits
+        )
+        for saga_id, missing in lacking.items():
+            self._warn_lacking(saga_id, missing)
+        return claimed
+
+    def _warn_lacking(self, saga_id: str, missing: list[str]) -> None:
+        if saga_id in self._passed_over:
+            return
+        if len(self._passed_over) >= _PASSED_OVER_MAX:
+            self._passed_over.clear()
+        self._passed_over.add(saga_id)
+        logger.warning("saga %s: left in its queue, this worker lacks the tool(s) %s", saga_id, missing)
 
     async def _sample(self, queues: Sequence[Queue], on_depth: Callable[[str, int], None]) -> None:
         store = self._drives.config.store
@@ -125,11 +105,13 @@ class Queues:
         interval: float,
         limit: int,
         task_group: TaskGroup,
+        shelters: Shelters,
         on_depth: Callable[[str, int], None] | None = None,
     ) -> None:
         """Start queued sagas of `queues` (at most `concurrency` driven at once here) until cancelled.
 
-        `on_depth(queue, depth)` is told how many sagas wait in each queue, once per round.
+        `shelters`: this serve's (its stop lets the running calls return); `on_depth(queue, depth)` is told how many
+        sagas wait in each queue, once per round.
         """
         running = 0
         freed = anyio.Event()
@@ -143,7 +125,7 @@ class Queues:
         async def drive(saga: SagaRow, rows: list[StepRow]) -> None:
             nonlocal running, freed
             try:
-                await self._recovery.drive_claimed(saga, rows)
+                await self._recovery.drive_claimed(saga, rows, shelters=shelters)
             finally:
                 running -= 1
                 freed.set()
@@ -157,7 +139,7 @@ class Queues:
                     if room < 1:
                         break
                     try:
-                        claimed = await self._runnable(queue, room)
+                        claimed = await self.start(queue, room)
                     except StoreError as exc:
                         logger.warning(
                             "queue %r: starting sagas failed, trying again in %gs: %s", queue.name, interval, exc

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import logging
+from contextlib import nullcontext
+from datetime import datetime
 
 import anyio
 
 from saga_runtime._engine._approvals import Decisions
+from saga_runtime._engine._cancellation import Shelters
 from saga_runtime._engine._claim import Claim, Drives
 from saga_runtime._engine._driver import Planner, drive_plan
 from saga_runtime._engine._events import SagaEvent, emit
@@ -44,10 +47,13 @@ class Recovery:
         """
         return unfit_tools(self._drives.config.registry, saga, rows)
 
-    async def recover(self, limit: int) -> list[SagaResult]:
-        """Go on with decided sagas, then take over every live saga whose owner is gone; return what finished."""
+    async def recover(self, limit: int, shelters: Shelters | None = None) -> list[SagaResult]:
+        """Go on with decided sagas, then take over every live saga whose owner is gone; return what finished.
+
+        `shelters`: those of the `serve()` this recovery runs in (its stop lets their running calls return).
+        """
         config = self._drives.config
-        results = await self.go_on_waiting(limit)
+        results = await self.go_on_waiting(limit, shelters)
         passed_over: set[str] = set()
         while True:
             started = now()
@@ -64,7 +70,7 @@ class Recovery:
                     await self._drives.claims.release(saga, owner=config.executor_id)
                     continue
                 fresh.append((saga, rows))
-            results.extend(await self._recover_batch(fresh))
+            results.extend(await self._recover_batch(fresh, shelters))
             if not fresh:
                 if len(claimed) < limit:
                     return results
@@ -74,24 +80,49 @@ class Recovery:
     async def take_back(self, page: int = 500) -> list[SagaResult]:
         """Drive to an end the live sagas this executor's id still owns (the same process identity restarted).
 
-        Their leases are not waited for: no other live process has this id (documented).
+        Their leases are not waited for, but a renewal is: a saga whose lease is still renewed belongs to a live
+        process of this id (one stopping, that finishes its running calls, then releases it), so it is left to it
+        rather than run twice. Half a lease covers a renewal (due every third) and its round trip.
         """
         config = self._drives.config
-        mine: list[str] = []
-        for status in (SagaStatus.RUNNING, SagaStatus.COMPENSATING):
-            offset = 0
-            while rows := await config.store.list_rows(status, page, offset):
-                mine += [saga.saga_id for saga, _ in rows if saga.owner == config.executor_id]
-                offset += page
+        before = await self._owned(page)
+        if not before:
+            return []
+        await anyio.sleep(config.lease_timeout / 2)
+        after = await self._owned(page)
+        renewed = {
+            saga_id
+            for saga_id, lease in after.items()
+            if saga_id in before and before[saga_id] != lease and saga_id not in self._drives
+        }
+        if renewed:
+            logger.warning(
+                "%s: %d saga(s) it owns are still renewed by a live process of this id (a stopping one finishing its "
+                "calls, or two processes sharing the id): left to it",
+                config.executor_id,
+                len(renewed),
+            )
         batch = []
-        for saga_id in mine:
+        for saga_id in before.keys() & after.keys():
+            if saga_id in renewed or saga_id in self._drives:
+                continue
             stored = await config.store.load_saga(saga_id)
-            ours = stored is not None and stored[0].owner == config.executor_id and saga_id not in self._drives
-            if stored is not None and ours and not self.missing_tools(*stored):
+            if stored is not None and stored[0].owner == config.executor_id and not self.missing_tools(*stored):
                 batch.append(stored)
         if batch:
             logger.info("%s: taking back %d sagas it owned before a restart", config.executor_id, len(batch))
         return await self._recover_batch(batch)
+
+    async def _owned(self, page: int) -> dict[str, datetime | None]:
+        """Return the live sagas this executor's id owns in the store, each with its lease's expiry."""
+        config = self._drives.config
+        owned: dict[str, datetime | None] = {}
+        for status in (SagaStatus.RUNNING, SagaStatus.COMPENSATING):
+            offset = 0
+            while rows := await config.store.list_rows(status, page, offset, owner=config.executor_id):
+                owned.update((saga.saga_id, saga.lease_expires_at) for saga, _ in rows)
+                offset += page
+        return owned
 
     def _waits(self, saga: SagaRow, missing: list[str]) -> None:
         """Say in the saga's error which tools it waits for; warn once per worker and saga, not at every pass."""
@@ -106,7 +137,9 @@ class Recovery:
         self._warned.add((saga_id, tuple(missing)))
         logger.warning("saga %s: %s", saga_id, message)
 
-    async def _recover_batch(self, batch: list[tuple[SagaRow, list[StepRow]]]) -> list[SagaResult]:
+    async def _recover_batch(
+        self, batch: list[tuple[SagaRow, list[StepRow]]], shelters: Shelters | None = None
+    ) -> list[SagaResult]:
         """Drive a claimed batch of sagas, `concurrency` at a time; return the results, in batch order."""
         done: list[SagaResult | None] = [None] * len(batch)
         limiter = anyio.CapacityLimiter(self._concurrency)
@@ -115,10 +148,10 @@ class Recovery:
             begun = False
             try:
                 async with limiter:
-                    if self._drives.shelters.stopping:  # its worker stops: let the next one take it at once
+                    if shelters is not None and shelters.stopping:  # its worker stops: the next one takes it now
                         return
                     begun = True
-                    done[index] = await self.drive_claimed(saga, rows, orphan=True)
+                    done[index] = await self.drive_claimed(saga, rows, orphan=True, shelters=shelters)
             finally:
                 if not begun:  # stopped (or cancelled) while it waited its turn: claimed, never driven
                     await self._drives.claims.release(saga, owner=self._drives.config.executor_id)
@@ -128,13 +161,16 @@ class Recovery:
                 tg.start_soon(drive, index, saga, rows)
         return [result for result in done if result is not None]
 
-    async def drive_claimed(self, saga: SagaRow, rows: list[StepRow], *, orphan: bool = False) -> SagaResult | None:
+    async def drive_claimed(
+        self, saga: SagaRow, rows: list[StepRow], *, orphan: bool = False, shelters: Shelters | None = None
+    ) -> SagaResult | None:
         """Drive a saga this executor claimed (an orphan, or a queued saga it started); None if lost.
 
         Claimed again right before it is driven: while it waited its turn, its lease may have run out and another
-        executor taken it. Under a serving worker, its stop lets the running calls return (see `Shelters`).
+        executor taken it. Under a serving worker (`shelters`), its stop lets the running calls return.
         """
-        with self._drives.shelters.shelter(self._drives.config.compensation_timeout):
+        bound = self._drives.config.compensation_timeout
+        with nullcontext() if shelters is None else shelters.shelter(bound):
             try:
                 async with self._drives.claim(saga, rows, take="orphan" if orphan else "queued") as held:
                     if held is not None:
@@ -143,12 +179,12 @@ class Recovery:
                                 self._drives.config.hooks,
                                 SagaEvent("saga_taken_over", saga.saga_id, status=saga.status.value),
                             )
-                        return await self._recover_one(held)
+                        return await self._recover_one(held, shelters)
             except LeaseLostError as exc:
                 logger.warning("saga %s: %s", saga.saga_id, exc)
         return None
 
-    async def _recover_one(self, held: Claim) -> SagaResult | None:
+    async def _recover_one(self, held: Claim, shelters: Shelters | None) -> SagaResult | None:
         saga = held.saga
         if saga.recovery_attempts >= self._max_attempts:
             return await held.park(f"recovery failed {saga.recovery_attempts} times")
@@ -165,13 +201,13 @@ class Recovery:
                         f"already (a tool changed without a new version=): {'; '.join(exc.problems)}"
                     )
                 # No caller: if this worker stops, the saga stays for the next recovery.
-                engine = held.start(detached=True)
+                engine = held.start(detached=True, shelters=shelters)
                 await _count_attempt(engine)
                 engine.emit("saga_started")
                 if held.may_have_a_cancel:
                     await _honour_cancel(engine)
                 return await drive_plan(engine, plan, self._planner)
-            engine = held.start(detached=True)
+            engine = held.start(detached=True, shelters=shelters)
             await _count_attempt(engine)
             engine.emit("saga_started")
             engine.fail("its process stopped in the middle of the saga; recovery compensated it")
@@ -183,13 +219,13 @@ class Recovery:
             logger.error("saga %s: recovery attempt %d failed: %s", saga.saga_id, saga.recovery_attempts, exc)
             return None
 
-    async def go_on_waiting(self, limit: int) -> list[SagaResult]:
+    async def go_on_waiting(self, limit: int, shelters: Shelters | None = None) -> list[SagaResult]:
         """Reject the requests whose deadline passed; go on with each WAITING plan saga whose requests are decided."""
         await self._decisions.expire_due(limit)
         results = []
         for saga_id in await self._drives.config.store.waiting_sagas(now(), limit):
             try:
-                result = await self.go_on(saga_id, detached=True)
+                result = await self.go_on(saga_id, detached=True, shelters=shelters)
             except LeaseLostError as exc:
                 logger.warning("saga %s: %s", saga_id, exc)
                 continue
@@ -200,7 +236,9 @@ class Recovery:
                 results.append(result)
         return results
 
-    async def go_on(self, saga_id: str, *, detached: bool = False) -> SagaResult | None:
+    async def go_on(
+        self, saga_id: str, *, detached: bool = False, shelters: Shelters | None = None
+    ) -> SagaResult | None:
         """Drive a WAITING plan saga whose requests are all decided, until its next wait or its end.
 
         None when it is not for this executor (held elsewhere, undecided, tools missing).
@@ -228,7 +266,7 @@ class Recovery:
                 await held.release()
                 logger.warning("saga %s: decided, left for an executor that can go on with it: %s", saga_id, exc)
                 return None
-            engine = held.start(detached=detached)
+            engine = held.start(detached=detached, shelters=shelters)
             await engine.resume()
             engine.emit("saga_started")
             await _honour_cancel(engine)

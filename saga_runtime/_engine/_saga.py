@@ -138,11 +138,15 @@ class SagaEngine:
         self.verdict.fail_with(reason)
 
     def cancel(self, request: str) -> None:
-        """Honour an operator's cancel request (its stored note): record it, cut the running calls, fail the saga."""
+        """Honour an operator's cancel request (its stored note): record it, cut the running calls, fail the saga.
+
+        A saga already compensating only records it: its undoing goes on as it was.
+        """
         note = read_note(request, at=now())
         if cancel_noted(self.saga, note):
             self.journal.touch_saga()  # sealed with the saga row's next write
-        self.verdict.halt(note_reason(note))
+        if self.saga.status is not SagaStatus.COMPENSATING:
+            self.verdict.halt(note_reason(note))
 
     def adopt(self, rows: Sequence[StepRow], join: str = "all") -> None:
         """Take in recorded outcomes of a resumed saga: a recorded FAILED step of scope "saga" fails it.

@@ -43,7 +43,7 @@ class Takeover(BaseModel):
 
 
 class CancelRecord(BaseModel):
-    """The request that cancelled the saga: when, by whom (executor id), and why."""
+    """The operator's request that cancelled the saga: when, by whom (a person, or the executor's id), and why."""
 
     model_config = _FROZEN
 

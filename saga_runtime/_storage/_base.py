@@ -106,8 +106,11 @@ class SagaStore(Protocol):
         """Insert rows as given (their seals kept), atomically; return None, or what is stored if the id is taken."""
         ...
 
-    async def list_rows(self, status: SagaStatus | None, limit: int, offset: int) -> list[tuple[SagaRow, int]]:
-        """Return saga rows, newest first, each with its count of step rows; only those in `status` if given."""
+    async def list_rows(
+        self, status: SagaStatus | None, limit: int, offset: int, *, owner: str | None = None
+    ) -> list[tuple[SagaRow, int]]:
+        """Return saga rows, newest first, each with its count of step rows; only those in `status` if given, and
+        only those `owner` holds if given (a restarted executor finds its own sagas)."""
         ...
 
     async def claim_saga(self, saga_id: str, owner: str, lease_expires_at: datetime, now: datetime) -> bool:
@@ -168,13 +171,21 @@ class SagaStore(Protocol):
         ...
 
     async def claim_queued(
-        self, owner: str, lease_expires_at: datetime, now: datetime, queue: Queue, limit: int
+        self,
+        owner: str,
+        lease_expires_at: datetime,
+        now: datetime,
+        queue: Queue,
+        limit: int,
+        fits: Callable[[SagaRow], bool] | None = None,
     ) -> list[tuple[SagaRow, list[StepRow]]]:
         """Start up to `limit` QUEUED sagas of `queue` whose `not_before` passed: RUNNING under `owner`'s lease.
 
         Lowest priority first, then the earliest submitted. The queue's limits (`concurrency`, `key_concurrency`,
         `rate_limit`) are counted in the same transaction as the claim, so they hold across every worker; two
-        owners claiming at once never get the same saga. Returns snapshots of the sagas started.
+        owners claiming at once never get the same saga. A saga `fits` refuses (the worker lacks its tools) is
+        passed over unwritten, keeping its place, and those behind it looked at (up to a thousand a claim).
+        Returns snapshots of the sagas started.
         """
         ...
 
@@ -191,8 +202,9 @@ class SagaStore(Protocol):
         """Return how many sagas wait QUEUED in `queue`."""
         ...
 
-    async def cancel_queued(self, saga_id: str, error: str, now: datetime) -> bool:
-        """End a QUEUED saga COMPENSATED (nothing ran) with `error`; atomic; return whether it did."""
+    async def cancel_queued(self, saga_id: str, error: str, now: datetime, entry: dict[str, Any]) -> bool:
+        """End a QUEUED saga COMPENSATED (nothing ran) with `error`, `entry` (the cancel) added to its history and
+        sealed with it; atomic; return whether it did."""
         ...
 
     async def requeue(self, saga_id: str, owner: str, now: datetime) -> bool:

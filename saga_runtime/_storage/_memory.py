@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta
+from typing import Any
 
 from saga_runtime._exceptions import StoreError
 from saga_runtime._records import (
@@ -319,7 +320,13 @@ class MemoryStore(StoreBase, MemoryRetention):
             self._wakers.remove(wake)
 
     async def claim_queued(
-        self, owner: str, lease_expires_at: datetime, now: datetime, queue: Queue, limit: int
+        self,
+        owner: str,
+        lease_expires_at: datetime,
+        now: datetime,
+        queue: Queue,
+        limit: int,
+        fits: Callable[[SagaRow], bool] | None = None,
     ) -> list[tuple[SagaRow, list[StepRow]]]:
         """Start up to `limit` QUEUED sagas of `queue` within its limits (counted here); return snapshots of them."""
         self._check_open()
@@ -344,7 +351,7 @@ class MemoryStore(StoreBase, MemoryRetention):
         for saga, entry in waiting:
             if len(claimed) >= allowed:
                 break
-            if key_full(queue, entry.key, running):
+            if key_full(queue, entry.key, running) or (fits is not None and not fits(saga)):
                 continue
             running[entry.key] = running.get(entry.key, 0) + 1
             started = replace(
@@ -367,13 +374,20 @@ class MemoryStore(StoreBase, MemoryRetention):
             if entry.queue == queue and self._sagas[saga_id].status is SagaStatus.QUEUED
         )
 
-    async def cancel_queued(self, saga_id: str, error: str, now: datetime) -> bool:
-        """End a QUEUED saga COMPENSATED with `error`; return whether it did."""
+    async def cancel_queued(self, saga_id: str, error: str, now: datetime, entry: dict[str, Any]) -> bool:
+        """End a QUEUED saga COMPENSATED with `error`, `entry` in its history; return whether it did."""
         self._check_open()
         saga = self._sagas.get(saga_id)
         if saga is None or saga.status is not SagaStatus.QUEUED:
             return False
-        ended = replace(saga, status=SagaStatus.COMPENSATED, error=error, updated_at=now, finished_at=now)
+        ended = replace(
+            saga,
+            status=SagaStatus.COMPENSATED,
+            error=error,
+            updated_at=now,
+            finished_at=now,
+            history=[*saga.history, entry],
+        )
         self._sealing.saga(ended)
         self._sagas[saga_id] = ended
         self._seal(saga_id)
@@ -481,10 +495,16 @@ class MemoryStore(StoreBase, MemoryRetention):
             self._sagas[saga_id] = replace(saga, owner=owner, lease_expires_at=lease_expires_at, updated_at=now)
         return free
 
-    async def list_rows(self, status: SagaStatus | None, limit: int, offset: int) -> list[tuple[SagaRow, int]]:
+    async def list_rows(
+        self, status: SagaStatus | None, limit: int, offset: int, *, owner: str | None = None
+    ) -> list[tuple[SagaRow, int]]:
         """Return saga rows, newest first, each with its count of step rows."""
         self._check_open()
-        rows = [row for row in self._sagas.values() if status is None or row.status is status]
+        rows = [
+            row
+            for row in self._sagas.values()
+            if (status is None or row.status is status) and (owner is None or row.owner == owner)
+        ]
         rows.sort(key=lambda row: (row.created_at, row.saga_id), reverse=True)
         return [(row.copy(), len(self._steps.get(row.saga_id, {}))) for row in rows[offset : offset + limit]]
 

@@ -347,6 +347,8 @@ class Queries:
         order = "ORDER BY s.created_at DESC, s.saga_id DESC LIMIT ? OFFSET ?"
         self.list_all = q(dialect, f"SELECT {saga_cols}, {count} FROM sagas s {order}")
         self.list_status = q(dialect, f"SELECT {saga_cols}, {count} FROM sagas s WHERE s.status = ? {order}")
+        owned = f"SELECT {saga_cols}, {count} FROM sagas s WHERE s.owner = ?"
+        self._list_owned = (q(dialect, f"{owned} {order}"), q(dialect, f"{owned} AND s.status = ? {order}"))
         self.read_version = "SELECT MAX(version) FROM schema_version"
         self.table_exists = q(
             dialect,
@@ -426,7 +428,7 @@ class Queries:
         self.queue_waiting = q(
             dialect,
             "SELECT saga_id, queue_key FROM sagas WHERE queue = ? AND status = ? "
-            "AND (not_before IS NULL OR not_before <= ?) ORDER BY priority, created_at, saga_id LIMIT ?"
+            "AND (not_before IS NULL OR not_before <= ?) ORDER BY priority, created_at, saga_id LIMIT ? OFFSET ?"
             + {"sqlite": "", "postgresql": " FOR UPDATE SKIP LOCKED", "mysql": " FOR UPDATE"}[dialect],
         )
         self.queue_start = q(
@@ -464,6 +466,10 @@ class Queries:
             f"UPDATE sagas SET owner = ?, lease_expires_at = {self._lease} WHERE saga_id IN (*)",
             count,
         )
+
+    def list_owned(self, by_status: bool) -> str:
+        """Return the list of the sagas an owner holds (params: owner, [status,] limit, offset)."""
+        return self._list_owned[by_status]
 
     def load_many(self, count: int) -> str:
         """Return the read of `count` sagas and their steps, sagas in created order, steps by seq."""

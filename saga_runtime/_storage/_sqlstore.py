@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 import anyio
 
-from saga_runtime._exceptions import StoreConnectionError, StoreError
+from saga_runtime._exceptions import StoreBusyError, StoreConnectionError, StoreError
 from saga_runtime._records import (
     ApprovalRow,
     Queue,
@@ -60,6 +60,11 @@ logger = logging.getLogger("saga_runtime")
 
 # Ids per `IN (...)` list: well under every driver's limit on parameters of one statement.
 _IN_CHUNK = 500
+# Queued sagas a claim passes over at most (those a worker lacks the tools for), then it starts what it found.
+_PASS_OVER_MAX = 1000
+_PAGE_MIN = 64  # sagas a page past them reads at least
+# Tries of an operator's conditional change that the database broke off as a deadlock's victim.
+_BUSY_TRIES = 4
 
 # Retries after a lost connection: the first after about 50 ms, doubling up to 2 s between tries, each wait
 # jittered (50-100 %) so the workers of a restarted server do not all reconnect at the same instant.
@@ -467,7 +472,15 @@ class SQLStore(StoreBase, SQLRetention):
                 params = codec.saga_params(saga)
                 return await tx.execute(q.rewrite_saga, (*params[1:], saga_id, status.value)) == 1
 
-        return await self._retrying(what, once)
+        busy = 0
+        while True:
+            try:
+                return await self._retrying(what, once)
+            except StoreBusyError:  # a deadlock victim (MySQL: a claim's locking scan): rolled back, so try again
+                busy += 1
+                if busy >= _BUSY_TRIES:
+                    raise
+                await anyio.sleep(0.01 * 2**busy)
 
     async def _conditional_update(
         self, what: str, update: str, params: Sequence[Any], lost_try: tuple[str, Sequence[Any]]
@@ -578,14 +591,20 @@ class SQLStore(StoreBase, SQLRetention):
         return existing
 
     async def claim_queued(
-        self, owner: str, lease_expires_at: datetime, now: datetime, queue: Queue, limit: int
+        self,
+        owner: str,
+        lease_expires_at: datetime,
+        now: datetime,
+        queue: Queue,
+        limit: int,
+        fits: Callable[[SagaRow], bool] | None = None,
     ) -> list[tuple[SagaRow, list[StepRow]]]:
         """Start up to `limit` QUEUED sagas of `queue` within its limits; return snapshots of them.
 
         One transaction: the queue's lock row is locked (when it has limits: claimers of one queue count in
         turn), its running sagas and recent starts counted, the waiting sagas selected `FOR UPDATE SKIP LOCKED`
         (MySQL/MariaDB: `FOR UPDATE`, see Queries; SQLite: under `BEGIN IMMEDIATE`), and each started (RUNNING
-        under `owner`'s lease, re-sealed).
+        under `owner`'s lease, re-sealed) unless `fits` refuses it (then left unwritten; the scan goes on).
         """
         self._check_open()
         if limit < 1:
@@ -608,27 +627,40 @@ class SQLStore(StoreBase, SQLRetention):
                     allowed = min(allowed, queue.rate_limit.limit - recent)
                 if allowed < 1:
                     return []
-                # Sagas of a key at its limit are passed over: look a little further than `allowed`.
+                # Sagas of a key at its limit, or refused, are passed over: look a little further than `allowed`.
                 scan = allowed if queue.key_concurrency is None else allowed * 4 + 16
-                waiting = await tx.fetch(
-                    q.queue_waiting,
-                    (queue.name, SagaStatus.QUEUED.value, codec.time_in(now), scan),
-                )
                 ids: list[str] = []
-                for record in waiting:
-                    if len(ids) >= allowed:
+                passed = 0  # sagas looked at and left QUEUED: the next page begins after them
+                while True:
+                    waiting = await tx.fetch(
+                        q.queue_waiting,
+                        (queue.name, SagaStatus.QUEUED.value, codec.time_in(now), scan, passed),
+                    )
+                    refused = 0
+                    for record in waiting:
+                        if len(ids) >= allowed:
+                            break
+                        if key_full(queue, record[1], running):
+                            passed += 1
+                            continue
+                        saga_id = codec.id_out(record[0])
+                        saga = codec.saga_row((await tx.fetch(q.lock_saga, (saga_id,)))[0])
+                        if fits is not None and not fits(saga):
+                            refused += 1
+                            passed += 1
+                            continue
+                        running[record[1]] = running.get(record[1], 0) + 1
+                        ids.append(saga_id)
+                        saga.status, saga.owner, saga.lease_expires_at = SagaStatus.RUNNING, owner, lease_expires_at
+                        saga.updated_at = now
+                        self._sealing.saga(saga)
+                        params = codec.saga_params(saga)
+                        start = (*params[1:], codec.time_in(now), saga_id, SagaStatus.QUEUED.value)
+                        await tx.execute(q.queue_start, start)
+                    # Another page only past sagas this worker cannot run (the others are limits: they wait).
+                    if len(ids) >= allowed or len(waiting) < scan or not refused or passed >= _PASS_OVER_MAX:
                         break
-                    if key_full(queue, record[1], running):
-                        continue
-                    running[record[1]] = running.get(record[1], 0) + 1
-                    ids.append(codec.id_out(record[0]))
-                for saga_id in ids:
-                    saga = codec.saga_row((await tx.fetch(q.lock_saga, (saga_id,)))[0])
-                    saga.status, saga.owner, saga.lease_expires_at = SagaStatus.RUNNING, owner, lease_expires_at
-                    saga.updated_at = now
-                    self._sealing.saga(saga)
-                    params = codec.saga_params(saga)
-                    await tx.execute(q.queue_start, (*params[1:], codec.time_in(now), saga_id, SagaStatus.QUEUED.value))
+                    scan = max(scan, _PAGE_MIN)
                 if not ids:
                     return []
                 return codec.rows_of_load_many(await tx.fetch(q.load_many(len(ids)), ids))
@@ -647,11 +679,13 @@ class SQLStore(StoreBase, SQLRetention):
         records = await self._fetch("queue_depth", self._queries.queue_depth, (queue, SagaStatus.QUEUED.value))
         return int(records[0][0])
 
-    async def cancel_queued(self, saga_id: str, error: str, now: datetime) -> bool:
-        """End a QUEUED saga COMPENSATED with `error` (one conditional change, re-sealed); return whether it did."""
+    async def cancel_queued(self, saga_id: str, error: str, now: datetime, entry: dict[str, Any]) -> bool:
+        """End a QUEUED saga COMPENSATED with `error`, `entry` in its history (one conditional change, re-sealed);
+        return whether it did."""
 
         def cancel(saga: SagaRow) -> None:
             saga.status, saga.error, saga.updated_at, saga.finished_at = SagaStatus.COMPENSATED, error, now, now
+            saga.history = [*saga.history, entry]
 
         def cancelled(saga: SagaRow) -> bool:
             return saga.status is SagaStatus.COMPENSATED and saga.finished_at == now
@@ -775,12 +809,17 @@ class SQLStore(StoreBase, SQLRetention):
 
         return await self._retrying(what, read)
 
-    async def list_rows(self, status: SagaStatus | None, limit: int, offset: int) -> list[tuple[SagaRow, int]]:
+    async def list_rows(
+        self, status: SagaStatus | None, limit: int, offset: int, *, owner: str | None = None
+    ) -> list[tuple[SagaRow, int]]:
         """Return saga rows, newest first, each with its count of step rows."""
         self._check_open()
         q = self._queries
         params: tuple[Any, ...]
-        if status is None:
+        if owner is not None:
+            sql, params = q.list_owned(status is not None), (owner, *([] if status is None else [status.value]))
+            params = (*params, limit, offset)
+        elif status is None:
             sql, params = q.list_all, (limit, offset)
         else:
             sql, params = q.list_status, (status.value, limit, offset)

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import getpass
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
 import time
 from pathlib import Path
 
-from saga_runtime import SagaExecutor, SagaStatus, open_store
+from saga_runtime import CancelRecord, SagaExecutor, SagaStatus, open_store
 
 from .test_cli import cli
 
@@ -101,3 +103,22 @@ def test_cancel_command_ends_a_queued_saga(tmp_path: Path) -> None:
     missing = cli("cancel", "nobody", db=db)
     assert missing.code != 0
     assert "nobody" in missing.err
+
+
+def test_cancel_command_records_the_operator_as_who_asked(tmp_path: Path) -> None:
+    """`cancel` records `by` as cli:USER@HOST, or as given with --by, never a generated executor id."""
+    (tmp_path / "worker_tools.py").write_text(WORKER_TOOLS)
+    db = f"sqlite:///{tmp_path / 'fleet.db'}"
+    _submit(db, tmp_path, ["job-a", "job-b"])
+    assert cli("cancel", "job-a", db=db).code == 0
+    assert cli("cancel", "job-b", "--by", "alice", "--reason", "duplicate", db=db).code == 0
+
+    async def cancels() -> list[CancelRecord | None]:
+        async with open_store(db) as store:
+            return [(await store.get_saga(saga_id)).cancel for saga_id in ("job-a", "job-b")]  # type: ignore[union-attr]
+
+    default, given = asyncio.run(cancels())
+    assert default is not None
+    assert given is not None
+    assert default.by == f"cli:{getpass.getuser()}@{socket.gethostname()}"
+    assert (given.by, given.reason) == ("alice", "duplicate")

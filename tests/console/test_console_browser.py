@@ -179,4 +179,6 @@ def test_a_queued_saga_is_cancelled_from_the_list(page: Any, template: Path, tmp
         assert "saga queued-2 is COMPENSATED" in page.locator(".flash").inner_text()
     result = saga(url, "queued-2")
     assert result.status.value == "COMPENSATED"
-    assert "address is wrong (asked by alice)" in (result.error or "")
+    assert "address is wrong" in (result.error or "")
+    assert result.cancel is not None
+    assert result.cancel.by == "alice"

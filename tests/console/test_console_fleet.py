@@ -71,7 +71,9 @@ def test_a_cancel_from_the_page_needs_its_csrf_token(url: str) -> None:
         assert sent.headers["location"].startswith("/?msg=")
     result = stored(url, "queued-1")
     assert result.status is SagaStatus.COMPENSATED
-    assert "customer changed their mind (asked by alice)" in (result.error or "")
+    assert "customer changed their mind" in (result.error or "")
+    assert result.cancel is not None
+    assert (result.cancel.by, result.cancel.reason) == ("alice", "customer changed their mind")
 
 
 def test_an_api_cancel_needs_the_token_when_one_is_set(url: str) -> None:

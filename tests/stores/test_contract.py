@@ -147,6 +147,27 @@ async def test_list_sagas_order_filter_limit_offset_step_count(store: SagaStore)
     assert await store.list_sagas(status=SagaStatus.COMPENSATION_FAILED) == []
 
 
+async def test_list_rows_of_one_owner(store: SagaStore) -> None:
+    """list_rows(owner=X): only the sagas X holds, with the status filter and pages, newest first."""
+    specs = [("a", "x", SagaStatus.RUNNING), ("b", "y", SagaStatus.RUNNING), ("c", "x", SagaStatus.COMPENSATING)]
+    specs += [("d", "x", SagaStatus.RUNNING), ("e", None, SagaStatus.RUNNING)]
+    for minutes, (saga_id, owner, status) in enumerate(specs):
+        saga = make_saga(saga_id, created_at=T0 + timedelta(minutes=minutes), status=status)
+        saga.owner = owner
+        await store.create_saga(saga, make_steps(saga_id, 1))
+
+    async def ids(status: SagaStatus | None, owner: str, limit: int = 10, offset: int = 0) -> list[str]:
+        return [saga.saga_id for saga, _ in await store.list_rows(status, limit, offset, owner=owner)]
+
+    assert await ids(None, "x") == ["d", "c", "a"]
+    assert await ids(SagaStatus.RUNNING, "x") == ["d", "a"]
+    assert await ids(SagaStatus.RUNNING, "x", limit=1, offset=1) == ["a"]
+    assert await ids(SagaStatus.COMPENSATING, "y") == []
+    assert await ids(SagaStatus.RUNNING, "nobody") == []
+    [(row, count)] = await store.list_rows(SagaStatus.RUNNING, 10, 0, owner="y")
+    assert (row.saga_id, row.owner, count) == ("b", "y", 1)
+
+
 async def test_a_parked_saga_round_trips_and_is_listed(store: SagaStore) -> None:
     """PARKED fits the status column, with the status it left (parked_from) and its recovery attempts."""
     saga = make_saga("p-1", status=SagaStatus.PARKED)

@@ -45,3 +45,26 @@ async def test_a_saga_given_back_does_not_block_the_runnable_sagas_behind_it(sto
             await serving
     assert result.status is SagaStatus.SUCCESS
     assert calls == ["charge"]
+
+
+async def test_many_sagas_a_worker_cannot_run_ahead_of_one_it_can_are_passed_over(store: SagaStore) -> None:
+    """Thirty Ship sagas (lacked) ahead of a Charge: the worker passes over all of them, unwritten, and runs it."""
+    calls: list[str] = []
+    app = SagaExecutor(_registry("Charge", "Ship", calls=calls), store, executor_id="app")
+    ships = [f"q-ship-{n}" for n in range(30)]
+    for saga_id in ships:
+        await app.submit([{"tool": "Ship", "args": {"n": saga_id}, "id": "s"}], saga_id=saga_id)
+    await asyncio.sleep(0.01)  # submit order: every ship first
+    before = {saga_id: await store.load_saga(saga_id) for saga_id in ships}
+    charge = await app.submit([{"tool": "Charge", "args": {"n": "charge"}, "id": "c"}], saga_id="q-charge")
+    worker = SagaExecutor(_registry("Charge", calls=calls), store, executor_id="charge-only")
+    serving = asyncio.create_task(worker.serve(concurrency=1, interval=0.02))
+    try:
+        result = await charge.result(timeout=10)
+    finally:
+        serving.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await serving
+    assert result.status is SagaStatus.SUCCESS
+    assert calls == ["charge"]
+    assert {saga_id: await store.load_saga(saga_id) for saga_id in ships} == before  # none written

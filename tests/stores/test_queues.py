@@ -281,6 +281,26 @@ async def test_cancel_of_a_queued_saga_ends_it_at_once(store: SagaStore) -> None
     assert [event.kind for event in events] == ["saga_queued", "saga_cancel_requested"]
 
 
+async def test_cancel_of_a_queued_saga_is_recorded_and_sealed(store: SagaStore) -> None:
+    """A QUEUED saga cancelled carries its CancelRecord (who, when, why) in the sealed record, as a running one."""
+    executor = SagaExecutor(Ledger().registry, store, executor_id="ops-q")
+    await executor.submit(PLAN, saga_id="c-5")
+    await executor.submit(PLAN, saga_id="c-6")
+    before = datetime.now(UTC)
+    result = await executor.cancel("c-5", reason="duplicate order")
+    assert result.cancel is not None
+    assert (result.cancel.by, result.cancel.reason) == ("ops-q", "duplicate order")
+    assert before <= result.cancel.at <= datetime.now(UTC)
+    named = await executor.cancel("c-6", by="alice")
+    assert named.cancel is not None
+    assert (named.cancel.by, named.cancel.reason) == ("alice", None)
+    stored = await store.get_saga("c-5")
+    assert stored is not None
+    assert stored.cancel == result.cancel
+    assert await store.verify_saga("c-5")
+    assert await store.verify_saga("c-6")
+
+
 async def test_cancel_of_a_terminal_or_unknown_saga(store: SagaStore) -> None:
     """A terminal saga is returned unchanged; an unknown id raises SagaNotFoundError, a KeyError naming it."""
     executor = SagaExecutor(Ledger().registry, store)
