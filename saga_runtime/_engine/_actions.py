@@ -143,10 +143,7 @@ class Actions:
         return await self._stored_result(saga_id)
 
     async def cancel(self, saga_id: str, reason: str | None, by: str | None = None) -> SagaResult:
-        """Cancel a saga: a QUEUED one ends at once; a running or waiting one is asked to stop and compensate.
-
-        A terminal (or PARKED) saga is returned unchanged; returns the saga as it stands. `by`: who asks (recorded).
-        """
+        """Cancel a saga (QUEUED: at once; running, waiting: asked to compensate; else unchanged); `by` is recorded."""
         config = self._drives.config
         store = config.store
         stored = await store.load_saga(saga_id)
@@ -155,7 +152,6 @@ class Actions:
         why = "cancelled" + (f": {reason}" if reason else "")
         saga = stored[0]
         asked = now()
-        # A note, so the reason never passes for who asked.
         note = cancel_note(asked, by or config.executor_id, reason)
         if saga.status is SagaStatus.QUEUED and await store.cancel_queued(
             saga_id, f"{why} (before it started)", asked, cancel_entry(read_note(note, at=asked))
