@@ -21,7 +21,7 @@ from saga_runtime._engine._budget import Account, Budget
 from saga_runtime._engine._cancellation import Shelters, shielded
 from saga_runtime._engine._compensator import Compensator
 from saga_runtime._engine._config import EngineConfig
-from saga_runtime._engine._ending import write_end
+from saga_runtime._engine._ending import write_end, writes_pause
 from saga_runtime._engine._groups import RUNNABLE, GroupRunner, succeeded
 from saga_runtime._engine._invoker import Invoker
 from saga_runtime._engine._journal import Journal
@@ -214,7 +214,8 @@ class SagaEngine:
 
     async def finish(self, status: SagaStatus) -> SagaResult:
         """Record the saga's terminal status and return its result; the record is written even if the caller leaves."""
-        return await shielded(write_end(self.journal, status, self.verdict.reason))
+        end = write_end(self.journal, status, self.verdict.reason)
+        return await (shielded(end) if writes_pause(self.config.store) else end)  # see write_end
 
     async def run_group(self, rows: Sequence[StepRow], *, join: str = "all", needed: int | None = None) -> bool:
         """Run the steps of one group concurrently; return whether the saga can go on (see `GroupRunner.run`)."""
