@@ -50,7 +50,7 @@ async def write_end(journal: Journal, status: SagaStatus, error: str | None) -> 
     journal.emit("saga_finished", error=saga.error)
     log = logger.info if status is SagaStatus.SUCCESS else logger.warning
     log("saga %s ended %s%s", saga.saga_id, status.value, f": {saga.error}" if saga.error else "")
-    return result_from_rows(saga, list(journal.rows.values()), journal.approvals)
+    return result_from_rows(saga, list(journal.rows.values()), journal.approvals, complete=True)
 
 
 async def _bounded(journal: Journal, write: Coroutine[Any, Any, None]) -> None:
