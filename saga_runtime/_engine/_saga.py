@@ -10,7 +10,6 @@ compensated), `quorum`/`any` (every step runs; too few successes fail the saga).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 from collections.abc import Callable, Sequence
@@ -251,9 +250,11 @@ def _charges(journal: Journal) -> Callable[[float, int], tuple[float, int]]:
     """Return what adds a charge to the saga and tells the hooks, in the event loop (a sync tool charges from its
     thread). It holds the journal only: the engine is freed without a cycle.
     """
-    loop: asyncio.AbstractEventLoop | None = None
-    with contextlib.suppress(RuntimeError):  # (built outside a loop: charges come from it, or never)
+    loop: asyncio.AbstractEventLoop | None
+    try:
         loop = asyncio.get_running_loop()
+    except RuntimeError:  # built outside a loop: charges come from it, or never
+        loop = None
 
     def charged(cost: float, tokens: int) -> tuple[float, int]:
         spent = journal.charge(cost, tokens)
