@@ -9,7 +9,7 @@ saga's work for good when its lease is lost; `cancel_requests` tells that apart 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Generator, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -26,6 +26,7 @@ __all__ = [
     "cancel_requests",
     "current_task",
     "shielded",
+    "shielded_inline",
 ]
 
 T = TypeVar("T")
@@ -117,6 +118,51 @@ async def shielded(coro: Coroutine[Any, Any, T]) -> T:
     if caught is not None:
         raise caught
     return result
+
+
+async def shielded_inline(
+    coro: Coroutine[Any, Any, T], rest: Callable[[Coroutine[Any, Any, T]], Coroutine[Any, Any, T]] = shielded
+) -> T:
+    """Run `coro` as `shielded` does, in the calling task until it first pauses: nothing can cancel it before then.
+
+    Most of the time it ends without pausing (a memory store's write): no task, no shield. If it pauses, what
+    is left of it runs as `rest(...)` does (default `shielded`). Only for work that enters no cancel scope before
+    it first pauses: that scope would be left in another task.
+    """
+    try:
+        yielded = coro.send(None)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    return await rest(_Resumed(coro, yielded).go())
+
+
+class _Resumed:
+    """A coroutine that paused once outside any task, awaited on from where it paused."""
+
+    __slots__ = ("_coro", "_yielded")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], yielded: Any) -> None:
+        self._coro = coro
+        self._yielded = yielded
+
+    async def go(self) -> Any:
+        return await self
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        coro, yielded = self._coro, self._yielded
+        while True:
+            try:
+                sent = yield yielded
+            except BaseException as exc:  # the task's cancellation (or close) goes to the coroutine
+                try:
+                    yielded = coro.throw(exc)
+                except StopIteration as done:
+                    return done.value
+            else:
+                try:
+                    yielded = coro.send(sent)
+                except StopIteration as done:
+                    return done.value
 
 
 class Fence:

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Coroutine
+from typing import Any
 
 import anyio
 
+from saga_runtime._engine._cancellation import shielded, shielded_inline
 from saga_runtime._engine._journal import Journal
 from saga_runtime._engine._transitions import TransitionError
 from saga_runtime._exceptions import StoreError
 from saga_runtime._records import SagaResult, SagaStatus, StepStatus, result_from_rows
-from saga_runtime._storage import SagaStore
+from saga_runtime._storage import MemoryStore, SagaStore
 
-__all__ = ["final_write_bound", "write_end"]
+__all__ = ["final_write_bound", "write_end", "writes_pause"]
 
 logger = logging.getLogger("saga_runtime")
 
@@ -25,7 +28,11 @@ _NEVER_RAN = frozenset({StepStatus.PENDING, StepStatus.WAITING})
 
 
 async def write_end(journal: Journal, status: SagaStatus, error: str | None) -> SagaResult:
-    """Record the saga's terminal status and return its result; `error` says why it did not succeed."""
+    """Record the saga's terminal status and return its result; `error` says why it did not succeed.
+
+    Call it shielded (or from shielded work), unless `writes_pause(journal.store)` is False: then it writes in
+    the calling task while the write does not pause, and shielded from where it does.
+    """
     journal.check_fence()  # another executor owns the saga: its end is not ours to record
     saga = journal.saga
     if status is SagaStatus.SUCCESS:
@@ -36,18 +43,30 @@ async def write_end(journal: Journal, status: SagaStatus, error: str | None) -> 
                 "please report it)"
             )
     journal.end(status, error)
-    bound = final_write_bound(journal.store)
-    with anyio.move_on_after(bound) as scope:
-        await journal.flush()
-    if scope.cancelled_caught:
-        raise StoreError(
-            f"saga {saga.saga_id!r} ended {status.value} but the store did not record it within "
-            f"{bound:g}s ({journal.store.url}); check the database: recovery will finish it"
-        )
+    if writes_pause(journal.store):
+        await _bounded(journal, journal.flush())
+    else:
+        await shielded_inline(journal.flush(), lambda rest: shielded(_bounded(journal, rest)))
     journal.emit("saga_finished", error=saga.error)
     log = logger.info if status is SagaStatus.SUCCESS else logger.warning
     log("saga %s ended %s%s", saga.saga_id, status.value, f": {saga.error}" if saga.error else "")
-    return result_from_rows(saga, list(journal.rows.values()), journal.approvals)
+    return result_from_rows(saga, list(journal.rows.values()), journal.approvals, complete=True)
+
+
+async def _bounded(journal: Journal, write: Coroutine[Any, Any, None]) -> None:
+    bound = final_write_bound(journal.store)
+    with anyio.move_on_after(bound) as scope:
+        await write
+    if scope.cancelled_caught:
+        raise StoreError(
+            f"saga {journal.saga.saga_id!r} ended {journal.saga.status.value} but the store did not record it "
+            f"within {bound:g}s ({journal.store.url}); check the database: recovery will finish it"
+        )
+
+
+def writes_pause(store: SagaStore) -> bool:
+    """Tell whether a write to `store` may pause: anything but the memory store itself (not a subclass, unpatched)."""
+    return type(store) is not MemoryStore or "save" in vars(store)
 
 
 def final_write_bound(store: SagaStore) -> float:

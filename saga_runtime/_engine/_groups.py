@@ -98,6 +98,8 @@ class GroupRunner:
         compensated at once; the group fails only if every step failed), `quorum`/`any` (every step runs to its
         end; the group fails, failing the saga, with fewer than `needed` successes).
         """
+        if len(rows) == 1 and join == "all" and rows[0].status is StepStatus.PENDING:
+            return await self._run_one(rows[0])  # the sequential case: nothing in doubt, no siblings
         journal = self._journal
         for row in rows:  # outcomes in doubt from before: settled by reconcile, if the tool has one, first
             if row.status in UNKNOWN and not (
@@ -153,6 +155,43 @@ class GroupRunner:
         if join == "first":
             await self._settle_first(rows)
         return self.judge(rows, join, needed)
+
+    async def _run_one(self, row: StepRow) -> bool:
+        """Run a group of one step never started (join `all`): what `run` does for it, without its bookkeeping."""
+        call = self._prepare(row)
+        journal, verdict = self._journal, self._verdict
+        if call is None or verdict.failed:
+            if verdict.failed:
+                await journal.flush()
+                return False
+            return self.judge((row,), "all", None)
+        status, attempts, started_at = row.status, row.attempts, row.started_at
+        journal.start(row, now())
+        journal.keep_lease()  # never start on an almost expired lease: extend it in the same write
+        try:
+            await journal.flush()
+        except BaseException:
+            journal.restore(row, status, attempts, started_at)  # never written: never ran
+            raise
+        journal.check_fence()  # fenced while the intent was being written: no step starts after the fence
+        if journal.config.hooks:
+            journal.emit("step_started", row)
+        # An operator's cancel (Verdict.halt) cancels this task while it runs; that cancel ends here.
+        try:
+            verdict.running = current_task()
+            if verdict.halted:
+                verdict.halt(verdict.halted)  # halted while the intent was written
+            await self._runner.run(call[0], call[1], call[2], None)
+        except CANCELLED:
+            if not verdict.cut_taken():
+                raise
+        finally:
+            verdict.running = None
+        if verdict.store_error is not None:
+            raise verdict.store_error
+        if row.status is StepStatus.COMPENSATION_FAILED:
+            verdict.fail(row, f"its effect could not be undone: {row.compensation_error}")
+        return not verdict.failed
 
     async def _finish_undoing(self, undoing: Sequence[StepRow], join: str) -> None:
         """Finish compensations that had begun (written ahead) when the process died; never run those steps forward."""

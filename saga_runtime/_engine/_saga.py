@@ -10,7 +10,6 @@ compensated), `quorum`/`any` (every step runs; too few successes fail the saga).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 from collections.abc import Callable, Sequence
@@ -21,7 +20,7 @@ from saga_runtime._engine._budget import Account, Budget
 from saga_runtime._engine._cancellation import Shelters, shielded
 from saga_runtime._engine._compensator import Compensator
 from saga_runtime._engine._config import EngineConfig
-from saga_runtime._engine._ending import write_end
+from saga_runtime._engine._ending import write_end, writes_pause
 from saga_runtime._engine._groups import RUNNABLE, GroupRunner, succeeded
 from saga_runtime._engine._invoker import Invoker
 from saga_runtime._engine._journal import Journal
@@ -218,7 +217,8 @@ class SagaEngine:
 
     async def finish(self, status: SagaStatus) -> SagaResult:
         """Record the saga's terminal status and return its result; the record is written even if the caller leaves."""
-        return await shielded(write_end(self.journal, status, self.verdict.reason))
+        end = write_end(self.journal, status, self.verdict.reason)
+        return await (shielded(end) if writes_pause(self.config.store) else end)  # see write_end
 
     async def run_group(self, rows: Sequence[StepRow], *, join: str = "all", needed: int | None = None) -> bool:
         """Run the steps of one group concurrently; return whether the saga can go on (see `GroupRunner.run`)."""
@@ -254,9 +254,11 @@ def _charges(journal: Journal) -> Callable[[float, int], tuple[float, int]]:
     """Return what adds a charge to the saga and tells the hooks, in the event loop (a sync tool charges from its
     thread). It holds the journal only: the engine is freed without a cycle.
     """
-    loop: asyncio.AbstractEventLoop | None = None
-    with contextlib.suppress(RuntimeError):  # (built outside a loop: charges come from it, or never)
+    loop: asyncio.AbstractEventLoop | None
+    try:
         loop = asyncio.get_running_loop()
+    except RuntimeError:  # built outside a loop: charges come from it, or never
+        loop = None
 
     def charged(cost: float, tokens: int) -> tuple[float, int]:
         spent = journal.charge(cost, tokens)

@@ -144,8 +144,8 @@ class StepRunner:
                     raw = await spec.execute(**given)
                 else:
                     raw = await self._invoker.execute(spec, row, given)
-                if spec.result_adapter is None and spec.validate_result is None:
-                    return raw
+                if spec.validate_result is None and (spec.result_adapter is None or type(raw) is spec.result_exact):
+                    return raw  # nothing to check (see _checked)
                 return await self._checked(row, spec, raw)
             except Exception as exc:
                 if raw is not _NOTHING:

@@ -192,9 +192,9 @@ class Plan:
         """Return a copy holding argument dicts of its own, its JSON's text and digest kept.
 
         For a plan built once and run by many sagas: a saga's records, and what its tools are handed, are its own.
-        Only for plans whose kwargs hold no container (`reusable`): they are copied one level deep.
+        Only for plans whose kwargs hold no container (`reusable`): they are shared.
         """
-        copy = Plan(tuple(tuple(map(_fresh_step, group)) for group in self.groups), self.joins)
+        copy = Plan(tuple([tuple(map(_fresh_step, group)) for group in self.groups]), self.joins)
         known = vars(copy)  # the cached properties' values, as functools.cached_property keeps them
         known["encoded"], known["digest"] = self.encoded, self.digest
         return copy
@@ -228,17 +228,11 @@ def _json_copy(value: Any) -> Any:
 
 
 def _fresh_step(step: PlannedStep) -> PlannedStep:
-    args, kwargs = step.args, step.kwargs
+    # The kwargs (immutable values only) are shared: nothing changes them, and each attempt gets its own.
+    args = step.args
     args = dict(args) if _SHARED.issuperset(map(type, args.values())) else _json_copy(args)
     return PlannedStep(
-        step.step_id,
-        step.tool_name,
-        args,
-        step.group,
-        step.refs,
-        None if kwargs is None else dict(kwargs),
-        step.approval,
-        step.version,
+        step.step_id, step.tool_name, args, step.group, step.refs, step.kwargs, step.approval, step.version
     )
 
 

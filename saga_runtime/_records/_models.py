@@ -23,7 +23,7 @@ from saga_runtime._records._rows import (
     step_succeeded,
     with_unstarted,
 )
-from saga_runtime._records._secrets import mask_secrets
+from saga_runtime._records._secrets import ENVELOPE, mask_secrets
 
 __all__ = ["SagaResult", "SagaSummary", "StepRecord", "approval_line", "result_from_rows", "summary_from_rows"]
 
@@ -250,17 +250,22 @@ def step_record(row: StepRow) -> StepRecord:
 def _step_records(rows: Sequence[StepRow]) -> list[StepRecord]:
     """Return the records of `rows`, in their order: `_construct` inlined, as a saga's result builds one per step."""
     records = []
+    # One set for all: every field is set, and pydantic copies it before changing it (a frozen model never does).
     fields = _STEP_FIELDS
+    new, set_ = _new, _object_setattr
     for row in rows:
-        record = _new(StepRecord)
-        _object_setattr(
+        args = row.args
+        if type(args) is not dict or ENVELOPE in args or not _SCALARS.issuperset(map(type, args.values())):
+            args = mask_secrets(args)  # an encrypted secret is shown as "**********"
+        record = new(StepRecord)
+        set_(
             record,
             "__dict__",
             {
                 "step_id": row.step_id,
                 "group": row.group,
                 "tool_name": row.tool_name,
-                "args": mask_secrets(row.args),  # an encrypted secret is shown as "**********"
+                "args": args,
                 "status": row.status,
                 "result": row.result,
                 "error": row.error,
@@ -276,21 +281,27 @@ def _step_records(rows: Sequence[StepRow]) -> list[StepRecord]:
                 "reconciled": row.reconciled,
             },
         )
-        _object_setattr(record, "__pydantic_fields_set__", fields.copy())
-        _object_setattr(record, "__pydantic_extra__", None)
-        _object_setattr(record, "__pydantic_private__", None)
+        set_(record, "__pydantic_fields_set__", fields)
+        set_(record, "__pydantic_extra__", None)
+        set_(record, "__pydantic_private__", None)
         records.append(record)
     return records
 
 
-def result_from_rows(saga: SagaRow, steps: Sequence[StepRow], approvals: Sequence[ApprovalRow] = ()) -> SagaResult:
-    """Return the SagaResult of a saga row, its step rows (in any order; sorted by `seq`) and approval rows."""
+def result_from_rows(
+    saga: SagaRow, steps: Sequence[StepRow], approvals: Sequence[ApprovalRow] = (), *, complete: bool = False
+) -> SagaResult:
+    """Return the SagaResult of a saga row, its step rows (in any order; sorted by `seq`) and approval rows.
+
+    `complete`: `steps` hold a row for every planned step (an engine's), none to read from the plan.
+    """
+    rows = steps if complete else with_unstarted(saga, list(steps))
     return _construct(
         SagaResult,
         {
             "saga_id": saga.saga_id,
             "status": saga.status,
-            "steps": _step_records(sorted(with_unstarted(saga, list(steps)), key=_seq)),
+            "steps": _step_records(sorted(rows, key=_seq)),
             "error": saga.error,
             "metadata": dict(saga.metadata),
             "created_at": saga.created_at,
@@ -309,6 +320,7 @@ def result_from_rows(saga: SagaRow, steps: Sequence[StepRow], approvals: Sequenc
 
 
 _STEP_FIELDS = set(StepRecord.model_fields)
+_SCALARS = frozenset({str, int, float, bool, type(None)})  # argument values that cannot hold a secret
 _RESULT_FIELDS = set(SagaResult.model_fields)
 _seq = attrgetter("seq")  # of a StepRow or an ApprovalRow
 

@@ -142,6 +142,16 @@ def plan_groups(plan: Any) -> list[list[Any]]:
     return groups
 
 
+def _planned_steps(plan: Any) -> int:
+    """Return how many steps a stored plan holds (as `plan_groups` counts them, without copying its groups)."""
+    count = 0
+    for group in plan if isinstance(plan, list) else ():
+        members = group.get("group") if isinstance(group, dict) else group
+        if isinstance(members, list):
+            count += len(members)
+    return count
+
+
 def planned_version(step: Any) -> str:
     """Return the tool version a stored plan's step was planned with (a plan stores it when it is not "1")."""
     version = step.get("version") if isinstance(step, dict) else None
@@ -291,11 +301,9 @@ def with_unstarted(saga: SagaRow, rows: list[StepRow]) -> list[StepRow]:
     A step's row is first written at its intent, so a stored saga holds rows only for steps that started; the
     others are read from its plan. Rows of other sagas are returned as they are.
     """
-    if saga.kind != "plan":
+    if saga.kind != "plan" or len(rows) >= _planned_steps(saga.plan):
         return rows
     groups = plan_groups(saga.plan)
-    if len(rows) >= sum(len(members) for members in groups):
-        return rows
     have = {row.step_id for row in rows}
     out = list(rows)
     seq = 0

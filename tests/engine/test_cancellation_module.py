@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from saga_runtime import LeaseLostError
-from saga_runtime._engine._cancellation import Fence, Siblings, cancel_requests, shielded
+from saga_runtime._engine._cancellation import Fence, Siblings, cancel_requests, shielded, shielded_inline
 
 
 async def test_shielded_work_finishes_when_the_caller_is_cancelled_then_the_cancel_goes_on() -> None:
@@ -39,6 +39,48 @@ async def test_shielded_work_holds_through_a_timeout_of_the_caller() -> None:
         async with asyncio.timeout(0.01):
             await shielded(work())
     assert done == [True]
+
+
+async def test_shielded_inline_work_that_never_pauses_runs_in_the_calling_task() -> None:
+    """Work that ends without pausing runs in the caller's own task (no task made for it) and returns its value."""
+    caller = asyncio.current_task()
+    ran_in = []
+
+    async def work() -> str:
+        ran_in.append(asyncio.current_task())
+        return "ok"
+
+    assert await shielded_inline(work()) == "ok"
+    assert ran_in == [caller]
+
+
+async def test_shielded_inline_work_that_pauses_finishes_when_the_caller_is_cancelled() -> None:
+    """Work that pauses goes on shielded from there: it ends through a caller's cancel, which is raised afterwards."""
+    steps: list[str] = []
+
+    async def work() -> str:
+        steps.append("before the pause")
+        await asyncio.sleep(0.05)
+        steps.append("after the pause")
+        return "ok"
+
+    task = asyncio.ensure_future(shielded_inline(work()))
+    await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert steps == ["before the pause", "after the pause"]
+
+
+async def test_shielded_inline_hands_errors_after_a_pause_to_the_caller() -> None:
+    """An error raised after the work paused reaches the caller, as from the work itself."""
+
+    async def work() -> None:
+        await asyncio.sleep(0)
+        raise ValueError("late")
+
+    with pytest.raises(ValueError, match="late"):
+        await shielded_inline(work())
 
 
 async def test_siblings_are_cancelled_together_when_one_asks() -> None:

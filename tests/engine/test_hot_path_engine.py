@@ -6,6 +6,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import anyio
@@ -184,3 +185,19 @@ async def test_a_saga_run_without_an_id_gets_a_fresh_uuid4_in_hex() -> None:
     for saga_id in ids:
         parsed = uuid.UUID(hex=saga_id)
         assert (parsed.hex, parsed.version, parsed.variant) == (saga_id, 4, uuid.RFC_4122)
+
+
+async def test_the_memory_store_writes_without_pausing() -> None:
+    """A memory store's save ends without pausing (the end write runs inline on it); a subclass or patch may pause."""
+    store = MemoryStore()
+    at = datetime.now(UTC)
+    saga = SagaRow("s", "plan", [], None, SagaStatus.RUNNING, at, at, owner="me")
+    assert await store.create_saga(saga.copy(), []) is None
+    write = store.save(saga.copy(), [], owner="me")
+    with pytest.raises(StopIteration):
+        write.send(None)
+    assert not _ending.writes_pause(store)
+    assert _ending.writes_pause(_HangingEnd())
+    patched = MemoryStore()
+    patched.save = _HangingEnd().save  # type: ignore[method-assign]
+    assert _ending.writes_pause(patched)
