@@ -122,9 +122,8 @@ class SagaExecutor:
     async def __aenter__(self) -> SagaExecutor:
         """Enter the registry's lifespan now (else it is entered before the first tool call).
 
-        With a given `executor_id`, then take over in the background the live sagas it still owns (a restart of
-        the same process identity), without waiting for their leases to run out: within half a lease, those whose
-        lease no live process of that id renews meanwhile (a stopping one still finishing its calls keeps its own).
+        With a given `executor_id`, then take over at once, in the background, the live sagas it still owns (a
+        restart of the same process identity), without waiting for their leases to run out.
         """
         await self._resources.enter()
         # A generated id is new: it owns nothing yet.

@@ -80,31 +80,12 @@ class Recovery:
     async def take_back(self, page: int = 500) -> list[SagaResult]:
         """Drive to an end the live sagas this executor's id still owns (the same process identity restarted).
 
-        Their leases are not waited for, but a renewal is: a saga whose lease is still renewed belongs to a live
-        process of this id (one stopping, that finishes its running calls, then releases it), so it is left to it
-        rather than run twice. Half a lease covers a renewal (due every third) and its round trip.
+        Their leases are not waited for: two live processes never share an id (documented), so none renews them.
         """
         config = self._drives.config
-        before = await self._owned(page)
-        if not before:
-            return []
-        await anyio.sleep(config.lease_timeout / 2)
-        after = await self._owned(page)
-        renewed = {
-            saga_id
-            for saga_id, lease in after.items()
-            if saga_id in before and before[saga_id] != lease and saga_id not in self._drives
-        }
-        if renewed:
-            logger.warning(
-                "%s: %d saga(s) it owns are still renewed by a live process of this id (a stopping one finishing its "
-                "calls, or two processes sharing the id): left to it",
-                config.executor_id,
-                len(renewed),
-            )
         batch = []
-        for saga_id in before.keys() & after.keys():
-            if saga_id in renewed or saga_id in self._drives:
+        for saga_id in await self._owned(page):
+            if saga_id in self._drives:
                 continue
             stored = await config.store.load_saga(saga_id)
             if stored is not None and stored[0].owner == config.executor_id and not self.missing_tools(*stored):
