@@ -209,6 +209,7 @@ _STEPS = ", ".join(STEP_COLUMNS)
 # many steps) or save takes a statement of its own shape, prepared once per connection. Batches of several writes
 # (group commits under load) and longer plans unnest arrays: one statement whatever their size.
 _VALUES_ROWS = 32
+_MODES = {mode: frozenset(() if mode is None else (mode,)) for mode in (None, "create", "update", "upsert")}
 
 
 @functools.lru_cache(maxsize=256)
@@ -352,6 +353,31 @@ class PostgresDialect(Dialect):
                     # Shielded by the pool, which rolls back whatever a cancelled caller left open.
                     await self._pool.release(conn)
 
+    async def _autocommit_fetch(self, sql: str, params: Sequence[Any]) -> list[Any]:
+        """Run one statement in autocommit and return its records: `transaction(begin=False)`, inlined.
+
+        The hot path of every write: no context manager objects, no pool proxy between the call and asyncpg.
+        """
+        try:
+            conn = await self._connection()
+        except _CATCH as exc:
+            raise convert(exc, ERROR_MAP, self.url) from exc
+        kept = False
+        try:
+            try:
+                records: list[Any] = await conn.fetch(sql, *params)
+            except _CATCH as exc:
+                raise self._lost(conn, exc) from exc
+            _OUTAGE.down = False  # reachable again: the next outage is reported
+            kept = self._keep(conn)
+            return records
+        finally:
+            if not kept:
+                try:
+                    await self._pool.release(conn)  # shielded by the pool, as in `transaction`
+                except _CATCH as exc:
+                    raise convert(exc, ERROR_MAP, self.url) from exc
+
     async def _connection(self) -> Any:
         """Return the spare connection if it is free, else one from the pool (released by `transaction`)."""
         conn, self._spare = self._spare, None
@@ -409,6 +435,8 @@ class PostgresDialect(Dialect):
 
     async def write_batch(self, writes: Sequence[Write]) -> Sequence[Outcome | Exception]:
         """Write a batch in one statement (see `_batch_statement`): atomic on its own, one round trip."""
+        if len(writes) == 1 and len(writes[0].steps) <= _VALUES_ROWS:
+            return [await self._write_alone(writes[0])]
         sagas = [(i, write, write.saga) for i, write in enumerate(writes) if write.saga is not None]
         checks = [(i, write) for i, write in enumerate(writes) if write.saga is None and write.owner is not None]
         steps = [
@@ -443,8 +471,7 @@ class PostgresDialect(Dialect):
             params += _columns([row for _, row, _ in steps], len(STEP_COLUMNS))
             params += [[i for i, _, _ in steps], [gated for _, _, gated in steps]]
         sql = _batch_statement(frozenset(modes), min(len(checks), 2), bool(steps), saga_rows, step_rows)
-        async with self.transaction(begin=False) as tx:
-            passed = {record[0] for record in await tx.fetch(sql, params)}
+        passed = {record[0] for record in await self._autocommit_fetch(sql, params)}
         outcomes: list[Outcome | Exception] = []
         for i, write in enumerate(writes):
             if i in passed or not (write.create or write.owner is not None):
@@ -452,6 +479,28 @@ class PostgresDialect(Dialect):
             else:
                 outcomes.append(Outcome.TAKEN if write.create else Outcome.LOST)
         return outcomes
+
+    async def _write_alone(self, write: Write) -> Outcome:
+        """Write one write in scalar parameters: `write_batch`'s statement for a batch of one, built directly."""
+        conditional = write.create or write.owner is not None
+        params: list[Any] = []
+        checks = 0
+        if write.saga is not None:
+            mode = "create" if write.create else "update" if write.owner is not None else "upsert"
+            params += write.saga
+            params += (0, mode, write.owner)
+        else:
+            mode = None
+            if write.owner is not None:
+                checks = 1
+                params += (0, write.saga_id, write.owner)
+        for row in write.steps:
+            params += row
+            params += (0, conditional)
+        sql = _batch_statement(_MODES[mode], checks, bool(write.steps), int(mode is not None), len(write.steps))
+        if await self._autocommit_fetch(sql, params) or not conditional:
+            return Outcome.WRITTEN
+        return Outcome.TAKEN if write.create else Outcome.LOST
 
     @asynccontextmanager
     async def queue_wakeups(self, wake: Callable[[str], None]) -> AsyncIterator[bool]:
