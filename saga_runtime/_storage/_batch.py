@@ -81,7 +81,8 @@ class Batcher:
         self._busy: set[str] = set()  # saga ids of the writes being written
         self._flushers: set[asyncio.Task[None]] = set()
         self._idle = 0  # flushers started that have not taken their first batch yet
-        self._direct: set[asyncio.Future[None]] = set()  # writes written alone in their callers' tasks (a slot each)
+        self._direct = 0  # writes written alone in their callers' tasks (a slot each)
+        self._direct_done: asyncio.Future[None] | None = None  # made by close(): set when the last of them ends
 
     async def submit(self, write: Write) -> Outcome:
         """Queue `write` and return its outcome once its batch committed; raise what failed it."""
@@ -102,24 +103,25 @@ class Batcher:
         It takes a slot like a batch, so writes arriving meanwhile queue up (and gather) behind it. Cancelled, the
         caller only interrupts its own write.
         """
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()  # what close() waits for
-        self._direct.add(done)
+        self._direct += 1
         self._busy |= write.keys
         try:
             outcome = (await self._outcomes([write]))[0]
         finally:
             self._busy -= write.keys
-            self._direct.discard(done)
-            done.set_result(None)
+            self._direct -= 1
             if self._closed_error is None:
-                self._wake()
+                if self._queue:
+                    self._wake()
+            elif not self._direct and self._direct_done is not None and not self._direct_done.done():
+                self._direct_done.set_result(None)
         if isinstance(outcome, Exception):
             raise outcome
         return outcome
 
     def _wake(self) -> None:
         """Start a flusher if a write is ready, no flusher is about to take it, and a slot is free."""
-        if not self._idle and len(self._flushers) + len(self._direct) < self._slots and self._ready():
+        if not self._idle and len(self._flushers) + self._direct < self._slots and self._ready():
             self._idle += 1
             # A context of its own: a flusher writes for every caller, so it carries none's context variables.
             flusher = asyncio.get_running_loop().create_task(self._flusher(), context=contextvars.Context())
@@ -212,7 +214,11 @@ class Batcher:
         self._closed_error = error
         while self._queue:
             _resolve(self._queue.popleft(), error)
-        writing: list[asyncio.Future[Any]] = [*self._flushers, *self._direct]
+        writing: list[asyncio.Future[Any]] = [*self._flushers]
+        if self._direct:
+            if self._direct_done is None:
+                self._direct_done = asyncio.get_running_loop().create_future()
+            writing.append(self._direct_done)
         if not writing:
             return
         _, pending = await asyncio.wait(writing, timeout=_CLOSE_SECONDS)

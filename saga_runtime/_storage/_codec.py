@@ -72,7 +72,24 @@ STEP_COLUMNS = (
 )
 
 # One encoder for every value (json.dumps with options builds a new one per call): compact, UTF-8, no NaN.
-_JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+_CHECKED_JSON = _ENCODER.encode
+_C_ENCODER = getattr(json.encoder, "c_make_encoder", None)
+# The C encoder made once (`encode` makes one per call), without the cycle check: a cycle ends in RecursionError,
+# and the callers then encode again with `_CHECKED_JSON` for the error to report.
+_FAST: Any = (
+    _C_ENCODER(None, _ENCODER.default, json.encoder.encode_basestring, None, ":", ",", False, False, False)
+    if _C_ENCODER is not None
+    else lambda value, _level: (_CHECKED_JSON(value),)  # pragma: no cover - CPython has the C encoder
+)
+
+
+def _JSON(value: Any) -> str:
+    """Return `value` as compact JSON text (raising RecursionError on a cycle)."""
+    return "".join(_FAST(value, 0))
+
+
+_UNENCODABLE = (TypeError, ValueError, RecursionError)
 
 
 class RowCodec:
@@ -128,6 +145,10 @@ class RowCodec:
             return None
         try:
             return _JSON(value)
+        except _UNENCODABLE:
+            pass
+        try:
+            return _CHECKED_JSON(value)
         except (TypeError, ValueError) as exc:
             raise StoreError(
                 f"{what} cannot be stored as JSON ({exc}); store JSON-like values only "
@@ -182,7 +203,7 @@ class RowCodec:
         try:  # the hot path: the error message (naming the step) is only built for a value that is not JSON
             args = None if row.args is None else _JSON(row.args)
             result = None if row.result is None else _JSON(row.result)
-        except (TypeError, ValueError):
+        except _UNENCODABLE:
             what = f"step {row.step_id!r} ({row.tool_name}) of saga {row.saga_id!r}"
             args = self.json_in(row.args, f"the args of {what}")
             result = self.json_in(row.result, f"the result of {what}")
@@ -194,7 +215,7 @@ class RowCodec:
             row.tool_name,
             args,
             row.idempotency_key,
-            row.status.value,
+            row.status._value_,  # not `.value`: a property, two Python calls
             row.attempts,
             result,
             row.error,

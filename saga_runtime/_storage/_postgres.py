@@ -209,6 +209,7 @@ _STEPS = ", ".join(STEP_COLUMNS)
 # many steps) or save takes a statement of its own shape, prepared once per connection. Batches of several writes
 # (group commits under load) and longer plans unnest arrays: one statement whatever their size.
 _VALUES_ROWS = 32
+_MODES = {mode: frozenset(() if mode is None else (mode,)) for mode in (None, "create", "update", "upsert")}
 
 
 @functools.lru_cache(maxsize=256)
@@ -276,6 +277,25 @@ def _batch_statement(modes: frozenset[str], checks: int, steps: bool, saga_rows:
         )
     # Data-modifying parts run to completion whether or not the final SELECT reads them.
     return f"WITH {', '.join(parts)} SELECT w FROM {'passed' if passed else '(SELECT 0 AS w) AS nothing WHERE false'}"
+
+
+def _alone_statement(write: Write) -> tuple[str, list[Any]]:
+    """Return `_batch_statement` for a batch of the one `write` in scalar parameters, and its parameters."""
+    conditional = write.create or write.owner is not None
+    params: list[Any] = []
+    checks = 0
+    mode = None
+    if write.saga is not None:
+        mode = "create" if write.create else "update" if write.owner is not None else "upsert"
+        params += write.saga
+        params += (0, mode, write.owner)
+    elif write.owner is not None:
+        checks = 1
+        params += (0, write.saga_id, write.owner)
+    for row in write.steps:
+        params += row
+        params += (0, conditional)
+    return _batch_statement(_MODES[mode], checks, bool(write.steps), int(mode is not None), len(write.steps)), params
 
 
 class PostgresDialect(Dialect):
@@ -352,6 +372,35 @@ class PostgresDialect(Dialect):
                     # Shielded by the pool, which rolls back whatever a cancelled caller left open.
                     await self._pool.release(conn)
 
+    async def _autocommit_fetch(self, sql: str, params: Sequence[Any]) -> list[Any]:
+        """Run one statement in autocommit and return its records: `transaction(begin=False)`, inlined.
+
+        The hot path of every write: no context manager objects, no pool proxy between the call and asyncpg.
+        """
+        conn = self._spare
+        if conn is not None and time.monotonic() - self._spare_since < _SPARE_IDLE and _alive(conn):
+            self._spare = None  # the usual case, without `_connection`'s coroutine
+        else:
+            try:
+                conn = await self._connection()
+            except _CATCH as exc:
+                raise convert(exc, ERROR_MAP, self.url) from exc
+        kept = False
+        try:
+            try:
+                records: list[Any] = await conn.fetch(sql, *params)
+            except _CATCH as exc:
+                raise self._lost(conn, exc) from exc
+            _OUTAGE.down = False  # reachable again: the next outage is reported
+            kept = self._keep(conn)
+            return records
+        finally:
+            if not kept:
+                try:
+                    await self._pool.release(conn)  # shielded by the pool, as in `transaction`
+                except _CATCH as exc:
+                    raise convert(exc, ERROR_MAP, self.url) from exc
+
     async def _connection(self) -> Any:
         """Return the spare connection if it is free, else one from the pool (released by `transaction`)."""
         conn, self._spare = self._spare, None
@@ -408,23 +457,25 @@ class PostgresDialect(Dialect):
         return error
 
     async def write_batch(self, writes: Sequence[Write]) -> Sequence[Outcome | Exception]:
-        """Write a batch in one statement (see `_batch_statement`): atomic on its own, one round trip."""
+        """Write a batch in one statement (see `_batch_statement`): atomic on its own, one round trip.
+
+        Scalars for a lone write (the latency of one saga at a time); a batch of several unnests arrays, so that
+        batches of every size share a few statements instead of preparing one per shape on every connection.
+        """
+        if len(writes) == 1 and len(writes[0].steps) <= _VALUES_ROWS:
+            write = writes[0]
+            sql, params = _alone_statement(write)
+            if await self._autocommit_fetch(sql, params) or not (write.create or write.owner is not None):
+                return [Outcome.WRITTEN]
+            return [Outcome.TAKEN if write.create else Outcome.LOST]
         sagas = [(i, write, write.saga) for i, write in enumerate(writes) if write.saga is not None]
         checks = [(i, write) for i, write in enumerate(writes) if write.saga is None and write.owner is not None]
         steps = [
             (i, row, write.owner is not None or write.create) for i, write in enumerate(writes) for row in write.steps
         ]
         modes = ["create" if write.create else "upsert" if write.owner is None else "update" for _, write, _ in sagas]
-        params: list[Any] = []
-        # Scalars for a lone write (the latency of one saga at a time); a batch of several unnests arrays, so that
-        # batches of every size share a few statements instead of preparing one per shape on every connection.
-        alone = len(writes) == 1 and len(steps) <= _VALUES_ROWS
-        saga_rows = len(sagas) if alone else 0
-        step_rows = len(steps) if alone else 0
-        if saga_rows:
-            for (i, write, row), mode in zip(sagas, modes, strict=True):
-                params += (*row, i, mode, write.owner)
-        elif sagas:
+        params = []
+        if sagas:
             params += _columns([row for _, _, row in sagas], len(SAGA_COLUMNS))
             params += [[i for i, _, _ in sagas], modes, [write.owner for _, write, _ in sagas]]
         if len(checks) == 1:
@@ -436,15 +487,11 @@ class PostgresDialect(Dialect):
                 [write.saga_id for _, write in checks],
                 [write.owner for _, write in checks],
             ]
-        if step_rows:
-            for i, row, gated in steps:
-                params += (*row, i, gated)
-        elif steps:
+        if steps:
             params += _columns([row for _, row, _ in steps], len(STEP_COLUMNS))
             params += [[i for i, _, _ in steps], [gated for _, _, gated in steps]]
-        sql = _batch_statement(frozenset(modes), min(len(checks), 2), bool(steps), saga_rows, step_rows)
-        async with self.transaction(begin=False) as tx:
-            passed = {record[0] for record in await tx.fetch(sql, params)}
+        sql = _batch_statement(frozenset(modes), min(len(checks), 2), bool(steps))
+        passed = {record[0] for record in await self._autocommit_fetch(sql, params)}
         outcomes: list[Outcome | Exception] = []
         for i, write in enumerate(writes):
             if i in passed or not (write.create or write.owner is not None):

@@ -291,7 +291,8 @@ class SQLStore(StoreBase, SQLRetention):
                 write.tries += 1
             return await self._write_batch(writes)
 
-        return await self._retrying(" and ".join(sorted({write.what for write in writes})), once)
+        what = writes[0].what if len(writes) == 1 else " and ".join(sorted({write.what for write in writes}))
+        return await self._retrying(what, once)
 
     def _shared_failure(self, exc: Exception) -> bool:
         """Tell whether a batch's error concerns every write of it (else each is written alone to find out)."""

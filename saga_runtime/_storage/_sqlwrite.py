@@ -38,22 +38,29 @@ def write_of(
     create: bool = False,
 ) -> Write | None:
     """Return the write of some rows as parameters (refusing values that cannot be stored); None if empty."""
-    saga_params = None if saga is None else codec.saga_params(saga)
-    # One row per step: a statement may touch a row once, and the last version of a row is the one that counts.
-    by_step = {(row.saga_id, row.step_id): codec.step_params(row) for row in steps}
-    if saga_params is None and not by_step:
+    if saga is None and not steps:
         return None
-    keys = frozenset(saga_id for saga_id, _ in by_step) | ({saga.saga_id} if saga is not None else set())
-    saga_id = saga.saga_id if saga is not None else min(keys)
-    if owner is not None and len(keys) > 1:
-        raise ValueError(f"an owner-conditional save writes the rows of one saga, not of {sorted(keys)}")
-    rows = list(by_step.values())
+    # One row per step: a statement may touch a row once, and the last version of a row is the one that counts.
+    by_step: dict[tuple[str, str], tuple[Any, ...]] = {}
+    ids: set[str] = set()
+    step_params = codec.step_params
     # The bulk of a write is its JSON (plan, metadata; args, result): what keeps a batch's statement in bounds,
     # counted in UTF-8 bytes (a character may take four).
-    size = sum(_bytes(row[5]) + _bytes(row[9]) for row in rows)
-    if saga_params is not None:
+    size = 0
+    for row in steps:
+        params = by_step[row.saga_id, row.step_id] = step_params(row)
+        ids.add(row.saga_id)
+        size += _bytes(params[5]) + _bytes(params[9])
+    saga_params = None
+    if saga is not None:
+        saga_params = codec.saga_params(saga)
+        ids.add(saga.saga_id)
         size += _bytes(saga_params[2]) + _bytes(saga_params[10])
-    return Write(what, saga_id, saga_params, rows, owner=owner, create=create, keys=keys, size=size)
+    if owner is not None and len(ids) > 1:
+        raise ValueError(f"an owner-conditional save writes the rows of one saga, not of {sorted(ids)}")
+    saga_id = saga.saga_id if saga is not None else min(ids)
+    rows = list(by_step.values())
+    return Write(what, saga_id, saga_params, rows, owner=owner, create=create, keys=frozenset(ids), size=size)
 
 
 def _bytes(text: str | None) -> int:

@@ -1,0 +1,47 @@
+"""The row codec's JSON: compact text equal to the standard library's, and values it cannot hold refused by name."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from saga_runtime import StoreError
+from saga_runtime._records import StepRow
+from saga_runtime._storage._codec import RowCodec
+
+VALUES: list[Any] = [
+    {"n": 0},
+    'quote " and é and \u2028',
+    [1, 2.5, -0.0, 1e23, None, True, False],
+    {"a": {"b": [{}, []]}, "c": 10**30},
+    0,
+]
+
+
+def _step(result: Any) -> StepRow:
+    return StepRow("saga-1", 0, "s0", 0, "Tool", {"n": 1}, "key-1", result=result)
+
+
+@pytest.mark.parametrize("value", VALUES)
+def test_json_text_is_the_standard_compact_text(value: Any) -> None:
+    """A value is stored as json.dumps writes it compactly (UTF-8, no spaces), so stored text is unchanged."""
+    expected = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    assert RowCodec.json_in(value, "a value") == expected
+    assert RowCodec("postgresql").step_params(_step(value))[9] == expected
+
+
+def test_a_result_holding_itself_is_refused_by_name() -> None:
+    """A cyclic result is a StoreError naming the step and the cycle, not a RecursionError."""
+    cyclic: list[Any] = []
+    cyclic.append(cyclic)
+    with pytest.raises(StoreError, match=r"step 's0' \(Tool\) of saga 'saga-1'.*Circular reference"):
+        RowCodec("postgresql").step_params(_step(cyclic))
+
+
+@pytest.mark.parametrize("value", [float("nan"), object(), {1j: 2}])
+def test_values_json_cannot_hold_are_refused(value: Any) -> None:
+    """NaN, unknown objects and keys JSON cannot hold are StoreErrors that say to store JSON-like values."""
+    with pytest.raises(StoreError, match="store JSON-like values only"):
+        RowCodec.json_in(value, "a value")
