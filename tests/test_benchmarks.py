@@ -104,7 +104,7 @@ def test_quick_benchmarks_run_and_report_every_workload(tmp_path: Path) -> None:
 
     targets = report["targets"]
     assert [target["target"].split(",")[0] for target in targets] == (
-        ["in memory"] * 3 + ["durable"] * 7 + ["fleet"] * 3 + ["retention"]
+        ["in memory"] * 3 + ["durable"] * 7 + ["fleet"] * 4 + ["retention"]
     )
     assert all(target["status"] in ("met", "missed", "not measured") for target in targets), targets
     measured = [target for target in targets if target["status"] != "not measured"]
