@@ -28,12 +28,14 @@ from saga_runtime._records import (
     QueueEntry,
     SagaResult,
     SagaRow,
+    Schedule,
     SecretKeyring,
     StepRow,
     idempotency_keys,
     now,
     to_json_value,
 )
+from saga_runtime._schedules import Schedules
 from saga_runtime._storage import MemoryStore, SagaStore
 from saga_runtime._tools import Resources, ToolRegistry
 
@@ -118,6 +120,7 @@ class SagaExecutor:
             max_recovery_attempts=max_recovery_attempts,
             recovery_concurrency=recovery_concurrency,
         )
+        self._schedules = Schedules(self.store, registry, config.keyring, self.submit)
 
     async def __aenter__(self) -> SagaExecutor:
         """Enter the registry's lifespan now (else it is entered before the first tool call).
@@ -376,6 +379,7 @@ class SagaExecutor:
         async with anyio.create_task_group() as tg:
             pause = self.lease_timeout / 2 if interval is None else interval
             tg.start_soon(self._recover_rounds, pause, limit, shelters)
+            tg.start_soon(self._schedules.serve, 0.5 if interval is None else interval)
             try:
                 await self._actions.queues.serve(
                     served,
@@ -389,6 +393,46 @@ class SagaExecutor:
             finally:
                 # A stop: the sagas it drives stop once their running calls return (bounded), then are released.
                 shelters.stop(self.compensation_timeout)
+
+    # -- schedules (saga_runtime._schedules) -------------------------------------------------------------------
+
+    async def schedule(
+        self,
+        name: str,
+        fn_or_plan: Any,
+        *,
+        cron: str | None = None,
+        every: float | None = None,
+        args: Mapping[str, Any] | None = None,
+        queue: str = "default",
+        timezone: str = "UTC",
+    ) -> Schedule:
+        """Store a schedule: `serve()` submits `fn_or_plan` to `queue` at each tick, once across every worker.
+
+        Give exactly one of `cron` (a cron expression, read in `timezone`; needs the `cron` extra) or `every`
+        (seconds). The target is a plan (validated now: every problem at once) or a saga function or its name,
+        called with `args`. Each tick's saga id is `<name>@<tick, ISO 8601 UTC>`. A schedule of the same name is
+        replaced. Bad input raises (ValueError, TypeError, PlanValidationError) and stores nothing.
+        """
+        return await self._schedules.put(
+            name, fn_or_plan, cron=cron, every=every, args=args, queue=queue, timezone=timezone
+        )
+
+    async def schedules(self) -> list[Schedule]:
+        """Return every stored schedule, by name."""
+        return await self._schedules.all()
+
+    async def pause_schedule(self, name: str) -> Schedule:
+        """Pause a schedule: no tick is submitted until it is resumed. An unknown name raises KeyError."""
+        return await self._schedules.pause(name)
+
+    async def resume_schedule(self, name: str) -> Schedule:
+        """Resume a paused schedule from its next tick to come; ticks missed while paused are not submitted."""
+        return await self._schedules.resume(name)
+
+    async def delete_schedule(self, name: str) -> None:
+        """Delete a schedule (the sagas it submitted stay). An unknown name raises KeyError."""
+        await self._schedules.delete(name)
 
     async def _recover_rounds(self, pause: float, limit: int, shelters: Shelters) -> None:
         while True:

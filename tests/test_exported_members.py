@@ -41,6 +41,8 @@ CONTRACT = [
     # Retention (API.md §14).
     "PurgeReport",
     "verify_export",
+    # Schedules (API.md §18).
+    "Schedule",
 ]
 # The LLM front door's names (plan_from_openai, plan_from_anthropic, LLMRunner, MockLLMClient) join this list
 # with the issue that builds it.

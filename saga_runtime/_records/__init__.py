@@ -63,6 +63,7 @@ from saga_runtime._records._rows import (
     step_succeeded,
     with_unstarted,
 )
+from saga_runtime._records._schedules import Schedule, Timing, tick_id
 from saga_runtime._records._secrets import (
     KEY_ENV,
     MASK,
@@ -113,6 +114,7 @@ __all__ = [
     "SagaRow",
     "SagaStatus",
     "SagaSummary",
+    "Schedule",
     "Sealer",
     "SecretKeyring",
     "SecretPaths",
@@ -121,6 +123,7 @@ __all__ = [
     "StepStatus",
     "Takeover",
     "TakeoverReason",
+    "Timing",
     "VerifyResult",
     "approval_line",
     "approval_request",
@@ -166,6 +169,7 @@ __all__ = [
     "step_succeeded",
     "summary_from_rows",
     "takeover_entry",
+    "tick_id",
     "to_json_value",
     "verify_export",
     "verify_rows",

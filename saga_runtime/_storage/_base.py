@@ -23,6 +23,7 @@ from saga_runtime._records import (
     SagaRow,
     SagaStatus,
     SagaSummary,
+    Schedule,
     StepRow,
     VerifyResult,
 )
@@ -313,6 +314,44 @@ class SagaStore(Protocol):
 
     async def list_holds(self) -> list[SagaHold]:
         """Return every hold, oldest first."""
+        ...
+
+    # -- schedules (API.md §18): rows a worker submits a saga from at each tick -----------------------------------
+
+    async def put_schedule(self, schedule: Schedule) -> None:
+        """Store a schedule, replacing the one of the same name whole."""
+        ...
+
+    async def load_schedules(self, name: str | None = None) -> list[Schedule]:
+        """Return every schedule by name (only the one named `name`, if given: none if it is not stored)."""
+        ...
+
+    async def due_schedules(self, now: datetime, limit: int) -> tuple[datetime, list[Schedule]]:
+        """Return the time now and up to `limit` unpaused schedules whose `next_tick` is not after it, earliest first.
+
+        "Now" is the database's clock where machines share it (PostgreSQL, MySQL/MariaDB), so a worker whose clock
+        runs ahead submits nothing early; `now` on memory and SQLite (one machine's clock).
+        """
+        ...
+
+    async def advance_schedule(self, name: str, expected: datetime, next_tick: datetime, last_tick: datetime) -> bool:
+        """Move an unpaused schedule's `next_tick` from `expected` on (recording `last_tick`); atomic; return if it did.
+
+        One conditional update: of workers advancing the same tick at once exactly one does (the others get
+        False), and a schedule paused, replaced or advanced meanwhile is left as it is.
+        """
+        ...
+
+    async def pause_schedule(self, name: str) -> bool:
+        """Pause a schedule (paused already: unchanged); return False if none has the name."""
+        ...
+
+    async def resume_schedule(self, name: str, next_tick: datetime) -> bool:
+        """Resume a paused schedule from `next_tick` (running already: unchanged); return False if none has the name."""
+        ...
+
+    async def delete_schedule(self, name: str) -> bool:
+        """Delete a schedule; return whether one had the name."""
         ...
 
     # -- retention (API.md §14): the public methods, on every store from StoreBase ----------------------------

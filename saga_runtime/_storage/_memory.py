@@ -16,6 +16,7 @@ from saga_runtime._records import (
     SagaHold,
     SagaRow,
     SagaStatus,
+    Schedule,
     StepRow,
     now,
 )
@@ -23,6 +24,7 @@ from saga_runtime._storage._base import key_full, queue_allowance, unparked_stat
 from saga_runtime._storage._batch import lease_lost
 from saga_runtime._storage._keys import signing_key_bytes
 from saga_runtime._storage._memory_retention import MemoryRetention, keep_option
+from saga_runtime._storage._memory_schedules import MemorySchedules
 from saga_runtime._storage._reading import StoreBase
 from saga_runtime._storage._sealing import Sealing
 
@@ -33,7 +35,7 @@ _LIVE = frozenset({SagaStatus.RUNNING, SagaStatus.COMPENSATING})
 _CANCELLABLE = _LIVE | {SagaStatus.WAITING}
 
 
-class MemoryStore(StoreBase, MemoryRetention):
+class MemoryStore(StoreBase, MemoryRetention, MemorySchedules):
     """Keep sagas in this process's memory: fast, private to the store object, gone when the process ends.
 
     Step rows written without a seal (`hash` None: the engine hands them so, linked) are sealed here when their
@@ -75,6 +77,8 @@ class MemoryStore(StoreBase, MemoryRetention):
         self._purging: set[str] = set()
         self._finished: dict[str, None] = {}
         self._keep = keep_option(keep)
+        # Schedules by name (the SQL stores' `schedules` table).
+        self._schedules: dict[str, Schedule] = {}
 
     @property
     def url(self) -> str:

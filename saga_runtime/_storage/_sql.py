@@ -254,6 +254,29 @@ def _schema_history(dialect: DialectName) -> list[str]:
     return [f"ALTER TABLE sagas ADD COLUMN history {_TYPES[dialect]['text']}"]
 
 
+def _schema_schedules(dialect: DialectName) -> list[str]:
+    # Schedules (API.md §18): a worker submits the due tick's saga, then moves `next_tick` on with one conditional
+    # update; the index gives the due ones, earliest first. `plan` and `args` are JSON text, as the sagas' columns.
+    t = _TYPES[dialect]
+    table_suffix = " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4" if dialect == "mysql" else ""
+    return [
+        f"""CREATE TABLE schedules (
+            name {t["id"]} NOT NULL PRIMARY KEY,
+            plan {t["text"]},
+            fn_name {t["short"]},
+            args {t["text"]},
+            cron {t["short"]},
+            every_seconds {t["float"]},
+            tz {t["short"]} NOT NULL,
+            queue {t["short"]} NOT NULL,
+            next_tick {t["time"]} NOT NULL,
+            last_tick {t["time"]},
+            paused {t["int"]} NOT NULL DEFAULT 0
+        ){table_suffix}""",
+        "CREATE INDEX schedules_due ON schedules (paused, next_tick)",
+    ]
+
+
 @dataclass(frozen=True, slots=True)
 class Migration:
     """One step of the schema: the statements that take a database from `version - 1` to `version`."""
@@ -274,6 +297,7 @@ MIGRATIONS: list[Migration] = [
     Migration(6, "tool versions and reconciled steps", _schema_tool_versions),
     Migration(7, "retention: tombstones and holds", _schema_retention),
     Migration(8, "saga history: takeovers and cancels", _schema_history),
+    Migration(10, "schedules", _schema_schedules),
 ]
 #: The version from which saga rows carry a seal (one written before, untouched since, has none).
 SEALED_SAGAS_VERSION = 3

@@ -52,6 +52,7 @@ from saga_runtime._storage._sql import (
     schema_too_new,
 )
 from saga_runtime._storage._sql_retention import SQLRetention
+from saga_runtime._storage._sql_schedules import SQLSchedules
 from saga_runtime._storage._sqlwrite import Transaction, write_of
 
 __all__ = ["DEFAULT_RETRY_FOR", "Dialect", "SQLStore", "Transaction", "retry_for_option"]
@@ -117,7 +118,7 @@ def _storable(text: str) -> bool:
     return True
 
 
-class SQLStore(StoreBase, SQLRetention):
+class SQLStore(StoreBase, SQLRetention, SQLSchedules):
     """A SagaStore on a SQL database; its dialect brings the driver, connections, statements and error table."""
 
     def __init__(self, dialect: Dialect) -> None:
