@@ -13,6 +13,7 @@ from saga_runtime import (
     SagaResult,
     SagaStatus,
     SagaStore,
+    Schedule,
     Step,
     StepContext,
     StepRecord,
@@ -84,3 +85,10 @@ async def use() -> None:
         _ = (pending, decided, parked, await admin.list_sagas("PARKED"), await admin.verify_saga("order-1"))
     awaited = await open_store("memory://")
     await awaited.close()
+    nightly: Schedule = await executor.schedule("nightly", [{"tool": "Pay", "args": {}}], cron="0 2 * * *")
+    every: Schedule = await executor.schedule("digest", "send_digest", every=60.0, args={"team": "ops"}, queue="mail")
+    stored: list[Schedule] = await executor.schedules()
+    paused: Schedule = await executor.pause_schedule("nightly")
+    resumed: Schedule = await executor.resume_schedule("nightly")
+    await executor.delete_schedule("digest")
+    _ = (nightly.next_tick, every.last_tick, stored, paused.paused, resumed.target, resumed.when)
