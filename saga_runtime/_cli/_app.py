@@ -538,10 +538,11 @@ def worker(
 
                 tg.start_soon(stop_on_signal)
                 await anyio.lowlevel.checkpoint()  # the signal handlers are in place before the first saga starts
-                _stderr().print(f"{PROG} worker {executor.executor_id}: serving {names} on {store.url}")
-                await executor.serve(queues=served, concurrency=concurrency, interval=interval)
+                # Entered, the executor takes back at once the sagas a killed process of its id left (API.md §13).
+                async with executor:
+                    _stderr().print(f"{PROG} worker {executor.executor_id}: serving {names} on {store.url}")
+                    await executor.serve(queues=served, concurrency=concurrency, interval=interval)
         finally:
-            await executor.aclose()
             if server is not None:
                 await anyio.to_thread.run_sync(server.close)
         _stderr().print(f"{PROG} worker {executor.executor_id}: stopped; its sagas are released")

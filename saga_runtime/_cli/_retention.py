@@ -123,35 +123,61 @@ def holds(ctx: typer.Context, as_json: JsonOption = False) -> None:
 
 
 def verify_file(ctx: typer.Context, path: Path, as_json: bool) -> None:
-    """Check every saga of an export or archive file offline; exit 4 when one does not verify."""
+    """Check every saga of an export or archive file offline, each on its own; exit 4 when one does not verify.
+
+    A line that is no readable export (a torn write, an edit) fails alone, named by its number; the rest are
+    still checked.
+    """
     key = options(ctx).signing_key
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8", errors="replace")
     except OSError as exc:
         _error(f"cannot read {str(path)!r}: {exc.strerror or exc}", ExitCode.USAGE)
-    documents: list[Any] = []
-    try:
-        stripped = text.lstrip()
-        if stripped.startswith("{") and "\n{" not in stripped.rstrip():
-            documents = [json.loads(text)]  # one export (`export` writes it indented)
-        else:
-            documents = [json.loads(line) for line in text.splitlines() if line.strip()]
-    except json.JSONDecodeError as exc:
-        _error(f"{str(path)!r} is not an export or archive file (one JSON export per line): {exc}", ExitCode.STORE)
-    verdicts = []
-    for number, document in enumerate(documents, 1):
-        try:
-            verdicts.append(verify_export(document, signing_key=key))
-        except (StoreError, ValueError) as exc:
-            _error(f"{str(path)!r}, saga #{number}: {exc}", ExitCode.STORE)
-    broken = [verdict for verdict in verdicts if not verdict.ok]
+    checks = [_check_entry(number, entry, key) for number, entry in _entries(text)]
+    broken = [check for check in checks if not check["ok"]]
     if as_json:
-        _json([{"saga_id": v.saga_id, "ok": v.ok, "signed": v.signed, "problems": v.problems} for v in verdicts])
+        _json(checks)
     else:
         console = _stdout()
-        for verdict in broken:
-            console.print(f"saga {verdict.saga_id}: the record is BROKEN ({len(verdict.problems)} problems)")
-            for problem in verdict.problems:
+        for check in broken:
+            if check["saga_id"] is None:
+                console.print(f"line {check['line']}: not a readable saga export")
+            else:
+                where = f"saga {check['saga_id']} (line {check['line']})"
+                console.print(f"{where}: the record is BROKEN ({len(check['problems'])} problems)")
+            for problem in check["problems"]:
                 console.print(f"  - {problem}")
-        console.print(f"{path}: {len(verdicts) - len(broken)} of {len(verdicts)} saga(s) intact")
+        console.print(f"{path}: {len(checks) - len(broken)} of {len(checks)} saga(s) intact")
     raise typer.Exit(int(ExitCode.CHECK_FAILED if broken else ExitCode.OK))
+
+
+def _entries(text: str) -> list[tuple[int, str]]:
+    """Return the file's exports as (line number, text): one indented export, or one per non-blank line."""
+    stripped = text.lstrip()
+    if stripped.startswith("{") and "\n{" not in stripped.rstrip():
+        try:
+            json.loads(text)
+        except json.JSONDecodeError:
+            pass
+        else:
+            return [(1, text)]  # one export (`export` writes it indented)
+    return [(number, line) for number, line in enumerate(text.splitlines(), 1) if line.strip()]
+
+
+def _check_entry(number: int, entry: str, key: str | None) -> dict[str, Any]:
+    """Return the verdict on one export of a file, as `verify --file --json` prints it."""
+    verdict: dict[str, Any] = {"line": number, "saga_id": None, "ok": False, "signed": False, "problems": []}
+    try:
+        document = json.loads(entry)
+    except json.JSONDecodeError as exc:
+        verdict["problems"] = [f"not whole JSON ({exc}): a torn or edited line"]
+        return verdict
+    if isinstance(document, dict) and isinstance(document.get("saga"), dict):
+        verdict["saga_id"] = document["saga"].get("saga_id")
+    try:
+        result = verify_export(document, signing_key=key)
+    except (StoreError, ValueError, TypeError, AttributeError) as exc:
+        verdict["problems"] = [str(exc)]
+        return verdict
+    verdict.update(saga_id=result.saga_id, ok=result.ok, signed=result.signed, problems=result.problems)
+    return verdict

@@ -334,6 +334,32 @@ def _placeholders(dialect: DialectName, sql: str) -> str:
     return "".join(part + (f"${i}" if i < len(parts) else "") for i, part in enumerate(parts, 1))
 
 
+def _queue_waiting(dialect: DialectName, *, keyed: bool, after: bool) -> str:
+    """Return the scan of a queue's QUEUED sagas due by the claim's clock, in start order.
+
+    Params: queue, QUEUED, now; with `keyed`, queue, the live statuses and key_concurrency (keys at their limit,
+    counted with the claim's own starts, are left out in the database, so sagas of a free key behind any number of
+    blocked ones are found); with `after`, the last row looked at (priority twice, created_at twice, saga_id: the
+    page goes on past it); then the page's size. Returns saga_id, queue_key, priority, created_at.
+    """
+    sql = (
+        "SELECT saga_id, queue_key, priority, created_at FROM sagas WHERE queue = ? AND status = ? "
+        "AND (not_before IS NULL OR not_before <= ?)"
+    )
+    if keyed:
+        sql += (
+            " AND (queue_key IS NULL OR queue_key NOT IN (SELECT queue_key FROM sagas WHERE queue = ? "
+            "AND status IN (?, ?) AND queue_key IS NOT NULL GROUP BY queue_key HAVING COUNT(*) >= ?))"
+        )
+    if after:
+        sql += " AND (priority > ? OR (priority = ? AND (created_at > ? OR (created_at = ? AND saga_id > ?))))"
+    sql += " ORDER BY priority, created_at, saga_id LIMIT ?"
+    # PostgreSQL locks only the rows it returns and skips those another claimer holds. MySQL/MariaDB's locking
+    # scans lock rows they then pass over (a recovery scan of the same table), so skipping there would start
+    # sagas out of order: it waits for such a row a moment, and re-reads it (no longer QUEUED if taken).
+    return sql + {"sqlite": "", "postgresql": " FOR UPDATE SKIP LOCKED", "mysql": " FOR UPDATE"}[dialect]
+
+
 class Queries:
     """The SQL text of one dialect, built once per store so the hot path only sends it."""
 
@@ -446,15 +472,15 @@ class Queries:
         )
         self.queue_depth = q(dialect, "SELECT COUNT(*) FROM sagas WHERE queue = ? AND status = ?")
         self.queue_started = q(dialect, "SELECT COUNT(*) FROM sagas WHERE queue = ? AND started_at > ?")
-        # PostgreSQL locks only the rows it returns and skips those another claimer holds. MySQL/MariaDB's
-        # locking scans lock rows they then pass over (a recovery scan of the same table), so skipping there would
-        # start sagas out of order: it waits for such a row a moment, and re-reads it (no longer QUEUED if taken).
-        self.queue_waiting = q(
-            dialect,
-            "SELECT saga_id, queue_key FROM sagas WHERE queue = ? AND status = ? "
-            "AND (not_before IS NULL OR not_before <= ?) ORDER BY priority, created_at, saga_id LIMIT ? OFFSET ?"
-            + {"sqlite": "", "postgresql": " FOR UPDATE SKIP LOCKED", "mysql": " FOR UPDATE"}[dialect],
-        )
+        # A claim's "now" (rate windows, `not_before`, the start it stamps): the database's clock, read once the
+        # queue's lock is held, so every worker counts on one clock. SQLite: the one machine's, a parameter.
+        clocks = {"sqlite": None, "postgresql": "SELECT clock_timestamp()", "mysql": "SELECT UTC_TIMESTAMP(6)"}
+        self.queue_clock = clocks[dialect]
+        self._queue_waiting = {
+            (keyed, after): q(dialect, _queue_waiting(dialect, keyed=keyed, after=after))
+            for keyed in (False, True)
+            for after in (False, True)
+        }
         self.queue_start = q(
             dialect,
             f"UPDATE sagas SET {saga_sets}, started_at = ? WHERE saga_id = ? AND status = ?",
@@ -469,6 +495,10 @@ class Queries:
         # PostgreSQL returns the renewed ids with the UPDATE; the others read them back in the same transaction.
         self.renew_returns = dialect == "postgresql"
         self._lease = lease
+
+    def queue_waiting(self, *, keyed: bool, after: bool) -> str:
+        """Return the scan of a queue's startable sagas, in start order (see `_queue_waiting` for its params)."""
+        return self._queue_waiting[keyed, after]
 
     def _in(self, sql: str, count: int) -> str:
         return _placeholders(self.dialect, sql.replace("(*)", "(" + ", ".join("?" * count) + ")"))

@@ -22,6 +22,7 @@ import time
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -61,7 +62,7 @@ logger = logging.getLogger("saga_runtime")
 
 # Ids per `IN (...)` list: well under every driver's limit on parameters of one statement.
 _IN_CHUNK = 500
-# Queued sagas a claim passes over at most (those a worker lacks the tools for), then it starts what it found.
+# Queued sagas a claim passes over at most (refused by the worker, or of a key filled by the claim itself).
 _PASS_OVER_MAX = 1000
 _PAGE_MIN = 64  # sagas a page past them reads at least
 # Tries of an operator's conditional change that the database broke off as a deadlock's victim.
@@ -116,6 +117,16 @@ def _storable(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+@dataclass(frozen=True, slots=True)
+class _Start:
+    """What a claim writes on the sagas it starts: owner, lease, the worker's time, and the claim's clock."""
+
+    owner: str
+    lease: datetime
+    now: datetime
+    clock: datetime
 
 
 class SQLStore(StoreBase, SQLRetention, SQLSchedules):
@@ -604,9 +615,9 @@ class SQLStore(StoreBase, SQLRetention, SQLSchedules):
         """Start up to `limit` QUEUED sagas of `queue` within its limits; return snapshots of them.
 
         One transaction: the queue's lock row is locked (when it has limits: claimers of one queue count in
-        turn), its running sagas and recent starts counted, the waiting sagas selected `FOR UPDATE SKIP LOCKED`
-        (MySQL/MariaDB: `FOR UPDATE`, see Queries; SQLite: under `BEGIN IMMEDIATE`), and each started (RUNNING
-        under `owner`'s lease, re-sealed) unless `fits` refuses it (then left unwritten; the scan goes on).
+        turn), its running sagas counted, the database's clock read (the rate window, `not_before` and the start
+        stamped are all on it, whatever the worker's clock says), the recent starts counted, then the sagas
+        started in order (see `_start_queued`).
         """
         self._check_open()
         if limit < 1:
@@ -622,52 +633,75 @@ class SQLStore(StoreBase, SQLRetention, SQLSchedules):
                     await tx.fetch(q.queue_lock, (queue.name,))
                     for key, count in await tx.fetch(q.queue_running, (queue.name, *LIVE_STATUSES)):
                         running[key] = int(count)
+                clock = now if q.queue_clock is None else codec.time_out((await tx.fetch(q.queue_clock))[0][0])
+                assert clock is not None
                 allowed = queue_allowance(queue, sum(running.values()), limit)
                 if queue.rate_limit is not None:
-                    since = codec.time_in(now - timedelta(seconds=queue.rate_limit.per))
+                    since = codec.time_in(clock - timedelta(seconds=queue.rate_limit.per))
                     recent = int((await tx.fetch(q.queue_started, (queue.name, since)))[0][0])
                     allowed = min(allowed, queue.rate_limit.limit - recent)
                 if allowed < 1:
                     return []
-                # Sagas of a key at its limit, or refused, are passed over: look a little further than `allowed`.
-                scan = allowed if queue.key_concurrency is None else allowed * 4 + 16
-                ids: list[str] = []
-                passed = 0  # sagas looked at and left QUEUED: the next page begins after them
-                while True:
-                    waiting = await tx.fetch(
-                        q.queue_waiting,
-                        (queue.name, SagaStatus.QUEUED.value, codec.time_in(now), scan, passed),
-                    )
-                    refused = 0
-                    for record in waiting:
-                        if len(ids) >= allowed:
-                            break
-                        if key_full(queue, record[1], running):
-                            passed += 1
-                            continue
-                        saga_id = codec.id_out(record[0])
-                        saga = codec.saga_row((await tx.fetch(q.lock_saga, (saga_id,)))[0])
-                        if fits is not None and not fits(saga):
-                            refused += 1
-                            passed += 1
-                            continue
-                        running[record[1]] = running.get(record[1], 0) + 1
-                        ids.append(saga_id)
-                        saga.status, saga.owner, saga.lease_expires_at = SagaStatus.RUNNING, owner, lease_expires_at
-                        saga.updated_at = now
-                        self._sealing.saga(saga)
-                        params = codec.saga_params(saga)
-                        start = (*params[1:], codec.time_in(now), saga_id, SagaStatus.QUEUED.value)
-                        await tx.execute(q.queue_start, start)
-                    # Another page only past sagas this worker cannot run (the others are limits: they wait).
-                    if len(ids) >= allowed or len(waiting) < scan or not refused or passed >= _PASS_OVER_MAX:
-                        break
-                    scan = max(scan, _PAGE_MIN)
+                start = _Start(owner, lease_expires_at, now, clock)
+                ids = await self._start_queued(tx, queue, start, allowed, running, fits)
                 if not ids:
                     return []
                 return codec.rows_of_load_many(await tx.fetch(q.load_many(len(ids)), ids))
 
         return await self._retrying("claim_queued", claim)
+
+    async def _start_queued(
+        self,
+        tx: Transaction,
+        queue: Queue,
+        start: _Start,
+        allowed: int,
+        running: dict[str | None, int],
+        fits: Callable[[SagaRow], bool] | None,
+    ) -> list[str]:
+        """Start up to `allowed` due sagas of `queue` in start order, in the claim's transaction; return their ids.
+
+        The scan leaves out keys at their limit in the database (counting this claim's own starts), so free slots
+        go to the first runnable sagas however many blocked ones come before them. Sagas selected `FOR UPDATE SKIP
+        LOCKED` (MySQL/MariaDB: `FOR UPDATE`, see Queries; SQLite: under `BEGIN IMMEDIATE`); each started (RUNNING
+        under the owner's lease, re-sealed, `started_at` on the claim's clock) unless `fits` refuses it (then left
+        unwritten; the scan goes on past it, a page at a time, up to _PASS_OVER_MAX sagas passed over).
+        """
+        q, codec = self._queries, self._codec
+        keyed = queue.key_concurrency is not None
+        head: tuple[Any, ...] = (queue.name, SagaStatus.QUEUED.value, codec.time_in(start.clock))
+        if keyed:
+            head += (queue.name, *LIVE_STATUSES, queue.key_concurrency)
+        # A page a little longer than `allowed`: a key may reach its limit with this claim's own starts.
+        scan = allowed if not keyed else allowed * 2 + 8
+        stamp = codec.time_in(start.clock)
+        ids: list[str] = []
+        after: tuple[Any, ...] = ()  # the last row looked at: the next page begins past it
+        passed = 0
+        while True:
+            waiting = await tx.fetch(q.queue_waiting(keyed=keyed, after=bool(after)), (*head, *after, scan))
+            for raw_id, key, priority, created_at in waiting:
+                if len(ids) >= allowed:
+                    break
+                saga_id = codec.id_out(raw_id)
+                after = (priority, priority, created_at, created_at, saga_id)
+                if key_full(queue, key, running):  # full with this claim's starts; the next page leaves it out
+                    passed += 1
+                    continue
+                saga = codec.saga_row((await tx.fetch(q.lock_saga, (saga_id,)))[0])
+                if fits is not None and not fits(saga):
+                    passed += 1
+                    continue
+                running[key] = running.get(key, 0) + 1
+                ids.append(saga_id)
+                saga.status, saga.owner, saga.lease_expires_at = SagaStatus.RUNNING, start.owner, start.lease
+                saga.updated_at = start.now
+                self._sealing.saga(saga)
+                params = codec.saga_params(saga)
+                await tx.execute(q.queue_start, (*params[1:], stamp, saga_id, SagaStatus.QUEUED.value))
+            if len(ids) >= allowed or len(waiting) < scan or passed >= _PASS_OVER_MAX:
+                return ids
+            scan = max(scan, _PAGE_MIN)
 
     @asynccontextmanager
     async def queue_wakeups(self, wake: Callable[[str], None]) -> AsyncIterator[bool]:

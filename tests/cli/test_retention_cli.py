@@ -63,6 +63,28 @@ def test_purge_with_archive_and_a_hold_then_verify_the_archive(db: str, tmp_path
     assert cli("purge", "--older-than", "0s", "--json", db=db).json()["saga_ids"] == ["ok-1"]
 
 
+@pytest.mark.timeout(120)  # three runs of the console script, on a busy machine
+def test_verify_file_names_a_torn_line_and_checks_the_rest(db: str, tmp_path: Path) -> None:
+    """`verify --file` reports an unreadable line by its number, verifies every other saga, and exits 4."""
+    archive = tmp_path / "sagas.jsonl"
+    assert cli("purge", "--older-than", "0s", "--archive", str(archive), db=db).code == 0
+    lines = archive.read_text().splitlines()
+    archive.write_text("\n".join([lines[0], lines[1][: len(lines[1]) // 2] + lines[2], lines[2]]) + "\n")
+    ran = cli("verify", "--file", str(archive), "--json")
+    assert ran.code == 4, ran.err
+    verdicts = ran.json()
+    assert [(v["line"], v["saga_id"], v["ok"]) for v in verdicts] == [
+        (1, "ok-1", True),
+        (2, None, False),
+        (3, "dyn-1", True),
+    ]
+    assert "torn or edited" in verdicts[1]["problems"][0]
+    plain = cli("verify", "--file", str(archive))
+    assert plain.code == 4
+    assert "line 2: not a readable saga export" in plain.out
+    assert "2 of 3 saga(s) intact" in plain.out
+
+
 def test_verify_file_reads_a_single_export(db: str, tmp_path: Path) -> None:
     """`verify --file` also checks the file `export` writes (one indented document)."""
     target = tmp_path / "ok-1.json"
