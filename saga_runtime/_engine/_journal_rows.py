@@ -11,6 +11,7 @@ from typing import Any
 from saga_runtime._engine._transitions import saga_to
 from saga_runtime._records import (
     ApprovalRow,
+    CancelOutcome,
     SagaRow,
     SagaStatus,
     TakeoverReason,
@@ -79,9 +80,9 @@ def took_over(saga: SagaRow, by: str, from_owner: str | None, at: datetime) -> N
     saga.history = [*saga.history, takeover_entry(at, by, from_owner, reason)]
 
 
-def cancel_noted(saga: SagaRow, note: dict[str, Any]) -> bool:
-    """Add an operator's cancel to the saga's history, once; return whether it was added."""
+def cancel_noted(saga: SagaRow, note: dict[str, Any], outcome: CancelOutcome) -> bool:
+    """Add an operator's cancel and what came of it to the saga's history, once; return whether it was added."""
     if any(entry.get("kind") == "cancel" for entry in saga.history):
         return False
-    saga.history = [*saga.history, cancel_entry(note)]
+    saga.history = [*saga.history, cancel_entry(note, outcome)]
     return True

@@ -29,6 +29,7 @@ from saga_runtime._engine._steps import StepRunner
 from saga_runtime._engine._verdict import Verdict
 from saga_runtime._exceptions import ResultValidationError
 from saga_runtime._records import (
+    CancelOutcome,
     SagaResult,
     SagaRow,
     SagaStatus,
@@ -70,6 +71,7 @@ class SagaEngine:
         runner = StepRunner(journal, invoker, compensator, verdict)
         self._groups = GroupRunner(journal, verdict, runner, compensator, config.registry, config.keyring)
         self.gate = Gate(journal)
+        journal.on_cancel = self.cancel  # a write the store refused for a cancel request (see Journal.flush)
         # True for a saga recovery drives: no caller waits on it, so a cancellation (the worker shutting down)
         # stops it without compensating; the next recovery resumes it.
         self.detached = False
@@ -139,12 +141,22 @@ class SagaEngine:
     def cancel(self, request: str) -> None:
         """Honour an operator's cancel request (its stored note): record it, cut the running calls, fail the saga.
 
-        A saga already compensating only records it: its undoing goes on as it was.
+        Recorded with what came of it: a saga already compensating only records it (its undoing goes on as it
+        was), and one whose SUCCESS is being written ends so, the cancel recorded as ignored.
         """
         note = read_note(request, at=now())
-        if cancel_noted(self.saga, note):
+        status = self.saga.status
+        outcome: CancelOutcome = (
+            "cancelled"
+            if status is SagaStatus.RUNNING or status is SagaStatus.WAITING
+            else "ignored"
+            if status is SagaStatus.SUCCESS
+            else "compensating"
+        )
+        if cancel_noted(self.saga, note, outcome):
             self.journal.touch_saga()  # sealed with the saga row's next write
-        if self.saga.status is not SagaStatus.COMPENSATING:
+            logger.warning("saga %s: cancel requested (%s): %s", self.saga.saga_id, note_reason(note), outcome)
+        if outcome == "cancelled":
             self.verdict.halt(note_reason(note))
 
     def adopt(self, rows: Sequence[StepRow], join: str = "all") -> None:

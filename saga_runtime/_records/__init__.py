@@ -28,6 +28,7 @@ from saga_runtime._records._chain import (
 )
 from saga_runtime._records._export import EXPORT_FORMAT, EXPORT_VERSION, export_rows, import_approvals, import_rows
 from saga_runtime._records._history import (
+    CancelOutcome,
     CancelRecord,
     Takeover,
     TakeoverReason,
@@ -102,6 +103,7 @@ __all__ = [
     "REJECTED",
     "ApprovalRequest",
     "ApprovalRow",
+    "CancelOutcome",
     "CancelRecord",
     "PurgeReport",
     "Queue",
