@@ -18,18 +18,22 @@ from saga_runtime._engine._cancellation import CancelTaken, Fence
 from saga_runtime._engine._clock import LeaseClock
 from saga_runtime._engine._config import EngineConfig
 from saga_runtime._engine._events import EventKind, emit, event_of
+from saga_runtime._engine._journal_rows import cancel_noted
 from saga_runtime._engine._transitions import saga_to, step_to
 from saga_runtime._exceptions import LeaseLostError, StoreError
 from saga_runtime._records import (
     REJECTED,
     ApprovalRow,
+    CancelOutcome,
     SagaRow,
     SagaStatus,
     StepRow,
     StepStatus,
     extend_head,
     identity_hash,
+    note_reason,
     now,
+    read_note,
 )
 
 __all__ = ["EngineConfig", "Journal", "seq_of"]
@@ -79,7 +83,7 @@ class Journal:
         self.lease = LeaseClock(config.lease_timeout, saga.lease_expires_at if owner is not None else None)
         # The saga's approval requests as last known (kept by the Gate; part of its result).
         self.approvals: list[ApprovalRow] = []
-        # Told an operator's cancel request (its stored note) that a refused write took in (see `flush`).
+        # Told why the saga stops, when a write the store refused took in an operator's cancel (see `flush`).
         self.on_cancel: Callable[[str], None] | None = None
 
     # -- step intents ----------------------------------------------------------------------------------------------
@@ -383,8 +387,30 @@ class Journal:
         request = await self.store.take_cancel(self.saga.saga_id, self.owner)
         if request is None:
             return False
-        self.on_cancel(request)
+        reason = self.cancelled(request)
+        if reason is not None:
+            self.on_cancel(reason)
         return True
+
+    def cancelled(self, request: str) -> str | None:
+        """Record an operator's cancel request (its stored note) and what came of it; return why the saga stops.
+
+        Only a RUNNING (or WAITING) saga stops (None otherwise): a compensating one goes on undoing, and one
+        whose SUCCESS is being written ends so, the cancel recorded as ignored.
+        """
+        note = read_note(request, at=now())
+        status = self.saga.status
+        outcome: CancelOutcome = (
+            "cancelled"
+            if status is SagaStatus.RUNNING or status is SagaStatus.WAITING
+            else "ignored"
+            if status is SagaStatus.SUCCESS
+            else "compensating"
+        )
+        if cancel_noted(self.saga, note, outcome):
+            self._saga_dirty = True  # sealed with the saga row's next write
+            logger.warning("saga %s: cancel requested (%s): %s", self.saga.saga_id, note_reason(note), outcome)
+        return note_reason(note) if outcome == "cancelled" else None
 
     # -- the lease and fencing -----------------------------------------------------------------------------------------
 

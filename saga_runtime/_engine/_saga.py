@@ -24,20 +24,15 @@ from saga_runtime._engine._ending import write_end, writes_pause
 from saga_runtime._engine._groups import RUNNABLE, GroupRunner, succeeded
 from saga_runtime._engine._invoker import Invoker
 from saga_runtime._engine._journal import Journal
-from saga_runtime._engine._journal_rows import cancel_noted
 from saga_runtime._engine._steps import StepRunner
 from saga_runtime._engine._verdict import Verdict
 from saga_runtime._exceptions import ResultValidationError
 from saga_runtime._records import (
-    CancelOutcome,
     SagaResult,
     SagaRow,
     SagaStatus,
     StepRow,
     StepStatus,
-    note_reason,
-    now,
-    read_note,
     result_from_rows,
 )
 
@@ -71,7 +66,7 @@ class SagaEngine:
         runner = StepRunner(journal, invoker, compensator, verdict)
         self._groups = GroupRunner(journal, verdict, runner, compensator, config.registry, config.keyring)
         self.gate = Gate(journal)
-        journal.on_cancel = self.cancel  # a write the store refused for a cancel request (see Journal.flush)
+        journal.on_cancel = verdict.halt  # a write the store refused for a cancel request (see Journal.flush)
         # True for a saga recovery drives: no caller waits on it, so a cancellation (the worker shutting down)
         # stops it without compensating; the next recovery resumes it.
         self.detached = False
@@ -141,23 +136,11 @@ class SagaEngine:
     def cancel(self, request: str) -> None:
         """Honour an operator's cancel request (its stored note): record it, cut the running calls, fail the saga.
 
-        Recorded with what came of it: a saga already compensating only records it (its undoing goes on as it
-        was), and one whose SUCCESS is being written ends so, the cancel recorded as ignored.
+        Recorded with what came of it (see `Journal.cancelled`): only a RUNNING saga is stopped.
         """
-        note = read_note(request, at=now())
-        status = self.saga.status
-        outcome: CancelOutcome = (
-            "cancelled"
-            if status is SagaStatus.RUNNING or status is SagaStatus.WAITING
-            else "ignored"
-            if status is SagaStatus.SUCCESS
-            else "compensating"
-        )
-        if cancel_noted(self.saga, note, outcome):
-            self.journal.touch_saga()  # sealed with the saga row's next write
-            logger.warning("saga %s: cancel requested (%s): %s", self.saga.saga_id, note_reason(note), outcome)
-        if outcome == "cancelled":
-            self.verdict.halt(note_reason(note))
+        reason = self.journal.cancelled(request)
+        if reason is not None:
+            self.verdict.halt(reason)
 
     def adopt(self, rows: Sequence[StepRow], join: str = "all") -> None:
         """Take in recorded outcomes of a resumed saga: a recorded FAILED step of scope "saga" fails it.

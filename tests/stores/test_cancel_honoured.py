@@ -1,4 +1,4 @@
-"""A cancel is never dropped (issue 35): the owner starts nothing once it is stored, and the record says what came of it.
+"""A cancel is never dropped (issue 35): the owner starts nothing once it is stored; the record says what came of it.
 
 Every owner write is refused while a cancel request it has not taken in is stored, so the owner learns of a cancel
 at its next write, before any tool starts; a lease renewal tells it too while a long call runs. Run on every store.
@@ -55,7 +55,8 @@ async def test_a_cancel_stops_the_saga_before_its_next_group(store: SagaStore) -
     assert (result.cancel.by, result.cancel.reason, result.cancel.outcome) == ("ops", "customer called", "cancelled")
     assert [row.status for row in result.steps] == [StepStatus.COMPENSATED, *[StepStatus.PENDING] * 3]
     stored = await store.get_saga("four")
-    assert stored is not None and stored.cancel == result.cancel
+    assert stored is not None
+    assert stored.cancel == result.cancel
     assert (await store.verify_saga("four")).ok
 
 
@@ -78,7 +79,8 @@ async def test_a_cancel_stops_a_retry_before_its_next_attempt(store: SagaStore) 
     assert attempts == [1]
     assert result.status is SagaStatus.COMPENSATED
     assert (result.steps[0].status, result.steps[0].attempts) == (StepStatus.FAILED, 1)
-    assert result.cancel is not None and result.cancel.outcome == "cancelled"
+    assert result.cancel is not None
+    assert result.cancel.outcome == "cancelled"
 
 
 async def test_a_cancel_racing_the_end_is_recorded_as_ignored_or_honoured(store: SagaStore) -> None:
@@ -108,7 +110,8 @@ async def test_a_cancel_racing_the_end_is_recorded_as_ignored_or_honoured(store:
         expected = {"cancelled": SagaStatus.COMPENSATED, "ignored": SagaStatus.SUCCESS}
         assert expected[result.cancel.outcome] is result.status, result
         stored = await store.get_saga(result.saga_id)
-        assert stored is not None and stored.cancel == result.cancel
+        assert stored is not None
+        assert stored.cancel == result.cancel
     assert accepted > 0
 
 
@@ -197,5 +200,6 @@ async def test_a_cancel_of_a_waiting_saga_ends_its_gated_step_rejected(store: Sa
     assert result.status is SagaStatus.COMPENSATED
     assert [(r.step_id, r.decision, r.decided_by) for r in result.approvals] == [("pay", "rejected", "cancel")]
     assert [row.status for row in result.steps] == [StepStatus.COMPENSATED, StepStatus.REJECTED]
-    assert result.cancel is not None and result.cancel.outcome == "cancelled"
+    assert result.cancel is not None
+    assert result.cancel.outcome == "cancelled"
     assert (await store.verify_saga("gated")).ok
