@@ -36,6 +36,8 @@ from saga_runtime._records._history import (
     cancel_note,
     note_reason,
     read_note,
+    release_entry,
+    released_by,
     takeover_entry,
 )
 from saga_runtime._records._models import (
@@ -157,6 +159,8 @@ __all__ = [
     "planned_identities",
     "planned_version",
     "read_note",
+    "release_entry",
+    "released_by",
     "remember_plan_digest",
     "result_from_rows",
     "reveal",

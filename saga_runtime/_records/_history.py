@@ -22,6 +22,8 @@ __all__ = [
     "cancel_of",
     "note_reason",
     "read_note",
+    "release_entry",
+    "released_by",
     "takeover_entry",
     "takeovers_of",
 ]
@@ -62,6 +64,23 @@ class CancelRecord(BaseModel):
 def takeover_entry(at: datetime, by: str, from_owner: str | None, reason: TakeoverReason) -> dict[str, Any]:
     """Return the history entry of a takeover."""
     return {"kind": "takeover", "at": at.isoformat(), "by": by, "from_owner": from_owner, "reason": reason}
+
+
+def release_entry(at: datetime, by: str) -> dict[str, Any]:
+    """Return the history entry of a saga let go by a stopped executor (the next takeover names it)."""
+    return {"kind": "release", "at": at.isoformat(), "by": by}
+
+
+def released_by(history: list[dict[str, Any]]) -> str | None:
+    """Return who let the saga go last, if it was let go since it was last taken over."""
+    for entry in reversed(history):
+        kind = entry.get("kind")
+        if kind == "release":
+            by = entry.get("by")
+            return by if isinstance(by, str) else None
+        if kind == "takeover":
+            return None
+    return None
 
 
 def cancel_entry(note: dict[str, Any], outcome: CancelOutcome) -> dict[str, Any]:
