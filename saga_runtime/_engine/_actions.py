@@ -154,7 +154,7 @@ class Actions:
         asked = now()
         note = cancel_note(asked, by or config.executor_id, reason)
         if saga.status is SagaStatus.QUEUED and await store.cancel_queued(
-            saga_id, f"{why} (before it started)", asked, cancel_entry(read_note(note, at=asked))
+            saga_id, f"{why} (before it started)", asked, cancel_entry(read_note(note, at=asked), "cancelled")
         ):
             self._told(saga, why)
             return await self._stored_result(saga_id)

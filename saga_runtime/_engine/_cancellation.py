@@ -19,6 +19,7 @@ from saga_runtime._exceptions import LeaseLostError
 
 __all__ = [
     "CANCELLED",
+    "CancelTaken",
     "Fence",
     "Shelters",
     "Siblings",
@@ -33,6 +34,11 @@ T = TypeVar("T")
 
 #: The caller leaving (asyncio-native; anyio raises the same on this backend).
 CANCELLED = asyncio.CancelledError
+
+
+class CancelTaken(Exception):
+    """An operator's cancel, taken in by a write-ahead the store refused for it: nothing of it was written, and
+    no step of it may start; the saga compensates."""
 
 
 class WorkerStopped(asyncio.CancelledError):

@@ -13,7 +13,7 @@ from typing import Any
 
 import pydantic
 
-from saga_runtime._engine._cancellation import CANCELLED, Siblings, current_task
+from saga_runtime._engine._cancellation import CANCELLED, CancelTaken, Siblings, current_task
 from saga_runtime._engine._compensator import UNKNOWN, Compensator
 from saga_runtime._engine._journal import Journal
 from saga_runtime._engine._steps import StepRunner
@@ -126,6 +126,8 @@ class GroupRunner:
             return self.judge(rows, join, needed)
         calls = await self._announce(calls, join)
         verdict = self._verdict
+        if not calls:
+            return self.judge(rows, join, needed)  # an operator's cancel was taken in: nothing started
         if len(calls) == 1 and join == "all":
             # One step needs no task group and has no siblings to cancel: run it inline (the sequential case).
             # An operator's cancel (Verdict.halt) cancels this task while it runs; that cancel ends here.
@@ -169,9 +171,11 @@ class GroupRunner:
         journal.start(row, now())
         journal.keep_lease()  # never start on an almost expired lease: extend it in the same write
         try:
-            await journal.flush()
-        except BaseException:
+            await journal.flush(ahead=True)
+        except BaseException as exc:
             journal.restore(row, status, attempts, started_at)  # never written: never ran
+            if isinstance(exc, CancelTaken):
+                return False  # an operator's cancel: nothing starts, the saga compensates
             raise
         journal.check_fence()  # fenced while the intent was being written: no step starts after the fence
         if journal.config.hooks:
@@ -223,10 +227,12 @@ class GroupRunner:
         if calls:
             journal.keep_lease()  # never start on an almost expired lease: extend it in the same write
         try:
-            await journal.flush()
-        except BaseException:
+            await journal.flush(ahead=True)
+        except BaseException as exc:
             for (row, _, _), (status, attempts, started_at) in zip(calls, before, strict=True):
                 journal.restore(row, status, attempts, started_at)  # never written: never ran
+            if isinstance(exc, CancelTaken):
+                return []  # an operator's cancel: nothing starts (the announced ones neither)
             raise
         journal.check_fence()  # fenced while the intent was being written: no step starts after the fence
         calls += ready

@@ -10,25 +10,30 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from saga_runtime._engine._cancellation import Fence
+from saga_runtime._engine._cancellation import CancelTaken, Fence
 from saga_runtime._engine._clock import LeaseClock
 from saga_runtime._engine._config import EngineConfig
 from saga_runtime._engine._events import EventKind, emit, event_of
+from saga_runtime._engine._journal_rows import cancel_noted
 from saga_runtime._engine._transitions import saga_to, step_to
 from saga_runtime._exceptions import LeaseLostError, StoreError
 from saga_runtime._records import (
+    REJECTED,
     ApprovalRow,
+    CancelOutcome,
     SagaRow,
     SagaStatus,
     StepRow,
     StepStatus,
     extend_head,
     identity_hash,
+    note_reason,
     now,
+    read_note,
 )
 
 __all__ = ["EngineConfig", "Journal", "seq_of"]
@@ -78,6 +83,8 @@ class Journal:
         self.lease = LeaseClock(config.lease_timeout, saga.lease_expires_at if owner is not None else None)
         # The saga's approval requests as last known (kept by the Gate; part of its result).
         self.approvals: list[ApprovalRow] = []
+        # Told why the saga stops, when a write the store refused took in an operator's cancel (see `flush`).
+        self.on_cancel: Callable[[str], None] | None = None
 
     # -- step intents ----------------------------------------------------------------------------------------------
 
@@ -250,7 +257,12 @@ class Journal:
                     error_type="Unknown",
                 )
             elif row.status is StepStatus.WAITING:
-                self.approved(row)  # back to PENDING: it never ran
+                refused = next((r for r in self.approvals if r.step_id == row.step_id and r.decision == REJECTED), None)
+                if refused is None:
+                    self.approved(row)  # back to PENDING: it never ran
+                else:  # rejected (by a cancel, say) before the saga went on: REJECTED, as a decision read (API.md §9)
+                    why = f"rejected by {refused.decided_by}" + (f": {refused.note}" if refused.note else "")
+                    self.finish_step(row, StepStatus.REJECTED, error=why, error_type="ApprovalRejected")
         saga = self.saga
         if status is not SagaStatus.SUCCESS and saga.error is None:
             saga.error = error or "the saga was cancelled by its caller"
@@ -308,49 +320,97 @@ class Journal:
         """Note the saga row as the store wrote it (its seal), outside `flush` (its creation)."""
         self.saga.seal, self._seal_known = saga.seal, True
 
-    async def flush(self) -> None:
-        """Commit every changed row in one owner-conditional store write; raise `LeaseLostError` when fenced."""
+    async def flush(self, *, ahead: bool = False) -> None:
+        """Commit every changed row in one owner-conditional store write; raise `LeaseLostError` when fenced.
+
+        The store refuses an owner's write while the saga holds a cancel request the owner has not taken in: the
+        journal takes it in (`on_cancel`: the engine records and honours it) and writes again. With `ahead` (the
+        write-ahead of steps about to start) it raises `CancelTaken` instead: nothing was written, nothing starts.
+        """
         async with self._write_lock:
-            self.check_fence()
-            if not self._dirty and not self._saga_dirty and not self._saga_touched:
-                return
-            links, link = self._links, self._link
-            steps = []
-            for row in self._dirty.values():
-                row.prev_hash, row.hash = links.get(row.seq) or link(row), None  # the store seals it afresh
-                steps.append(row.copy())
-            self._dirty.clear()
-            saga = None
-            sent = 0.0
-            reseal = self._saga_dirty or not self._seal_known
-            if self._saga_dirty or self._saga_touched:
-                # The new lease goes on the copy; believed only once stored.
-                saga = self.saga.copy()
-                saga.updated_at = now()
-                if saga.status in (SagaStatus.RUNNING, SagaStatus.COMPENSATING):
-                    saga.lease_expires_at = saga.updated_at + timedelta(seconds=self.config.lease_timeout)
-                    sent = self.lease.mark()
-                self._saga_dirty = self._saga_touched = False
             try:
-                await self.store.save(saga, steps, owner=self.owner, reseal=reseal)
-                if saga is not None:
-                    self.saga.updated_at, self.saga.lease_expires_at = saga.updated_at, saga.lease_expires_at
-                    self.saga.seal, self._seal_known = saga.seal, True
-                    if sent and self.owner is not None:
-                        self.lease.confirmed(sent)
-            except BaseException as exc:
-                # Not written: the rows stay dirty.
-                for row in steps:
-                    self._dirty.setdefault(row.step_id, self.rows[row.step_id])
-                if saga is not None:
-                    self._saga_touched, self._saga_dirty = True, self._saga_dirty or reseal
-                if isinstance(exc, LeaseLostError) and self.owner is not None:
-                    logger.error(
-                        "saga %s: the store refused a write, another executor owns the saga now; stopping here",
-                        self.saga.saga_id,
-                    )
-                    self.fence(lost=True)
-                raise
+                await self._write(take=True)
+            except CancelTaken:
+                if ahead:
+                    raise
+                await self._write(take=False)
+
+    async def _write(self, *, take: bool) -> None:
+        """Write what changed (under the write lock); `take`: a refusal for a cancel may be taken in."""
+        self.check_fence()
+        if not self._dirty and not self._saga_dirty and not self._saga_touched:
+            return
+        links, link = self._links, self._link
+        steps = []
+        for row in self._dirty.values():
+            row.prev_hash, row.hash = links.get(row.seq) or link(row), None  # the store seals it afresh
+            steps.append(row.copy())
+        self._dirty.clear()
+        saga = None
+        sent = 0.0
+        reseal = self._saga_dirty or not self._seal_known
+        if self._saga_dirty or self._saga_touched:
+            # The new lease goes on the copy; believed only once stored.
+            saga = self.saga.copy()
+            saga.updated_at = now()
+            if saga.status in (SagaStatus.RUNNING, SagaStatus.COMPENSATING):
+                saga.lease_expires_at = saga.updated_at + timedelta(seconds=self.config.lease_timeout)
+                sent = self.lease.mark()
+            self._saga_dirty = self._saga_touched = False
+        try:
+            await self.store.save(saga, steps, owner=self.owner, reseal=reseal)
+            if saga is not None:
+                self.saga.updated_at, self.saga.lease_expires_at = saga.updated_at, saga.lease_expires_at
+                self.saga.seal, self._seal_known = saga.seal, True
+                if sent and self.owner is not None:
+                    self.lease.confirmed(sent)
+        except BaseException as exc:
+            # Not written: the rows stay dirty.
+            for row in steps:
+                self._dirty.setdefault(row.step_id, self.rows[row.step_id])
+            if saga is not None:
+                self._saga_touched, self._saga_dirty = True, self._saga_dirty or reseal
+            if isinstance(exc, LeaseLostError) and self.owner is not None:
+                if take and await self._took_cancel():
+                    raise CancelTaken from None
+                logger.error(
+                    "saga %s: the store refused a write, another executor owns the saga now; stopping here",
+                    self.saga.saga_id,
+                )
+                self.fence(lost=True)
+            raise
+
+    async def _took_cancel(self) -> bool:
+        """Take in the cancel request that made the store refuse a write, if that is why; tell whether it was."""
+        if self.on_cancel is None or self.owner is None:
+            return False
+        request = await self.store.take_cancel(self.saga.saga_id, self.owner)
+        if request is None:
+            return False
+        reason = self.cancelled(request)
+        if reason is not None:
+            self.on_cancel(reason)
+        return True
+
+    def cancelled(self, request: str) -> str | None:
+        """Record an operator's cancel request (its stored note) and what came of it; return why the saga stops.
+
+        Only a RUNNING (or WAITING) saga stops (None otherwise): a compensating one goes on undoing, and one
+        whose SUCCESS is being written ends so, the cancel recorded as ignored.
+        """
+        note = read_note(request, at=now())
+        status = self.saga.status
+        outcome: CancelOutcome = (
+            "cancelled"
+            if status is SagaStatus.RUNNING or status is SagaStatus.WAITING
+            else "ignored"
+            if status is SagaStatus.SUCCESS
+            else "compensating"
+        )
+        if cancel_noted(self.saga, note, outcome):
+            self._saga_dirty = True  # sealed with the saga row's next write
+            logger.warning("saga %s: cancel requested (%s): %s", self.saga.saga_id, note_reason(note), outcome)
+        return note_reason(note) if outcome == "cancelled" else None
 
     # -- the lease and fencing -----------------------------------------------------------------------------------------
 

@@ -11,11 +11,14 @@ from typing import Any
 from saga_runtime._engine._transitions import saga_to
 from saga_runtime._records import (
     ApprovalRow,
+    CancelOutcome,
     SagaRow,
     SagaStatus,
     TakeoverReason,
     cancel_entry,
     now,
+    release_entry,
+    released_by,
     takeover_entry,
 )
 
@@ -43,8 +46,13 @@ def take_over(saga: SagaRow, owner: str, expires: datetime, at: datetime | None 
         saga.updated_at = at
 
 
-def let_go(saga: SagaRow, *, uncount: bool = False) -> None:
-    """Give the saga's lease up (no owner); `uncount` takes back the recovery attempt its claim counted."""
+def let_go(saga: SagaRow, *, uncount: bool = False, by: str | None = None) -> None:
+    """Give the saga's lease up (no owner); `uncount` takes back the recovery attempt its claim counted.
+
+    `by`: the executor letting it go stops (a worker's stop), noted in its history: the next takeover names it.
+    """
+    if by is not None:
+        saga.history = [*saga.history, release_entry(now(), by)]
     saga.owner, saga.lease_expires_at = None, None
     if uncount:
         saga.recovery_attempts = max(0, saga.recovery_attempts - 1)
@@ -74,14 +82,19 @@ def decided(request: ApprovalRow, decision: str, by: str, note: str | None) -> A
 
 
 def took_over(saga: SagaRow, by: str, from_owner: str | None, at: datetime) -> None:
-    """Add to the saga's history that `by` took it over from `from_owner` (None: it had been released)."""
-    reason: TakeoverReason = "released" if from_owner is None else "restart" if from_owner == by else "lease expired"
+    """Add to the saga's history that `by` took it over from `from_owner` (None: it had been released, by whom its
+    history says)."""
+    reason: TakeoverReason
+    if from_owner is None:
+        reason, from_owner = "released", released_by(saga.history)
+    else:
+        reason = "restart" if from_owner == by else "lease expired"
     saga.history = [*saga.history, takeover_entry(at, by, from_owner, reason)]
 
 
-def cancel_noted(saga: SagaRow, note: dict[str, Any]) -> bool:
-    """Add an operator's cancel to the saga's history, once; return whether it was added."""
+def cancel_noted(saga: SagaRow, note: dict[str, Any], outcome: CancelOutcome) -> bool:
+    """Add an operator's cancel and what came of it to the saga's history, once; return whether it was added."""
     if any(entry.get("kind") == "cancel" for entry in saga.history):
         return False
-    saga.history = [*saga.history, cancel_entry(note)]
+    saga.history = [*saga.history, cancel_entry(note, outcome)]
     return True

@@ -109,9 +109,12 @@ class LeaseKeeper:
         saga = self._journal.saga
         if self._on_cancel is None or self._cancelled or saga.status not in _CANCELLABLE:
             return
+        owner = self._journal.owner
+        if owner is None:
+            return
         try:
             with anyio.fail_after(self._interval):
-                reason = await self._journal.config.store.cancel_request(saga.saga_id)
+                reason = await self._journal.config.store.take_cancel(saga.saga_id, owner)
         except Exception as exc:
             logger.warning("saga %s: could not read its cancel request: %s", saga.saga_id, describe(exc))
             return

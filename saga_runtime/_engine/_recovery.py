@@ -67,7 +67,7 @@ class Recovery:
                     if missing:
                         self._waits(saga, missing)
                     passed_over.add(saga.saga_id)
-                    await self._drives.claims.release(saga, owner=config.executor_id)
+                    await self._drives.claims.give_back(saga, config.executor_id)  # still its crashed owner's
                     continue
                 fresh.append((saga, rows))
             results.extend(await self._recover_batch(fresh, shelters))
@@ -135,7 +135,7 @@ class Recovery:
                     done[index] = await self.drive_claimed(saga, rows, orphan=True, shelters=shelters)
             finally:
                 if not begun:  # stopped (or cancelled) while it waited its turn: claimed, never driven
-                    await self._drives.claims.release(saga, owner=self._drives.config.executor_id)
+                    await self._drives.claims.give_back(saga, self._drives.config.executor_id)
 
         async with anyio.create_task_group() as tg:
             for index, (saga, rows) in enumerate(batch):

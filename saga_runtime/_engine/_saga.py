@@ -24,7 +24,6 @@ from saga_runtime._engine._ending import write_end, writes_pause
 from saga_runtime._engine._groups import RUNNABLE, GroupRunner, succeeded
 from saga_runtime._engine._invoker import Invoker
 from saga_runtime._engine._journal import Journal
-from saga_runtime._engine._journal_rows import cancel_noted
 from saga_runtime._engine._steps import StepRunner
 from saga_runtime._engine._verdict import Verdict
 from saga_runtime._exceptions import ResultValidationError
@@ -34,9 +33,6 @@ from saga_runtime._records import (
     SagaStatus,
     StepRow,
     StepStatus,
-    note_reason,
-    now,
-    read_note,
     result_from_rows,
 )
 
@@ -70,6 +66,7 @@ class SagaEngine:
         runner = StepRunner(journal, invoker, compensator, verdict)
         self._groups = GroupRunner(journal, verdict, runner, compensator, config.registry, config.keyring)
         self.gate = Gate(journal)
+        journal.on_cancel = verdict.halt  # a write the store refused for a cancel request (see Journal.flush)
         # True for a saga recovery drives: no caller waits on it, so a cancellation (the worker shutting down)
         # stops it without compensating; the next recovery resumes it.
         self.detached = False
@@ -139,13 +136,11 @@ class SagaEngine:
     def cancel(self, request: str) -> None:
         """Honour an operator's cancel request (its stored note): record it, cut the running calls, fail the saga.
 
-        A saga already compensating only records it: its undoing goes on as it was.
+        Recorded with what came of it (see `Journal.cancelled`): only a RUNNING saga is stopped.
         """
-        note = read_note(request, at=now())
-        if cancel_noted(self.saga, note):
-            self.journal.touch_saga()  # sealed with the saga row's next write
-        if self.saga.status is not SagaStatus.COMPENSATING:
-            self.verdict.halt(note_reason(note))
+        reason = self.journal.cancelled(request)
+        if reason is not None:
+            self.verdict.halt(reason)
 
     def adopt(self, rows: Sequence[StepRow], join: str = "all") -> None:
         """Take in recorded outcomes of a resumed saga: a recorded FAILED step of scope "saga" fails it.

@@ -109,20 +109,35 @@ class Claims:
         take_over(saga, self.config.executor_id, expires)
         return True
 
-    async def release(self, saga: SagaRow, *, uncount: bool = False, owner: str | None = None) -> bool:
+    async def release(
+        self, saga: SagaRow, *, uncount: bool = False, owner: str | None = None, stopping: bool = False
+    ) -> bool:
         """Give up a claimed saga at once (no owner, no lease), so another executor can take it; return if written.
 
         With `owner` (the claim this executor holds), only while the store still names it the owner: a saga
-        another executor took over meanwhile is left as it is.
+        another executor took over meanwhile is left as it is. `stopping`: this executor stops driving it (a
+        worker's stop), noted in its history so the next takeover names who let it go.
         """
-        let_go(saga, uncount=uncount)
+        let_go(saga, uncount=uncount, by=self.config.executor_id if stopping else None)
+        return await self._write_release(saga, owner)
+
+    async def give_back(self, saga: SagaRow, owner: str) -> bool:
+        """Give a saga claimed from an expired owner back as the claim found it (`saga`: that owner, its lapsed
+        lease), unchanged but for its error: the next takeover names who really held it. Return if written."""
+        return await self._write_release(saga, owner)
+
+    async def _write_release(self, saga: SagaRow, owner: str | None) -> bool:
+        store = self.config.store
         with anyio.move_on_after(_RELEASE_BOUND, shield=True):
-            try:
-                await self.config.store.save(saga.copy(), [], owner=owner)
-            except LeaseLostError:
-                logger.info("saga %s: not released, another executor owns it now", saga.saga_id)
-                return False
-            return True
+            for _ in range(2):
+                try:
+                    await store.save(saga.copy(), [], owner=owner)
+                    return True
+                except LeaseLostError:
+                    # Refused for a cancel request not taken in? Then taken in (the next owner takes it in anew).
+                    if owner is None or await store.take_cancel(saga.saga_id, owner) is None:
+                        break
+            logger.info("saga %s: not released, another executor owns it now", saga.saga_id)
         return False
 
     async def park(self, saga: SagaRow, rows: list[StepRow], why: str) -> SagaResult | None:
@@ -180,7 +195,7 @@ class Session:
                 # A recovery stopped by a shutdown: let the next worker take the saga now (before the claim
                 # lets it go, so no other path of this executor takes it while the release is on its way). A clean
                 # stop is no failed recovery: the attempt it counted is taken back.
-                await self._claims.release(saga, uncount=True, owner=self._claims.config.executor_id)
+                await self._claims.release(saga, uncount=True, owner=self._claims.config.executor_id, stopping=True)
         finally:
             self._fence.__exit__(
                 type(exc) if exc is not None else None, exc, None if exc is None else exc.__traceback__

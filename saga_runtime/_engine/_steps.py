@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 import pydantic
 
-from saga_runtime._engine._cancellation import CANCELLED, Siblings
+from saga_runtime._engine._cancellation import CANCELLED, CancelTaken, Siblings
 from saga_runtime._engine._compensator import Compensator
 from saga_runtime._engine._invoker import AttemptTimeout, Invoker
 from saga_runtime._engine._journal import Journal
@@ -116,17 +116,25 @@ class StepRunner:
         # spans recoveries. A step resumed with an unknown outcome (recorded RUNNING) always runs once more with
         # its key, even past max_attempts: that run is how its outcome is learned; it is not retried beyond it.
         journal = self._journal
-        first = True
         direct = self._invoker.direct(spec.execute_is_async, spec.execute_ctx_params, spec)
+        failed: _StepFailed | None = None
         while True:
-            if not first:
+            if failed is not None:
                 journal.retry(row)
                 try:
-                    await journal.flush()
+                    await journal.flush(ahead=True)
                     journal.check_fence()  # fenced while the attempt was being written: it does not start
+                except CancelTaken:
+                    # An operator's cancel: this attempt was never written and never runs; the step ends with the
+                    # last one's failure. (Deleted from the frame its error's traceback holds: no cycle.)
+                    journal.restore(row, row.status, row.attempts - 1, row.started_at)
+                    try:
+                        return failed
+                    finally:
+                        del failed
                 except Exception as exc:
                     raise _WriteFailed(f"attempt {row.attempts} could not be recorded: {describe(exc)}") from exc
-            first = False
+                failed = None
             if journal.lease_short():
                 # This process was frozen, or cut off from the store, since the intent was written: no tool starts
                 # before the store confirms the saga is still this executor's.
@@ -170,6 +178,8 @@ class StepRunner:
                         describe(exc),
                     )
                     await anyio.sleep(spec.retry.delay(attempt))
+                    unknown = isinstance(exc, AttemptTimeout | OutcomeUnknownError)
+                    failed = _StepFailed(exc, timed_out=unknown, attempts=attempt)
                     continue
                 # A tool that lost sight of its effect: unknown, as a timed-out attempt.
                 unknown = isinstance(exc, AttemptTimeout | OutcomeUnknownError)

@@ -57,7 +57,8 @@ class Verdict:
         running = self.running
         if isinstance(running, Siblings):
             running.cancel()
-        elif running is not None and not self._cut:
+        elif running is not None and not self._cut and running is not asyncio.current_task():
+            # (Not the task asking: its own refused write told it, and it starts nothing more.)
             self._cut = True
             running.cancel()
 

@@ -28,6 +28,7 @@ from saga_runtime._records._chain import (
 )
 from saga_runtime._records._export import EXPORT_FORMAT, EXPORT_VERSION, export_rows, import_approvals, import_rows
 from saga_runtime._records._history import (
+    CancelOutcome,
     CancelRecord,
     Takeover,
     TakeoverReason,
@@ -35,6 +36,8 @@ from saga_runtime._records._history import (
     cancel_note,
     note_reason,
     read_note,
+    release_entry,
+    released_by,
     takeover_entry,
 )
 from saga_runtime._records._models import (
@@ -103,6 +106,7 @@ __all__ = [
     "REJECTED",
     "ApprovalRequest",
     "ApprovalRow",
+    "CancelOutcome",
     "CancelRecord",
     "PurgeReport",
     "Queue",
@@ -158,6 +162,8 @@ __all__ = [
     "planned_identities",
     "planned_version",
     "read_note",
+    "release_entry",
+    "released_by",
     "remember_plan_digest",
     "result_from_rows",
     "reveal",

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 __all__ = [
+    "CancelOutcome",
     "CancelRecord",
     "Takeover",
     "TakeoverReason",
@@ -21,12 +22,18 @@ __all__ = [
     "cancel_of",
     "note_reason",
     "read_note",
+    "release_entry",
+    "released_by",
     "takeover_entry",
     "takeovers_of",
 ]
 
 #: Lease ran out, owner's id back after a restart, or released by a stopped worker.
 TakeoverReason = Literal["lease expired", "restart", "released"]
+
+#: What came of a cancel: the saga stopped and compensated ("cancelled"), it was being compensated already and its
+#: undo went on ("compensating"), or it had already ended and the cancel changed nothing ("ignored").
+CancelOutcome = Literal["cancelled", "compensating", "ignored"]
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
@@ -43,13 +50,15 @@ class Takeover(BaseModel):
 
 
 class CancelRecord(BaseModel):
-    """The operator's request that cancelled the saga: when, by whom (a person, or the executor's id), and why."""
+    """An operator's request to cancel the saga: when, by whom (a person, or the executor's id), why, and what came
+    of it (`outcome`: None in records written before it was kept)."""
 
     model_config = _FROZEN
 
     at: datetime
     by: str
     reason: str | None = None
+    outcome: CancelOutcome | None = None
 
 
 def takeover_entry(at: datetime, by: str, from_owner: str | None, reason: TakeoverReason) -> dict[str, Any]:
@@ -57,9 +66,26 @@ def takeover_entry(at: datetime, by: str, from_owner: str | None, reason: Takeov
     return {"kind": "takeover", "at": at.isoformat(), "by": by, "from_owner": from_owner, "reason": reason}
 
 
-def cancel_entry(note: dict[str, Any]) -> dict[str, Any]:
-    """Return the history entry of a cancel note."""
-    return {"kind": "cancel", "at": note["at"], "by": note["by"], "reason": note.get("reason")}
+def release_entry(at: datetime, by: str) -> dict[str, Any]:
+    """Return the history entry of a saga let go by a stopped executor (the next takeover names it)."""
+    return {"kind": "release", "at": at.isoformat(), "by": by}
+
+
+def released_by(history: list[dict[str, Any]]) -> str | None:
+    """Return who let the saga go last, if it was let go since it was last taken over."""
+    for entry in reversed(history):
+        kind = entry.get("kind")
+        if kind == "release":
+            by = entry.get("by")
+            return by if isinstance(by, str) else None
+        if kind == "takeover":
+            return None
+    return None
+
+
+def cancel_entry(note: dict[str, Any], outcome: CancelOutcome) -> dict[str, Any]:
+    """Return the history entry of a cancel note, and what came of it."""
+    return {"kind": "cancel", "at": note["at"], "by": note["by"], "reason": note.get("reason"), "outcome": outcome}
 
 
 def cancel_note(at: datetime, by: str, reason: str | None) -> str:

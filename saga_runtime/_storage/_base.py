@@ -223,6 +223,15 @@ class SagaStore(Protocol):
         """Return the reason of the saga's cancel request, or None if nobody asked."""
         ...
 
+    async def take_cancel(self, saga_id: str, owner: str) -> str | None:
+        """Take in the cancel request of a saga `owner` holds; return it, or None.
+
+        An owner-conditional `save` is refused (LeaseLostError) while the saga holds a cancel request its owner has
+        not taken in, so an owner learns of a cancel at its next write. Taken in, its writes pass again; a claim of
+        the saga (a new owner, or the same after a restart) must take it in anew.
+        """
+        ...
+
     async def get_saga(self, saga_id: str) -> SagaResult | None:
         """Return the result of a stored saga, or None."""
         ...

@@ -72,6 +72,8 @@ class MemoryStore(StoreBase, MemoryRetention, MemorySchedules):
         self._started: dict[str, datetime] = {}
         # saga_id -> the reason of a request to cancel it.
         self._cancels: dict[str, str] = {}
+        # saga_id -> the owner that took its cancel request in (its writes pass again; see take_cancel).
+        self._cancel_seen: dict[str, str] = {}
         # Retention: holds, the sagas a purge is archiving, and the finished sagas `keep` counts (oldest first).
         self._holds: dict[str, SagaHold] = {}
         self._purging: set[str] = set()
@@ -145,6 +147,8 @@ class MemoryStore(StoreBase, MemoryRetention, MemorySchedules):
         stored = self._sagas.get(saga_id)
         if stored is None or stored.owner != owner:
             raise lease_lost(saga_id, owner, self.url)
+        if self._cancels and saga_id in self._cancels and self._cancel_seen.get(saga_id) != owner:
+            raise lease_lost(saga_id, owner, self.url)  # a cancel its owner has not taken in (see take_cancel)
 
     def _check_keys(self, steps: Sequence[StepRow]) -> None:
         """Raise StoreError if a row takes an idempotency key another step holds (in the store or the batch)."""
@@ -229,6 +233,7 @@ class MemoryStore(StoreBase, MemoryRetention, MemorySchedules):
         free = saga.owner in (None, owner) or saga.lease_expires_at is None or saga.lease_expires_at < now
         if free:
             self._sagas[saga_id] = replace(saga, owner=owner, lease_expires_at=lease_expires_at)
+            self._cancel_seen.pop(saga_id, None)  # a new hold: a cancel is taken in anew
         return free
 
     async def reopen_compensation(self, saga_id: str, owner: str, lease_expires_at: datetime, now: datetime) -> bool:
@@ -298,6 +303,7 @@ class MemoryStore(StoreBase, MemoryRetention, MemorySchedules):
             snapshot = self._snapshot(saga.saga_id)  # as it was: its owner before the claim
             assert snapshot is not None
             self._sagas[saga.saga_id] = replace(saga, owner=owner, lease_expires_at=lease_expires_at)
+            self._cancel_seen.pop(saga.saga_id, None)
             claimed.append(snapshot)
         return claimed
 
@@ -423,6 +429,16 @@ class MemoryStore(StoreBase, MemoryRetention, MemorySchedules):
     async def cancel_request(self, saga_id: str) -> str | None:
         """Return the reason of the saga's cancel request, or None."""
         return self._cancels.get(saga_id)
+
+    async def take_cancel(self, saga_id: str, owner: str) -> str | None:
+        """Take in the cancel request of a saga `owner` holds (its writes pass again); return it, or None."""
+        self._check_open()
+        saga = self._sagas.get(saga_id)
+        request = self._cancels.get(saga_id)
+        if request is None or saga is None or saga.owner != owner:
+            return None
+        self._cancel_seen[saga_id] = owner
+        return request
 
     # -- approvals -----------------------------------------------------------------------------------------------
 

@@ -45,6 +45,7 @@ class MemoryRetention:
     _queued: dict[str, QueueEntry]
     _started: dict[str, datetime]
     _cancels: dict[str, str]
+    _cancel_seen: dict[str, str]
     _holds: dict[str, SagaHold]
     _purging: set[str]
     _finished: dict[str, None]
@@ -123,7 +124,7 @@ class MemoryRetention:
         for row in self._steps.pop(saga_id, {}).values():
             if self._keys.get(row.idempotency_key) == (saga_id, row.step_id):
                 del self._keys[row.idempotency_key]
-        for table in (self._approvals, self._unsealed, self._queued, self._started, self._cancels):
+        for table in (self._approvals, self._unsealed, self._queued, self._started, self._cancels, self._cancel_seen):
             table.pop(saga_id, None)
         self._finished.pop(saga_id, None)
 

@@ -36,7 +36,7 @@ from saga_runtime._storage._codec import LEASE_SQL
 from saga_runtime._storage._dialect import Dialect
 from saga_runtime._storage._errors import CONNECT_ADVICE, ErrorMap, convert
 from saga_runtime._storage._open import redact_url
-from saga_runtime._storage._sql import SAGA_COLUMNS, STEP_COLUMNS
+from saga_runtime._storage._sql import SAGA_COLUMNS, STEP_COLUMNS, unasked
 from saga_runtime._storage._sqlstore import (
     DEFAULT_RETRY_FOR,
     SQLStore,
@@ -212,8 +212,9 @@ def _batch_script(writes: Sequence[Write], *, split: bool = False) -> tuple[list
         if write.owner is not None:
             statements.append(
                 (
-                    f"SELECT COUNT(*) INTO {_gate(i)} FROM sagas WHERE saga_id = %s AND owner = %s FOR UPDATE",
-                    [write.saga_id, write.owner],
+                    f"SELECT COUNT(*) INTO {_gate(i)} FROM sagas WHERE saga_id = %s AND owner = %s "
+                    f"AND {unasked('%s')} FOR UPDATE",
+                    [write.saga_id, write.owner, write.owner],
                 )
             )
             gated.append(i)
@@ -270,8 +271,8 @@ def _batch_script(writes: Sequence[Write], *, split: bool = False) -> tuple[list
 
 # A lone write's one statement, its condition folded in (the saga row locked FOR UPDATE while it is checked): one
 # result to parse, no script, no session variable.
-_OWNED = "EXISTS (SELECT 1 FROM sagas WHERE saga_id = %s AND owner = %s FOR UPDATE)"
-_HOLDS = "SELECT COUNT(*) FROM sagas WHERE saga_id = %s AND owner = %s"
+_OWNED = f"EXISTS (SELECT 1 FROM sagas WHERE saga_id = %s AND owner = %s AND {unasked('%s')} FOR UPDATE)"
+_HOLDS = f"SELECT COUNT(*) FROM sagas WHERE saga_id = %s AND owner = %s AND {unasked('%s')}"
 
 
 def _one_statement(write: Write) -> Statement | None:
@@ -288,8 +289,8 @@ def _one_statement(write: Write) -> Statement | None:
         if write.steps or write.owner is None:
             return None
         return (
-            f"UPDATE sagas SET {_UPDATE_SET} WHERE saga_id = %s AND owner = %s",
-            [*write.saga[1:], write.saga_id, write.owner],
+            f"UPDATE sagas SET {_UPDATE_SET} WHERE saga_id = %s AND owner = %s AND {unasked('%s')}",
+            [*write.saga[1:], write.saga_id, write.owner, write.owner],
         )
     params = [value for row in write.steps for value in row]
     if write.owner is None:
@@ -298,7 +299,7 @@ def _one_statement(write: Write) -> Statement | None:
     rows = " UNION ALL ".join([_STEP_SELECT, *[_STEP_SELECT_NEXT] * (len(write.steps) - 1)])
     return (
         f"INSERT INTO steps ({_STEPS}) SELECT * FROM ({rows}) AS v WHERE {_OWNED} ON DUPLICATE KEY UPDATE {_STEP_SET}",
-        [*params, write.saga_id, write.owner],
+        [*params, write.saga_id, write.owner, write.owner],
     )
 
 
@@ -474,7 +475,7 @@ class MySQLDialect(Dialect):
             if write.owner is None:
                 return Outcome.WRITTEN
             # MySQL counts changed rows: 0 also when every row was stored as it is already (a retried write).
-            held = await tx.fetch(_HOLDS, (write.saga_id, write.owner))
+            held = await tx.fetch(_HOLDS, (write.saga_id, write.owner, write.owner))
         return Outcome.WRITTEN if int(held[0][0]) else Outcome.LOST
 
     def claim_transaction(self) -> AbstractAsyncContextManager[Transaction]:

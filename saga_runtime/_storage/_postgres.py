@@ -32,7 +32,7 @@ from saga_runtime._storage._batch import Outcome, Write
 from saga_runtime._storage._dialect import Dialect
 from saga_runtime._storage._errors import CONNECT_ADVICE, ErrorMap, convert, mapping_errors
 from saga_runtime._storage._open import redact_url
-from saga_runtime._storage._sql import QUEUED_CHANNEL, SAGA_COLUMNS, STEP_COLUMNS
+from saga_runtime._storage._sql import QUEUED_CHANNEL, SAGA_COLUMNS, STEP_COLUMNS, unasked
 from saga_runtime._storage._sqlstore import (
     DEFAULT_RETRY_FOR,
     SQLStore,
@@ -249,18 +249,19 @@ def _batch_statement(modes: frozenset[str], checks: int, steps: bool, saga_rows:
             update_set = ", ".join(f"{c} = {_value(c, 'u')}" for c in SAGA_COLUMNS[1:])
             parts.append(
                 f"updated AS (UPDATE sagas t SET {update_set} FROM u WHERE u.mode = 'update' "
-                "AND t.saga_id = u.saga_id AND t.owner = u.expected RETURNING u.w)"
+                f"AND t.saga_id = u.saga_id AND t.owner = u.expected AND {unasked('u.expected', 't.')} RETURNING u.w)"
             )
             passed.append("SELECT w FROM updated")
     if checks:
         parts.append(
             f"checked AS (SELECT c.w FROM sagas t JOIN unnest(${n}::int4[], ${n + 1}::text[], ${n + 2}::text[]) "
-            "AS c(w, saga_id, owner) ON t.saga_id = c.saga_id AND t.owner = c.owner FOR UPDATE OF t)"
+            f"AS c(w, saga_id, owner) ON t.saga_id = c.saga_id AND t.owner = c.owner AND {unasked('c.owner', 't.')} "
+            "FOR UPDATE OF t)"
             if checks > 1
             # One check (a lone save: the usual case) in scalars: PostgreSQL costs an array as 10 elements, so only
             # this form gets a generic plan, kept for the prepared statement instead of planning it at every call.
             else f"checked AS (SELECT ${n}::int4 AS w FROM sagas t WHERE t.saga_id = ${n + 1}::text "
-            f"AND t.owner = ${n + 2}::text FOR UPDATE)"
+            f"AND t.owner = ${n + 2}::text AND {unasked(f'${n + 2}::text', 't.')} FOR UPDATE)"
         )
         passed.append("SELECT w FROM checked")
         n += 3

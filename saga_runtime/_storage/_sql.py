@@ -26,10 +26,20 @@ __all__ = [
     "Queries",
     "RowCodec",
     "schema_too_new",
+    "unasked",
 ]
 
 # The PostgreSQL channel a submit notifies (its payload the queue's name), so idle workers start it at once.
 QUEUED_CHANNEL = "saga_runtime_queued"
+
+
+def unasked(owner: str, table: str = "") -> str:
+    """Return the SQL condition an owner-conditional write adds: no cancel request its owner has not taken in.
+
+    `owner` is the expression of the expected owner (a placeholder, or a column of the values written).
+    """
+    return f"({table}cancel_request IS NULL OR {table}cancel_seen = {owner})"
+
 
 # Column types per dialect. Ids are exact, case- and space-sensitive everywhere: "C" collation on PostgreSQL,
 # bytes on MySQL (its string collations ignore case or trailing spaces), SQLite's default BINARY collation.
@@ -275,6 +285,10 @@ def _schema_schedules(dialect: DialectName) -> list[str]:
         ){table_suffix}""",
         "CREATE INDEX schedules_due ON schedules (paused, next_tick)",
     ]
+def _schema_cancel_seen(dialect: DialectName) -> list[str]:
+    # Which owner took in the saga's cancel request. An owner-conditional write is refused while a request is
+    # stored that its owner has not taken in: the owner learns of a cancel at its next write, before any tool.
+    return [f"ALTER TABLE sagas ADD COLUMN cancel_seen {_TYPES[dialect]['short']}"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,6 +312,7 @@ MIGRATIONS: list[Migration] = [
     Migration(7, "retention: tombstones and holds", _schema_retention),
     Migration(8, "saga history: takeovers and cancels", _schema_history),
     Migration(10, "schedules", _schema_schedules),
+    Migration(12, "a cancel request taken in by the saga's owner", _schema_cancel_seen),
 ]
 #: The version from which saga rows carry a seal (one written before, untouched since, has none).
 SEALED_SAGAS_VERSION = 3
@@ -420,7 +435,7 @@ class Queries:
         # One conditional UPDATE: the database decides, row-locked, whether the saga is free for `owner`.
         self.claim = q(
             dialect,
-            f"UPDATE sagas SET owner = ?, lease_expires_at = {lease} WHERE saga_id = ? AND {live} "
+            f"UPDATE sagas SET owner = ?, lease_expires_at = {lease}, cancel_seen = NULL WHERE saga_id = ? AND {live} "
             f"AND (owner IS NULL OR owner = ? OR lease_expires_at IS NULL OR lease_expires_at < {clock})",
         )
         # MySQL counts changed rows, not matched ones (aiomysql never sets CLIENT_FOUND_ROWS): a claim that
@@ -492,6 +507,14 @@ class Queries:
         )
         self.cancel_request = q(dialect, "SELECT cancel_request FROM sagas WHERE saga_id = ?")
         self.cancel_asked = q(dialect, "SELECT COUNT(*) FROM sagas WHERE saga_id = ? AND cancel_request = ?")
+        # The owner takes a request in: its writes pass again (see UNASKED); a new owner must take it in anew.
+        self.take_cancel = q(
+            dialect,
+            "UPDATE sagas SET cancel_seen = ? WHERE saga_id = ? AND owner = ? AND cancel_request IS NOT NULL",
+        )
+        self.cancel_taken = q(
+            dialect, "SELECT cancel_request FROM sagas WHERE saga_id = ? AND owner = ? AND cancel_seen = ?"
+        )
         # PostgreSQL returns the renewed ids with the UPDATE; the others read them back in the same transaction.
         self.renew_returns = dialect == "postgresql"
         self._lease = lease
@@ -517,7 +540,7 @@ class Queries:
     def take(self, count: int) -> str:
         """Return the UPDATE giving `count` sagas to an owner (params: owner, lease, ids...)."""
         return self._in(
-            f"UPDATE sagas SET owner = ?, lease_expires_at = {self._lease} WHERE saga_id IN (*)",
+            f"UPDATE sagas SET owner = ?, lease_expires_at = {self._lease}, cancel_seen = NULL WHERE saga_id IN (*)",
             count,
         )
 

@@ -40,7 +40,7 @@ from saga_runtime._storage._batch import Outcome, Write
 from saga_runtime._storage._dialect import Dialect
 from saga_runtime._storage._errors import ErrorMap, convert
 from saga_runtime._storage._open import redact_url
-from saga_runtime._storage._sql import SAGA_COLUMNS, STEP_COLUMNS, Queries
+from saga_runtime._storage._sql import SAGA_COLUMNS, STEP_COLUMNS, Queries, unasked
 from saga_runtime._storage._sqlstore import DEFAULT_RETRY_FOR, SQLStore, Transaction, retry_for_option, url_option
 
 __all__ = ["ERROR_MAP", "SQLiteDialect", "map_exceptions", "open_sql"]
@@ -179,12 +179,12 @@ def _write(conn: sqlite3.Connection, q: Queries, write: Write) -> Outcome:
         if conn.execute(q.insert_saga, saga).rowcount != 1:
             return Outcome.TAKEN
     elif saga is not None and write.owner is not None:
-        if conn.execute(_UPDATE_OWNED, (*saga[1:], write.saga_id, write.owner)).rowcount != 1:
+        if conn.execute(_UPDATE_OWNED, (*saga[1:], write.saga_id, write.owner, write.owner)).rowcount != 1:
             return Outcome.LOST
     elif saga is not None:
         conn.execute(q.upsert_saga, saga)
     # Steps alone under an owner: each statement inserts only while the saga names that owner.
-    gate = (write.saga_id, write.owner) if saga is None and write.owner is not None else ()
+    gate = (write.saga_id, write.owner, write.owner) if saga is None and write.owner is not None else ()
     rows = write.steps
     for start in range(0, len(rows), _CHUNK):
         chunk = rows[start : start + _CHUNK]
@@ -196,7 +196,10 @@ def _write(conn: sqlite3.Connection, q: Queries, write: Write) -> Outcome:
 
 # Step rows per statement: 19 parameters each, well under SQLite's 32,766.
 _CHUNK = 500
-_UPDATE_OWNED = f"UPDATE sagas SET {', '.join(f'{c} = ?' for c in SAGA_COLUMNS[1:])} WHERE saga_id = ? AND owner = ?"
+_UPDATE_OWNED = (
+    f"UPDATE sagas SET {', '.join(f'{c} = ?' for c in SAGA_COLUMNS[1:])} WHERE saga_id = ? AND owner = ? "
+    f"AND {unasked('?')}"
+)
 _STEP_ROW = "(" + ", ".join("?" * len(STEP_COLUMNS)) + ")"
 _STEP_SET = ", ".join(f"{c} = excluded.{c}" for c in STEP_COLUMNS[3:])
 
@@ -210,7 +213,7 @@ def _upsert_steps(rows: int, gated: bool) -> str:
     if not gated:
         return f"{head}VALUES {values}{tail}"
     # WHERE before ON CONFLICT: SQLite's documented way to keep an INSERT ... SELECT upsert unambiguous.
-    owned = "EXISTS (SELECT 1 FROM sagas WHERE saga_id = ? AND owner = ?)"
+    owned = f"EXISTS (SELECT 1 FROM sagas WHERE saga_id = ? AND owner = ? AND {unasked('?')})"
     return f"{head}SELECT * FROM (VALUES {values}) WHERE {owned}{tail}"
 
 

@@ -766,6 +766,19 @@ class SQLStore(StoreBase, SQLRetention, SQLSchedules):
         records = await self._fetch("cancel_request", self._queries.cancel_request, (saga_id,))
         return None if not records or records[0][0] is None else str(records[0][0])
 
+    async def take_cancel(self, saga_id: str, owner: str) -> str | None:
+        """Take in the cancel request of a saga `owner` holds (its writes pass again); return it, or None."""
+        self._check_open()
+        q = self._queries
+
+        async def once() -> str | None:
+            async with self._transaction(begin=True) as tx:
+                await tx.execute(q.take_cancel, (owner, saga_id, owner))
+                records = await tx.fetch(q.cancel_taken, (saga_id, owner, owner))
+            return None if not records or records[0][0] is None else str(records[0][0])
+
+        return await self._retrying("take_cancel", once)
+
     # -- approvals -------------------------------------------------------------------------------------------
 
     async def request_approvals(self, rows: Sequence[ApprovalRow], *, seal: bool = True) -> list[str]:

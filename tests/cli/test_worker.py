@@ -122,3 +122,66 @@ def test_cancel_command_records_the_operator_as_who_asked(tmp_path: Path) -> Non
     assert given is not None
     assert default.by == f"cli:{getpass.getuser()}@{socket.gethostname()}"
     assert (given.by, given.reason) == ("alice", "duplicate")
+
+
+SLOW_TOOLS = textwrap.dedent(
+    """
+    import asyncio
+    import pathlib
+    from saga_runtime import ToolRegistry
+
+    registry = ToolRegistry()
+
+
+    @registry.tool
+    class Slow:
+        async def execute(self, name: str) -> dict:
+            pathlib.Path(__file__).with_name(name + ".started").touch()
+            await asyncio.sleep(1.0)
+            return {"done": name}
+
+        async def compensate(self, result: object) -> None:
+            return None
+    """
+)
+
+
+def test_a_takeover_after_sigterm_names_the_worker_that_released_the_saga(tmp_path: Path) -> None:
+    """A saga a SIGTERMed worker let go: the next worker's takeover says "released" by that worker (not None)."""
+    (tmp_path / "slow_tools.py").write_text(SLOW_TOOLS)
+    db = f"sqlite:///{tmp_path / 'fleet.db'}"
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import slow_tools  # type: ignore[import-not-found]
+    finally:
+        sys.path.remove(str(tmp_path))
+    plan = [{"tool": "Slow", "args": {"name": n}, "id": n} for n in ("one", "two")]
+
+    async def submit() -> None:
+        async with open_store(db) as store:
+            await SagaExecutor(slow_tools.registry, store).submit(plan, saga_id="deploy")
+
+    asyncio.run(submit())
+    env = {k: v for k, v in os.environ.items() if k != "SAGA_RUNTIME_DATABASE_URL"}
+    command = [str(SCRIPT), "--db", db, "worker", "--tools", "slow_tools:registry", "--executor-id", "worker-a"]
+    process = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "one.started").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, err
+
+    async def take_over() -> tuple[SagaStatus, list[tuple[str, str | None, str]]]:
+        async with open_store(db) as store:
+            executor = SagaExecutor(slow_tools.registry, store, executor_id="worker-b")
+            [result] = await executor.recover()
+            return result.status, [(t.by, t.from_owner, t.reason) for t in result.takeovers]
+
+    status, takeovers = asyncio.run(take_over())
+    assert status is SagaStatus.SUCCESS
+    assert takeovers == [("worker-b", "worker-a", "released")]

@@ -117,6 +117,8 @@ async def test_unpark_with_compensate_gives_up_on_a_saga_waiting_for_a_missing_t
     assert ship.status is StepStatus.COMPENSATION_FAILED
     assert "'Ship' is not registered" in (ship.compensation_error or "")
     assert "an operator chose to compensate it" in (result.error or "")
+    # The worker lacking the tool gave the saga back as it found it: the takeover names the crashed owner.
+    assert [(t.from_owner, t.reason) for t in result.takeovers] == [("dead", "lease expired")]
     assert await store.verify_saga("gone")
     with pytest.raises(SagaInProgressError):
         await SagaExecutor(partial, store=store).unpark("gone", compensate=True)
