@@ -254,6 +254,27 @@ def _schema_history(dialect: DialectName) -> list[str]:
     return [f"ALTER TABLE sagas ADD COLUMN history {_TYPES[dialect]['text']}"]
 
 
+def _schema_queue_control(dialect: DialectName) -> list[str]:
+    # An operator's pause or drain of a queue (no row, or "active": it runs), and the limits the last worker
+    # serving it was given (so `saga-runtime queues` can show them). A rate window counts a queue's recent starts
+    # on (queue, started_at), so a claim's cost stays that of the window as the queue's history grows.
+    t = _TYPES[dialect]
+    table_suffix = " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4" if dialect == "mysql" else ""
+    return [
+        f"""CREATE TABLE queue_states (
+            name {t["short"]} NOT NULL PRIMARY KEY,
+            state {t["short"]} NOT NULL,
+            changed_at {t["time"]},
+            concurrency {t["int"]},
+            key_concurrency {t["int"]},
+            rate_limit {t["int"]},
+            rate_per {t["float"]},
+            limits_at {t["time"]}
+        ){table_suffix}""",
+        "CREATE INDEX sagas_queue_started ON sagas (queue, started_at)",
+    ]
+
+
 @dataclass(frozen=True, slots=True)
 class Migration:
     """One step of the schema: the statements that take a database from `version - 1` to `version`."""
@@ -274,6 +295,7 @@ MIGRATIONS: list[Migration] = [
     Migration(6, "tool versions and reconciled steps", _schema_tool_versions),
     Migration(7, "retention: tombstones and holds", _schema_retention),
     Migration(8, "saga history: takeovers and cancels", _schema_history),
+    Migration(11, "queue states (pause, drain, limits) and indexes of queue claims", _schema_queue_control),
 ]
 #: The version from which saga rows carry a seal (one written before, untouched since, has none).
 SEALED_SAGAS_VERSION = 3
@@ -421,7 +443,14 @@ class Queries:
             dialect, f"SELECT queue_key, COUNT(*) FROM sagas WHERE queue = ? AND {live} GROUP BY queue_key"
         )
         self.queue_depth = q(dialect, "SELECT COUNT(*) FROM sagas WHERE queue = ? AND status = ?")
-        self.queue_started = q(dialect, "SELECT COUNT(*) FROM sagas WHERE queue = ? AND started_at > ?")
+        # The starts in a rate window, counted up to the limit (no more is needed) newest first on the
+        # (queue, started_at) index: its cost is the window's, never the queue's history (a plan cached for any
+        # window still walks the index, stopping at the limit).
+        self.queue_started = q(
+            dialect,
+            "SELECT COUNT(*) FROM (SELECT 1 FROM sagas WHERE queue = ? AND started_at > ? "
+            "ORDER BY started_at DESC LIMIT ?) recent",
+        )
         # PostgreSQL locks only the rows it returns and skips those another claimer holds. MySQL/MariaDB's
         # locking scans lock rows they then pass over (a recovery scan of the same table), so skipping there would
         # start sagas out of order: it waits for such a row a moment, and re-reads it (no longer QUEUED if taken).

@@ -41,6 +41,7 @@ from saga_runtime._storage._approval_sql import approval_params, approval_row
 from saga_runtime._storage._base import key_full, queue_allowance, same_rows, unparked_status
 from saga_runtime._storage._batch import Batcher, Outcome, Write, lease_lost
 from saga_runtime._storage._dialect import Dialect
+from saga_runtime._storage._queue_sql import SQLQueueControl, held_back
 from saga_runtime._storage._reading import StoreBase
 from saga_runtime._storage._sealing import Sealing
 from saga_runtime._storage._sql import (
@@ -117,7 +118,7 @@ def _storable(text: str) -> bool:
     return True
 
 
-class SQLStore(StoreBase, SQLRetention):
+class SQLStore(StoreBase, SQLRetention, SQLQueueControl):
     """A SagaStore on a SQL database; its dialect brings the driver, connections, statements and error table."""
 
     def __init__(self, dialect: Dialect) -> None:
@@ -615,6 +616,9 @@ class SQLStore(StoreBase, SQLRetention):
 
         async def claim() -> list[tuple[SagaRow, list[StepRow]]]:
             async with self._dialect.claim_transaction() as tx:
+                # An operator's pause or drain (API.md §19): nothing new starts.
+                if await held_back(tx, self._dialect.name, queue.name):
+                    return []
                 running: dict[str | None, int] = {}
                 if limited:
                     await tx.execute(q.queue_lock_insert, (queue.name,))
@@ -624,7 +628,8 @@ class SQLStore(StoreBase, SQLRetention):
                 allowed = queue_allowance(queue, sum(running.values()), limit)
                 if queue.rate_limit is not None:
                     since = codec.time_in(now - timedelta(seconds=queue.rate_limit.per))
-                    recent = int((await tx.fetch(q.queue_started, (queue.name, since)))[0][0])
+                    window = (queue.name, since, queue.rate_limit.limit)  # counted up to the limit: on the index
+                    recent = int((await tx.fetch(q.queue_started, window))[0][0])
                     allowed = min(allowed, queue.rate_limit.limit - recent)
                 if allowed < 1:
                     return []

@@ -57,7 +57,7 @@ class Stores:
             databases.create()
         url = str(databases.url_of(databases.names[1]))
         await databases.execute(
-            url, ["DROP TABLE IF EXISTS sagas, steps, approvals, queue_locks, holds, schema_version"]
+            url, ["DROP TABLE IF EXISTS sagas, steps, approvals, queue_locks, holds, queue_states, schema_version"]
         )
         return url
 
@@ -66,8 +66,11 @@ class Stores:
         store = await open_store(url or self.url(kind), **options)
         self._opened.append(store)
         if wipe and kind in ("postgresql", "mysql"):
-            statement = "TRUNCATE sagas, steps, approvals, holds" if kind == "postgresql" else "DELETE FROM steps"
+            statement = (
+                "TRUNCATE sagas, steps, approvals, holds, queue_states" if kind == "postgresql" else "DELETE FROM steps"
+            )
             extra = [] if kind == "postgresql" else ["DELETE FROM approvals", "DELETE FROM holds", "DELETE FROM sagas"]
+            extra += [] if kind == "postgresql" else ["DELETE FROM queue_states"]
             await self._databases(kind).execute(url or self.url(kind), [statement, *extra])
         return store
 
