@@ -16,11 +16,16 @@ from saga_runtime._engine import Actions, Drives, EngineConfig, SagaHook
 from saga_runtime._exceptions import SagaError
 from saga_runtime._planner import RegistryPlanner, replay
 from saga_runtime._records import (
+    ACTIVE,
     APPROVED,
+    DRAINING,
     KEY_ENV,
+    PAUSED,
     REJECTED,
     ApprovalRequest,
     PurgeReport,
+    QueueInfo,
+    QueueState,
     SagaHold,
     SagaResult,
     SagaStatus,
@@ -28,6 +33,7 @@ from saga_runtime._records import (
     SecretKeyring,
     VerifyResult,
     now,
+    summary_from_rows,
 )
 from saga_runtime._storage import SagaStore
 from saga_runtime._tools import Resources, ToolRegistry
@@ -135,10 +141,37 @@ class SagaAdmin:
         return await self.store.get_saga(saga_id)
 
     async def list_sagas(
-        self, status: SagaStatus | str | None = None, *, limit: int = 100, offset: int = 0
+        self, status: SagaStatus | str | None = None, *, limit: int = 100, offset: int = 0, queue: str | None = None
     ) -> list[SagaSummary]:
-        """Return summaries of stored sagas, newest first, optionally only those with `status`."""
-        return await self.store.list_sagas(status, limit, offset)
+        """Return summaries of stored sagas, newest first, optionally only those with `status`, or of `queue`."""
+        if queue is None:
+            return await self.store.list_sagas(status, limit, offset)
+        wanted = None if status is None else SagaStatus(status)
+        rows = await self.store.list_queue_rows(_queue_name(queue), wanted, int(limit), int(offset))
+        return [summary_from_rows(saga, count) for saga, count in rows]
+
+    # -- queues (API.md §19) --------------------------------------------------------------------------------------
+
+    async def queues(self) -> list[QueueInfo]:
+        """Return each queue holding sagas not finished, or paused, drained or served: counts, state, limits."""
+        return await self.store.queue_infos()
+
+    async def pause_queue(self, name: str) -> QueueInfo:
+        """Pause queue `name`: no worker starts its sagas (what runs goes on) until `resume_queue`; stored."""
+        return await self._set_queue(name, PAUSED)
+
+    async def resume_queue(self, name: str) -> QueueInfo:
+        """Let workers start queue `name`'s sagas again after a pause or a drain (PostgreSQL: at once)."""
+        return await self._set_queue(name, ACTIVE)
+
+    async def drain_queue(self, name: str) -> QueueInfo:
+        """Drain queue `name`: start nothing new, let what runs finish; `queues()` says "drained" once idle."""
+        return await self._set_queue(name, DRAINING)
+
+    async def _set_queue(self, name: str, state: QueueState) -> QueueInfo:
+        name = _queue_name(name)
+        await self.store.set_queue_state(name, state, now())
+        return next(info for info in await self.store.queue_infos() if info.name == name)
 
     async def verify_saga(self, saga_id: str) -> VerifyResult:
         """Check a stored saga's hash chain; falsy, naming the broken records, if altered."""
@@ -285,3 +318,10 @@ class SagaAdmin:
             except (SagaError, KeyError) as exc:
                 summary.errors[saga_id] = str(exc.args[0]) if isinstance(exc, KeyError) else str(exc)
         return summary
+
+
+def _queue_name(name: object) -> str:
+    """Return a queue name as given; raise ValueError for what no queue can be named (nothing is stored)."""
+    if not isinstance(name, str) or not name or len(name.encode()) > 255 or "\x00" in name:
+        raise ValueError(f"a queue name must be non-empty text of at most 255 bytes, got {name!r}")
+    return name

@@ -443,7 +443,7 @@ class SagaExecutor:
                 logger.warning("recovery round failed, trying again in %gs: %s", pause, exc)
             except Exception:
                 logger.exception("recovery round failed unexpectedly, trying again in %gs", pause)
-            await anyio.sleep(pause)
+            await self._actions.recovery.rest(pause)  # or less: a decision, unpark or retry heard (API.md §19)
 
     def _new_saga(
         self,

@@ -38,6 +38,8 @@ CONTRACT = [
     "ApprovalRejectedError",
     # Operators' actions without tools (API.md §5).
     "SagaAdmin",
+    # Queues an operator sees and steers (API.md §19).
+    "QueueInfo",
     # Retention (API.md §14).
     "PurgeReport",
     "verify_export",

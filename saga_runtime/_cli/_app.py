@@ -65,6 +65,7 @@ def list_command(
     ] = None,
     limit: Annotated[int, typer.Option("--limit", "-n", min=1, help="At most this many sagas.")] = 50,
     offset: Annotated[int, typer.Option("--offset", min=0, help="Skip this many (newest first).")] = 0,
+    queue: Annotated[str | None, typer.Option("--queue", "-q", help="Only sagas submitted to this queue.")] = None,
     as_json: JsonOption = False,
 ) -> None:
     """List stored sagas, newest first."""
@@ -82,13 +83,17 @@ def list_command(
             _error(str(exc), ExitCode.USAGE)
 
     async def work(store: SagaStore) -> ExitCode:
-        summaries = await store.list_sagas(wanted, limit=limit, offset=offset)
+        if queue is None:
+            summaries = await store.list_sagas(wanted, limit=limit, offset=offset)
+        else:
+            summaries = await SagaAdmin(store).list_sagas(wanted, limit=limit, offset=offset, queue=queue)
         # Newest first: the sagas younger than the cutoff are a prefix of every page.
         summaries = [s for s in summaries if cutoff is None or s.created_at >= cutoff]
         if as_json:
             _json([s.model_dump(mode="json") for s in summaries])
         elif not summaries:
-            _stdout().print(f"no sagas{' ' + wanted.value if wanted else ''} in {store.url}")
+            where = f" in queue {queue!r}" if queue is not None else ""
+            _stdout().print(f"no sagas{' ' + wanted.value if wanted else ''}{where} in {store.url}")
         else:
             console = _stdout()
             console.print(saga_table(summaries, width=console.width))
@@ -601,4 +606,4 @@ def run() -> None:
 
 
 # The approval commands live in a module of their own; importing it registers them on `app`.
-from saga_runtime._cli import _decisions, _mcp, _schedules  # noqa: E402, F401  (they import _common, never this module)
+from saga_runtime._cli import _decisions, _mcp, _queues, _schedules  # noqa: E402, F401  (import _common, not this)

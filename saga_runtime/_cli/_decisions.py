@@ -43,7 +43,14 @@ NoteOption = Annotated[str | None, typer.Option("--note", help="Why (recorded wi
 
 
 def _decide(
-    ctx: typer.Context, saga_id: str, step_id: str, decision: str, by: str, note: str | None, tools: str | None
+    ctx: typer.Context,
+    saga_id: str,
+    step_id: str,
+    decision: str,
+    by: str,
+    note: str | None,
+    tools: str | None,
+    digest: str | None = None,
 ) -> None:
     registry = _registry(tools) if tools is not None else None
 
@@ -51,8 +58,10 @@ def _decide(
         await _get(store, saga_id)  # an unknown saga is "not found"
         admin = SagaAdmin(store, registry=registry)
         try:
-            decide = admin.approve if decision == "approved" else admin.reject
-            result = await decide(saga_id, step_id, by=by, note=note)
+            if decision == "approved":
+                result = await admin.approve(saga_id, step_id, by=by, note=note, args_digest=digest)
+            else:
+                result = await admin.reject(saga_id, step_id, by=by, note=note)
         finally:
             await admin.aclose()  # the tools' lifespan, if the decision went on with the saga
         console = _stdout()
@@ -78,9 +87,17 @@ def approve(
     by: ByOption,
     note: NoteOption = None,
     tools: DecideToolsOption = None,
+    args_digest: Annotated[
+        str | None,
+        typer.Option(
+            "--args-digest",
+            help="The arguments' digest you checked (`approvals --json` shows it): refused, nothing recorded, "
+            "if the step's arguments differ.",
+        ),
+    ] = None,
 ) -> None:
-    """Allow a waiting step to run (recorded once; exit 5 if it was decided already)."""
-    _decide(ctx, saga_id, step_id, "approved", by, note, tools)
+    """Allow a waiting step to run (recorded once; exit 5 if it was decided already or the digest differs)."""
+    _decide(ctx, saga_id, step_id, "approved", by, note, tools, args_digest)
 
 
 @app.command()

@@ -89,6 +89,15 @@ class Queues:
         self._passed_over.add(saga_id)
         logger.warning("saga %s: left in its queue, this worker lacks the tool(s) %s", saga_id, missing)
 
+    async def _note_limits(self, queues: Sequence[Queue]) -> None:
+        """Record the limits this worker serves each queue with (shown by `SagaAdmin.queues()`)."""
+        store = self._drives.config.store
+        for queue in queues:
+            try:
+                await store.note_queue_limits(queue, now())
+            except StoreError as exc:  # shown, not obeyed: never a reason not to serve
+                logger.warning("queue %r: could not record its limits: %s", queue.name, exc)
+
     async def _sample(self, queues: Sequence[Queue], on_depth: Callable[[str, int], None]) -> None:
         store = self._drives.config.store
         for queue in queues:
@@ -121,6 +130,8 @@ class Queues:
         def wake(queue: str) -> None:
             if not queue or queue in names:
                 woken.set()
+            if not queue:  # a decision, cancel, unpark, retry or message: recovery's round goes on with it
+                self._recovery.nudge()
 
         async def drive(saga: SagaRow, rows: list[StepRow]) -> None:
             nonlocal running, freed
@@ -130,7 +141,8 @@ class Queues:
                 running -= 1
                 freed.set()
 
-        async with self._drives.config.store.queue_wakeups(wake):
+        await self._note_limits(queues)
+        async with self._drives.config.store.queue_wakeups(wake) as heard:
             while True:
                 woken = anyio.Event()  # before the claim: a submit made during it still wakes the wait below
                 started = 0
@@ -155,8 +167,10 @@ class Queues:
                     await anyio.lowlevel.checkpoint()  # let the started sagas begin before the next claim
                     continue
                 freed = anyio.Event()
-                with anyio.move_on_after(interval):
+                with anyio.move_on_after(interval) as idle:
                     if concurrency is not None and running >= concurrency:
                         await freed.wait()
                     else:
                         await woken.wait()  # a submit heard (PostgreSQL, memory), else the interval
+                if idle.cancelled_caught and not heard:
+                    self._recovery.nudge()  # no notifications here: decisions and unparks are looked for each interval

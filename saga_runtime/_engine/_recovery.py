@@ -7,6 +7,7 @@ from contextlib import nullcontext
 from datetime import datetime
 
 import anyio
+import anyio.lowlevel
 
 from saga_runtime._engine._approvals import Decisions
 from saga_runtime._engine._cancellation import Shelters
@@ -30,7 +31,7 @@ _WARNED_MAX = 10_000
 class Recovery:
     """Drive to an end the sagas nobody drives: orphans whose lease expired, and decided WAITING plan sagas."""
 
-    __slots__ = ("_concurrency", "_decisions", "_drives", "_max_attempts", "_planner", "_warned")
+    __slots__ = ("_concurrency", "_decisions", "_drives", "_max_attempts", "_nudged", "_planner", "_resting", "_warned")
 
     def __init__(self, drives: Drives, planner: Planner, *, max_attempts: int, concurrency: int) -> None:
         self._drives = drives
@@ -40,6 +41,25 @@ class Recovery:
         self._concurrency = concurrency
         # The sagas (and their missing tools) this worker warned about already.
         self._warned: set[tuple[str, tuple[str, ...]]] = set()
+        # A decision, unpark or retry heard while a round ran: the next rest ends at once.
+        self._nudged = False
+        self._resting: anyio.Event | None = None
+
+    def nudge(self) -> None:
+        """End the current or next rest between rounds now: something was made ready for a worker to go on with."""
+        self._nudged = True
+        if self._resting is not None:
+            self._resting.set()
+
+    async def rest(self, seconds: float) -> None:
+        """Wait `seconds` before the next round, or less when nudged."""
+        if not self._nudged:
+            self._resting = resting = anyio.Event()
+            with anyio.move_on_after(seconds):
+                await resting.wait()
+            self._resting = None
+        self._nudged = False
+        await anyio.lowlevel.checkpoint()
 
     def missing_tools(self, saga: SagaRow, rows: list[StepRow]) -> list[str]:
         """Return the tools of a saga's steps (those never started included) this executor's registry lacks, or

@@ -48,7 +48,17 @@ from saga_runtime._records._models import (
     result_from_rows,
     summary_from_rows,
 )
-from saga_runtime._records._queues import Queue, QueueEntry, RateLimit
+from saga_runtime._records._queues import (
+    ACTIVE,
+    DRAINING,
+    PAUSED,
+    QUEUE_STATES,
+    Queue,
+    QueueEntry,
+    QueueInfo,
+    QueueState,
+    RateLimit,
+)
 from saga_runtime._records._retention import PurgeReport, SagaHold, verify_export
 from saga_runtime._records._rows import (
     SagaKind,
@@ -93,8 +103,10 @@ from saga_runtime._records._values import (
 )
 
 __all__ = [
+    "ACTIVE",
     "APPROVED",
     "DEADLINE",
+    "DRAINING",
     "EXPORT_FORMAT",
     "EXPORT_VERSION",
     "KEY_ENV",
@@ -103,6 +115,8 @@ __all__ = [
     "MAX_JSON_DEPTH",
     "MAX_JSON_INT",
     "MIN_JSON_INT",
+    "PAUSED",
+    "QUEUE_STATES",
     "REJECTED",
     "ApprovalRequest",
     "ApprovalRow",
@@ -111,6 +125,8 @@ __all__ = [
     "PurgeReport",
     "Queue",
     "QueueEntry",
+    "QueueInfo",
+    "QueueState",
     "RateLimit",
     "SagaHold",
     "SagaKind",

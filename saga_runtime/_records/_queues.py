@@ -1,12 +1,33 @@
-"""Queues: where a submitted saga waits, and the limits workers start sagas within."""
+"""Queues: where a submitted saga waits, the limits workers start sagas within, and an operator's pause or drain."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Literal
 
-__all__ = ["Queue", "QueueEntry", "RateLimit"]
+from pydantic import BaseModel, ConfigDict
+
+__all__ = [
+    "ACTIVE",
+    "DRAINING",
+    "PAUSED",
+    "QUEUE_STATES",
+    "Queue",
+    "QueueEntry",
+    "QueueInfo",
+    "QueueState",
+    "RateLimit",
+]
+
+#: A queue's state, set by an operator and stored (no row: active). Paused and draining both start nothing new;
+#: what runs goes on. A drain is the step before taking a queue out of service: it reads "drained" once idle.
+QueueState = Literal["active", "paused", "draining"]
+ACTIVE: QueueState = "active"
+PAUSED: QueueState = "paused"
+DRAINING: QueueState = "draining"
+QUEUE_STATES: tuple[QueueState, ...] = (ACTIVE, PAUSED, DRAINING)
 
 
 def _limit(name: str, value: object) -> int | None:
@@ -70,3 +91,47 @@ class QueueEntry:
     key: str | None = None
     priority: int = 0
     not_before: datetime | None = None
+
+
+class QueueInfo(BaseModel):
+    """One queue as the store sees it: its sagas by state, its oldest queued saga, its state and known limits.
+
+    `queued` wait to start, `running` are RUNNING or COMPENSATING, `waiting` are WAITING (a decision, a message,
+    a time). `paused` / `draining`: an operator's request, obeyed by every worker (nothing new starts). The limits
+    are those the last worker serving the queue was given (None: no worker said, or no such limit).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    queued: int = 0
+    running: int = 0
+    waiting: int = 0
+    oldest_queued_at: datetime | None = None
+    paused: bool = False
+    draining: bool = False
+    concurrency: int | None = None
+    key_concurrency: int | None = None
+    rate_limit: int | None = None
+    rate_per: float | None = None
+    state_changed_at: datetime | None = None
+
+    @property
+    def state(self) -> str:
+        """Return "paused", "draining", "drained" (a drain with nothing left running) or "active"."""
+        if self.paused:
+            return PAUSED
+        if self.draining:
+            return "drained" if self.running == 0 else DRAINING
+        return ACTIVE
+
+    def limits(self) -> str:
+        """Return the known limits in words ("concurrency 20, per key 1, 100 per 1s"), or "" if none is known."""
+        parts = []
+        if self.concurrency is not None:
+            parts.append(f"concurrency {self.concurrency}")
+        if self.key_concurrency is not None:
+            parts.append(f"per key {self.key_concurrency}")
+        if self.rate_limit is not None:
+            parts.append(f"{self.rate_limit} per {self.rate_per:g}s")
+        return ", ".join(parts)

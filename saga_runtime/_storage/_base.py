@@ -18,6 +18,8 @@ from saga_runtime._records import (
     PurgeReport,
     Queue,
     QueueEntry,
+    QueueInfo,
+    QueueState,
     SagaHold,
     SagaResult,
     SagaRow,
@@ -201,6 +203,40 @@ class SagaStore(Protocol):
 
     async def queue_depth(self, queue: str) -> int:
         """Return how many sagas wait QUEUED in `queue`."""
+        ...
+
+    # -- queue control (API.md §19): an operator's pause or drain, stored, obeyed by every worker's claim --------
+
+    async def set_queue_state(self, name: str, state: QueueState, at: datetime) -> None:
+        """Store queue `name`'s state ("active", "paused", "draining"); a claim of a paused or draining queue
+        starts nothing (what runs goes on). Wakes the workers that listen."""
+        ...
+
+    async def queue_state(self, name: str) -> QueueState:
+        """Return the state an operator set for queue `name` ("active" when none was)."""
+        ...
+
+    async def note_queue_limits(self, queue: Queue, at: datetime) -> None:
+        """Record the limits a worker serves `queue` with, for `queue_infos` (the queue's state unchanged)."""
+        ...
+
+    async def queue_infos(self) -> list[QueueInfo]:
+        """Return every queue holding a non-terminal saga or a stored state: counts, oldest queued, state, limits.
+
+        Reads only non-terminal sagas (an index), so its cost does not grow with finished history.
+        """
+        ...
+
+    async def list_queue_rows(
+        self, queue: str, status: SagaStatus | None, limit: int, offset: int
+    ) -> list[tuple[SagaRow, int]]:
+        """Return the rows of the sagas submitted to `queue` (only those in `status` if given), newest first, each
+        with its count of step rows."""
+        ...
+
+    async def notify_workers(self, queue: str = "") -> None:
+        """Wake idle workers that listen (PostgreSQL's NOTIFY, memory's own): those serving `queue`, or with ""
+        every one, to look for what a decision, cancel, unpark, retry or message made ready. Polling stores: none."""
         ...
 
     async def cancel_queued(self, saga_id: str, error: str, now: datetime, entry: dict[str, Any]) -> bool:

@@ -23,6 +23,7 @@ from saga_runtime._records import (
 from saga_runtime._storage._base import key_full, queue_allowance, unparked_status
 from saga_runtime._storage._batch import lease_lost
 from saga_runtime._storage._keys import signing_key_bytes
+from saga_runtime._storage._memory_queues import MemoryQueueControl
 from saga_runtime._storage._memory_retention import MemoryRetention, keep_option
 from saga_runtime._storage._memory_schedules import MemorySchedules
 from saga_runtime._storage._reading import StoreBase
@@ -35,7 +36,7 @@ _LIVE = frozenset({SagaStatus.RUNNING, SagaStatus.COMPENSATING})
 _CANCELLABLE = _LIVE | {SagaStatus.WAITING}
 
 
-class MemoryStore(StoreBase, MemoryRetention, MemorySchedules):
+class MemoryStore(StoreBase, MemoryRetention, MemorySchedules, MemoryQueueControl):
     """Keep sagas in this process's memory: fast, private to the store object, gone when the process ends.
 
     Step rows written without a seal (`hash` None: the engine hands them so, linked) are sealed here when their
@@ -58,6 +59,7 @@ class MemoryStore(StoreBase, MemoryRetention, MemorySchedules):
         self._approvals: dict[str, dict[str, ApprovalRow]] = {}
         self._closed = False
         self._wakers: list[Callable[[str], None]] = []  # workers' wakeups (queue_wakeups)
+        self._queue_rows: dict[str, dict[str, Any]] = {}  # queue states and limits (MemoryQueueControl)
         self._signing_key = signing_key_bytes(signing_key)
         self._sealing = Sealing(self._signing_key)
         # The rows written unsealed by save() or create_saga() and not sealed yet, by saga: exactly those are sealed
@@ -340,6 +342,8 @@ class MemoryStore(StoreBase, MemoryRetention, MemorySchedules):
     ) -> list[tuple[SagaRow, list[StepRow]]]:
         """Start up to `limit` QUEUED sagas of `queue` within its limits (counted here); return snapshots of them."""
         self._check_open()
+        if self._held_back(queue.name):  # an operator's pause or drain (API.md §19): nothing new starts
+            return []
         mine = [(saga_id, entry) for saga_id, entry in self._queued.items() if entry.queue == queue.name]
         running: dict[str | None, int] = {}
         for saga_id, entry in mine:

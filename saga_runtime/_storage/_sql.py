@@ -285,10 +285,33 @@ def _schema_schedules(dialect: DialectName) -> list[str]:
         ){table_suffix}""",
         "CREATE INDEX schedules_due ON schedules (paused, next_tick)",
     ]
+
+
 def _schema_cancel_seen(dialect: DialectName) -> list[str]:
     # Which owner took in the saga's cancel request. An owner-conditional write is refused while a request is
     # stored that its owner has not taken in: the owner learns of a cancel at its next write, before any tool.
     return [f"ALTER TABLE sagas ADD COLUMN cancel_seen {_TYPES[dialect]['short']}"]
+
+
+def _schema_queue_control(dialect: DialectName) -> list[str]:
+    # An operator's pause or drain of a queue (no row, or "active": it runs), and the limits the last worker
+    # serving it was given (so `saga-runtime queues` can show them). A rate window counts a queue's recent starts
+    # on (queue, started_at), so a claim's cost stays that of the window as the queue's history grows.
+    t = _TYPES[dialect]
+    table_suffix = " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4" if dialect == "mysql" else ""
+    return [
+        f"""CREATE TABLE queue_states (
+            name {t["short"]} NOT NULL PRIMARY KEY,
+            state {t["short"]} NOT NULL,
+            changed_at {t["time"]},
+            concurrency {t["int"]},
+            key_concurrency {t["int"]},
+            rate_limit {t["int"]},
+            rate_per {t["float"]},
+            limits_at {t["time"]}
+        ){table_suffix}""",
+        "CREATE INDEX sagas_queue_started ON sagas (queue, started_at)",
+    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,6 +335,7 @@ MIGRATIONS: list[Migration] = [
     Migration(7, "retention: tombstones and holds", _schema_retention),
     Migration(8, "saga history: takeovers and cancels", _schema_history),
     Migration(10, "schedules", _schema_schedules),
+    Migration(11, "queue states (pause, drain, limits) and indexes of queue claims", _schema_queue_control),
     Migration(12, "a cancel request taken in by the saga's owner", _schema_cancel_seen),
 ]
 #: The version from which saga rows carry a seal (one written before, untouched since, has none).
@@ -486,7 +510,14 @@ class Queries:
             dialect, f"SELECT queue_key, COUNT(*) FROM sagas WHERE queue = ? AND {live} GROUP BY queue_key"
         )
         self.queue_depth = q(dialect, "SELECT COUNT(*) FROM sagas WHERE queue = ? AND status = ?")
-        self.queue_started = q(dialect, "SELECT COUNT(*) FROM sagas WHERE queue = ? AND started_at > ?")
+        # The starts in a rate window, counted up to the limit (no more is needed) newest first on the
+        # (queue, started_at) index: its cost is the window's, never the queue's history (a plan cached for any
+        # window still walks the index, stopping at the limit).
+        self.queue_started = q(
+            dialect,
+            "SELECT COUNT(*) FROM (SELECT 1 FROM sagas WHERE queue = ? AND started_at > ? "
+            "ORDER BY started_at DESC LIMIT ?) recent",
+        )
         # A claim's "now" (rate windows, `not_before`, the start it stamps): the database's clock, read once the
         # queue's lock is held, so every worker counts on one clock. SQLite: the one machine's, a parameter.
         clocks = {"sqlite": None, "postgresql": "SELECT clock_timestamp()", "mysql": "SELECT UTC_TIMESTAMP(6)"}

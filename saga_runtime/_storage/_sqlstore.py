@@ -42,6 +42,7 @@ from saga_runtime._storage._approval_sql import approval_params, approval_row
 from saga_runtime._storage._base import key_full, queue_allowance, same_rows, unparked_status
 from saga_runtime._storage._batch import Batcher, Outcome, Write, lease_lost
 from saga_runtime._storage._dialect import Dialect
+from saga_runtime._storage._queue_sql import SQLQueueControl, held_back
 from saga_runtime._storage._reading import StoreBase
 from saga_runtime._storage._sealing import Sealing
 from saga_runtime._storage._sql import (
@@ -129,7 +130,7 @@ class _Start:
     clock: datetime
 
 
-class SQLStore(StoreBase, SQLRetention, SQLSchedules):
+class SQLStore(StoreBase, SQLRetention, SQLSchedules, SQLQueueControl):
     """A SagaStore on a SQL database; its dialect brings the driver, connections, statements and error table."""
 
     def __init__(self, dialect: Dialect) -> None:
@@ -627,6 +628,9 @@ class SQLStore(StoreBase, SQLRetention, SQLSchedules):
 
         async def claim() -> list[tuple[SagaRow, list[StepRow]]]:
             async with self._dialect.claim_transaction() as tx:
+                # An operator's pause or drain (API.md §19): nothing new starts.
+                if await held_back(tx, self._dialect.name, queue.name):
+                    return []
                 running: dict[str | None, int] = {}
                 if limited:
                     await tx.execute(q.queue_lock_insert, (queue.name,))
@@ -638,7 +642,8 @@ class SQLStore(StoreBase, SQLRetention, SQLSchedules):
                 allowed = queue_allowance(queue, sum(running.values()), limit)
                 if queue.rate_limit is not None:
                     since = codec.time_in(clock - timedelta(seconds=queue.rate_limit.per))
-                    recent = int((await tx.fetch(q.queue_started, (queue.name, since)))[0][0])
+                    window = (queue.name, since, queue.rate_limit.limit)  # counted up to the limit: on the index
+                    recent = int((await tx.fetch(q.queue_started, window))[0][0])
                     allowed = min(allowed, queue.rate_limit.limit - recent)
                 if allowed < 1:
                     return []

@@ -57,7 +57,11 @@ class Stores:
             databases.create()
         url = str(databases.url_of(databases.names[1]))
         await databases.execute(
-            url, ["DROP TABLE IF EXISTS sagas, steps, approvals, queue_locks, holds, schedules, schema_version"]
+            url,
+            [
+                "DROP TABLE IF EXISTS sagas, steps, approvals, queue_locks, holds, schedules, queue_states, "
+                "schema_version"
+            ],
         )
         return url
 
@@ -67,13 +71,12 @@ class Stores:
         self._opened.append(store)
         if wipe and kind in ("postgresql", "mysql"):
             statement = (
-                "TRUNCATE sagas, steps, approvals, holds, schedules" if kind == "postgresql" else "DELETE FROM steps"
-            )
-            extra = (
-                []
+                "TRUNCATE sagas, steps, approvals, holds, schedules, queue_states"
                 if kind == "postgresql"
-                else ["DELETE FROM approvals", "DELETE FROM holds", "DELETE FROM schedules", "DELETE FROM sagas"]
+                else "DELETE FROM steps"
             )
+            tables = ("approvals", "holds", "schedules", "queue_states", "sagas")
+            extra = [] if kind == "postgresql" else [f"DELETE FROM {table}" for table in tables]
             await self._databases(kind).execute(url or self.url(kind), [statement, *extra])
         return store
 

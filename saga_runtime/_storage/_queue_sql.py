@@ -1,0 +1,197 @@
+"""Queue control on the SQL stores: an operator's pause or drain, the limits workers serve with, per-queue counts.
+
+A queue's state is a row of `queue_states` (no row: active), read by every claim of the queue in its own
+transaction (`held_back`), so a pause reaches every worker at its next claim. PostgreSQL workers LISTEN on the
+submits' channel: a change of state, a decision, an unpark or a message sent is notified on it too, so an idle
+worker acts at once (others poll: within `interval`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from datetime import datetime
+from typing import Any, TypeVar
+
+from saga_runtime._records import ACTIVE, DRAINING, PAUSED, Queue, QueueInfo, QueueState, SagaRow, SagaStatus
+from saga_runtime._storage._codec import SAGA_COLUMNS, DialectName, RowCodec
+from saga_runtime._storage._dialect import Dialect
+from saga_runtime._storage._sql import QUEUED_CHANNEL, _placeholders
+from saga_runtime._storage._sqlwrite import Transaction
+
+__all__ = ["SQLQueueControl", "held_back"]
+
+_T = TypeVar("_T")
+
+# The statuses `queue_infos` counts, in its parameters' order.
+_COUNTED = (
+    SagaStatus.QUEUED.value,
+    SagaStatus.RUNNING.value,
+    SagaStatus.COMPENSATING.value,
+    SagaStatus.WAITING.value,
+)
+_LIMITS = ("concurrency", "key_concurrency", "rate_limit", "rate_per", "limits_at")
+
+
+class QueueControlQueries:
+    """The queue control statements of one dialect."""
+
+    def __init__(self, dialect: DialectName) -> None:
+        q = _placeholders
+
+        def upsert(columns: Sequence[str]) -> str:
+            if dialect == "mysql":
+                return "ON DUPLICATE KEY UPDATE " + ", ".join(f"{c} = VALUES({c})" for c in columns)
+            return "ON CONFLICT (name) DO UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in columns)
+
+        self.state = q(dialect, "SELECT state FROM queue_states WHERE name = ?")
+        self.set_state = q(
+            dialect,
+            "INSERT INTO queue_states (name, state, changed_at) VALUES (?, ?, ?) " + upsert(("state", "changed_at")),
+        )
+        marks = ", ".join("?" * len(_LIMITS))
+        self.set_limits = q(
+            dialect,
+            f"INSERT INTO queue_states (name, state, {', '.join(_LIMITS)}) VALUES (?, ?, {marks}) " + upsert(_LIMITS),
+        )
+        self.states = (
+            "SELECT name, state, changed_at, concurrency, key_concurrency, rate_limit, rate_per FROM queue_states"
+        )
+        # On the (status, lease_expires_at) index: only the non-terminal sagas are read, however long the history.
+        self.counts = q(
+            dialect,
+            "SELECT queue, status, COUNT(*), MIN(created_at) FROM sagas WHERE status IN (?, ?, ?, ?) "
+            "AND queue IS NOT NULL GROUP BY queue, status",
+        )
+        saga_cols = ", ".join(f"s.{c}" for c in SAGA_COLUMNS)
+        count = "(SELECT COUNT(*) FROM steps st WHERE st.saga_id = s.saga_id)"
+        listed = f"SELECT {saga_cols}, {count} FROM sagas s WHERE s.queue = ?"
+        order = "ORDER BY s.created_at DESC, s.saga_id DESC LIMIT ? OFFSET ?"
+        self.listed = (q(dialect, f"{listed} {order}"), q(dialect, f"{listed} AND s.status = ? {order}"))
+        self.notify = q(dialect, f"SELECT pg_notify('{QUEUED_CHANNEL}', ?)") if dialect == "postgresql" else None
+
+
+def _queries(store: Any) -> QueueControlQueries:
+    found: QueueControlQueries | None = getattr(store, "_queue_control", None)
+    if found is None:
+        found = store._queue_control = QueueControlQueries(store._dialect.name)
+    return found
+
+
+_HELD: dict[DialectName, str] = {
+    name: _placeholders(name, "SELECT state FROM queue_states WHERE name = ?")
+    for name in ("sqlite", "postgresql", "mysql")
+}
+
+
+async def held_back(tx: Transaction, dialect: DialectName, queue: str) -> bool:
+    """Tell, inside a claim's transaction, whether an operator paused or is draining `queue` (start nothing)."""
+    records = await tx.fetch(_HELD[dialect], (queue,))
+    return bool(records) and records[0][0] in (PAUSED, DRAINING)
+
+
+class SQLQueueControl:
+    """The queue control primitives of a SQL store."""
+
+    # Provided by SQLStore.
+    _dialect: Dialect
+    _codec: RowCodec
+
+    def _check_open(self) -> None:
+        raise NotImplementedError
+
+    def _transaction(self, *, begin: bool) -> AbstractAsyncContextManager[Transaction]:
+        raise NotImplementedError
+
+    async def _retrying(self, what: str, operation: Callable[[], Awaitable[_T]]) -> _T:
+        raise NotImplementedError
+
+    async def _fetch(self, what: str, sql: str, params: Sequence[Any]) -> Sequence[Sequence[Any]]:
+        raise NotImplementedError
+
+    async def set_queue_state(self, name: str, state: QueueState, at: datetime) -> None:
+        """Store `state` for queue `name` (active, paused, draining) and wake the workers that listen."""
+        self._check_open()
+        qc, time_in = _queries(self), self._codec.time_in
+
+        async def once() -> None:
+            async with self._transaction(begin=False) as tx:
+                await tx.execute(qc.set_state, (name, state, time_in(at)))
+
+        await self._retrying("set_queue_state", once)
+        await self.notify_workers(name)
+
+    async def queue_state(self, name: str) -> QueueState:
+        """Return the state an operator set for queue `name` ("active" if none)."""
+        self._check_open()
+        records = await self._fetch("queue_state", _queries(self).state, (name,))
+        state = str(records[0][0]) if records else ACTIVE
+        return PAUSED if state == PAUSED else DRAINING if state == DRAINING else ACTIVE
+
+    async def note_queue_limits(self, queue: Queue, at: datetime) -> None:
+        """Record the limits a worker serves `queue` with (its state unchanged)."""
+        self._check_open()
+        rate = queue.rate_limit
+        params = (
+            queue.name,
+            ACTIVE,
+            queue.concurrency,
+            queue.key_concurrency,
+            None if rate is None else rate.limit,
+            None if rate is None else float(rate.per),
+            self._codec.time_in(at),
+        )
+
+        async def once() -> None:
+            async with self._transaction(begin=False) as tx:
+                await tx.execute(_queries(self).set_limits, params)
+
+        await self._retrying("note_queue_limits", once)
+
+    async def queue_infos(self) -> list[QueueInfo]:
+        """Return every queue that holds a non-terminal saga or has a stored state, by name."""
+        self._check_open()
+        qc, codec = _queries(self), self._codec
+        found: dict[str, dict[str, Any]] = {}
+        for name, status, count, oldest in await self._fetch("queue_infos", qc.counts, _COUNTED):
+            info = found.setdefault(str(name), {"name": str(name)})
+            field = {"QUEUED": "queued", "WAITING": "waiting"}.get(str(status), "running")
+            info[field] = info.get(field, 0) + int(count)
+            if str(status) == SagaStatus.QUEUED.value:
+                info["oldest_queued_at"] = codec.time_out(oldest)
+        for name, state, changed, concurrency, per_key, rate, per in await self._fetch("queue_infos", qc.states, ()):
+            info = found.setdefault(str(name), {"name": str(name)})
+            info.update(
+                paused=state == PAUSED,
+                draining=state == DRAINING,
+                state_changed_at=codec.time_out(changed),
+                concurrency=concurrency,
+                key_concurrency=per_key,
+                rate_limit=rate,
+                rate_per=None if per is None else float(per),
+            )
+        return [QueueInfo(**found[name]) for name in sorted(found)]
+
+    async def list_queue_rows(
+        self, queue: str, status: SagaStatus | None, limit: int, offset: int
+    ) -> list[tuple[SagaRow, int]]:
+        """Return the rows of the sagas submitted to `queue`, newest first, each with its count of step rows."""
+        self._check_open()
+        sql = _queries(self).listed[status is not None]
+        params = (queue, *([] if status is None else [status.value]), int(limit), int(offset))
+        n = len(SAGA_COLUMNS)
+        return [(self._codec.saga_row(r), int(r[n])) for r in await self._fetch("list_sagas", sql, params)]
+
+    async def notify_workers(self, queue: str = "") -> None:
+        """Wake the idle workers that listen (PostgreSQL): of `queue`, or every one with "" (a decision, an unpark,
+        a message); other databases' workers poll, so this does nothing there."""
+        self._check_open()
+        sql = _queries(self).notify
+        if sql is None:
+            return
+
+        async def once() -> None:
+            async with self._transaction(begin=False) as tx:
+                await tx.fetch(sql, (queue,))
+
+        await self._retrying("notify_workers", once)
