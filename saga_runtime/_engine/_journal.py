@@ -26,9 +26,12 @@ from saga_runtime._records import (
     SagaStatus,
     StepRow,
     StepStatus,
+    end_entry,
+    end_reason_of,
     extend_head,
     identity_hash,
     now,
+    standing_of,
 )
 
 __all__ = ["EngineConfig", "Journal", "seq_of"]
@@ -238,8 +241,12 @@ class Journal:
         self.saga.error = reason
         self._saga_dirty = True
 
-    def end(self, status: SagaStatus, error: str | None) -> None:
-        """Make the saga terminal (`error`: why it did not succeed); no step of it reads RUNNING or WAITING after."""
+    def end(self, status: SagaStatus, error: str | None, cause: str | None = None) -> None:
+        """Make the saga terminal (`error`: why it did not succeed); no step of it reads RUNNING or WAITING after.
+
+        A saga that did not succeed has its end reason and standing effects added to its history (`cause`: the
+        class name of the exception that failed it, when known), decided here once.
+        """
         self.saga_to(status)
         for row in self.rows.values() if status is not SagaStatus.SUCCESS else ():
             if row.status is StepStatus.RUNNING:
@@ -252,8 +259,14 @@ class Journal:
             elif row.status is StepStatus.WAITING:
                 self.approved(row)  # back to PENDING: it never ran
         saga = self.saga
-        if status is not SagaStatus.SUCCESS and saga.error is None:
-            saga.error = error or "the saga was cancelled by its caller"
+        if status is not SagaStatus.SUCCESS:
+            if saga.error is None:
+                saga.error = error or "the saga was cancelled by its caller"
+            rows = self.rows.values()
+            saga.history = [
+                *saga.history,
+                end_entry(end_reason_of(status, rows, saga.history, cause), standing_of(status, rows)),
+            ]
         saga.finished_at = now()
         saga.lease_expires_at = None
 

@@ -15,9 +15,9 @@ from saga_runtime._engine._driver import Planner, drive_plan
 from saga_runtime._engine._events import SagaEvent, emit
 from saga_runtime._engine._journal_rows import waits_for_tools
 from saga_runtime._engine._saga import SagaEngine
-from saga_runtime._engine._versions import unfit_tools
+from saga_runtime._engine._versions import unfit, unfit_note
 from saga_runtime._exceptions import LeaseLostError, PlanValidationError
-from saga_runtime._records import SagaResult, SagaRow, SagaStatus, StepRow, now
+from saga_runtime._records import SagaResult, SagaRow, SagaStatus, StepRow, WaitingKind, now
 
 __all__ = ["Recovery"]
 
@@ -45,7 +45,19 @@ class Recovery:
         """Return the tools of a saga's steps (those never started included) this executor's registry lacks, or
         cannot resume (a version it does not accept, arguments of an accepted older version it refuses).
         """
-        return unfit_tools(self._drives.config.registry, saga, rows)
+        return [text for _, text in self.lacking(saga, rows)]
+
+    def lacking(self, saga: SagaRow, rows: list[StepRow]) -> list[tuple[WaitingKind, str]]:
+        """Return what this executor lacks to run the saga ("tool" or "version", and which), as `missing_tools`."""
+        return unfit(self._drives.config.registry, saga, rows)
+
+    async def note_lacking(self, saga_id: str, lacking: list[tuple[WaitingKind, str]]) -> None:
+        """Note on a saga left undriven what this executor lacks to run it (its `waiting_for`); never raises."""
+        config = self._drives.config
+        try:
+            await config.store.note_waiting(saga_id, unfit_note(lacking, by=config.executor_id))
+        except Exception as exc:  # a note never stops a worker
+            logger.warning("saga %s: could not note why it waits: %s", saga_id, exc)
 
     async def recover(self, limit: int, shelters: Shelters | None = None) -> list[SagaResult]:
         """Go on with decided sagas, then take over every live saga whose owner is gone; return what finished.
@@ -62,10 +74,10 @@ class Recovery:
             )
             fresh: list[tuple[SagaRow, list[StepRow]]] = []
             for saga, rows in claimed:
-                missing = self.missing_tools(saga, rows)
-                if saga.saga_id in passed_over or missing:
-                    if missing:
-                        self._waits(saga, missing)
+                lacking = self.lacking(saga, rows)
+                if saga.saga_id in passed_over or lacking:
+                    if lacking:
+                        self._waits(saga, lacking)
                     passed_over.add(saga.saga_id)
                     await self._drives.claims.release(saga, owner=config.executor_id)
                     continue
@@ -105,18 +117,21 @@ class Recovery:
                 offset += page
         return owned
 
-    def _waits(self, saga: SagaRow, missing: list[str]) -> None:
+    def _waits(self, saga: SagaRow, lacking: list[tuple[WaitingKind, str]]) -> None:
         """Say in the saga's error which tools it waits for; warn once per worker and saga, not at every pass."""
-        waits_for_tools(saga, missing)
+        missing = [text for _, text in lacking]
+        waits_for_tools(saga, missing, unfit_note(lacking, by=self._drives.config.executor_id))
         self._warn_once(saga.saga_id, missing, saga.error or "")
 
-    def _warn_once(self, saga_id: str, missing: list[str], message: str) -> None:
+    def _warn_once(self, saga_id: str, missing: list[str], message: str) -> bool:
+        """Warn that the saga is left for what this worker lacks, once; return whether it warned (first time)."""
         if (saga_id, tuple(missing)) in self._warned:
-            return
+            return False
         if len(self._warned) >= _WARNED_MAX:
             self._warned.clear()
         self._warned.add((saga_id, tuple(missing)))
         logger.warning("saga %s: %s", saga_id, message)
+        return True
 
     async def _recover_batch(
         self, batch: list[tuple[SagaRow, list[StepRow]]], shelters: Shelters | None = None
@@ -231,9 +246,13 @@ class Recovery:
         stored = await store.load_saga(saga_id)
         if stored is None or stored[0].status is not SagaStatus.WAITING or stored[0].kind != "plan":
             return None
-        missing = self.missing_tools(*stored)
-        if missing:
-            self._warn_once(saga_id, missing, f"decided, left for a worker that has its tool(s) {', '.join(missing)}")
+        lacking = self.lacking(*stored)
+        if lacking:
+            missing = [text for _, text in lacking]
+            if self._warn_once(
+                saga_id, missing, f"decided, left for a worker that has its tool(s) {', '.join(missing)}"
+            ):
+                await self.note_lacking(saga_id, lacking)
             return None
         async with self._drives.claim(stored[0], take="waiting", reread={SagaStatus.WAITING}) as held:
             if held is None:

@@ -45,6 +45,19 @@ from saga_runtime._records._models import (
     result_from_rows,
     summary_from_rows,
 )
+from saga_runtime._records._outcome import (
+    END_REASONS,
+    WAITING_KINDS,
+    EndReason,
+    WaitingFor,
+    WaitingKind,
+    end_entry,
+    end_of,
+    end_reason_of,
+    standing_of,
+    waiting_for_of,
+    waiting_note,
+)
 from saga_runtime._records._queues import Queue, QueueEntry, RateLimit
 from saga_runtime._records._retention import PurgeReport, SagaHold, verify_export
 from saga_runtime._records._rows import (
@@ -91,6 +104,7 @@ from saga_runtime._records._values import (
 __all__ = [
     "APPROVED",
     "DEADLINE",
+    "END_REASONS",
     "EXPORT_FORMAT",
     "EXPORT_VERSION",
     "KEY_ENV",
@@ -100,9 +114,11 @@ __all__ = [
     "MAX_JSON_INT",
     "MIN_JSON_INT",
     "REJECTED",
+    "WAITING_KINDS",
     "ApprovalRequest",
     "ApprovalRow",
     "CancelRecord",
+    "EndReason",
     "PurgeReport",
     "Queue",
     "QueueEntry",
@@ -122,6 +138,8 @@ __all__ = [
     "Takeover",
     "TakeoverReason",
     "VerifyResult",
+    "WaitingFor",
+    "WaitingKind",
     "approval_line",
     "approval_request",
     "args_digest",
@@ -131,6 +149,9 @@ __all__ = [
     "chain_head",
     "check_nesting",
     "conceal",
+    "end_entry",
+    "end_of",
+    "end_reason_of",
     "export_rows",
     "extend_head",
     "gated_steps",
@@ -163,11 +184,14 @@ __all__ = [
     "seal_all",
     "seal_approval",
     "seal_saga",
+    "standing_of",
     "step_succeeded",
     "summary_from_rows",
     "takeover_entry",
     "to_json_value",
     "verify_export",
     "verify_rows",
+    "waiting_for_of",
+    "waiting_note",
     "with_unstarted",
 ]

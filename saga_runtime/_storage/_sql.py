@@ -254,6 +254,11 @@ def _schema_history(dialect: DialectName) -> list[str]:
     return [f"ALTER TABLE sagas ADD COLUMN history {_TYPES[dialect]['text']}"]
 
 
+def _schema_waiting(dialect: DialectName) -> list[str]:
+    # Why a saga nobody drives does not move, as the last worker that looked noted it (JSON text; not sealed).
+    return [f"ALTER TABLE sagas ADD COLUMN waiting_for {_TYPES[dialect]['text']}"]
+
+
 @dataclass(frozen=True, slots=True)
 class Migration:
     """One step of the schema: the statements that take a database from `version - 1` to `version`."""
@@ -274,6 +279,7 @@ MIGRATIONS: list[Migration] = [
     Migration(6, "tool versions and reconciled steps", _schema_tool_versions),
     Migration(7, "retention: tombstones and holds", _schema_retention),
     Migration(8, "saga history: takeovers and cancels", _schema_history),
+    Migration(14, "why a saga waits: a worker's note", _schema_waiting),
 ]
 #: The version from which saga rows carry a seal (one written before, untouched since, has none).
 SEALED_SAGAS_VERSION = 3
@@ -441,6 +447,11 @@ class Queries:
             "UPDATE sagas SET cancel_request = ? WHERE saga_id = ? AND status IN (?, ?, ?) AND cancel_request IS NULL",
         )
         self.cancel_request = q(dialect, "SELECT cancel_request FROM sagas WHERE saga_id = ?")
+        self.note_waiting = q(
+            dialect,
+            "UPDATE sagas SET waiting_for = ? WHERE saga_id = ? AND owner IS NULL AND status IN (?, ?, ?, ?)",
+        )
+        self.waiting_noted = q(dialect, "SELECT COUNT(*) FROM sagas WHERE saga_id = ? AND waiting_for = ?")
         self.cancel_asked = q(dialect, "SELECT COUNT(*) FROM sagas WHERE saga_id = ? AND cancel_request = ?")
         # PostgreSQL returns the renewed ids with the UPDATE; the others read them back in the same transaction.
         self.renew_returns = dialect == "postgresql"
