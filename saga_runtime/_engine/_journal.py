@@ -94,9 +94,13 @@ class Journal:
         step_to(row, StepStatus.PENDING)
         self._dirty[row.step_id] = row
 
-    def start(self, row: StepRow, at: datetime) -> None:
-        """Start a step's next attempt (a resumed step of unknown outcome keeps counting)."""
+    def start(self, row: StepRow, at: datetime, version: str | None = None) -> None:
+        """Start a step's next attempt (a resumed step of unknown outcome keeps counting); `version`: the tool's
+        version that runs it, recorded (an accepted older version the step was planned with gives way to it).
+        """
         step_to(row, StepStatus.RUNNING)
+        if version is not None and row.tool_version != version:
+            row.tool_version = version
         if row.reconciled:  # found not done, it runs again: this run tells its outcome
             row.reconciled = False
         row.attempts += 1
