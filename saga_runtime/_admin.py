@@ -29,7 +29,7 @@ from saga_runtime._records import (
     VerifyResult,
     now,
 )
-from saga_runtime._storage import SagaStore
+from saga_runtime._storage import SagaStore, waiting_counts
 from saga_runtime._tools import Resources, ToolRegistry
 
 __all__ = ["BulkSummary", "SagaAdmin"]
@@ -135,10 +135,14 @@ class SagaAdmin:
         return await self.store.get_saga(saga_id)
 
     async def list_sagas(
-        self, status: SagaStatus | str | None = None, *, limit: int = 100, offset: int = 0
+        self, status: SagaStatus | str | None = None, *, limit: int = 100, offset: int = 0, reason: str | None = None
     ) -> list[SagaSummary]:
-        """Return summaries of stored sagas, newest first, optionally only those with `status`."""
-        return await self.store.list_sagas(status, limit, offset)
+        """Return summaries of stored sagas, newest first, optionally only those with `status` and end `reason`."""
+        return await self.store.list_sagas(status, limit, offset, reason=reason)
+
+    async def waiting_counts(self) -> dict[str, int]:
+        """Return how many sagas wait for each kind of thing (`SagaResult.waiting_for["kind"]`), as sampled."""
+        return await waiting_counts(self.store)
 
     async def verify_saga(self, saga_id: str) -> VerifyResult:
         """Check a stored saga's hash chain; falsy, naming the broken records, if altered."""

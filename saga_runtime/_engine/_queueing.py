@@ -125,10 +125,10 @@ class Queues:
             if not queue or queue in names:
                 woken.set()
 
-        async def drive(saga: SagaRow, rows: list[StepRow]) -> None:
+        async def drive(saga: SagaRow, rows: list[StepRow], queue: str) -> None:
             nonlocal running, freed
             try:
-                await self._recovery.drive_claimed(saga, rows, shelters=shelters)
+                await self._recovery.drive_claimed(saga, rows, shelters=shelters, queue=queue)
             finally:
                 running -= 1
                 freed.set()
@@ -151,7 +151,7 @@ class Queues:
                     for saga, rows in claimed:
                         running += 1
                         started += 1
-                        task_group.start_soon(drive, saga, rows)
+                        task_group.start_soon(drive, saga, rows, queue.name)
                 if on_depth is not None:
                     await self._sample(queues, on_depth)
                 if started:

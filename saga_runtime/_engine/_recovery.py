@@ -158,9 +158,15 @@ class Recovery:
         return [result for result in done if result is not None]
 
     async def drive_claimed(
-        self, saga: SagaRow, rows: list[StepRow], *, orphan: bool = False, shelters: Shelters | None = None
+        self,
+        saga: SagaRow,
+        rows: list[StepRow],
+        *,
+        orphan: bool = False,
+        shelters: Shelters | None = None,
+        queue: str | None = None,
     ) -> SagaResult | None:
-        """Drive a saga this executor claimed (an orphan, or a queued saga it started); None if lost.
+        """Drive a saga this executor claimed (an orphan, or a queued saga it started from `queue`); None if lost.
 
         Claimed again right before it is driven: while it waited its turn, its lease may have run out and another
         executor taken it. Under a serving worker (`shelters`), its stop lets the running calls return.
@@ -175,16 +181,20 @@ class Recovery:
                                 self._drives.config.hooks,
                                 SagaEvent("saga_taken_over", saga.saga_id, status=saga.status.value),
                             )
-                        return await self._recover_one(held, shelters)
+                        return await self._recover_one(held, shelters, queue)
             except LeaseLostError as exc:
                 logger.warning("saga %s: %s", saga.saga_id, exc)
         return None
 
-    async def _recover_one(self, held: Claim, shelters: Shelters | None) -> SagaResult | None:
+    async def _recover_one(self, held: Claim, shelters: Shelters | None, queue: str | None) -> SagaResult | None:
         saga = held.saga
         if saga.recovery_attempts >= self._max_attempts:
             return await held.park(f"recovery failed {saga.recovery_attempts} times")
-        logger.info("saga %s: recovering (attempt %d), left %s", saga.saga_id, saga.recovery_attempts + 1, saga.status)
+        if queue is not None and not saga.recovery_attempts:  # a start, not a crash
+            logger.info("saga %s: starting, from queue %r", saga.saga_id, queue)
+        else:
+            attempt = saga.recovery_attempts + 1
+            logger.info("saga %s: recovering (attempt %d), left %s", saga.saga_id, attempt, saga.status)
         try:
             if saga.kind == "plan":
                 try:
@@ -199,13 +209,13 @@ class Recovery:
                 # No caller: if this worker stops, the saga stays for the next recovery.
                 engine = held.start(detached=True, shelters=shelters)
                 await _count_attempt(engine)
-                engine.emit("saga_started")
+                engine.emit("saga_started", queue=queue)
                 if held.may_have_a_cancel:
                     await _honour_cancel(engine)
                 return await drive_plan(engine, plan, self._planner)
             engine = held.start(detached=True, shelters=shelters)
             await _count_attempt(engine)
-            engine.emit("saga_started")
+            engine.emit("saga_started", queue=queue)
             engine.fail("its process stopped in the middle of the saga; recovery compensated it")
             return await engine.compensate()
         except LeaseLostError as exc:

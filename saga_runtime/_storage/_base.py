@@ -274,9 +274,9 @@ class SagaStore(Protocol):
         ...
 
     async def list_sagas(
-        self, status: SagaStatus | str | None = None, limit: int = 100, offset: int = 0
+        self, status: SagaStatus | str | None = None, limit: int = 100, offset: int = 0, *, reason: str | None = None
     ) -> list[SagaSummary]:
-        """Return summaries of stored sagas, newest first, optionally only those with `status`."""
+        """Return summaries of stored sagas, newest first, optionally only those with `status` and end `reason`."""
         ...
 
     async def export_saga(self, saga_id: str) -> dict[str, Any]:
