@@ -72,8 +72,9 @@ class Verdict:
         """Fail the saga for a reason no single step gives (the first reason stands); `cause`: the exception."""
         if self.reason is None:
             self.reason = reason
-            if cause is not None:
-                self._cause = type(cause).__name__
+            if cause is not None:  # a failed call's own error type (StepFailedError carries it), else its class
+                error_type = getattr(cause, "error_type", None)
+                self._cause = error_type if isinstance(error_type, str) else type(cause).__name__
 
     def halt(self, reason: str) -> None:
         """Fail the saga for an operator's cancel, and cancel the calls running now."""
