@@ -117,7 +117,8 @@ async def test_recovery_leaves_a_saga_of_an_incompatible_version_and_logs_it(
     assert stored is not None
     assert stored.status is SagaStatus.RUNNING
     assert "version '1'" in (stored.error or "")
-    assert stored.waiting_for is not None and stored.waiting_for["kind"] == "version"
+    assert stored.waiting_for is not None
+    assert stored.waiting_for["kind"] == "version"
     assert "recorded under version '1'" in stored.waiting_for["detail"]
     assert CALLS == {}
     assert await store.list_sagas(status=SagaStatus.PARKED) == []
