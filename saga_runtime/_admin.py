@@ -19,6 +19,7 @@ from saga_runtime._records import (
     ACTIVE,
     APPROVED,
     DRAINING,
+    END_REASONS,
     KEY_ENV,
     PAUSED,
     REJECTED,
@@ -35,7 +36,7 @@ from saga_runtime._records import (
     now,
     summary_from_rows,
 )
-from saga_runtime._storage import SagaStore
+from saga_runtime._storage import SagaStore, waiting_counts
 from saga_runtime._tools import Resources, ToolRegistry
 
 __all__ = ["BulkSummary", "SagaAdmin"]
@@ -141,14 +142,24 @@ class SagaAdmin:
         return await self.store.get_saga(saga_id)
 
     async def list_sagas(
-        self, status: SagaStatus | str | None = None, *, limit: int = 100, offset: int = 0, queue: str | None = None
+        self,
+        status: SagaStatus | str | None = None,
+        *,
+        limit: int = 100,
+        offset: int = 0,
+        queue: str | None = None,
+        reason: str | None = None,
     ) -> list[SagaSummary]:
-        """Return summaries of stored sagas, newest first, optionally only those with `status`, or of `queue`."""
+        """Return summaries of stored sagas, newest first, optionally only those with `status`, of `queue`, and
+        ended for `reason` (`SagaResult.end_reason`)."""
         if queue is None:
-            return await self.store.list_sagas(status, limit, offset)
+            return await self.store.list_sagas(status, limit, offset, reason=reason)
+        if reason is not None and reason not in END_REASONS:
+            raise ValueError(f"reason must be one of {list(END_REASONS)}, got {reason!r}")
         wanted = None if status is None else SagaStatus(status)
         rows = await self.store.list_queue_rows(_queue_name(queue), wanted, int(limit), int(offset))
-        return [summary_from_rows(saga, count) for saga, count in rows]
+        summaries = [summary_from_rows(saga, count) for saga, count in rows]
+        return [s for s in summaries if reason is None or s.end_reason == reason]
 
     # -- queues (API.md §19) --------------------------------------------------------------------------------------
 
@@ -172,6 +183,10 @@ class SagaAdmin:
         name = _queue_name(name)
         await self.store.set_queue_state(name, state, now())
         return next(info for info in await self.store.queue_infos() if info.name == name)
+
+    async def waiting_counts(self) -> dict[str, int]:
+        """Return how many sagas wait for each kind of thing (`SagaResult.waiting_for["kind"]`), as sampled."""
+        return await waiting_counts(self.store)
 
     async def verify_saga(self, saga_id: str) -> VerifyResult:
         """Check a stored saga's hash chain; falsy, naming the broken records, if altered."""

@@ -232,7 +232,8 @@ class DynamicSaga:
                 engine.fail(
                     "the saga was cancelled by its caller"
                     if isinstance(exc, anyio.get_cancelled_exc_class())
-                    else f"the saga block raised {describe(exc)}"
+                    else f"the saga block raised {describe(exc)}",
+                    exc,
                 )
                 self.result = await engine.compensate()
         finally:

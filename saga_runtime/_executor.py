@@ -36,12 +36,15 @@ from saga_runtime._records import (
     to_json_value,
 )
 from saga_runtime._schedules import Schedules
-from saga_runtime._storage import MemoryStore, SagaStore
+from saga_runtime._storage import MemoryStore, SagaStore, waiting_counts
 from saga_runtime._tools import Resources, ToolRegistry
 
 __all__ = ["SagaExecutor"]
 
 logger = logging.getLogger("saga_runtime")
+
+# Seconds between two samples of the waiting sagas for a metrics hook (a read of up to a few pages of rows).
+_WAITING_SAMPLE = 15.0
 
 
 def _check_positive(name: str, value: float | None, *, allow_none: bool = False) -> None:
@@ -380,6 +383,9 @@ class SagaExecutor:
             pause = self.lease_timeout / 2 if interval is None else interval
             tg.start_soon(self._recover_rounds, pause, limit, shelters)
             tg.start_soon(self._schedules.serve, 0.5 if interval is None else interval)
+            waiting = [getattr(hook, "observe_waiting", None) for hook in self.hooks]
+            if any(callable(sample) for sample in waiting):
+                tg.start_soon(self._sample_waiting, [sample for sample in waiting if callable(sample)])
             try:
                 await self._actions.queues.serve(
                     served,
@@ -433,6 +439,18 @@ class SagaExecutor:
     async def delete_schedule(self, name: str) -> None:
         """Delete a schedule (the sagas it submitted stay). An unknown name raises KeyError."""
         await self._schedules.delete(name)
+
+    async def _sample_waiting(self, samplers: list[Any]) -> None:
+        """Tell the hooks that keep a gauge of waiting sagas how many wait for what, every `_WAITING_SAMPLE` seconds."""
+        while True:
+            try:
+                counts = await waiting_counts(self.store)
+            except Exception as exc:  # a metric never stops a worker
+                logger.warning("could not sample the waiting sagas: %s", exc)
+            else:
+                for sample in samplers:
+                    sample(counts)
+            await anyio.sleep(_WAITING_SAMPLE)
 
     async def _recover_rounds(self, pause: float, limit: int, shelters: Shelters) -> None:
         while True:

@@ -11,8 +11,12 @@ Install `saga-runtime[metrics]` and give the executor the hook::
 
 Metrics:
 
-- `saga_runtime_sagas_started_total{queue}`: sagas started or resumed here.
-- `saga_runtime_sagas_finished_total{status}`: sagas ended here.
+- `saga_runtime_sagas_started_total{queue}`: sagas started or resumed here, by the queue a worker started them
+  from ("default" for a saga run, resumed or recovered outside a queue start).
+- `saga_runtime_sagas_finished_total{status,reason}`: sagas ended here; `reason` is `SagaResult.end_reason`
+  ("failed", "cancelled", "rejected", "budget", "deadline", "diverged", "timeout"; "" for SUCCESS).
+- `saga_runtime_attempts_total{tool,outcome}`: step attempts ended, `outcome` "success", "retry" (failed, another
+  attempt follows), "failed" (failed, the last) or "cancelled" (stopped while running: outcome unknown).
 - `saga_runtime_steps_finished_total{tool,status}`; `saga_runtime_step_duration_seconds{tool}`, retries included.
 - `saga_runtime_compensations_total{tool,status}`.
 - `saga_runtime_sagas_running`: sagas driven here now (not those waiting for approval).
@@ -22,6 +26,8 @@ Metrics:
 - `saga_runtime_cost_total`: every charge (`ctx.charge`, `saga.charge`, an LLM call).
 - `saga_runtime_queue_depth{queue}`: fed by a worker's `observe_queue_depth()`.
 - `saga_runtime_takeovers_total`: sagas recovery took over from a gone executor (or `observe_takeover()`).
+- `saga_runtime_sagas_waiting{kind}`: QUEUED, WAITING and PARKED sagas by what they wait for
+  (`SagaResult.waiting_for`), fed by a worker's (or the console's) `observe_waiting()`.
 
 Each hook has its own `CollectorRegistry` unless given one, so hooks never clash; hooks given the same
 registry (even `prometheus_client.REGISTRY`) share its metrics.
@@ -31,6 +37,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -67,6 +74,8 @@ class _Metrics:
     cost: Counter
     queue_depth: Gauge
     takeovers: Counter
+    attempts: Counter
+    waiting: Gauge
 
     @classmethod
     def register(cls, registry: CollectorRegistry) -> _Metrics:
@@ -75,7 +84,10 @@ class _Metrics:
                 "saga_runtime_sagas_started", "Sagas started or resumed here.", ["queue"], registry=registry
             ),
             finished=Counter(
-                "saga_runtime_sagas_finished", "Sagas ended here, by terminal status.", ["status"], registry=registry
+                "saga_runtime_sagas_finished",
+                "Sagas ended here, by terminal status and end reason.",
+                ["status", "reason"],
+                registry=registry,
             ),
             steps=Counter(
                 "saga_runtime_steps_finished", "Steps ended, by tool and status.", ["tool", "status"], registry=registry
@@ -108,6 +120,18 @@ class _Metrics:
                 "saga_runtime_queue_depth", "Queued sagas, as a worker last sampled.", ["queue"], registry=registry
             ),
             takeovers=Counter("saga_runtime_takeovers", "Sagas taken over from another executor.", registry=registry),
+            attempts=Counter(
+                "saga_runtime_attempts",
+                "Step attempts ended, by tool and outcome.",
+                ["tool", "outcome"],
+                registry=registry,
+            ),
+            waiting=Gauge(
+                "saga_runtime_sagas_waiting",
+                "Sagas that wait, by what they wait for, as last sampled.",
+                ["kind"],
+                registry=registry,
+            ),
         )
 
 
@@ -159,6 +183,14 @@ class PrometheusHook:
             raise ValueError(f"depth must be a non-negative int, got {depth!r}")
         self._m.queue_depth.labels(queue=queue).set(depth)
 
+    def observe_waiting(self, counts: Mapping[str, int]) -> None:
+        """Set how many sagas wait for each kind of thing now (`SagaAdmin.waiting_counts()`)."""
+        for kind, count in counts.items():
+            if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+                raise ValueError(f"the count of {kind!r} must be a non-negative int, got {count!r}")
+        for kind, count in counts.items():
+            self._m.waiting.labels(kind=kind).set(count)
+
     def observe_takeover(self, count: int = 1) -> None:
         """Count sagas taken over from another executor."""
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
@@ -170,7 +202,7 @@ class PrometheusHook:
         return generate_latest(self.registry)
 
     def _saga_started(self, event: SagaEvent) -> None:
-        queue = getattr(event, "queue", None) or DEFAULT_QUEUE
+        queue = event.queue or DEFAULT_QUEUE
         self._m.started.labels(queue=queue).inc()
         with self._lock:
             if event.saga_id in self._running:
@@ -187,7 +219,7 @@ class PrometheusHook:
         self._m.running.dec()
 
     def _saga_finished(self, event: SagaEvent) -> None:
-        self._m.finished.labels(status=event.status or "").inc()
+        self._m.finished.labels(status=event.status or "", reason=event.reason or "").inc()
         self._not_running(event.saga_id)
 
     def _approval_requested(self, event: SagaEvent) -> None:
@@ -198,9 +230,18 @@ class PrometheusHook:
         with self._lock:
             self._step_starts.setdefault(event.saga_id, {})[event.step_id or ""] = event.at
 
+    def _attempt_failed(self, event: SagaEvent) -> None:
+        outcome = "retry" if event.will_retry else "failed"
+        self._m.attempts.labels(tool=event.tool_name or "", outcome=outcome).inc()
+
     def _step_finished(self, event: SagaEvent) -> None:
         tool = event.tool_name or ""
-        self._m.steps.labels(tool=tool, status=event.status or "").inc()
+        status = event.status or ""
+        self._m.steps.labels(tool=tool, status=status).inc()
+        if status == "SUCCESS":
+            self._m.attempts.labels(tool=tool, outcome="success").inc()
+        elif status == "CANCELLED" and event.error is not None and "cancelled while running" in event.error:
+            self._m.attempts.labels(tool=tool, outcome="cancelled").inc()
         with self._lock:
             started = self._step_starts.get(event.saga_id, {}).pop(event.step_id or "", None)
         if started is not None:  # a rejected step never ran

@@ -91,7 +91,7 @@ class Compensator:
         for row in leftover:
             journal.undo_failed(row, f"compensation did not run: compensation_timeout ({self._timeout:g}s) ran out")
         status = SagaStatus.COMPENSATION_FAILED if failed or leftover else SagaStatus.COMPENSATED
-        return await write_end(journal, status, self._verdict.reason)
+        return await write_end(journal, status, self._verdict.reason, self._verdict.cause)
 
     def reopen(self) -> None:
         """Make a COMPENSATION_FAILED saga's failed compensations due again (an operator's retry)."""

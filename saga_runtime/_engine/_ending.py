@@ -27,8 +27,9 @@ _FINAL_WRITE_MARGIN = 10.0
 _NEVER_RAN = frozenset({StepStatus.PENDING, StepStatus.WAITING})
 
 
-async def write_end(journal: Journal, status: SagaStatus, error: str | None) -> SagaResult:
-    """Record the saga's terminal status and return its result; `error` says why it did not succeed.
+async def write_end(journal: Journal, status: SagaStatus, error: str | None, cause: str | None = None) -> SagaResult:
+    """Record the saga's terminal status and return its result; `error` says why it did not succeed, `cause` the
+    class name of the exception that failed it (see `Journal.end`).
 
     Call it shielded (or from shielded work), unless `writes_pause(journal.store)` is False: then it writes in
     the calling task while the write does not pause, and shielded from where it does.
@@ -42,15 +43,16 @@ async def write_end(journal: Journal, status: SagaStatus, error: str | None) -> 
                 f"saga {saga.saga_id!r} cannot end SUCCESS: steps {left} never ran (a bug in saga_runtime: "
                 "please report it)"
             )
-    journal.end(status, error)
+    journal.end(status, error, cause if status is not SagaStatus.SUCCESS else None)
     if writes_pause(journal.store):
         await _bounded(journal, journal.flush())
     else:
         await shielded_inline(journal.flush(), lambda rest: shielded(_bounded(journal, rest)))
-    journal.emit("saga_finished", error=saga.error)
+    result = result_from_rows(saga, list(journal.rows.values()), journal.approvals, complete=True)
+    journal.emit("saga_finished", error=saga.error, reason=result.end_reason)
     log = logger.info if status is SagaStatus.SUCCESS else logger.warning
     log("saga %s ended %s%s", saga.saga_id, status.value, f": {saga.error}" if saga.error else "")
-    return result_from_rows(saga, list(journal.rows.values()), journal.approvals, complete=True)
+    return result
 
 
 async def _bounded(journal: Journal, write: Coroutine[Any, Any, None]) -> None:

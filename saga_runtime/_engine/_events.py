@@ -42,7 +42,8 @@ class SagaEvent:
     (or the decision) is stored; `decision` ("approved" or "rejected") and `decided_by` say what was decided.
     `attempt_started` comes right before each attempt of a step runs; `charged` once per charge (a tool's
     `ctx.charge`, `saga.charge`, an LLM call), with its `cost` and `tokens`; `saga_taken_over` when recovery
-    takes over a saga whose owner is gone, before driving it.
+    takes over a saga whose owner is gone, before driving it. `saga_finished` carries the saga's `reason`
+    (`SagaResult.end_reason`); `saga_started` the `queue` it was started from (None: not from a queue).
     """
 
     kind: EventKind
@@ -60,6 +61,9 @@ class SagaEvent:
     decided_by: str | None = None
     cost: float | None = None
     tokens: int | None = None
+    # `saga_finished`: how a saga that did not succeed ended (SagaResult.end_reason); `saga_started`: its queue.
+    reason: str | None = None
+    queue: str | None = None
 
 
 @runtime_checkable

@@ -168,7 +168,7 @@ class GroupRunner:
                 return False
             return self.judge((row,), "all", None)
         status, attempts, started_at = row.status, row.attempts, row.started_at
-        journal.start(row, now())
+        journal.start(row, now(), call[1].version)
         journal.keep_lease()  # never start on an almost expired lease: extend it in the same write
         try:
             await journal.flush(ahead=True)
@@ -220,10 +220,10 @@ class GroupRunner:
             journal.announced.difference_update(call[0].step_id for call in ready)
             calls = waiting
         before = [(row.status, row.attempts, row.started_at) for row, _, _ in calls]
-        for row, _, _ in calls:
+        for row, spec, _ in calls:
             # A step resumed after a crash (RUNNING or CANCELLED: outcome unknown) runs again with the same
             # idempotency key; its attempts keep counting.
-            journal.start(row, started)
+            journal.start(row, started, spec.version)
         if calls:
             journal.keep_lease()  # never start on an almost expired lease: extend it in the same write
         try:

@@ -29,11 +29,14 @@ from saga_runtime._records import (
     SagaStatus,
     StepRow,
     StepStatus,
+    end_entry,
+    end_reason_of,
     extend_head,
     identity_hash,
     note_reason,
     now,
     read_note,
+    standing_of,
 )
 
 __all__ = ["EngineConfig", "Journal", "seq_of"]
@@ -98,9 +101,13 @@ class Journal:
         step_to(row, StepStatus.PENDING)
         self._dirty[row.step_id] = row
 
-    def start(self, row: StepRow, at: datetime) -> None:
-        """Start a step's next attempt (a resumed step of unknown outcome keeps counting)."""
+    def start(self, row: StepRow, at: datetime, version: str | None = None) -> None:
+        """Start a step's next attempt (a resumed step of unknown outcome keeps counting); `version`: the tool's
+        version that runs it, recorded (an accepted older version the step was planned with gives way to it).
+        """
         step_to(row, StepStatus.RUNNING)
+        if version is not None and row.tool_version != version:
+            row.tool_version = version
         if row.reconciled:  # found not done, it runs again: this run tells its outcome
             row.reconciled = False
         row.attempts += 1
@@ -245,8 +252,12 @@ class Journal:
         self.saga.error = reason
         self._saga_dirty = True
 
-    def end(self, status: SagaStatus, error: str | None) -> None:
-        """Make the saga terminal (`error`: why it did not succeed); no step of it reads RUNNING or WAITING after."""
+    def end(self, status: SagaStatus, error: str | None, cause: str | None = None) -> None:
+        """Make the saga terminal (`error`: why it did not succeed); no step of it reads RUNNING or WAITING after.
+
+        A saga that did not succeed has its end reason and standing effects added to its history (`cause`: the
+        class name of the exception that failed it, when known), decided here once.
+        """
         self.saga_to(status)
         for row in self.rows.values() if status is not SagaStatus.SUCCESS else ():
             if row.status is StepStatus.RUNNING:
@@ -264,8 +275,14 @@ class Journal:
                     why = f"rejected by {refused.decided_by}" + (f": {refused.note}" if refused.note else "")
                     self.finish_step(row, StepStatus.REJECTED, error=why, error_type="ApprovalRejected")
         saga = self.saga
-        if status is not SagaStatus.SUCCESS and saga.error is None:
-            saga.error = error or "the saga was cancelled by its caller"
+        if status is not SagaStatus.SUCCESS:
+            if saga.error is None:
+                saga.error = error or "the saga was cancelled by its caller"
+            rows = self.rows.values()
+            saga.history = [
+                *saga.history,
+                end_entry(end_reason_of(status, rows, saga.history, cause), standing_of(status, rows)),
+            ]
         saga.finished_at = now()
         saga.lease_expires_at = None
 

@@ -40,6 +40,7 @@ WAITS_FOR_TOOLS = "waits for a worker that has its tool(s) "
 def take_over(saga: SagaRow, owner: str, expires: datetime, at: datetime | None = None) -> None:
     """Note that `owner` holds the saga's lease until `expires` (the store said so)."""
     saga.owner, saga.lease_expires_at = owner, expires
+    saga.waiting_for = None  # it moves now
     if saga.error is not None and saga.error.startswith(WAITS_FOR_TOOLS):
         saga.error = None  # a worker with the tools drives it now
     if at is not None:
@@ -59,8 +60,9 @@ def let_go(saga: SagaRow, *, uncount: bool = False, by: str | None = None) -> No
     saga.updated_at = now()
 
 
-def waits_for_tools(saga: SagaRow, missing: list[str]) -> None:
-    """Say in the saga's error which tools it waits for, and the operator's way out."""
+def waits_for_tools(saga: SagaRow, missing: list[str], note: dict[str, Any] | None = None) -> None:
+    """Say in the saga's error which tools it waits for, and the operator's way out; `note`: why it waits."""
+    saga.waiting_for = note
     saga.error = (
         f"{WAITS_FOR_TOOLS}{', '.join(missing)} (missing or renamed): register them, or give up on it with "
         f"unpark({saga.saga_id!r}, compensate=True)"

@@ -20,7 +20,7 @@ from saga_runtime._engine._events import SagaEvent, emit
 from saga_runtime._engine._journal import Journal
 from saga_runtime._engine._recovery import Recovery
 from saga_runtime._exceptions import IdempotencyConflictError, StoreError
-from saga_runtime._records import Queue, QueueEntry, SagaRow, SagaStatus, StepRow, now
+from saga_runtime._records import Queue, QueueEntry, SagaRow, SagaStatus, StepRow, WaitingKind, now
 
 __all__ = ["Queues"]
 
@@ -65,29 +65,32 @@ class Queues:
         warned about once each.
         """
         drives = self._drives
-        lacking: dict[str, list[str]] = {}
+        lacking: dict[str, list[tuple[WaitingKind, str]]] = {}
 
         def fits(saga: SagaRow) -> bool:
-            missing = self._recovery.missing_tools(saga, [])  # a queued saga's steps are its plan's
-            if missing:
-                lacking[saga.saga_id] = missing
-            return not missing
+            lacks = self._recovery.lacking(saga, [])  # a queued saga's steps are its plan's
+            if lacks:
+                lacking[saga.saga_id] = lacks
+            return not lacks
 
         started = now()
         claimed = await drives.config.store.claim_queued(
             drives.config.executor_id, drives.claims.lease_until(started), started, queue, limit, fits
         )
-        for saga_id, missing in lacking.items():
-            self._warn_lacking(saga_id, missing)
+        for saga_id, lacks in lacking.items():
+            await self._left(saga_id, lacks)
         return claimed
 
-    def _warn_lacking(self, saga_id: str, missing: list[str]) -> None:
+    async def _left(self, saga_id: str, lacking: list[tuple[WaitingKind, str]]) -> None:
+        """Warn of a saga left in its queue for what this worker lacks, and note it on the saga: once each."""
         if saga_id in self._passed_over:
             return
         if len(self._passed_over) >= _PASSED_OVER_MAX:
             self._passed_over.clear()
         self._passed_over.add(saga_id)
+        missing = [text for _, text in lacking]
         logger.warning("saga %s: left in its queue, this worker lacks the tool(s) %s", saga_id, missing)
+        await self._recovery.note_lacking(saga_id, lacking)
 
     async def _note_limits(self, queues: Sequence[Queue]) -> None:
         """Record the limits this worker serves each queue with (shown by `SagaAdmin.queues()`)."""
@@ -133,10 +136,10 @@ class Queues:
             if not queue:  # a decision, cancel, unpark, retry or message: recovery's round goes on with it
                 self._recovery.nudge()
 
-        async def drive(saga: SagaRow, rows: list[StepRow]) -> None:
+        async def drive(saga: SagaRow, rows: list[StepRow], queue: str) -> None:
             nonlocal running, freed
             try:
-                await self._recovery.drive_claimed(saga, rows, shelters=shelters)
+                await self._recovery.drive_claimed(saga, rows, shelters=shelters, queue=queue)
             finally:
                 running -= 1
                 freed.set()
@@ -160,7 +163,7 @@ class Queues:
                     for saga, rows in claimed:
                         running += 1
                         started += 1
-                        task_group.start_soon(drive, saga, rows)
+                        task_group.start_soon(drive, saga, rows, queue.name)
                 if on_depth is not None:
                     await self._sample(queues, on_depth)
                 if started:

@@ -16,9 +16,9 @@ from saga_runtime._engine._driver import Planner, drive_plan
 from saga_runtime._engine._events import SagaEvent, emit
 from saga_runtime._engine._journal_rows import waits_for_tools
 from saga_runtime._engine._saga import SagaEngine
-from saga_runtime._engine._versions import unfit_tools
+from saga_runtime._engine._versions import unfit, unfit_note
 from saga_runtime._exceptions import LeaseLostError, PlanValidationError
-from saga_runtime._records import SagaResult, SagaRow, SagaStatus, StepRow, now
+from saga_runtime._records import SagaResult, SagaRow, SagaStatus, StepRow, WaitingKind, now
 
 __all__ = ["Recovery"]
 
@@ -65,7 +65,19 @@ class Recovery:
         """Return the tools of a saga's steps (those never started included) this executor's registry lacks, or
         cannot resume (a version it does not accept, arguments of an accepted older version it refuses).
         """
-        return unfit_tools(self._drives.config.registry, saga, rows)
+        return [text for _, text in self.lacking(saga, rows)]
+
+    def lacking(self, saga: SagaRow, rows: list[StepRow]) -> list[tuple[WaitingKind, str]]:
+        """Return what this executor lacks to run the saga ("tool" or "version", and which), as `missing_tools`."""
+        return unfit(self._drives.config.registry, saga, rows)
+
+    async def note_lacking(self, saga_id: str, lacking: list[tuple[WaitingKind, str]]) -> None:
+        """Note on a saga left undriven what this executor lacks to run it (its `waiting_for`); never raises."""
+        config = self._drives.config
+        try:
+            await config.store.note_waiting(saga_id, unfit_note(lacking, by=config.executor_id))
+        except Exception as exc:  # a note never stops a worker
+            logger.warning("saga %s: could not note why it waits: %s", saga_id, exc)
 
     async def recover(self, limit: int, shelters: Shelters | None = None) -> list[SagaResult]:
         """Go on with decided sagas, then take over every live saga whose owner is gone; return what finished.
@@ -82,10 +94,10 @@ class Recovery:
             )
             fresh: list[tuple[SagaRow, list[StepRow]]] = []
             for saga, rows in claimed:
-                missing = self.missing_tools(saga, rows)
-                if saga.saga_id in passed_over or missing:
-                    if missing:
-                        self._waits(saga, missing)
+                lacking = self.lacking(saga, rows)
+                if saga.saga_id in passed_over or lacking:
+                    if lacking:
+                        self._waits(saga, lacking)
                     passed_over.add(saga.saga_id)
                     await self._drives.claims.give_back(saga, config.executor_id)  # still its crashed owner's
                     continue
@@ -125,18 +137,21 @@ class Recovery:
                 offset += page
         return owned
 
-    def _waits(self, saga: SagaRow, missing: list[str]) -> None:
+    def _waits(self, saga: SagaRow, lacking: list[tuple[WaitingKind, str]]) -> None:
         """Say in the saga's error which tools it waits for; warn once per worker and saga, not at every pass."""
-        waits_for_tools(saga, missing)
+        missing = [text for _, text in lacking]
+        waits_for_tools(saga, missing, unfit_note(lacking, by=self._drives.config.executor_id))
         self._warn_once(saga.saga_id, missing, saga.error or "")
 
-    def _warn_once(self, saga_id: str, missing: list[str], message: str) -> None:
+    def _warn_once(self, saga_id: str, missing: list[str], message: str) -> bool:
+        """Warn that the saga is left for what this worker lacks, once; return whether it warned (first time)."""
         if (saga_id, tuple(missing)) in self._warned:
-            return
+            return False
         if len(self._warned) >= _WARNED_MAX:
             self._warned.clear()
         self._warned.add((saga_id, tuple(missing)))
         logger.warning("saga %s: %s", saga_id, message)
+        return True
 
     async def _recover_batch(
         self, batch: list[tuple[SagaRow, list[StepRow]]], shelters: Shelters | None = None
@@ -163,9 +178,15 @@ class Recovery:
         return [result for result in done if result is not None]
 
     async def drive_claimed(
-        self, saga: SagaRow, rows: list[StepRow], *, orphan: bool = False, shelters: Shelters | None = None
+        self,
+        saga: SagaRow,
+        rows: list[StepRow],
+        *,
+        orphan: bool = False,
+        shelters: Shelters | None = None,
+        queue: str | None = None,
     ) -> SagaResult | None:
-        """Drive a saga this executor claimed (an orphan, or a queued saga it started); None if lost.
+        """Drive a saga this executor claimed (an orphan, or a queued saga it started from `queue`); None if lost.
 
         Claimed again right before it is driven: while it waited its turn, its lease may have run out and another
         executor taken it. Under a serving worker (`shelters`), its stop lets the running calls return.
@@ -180,16 +201,20 @@ class Recovery:
                                 self._drives.config.hooks,
                                 SagaEvent("saga_taken_over", saga.saga_id, status=saga.status.value),
                             )
-                        return await self._recover_one(held, shelters)
+                        return await self._recover_one(held, shelters, queue)
             except LeaseLostError as exc:
                 logger.warning("saga %s: %s", saga.saga_id, exc)
         return None
 
-    async def _recover_one(self, held: Claim, shelters: Shelters | None) -> SagaResult | None:
+    async def _recover_one(self, held: Claim, shelters: Shelters | None, queue: str | None) -> SagaResult | None:
         saga = held.saga
         if saga.recovery_attempts >= self._max_attempts:
             return await held.park(f"recovery failed {saga.recovery_attempts} times")
-        logger.info("saga %s: recovering (attempt %d), left %s", saga.saga_id, saga.recovery_attempts + 1, saga.status)
+        if queue is not None and not saga.recovery_attempts:  # a start, not a crash
+            logger.info("saga %s: starting, from queue %r", saga.saga_id, queue)
+        else:
+            attempt = saga.recovery_attempts + 1
+            logger.info("saga %s: recovering (attempt %d), left %s", saga.saga_id, attempt, saga.status)
         try:
             if saga.kind == "plan":
                 try:
@@ -204,13 +229,13 @@ class Recovery:
                 # No caller: if this worker stops, the saga stays for the next recovery.
                 engine = held.start(detached=True, shelters=shelters)
                 await _count_attempt(engine)
-                engine.emit("saga_started")
+                engine.emit("saga_started", queue=queue)
                 if held.may_have_a_cancel:
                     await _honour_cancel(engine)
                 return await drive_plan(engine, plan, self._planner)
             engine = held.start(detached=True, shelters=shelters)
             await _count_attempt(engine)
-            engine.emit("saga_started")
+            engine.emit("saga_started", queue=queue)
             engine.fail("its process stopped in the middle of the saga; recovery compensated it")
             return await engine.compensate()
         except LeaseLostError as exc:
@@ -251,9 +276,13 @@ class Recovery:
         stored = await store.load_saga(saga_id)
         if stored is None or stored[0].status is not SagaStatus.WAITING or stored[0].kind != "plan":
             return None
-        missing = self.missing_tools(*stored)
-        if missing:
-            self._warn_once(saga_id, missing, f"decided, left for a worker that has its tool(s) {', '.join(missing)}")
+        lacking = self.lacking(*stored)
+        if lacking:
+            missing = [text for _, text in lacking]
+            if self._warn_once(
+                saga_id, missing, f"decided, left for a worker that has its tool(s) {', '.join(missing)}"
+            ):
+                await self.note_lacking(saga_id, lacking)
             return None
         async with self._drives.claim(stored[0], take="waiting", reread={SagaStatus.WAITING}) as held:
             if held is None:

@@ -129,9 +129,9 @@ class SagaEngine:
 
     # -- what front doors tell it --------------------------------------------------------------------------------------
 
-    def fail(self, reason: str) -> None:
-        """Fail the saga for a reason of the front door's (the first reason stands)."""
-        self.verdict.fail_with(reason)
+    def fail(self, reason: str, cause: BaseException | None = None) -> None:
+        """Fail the saga for a reason of the front door's (the first reason stands); `cause`: the exception."""
+        self.verdict.fail_with(reason, cause)
 
     def cancel(self, request: str) -> None:
         """Honour an operator's cancel request (its stored note): record it, cut the running calls, fail the saga.
@@ -212,7 +212,7 @@ class SagaEngine:
 
     async def finish(self, status: SagaStatus) -> SagaResult:
         """Record the saga's terminal status and return its result; the record is written even if the caller leaves."""
-        end = write_end(self.journal, status, self.verdict.reason)
+        end = write_end(self.journal, status, self.verdict.reason, self.verdict.cause)
         return await (shielded(end) if writes_pause(self.config.store) else end)  # see write_end
 
     async def run_group(self, rows: Sequence[StepRow], *, join: str = "all", needed: int | None = None) -> bool:

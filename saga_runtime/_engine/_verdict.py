@@ -20,7 +20,18 @@ class Verdict:
     one step inline, or its siblings), which a halt cancels: the calls' outcomes are unknown.
     """
 
-    __slots__ = ("_cut", "culprit", "errors", "halted", "reason", "running", "store_error", "stuck", "winners")
+    __slots__ = (
+        "_cause",
+        "_cut",
+        "culprit",
+        "errors",
+        "halted",
+        "reason",
+        "running",
+        "store_error",
+        "stuck",
+        "winners",
+    )
 
     def __init__(self) -> None:
         self.reason: str | None = None
@@ -33,6 +44,18 @@ class Verdict:
         self.halted: str | None = None
         self.running: asyncio.Task[object] | Siblings | None = None
         self._cut = False  # the task running a step inline was cancelled by a halt (not yet taken back)
+        self._cause: str | None = None  # the class name of what failed it, given by a front door
+
+    @property
+    def cause(self) -> str | None:
+        """Return the class name of the exception that failed the saga, if known ("CancelledError": its caller
+        left, nothing failed it), read once at its end.
+        """
+        if self._cause is not None:
+            return self._cause
+        if self.culprit is not None and self.culprit in self.errors:
+            return type(self.errors[self.culprit]).__name__
+        return "CancelledError" if self.reason is None else None
 
     @property
     def failed(self) -> bool:
@@ -45,10 +68,13 @@ class Verdict:
             self.reason = f"step {row.step_id!r} ({row.tool_name}) failed: {error}"
             self.culprit = row.step_id
 
-    def fail_with(self, reason: str) -> None:
-        """Fail the saga for a reason no single step gives (the first reason stands)."""
+    def fail_with(self, reason: str, cause: BaseException | None = None) -> None:
+        """Fail the saga for a reason no single step gives (the first reason stands); `cause`: the exception."""
         if self.reason is None:
             self.reason = reason
+            if cause is not None:  # a failed call's own error type (StepFailedError carries it), else its class
+                error_type = getattr(cause, "error_type", None)
+                self._cause = error_type if isinstance(error_type, str) else type(cause).__name__
 
     def halt(self, reason: str) -> None:
         """Fail the saga for an operator's cancel, and cancel the calls running now."""

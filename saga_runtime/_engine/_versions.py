@@ -6,10 +6,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from saga_runtime._records import SagaRow, StepRow, StepStatus, has_envelope, with_unstarted
+from saga_runtime._records import (
+    SagaRow,
+    StepRow,
+    StepStatus,
+    WaitingKind,
+    has_envelope,
+    now,
+    waiting_note,
+    with_unstarted,
+)
 from saga_runtime._tools import ToolRegistry, ToolSpec
 
-__all__ = ["unfit_tools"]
+__all__ = ["unfit", "unfit_note", "unfit_tools"]
 
 # Steps nothing will run or undo again: their tool's version no longer matters.
 _SETTLED = frozenset({StepStatus.COMPENSATED, StepStatus.REJECTED})
@@ -19,26 +28,49 @@ _FORWARD = frozenset({StepStatus.PENDING, StepStatus.RUNNING, StepStatus.CANCELL
 
 def unfit_tools(registry: ToolRegistry, saga: SagaRow, rows: list[StepRow]) -> list[str]:
     """Return, sorted, each tool of the saga's steps this registry lacks or cannot resume, saying why."""
-    unfit: set[str] = set()
+    return [text for _, text in unfit(registry, saga, rows)]
+
+
+def unfit(registry: ToolRegistry, saga: SagaRow, rows: list[StepRow]) -> list[tuple[WaitingKind, str]]:
+    """Return, sorted, what this registry lacks to resume the saga: a "tool" it has not, or a "version" it does
+    not accept (or whose arguments it refuses), each with the text saying so.
+    """
+    found: set[tuple[WaitingKind, str]] = set()
     for row in with_unstarted(saga, rows):
         spec = registry.find(row.tool_name)
         if spec is None:
-            unfit.add(row.tool_name)
+            found.add(("tool", row.tool_name))
         elif row.status in _SETTLED:
             continue
         elif not spec.accepts(row.tool_version):
-            unfit.add(
-                f"{row.tool_name} (steps recorded under version {row.tool_version!r}; this executor's version "
-                f"{spec.version!r} accepts {[spec.version, *spec.compatible]})"
+            found.add(
+                (
+                    "version",
+                    f"{row.tool_name} (steps recorded under version {row.tool_version!r}; this executor's version "
+                    f"{spec.version!r} accepts {[spec.version, *spec.compatible]})",
+                )
             )
         elif row.tool_version != spec.version and row.status in _FORWARD:
             problems = _args_problems(spec, row.args)
             if problems:
-                unfit.add(
-                    f"{row.tool_name} (arguments recorded under version {row.tool_version!r} do not fit version "
-                    f"{spec.version!r}: {'; '.join(problems)})"
+                found.add(
+                    (
+                        "version",
+                        f"{row.tool_name} (arguments recorded under version {row.tool_version!r} do not fit "
+                        f"version {spec.version!r}: {'; '.join(problems)})",
+                    )
                 )
-    return sorted(unfit)
+    return sorted(found, key=lambda item: item[1])
+
+
+def unfit_note(lacking: list[tuple[WaitingKind, str]], *, by: str) -> dict[str, Any]:
+    """Return the waiting note of a saga this executor (`by`) cannot run for what it lacks (see `unfit`)."""
+    tools = [text for kind, text in lacking if kind == "tool"]
+    if tools:
+        detail = f"a worker that has the tool(s) {', '.join(tools)}"
+        return waiting_note("tool", detail, by=by, at=now())
+    versions = "; ".join(text for _, text in lacking)
+    return waiting_note("version", f"a worker whose tool version accepts: {versions}", by=by, at=now())
 
 
 def _args_problems(spec: ToolSpec, args: Any) -> list[str]:

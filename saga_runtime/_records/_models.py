@@ -12,12 +12,14 @@ from pydantic import BaseModel, ConfigDict
 from saga_runtime._exceptions import SagaFailedError
 from saga_runtime._records._approvals import ApprovalRequest, ApprovalRow, approval_request
 from saga_runtime._records._history import CancelRecord, Takeover, cancel_of, takeovers_of
+from saga_runtime._records._outcome import EndReason, WaitingFor, end_of, waiting_for_of
 from saga_runtime._records._rows import (
     SagaKind,
     SagaRow,
     SagaStatus,
     StepRow,
     StepStatus,
+    now,
     plan_groups,
     plan_joins,
     step_succeeded,
@@ -83,6 +85,10 @@ class SagaResult(BaseModel):
     purged_at: datetime | None = None
     takeovers: list[Takeover] = []
     cancel: CancelRecord | None = None
+    # How it ended and why it waits (API.md §19): None / [] while it runs; see saga_runtime._records._outcome.
+    end_reason: EndReason | None = None
+    effects_standing: list[str] = []
+    waiting_for: WaitingFor | None = None
 
     @property
     def pending_approvals(self) -> list[ApprovalRequest]:
@@ -166,6 +172,12 @@ def describe_result(result: SagaResult) -> str:
     lines = [head + ")"]
     if result.error:
         lines.append(f"  error: {result.error}")
+    if result.end_reason is not None:
+        lines.append(f"  ended: {result.end_reason}")
+    if result.effects_standing:
+        lines.append(f"  effects standing (not undone): {', '.join(result.effects_standing)}")
+    if result.waiting_for is not None:
+        lines.append(f"  waiting for: {result.waiting_for['kind']}: {result.waiting_for['detail']}")
     id_width = max((len(s.step_id) for s in result.steps), default=4)
     tool_width = max((len(s.tool_name) for s in result.steps), default=4)
     approvals = {request.step_id: request for request in result.approvals}
@@ -221,6 +233,8 @@ class SagaSummary(BaseModel):
     cost: float = 0.0
     tokens: int = 0
     error: str | None = None
+    end_reason: EndReason | None = None
+    waiting_for: WaitingFor | None = None
 
 
 _object_setattr = object.__setattr__
@@ -296,6 +310,7 @@ def result_from_rows(
     `complete`: `steps` hold a row for every planned step (an engine's), none to read from the plan.
     """
     rows = steps if complete else with_unstarted(saga, list(steps))
+    end_reason, standing = end_of(saga.status, rows, saga.history)
     return _construct(
         SagaResult,
         {
@@ -314,6 +329,9 @@ def result_from_rows(
             "purged_at": saga.purged_at,
             "takeovers": takeovers_of(saga.history) if saga.history else [],
             "cancel": cancel_of(saga.history) if saga.history else None,
+            "end_reason": end_reason,
+            "effects_standing": standing,
+            "waiting_for": _waiting_for(saga, approvals),
         },
         _RESULT_FIELDS,
     )
@@ -340,4 +358,14 @@ def summary_from_rows(saga: SagaRow, step_count: int) -> SagaSummary:
         cost=saga.cost,
         tokens=saga.tokens,
         error=saga.error,
+        end_reason=end_of(saga.status, (), saga.history)[0] if saga.status.is_terminal else None,
+        waiting_for=_waiting_for(saga),
     )
+
+
+def _waiting_for(saga: SagaRow, approvals: Sequence[ApprovalRow] = ()) -> WaitingFor | None:
+    """Return why the saga waits (its undecided requests among `approvals`; none given: not read), or None."""
+    if saga.status.is_terminal or (saga.owner is not None and saga.status is not SagaStatus.PARKED):
+        return None  # the common case, read at once: ended, or driven
+    pending = [(row.step_id, row.tool_name, row.deadline) for row in approvals if row.decision is None]
+    return waiting_for_of(saga, pending if approvals else None, now=now())

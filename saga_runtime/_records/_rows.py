@@ -268,6 +268,9 @@ class SagaRow:
     # The hash sealing the row's content (see saga_runtime._records._chain.seal_saga); set by the store as it writes
     # the row. Not part of a row's value: two rows with the same content are equal whether sealed or not.
     seal: str | None = field(default=None, compare=False)
+    # Why a saga nobody drives does not move, as the last worker that looked noted it (a tool or version it lacks):
+    # see saga_runtime._records._outcome. Not sealed, not part of the row's value: it changes as workers come and go.
+    waiting_for: dict[str, Any] | None = field(default=None, compare=False)
 
     def copy(self) -> SagaRow:
         """Return a snapshot of this row."""
@@ -292,6 +295,7 @@ class SagaRow:
             self.purged_at,
             list(self.history),
             self.seal,
+            self.waiting_for,
         )
 
 

@@ -3,5 +3,15 @@
 from saga_runtime._storage._base import SagaStore
 from saga_runtime._storage._memory import MemoryStore
 from saga_runtime._storage._open import DEFAULT_URL, ENV_VAR, StoreOpener, open_store, redact_url
+from saga_runtime._storage._reading import waiting_counts
 
-__all__ = ["DEFAULT_URL", "ENV_VAR", "MemoryStore", "SagaStore", "StoreOpener", "open_store", "redact_url"]
+__all__ = [
+    "DEFAULT_URL",
+    "ENV_VAR",
+    "MemoryStore",
+    "SagaStore",
+    "StoreOpener",
+    "open_store",
+    "redact_url",
+    "waiting_counts",
+]

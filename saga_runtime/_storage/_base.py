@@ -255,6 +255,13 @@ class SagaStore(Protocol):
         """Record a request to cancel a RUNNING, COMPENSATING or WAITING saga (once); return whether it did."""
         ...
 
+    async def note_waiting(self, saga_id: str, note: dict[str, Any]) -> bool:
+        """Note on a saga nobody drives (QUEUED, WAITING, or live without an owner) why it does not move: a worker
+        lacks its tool or version (see saga_runtime._records._outcome). Not sealed; the next write of the row by an
+        engine clears it. Return whether it did.
+        """
+        ...
+
     async def cancel_request(self, saga_id: str) -> str | None:
         """Return the reason of the saga's cancel request, or None if nobody asked."""
         ...
@@ -313,9 +320,9 @@ class SagaStore(Protocol):
         ...
 
     async def list_sagas(
-        self, status: SagaStatus | str | None = None, limit: int = 100, offset: int = 0
+        self, status: SagaStatus | str | None = None, limit: int = 100, offset: int = 0, *, reason: str | None = None
     ) -> list[SagaSummary]:
-        """Return summaries of stored sagas, newest first, optionally only those with `status`."""
+        """Return summaries of stored sagas, newest first, optionally only those with `status` and end `reason`."""
         ...
 
     async def export_saga(self, saga_id: str) -> dict[str, Any]:

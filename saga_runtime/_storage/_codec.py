@@ -46,6 +46,7 @@ SAGA_COLUMNS = (
     "purged_at",
     "seal",
     "history",
+    "waiting_for",
 )
 STEP_COLUMNS = (
     "saga_id",
@@ -196,6 +197,7 @@ class RowCodec:
             self.time_in(row.purged_at),
             row.seal,
             json_in(row.history, f"the history of {what}") if row.history else None,
+            None if row.waiting_for is None else json_in(row.waiting_for, f"the waiting note of {what}"),
         )
 
     def step_params(self, row: StepRow) -> tuple[Any, ...]:
@@ -258,6 +260,7 @@ class RowCodec:
             purged_at=self.time_out(r[17]),
             seal=r[18],
             history=self.json_out(r[19]) or [],
+            waiting_for=self.json_out(r[20]),
         )
 
     def step_row(self, r: Sequence[Any]) -> StepRow:

@@ -33,6 +33,7 @@ __all__ = ["MemoryStore"]
 
 # The statuses a lease is held on (as the SQL stores' LIVE_STATUSES): PARKED and the terminal ones are never claimed.
 _LIVE = frozenset({SagaStatus.RUNNING, SagaStatus.COMPENSATING})
+_UNDRIVEN = frozenset({SagaStatus.RUNNING, SagaStatus.COMPENSATING, SagaStatus.QUEUED, SagaStatus.WAITING})
 _CANCELLABLE = _LIVE | {SagaStatus.WAITING}
 
 
@@ -428,6 +429,15 @@ class MemoryStore(StoreBase, MemoryRetention, MemorySchedules, MemoryQueueContro
         if saga is None or saga.status not in _CANCELLABLE or saga_id in self._cancels:
             return False
         self._cancels[saga_id] = reason
+        return True
+
+    async def note_waiting(self, saga_id: str, note: dict[str, Any]) -> bool:
+        """Note why a saga nobody drives does not move (unsealed); return whether it did."""
+        self._check_open()
+        saga = self._sagas.get(saga_id)
+        if saga is None or saga.owner is not None or saga.status not in _UNDRIVEN:
+            return False
+        self._sagas[saga_id] = replace(saga, waiting_for=dict(note))
         return True
 
     async def cancel_request(self, saga_id: str) -> str | None:

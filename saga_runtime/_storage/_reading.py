@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from saga_runtime._exceptions import IdempotencyConflictError
 from saga_runtime._records import (
+    END_REASONS,
+    WAITING_KINDS,
     PurgeReport,
     SagaHold,
     SagaResult,
@@ -29,7 +31,10 @@ from saga_runtime._storage._base import same_rows
 if TYPE_CHECKING:
     from saga_runtime._storage._base import SagaStore
 
-__all__ = ["StoreBase", "export_saga", "get_saga", "import_saga", "list_sagas", "verify_saga"]
+__all__ = ["StoreBase", "export_saga", "get_saga", "import_saga", "list_sagas", "verify_saga", "waiting_counts"]
+
+# Sagas read per page when a list filters on the end reason.
+_REASON_PAGE = 500
 
 
 async def get_saga(store: SagaStore, saga_id: str) -> SagaResult | None:
@@ -71,11 +76,49 @@ async def import_saga(store: SagaStore, data: Mapping[str, Any]) -> None:
 
 
 async def list_sagas(
-    store: SagaStore, status: SagaStatus | str | None = None, limit: int = 100, offset: int = 0
+    store: SagaStore,
+    status: SagaStatus | str | None = None,
+    limit: int = 100,
+    offset: int = 0,
+    *,
+    reason: str | None = None,
 ) -> list[SagaSummary]:
-    """Return stored sagas' summaries, newest first, optionally of one `status`."""
+    """Return stored sagas' summaries, newest first, optionally of one `status` and one end `reason`."""
     wanted = None if status is None else SagaStatus(status)
-    return [summary_from_rows(saga, count) for saga, count in await store.list_rows(wanted, int(limit), int(offset))]
+    if reason is None:
+        rows = await store.list_rows(wanted, int(limit), int(offset))
+        return [summary_from_rows(saga, count) for saga, count in rows]
+    if reason not in END_REASONS:
+        raise ValueError(f"reason must be one of {list(END_REASONS)}, got {reason!r}")
+    found: list[SagaSummary] = []
+    skip, at = int(offset), 0
+    while len(found) < limit:  # the reason is in each saga's sealed history: read pages, keep the matches
+        page = await store.list_rows(wanted, _REASON_PAGE, at)
+        at += len(page)
+        for saga, count in page:
+            summary = summary_from_rows(saga, count)
+            if summary.end_reason != reason:
+                continue
+            if skip:
+                skip -= 1
+            elif len(found) < limit:
+                found.append(summary)
+        if len(page) < _REASON_PAGE:
+            break
+    return found
+
+
+async def waiting_counts(store: SagaStore, *, page: int = 500) -> dict[str, int]:
+    """Return how many sagas wait for each kind of thing (`SagaResult.waiting_for`), of at most `page` sagas of each
+    status that waits (QUEUED, WAITING, PARKED): what a gauge samples.
+    """
+    counts: dict[str, int] = dict.fromkeys(WAITING_KINDS, 0)
+    for status in (SagaStatus.QUEUED, SagaStatus.WAITING, SagaStatus.PARKED):
+        for saga, count in await store.list_rows(status, page, 0):
+            waiting = summary_from_rows(saga, count).waiting_for
+            if waiting is not None:
+                counts[waiting["kind"]] += 1
+    return counts
 
 
 class StoreBase:
@@ -103,10 +146,17 @@ class StoreBase:
         await import_saga(self, data)
 
     async def list_sagas(
-        self: SagaStore, status: SagaStatus | str | None = None, limit: int = 100, offset: int = 0
+        self: SagaStore,
+        status: SagaStatus | str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+        *,
+        reason: str | None = None,
     ) -> list[SagaSummary]:
-        """Return summaries of stored sagas, newest first, optionally of one `status`."""
-        return await list_sagas(self, status, limit, offset)
+        """Return summaries of stored sagas, newest first, optionally of one `status` and one end `reason`
+        (`SagaResult.end_reason`: "failed", "cancelled", ...).
+        """
+        return await list_sagas(self, status, limit, offset, reason=reason)
 
     async def purge(
         self: SagaStore,

@@ -314,6 +314,11 @@ def _schema_queue_control(dialect: DialectName) -> list[str]:
     ]
 
 
+def _schema_waiting(dialect: DialectName) -> list[str]:
+    # Why a saga nobody drives does not move, as the last worker that looked noted it (JSON text; not sealed).
+    return [f"ALTER TABLE sagas ADD COLUMN waiting_for {_TYPES[dialect]['text']}"]
+
+
 @dataclass(frozen=True, slots=True)
 class Migration:
     """One step of the schema: the statements that take a database from `version - 1` to `version`."""
@@ -337,6 +342,7 @@ MIGRATIONS: list[Migration] = [
     Migration(10, "schedules", _schema_schedules),
     Migration(11, "queue states (pause, drain, limits) and indexes of queue claims", _schema_queue_control),
     Migration(12, "a cancel request taken in by the saga's owner", _schema_cancel_seen),
+    Migration(14, "why a saga waits: a worker's note", _schema_waiting),
 ]
 #: The version from which saga rows carry a seal (one written before, untouched since, has none).
 SEALED_SAGAS_VERSION = 3
@@ -537,6 +543,11 @@ class Queries:
             "UPDATE sagas SET cancel_request = ? WHERE saga_id = ? AND status IN (?, ?, ?) AND cancel_request IS NULL",
         )
         self.cancel_request = q(dialect, "SELECT cancel_request FROM sagas WHERE saga_id = ?")
+        self.note_waiting = q(
+            dialect,
+            "UPDATE sagas SET waiting_for = ? WHERE saga_id = ? AND owner IS NULL AND status IN (?, ?, ?, ?)",
+        )
+        self.waiting_noted = q(dialect, "SELECT COUNT(*) FROM sagas WHERE saga_id = ? AND waiting_for = ?")
         self.cancel_asked = q(dialect, "SELECT COUNT(*) FROM sagas WHERE saga_id = ? AND cancel_request = ?")
         # The owner takes a request in: its writes pass again (see UNASKED); a new owner must take it in anew.
         self.take_cancel = q(

@@ -66,6 +66,8 @@ _IN_CHUNK = 500
 # Queued sagas a claim passes over at most (refused by the worker, or of a key filled by the claim itself).
 _PASS_OVER_MAX = 1000
 _PAGE_MIN = 64  # sagas a page past them reads at least
+# Sagas that may be left undriven (no owner), of which a worker notes why they do not move.
+_UNDRIVEN = (*LIVE_STATUSES, SagaStatus.QUEUED.value, SagaStatus.WAITING.value)
 # Tries of an operator's conditional change that the database broke off as a deadlock's victim.
 _BUSY_TRIES = 4
 
@@ -763,6 +765,17 @@ class SQLStore(StoreBase, SQLRetention, SQLSchedules, SQLQueueControl):
             q.request_cancel,
             (reason, saga_id, *statuses),
             (q.cancel_asked, (saga_id, reason)),
+        )
+
+    async def note_waiting(self, saga_id: str, note: dict[str, Any]) -> bool:
+        """Note why a saga nobody drives does not move (unsealed); return whether it did."""
+        self._check_open()
+        text = self._codec.json_in(note, f"the waiting note of saga {saga_id!r}")
+        return await self._conditional_update(
+            "note_waiting",
+            self._queries.note_waiting,
+            (text, saga_id, *_UNDRIVEN),
+            (self._queries.waiting_noted, (saga_id, text)),
         )
 
     async def cancel_request(self, saga_id: str) -> str | None:

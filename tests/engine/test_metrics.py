@@ -82,7 +82,7 @@ async def test_a_successful_saga_counts_its_start_end_steps_and_durations(store:
     result = await executor.run([RESERVE, second], saga_id="ok")
     assert result.status is SagaStatus.SUCCESS
     assert value(hook, "saga_runtime_sagas_started_total", queue="default") == 1
-    assert value(hook, "saga_runtime_sagas_finished_total", status="SUCCESS") == 1
+    assert value(hook, "saga_runtime_sagas_finished_total", status="SUCCESS", reason="") == 1
     assert value(hook, "saga_runtime_steps_finished_total", tool="Reserve", status="SUCCESS") == 2
     assert value(hook, "saga_runtime_step_duration_seconds_count", tool="Reserve") == 2
     assert value(hook, "saga_runtime_step_duration_seconds_sum", tool="Reserve") >= 0
@@ -101,7 +101,10 @@ async def test_a_failed_saga_counts_retried_failures_and_its_compensations(store
     assert value(hook, "saga_runtime_steps_finished_total", tool="Ship", status="FAILED") == 1
     assert value(hook, "saga_runtime_step_duration_seconds_count", tool="Ship") == 1
     assert value(hook, "saga_runtime_compensations_total", tool="Reserve", status="COMPENSATED") == 1
-    assert value(hook, "saga_runtime_sagas_finished_total", status="COMPENSATED") == 1
+    assert value(hook, "saga_runtime_sagas_finished_total", status="COMPENSATED", reason="failed") == 1
+    assert value(hook, "saga_runtime_attempts_total", tool="Ship", outcome="retry") == 1
+    assert value(hook, "saga_runtime_attempts_total", tool="Ship", outcome="failed") == 1
+    assert value(hook, "saga_runtime_attempts_total", tool="Reserve", outcome="success") == 1
     assert value(hook, "saga_runtime_sagas_running") == 0
 
 
@@ -127,7 +130,7 @@ async def test_a_compensation_that_gives_up_is_counted_failed(store: SagaStore) 
     result = await executor.run([{"id": "hold", "tool": "Hold"}, {"id": "fail", "tool": "Fail"}], saga_id="stuck")
     assert result.status is SagaStatus.COMPENSATION_FAILED
     assert value(hook, "saga_runtime_compensations_total", tool="Hold", status="COMPENSATION_FAILED") == 1
-    assert value(hook, "saga_runtime_sagas_finished_total", status="COMPENSATION_FAILED") == 1
+    assert value(hook, "saga_runtime_sagas_finished_total", status="COMPENSATION_FAILED", reason="failed") == 1
 
 
 async def test_a_saga_waiting_for_an_approval_is_not_running_and_its_request_is_counted(store: SagaStore) -> None:
@@ -142,7 +145,7 @@ async def test_a_saga_waiting_for_an_approval_is_not_running_and_its_request_is_
     done = await executor.approve("pay", "wire", by="alice")
     assert done.status is SagaStatus.SUCCESS
     assert value(hook, "saga_runtime_sagas_started_total", queue="default") == 2
-    assert value(hook, "saga_runtime_sagas_finished_total", status="SUCCESS") == 1
+    assert value(hook, "saga_runtime_sagas_finished_total", status="SUCCESS", reason="") == 1
     assert value(hook, "saga_runtime_steps_finished_total", tool="Wire", status="SUCCESS") == 1
     assert value(hook, "saga_runtime_sagas_running") == 0
 
@@ -180,7 +183,7 @@ async def test_a_failed_model_call_counts_no_tokens() -> None:
     result = await runner.run("hi", saga_id="broken")
     assert result.status is SagaStatus.COMPENSATED
     assert value(hook, "saga_runtime_llm_tokens_total", model="gpt-4o", kind="input") == 0
-    assert value(hook, "saga_runtime_sagas_finished_total", status="COMPENSATED") == 1
+    assert value(hook, "saga_runtime_sagas_finished_total", status="COMPENSATED", reason="failed") == 1
 
 
 async def test_two_executors_in_one_process_keep_their_own_metrics_without_clashing() -> None:
@@ -190,8 +193,8 @@ async def test_two_executors_in_one_process_keep_their_own_metrics_without_clash
     await SagaExecutor(make_registry(), hooks=[first]).run([RESERVE], saga_id="a")
     await SagaExecutor(make_registry(), hooks=[second]).run([RESERVE], saga_id="b")
     await SagaExecutor(make_registry(), hooks=[second]).run([RESERVE], saga_id="c")
-    assert value(first, "saga_runtime_sagas_finished_total", status="SUCCESS") == 1
-    assert value(second, "saga_runtime_sagas_finished_total", status="SUCCESS") == 2
+    assert value(first, "saga_runtime_sagas_finished_total", status="SUCCESS", reason="") == 1
+    assert value(second, "saga_runtime_sagas_finished_total", status="SUCCESS", reason="") == 2
 
 
 async def test_hooks_given_one_registry_share_its_metrics() -> None:
@@ -200,7 +203,7 @@ async def test_hooks_given_one_registry_share_its_metrics() -> None:
     first, second = PrometheusHook(registry), PrometheusHook(registry)
     await SagaExecutor(make_registry(), hooks=[first]).run([RESERVE], saga_id="a")
     await SagaExecutor(make_registry(), hooks=[second]).run([RESERVE], saga_id="b")
-    assert value(first, "saga_runtime_sagas_finished_total", status="SUCCESS") == 2
+    assert value(first, "saga_runtime_sagas_finished_total", status="SUCCESS", reason="") == 2
     assert value(second, "saga_runtime_sagas_running") == 0
     assert PrometheusHook(REGISTRY).registry is PrometheusHook(REGISTRY).registry
 
@@ -260,7 +263,7 @@ async def test_the_metrics_server_serves_the_hook_on_the_loopback() -> None:
 
         content_type, text = await anyio.to_thread.run_sync(scrape)
     assert content_type == CONTENT_TYPE
-    assert 'saga_runtime_sagas_finished_total{status="SUCCESS"} 1.0' in text
+    assert 'saga_runtime_sagas_finished_total{reason="",status="SUCCESS"} 1.0' in text
     with pytest.raises(ValueError):
         start_metrics_server(70000, hook)
 

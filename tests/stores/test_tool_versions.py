@@ -117,12 +117,15 @@ async def test_recovery_leaves_a_saga_of_an_incompatible_version_and_logs_it(
     assert stored is not None
     assert stored.status is SagaStatus.RUNNING
     assert "version '1'" in (stored.error or "")
+    assert stored.waiting_for is not None
+    assert stored.waiting_for["kind"] == "version"
+    assert "recorded under version '1'" in stored.waiting_for["detail"]
     assert CALLS == {}
     assert await store.list_sagas(status=SagaStatus.PARKED) == []
     (done,) = await SagaExecutor(charge_tool("2", ("1",)), store=store).recover()
     assert done.status is SagaStatus.SUCCESS
     assert CALLS == {"charge v2": 1}
-    assert [step.tool_version for step in done.steps] == ["1", "1"]  # planned with version 1
+    assert [step.tool_version for step in done.steps] == ["1", "2"]  # each the version that ran it
     assert await store.verify_saga("old")
 
 
