@@ -9,6 +9,7 @@ import os
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 import anyio
@@ -386,8 +387,9 @@ class SagaExecutor:
             waiting = [getattr(hook, "observe_waiting", None) for hook in self.hooks]
             if any(callable(sample) for sample in waiting):
                 tg.start_soon(self._sample_waiting, [sample for sample in waiting if callable(sample)])
-            try:
-                await self._actions.queues.serve(
+            tg.start_soon(
+                partial(
+                    self._actions.queues.serve,
                     served,
                     concurrency=concurrency,
                     interval=0.5 if interval is None else interval,
@@ -396,6 +398,11 @@ class SagaExecutor:
                     shelters=shelters,
                     on_depth=on_depth if samplers else None,
                 )
+            )
+            try:
+                # The loops run in child tasks, so no timeout of theirs lands in this task together with the
+                # caller's cancel: anyio then takes the caller's cancel for its own and serve() would return.
+                await anyio.sleep_forever()
             finally:
                 # A stop: the sagas it drives stop once their running calls return (bounded), then are released.
                 shelters.stop(self.compensation_timeout)
