@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
 import re
 import sys
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
+from cryptography.fernet import Fernet
 
-from saga_runtime import PlanValidationError, SagaExecutor, Schedule, ToolRegistry
+from saga_runtime import PlanValidationError, SagaExecutor, Schedule, Secret, ToolRegistry
 from saga_runtime._records import Timing, tick_id
 from saga_runtime._schedules import Schedules
 from saga_runtime._storage import MemoryStore
@@ -194,3 +198,34 @@ async def test_a_saga_function_tick_is_submitted_by_name_with_its_arguments() ->
     tick_at = datetime.fromisoformat(moved[0].removeprefix("digest@"))
     assert tick_at <= datetime.now(UTC)
     assert (tick_at - tick) % timedelta(hours=1) == timedelta(0)  # on its grid: the latest tick, hours late
+
+
+async def test_a_secret_argument_is_stored_encrypted_and_reaches_the_tool_at_each_tick() -> None:
+    """A plan's secret is kept encrypted in the schedule row, and the tick's saga hands the tool its value."""
+    secrets = ToolRegistry()
+    seen: list[str] = []
+
+    @secrets.tool
+    class Pay:
+        async def execute(self, token: Annotated[str, Secret]) -> dict[str, bool]:
+            seen.append(token)
+            return {"paid": True}
+
+    store = MemoryStore()
+    executor = SagaExecutor(secrets, store, secret_key=Fernet.generate_key())
+    stored = await executor.schedule("pay", [{"tool": "Pay", "args": {"token": "s3cret"}}], every=3600)
+    assert stored.plan is not None
+    assert "s3cret" not in json.dumps(stored.plan)
+    due = replace(stored, next_tick=stored.next_tick - timedelta(hours=1))
+    await store.put_schedule(due)
+    worker = asyncio.create_task(executor.serve(interval=0.02))
+    try:
+        async with asyncio.timeout(30):
+            while not await store.list_sagas(status="SUCCESS"):  # noqa: ASYNC110 (polling the store)
+                await asyncio.sleep(0.02)
+    finally:
+        worker.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await worker
+    assert seen == ["s3cret"]
+    assert [s.saga_id for s in await store.list_sagas()] == [tick_id("pay", due.next_tick)]
