@@ -91,7 +91,7 @@ class Schedules:
         if isinstance(target, str) or callable(target):
             # A saga function, or its name: submitted as `submit(name, args=...)`, which checks it at each tick.
             function = target if isinstance(target, str) else getattr(target, "__name__", None)
-            if not isinstance(function, str) or not function:
+            if not isinstance(function, str) or not valid_id(function) or len(function.encode()) > 255:
                 raise TypeError(f"a schedule's target is a plan, a saga function or its name, got {target!r}")
             if args is not None and not isinstance(args, Mapping):
                 raise TypeError(f"args must be a mapping of argument names to JSON values, got {type(args).__name__}")

@@ -108,6 +108,8 @@ def test_tick_ids_are_the_name_and_the_tick_in_iso_8601_utc() -> None:
         (None, float("nan"), "UTC", ValueError, "positive number"),
         (None, True, "UTC", ValueError, "positive number"),
         (None, "60", "UTC", ValueError, "positive number"),
+        (None, 1e300, "UTC", ValueError, "between a microsecond and 100 years"),
+        ("* " * 200, None, "UTC", ValueError, "longer than 255 bytes"),
         ("* * * * *", None, "Mars/Olympus_Mons", ValueError, "'Mars/Olympus_Mons'"),
         ("* * * * *", None, "../etc/passwd", ValueError, "'../etc/passwd'"),
         (42, None, "UTC", TypeError, "cron must be a cron expression"),
