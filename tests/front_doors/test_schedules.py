@@ -231,3 +231,26 @@ async def test_a_secret_argument_is_stored_encrypted_and_reaches_the_tool_at_eac
             await worker
     assert seen == ["s3cret"]
     assert [s.saga_id for s in await store.list_sagas()] == [tick_id("pay", due.next_tick)]
+
+
+async def test_a_worker_without_the_plans_tools_leaves_the_tick_to_one_that_has_them(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A worker lacking the plan's tool logs once and leaves the schedule due; a worker with it submits the tick."""
+    store = MemoryStore()
+    owner = SagaExecutor(registry, store)
+    stored = await owner.schedule("report", PLAN, every=3600)
+    due = replace(stored, next_tick=stored.next_tick - timedelta(hours=1, seconds=5))  # due 4-5 s ago
+    await store.put_schedule(due)
+    lacking = Schedules(store, ToolRegistry(), None, SagaExecutor(ToolRegistry(), store).submit)
+    with caplog.at_level("WARNING", logger="saga_runtime"):
+        assert await lacking.submit_due() == []
+        assert await lacking.submit_due() == []
+    warnings = [record.getMessage() for record in caplog.records if "schedule 'report'" in record.getMessage()]
+    assert len(warnings) == 1
+    assert "Report" in warnings[0]
+    assert "left for another worker" in warnings[0]
+    assert await store.list_sagas() == []
+    assert (await owner.schedules())[0].next_tick == due.next_tick
+    able = Schedules(store, registry, None, owner.submit)
+    assert await able.submit_due() == [tick_id("report", due.next_tick)]
