@@ -356,6 +356,9 @@ class SagaExecutor:
     ) -> None:
         """The worker loop: start queued sagas of `queues`, and recover sagas whose owner is gone, until cancelled.
 
+        It also submits the due ticks of the store's schedules (`schedule()`), each once across every worker,
+        looking every `interval` seconds (default 0.5).
+
         `queues` (`Queue` objects or names; default `["default"]`): their sagas start in priority order, then
         submit order, once `not_before` passed, within each queue's limits, at most `concurrency` at once here.
         An idle worker looks for queued sagas every `interval` seconds (default 0.5); recovery rounds run every

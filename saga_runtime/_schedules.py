@@ -48,7 +48,8 @@ class Schedules:
         self.registry = registry
         self.keyring = keyring
         self.submit = submit
-        self._warned: set[tuple[str, datetime]] = set()  # (schedule, tick) already logged as not submitted here
+        # Schedule -> the tick last logged as not submittable here: logged once, and not let to crowd out others.
+        self._warned: dict[str, datetime] = {}
 
     async def put(
         self,
@@ -91,7 +92,7 @@ class Schedules:
         if isinstance(target, str) or callable(target):
             # A saga function, or its name: submitted as `submit(name, args=...)`, which checks it at each tick.
             function = target if isinstance(target, str) else getattr(target, "__name__", None)
-            if not isinstance(function, str) or not function:
+            if not isinstance(function, str) or not valid_id(function) or len(function.encode()) > 255:
                 raise TypeError(f"a schedule's target is a plan, a saga function or its name, got {target!r}")
             if args is not None and not isinstance(args, Mapping):
                 raise TypeError(f"args must be a mapping of argument names to JSON values, got {type(args).__name__}")
@@ -147,7 +148,7 @@ class Schedules:
         """
         if self.submit is None:
             raise TypeError("submitting due ticks needs an executor's submit()")
-        at, due = await self.store.due_schedules(now(), limit)
+        at, due = await self.store.due_schedules(now(), limit + len(self._warned))
         moved: list[str] = []
         for schedule in due:
             try:
@@ -166,13 +167,14 @@ class Schedules:
             except (PlanValidationError, TypeError, ValueError) as exc:
                 self._warn(schedule, tick, f"cannot submit {saga_id!r} here: {exc}")
                 continue
+            self._warned.pop(schedule.name, None)
             if await self.store.advance_schedule(schedule.name, schedule.next_tick, following, tick):
                 moved.append(saga_id)
         return moved
 
     def _warn(self, schedule: Schedule, tick: datetime, message: str) -> None:
-        if (schedule.name, tick) not in self._warned:
-            self._warned.add((schedule.name, tick))
+        if self._warned.get(schedule.name) != tick:
+            self._warned[schedule.name] = tick
             logger.warning("schedule %r: %s; left for another worker", schedule.name, message)
 
     async def serve(self, interval: float) -> None:

@@ -27,6 +27,9 @@ _NICKNAMES = {
     "@hourly": "0 * * * *",
 }
 _SECOND = timedelta(seconds=1)
+_MICROSECOND = timedelta(microseconds=1)
+_LONGEST = timedelta(days=36_525)
+_LONGEST_SECONDS = _LONGEST.total_seconds()
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,12 +102,14 @@ class Timing:
         if every is not None:
             if isinstance(every, bool) or not isinstance(every, int | float) or not math.isfinite(every) or every <= 0:
                 raise ValueError(f"every must be a positive number of seconds, got {every!r}")
-            if timedelta(seconds=every) < timedelta(microseconds=1):
-                raise ValueError(f"every must be at least a microsecond, got {every!r}")
+            if not _MICROSECOND <= timedelta(seconds=min(every, _LONGEST_SECONDS)) < _LONGEST:
+                raise ValueError(f"every must be between a microsecond and 100 years, got {every!r}")
             self.every = float(every)
             return
         if not isinstance(cron, str):
             raise TypeError(f"cron must be a cron expression (a str), got {type(cron).__name__}")
+        if len(cron.encode()) > 255:
+            raise ValueError(f"bad cron expression {cron[:40]!r}...: longer than 255 bytes")
         self._cron = _NICKNAMES.get(cron.strip().lower(), cron.strip())
         self.first_after(datetime.now(UTC))  # parses it, and refuses one that never fires
 

@@ -611,6 +611,8 @@ COMMANDS: dict[str, tuple[list[str], str]] = {
     "hold": (["hold", "ok-1", "--reason", "audit"], "saga ok-1: held (audit)"),
     "unhold": (["unhold", "ok-1"], "was not held"),
     "holds": (["holds"], "no saga is held"),
+    "schedules": (["schedules"], "no schedule in"),
+    "schedule": (["schedule", "--help"], "pause|resume|delete"),  # steering one: tests/cli/test_schedules_cli.py
 }
 SIGNING_KEY = "the signing key of the test"
 
@@ -669,6 +671,7 @@ def test_every_command_takes_db_before_or_after_its_name_or_from_the_env(
     assert not (tmp_path / "sagas.db").exists()  # not the default store of the working directory
 
 
+@pytest.mark.timeout(240)  # a run of the console script per command, on a busy machine
 def test_every_command_is_covered_and_its_help_shows_the_store_options() -> None:
     """`COMMAND --help` of every command lists --db and --signing-key, their env variables, and which one wins."""
     group = typer.main.get_command(app)

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
 import re
 import sys
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
+from cryptography.fernet import Fernet
 
-from saga_runtime import PlanValidationError, SagaExecutor, Schedule, ToolRegistry
+from saga_runtime import PlanValidationError, SagaExecutor, Schedule, Secret, ToolRegistry
 from saga_runtime._records import Timing, tick_id
 from saga_runtime._schedules import Schedules
 from saga_runtime._storage import MemoryStore
@@ -104,6 +108,8 @@ def test_tick_ids_are_the_name_and_the_tick_in_iso_8601_utc() -> None:
         (None, float("nan"), "UTC", ValueError, "positive number"),
         (None, True, "UTC", ValueError, "positive number"),
         (None, "60", "UTC", ValueError, "positive number"),
+        (None, 1e300, "UTC", ValueError, "between a microsecond and 100 years"),
+        ("* " * 200, None, "UTC", ValueError, "longer than 255 bytes"),
         ("* * * * *", None, "Mars/Olympus_Mons", ValueError, "'Mars/Olympus_Mons'"),
         ("* * * * *", None, "../etc/passwd", ValueError, "'../etc/passwd'"),
         (42, None, "UTC", TypeError, "cron must be a cron expression"),
@@ -194,3 +200,57 @@ async def test_a_saga_function_tick_is_submitted_by_name_with_its_arguments() ->
     tick_at = datetime.fromisoformat(moved[0].removeprefix("digest@"))
     assert tick_at <= datetime.now(UTC)
     assert (tick_at - tick) % timedelta(hours=1) == timedelta(0)  # on its grid: the latest tick, hours late
+
+
+async def test_a_secret_argument_is_stored_encrypted_and_reaches_the_tool_at_each_tick() -> None:
+    """A plan's secret is kept encrypted in the schedule row, and the tick's saga hands the tool its value."""
+    secrets = ToolRegistry()
+    seen: list[str] = []
+
+    @secrets.tool
+    class Pay:
+        async def execute(self, token: Annotated[str, Secret]) -> dict[str, bool]:
+            seen.append(token)
+            return {"paid": True}
+
+    store = MemoryStore()
+    executor = SagaExecutor(secrets, store, secret_key=Fernet.generate_key())
+    stored = await executor.schedule("pay", [{"tool": "Pay", "args": {"token": "s3cret"}}], every=3600)
+    assert stored.plan is not None
+    assert "s3cret" not in json.dumps(stored.plan)
+    due = replace(stored, next_tick=stored.next_tick - timedelta(hours=1))
+    await store.put_schedule(due)
+    worker = asyncio.create_task(executor.serve(interval=0.02))
+    try:
+        async with asyncio.timeout(30):
+            while not await store.list_sagas(status="SUCCESS"):  # noqa: ASYNC110 (polling the store)
+                await asyncio.sleep(0.02)
+    finally:
+        worker.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await worker
+    assert seen == ["s3cret"]
+    assert [s.saga_id for s in await store.list_sagas()] == [tick_id("pay", due.next_tick)]
+
+
+async def test_a_worker_without_the_plans_tools_leaves_the_tick_to_one_that_has_them(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A worker lacking the plan's tool logs once and leaves the schedule due; a worker with it submits the tick."""
+    store = MemoryStore()
+    owner = SagaExecutor(registry, store)
+    stored = await owner.schedule("report", PLAN, every=3600)
+    due = replace(stored, next_tick=stored.next_tick - timedelta(hours=1, seconds=5))  # due 4-5 s ago
+    await store.put_schedule(due)
+    lacking = Schedules(store, ToolRegistry(), None, SagaExecutor(ToolRegistry(), store).submit)
+    with caplog.at_level("WARNING", logger="saga_runtime"):
+        assert await lacking.submit_due() == []
+        assert await lacking.submit_due() == []
+    warnings = [record.getMessage() for record in caplog.records if "schedule 'report'" in record.getMessage()]
+    assert len(warnings) == 1
+    assert "Report" in warnings[0]
+    assert "left for another worker" in warnings[0]
+    assert await store.list_sagas() == []
+    assert (await owner.schedules())[0].next_tick == due.next_tick
+    able = Schedules(store, registry, None, owner.submit)
+    assert await able.submit_due() == [tick_id("report", due.next_tick)]
