@@ -9,8 +9,9 @@ go to asyncpg. Options, as keywords of `open_store` or URL query parameters, key
 - `command_timeout`: seconds a statement may run before it is cancelled (default: no limit).
 - `retry_for`: seconds an operation that lost its connection (`StoreConnectionError`: the server restarted, the
   backend was terminated) is retried for, with exponential backoff, on a fresh connection (default 30; 0 turns
-  retries off). A broken connection is closed, never handed out again; each retry is logged at WARNING on the
-  `saga_runtime` logger. Opening the store is not retried: a server that cannot be reached fails `open_store`.
+  retries off). A broken connection is closed, never handed out again; an outage is logged at WARNING on the
+  `saga_runtime` logger once when it starts and once when it ends (each retry at DEBUG). Opening the store is
+  not retried: a server that cannot be reached fails `open_store`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import functools
 import logging
 import socket
 import time
+import weakref
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from typing import Any
@@ -32,6 +34,7 @@ from saga_runtime._storage._batch import Outcome, Write
 from saga_runtime._storage._dialect import Dialect
 from saga_runtime._storage._errors import CONNECT_ADVICE, ErrorMap, convert, mapping_errors
 from saga_runtime._storage._open import redact_url
+from saga_runtime._storage._outage import Outage
 from saga_runtime._storage._sql import QUEUED_CHANNEL, SAGA_COLUMNS, STEP_COLUMNS
 from saga_runtime._storage._sqlstore import (
     DEFAULT_RETRY_FOR,
@@ -49,20 +52,20 @@ logger = logging.getLogger("saga_runtime")
 
 
 class _OutageLog(logging.Filter):
-    """asyncpg's reconnect warnings (a traceback each, every retry) become one WARNING line per outage."""
+    """asyncpg's reconnect warnings (a traceback each, every retry) become the outage of the open stores (Outage).
+
+    Its records do not say which pool failed: each PostgreSQL store open in the process counts it.
+    """
 
     def __init__(self) -> None:
         super().__init__()
-        self.down = False  # an outage was reported; cleared by the next statement that succeeds
+        self.outages: weakref.WeakSet[Outage] = weakref.WeakSet()
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno > logging.WARNING or not record.exc_info:
+        if record.levelno > logging.WARNING or not record.exc_info or record.exc_info[1] is None:
             return True
-        if not self.down:
-            self.down = True
-            exc = record.exc_info[1]
-            why = (str(exc).splitlines() or [""])[0]
-            logger.warning("PostgreSQL unreachable, reconnecting: %s: %s", type(exc).__name__, why)
+        for outage in list(self.outages):
+            outage.lost("reconnecting the pool", record.exc_info[1])
         return False
 
 
@@ -347,6 +350,7 @@ class PostgresDialect(Dialect):
                 reset=_keep_session,
             )
         dialect = cls(url, pool, retry_for=retry)
+        _OUTAGE.outages.add(dialect.outage)
         dialect._listen_dsn, dialect._listen_timeout = dsn, timeout
         return dialect
 
@@ -365,7 +369,6 @@ class PostgresDialect(Dialect):
                             yield _PostgresTransaction(conn)
                 except _CATCH as exc:
                     raise self._lost(conn, exc) from exc
-                _OUTAGE.down = False  # reachable again: the next outage is reported
                 kept = self._keep(conn)
             finally:
                 if not kept:
@@ -391,7 +394,6 @@ class PostgresDialect(Dialect):
                 records: list[Any] = await conn.fetch(sql, *params)
             except _CATCH as exc:
                 raise self._lost(conn, exc) from exc
-            _OUTAGE.down = False  # reachable again: the next outage is reported
             kept = self._keep(conn)
             return records
         finally:
@@ -555,6 +557,7 @@ class PostgresDialect(Dialect):
             yield tx
 
     async def close(self) -> None:
+        _OUTAGE.outages.discard(self.outage)
         with anyio.move_on_after(_CLEANUP_SECONDS, shield=True) as scope, map_exceptions(self.url):
             spare, self._spare = self._spare, None
             if spare is not None:
