@@ -16,13 +16,14 @@ go to asyncpg. Options, as keywords of `open_store` or URL query parameters, key
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import socket
 import time
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, suppress
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
@@ -372,8 +373,18 @@ class PostgresDialect(Dialect):
                 kept = self._keep(conn)
             finally:
                 if not kept:
-                    # Shielded by the pool, which rolls back whatever a cancelled caller left open.
-                    await self._pool.release(conn)
+                    await self._release(conn)
+
+    async def _release(self, conn: Any) -> None:
+        """Give a connection back to the pool, first rolling back what a cancelled caller left open.
+
+        The pool would roll it back too, but saying "Resetting connection with an active transaction" on stderr.
+        """
+        with anyio.move_on_after(_CLEANUP_SECONDS, shield=True):
+            with suppress(Exception):  # a lost connection: the pool drops it
+                if _alive(conn) and conn.is_in_transaction():
+                    await conn.execute("ROLLBACK")
+        await self._pool.release(conn)  # shielded by the pool
 
     async def _autocommit_fetch(self, sql: str, params: Sequence[Any]) -> list[Any]:
         """Run one statement in autocommit and return its records: `transaction(begin=False)`, inlined.
@@ -414,7 +425,7 @@ class PostgresDialect(Dialect):
             await self._pool.release(conn)
         self._waiting += 1
         try:
-            return await self._pool.acquire()
+            return await _whole(self._pool.acquire(), self._pool.release)
         finally:
             self._waiting -= 1
 
@@ -524,7 +535,7 @@ class PostgresDialect(Dialect):
             lost = anyio.Event()
             conn: Any = None
             try:
-                conn = await asyncpg.connect(self._listen_dsn, timeout=self._listen_timeout)
+                conn = await _whole(asyncpg.connect(self._listen_dsn, timeout=self._listen_timeout), _close)
                 conn.add_termination_listener(lambda _conn, lost=lost: lost.set())
                 await conn.add_listener(QUEUED_CHANNEL, notified)
                 if down:
@@ -565,6 +576,31 @@ class PostgresDialect(Dialect):
             await self._pool.close()
         if scope.cancelled_caught:
             self._pool.terminate()
+
+
+async def _whole(opening: Coroutine[Any, Any, Any], undo: Callable[[Any], Awaitable[Any]]) -> Any:
+    """Return what `opening` opens; if the caller is cancelled meanwhile, let it finish (bounded), then `undo` it.
+
+    asyncpg cut in the middle of opening a connection leaves a future nobody reads: "Future exception was never
+    retrieved" at exit, as when a worker is stopped in its first second.
+    """
+    task = asyncio.ensure_future(opening)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        with anyio.move_on_after(_CLEANUP_SECONDS, shield=True):
+            try:
+                opened = await task
+            except Exception:  # the caller left: nobody is told
+                pass
+            else:
+                await undo(opened)
+        task.cancel()
+        raise
+
+
+async def _close(conn: Any) -> None:
+    await conn.close()
 
 
 async def open_sql(url: str, **options: Any) -> SQLStore:
