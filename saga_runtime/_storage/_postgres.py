@@ -539,12 +539,14 @@ class PostgresDialect(Dialect):
                 conn.add_termination_listener(lambda _conn, lost=lost: lost.set())
                 await conn.add_listener(QUEUED_CHANNEL, notified)
                 if down:
-                    logger.warning("listening for submits to %s again", self.url)
+                    logger.info("listening for submits to %s again", self.url)
                     wake("")  # submits made while it was down were not heard
                 down = False
                 await lost.wait()
             except Exception as exc:  # a lost wakeup never stops a worker: it polls
-                if not down:
+                if isinstance(convert(exc, ERROR_MAP, self.url), StoreConnectionError):
+                    self.outage.lost("listening for submits", exc)  # the outage's one line, if it is the first
+                elif not down:
                     logger.warning(
                         "cannot listen for submits to %s (%s); its workers poll until it can again",
                         self.url,
