@@ -20,6 +20,8 @@ __all__ = ["reconcile"]
 
 logger = logging.getLogger("saga_runtime")
 
+_LOG_CHARS = 500  # of an error in a log line (the record keeps it whole)
+
 
 async def reconcile(journal: Journal, invoker: Invoker, spec: ToolSpec, row: StepRow) -> bool | None:
     """Ask `spec.reconcile` about an unknown step and record its answer, written at once.
@@ -47,7 +49,7 @@ async def reconcile(journal: Journal, invoker: Invoker, spec: ToolSpec, row: Ste
                 row.saga_id,
                 row.step_id,
                 row.tool_name,
-                describe(exc),
+                _one_line(exc),
             )
             return None
         done = answer is not NOT_DONE
@@ -72,3 +74,9 @@ async def _checked(spec: ToolSpec, answer: Any) -> Any:
         if spec.validate_is_async or inspect.isawaitable(verdict):
             await verdict
     return to_json_value(answer, what="the result", tool_name=spec.name)
+
+
+def _one_line(exc: BaseException) -> str:
+    """Return `describe(exc)` on one line, bounded (a pydantic error spans several, with links)."""
+    text = " | ".join(part.strip() for part in describe(exc).splitlines() if part.strip())
+    return text if len(text) <= _LOG_CHARS else text[: _LOG_CHARS - 1] + "…"

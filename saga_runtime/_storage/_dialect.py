@@ -16,6 +16,7 @@ from saga_runtime._storage._approval_sql import ApprovalQueries
 from saga_runtime._storage._batch import Outcome, Write
 from saga_runtime._storage._codec import RowCodec
 from saga_runtime._storage._open import redact_url
+from saga_runtime._storage._outage import Outage
 from saga_runtime._storage._sql import DialectName, Queries
 from saga_runtime._storage._sqlwrite import Transaction
 
@@ -42,6 +43,8 @@ class Dialect(abc.ABC):
         self.codec = RowCodec(self.name)
         # Set by the store as it closes: no connection is kept for later from then on.
         self.closed = False
+        # Whether the database answers: an outage is logged once as it starts and once as it ends.
+        self.outage = Outage(self.url)
 
     @abc.abstractmethod
     def transaction(self, *, begin: bool) -> AbstractAsyncContextManager[Transaction]:

@@ -10,8 +10,9 @@ Options, as keywords of `open_store` or URL query parameters, keywords winning:
   (default 3600).
 - `retry_for`: seconds an operation that lost its connection (`StoreConnectionError`: the server restarted, the
   connection was killed) is retried for, with exponential backoff, on a fresh connection (default 30; 0 turns
-  retries off). A broken connection is closed, never handed out again; each retry is logged at WARNING on the
-  `saga_runtime` logger. Opening the store is not retried: a server that cannot be reached fails `open_store`.
+  retries off). A broken connection is closed, never handed out again; an outage is logged at WARNING on the
+  `saga_runtime` logger once when it starts and once when it ends (each retry at DEBUG). Opening the store is
+  not retried: a server that cannot be reached fails `open_store`.
 
 The server must be MySQL 8.0 or MariaDB 10.6 or newer: recovery takes leases with `FOR UPDATE SKIP LOCKED`, and
 the schema uses JSON and DATETIME(6) columns. Sessions run in strict SQL mode (`TRADITIONAL`), so a value that

@@ -9,18 +9,21 @@ go to asyncpg. Options, as keywords of `open_store` or URL query parameters, key
 - `command_timeout`: seconds a statement may run before it is cancelled (default: no limit).
 - `retry_for`: seconds an operation that lost its connection (`StoreConnectionError`: the server restarted, the
   backend was terminated) is retried for, with exponential backoff, on a fresh connection (default 30; 0 turns
-  retries off). A broken connection is closed, never handed out again; each retry is logged at WARNING on the
-  `saga_runtime` logger. Opening the store is not retried: a server that cannot be reached fails `open_store`.
+  retries off). A broken connection is closed, never handed out again; an outage is logged at WARNING on the
+  `saga_runtime` logger once when it starts and once when it ends (each retry at DEBUG). Opening the store is
+  not retried: a server that cannot be reached fails `open_store`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import socket
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, suppress
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
@@ -32,6 +35,7 @@ from saga_runtime._storage._batch import Outcome, Write
 from saga_runtime._storage._dialect import Dialect
 from saga_runtime._storage._errors import CONNECT_ADVICE, ErrorMap, convert, mapping_errors
 from saga_runtime._storage._open import redact_url
+from saga_runtime._storage._outage import Outage
 from saga_runtime._storage._sql import QUEUED_CHANNEL, SAGA_COLUMNS, STEP_COLUMNS, unasked
 from saga_runtime._storage._sqlstore import (
     DEFAULT_RETRY_FOR,
@@ -49,20 +53,20 @@ logger = logging.getLogger("saga_runtime")
 
 
 class _OutageLog(logging.Filter):
-    """asyncpg's reconnect warnings (a traceback each, every retry) become one WARNING line per outage."""
+    """asyncpg's reconnect warnings (a traceback each, every retry) become the outage of the open stores (Outage).
+
+    Its records do not say which pool failed: each PostgreSQL store open in the process counts it.
+    """
 
     def __init__(self) -> None:
         super().__init__()
-        self.down = False  # an outage was reported; cleared by the next statement that succeeds
+        self.outages: weakref.WeakSet[Outage] = weakref.WeakSet()
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno > logging.WARNING or not record.exc_info:
+        if record.levelno > logging.WARNING or not record.exc_info or record.exc_info[1] is None:
             return True
-        if not self.down:
-            self.down = True
-            exc = record.exc_info[1]
-            why = (str(exc).splitlines() or [""])[0]
-            logger.warning("PostgreSQL unreachable, reconnecting: %s: %s", type(exc).__name__, why)
+        for outage in list(self.outages):
+            outage.lost("reconnecting the pool", record.exc_info[1])
         return False
 
 
@@ -348,6 +352,7 @@ class PostgresDialect(Dialect):
                 reset=_keep_session,
             )
         dialect = cls(url, pool, retry_for=retry)
+        _OUTAGE.outages.add(dialect.outage)
         dialect._listen_dsn, dialect._listen_timeout = dsn, timeout
         return dialect
 
@@ -366,12 +371,21 @@ class PostgresDialect(Dialect):
                             yield _PostgresTransaction(conn)
                 except _CATCH as exc:
                     raise self._lost(conn, exc) from exc
-                _OUTAGE.down = False  # reachable again: the next outage is reported
                 kept = self._keep(conn)
             finally:
                 if not kept:
-                    # Shielded by the pool, which rolls back whatever a cancelled caller left open.
-                    await self._pool.release(conn)
+                    await self._release(conn)
+
+    async def _release(self, conn: Any) -> None:
+        """Give a connection back to the pool, first rolling back what a cancelled caller left open.
+
+        The pool would roll it back too, but saying "Resetting connection with an active transaction" on stderr.
+        """
+        with anyio.move_on_after(_CLEANUP_SECONDS, shield=True):
+            with suppress(Exception):  # a lost connection: the pool drops it
+                if _alive(conn) and conn.is_in_transaction():
+                    await conn.execute("ROLLBACK")
+        await self._pool.release(conn)  # shielded by the pool
 
     async def _autocommit_fetch(self, sql: str, params: Sequence[Any]) -> list[Any]:
         """Run one statement in autocommit and return its records: `transaction(begin=False)`, inlined.
@@ -392,7 +406,6 @@ class PostgresDialect(Dialect):
                 records: list[Any] = await conn.fetch(sql, *params)
             except _CATCH as exc:
                 raise self._lost(conn, exc) from exc
-            _OUTAGE.down = False  # reachable again: the next outage is reported
             kept = self._keep(conn)
             return records
         finally:
@@ -413,7 +426,7 @@ class PostgresDialect(Dialect):
             await self._pool.release(conn)
         self._waiting += 1
         try:
-            return await self._pool.acquire()
+            return await _whole(self._pool.acquire(), self._pool.release)
         finally:
             self._waiting -= 1
 
@@ -523,16 +536,18 @@ class PostgresDialect(Dialect):
             lost = anyio.Event()
             conn: Any = None
             try:
-                conn = await asyncpg.connect(self._listen_dsn, timeout=self._listen_timeout)
+                conn = await _whole(asyncpg.connect(self._listen_dsn, timeout=self._listen_timeout), _close)
                 conn.add_termination_listener(lambda _conn, lost=lost: lost.set())
                 await conn.add_listener(QUEUED_CHANNEL, notified)
                 if down:
-                    logger.warning("listening for submits to %s again", self.url)
+                    logger.info("listening for submits to %s again", self.url)
                     wake("")  # submits made while it was down were not heard
                 down = False
                 await lost.wait()
             except Exception as exc:  # a lost wakeup never stops a worker: it polls
-                if not down:
+                if isinstance(convert(exc, ERROR_MAP, self.url), StoreConnectionError):
+                    self.outage.lost("listening for submits", exc)  # the outage's one line, if it is the first
+                elif not down:
                     logger.warning(
                         "cannot listen for submits to %s (%s); its workers poll until it can again",
                         self.url,
@@ -556,6 +571,7 @@ class PostgresDialect(Dialect):
             yield tx
 
     async def close(self) -> None:
+        _OUTAGE.outages.discard(self.outage)
         with anyio.move_on_after(_CLEANUP_SECONDS, shield=True) as scope, map_exceptions(self.url):
             spare, self._spare = self._spare, None
             if spare is not None:
@@ -563,6 +579,31 @@ class PostgresDialect(Dialect):
             await self._pool.close()
         if scope.cancelled_caught:
             self._pool.terminate()
+
+
+async def _whole(opening: Coroutine[Any, Any, Any], undo: Callable[[Any], Awaitable[Any]]) -> Any:
+    """Return what `opening` opens; if the caller is cancelled meanwhile, let it finish (bounded), then `undo` it.
+
+    asyncpg cut in the middle of opening a connection leaves a future nobody reads: "Future exception was never
+    retrieved" at exit, as when a worker is stopped in its first second.
+    """
+    task = asyncio.ensure_future(opening)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        with anyio.move_on_after(_CLEANUP_SECONDS, shield=True):
+            try:
+                opened = await task
+            except Exception:  # the caller left: nobody is told
+                pass
+            else:
+                await undo(opened)
+        task.cancel()
+        raise
+
+
+async def _close(conn: Any) -> None:
+    await conn.close()
 
 
 async def open_sql(url: str, **options: Any) -> SQLStore:

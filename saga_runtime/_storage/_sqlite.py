@@ -11,7 +11,8 @@ URLs: `sqlite:///relative/path.db` (relative to the working directory), `sqlite:
   (default 5).
 - `retry_for`: seconds an operation whose connection was lost (`StoreConnectionError`: the file could not be
   opened again, the connection was closed under the store) is retried for, with exponential backoff, reopening
-  the file (default 30; 0 turns retries off). Each retry is logged at WARNING on the `saga_runtime` logger.
+  the file (default 30; 0 turns retries off). An outage is logged at WARNING on the `saga_runtime` logger once
+  when it starts and once when it ends (each retry at DEBUG).
 
 The store keeps to the file it opened: should the file at its path be deleted or replaced while the store is open,
 whatever it wrote would be lost with the old file, so every call from then on raises `StoreFileError` (checked at

@@ -144,6 +144,7 @@ class SQLStore(StoreBase, SQLRetention, SQLSchedules, SQLQueueControl):
         self._closed = False
         self._retry_for = dialect.retry_for
         self._sealing = Sealing()
+        self._outage = dialect.outage
         # Group commit: up to `writers` batches of writes at once.
         self._batcher = Batcher(self._flush, slots=dialect.writers)
 
@@ -217,12 +218,13 @@ class SQLStore(StoreBase, SQLRetention, SQLSchedules, SQLQueueControl):
         while True:
             self._check_open()
             try:
-                return await operation()
+                result = await operation()
             except StoreConnectionError as exc:
                 elapsed = time.monotonic() - started
                 remaining = self._retry_for - elapsed
                 if remaining <= 0:
                     if retries:
+                        self._outage.gave_up()
                         exc.add_note(
                             f"saga_runtime gave up after {retries} retries over {elapsed:.1f}s "
                             f"(retry_for={self._retry_for:g}s)"
@@ -230,16 +232,13 @@ class SQLStore(StoreBase, SQLRetention, SQLSchedules, SQLQueueControl):
                     raise
                 delay = min(remaining, min(_MAX_DELAY, _FIRST_DELAY * 2**retries) * random.uniform(0.5, 1.0))
                 retries += 1
-                # The error names the store's URL (password hidden).
-                logger.warning(
-                    "%s lost its connection, retry %d in %.2fs (giving up in %.1fs): %s",
-                    what,
-                    retries,
-                    delay,
-                    remaining,
-                    exc,
-                )
+                # One WARNING when the outage starts, one when it ends; each retry at DEBUG (the URL, password hidden).
+                self._outage.retry(what, exc, retries, delay)
                 await anyio.sleep(delay)
+            else:
+                if self._outage.down:
+                    self._outage.answered()
+                return result
 
     async def _migrate(self) -> int:
         """Create the schema or bring it up to SCHEMA_VERSION in place; return the version found."""

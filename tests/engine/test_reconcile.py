@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from typing import Any
 
@@ -110,3 +111,13 @@ def test_not_done_is_one_value_named_in_its_repr() -> None:
     assert copy.deepcopy(NOT_DONE) is NOT_DONE
     assert pickle.loads(pickle.dumps(NOT_DONE)) is NOT_DONE
     assert type(NOT_DONE)() is NOT_DONE
+
+
+async def test_a_refused_reconcile_answer_is_logged_on_one_line(caplog: pytest.LogCaptureFixture) -> None:
+    """An answer that fails the result's validation (a pydantic error spans lines) is one WARNING line."""
+    with caplog.at_level(logging.WARNING, logger="saga_runtime"):
+        result = await SagaExecutor(registry_with("not a dict")).run(PLAN)
+    assert result.status is SagaStatus.COMPENSATED
+    refused = [r.getMessage() for r in caplog.records if "reconcile failed" in r.getMessage()]
+    assert refused  # asked when the step timed out, and again before its undo
+    assert all("\n" not in line and "dict" in line for line in refused)  # one line, still saying what was wrong

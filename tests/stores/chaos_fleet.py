@@ -12,7 +12,10 @@ key, and the event ("start" and "end" of an execute, "do" for its effect, "undo"
 - every effect under a key of a step of its saga's record, no more effects than recorded attempts (write ahead);
   a SUCCESS saga undid nothing; in a COMPENSATED one each key with an effect has an undo after its last effect;
 - the queue's limits held: from the first start to the last end of each saga, no two sagas of one key overlap,
-  and never more than `concurrency` sagas overlap.
+  and never more than `concurrency` sagas overlap; with a rate limit, no more sagas first call a tool within a
+  window (a little shorter than the limit's, see RATE_SLACK) than the limit allows (of the sagas no worker took
+  over: one taken over may first call a tool long after its start). Times are the machine's
+  monotonic clock, one for every process, even a worker whose wall clock is skewed (faketime).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import shutil
 import signal
 import sys
 import textwrap
@@ -42,14 +46,19 @@ LEASE = 1.0
 TOOLS = textwrap.dedent(
     """
     import asyncio, os, random, time
-    from saga_runtime import Queue, StepContext, ToolRegistry
+    from saga_runtime import Queue, RateLimit, StepContext, ToolRegistry
 
-    QUEUES = [Queue("chaos", concurrency=int(os.environ["CHAOS_CONCURRENCY"]), key_concurrency=1)]
+    _rate = os.environ.get("CHAOS_RATE")  # "limit/seconds", or none
+    _limit = None if not _rate else RateLimit(int(_rate.split("/")[0]), per=float(_rate.split("/")[1]))
+    QUEUES = [
+        Queue("chaos", concurrency=int(os.environ["CHAOS_CONCURRENCY"]), key_concurrency=1, rate_limit=_limit)
+    ]
     registry = ToolRegistry()
     _ledger = os.open(os.environ["CHAOS_LEDGER"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def note(ctx: StepContext, key: str, event: str) -> None:
-        line = f"{time.time():.6f} {os.getpid()} {ctx.saga_id} {key} {ctx.idempotency_key} {event}\\n"
+        # The machine's monotonic clock: one for every process, even one whose wall clock is skewed (faketime).
+        line = f"{time.monotonic():.6f} {os.getpid()} {ctx.saga_id} {key} {ctx.idempotency_key} {event}\\n"
         os.write(_ledger, line.encode())
 
     class Effect:
@@ -117,10 +126,11 @@ def submitter(store: SagaStore) -> SagaExecutor:
 class Fleet(WorkerProcesses):
     """The worker processes of one test: started, stopped and killed by slot; every one left is killed at the end."""
 
-    def __init__(self, folder: Path, url: str, concurrency: int) -> None:
+    def __init__(self, folder: Path, url: str, concurrency: int, rate: tuple[int, float] | None = None) -> None:
         super().__init__(folder)
         self.url = url
         self.concurrency = concurrency
+        self.rate = rate
         self.stopped: set[int] = set()
         (folder / "chaos_tools.py").write_text(TOOLS)
         self.ledger = folder / "ledger.txt"
@@ -128,16 +138,23 @@ class Fleet(WorkerProcesses):
             **{k: v for k, v in os.environ.items() if k != "SAGA_RUNTIME_DATABASE_URL"},
             "CHAOS_LEDGER": str(self.ledger),
             "CHAOS_CONCURRENCY": str(concurrency),
+            "CHAOS_RATE": "" if rate is None else f"{rate[0]}/{rate[1]}",
             "PYTHONPATH": str(folder),
         }
 
-    def start(self, slot: int) -> None:
-        """Start (or restart) the worker of `slot`."""
+    def start(self, slot: int, *, skew: float | None = None) -> None:
+        """Start (or restart) the worker of `slot`; with `skew`, its wall clock that many seconds off (faketime)."""
         command = [
             str(CLI), "--db", self.url, "worker", "--tools", "chaos_tools:registry", "--queues", "chaos_tools:QUEUES",
             "--executor-id", f"chaos-{slot}-{len(self.all)}", "--lease-timeout", str(LEASE), "--interval", "0.05",
         ]  # fmt: skip
-        self.spawn(slot, command, merge=True, cwd=self.folder, env=self.env)
+        env = self.env
+        if skew is not None:
+            faketime = shutil.which("faketime")
+            assert faketime is not None, "faketime is not installed (Debian: apt-get install faketime)"
+            command = [faketime, "-f", f"{skew:+g}s", *command]
+            env = {**env, "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+        self.spawn(slot, command, merge=True, cwd=self.folder, env=env)
 
     def serving(self, slot: int) -> None:
         """Wait until the worker of `slot` says it serves (its signal handlers are in place)."""
@@ -152,14 +169,18 @@ class Fleet(WorkerProcesses):
         self.serving(slot)
         return super().kill(slot)
 
-    def interrupt(self, slot: int) -> None:
+    def interrupt(self, slot: int, signum: int = signal.SIGINT) -> None:
         """SIGINT the worker of `slot` (a deploy's stop) and wait until it has stopped; it must exit 0."""
         self.serving(slot)
         process = self.slots[slot]
-        process.send_signal(signal.SIGINT)
+        process.send_signal(signum)
         code = process.wait(timeout=30)
         self.stopped.add(process.pid)
         assert code == 0, (code, self.errors())
+
+    def terminate(self, slot: int) -> None:
+        """SIGTERM the worker of `slot` (a deploy's stop, as systemd or Kubernetes sends it), as `interrupt`."""
+        self.interrupt(slot, signal.SIGTERM)
 
     def errors(self) -> str:
         """Return the end of what the workers printed."""
@@ -235,9 +256,12 @@ async def check(fleet: Fleet, store: SagaStore, count: int, statuses: dict[str, 
     assert doubled == {}, f"an effect repeated after a run that was not SIGKILLed: {doubled}"
 
     strays, orphans = [], []
+    alone: set[str] = set()  # sagas one worker drove from their queue start to their end (no takeover)
     for saga in statuses:
         result = await store.get_saga(saga)
         assert result is not None
+        if not result.takeovers:
+            alone.add(saga)
         keys = {step.idempotency_key: step for step in result.steps}
         mine = [(n, line) for n, line in enumerate(lines) if line.saga_id == saga]
         strays += [line.idempotency_key for _, line in mine if line.idempotency_key not in keys]
@@ -264,10 +288,35 @@ async def check(fleet: Fleet, store: SagaStore, count: int, statuses: dict[str, 
     assert crowded == {}, f"sagas of one key ran at once (key_concurrency=1): {crowded}"
     most = overlaps(list(spans.values()))
     assert most <= fleet.concurrency, f"{most} sagas ran at once (concurrency={fleet.concurrency})"
+    rate = ""
+    if fleet.rate is not None:
+        limit, per = fleet.rate
+        # A saga taken over may have made its first call long after its start: only those driven by one worker.
+        starts = sorted((spans[saga][0], saga) for saga in alone if saga in spans)
+        busiest = most_starts([at for at, _ in starts], per - RATE_SLACK)
+        assert busiest <= limit, (
+            f"{busiest} sagas started within {per - RATE_SLACK:g}s (at most {limit} per {per:g}s): {starts}"
+        )
+        rate = f", at most {busiest} started within {per - RATE_SLACK:g}s"
     return (
         f"{count} sagas, {len(lines)} ledger lines, {len(fleet.killed)} SIGKILLed, {len(fleet.stopped)} stopped, "
-        f"at most {most} at once"
+        f"at most {most} at once{rate}"
     )
+
+
+# A saga's first tool call comes a little after its queue start (the claim, its reads, scheduling): starts are
+# counted in a window this much shorter than the rate limit's, so that delay never looks like a breach.
+RATE_SLACK = 0.4
+
+
+def most_starts(starts: list[float], window: float) -> int:
+    """Return the most of the (sorted) start times that fall within one `window` of seconds."""
+    most, first = 0, 0
+    for last, at in enumerate(starts):
+        while at - starts[first] >= window:
+            first += 1
+        most = max(most, last - first + 1)
+    return most
 
 
 _ENDS = (SagaStatus.SUCCESS, SagaStatus.COMPENSATED)
