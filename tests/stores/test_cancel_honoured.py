@@ -10,6 +10,8 @@ import asyncio
 import random
 from typing import Any
 
+from orphans import planned_orphan
+
 from saga_runtime import (
     RetryPolicy,
     SagaExecutor,
@@ -19,6 +21,7 @@ from saga_runtime import (
     StepStatus,
     ToolRegistry,
 )
+from saga_runtime._records import StepRow, idempotency_key, now
 
 
 def slow_tools(calls: list[str], pause: float) -> ToolRegistry:
@@ -203,3 +206,37 @@ async def test_a_cancel_of_a_waiting_saga_ends_its_gated_step_rejected(store: Sa
     assert result.cancel is not None
     assert result.cancel.outcome == "cancelled"
     assert (await store.verify_saga("gated")).ok
+
+
+async def test_a_cancel_cuts_a_hung_reconcile(store: SagaStore) -> None:
+    """A recovered step's reconcile that hangs (no timeout) is cut by a cancel: the saga ends, the cancel recorded."""
+    asked = asyncio.Event()
+    registry = ToolRegistry()
+
+    @registry.tool
+    class Hang:
+        async def execute(self, n: int) -> int:
+            return n
+
+        async def reconcile(self, n: int) -> int:
+            asked.set()
+            await asyncio.Event().wait()
+            return n
+
+        async def compensate(self, result: Any) -> None:
+            return None
+
+    plan = [{"tool": "Hang", "args": {"n": 1}, "id": "hang"}]
+    row = StepRow("orphan", 0, "hang", 0, "Hang", {"n": 1}, idempotency_key("orphan", "hang"))
+    row.status, row.attempts, row.started_at = StepStatus.RUNNING, 1, now()  # its owner died while it ran
+    assert await store.create_saga(planned_orphan("orphan", plan, registry), [row]) is None
+    executor = SagaExecutor(registry, store, lease_timeout=0.6, compensation_timeout=0.5)
+    recovering = asyncio.create_task(executor.recover())
+    await asyncio.wait_for(asked.wait(), 10)
+    await executor.cancel("orphan", reason="hung", by="ops")
+    [result] = await asyncio.wait_for(recovering, 30)
+    # Its outcome stays unknown: the undo asks reconcile again, bounded by compensation_timeout.
+    assert result.status in (SagaStatus.COMPENSATED, SagaStatus.COMPENSATION_FAILED)
+    assert result.cancel is not None
+    assert (result.cancel.by, result.cancel.outcome) == ("ops", "cancelled")
+    assert (await store.verify_saga("orphan")).ok
