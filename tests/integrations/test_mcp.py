@@ -25,7 +25,8 @@ from mcp import Client, StdioServerParameters
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.tools import Tool
 from mcp.server.mcpserver.utilities.func_metadata import func_metadata
-from mcp_types import CallToolResult, TextContent, ToolAnnotations
+from mcp.shared.exceptions import MCPError
+from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, CallToolResult, TextContent, ToolAnnotations
 
 from saga_runtime import (
     PlanValidationError,
@@ -220,6 +221,44 @@ async def test_an_is_error_result_fails_the_attempt_under_the_retry_policy(store
         result = await store.get_saga("refunds")
         assert result is not None
         assert [step.attempts for step in result.steps] == [3, 3]
+
+
+async def test_a_server_error_mid_call_leaves_the_outcome_unknown_and_a_refusal_fails(store: SagaStore) -> None:
+    """A JSON-RPC internal error mid-call leaves the outcome unknown (undone); a refused request (bad params) fails."""
+    booked: list[str] = []
+    undone: list[Any] = []
+    server = MCPServer("flaky")
+
+    @server.tool()
+    async def book(seat: str) -> dict[str, str]:
+        booked.append(seat)
+        raise MCPError(code=INTERNAL_ERROR, message="the database went away after the booking")
+
+    @server.tool()
+    async def cancel(seat: str) -> dict[str, str]:
+        undone.append(seat)
+        return {"cancelled": seat}
+
+    @server.tool()
+    async def note(text: str) -> dict[str, str]:
+        raise MCPError(code=INVALID_PARAMS, message="text refused")
+
+    async with Client(server) as client:
+        registry = ToolRegistry()
+        build = lambda result, args: {"seat": args["seat"]}  # noqa: E731 (a one-line builder)
+        await register_mcp_tools(registry, client, compensations={"book": ("cancel", build)})
+        executor = SagaExecutor(registry, store)
+        async with executor.saga(saga_id="server-error") as saga:
+            with pytest.raises(StepFailedError) as unknown:
+                await saga.call("book", seat="4D")
+            with pytest.raises(StepFailedError) as refused:
+                await saga.call("note", text="hi")
+    assert unknown.value.error_type == "OutcomeUnknownError"
+    assert refused.value.error_type == "MCPError"
+    assert (booked, undone) == (["4D"], ["4D"])  # unknown: undone, as the effect may have happened
+    result = await store.get_saga("server-error")
+    assert result is not None
+    assert [step.status for step in result.steps] == [StepStatus.COMPENSATED, StepStatus.FAILED]
 
 
 async def test_read_only_tools_need_no_compensation_and_others_without_one_are_irreversible() -> None:
