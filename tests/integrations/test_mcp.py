@@ -419,6 +419,29 @@ async def test_commit_ends_the_saga_given_in_meta_success_across_connections(
     assert [step.args["seat"] for step in result.steps] == ["2A", "2B"]
 
 
+async def test_a_call_made_again_in_a_saga_with_its_idempotency_key_is_the_same_step(
+    store: SagaStore, tools: tuple[str, Any], tmp_path: Path
+) -> None:
+    """In a _meta saga, a call retried with its `_meta.idempotency_key` is one step, run once, answered alike."""
+    _, module = tools
+    args = {"flight": "LH1", "seat": "1A"}
+    meta: Any = {"saga_id": "trip-retry", "idempotency_key": "client-step-1"}
+    async with Client(saga_mcp_server(SagaExecutor(module.registry, store))) as client:
+        first = await client.call_tool("book_ticket", args, meta=meta)
+        again = await client.call_tool("book_ticket", args, meta=meta)  # the answer was lost: made again
+    # Another server process: the saga is entered again from its record.
+    async with Client(saga_mcp_server(SagaExecutor(module.registry, store))) as client:
+        later = await client.call_tool("book_ticket", args, meta=meta)
+        second: Any = {"saga_id": "trip-retry", "idempotency_key": "client-step-2"}
+        other = await client.call_tool("book_ticket", {"flight": "LH1", "seat": "1B"}, meta=second)
+        ended = await client.call_tool("saga_commit", {}, meta={"saga_id": "trip-retry"})
+    assert not first.is_error
+    assert first.structured_content == again.structured_content == later.structured_content
+    assert not other.is_error
+    assert [kind for kind, _, _ in ledger(tmp_path / "tools")] == ["book", "book"]
+    assert ended.structured_content == {"saga_id": "trip-retry", "status": "SUCCESS", "steps": 2, "error": None}
+
+
 async def test_a_call_without_session_or_saga_id_is_a_saga_of_its_own(store: SagaStore, tools: tuple[str, Any]) -> None:
     """Stateless and without _meta: each call is its own saga, ended SUCCESS once the call succeeds."""
     _, module = tools
