@@ -240,3 +240,34 @@ async def test_a_cancel_cuts_a_hung_reconcile(store: SagaStore) -> None:
     assert result.cancel is not None
     assert (result.cancel.by, result.cancel.outcome) == ("ops", "cancelled")
     assert (await store.verify_saga("orphan")).ok
+
+
+async def test_a_cancel_stored_as_the_saga_begins_to_wait_rejects_its_requests(store: SagaStore) -> None:
+    """A cancel stored just before a saga records its wait: its requests are rejected, and recovery compensates it."""
+    registry = ToolRegistry()
+    executor = SagaExecutor(registry, store)
+
+    @registry.tool
+    class Reserve:
+        async def execute(self, ctx: StepContext) -> int:
+            asked = await executor.cancel(ctx.saga_id, reason="changed my mind", by="ops")  # while it runs
+            assert asked.status is SagaStatus.RUNNING
+            return 1
+
+        async def compensate(self, result: Any) -> None:
+            return None
+
+    @registry.tool(approval=True)
+    class Pay:
+        async def execute(self, amount: int) -> dict[str, int]:
+            return {"paid": amount}
+
+    plan = [{"tool": "Reserve", "id": "reserve"}, {"tool": "Pay", "args": {"amount": 5}, "id": "pay"}]
+    await executor.run(plan, saga_id="late-wait")
+    [result] = await executor.recover()  # a worker goes on with a waiting saga whose requests are decided
+    assert result.status is SagaStatus.COMPENSATED
+    assert [(r.decision, r.decided_by) for r in result.approvals] == [("rejected", "cancel")]
+    assert [row.status for row in result.steps] == [StepStatus.COMPENSATED, StepStatus.REJECTED]
+    assert result.cancel is not None
+    assert (result.cancel.by, result.cancel.outcome) == ("ops", "cancelled")
+    assert (await store.verify_saga("late-wait")).ok
