@@ -120,6 +120,10 @@ class GroupRunner:
             if call
         ]
         if self._verdict.failed:
+            if self._verdict.halted:
+                for row in rows:
+                    if row.status is StepStatus.PENDING:
+                        journal.explain(row, f"not run: {self._verdict.halted}", "Cancelled")
             await journal.flush()
             return False
         if not calls:
@@ -178,6 +182,8 @@ class GroupRunner:
         journal, verdict = self._journal, self._verdict
         if call is None or verdict.failed:
             if verdict.failed:
+                if verdict.halted:
+                    journal.explain(row, f"not run: {verdict.halted}", "Cancelled")
                 await journal.flush()
                 return False
             return self.judge((row,), "all", None)
@@ -188,8 +194,9 @@ class GroupRunner:
             await journal.flush(ahead=True)
         except BaseException as exc:
             journal.restore(row, status, attempts, started_at)  # never written: never ran
-            if isinstance(exc, CancelTaken):
-                return False  # an operator's cancel: nothing starts, the saga compensates
+            if isinstance(exc, CancelTaken):  # an operator's cancel: nothing starts, the saga compensates
+                journal.explain(row, f"not run: {verdict.halted}", "Cancelled")
+                return False
             raise
         journal.check_fence()  # fenced while the intent was being written: no step starts after the fence
         if journal.config.hooks:
@@ -245,8 +252,10 @@ class GroupRunner:
         except BaseException as exc:
             for (row, _, _), (status, attempts, started_at) in zip(calls, before, strict=True):
                 journal.restore(row, status, attempts, started_at)  # never written: never ran
-            if isinstance(exc, CancelTaken):
-                return []  # an operator's cancel: nothing starts (the announced ones neither)
+            if isinstance(exc, CancelTaken):  # an operator's cancel: nothing starts (the announced ones neither)
+                for row, _, _ in calls:
+                    journal.explain(row, f"not run: {self._verdict.halted}", "Cancelled")
+                return []
             raise
         journal.check_fence()  # fenced while the intent was being written: no step starts after the fence
         calls += ready

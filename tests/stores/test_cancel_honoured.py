@@ -10,6 +10,7 @@ import asyncio
 import random
 from typing import Any
 
+import pytest
 from orphans import planned_orphan
 
 from saga_runtime import (
@@ -18,6 +19,7 @@ from saga_runtime import (
     SagaStatus,
     SagaStore,
     StepContext,
+    StepFailedError,
     StepStatus,
     ToolRegistry,
 )
@@ -271,3 +273,26 @@ async def test_a_cancel_stored_as_the_saga_begins_to_wait_rejects_its_requests(s
     assert result.cancel is not None
     assert (result.cancel.by, result.cancel.outcome) == ("ops", "cancelled")
     assert (await store.verify_saga("late-wait")).ok
+
+
+async def test_a_cancel_stops_a_dynamic_saga_before_its_next_call(store: SagaStore) -> None:
+    """A dynamic saga cancelled mid-call: its next call runs nothing and raises, saying it was cancelled."""
+    calls: list[str] = []
+    executor = SagaExecutor(slow_tools(calls, 0.3), store)
+
+    async def agent() -> None:
+        async with executor.saga(saga_id="agent") as saga:
+            for name in ("a", "b", "c"):
+                await saga.call("Slow", name=name)
+
+    running = asyncio.create_task(agent())
+    await asyncio.sleep(0.1)
+    await executor.cancel("agent", reason="stop", by="ops")
+    with pytest.raises(StepFailedError, match="not run: cancelled: stop"):
+        await asyncio.wait_for(running, 30)
+    assert calls == ["do a", "undo a"]
+    result = await store.get_saga("agent")
+    assert result is not None
+    assert result.status is SagaStatus.COMPENSATED
+    assert result.cancel is not None
+    assert result.cancel.outcome == "cancelled"
