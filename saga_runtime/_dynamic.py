@@ -481,6 +481,14 @@ class DynamicSaga:
                 )
             return row
         if self._engine is None:
+            purged = self._stored[0].purged_at if self._stored is not None else None
+            if purged is not None:  # a tombstone: its calls were removed, it never runs again (API.md §14)
+                raise ReplayDivergenceError(
+                    f"saga {self.saga_id!r} was purged at {purged.isoformat()}: its calls are no longer recorded "
+                    "(they are in the purge's archive, if one was kept), so it cannot be replayed; use a new saga id",
+                    saga_id=self.saga_id,
+                    position=seq,
+                )
             raise ReplayDivergenceError(
                 f"saga {self.saga_id!r} call #{seq + 1} {tool}({_brief(args)}) was never recorded "
                 f"(the record holds {len(self._record)} calls)",

@@ -510,6 +510,12 @@ def worker(
         float | None,
         typer.Option("--interval", min=0.001, help="Seconds between an idle worker's looks for queued sagas."),
     ] = None,
+    compensation_timeout: Annotated[
+        float,
+        typer.Option(
+            "--compensation-timeout", min=0.001, help="Seconds a stop waits for running tool code (and bounds an undo)."
+        ),
+    ] = 300.0,
 ) -> None:
     """Run queued sagas and recover orphans until SIGTERM or SIGINT; then stop without compensating anything."""
     registry = _registry(tools)
@@ -530,7 +536,12 @@ def worker(
             hooks.append(hook)
             server = start_metrics_server(metrics_port, hook)
         executor = SagaExecutor(
-            registry, store=store, hooks=hooks, executor_id=executor_id, lease_timeout=lease_timeout
+            registry,
+            store=store,
+            hooks=hooks,
+            executor_id=executor_id,
+            lease_timeout=lease_timeout,
+            compensation_timeout=compensation_timeout,
         )
         names = ", ".join(queue.name for queue in served) if served else "default"
         try:

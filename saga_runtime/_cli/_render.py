@@ -154,7 +154,9 @@ def _header(result: SagaResult) -> Table:
         grid.add_row("error", Text(result.error, style="red"))
     if result.cancel is not None:
         why = f": {result.cancel.reason}" if result.cancel.reason else ""
-        grid.add_row("cancelled", f"asked {_when(result.cancel.at)} by {result.cancel.by}{why}")
+        came = {"compensating": " (it was compensating already)", "ignored": " (ignored: it had ended)"}
+        outcome = came.get(result.cancel.outcome or "", "")
+        grid.add_row("cancelled", f"asked {_when(result.cancel.at)} by {result.cancel.by}{why}{outcome}")
     if result.takeovers:
         grid.add_row("takeovers", _plural(len(result.takeovers), "takeover") + " (see the timeline)")
     return grid

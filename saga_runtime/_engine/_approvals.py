@@ -145,6 +145,16 @@ class Gate:
                 journal.approved(row)
         return False, rejected
 
+    async def reject_undecided(self, by: str, note: str) -> None:
+        """Reject every undecided request of the saga (a cancel taken in as it began to wait); a decision made
+        first stands. A worker then goes on with the saga, which compensates."""
+        store = self._journal.store
+        for request in [row for row in self.rows.values() if row.decision is None]:
+            row = decided(request, REJECTED, by, note)
+            if await store.decide_approval(row):
+                self._keep([row])
+                tell(self._journal.config, self._journal.saga, row)
+
     async def _expire(self, request: ApprovalRow) -> None:
         """Reject a request whose deadline passed (one conditional update; a decision made first stands)."""
         store = self._journal.store

@@ -9,6 +9,7 @@ saga's work for good when its lease is lost; `cancel_requests` tells that apart 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Coroutine, Generator, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -32,6 +33,8 @@ __all__ = [
 
 T = TypeVar("T")
 
+logger = logging.getLogger("saga_runtime")
+
 #: The caller leaving (asyncio-native; anyio raises the same on this backend).
 CANCELLED = asyncio.CancelledError
 
@@ -53,17 +56,19 @@ class Shelters:
     `bound` seconds later (what is still running then is cut short, as any cancellation would).
     """
 
-    __slots__ = ("_scopes", "stopping")
+    __slots__ = ("_names", "_scopes", "stopping")
 
     def __init__(self) -> None:
         self._scopes: dict[anyio.CancelScope, asyncio.TimerHandle | None] = {}
+        self._names: dict[anyio.CancelScope, str] = {}  # the saga each drives
         self.stopping = False
 
     @contextmanager
-    def shelter(self, bound: float) -> Iterator[None]:
+    def shelter(self, bound: float, saga_id: str = "") -> Iterator[None]:
         """Drive the block shielded from the worker's cancellation; end it quietly if the worker's stop ended it."""
         scope = anyio.CancelScope(shield=True)
         self._scopes[scope] = None
+        self._names[scope] = saga_id
         if self.stopping:
             self._bound(scope, bound)
         try:
@@ -73,12 +78,23 @@ class Shelters:
             pass
         finally:
             timer = self._scopes.pop(scope, None)
+            self._names.pop(scope, None)
             if timer is not None:
                 timer.cancel()
 
     def _bound(self, scope: anyio.CancelScope, bound: float) -> None:
         if self._scopes.get(scope) is None:
-            self._scopes[scope] = asyncio.get_running_loop().call_later(bound, scope.cancel)
+            self._scopes[scope] = asyncio.get_running_loop().call_later(bound, self._give_up, scope, bound)
+
+    def _give_up(self, scope: anyio.CancelScope, bound: float) -> None:
+        """Cut what still runs of a drive `bound` seconds into the stop, saying so: its outcome is unknown."""
+        logger.warning(
+            "saga %s: the worker stops, and its running tool code did not return within compensation_timeout=%gs: "
+            "cut short (its outcome unknown); the saga is released for the next worker, which settles it",
+            self._names.get(scope) or "?",
+            bound,
+        )
+        scope.cancel()
 
     def stop(self, bound: float) -> None:
         """Ask every sheltered drive to stop at its next group; cancel what still runs `bound` seconds later."""

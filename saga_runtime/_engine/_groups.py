@@ -107,7 +107,7 @@ class GroupRunner:
             ):
                 spec = self._registry.get(row.tool_name)
                 if spec.reconcile is not None:
-                    await self._runner.reconcile(row, spec)
+                    await self._reconcile(row, spec)
         if join == "first" and any(succeeded(row) for row in rows):
             await self._settle_first(rows)  # resumed: the recorded winner stands, the rest lose
             return self._nothing_left_out(rows)
@@ -120,6 +120,10 @@ class GroupRunner:
             if call
         ]
         if self._verdict.failed:
+            if self._verdict.halted:
+                for row in rows:
+                    if row.status is StepStatus.PENDING:
+                        journal.explain(row, f"not run: {self._verdict.halted}", "Cancelled")
             await journal.flush()
             return False
         if not calls:
@@ -158,12 +162,28 @@ class GroupRunner:
             await self._settle_first(rows)
         return self.judge(rows, join, needed)
 
+    async def _reconcile(self, row: StepRow, spec: ToolSpec) -> None:
+        """Ask a step's `reconcile`, cut by an operator's cancel as a running call is (its outcome stays unknown)."""
+        verdict = self._verdict
+        if verdict.halted:
+            return  # cancelled: no more tool code runs forward; the step is compensated as unknown
+        try:
+            verdict.running = current_task()
+            await self._runner.reconcile(row, spec)
+        except CANCELLED:
+            if not verdict.cut_taken():
+                raise
+        finally:
+            verdict.running = None
+
     async def _run_one(self, row: StepRow) -> bool:
         """Run a group of one step never started (join `all`): what `run` does for it, without its bookkeeping."""
         call = self._prepare(row)
         journal, verdict = self._journal, self._verdict
         if call is None or verdict.failed:
             if verdict.failed:
+                if verdict.halted:
+                    journal.explain(row, f"not run: {verdict.halted}", "Cancelled")
                 await journal.flush()
                 return False
             return self.judge((row,), "all", None)
@@ -174,8 +194,9 @@ class GroupRunner:
             await journal.flush(ahead=True)
         except BaseException as exc:
             journal.restore(row, status, attempts, started_at)  # never written: never ran
-            if isinstance(exc, CancelTaken):
-                return False  # an operator's cancel: nothing starts, the saga compensates
+            if isinstance(exc, CancelTaken):  # an operator's cancel: nothing starts, the saga compensates
+                journal.explain(row, f"not run: {verdict.halted}", "Cancelled")
+                return False
             raise
         journal.check_fence()  # fenced while the intent was being written: no step starts after the fence
         if journal.config.hooks:
@@ -231,8 +252,10 @@ class GroupRunner:
         except BaseException as exc:
             for (row, _, _), (status, attempts, started_at) in zip(calls, before, strict=True):
                 journal.restore(row, status, attempts, started_at)  # never written: never ran
-            if isinstance(exc, CancelTaken):
-                return []  # an operator's cancel: nothing starts (the announced ones neither)
+            if isinstance(exc, CancelTaken):  # an operator's cancel: nothing starts (the announced ones neither)
+                for row, _, _ in calls:
+                    journal.explain(row, f"not run: {self._verdict.halted}", "Cancelled")
+                return []
             raise
         journal.check_fence()  # fenced while the intent was being written: no step starts after the fence
         calls += ready

@@ -345,57 +345,54 @@ class Journal:
         write-ahead of steps about to start) it raises `CancelTaken` instead: nothing was written, nothing starts.
         """
         async with self._write_lock:
-            try:
-                await self._write(take=True)
-            except CancelTaken:
-                if ahead:
+            take = True
+            while True:
+                self.check_fence()
+                if not self._dirty and not self._saga_dirty and not self._saga_touched:
+                    return
+                links, link = self._links, self._link
+                steps = []
+                for row in self._dirty.values():
+                    row.prev_hash, row.hash = links.get(row.seq) or link(row), None  # the store seals it afresh
+                    steps.append(row.copy())
+                self._dirty.clear()
+                saga = None
+                sent = 0.0
+                reseal = self._saga_dirty or not self._seal_known
+                if self._saga_dirty or self._saga_touched:
+                    # The new lease goes on the copy; believed only once stored.
+                    saga = self.saga.copy()
+                    saga.updated_at = now()
+                    if saga.status in (SagaStatus.RUNNING, SagaStatus.COMPENSATING):
+                        saga.lease_expires_at = saga.updated_at + timedelta(seconds=self.config.lease_timeout)
+                        sent = self.lease.mark()
+                    self._saga_dirty = self._saga_touched = False
+                try:
+                    await self.store.save(saga, steps, owner=self.owner, reseal=reseal)
+                    if saga is not None:
+                        self.saga.updated_at, self.saga.lease_expires_at = saga.updated_at, saga.lease_expires_at
+                        self.saga.seal, self._seal_known = saga.seal, True
+                        if sent and self.owner is not None:
+                            self.lease.confirmed(sent)
+                    return
+                except BaseException as exc:
+                    # Not written: the rows stay dirty.
+                    for row in steps:
+                        self._dirty.setdefault(row.step_id, self.rows[row.step_id])
+                    if saga is not None:
+                        self._saga_touched, self._saga_dirty = True, self._saga_dirty or reseal
+                    if isinstance(exc, LeaseLostError) and self.owner is not None:
+                        if take and await self._took_cancel():
+                            if ahead:
+                                raise CancelTaken from None
+                            take = False
+                            continue  # taken in: written again
+                        logger.error(
+                            "saga %s: the store refused a write, another executor owns the saga now; stopping here",
+                            self.saga.saga_id,
+                        )
+                        self.fence(lost=True)
                     raise
-                await self._write(take=False)
-
-    async def _write(self, *, take: bool) -> None:
-        """Write what changed (under the write lock); `take`: a refusal for a cancel may be taken in."""
-        self.check_fence()
-        if not self._dirty and not self._saga_dirty and not self._saga_touched:
-            return
-        links, link = self._links, self._link
-        steps = []
-        for row in self._dirty.values():
-            row.prev_hash, row.hash = links.get(row.seq) or link(row), None  # the store seals it afresh
-            steps.append(row.copy())
-        self._dirty.clear()
-        saga = None
-        sent = 0.0
-        reseal = self._saga_dirty or not self._seal_known
-        if self._saga_dirty or self._saga_touched:
-            # The new lease goes on the copy; believed only once stored.
-            saga = self.saga.copy()
-            saga.updated_at = now()
-            if saga.status in (SagaStatus.RUNNING, SagaStatus.COMPENSATING):
-                saga.lease_expires_at = saga.updated_at + timedelta(seconds=self.config.lease_timeout)
-                sent = self.lease.mark()
-            self._saga_dirty = self._saga_touched = False
-        try:
-            await self.store.save(saga, steps, owner=self.owner, reseal=reseal)
-            if saga is not None:
-                self.saga.updated_at, self.saga.lease_expires_at = saga.updated_at, saga.lease_expires_at
-                self.saga.seal, self._seal_known = saga.seal, True
-                if sent and self.owner is not None:
-                    self.lease.confirmed(sent)
-        except BaseException as exc:
-            # Not written: the rows stay dirty.
-            for row in steps:
-                self._dirty.setdefault(row.step_id, self.rows[row.step_id])
-            if saga is not None:
-                self._saga_touched, self._saga_dirty = True, self._saga_dirty or reseal
-            if isinstance(exc, LeaseLostError) and self.owner is not None:
-                if take and await self._took_cancel():
-                    raise CancelTaken from None
-                logger.error(
-                    "saga %s: the store refused a write, another executor owns the saga now; stopping here",
-                    self.saga.saga_id,
-                )
-                self.fence(lost=True)
-            raise
 
     async def _took_cancel(self) -> bool:
         """Take in the cancel request that made the store refuse a write, if that is why; tell whether it was."""

@@ -120,8 +120,7 @@ class LeaseKeeper:
             return
         if reason is not None:
             self._cancelled = True
-            logger.warning("saga %s: cancel requested (%s); cancelling its running calls", saga.saga_id, reason)
-            self._on_cancel(reason)
+            self._on_cancel(reason)  # (logged as it is recorded)
 
     async def stop(self) -> None:
         """Cancel the next renewal, and one in flight, and wait for it to end."""

@@ -192,7 +192,7 @@ class Recovery:
         executor taken it. Under a serving worker (`shelters`), its stop lets the running calls return.
         """
         bound = self._drives.config.compensation_timeout
-        with nullcontext() if shelters is None else shelters.shelter(bound):
+        with nullcontext() if shelters is None else shelters.shelter(bound, saga.saga_id):
             try:
                 async with self._drives.claim(saga, rows, take="orphan" if orphan else "queued") as held:
                     if held is not None:

@@ -232,6 +232,10 @@ class SagaEngine:
         journal.wait()
         await shielded(journal.flush())
         journal.fence()  # the saga is nobody's now: whoever claims it next goes on
+        if self.verdict.halted:
+            # An operator's cancel, taken in by this very write: its requests are rejected, as cancel() does for a
+            # WAITING saga, so the next worker to claim it compensates it.
+            await shielded(self.gate.reject_undecided("cancel", self.verdict.halted))
         logger.info("saga %s: waits for approval", self.saga.saga_id)
         return result_from_rows(self.saga, list(self.rows.values()), journal.approvals)
 

@@ -38,6 +38,7 @@ try:
     from mcp.server.mcpserver import Context, MCPServer
     from mcp.server.mcpserver.tools import Tool
     from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetadata
+    from mcp.shared.exceptions import MCPError
     from mcp_types.version import MODERN_PROTOCOL_VERSIONS
     from pydantic import ConfigDict
 except ImportError as exc:  # pragma: no cover - depends on the extra
@@ -78,9 +79,11 @@ class _Job:
     kind: str  # "call", "commit", "rollback" or "detach"
     tool: str = ""
     args: dict[str, Any] = field(default_factory=dict)
+    step_id: str | None = None  # from the call's idempotency key: a retry is the same step
     done: anyio.Event = field(default_factory=anyio.Event)
     answer: types.CallToolResult | None = None
     waiting: bool = False  # the saga is WAITING
+    unknown: bool = False  # the saga stopped while the call ran: its outcome is unknown
 
 
 class _Driver:
@@ -94,6 +97,8 @@ class _Driver:
         self.ready = anyio.Event()
         self.refusal: str | None = None  # why it could not be entered
         self.ended = False
+        # The answers of the calls made with an idempotency key, by step id: a retry gets the same answer.
+        self.keyed: dict[str, types.CallToolResult] = {}
 
     async def run(self) -> None:
         """Drive the saga until it ends, detaches or waits; never raises."""
@@ -134,6 +139,7 @@ class _Driver:
                 ending.done.set()
             elif current is not None and not current.done.is_set():
                 current.answer = _error(self.saga_id, self.refusal or f"saga {self.saga_id!r} stopped")
+                current.unknown = current.kind == "call"
                 current.done.set()
             # Jobs after the end: refused.
             while True:
@@ -157,9 +163,37 @@ class _Driver:
             await saga.group(groups[group], return_exceptions=True)
 
     async def _call(self, saga: DynamicSaga, job: _Job) -> tuple[types.CallToolResult, bool]:
-        """Run one call as a step; return the answer and whether the saga now waits."""
+        """Run one call as a step; return the answer and whether the saga now waits.
+
+        A call made again with the same idempotency key is the same step: answered as it was, run once.
+        """
+        if job.step_id is None:
+            return await self._run_call(saga, job)
+        answered = self.keyed.get(job.step_id) or self._recorded(job.step_id)
+        if answered is not None:
+            return answered, False
+        answer, waiting = await self._run_call(saga, job)
+        if not waiting:
+            self.keyed[job.step_id] = answer
+        return answer, waiting
+
+    def _recorded(self, step_id: str) -> types.CallToolResult | None:
+        """Return the answer of a step recorded before this saga was entered here (None: not run yet)."""
+        step = next((s for s in self.record.steps if s.step_id == step_id), None) if self.record else None
+        if step is None or step.status in (StepStatus.PENDING, StepStatus.WAITING):
+            return None
+        if step.status is StepStatus.SUCCESS:
+            return _success(self.saga_id, step.result)
+        return _error(
+            self.saga_id,
+            f"call {step_id!r} ({step.tool_name}) already ran: {step.status.value}"
+            + (f": {step.error}" if step.error else ""),
+        )
+
+    async def _run_call(self, saga: DynamicSaga, job: _Job) -> tuple[types.CallToolResult, bool]:
+        call = (job.tool, job.args) if job.step_id is None else (job.tool, job.args, job.step_id)
         try:
-            (outcome,) = await saga.group([(job.tool, job.args)], return_exceptions=True)
+            (outcome,) = await saga.group([call], return_exceptions=True)
         except ApprovalPendingError as exc:
             return _error(self.saga_id, _pending(exc)), True
         except ApprovalRejectedError as exc:
@@ -243,7 +277,7 @@ class _Sagas:
             driver = await self.driver(ctx, saga_id, waiting_call=(tool, args))
         except _Refused as exc:
             return _error(saga_id, str(exc))
-        job = _Job("call", tool, args)
+        job = _Job("call", tool, args, _step_of(ctx))
         answer: types.CallToolResult | None = None
         try:
             answer = await self.ask(driver, job)
@@ -258,6 +292,8 @@ class _Sagas:
             self.waiting_own[same] = saga_id
         elif own:
             await self.ask(driver, _Job("rollback" if answer.is_error else "commit"))
+        if job.unknown:  # not a tool error: the server failed while the call ran, its outcome is unknown
+            raise MCPError(code=types.INTERNAL_ERROR, message=_text_of(answer))
         return answer
 
     def saga_of(self, ctx: Context, *, session_only: bool = False) -> tuple[str | None, bool]:
@@ -397,6 +433,18 @@ def saga_mcp_server(executor: SagaExecutor, *, names: Iterable[str] | None = Non
 
         tools.append(_tool(f"saga_{kind}", text, empty, end))
     return MCPServer(name, tools=tools, lifespan=sagas.lifespan, log_level="WARNING")
+
+
+def _step_of(ctx: Context) -> str | None:
+    """Return the step id of a call made with an idempotency key (a retry is the same step), else None."""
+    key = (ctx.request_context.meta or {}).get("idempotency_key")
+    if isinstance(key, str) and key:
+        return f"mcp-{hashlib.sha256(key.encode('utf-8', 'surrogatepass')).hexdigest()[:24]}"
+    return None
+
+
+def _text_of(answer: types.CallToolResult) -> str:
+    return "\n".join(block.text for block in answer.content if isinstance(block, types.TextContent))
 
 
 def _own_saga_id(ctx: Context) -> str:

@@ -9,8 +9,9 @@ async with Client(tickets_server) as client:             # or a connected Client
         ticket = await saga.call("book", seat="12A")    # checked against book's inputSchema, then called
 ```
 
-Arguments are checked against `inputSchema` before anything is recorded; `isError` fails the attempt; a lost
-connection leaves the outcome unknown. `saga_mcp_server(executor)` serves tools, each call a saga step.
+Arguments are checked against `inputSchema` before anything is recorded; `isError` (a tool error) fails the
+attempt; a lost connection or a server error mid-call (a JSON-RPC error other than a refusal) leaves the outcome
+unknown. `saga_mcp_server(executor)` serves tools, each call a saga step.
 Extra: `saga-runtime[mcp]`.
 """
 
@@ -49,8 +50,9 @@ ArgsBuilder = Callable[[Any, dict[str, Any]], Mapping[str, Any] | None]
 _NAME_RULE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 # What a property's `$ref`s resolve against.
 _DOCUMENT_KEYS = ("$schema", "$id", "$defs", "definitions")
-# Any other code means the server answered: refused, not lost.
-_LOST_CODES = frozenset({types.CONNECTION_CLOSED, types.REQUEST_TIMEOUT})
+# The server refused the request itself: nothing ran. Any other error code (the connection lost, the server
+# failing while it handled the call: INTERNAL_ERROR, its own -32000..-32099) leaves the outcome unknown.
+_REFUSED_CODES = frozenset({types.PARSE_ERROR, types.INVALID_REQUEST, types.METHOD_NOT_FOUND, types.INVALID_PARAMS})
 
 
 class MCPToolError(SagaError):
@@ -229,9 +231,11 @@ async def _call(session: ClientSession | Client, name: str, args: dict[str, Any]
         meta = types.RequestParamsMeta(idempotency_key=key)  # type: ignore[typeddict-unknown-key]
         result = await session.call_tool(name, args, meta=meta)
     except MCPError as exc:
-        if exc.code in _LOST_CODES:
-            raise OutcomeUnknownError(f"MCP tool {name}: the connection was lost mid-call ({exc.message})") from exc
-        raise  # refused by the server
+        if exc.code not in _REFUSED_CODES:
+            raise OutcomeUnknownError(
+                f"MCP tool {name}: the call was lost or the server failed mid-call (error {exc.code}: {exc.message})"
+            ) from exc
+        raise  # refused by the server: nothing ran
     except Exception as exc:
         raise OutcomeUnknownError(f"MCP tool {name}: the call was cut off ({type(exc).__name__}: {exc})") from exc
     if result.is_error:

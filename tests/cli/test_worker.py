@@ -12,6 +12,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 from saga_runtime import CancelRecord, SagaExecutor, SagaStatus, open_store
 
@@ -185,3 +186,105 @@ def test_a_takeover_after_sigterm_names_the_worker_that_released_the_saga(tmp_pa
     status, takeovers = asyncio.run(take_over())
     assert status is SagaStatus.SUCCESS
     assert takeovers == [("worker-b", "worker-a", "released")]
+
+
+HUNG_TOOLS = textwrap.dedent(
+    """
+    import asyncio
+    import pathlib
+    from saga_runtime import ToolRegistry
+
+    registry = ToolRegistry()
+    HERE = pathlib.Path(__file__).parent
+
+
+    @registry.tool
+    class Hang:
+        async def execute(self, name: str) -> dict:
+            (HERE / "execute.started").touch()
+            await asyncio.Event().wait()  # no timeout: hangs for good
+            return {}
+
+        async def reconcile(self, name: str) -> dict:
+            (HERE / "reconcile.started").touch()
+            await asyncio.Event().wait()
+            return {}
+
+        async def compensate(self, result: object) -> None:
+            return None
+    """
+)
+
+
+def _wait_for(path: Path, seconds: float = 30) -> None:
+    """Wait until `path` exists (a tool touched it); fail after `seconds`."""
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path.name} never appeared"
+        time.sleep(0.05)
+
+
+def test_hung_tool_code_never_strands_a_saga(tmp_path: Path) -> None:
+    """SIGTERM cuts a hung call after compensation_timeout (said); a cancel cuts the next worker's hung reconcile."""
+    (tmp_path / "hung_tools.py").write_text(HUNG_TOOLS)
+    db = f"sqlite:///{tmp_path / 'fleet.db'}"
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import hung_tools  # type: ignore[import-not-found]
+    finally:
+        sys.path.remove(str(tmp_path))
+
+    async def submit() -> None:
+        async with open_store(db) as store:
+            await SagaExecutor(hung_tools.registry, store).submit(
+                [{"tool": "Hang", "args": {"name": "x"}}], saga_id="stuck"
+            )
+
+    asyncio.run(submit())
+    env = {k: v for k, v in os.environ.items() if k != "SAGA_RUNTIME_DATABASE_URL"}
+
+    def worker(name: str) -> subprocess.Popen[str]:
+        command = [str(SCRIPT), "--db", db, "worker", "--tools", "hung_tools:registry", "--executor-id", name]
+        command += ["--compensation-timeout", "1", "--lease-timeout", "3", "--interval", "0.05"]
+        return subprocess.Popen(
+            command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+
+    first = worker("worker-a")
+    second = None
+    try:
+        _wait_for(tmp_path / "execute.started")
+        began = time.monotonic()
+        first.send_signal(signal.SIGTERM)
+        _, err = first.communicate(timeout=60)
+        assert first.returncode == 0, err
+        assert time.monotonic() - began < 20  # bounded by the 1 s compensation_timeout, not the hung call
+        assert "saga stuck" in err
+        assert "cut short" in err
+        second = worker("worker-b")  # its reconcile of the unknown step hangs in turn
+        _wait_for(tmp_path / "reconcile.started")
+        assert cli("cancel", "stuck", "--reason", "hung", "--by", "ops", db=db).code == 0
+        deadline = time.monotonic() + 30
+        while not asyncio.run(_statuses(db, ["stuck"]))["stuck"].is_terminal:
+            assert time.monotonic() < deadline, "the cancel did not end the saga"
+            time.sleep(0.1)
+    finally:
+        for process in (first, second):
+            if process is not None and process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                try:
+                    process.communicate(timeout=30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.communicate()
+    assert second is not None
+    assert second.returncode == 0
+
+    async def record() -> Any:
+        async with open_store(db) as store:
+            return await store.get_saga("stuck")
+
+    result = asyncio.run(record())
+    assert result.status in (SagaStatus.COMPENSATED, SagaStatus.COMPENSATION_FAILED)
+    assert (result.cancel.by, result.cancel.outcome) == ("ops", "cancelled")
+    assert [(t.by, t.from_owner, t.reason) for t in result.takeovers] == [("worker-b", "worker-a", "released")]

@@ -143,10 +143,12 @@ async def test_live_sagas_and_missing_tools_are_left_alone(registry: ToolRegistr
     store._sagas["alive"].lease_expires_at = now() + timedelta(minutes=1)
     orphan(store, "foreign", [StepStatus.RUNNING])
     store._steps["foreign"]["s0"].tool_name = "Unknown"
+    lapsed = store._sagas["foreign"].lease_expires_at
     assert await SagaExecutor(registry, store=store).recover() == []
     assert world.log == []
     foreign = store._sagas["foreign"]
-    assert (foreign.owner, foreign.lease_expires_at, foreign.recovery_attempts) == (None, None, 0)
+    # Given back as it was found (its dead owner, its lapsed lease): the next takeover names who really held it.
+    assert (foreign.owner, foreign.lease_expires_at, foreign.recovery_attempts) == ("dead", lapsed, 0)
 
 
 async def test_two_executors_recovering_at_once_never_take_the_same_saga(registry: ToolRegistry, world: World) -> None:

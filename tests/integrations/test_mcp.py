@@ -25,7 +25,8 @@ from mcp import Client, StdioServerParameters
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.tools import Tool
 from mcp.server.mcpserver.utilities.func_metadata import func_metadata
-from mcp_types import CallToolResult, TextContent, ToolAnnotations
+from mcp.shared.exceptions import MCPError
+from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, CallToolResult, TextContent, ToolAnnotations
 
 from saga_runtime import (
     PlanValidationError,
@@ -222,6 +223,44 @@ async def test_an_is_error_result_fails_the_attempt_under_the_retry_policy(store
         assert [step.attempts for step in result.steps] == [3, 3]
 
 
+async def test_a_server_error_mid_call_leaves_the_outcome_unknown_and_a_refusal_fails(store: SagaStore) -> None:
+    """A JSON-RPC internal error mid-call leaves the outcome unknown (undone); a refused request (bad params) fails."""
+    booked: list[str] = []
+    undone: list[Any] = []
+    server = MCPServer("flaky")
+
+    @server.tool()
+    async def book(seat: str) -> dict[str, str]:
+        booked.append(seat)
+        raise MCPError(code=INTERNAL_ERROR, message="the database went away after the booking")
+
+    @server.tool()
+    async def cancel(seat: str) -> dict[str, str]:
+        undone.append(seat)
+        return {"cancelled": seat}
+
+    @server.tool()
+    async def note(text: str) -> dict[str, str]:
+        raise MCPError(code=INVALID_PARAMS, message="text refused")
+
+    async with Client(server) as client:
+        registry = ToolRegistry()
+        build = lambda result, args: {"seat": args["seat"]}  # noqa: E731 (a one-line builder)
+        await register_mcp_tools(registry, client, compensations={"book": ("cancel", build)})
+        executor = SagaExecutor(registry, store)
+        async with executor.saga(saga_id="server-error") as saga:
+            with pytest.raises(StepFailedError) as unknown:
+                await saga.call("book", seat="4D")
+            with pytest.raises(StepFailedError) as refused:
+                await saga.call("note", text="hi")
+    assert unknown.value.error_type == "OutcomeUnknownError"
+    assert refused.value.error_type == "MCPError"
+    assert (booked, undone) == (["4D"], ["4D"])  # unknown: undone, as the effect may have happened
+    result = await store.get_saga("server-error")
+    assert result is not None
+    assert [step.status for step in result.steps] == [StepStatus.COMPENSATED, StepStatus.FAILED]
+
+
 async def test_read_only_tools_need_no_compensation_and_others_without_one_are_irreversible() -> None:
     """readOnlyHint: an ordinary tool; a tool that changes something and has no compensation: irreversible."""
     async with Client(tickets_server({})) as client:
@@ -378,6 +417,29 @@ async def test_commit_ends_the_saga_given_in_meta_success_across_connections(
     result = await store.get_saga("trip-42")
     assert result is not None
     assert [step.args["seat"] for step in result.steps] == ["2A", "2B"]
+
+
+async def test_a_call_made_again_in_a_saga_with_its_idempotency_key_is_the_same_step(
+    store: SagaStore, tools: tuple[str, Any], tmp_path: Path
+) -> None:
+    """In a _meta saga, a call retried with its `_meta.idempotency_key` is one step, run once, answered alike."""
+    _, module = tools
+    args = {"flight": "LH1", "seat": "1A"}
+    meta: Any = {"saga_id": "trip-retry", "idempotency_key": "client-step-1"}
+    async with Client(saga_mcp_server(SagaExecutor(module.registry, store))) as client:
+        first = await client.call_tool("book_ticket", args, meta=meta)
+        again = await client.call_tool("book_ticket", args, meta=meta)  # the answer was lost: made again
+    # Another server process: the saga is entered again from its record.
+    async with Client(saga_mcp_server(SagaExecutor(module.registry, store))) as client:
+        later = await client.call_tool("book_ticket", args, meta=meta)
+        second: Any = {"saga_id": "trip-retry", "idempotency_key": "client-step-2"}
+        other = await client.call_tool("book_ticket", {"flight": "LH1", "seat": "1B"}, meta=second)
+        ended = await client.call_tool("saga_commit", {}, meta={"saga_id": "trip-retry"})
+    assert not first.is_error
+    assert first.structured_content == again.structured_content == later.structured_content
+    assert not other.is_error
+    assert [kind for kind, _, _ in ledger(tmp_path / "tools")] == ["book", "book"]
+    assert ended.structured_content == {"saga_id": "trip-retry", "status": "SUCCESS", "steps": 2, "error": None}
 
 
 async def test_a_call_without_session_or_saga_id_is_a_saga_of_its_own(store: SagaStore, tools: tuple[str, Any]) -> None:

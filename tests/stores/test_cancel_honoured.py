@@ -10,15 +10,20 @@ import asyncio
 import random
 from typing import Any
 
+import pytest
+from orphans import planned_orphan
+
 from saga_runtime import (
     RetryPolicy,
     SagaExecutor,
     SagaStatus,
     SagaStore,
     StepContext,
+    StepFailedError,
     StepStatus,
     ToolRegistry,
 )
+from saga_runtime._records import StepRow, idempotency_key, now
 
 
 def slow_tools(calls: list[str], pause: float) -> ToolRegistry:
@@ -203,3 +208,91 @@ async def test_a_cancel_of_a_waiting_saga_ends_its_gated_step_rejected(store: Sa
     assert result.cancel is not None
     assert result.cancel.outcome == "cancelled"
     assert (await store.verify_saga("gated")).ok
+
+
+async def test_a_cancel_cuts_a_hung_reconcile(store: SagaStore) -> None:
+    """A recovered step's reconcile that hangs (no timeout) is cut by a cancel: the saga ends, the cancel recorded."""
+    asked = asyncio.Event()
+    registry = ToolRegistry()
+
+    @registry.tool
+    class Hang:
+        async def execute(self, n: int) -> int:
+            return n
+
+        async def reconcile(self, n: int) -> int:
+            asked.set()
+            await asyncio.Event().wait()
+            return n
+
+        async def compensate(self, result: Any) -> None:
+            return None
+
+    plan = [{"tool": "Hang", "args": {"n": 1}, "id": "hang"}]
+    row = StepRow("orphan", 0, "hang", 0, "Hang", {"n": 1}, idempotency_key("orphan", "hang"))
+    row.status, row.attempts, row.started_at = StepStatus.RUNNING, 1, now()  # its owner died while it ran
+    assert await store.create_saga(planned_orphan("orphan", plan, registry), [row]) is None
+    executor = SagaExecutor(registry, store, lease_timeout=0.6, compensation_timeout=0.5)
+    recovering = asyncio.create_task(executor.recover())
+    await asyncio.wait_for(asked.wait(), 10)
+    await executor.cancel("orphan", reason="hung", by="ops")
+    [result] = await asyncio.wait_for(recovering, 30)
+    # Its outcome stays unknown: the undo asks reconcile again, bounded by compensation_timeout.
+    assert result.status in (SagaStatus.COMPENSATED, SagaStatus.COMPENSATION_FAILED)
+    assert result.cancel is not None
+    assert (result.cancel.by, result.cancel.outcome) == ("ops", "cancelled")
+    assert (await store.verify_saga("orphan")).ok
+
+
+async def test_a_cancel_stored_as_the_saga_begins_to_wait_rejects_its_requests(store: SagaStore) -> None:
+    """A cancel stored just before a saga records its wait: its requests are rejected, and recovery compensates it."""
+    registry = ToolRegistry()
+    executor = SagaExecutor(registry, store)
+
+    @registry.tool
+    class Reserve:
+        async def execute(self, ctx: StepContext) -> int:
+            asked = await executor.cancel(ctx.saga_id, reason="changed my mind", by="ops")  # while it runs
+            assert asked.status is SagaStatus.RUNNING
+            return 1
+
+        async def compensate(self, result: Any) -> None:
+            return None
+
+    @registry.tool(approval=True)
+    class Pay:
+        async def execute(self, amount: int) -> dict[str, int]:
+            return {"paid": amount}
+
+    plan = [{"tool": "Reserve", "id": "reserve"}, {"tool": "Pay", "args": {"amount": 5}, "id": "pay"}]
+    await executor.run(plan, saga_id="late-wait")
+    [result] = await executor.recover()  # a worker goes on with a waiting saga whose requests are decided
+    assert result.status is SagaStatus.COMPENSATED
+    assert [(r.decision, r.decided_by) for r in result.approvals] == [("rejected", "cancel")]
+    assert [row.status for row in result.steps] == [StepStatus.COMPENSATED, StepStatus.REJECTED]
+    assert result.cancel is not None
+    assert (result.cancel.by, result.cancel.outcome) == ("ops", "cancelled")
+    assert (await store.verify_saga("late-wait")).ok
+
+
+async def test_a_cancel_stops_a_dynamic_saga_before_its_next_call(store: SagaStore) -> None:
+    """A dynamic saga cancelled mid-call: its next call runs nothing and raises, saying it was cancelled."""
+    calls: list[str] = []
+    executor = SagaExecutor(slow_tools(calls, 0.3), store)
+
+    async def agent() -> None:
+        async with executor.saga(saga_id="agent") as saga:
+            for name in ("a", "b", "c"):
+                await saga.call("Slow", name=name)
+
+    running = asyncio.create_task(agent())
+    await asyncio.sleep(0.1)
+    await executor.cancel("agent", reason="stop", by="ops")
+    with pytest.raises(StepFailedError, match="not run: cancelled: stop"):
+        await asyncio.wait_for(running, 30)
+    assert calls == ["do a", "undo a"]
+    result = await store.get_saga("agent")
+    assert result is not None
+    assert result.status is SagaStatus.COMPENSATED
+    assert result.cancel is not None
+    assert result.cancel.outcome == "cancelled"

@@ -6,7 +6,16 @@ from typing import Any
 
 import pytest
 
-from saga_runtime import SagaAdmin, SagaError, SagaExecutor, SagaStatus, SagaStore, StepContext, ToolRegistry
+from saga_runtime import (
+    ReplayDivergenceError,
+    SagaAdmin,
+    SagaError,
+    SagaExecutor,
+    SagaStatus,
+    SagaStore,
+    StepContext,
+    ToolRegistry,
+)
 
 
 def _tools(undo_fails: list[bool], undone: list[Any]) -> ToolRegistry:
@@ -62,3 +71,17 @@ async def test_bulk_retry_passes_over_tombstones(store: SagaStore) -> None:
     stored = await store.get_saga("bulk-purged")
     assert stored is not None
     assert stored.status is SagaStatus.COMPENSATION_FAILED
+
+
+async def test_a_purged_dynamic_saga_entered_again_names_the_purge(store: SagaStore) -> None:
+    """Re-entering a purged dynamic saga calls nothing and says it was purged (not "call #1 was never recorded")."""
+    undone: list[Any] = []
+    executor = SagaExecutor(_tools([False], undone), store)
+    async with executor.saga(saga_id="agent-purged") as saga:
+        await saga.call("Charge", amount=3)
+    assert (await store.purge(older_than=0)).saga_ids == ["agent-purged"]
+    with pytest.raises(ReplayDivergenceError, match="purged at") as caught:
+        async with executor.saga(saga_id="agent-purged") as saga:
+            await saga.call("Charge", amount=3)
+    assert "never recorded" not in str(caught.value)
+    assert undone == []
