@@ -20,7 +20,7 @@ from saga_runtime._engine._events import SagaEvent, emit
 from saga_runtime._engine._journal import Journal
 from saga_runtime._engine._recovery import Recovery
 from saga_runtime._exceptions import IdempotencyConflictError, StoreError
-from saga_runtime._records import Queue, QueueEntry, SagaRow, SagaStatus, StepRow, now
+from saga_runtime._records import DECISION_WAKE, Queue, QueueEntry, SagaRow, SagaStatus, StepRow, now
 
 __all__ = ["Queues"]
 
@@ -128,10 +128,10 @@ class Queues:
         names = {queue.name for queue in queues}
 
         def wake(queue: str) -> None:
-            if not queue or queue in names:
-                woken.set()
-            if not queue:  # a decision, cancel, unpark, retry or message: recovery's round goes on with it
+            if queue == DECISION_WAKE or not queue:  # recovery's round goes on with what was decided
                 self._recovery.nudge()
+            if queue != DECISION_WAKE and (not queue or queue in names):
+                woken.set()
 
         async def drive(saga: SagaRow, rows: list[StepRow]) -> None:
             nonlocal running, freed

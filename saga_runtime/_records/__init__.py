@@ -47,6 +47,7 @@ from saga_runtime._records._models import (
 )
 from saga_runtime._records._queues import (
     ACTIVE,
+    DECISION_WAKE,
     DRAINING,
     PAUSED,
     QUEUE_STATES,
@@ -102,6 +103,7 @@ __all__ = [
     "ACTIVE",
     "APPROVED",
     "DEADLINE",
+    "DECISION_WAKE",
     "DRAINING",
     "EXPORT_FORMAT",
     "EXPORT_VERSION",

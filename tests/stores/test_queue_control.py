@@ -212,6 +212,23 @@ async def test_a_cancel_of_a_waiting_saga_wakes_the_idle_worker(store: SagaStore
     assert gate.started == ["first"]
 
 
+async def test_an_unparked_saga_is_taken_up_by_the_idle_worker(store: SagaStore) -> None:
+    """An operator's unpark (an admin without tools) wakes the idle worker, whose recovery finishes the saga long
+    before its next round (60 s here)."""
+    from .test_parked_compensation import CALLS, park
+    from .test_parked_compensation import registry as charges
+
+    await park(store, "stuck")
+    CALLS.clear()
+    executor = SagaExecutor(charges, store, lease_timeout=120.0)
+    async with worker(executor, queues=["none"]):
+        await asyncio.sleep(0.3)  # its first recovery round is over: idle
+        assert await SagaAdmin(store).unpark("stuck") is None  # left to a worker
+        result = await executor.handle("stuck").result(timeout=10)
+    assert result.status is SagaStatus.SUCCESS
+    assert CALLS["charge"] == 1  # the step of unknown outcome, run again under its key
+
+
 async def test_claims_and_queue_counts_read_indexes_not_history(stores: Stores, sql_kind: str) -> None:
     """A rate window's count reads the (queue, started_at) index; the queue's depth, its running sagas, its waiting
     sagas and the per-queue counts of queues() read indexes too: no statement scans the table (EXPLAIN on each
