@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from chromium import chromium_path
 from conftest import run_sync
-from console_helpers import copy_store, example, served
+from console_helpers import client, copy_store, example, served
 
 from saga_runtime import SagaAdmin, SagaExecutor, open_store
 from saga_runtime._console import create_app
@@ -122,3 +122,28 @@ def test_a_queue_action_without_the_token_is_refused(page: Any, template: Path, 
         row(page, "payouts").get_by_role("button", name="Pause").click()
         assert "refused: actions need the UI token" in page.locator(".refused").inner_text()
     assert states(url) == {"payouts": "active"}
+
+
+def test_the_api_lists_and_steers_queues(url: str) -> None:
+    """GET /api/queues lists the queues; POST /api/queue-actions/pause pauses one (Bearer token, JSON body);
+    without the token, or with a bad name, nothing is stored."""
+
+    async def submit() -> None:
+        async with open_store(url) as store:
+            plan = [{"id": "ship", "tool": "ShipParcel", "args": {"order_id": "Q-5", "address": "Cork"}}]
+            await SagaExecutor(example().registry, store).submit(plan, saga_id="queued-5", queue="payouts")
+
+    run_sync(submit)
+    bearer = {"authorization": f"Bearer {TOKEN}"}
+    with client(url, token=TOKEN) as console:
+        [queue] = console.get("/api/queues", headers=bearer).json()["queues"]
+        assert (queue["name"], queue["queued"], queue["state"]) == ("payouts", 1, "active")
+        refused = console.post("/api/queue-actions/pause", json={"queue": "payouts"})
+        assert refused.status_code == 401
+        bad = console.post("/api/queue-actions/pause", json={"queue": ""}, headers=bearer)
+        assert bad.status_code == 400
+        assert console.post("/api/queue-actions/stop", json={"queue": "payouts"}, headers=bearer).status_code == 404
+        done = console.post("/api/queue-actions/pause", json={"queue": "payouts"}, headers=bearer)
+        assert done.status_code == 200, done.text
+        assert (done.json()["message"], done.json()["queue"]["paused"]) == ("queue payouts is paused", True)
+    assert states(url) == {"payouts": "paused"}
