@@ -72,22 +72,19 @@ class QueueControlQueries:
         self.notify_decided = f"SELECT pg_notify('{DECIDED_CHANNEL}', '')" if dialect == "postgresql" else None
 
 
-def _queries(store: Any) -> QueueControlQueries:
-    found: QueueControlQueries | None = getattr(store, "_queue_control", None)
-    if found is None:
-        found = store._queue_control = QueueControlQueries(store._dialect.name)
-    return found
-
-
-_HELD: dict[DialectName, str] = {
-    name: _placeholders(name, "SELECT state FROM queue_states WHERE name = ?")
-    for name in ("sqlite", "postgresql", "mysql")
+# Built once per dialect, at import: the hot path only sends them.
+_QUERIES: dict[DialectName, QueueControlQueries] = {
+    name: QueueControlQueries(name) for name in ("sqlite", "postgresql", "mysql")
 }
+
+
+def _queries(store: SQLQueueControl) -> QueueControlQueries:
+    return _QUERIES[store._dialect.name]
 
 
 async def held_back(tx: Transaction, dialect: DialectName, queue: str) -> bool:
     """Tell, inside a claim's transaction, whether an operator paused or is draining `queue` (start nothing)."""
-    records = await tx.fetch(_HELD[dialect], (queue,))
+    records = await tx.fetch(_QUERIES[dialect].state, (queue,))
     return bool(records) and records[0][0] in (PAUSED, DRAINING)
 
 
