@@ -16,8 +16,10 @@ Scaling: `SCALE` queued 10-step sagas of 10 ms sleep steps, then 1, 2 or 4 worke
 with `concurrency=25` each start them all (PostgreSQL only). Reported: sagas finished per second, from the first
 saga's first step starting to the last saga's last step ending, and `speedup` over one worker's in the same run.
 Beside it, what a saga costs: the CPU seconds the worker processes and the database's backends (the server
-processes serving the run's database, from pg_stat_activity, read from /proc) used while they ran, per saga, and
-that over one worker's in the same run (the target: adding workers adds no cost per saga; on 2 cores more workers
+processes serving the run's database, from pg_stat_activity, read from /proc) used per saga while the run was
+steady (from a quarter of the sagas finished to three quarters: a worker's start, its pool's first connections and
+statements are a cost per worker, not per saga; the whole run's figure is beside it), and that over one worker's
+in the same run (the target: adding workers adds no cost per saga; on 2 cores more workers
 cannot add speed, as the `cpu share` shows: their CPU over the cores this process may run on times the wall time,
 1.0 being every core busy with them); and how busy the whole machine was (/proc/stat, other programs included).
 
@@ -53,7 +55,7 @@ CLAIMS = 500
 SCALE = 400  # sagas per worker count: four waves of 4 x 25
 STEP_SECONDS = 0.010
 SPEEDUP = "speedup over 1 worker"
-CPU_PER_SAGA = "cpu ms per saga (workers + db)"
+CPU_PER_SAGA = "cpu ms per saga (workers + db), steady"
 CPU_RATIO = "cpu per saga over 1 worker"
 IDLE = "4 idle workers: db transactions/s"
 IDLE_SECONDS = 20.0
@@ -245,6 +247,7 @@ class Fleet:
     speedup: float | None = None
     cpu: Cpu | None = None
     cpu_ratio: float | None = None
+    steady_cpu_ms: float | None = None
     idle_transactions_per_s: float | None = None
     skipped: str | None = None
 
@@ -277,7 +280,8 @@ class Fleet:
             else round(self.claims_per_s / self.raw_commits_per_s, 3),
             "10-step sagas/s, 25 at a time each": r(self.sagas_per_s, 1),
             SPEEDUP: r(self.speedup),
-            CPU_PER_SAGA: None if self.cpu_per_saga_ms is None else r(self.cpu_per_saga_ms),
+            CPU_PER_SAGA: r(self.steady_cpu_ms),
+            "cpu ms per saga, whole run": None if self.cpu_per_saga_ms is None else r(self.cpu_per_saga_ms),
             CPU_RATIO: r(self.cpu_ratio),
             IDLE: r(self.idle_transactions_per_s),
             "cpu: workers s": None if self.cpu is None else r(self.cpu.workers_s),
@@ -376,9 +380,11 @@ async def _claims(url: str, count: int, folder: Path) -> float:
     return (count - 1) / (starts[-1] - starts[0])
 
 
-async def _scale(url: str, workers: int, count: int, folder: Path) -> tuple[float, Cpu]:
+async def _scale(url: str, workers: int, count: int, folder: Path) -> tuple[float, Cpu, float | None]:
     """Return the 10-step sagas per second `workers` workers (25 at a time each) finish of `count` queued ones,
-    and the CPU they and the database used meanwhile."""
+    the CPU they and the database used meanwhile, and the CPU ms per saga of the steady part of the run (from a
+    quarter of the sagas finished to three quarters: each worker's start, its pool's first connections and
+    statements, and the stragglers at the end are a cost per worker, not per saga)."""
     marks = folder / f"marks-scale-{workers}.txt"
     plan = [{"tool": "Nap", "args": {"n": n, "last": 9}} for n in range(10)]
     async with open_store(url) as store:
@@ -388,8 +394,16 @@ async def _scale(url: str, workers: int, count: int, folder: Path) -> tuple[floa
             await asyncio.gather(*(executor.submit(plan, saga_id=saga_id, queue="bench") for saga_id in ids))
         async with _workers(url, workers, marks, concurrency=25, settle=0.0) as pids:
             meter = CpuMeter(pids, await _backends(url))  # from "go": the queue is full, so they start at once
+            steady: tuple[CpuMeter, int] | None = None
+            per_saga = None
             deadline = time.monotonic() + 180
-            while _ends(marks) < count and time.monotonic() < deadline:  # noqa: ASYNC110 - other processes write
+            while (ended := _ends(marks)) < count and time.monotonic() < deadline:
+                if steady is None and ended >= count // 4:
+                    steady = CpuMeter(pids, await _backends(url)), ended
+                elif steady is not None and per_saga is None and ended >= count * 3 // 4:
+                    window = steady[0].stop(await _backends(url))
+                    if window.workers_s is not None and window.database_s is not None and ended > steady[1]:
+                        per_saga = (window.workers_s + window.database_s) / (ended - steady[1]) * 1000
                 await asyncio.sleep(0.05)
             cpu = meter.stop(await _backends(url))
     # A Mark line ("id at") of an earlier workload's saga that a stopped worker left to recovery is not counted.
@@ -397,7 +411,7 @@ async def _scale(url: str, workers: int, count: int, folder: Path) -> tuple[floa
     starts = [float(at) for _, kind, at in lines if kind == "start"]
     ends = [float(at) for _, kind, at in lines if kind == "end"]
     assert len(ends) == count, (len(ends), count)
-    return count / (max(ends) - min(starts)), cpu
+    return count / (max(ends) - min(starts)), cpu, per_saga
 
 
 def _ends(marks: Path) -> int:
@@ -487,9 +501,10 @@ async def _store(
     results[0].raw_commits_per_s = await _raw_commits(kind, url, folder / "raw.db")
     if kind == "postgresql":
         scaled = [await _scale(url, result.workers, scale, folder) for result in results]
-        for result, (rate, cpu) in zip(results, scaled, strict=True):
+        for result, (rate, cpu, per_saga) in zip(results, scaled, strict=True):
             result.sagas_per_s, result.speedup, result.cpu, result.scaled = rate, rate / scaled[0][0], cpu, scale
-            one, this = results[0].cpu_per_saga_ms, result.cpu_per_saga_ms
+            result.steady_cpu_ms = per_saga
+            one, this = results[0].steady_cpu_ms, result.steady_cpu_ms
             result.cpu_ratio = None if not one or this is None else this / one
         results[0].idle_transactions_per_s = await _idle(url, 4, idle_seconds, folder)
     return results

@@ -611,6 +611,8 @@ COMMANDS: dict[str, tuple[list[str], str]] = {
     "hold": (["hold", "ok-1", "--reason", "audit"], "saga ok-1: held (audit)"),
     "unhold": (["unhold", "ok-1"], "was not held"),
     "holds": (["holds"], "no saga is held"),
+    "queues": (["queues"], "no queue holds a saga"),  # with queues: tests/cli/test_queue_cli.py
+    "queue": (["queue", "pause", "payouts"], "queue payouts paused"),
 }
 SIGNING_KEY = "the signing key of the test"
 
