@@ -513,7 +513,7 @@ async def _store(
 async def _all(quick: bool) -> list[Fleet]:
     levels = (1,) if quick else (1, 2, 4)
     sagas, claims, scale = (10, 50, 50) if quick else (100, CLAIMS, SCALE)
-    idle = 10.0 if quick else IDLE_SECONDS
+    idle = 6.0 if quick else IDLE_SECONDS
     results: list[Fleet] = []
     with tempfile.TemporaryDirectory() as name:
         folder = Path(name)

@@ -303,7 +303,7 @@ async def _claims(bare: str, full: str, count: int, history: int, rounds: int, f
 
 
 async def _all(quick: bool) -> list[Row]:
-    sagas, claims, rounds = (10, 200, 2) if quick else (50, CLAIMS, 4)
+    sagas, claims, rounds = (10, 150, 1) if quick else (50, CLAIMS, 4)
     with tempfile.TemporaryDirectory() as name:
         folder = Path(name)
         try:
