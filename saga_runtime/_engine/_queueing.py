@@ -141,7 +141,7 @@ class Queues:
                 running -= 1
                 freed.set()
 
-        await self._note_limits(queues)
+        task_group.start_soon(self._note_limits, queues)  # shown by queues(); never holds the start up
         async with self._drives.config.store.queue_wakeups(wake) as heard:
             while True:
                 woken = anyio.Event()  # before the claim: a submit made during it still wakes the wait below
