@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks import concurrency, durable, fleet, group, memory, overhead, recovery, retention
+from benchmarks import concurrency, durable, fleet, group, memory, overhead, queues, recovery, retention
 from benchmarks._report import Progress, Target, machine, plot, table
 
 Note = Callable[[str], None]
@@ -27,7 +27,12 @@ CONCURRENCY = (
 FLEET = (
     "fleet: submit -> first step with 1, 2 and 4 idle worker processes (1 on PostgreSQL only with --quick) vs "
     "the raw NOTIFY -> listener (PostgreSQL) or the poll interval (SQLite); claims/s by one worker vs raw commits/s; "
-    "10-step sagas of 10 ms steps finished per second by 1, 2 and 4 workers, 25 at a time each (PostgreSQL)"
+    "10-step sagas of 10 ms steps finished per second by 1, 2 and 4 workers, 25 at a time each, and their CPU per "
+    "saga (PostgreSQL); database transactions/s of 4 idle workers (PostgreSQL)"
+)
+QUEUES = (
+    "queues: approval decided -> the next step starts in an idle worker vs the raw NOTIFY -> listener; claims/s of "
+    "a rate-limited queue with 200k finished sagas in history vs with none (PostgreSQL)"
 )
 RETENTION = (
     "retention: purging finished 10-step sagas on PostgreSQL with an archive file while 50 sagas at a time run "
@@ -58,6 +63,7 @@ WORKLOADS: dict[str, tuple[str, Callable[[bool, Note], list[Any]], list[Target]]
         [],
     ),
     FLEET: ("fleet", lambda q, n: fleet.run(quick=q), fleet.TARGETS),
+    QUEUES: ("queues: wake-ups and history", lambda q, n: queues.run(quick=q), queues.TARGETS),
     RETENTION: ("retention: purge beside running sagas", lambda q, n: retention.run(quick=q), retention.TARGETS),
     "memory: peak RSS for 10,000 sagas (500 with --quick) vs RSS after setup": (
         "memory: peak RSS",

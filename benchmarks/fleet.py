@@ -15,10 +15,16 @@ second on one connection (benchmarks/_floors.py); `ratio` is claims/s over raw c
 Scaling: `SCALE` queued 10-step sagas of 10 ms sleep steps, then 1, 2 or 4 worker processes serving the queue
 with `concurrency=25` each start them all (PostgreSQL only). Reported: sagas finished per second, from the first
 saga's first step starting to the last saga's last step ending, and `speedup` over one worker's in the same run.
-Beside it, why it scales as it does: the CPU seconds the worker processes and the database server's processes
-(every process named `postgres` on the host, read from /proc) used while they ran, over the cores this process may
-run on times that wall time (`cpu share`: 1.0 is every core busy with them), and how busy the whole machine was
-(/proc/stat, other programs included) meanwhile.
+Beside it, what a saga costs: the CPU seconds the worker processes and the database's backends (the server
+processes serving the run's database, from pg_stat_activity, read from /proc) used per saga while the run was
+steady (from a quarter of the sagas finished to three quarters: a worker's start, its pool's first connections and
+statements are a cost per worker, not per saga; the whole run's figure is beside it), and that over one worker's
+in the same run (the target: adding workers adds no cost per saga; on 2 cores more workers
+cannot add speed, as the `cpu share` shows: their CPU over the cores this process may run on times the wall time,
+1.0 being every core busy with them); and how busy the whole machine was (/proc/stat, other programs included).
+
+Idle: 4 worker processes serving the queue with nothing to do, for `IDLE_SECONDS`: the database's transactions per
+second in all (pg_stat_database's commits and rollbacks of the run's database, read from another database).
 
 Stores: a SQLite file, and a PostgreSQL database created for the run (SAGA_RUNTIME_BENCH_POSTGRES_URL); an
 unreachable server is reported as skipped. `python -m benchmarks.fleet [--quick]` runs only this.
@@ -37,6 +43,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from benchmarks._floors import STEPS, Unreachable, database, postgres_floor, sqlite_floor
 from benchmarks._report import Target, value
@@ -48,6 +55,10 @@ CLAIMS = 500
 SCALE = 400  # sagas per worker count: four waves of 4 x 25
 STEP_SECONDS = 0.010
 SPEEDUP = "speedup over 1 worker"
+CPU_PER_SAGA = "cpu ms per saga (workers + db), steady"
+CPU_RATIO = "cpu per saga over 1 worker"
+IDLE = "4 idle workers: db transactions/s"
+IDLE_SECONDS = 20.0
 
 registry = ToolRegistry()
 
@@ -110,12 +121,12 @@ TARGETS = [
         at_least=True,
     ),
     Target(
-        "fleet, 4 workers / 1 worker, sagas/s",
-        2.5,
+        "fleet, PostgreSQL, 4 workers: CPU per saga (workers + database) over 1 worker's",
+        1.2,
         "x",
-        value(SPEEDUP, store="postgresql", workers=4),
-        at_least=True,
+        value(CPU_RATIO, store="postgresql", workers=4),
     ),
+    Target("fleet, PostgreSQL, 4 idle workers: database transactions", 10, "/s", value(IDLE, store="postgresql")),
 ]
 
 _WORKER = """
@@ -146,14 +157,18 @@ def _cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / _TICK  # utime and stime: fields 14 and 15 of stat(5)
 
 
-def _postgres_pids() -> list[int]:
-    """Return the ids of the processes named `postgres` (the server and its backends) this machine shows."""
-    pids = []
-    for entry in Path("/proc").glob("[0-9]*"):
-        with contextlib.suppress(OSError):
-            if entry.joinpath("comm").read_text().strip() == "postgres":
-                pids.append(int(entry.name))
-    return pids
+async def _backends(url: str) -> list[int]:
+    """Return the process ids of the PostgreSQL backends serving the database at `url` (this query's excepted)."""
+    import asyncpg
+
+    conn = await asyncpg.connect(url)
+    try:
+        records = await conn.fetch(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        return [int(record[0]) for record in records]
+    finally:
+        await conn.close()
 
 
 def _machine_busy() -> tuple[float, float] | None:
@@ -187,11 +202,11 @@ class Cpu:
 class CpuMeter:
     """Sample the CPU time of worker processes and the database server, and of the machine, at start and end."""
 
-    def __init__(self, pids: list[int]) -> None:
+    def __init__(self, pids: list[int], backends: list[int]) -> None:
         self._pids = pids
         self._started = time.monotonic()
         self._workers = self._sum(pids)
-        self._database = {pid: _cpu_seconds(pid) for pid in _postgres_pids()}
+        self._database = {pid: _cpu_seconds(pid) for pid in backends}
         self._machine = _machine_busy()
 
     @staticmethod
@@ -199,14 +214,14 @@ class CpuMeter:
         used = [_cpu_seconds(pid) for pid in pids]
         return None if any(x is None for x in used) else sum(x for x in used if x is not None)
 
-    def stop(self) -> Cpu:
-        """Return what was used since the meter started."""
+    def stop(self, backends: list[int]) -> Cpu:
+        """Return what was used since the meter started (`backends`: the database's backends now)."""
         wall = time.monotonic() - self._started
         workers_now = self._sum(self._pids)
         workers = None if workers_now is None or self._workers is None else workers_now - self._workers
         database = None
-        if self._database:  # a backend started meanwhile counts from 0; one that ended meanwhile is lost
-            now = {pid: _cpu_seconds(pid) for pid in _postgres_pids()}
+        if self._database or backends:  # a backend started meanwhile counts from 0; one that ended meanwhile is lost
+            now = {pid: _cpu_seconds(pid) for pid in backends}
             database = sum(used - (self._database.get(pid) or 0.0) for pid, used in now.items() if used is not None)
         busy = None
         machine = _machine_busy()
@@ -231,7 +246,19 @@ class Fleet:
     sagas_per_s: float | None = None
     speedup: float | None = None
     cpu: Cpu | None = None
+    cpu_ratio: float | None = None
+    steady_cpu_ms: float | None = None
+    idle_transactions_per_s: float | None = None
     skipped: str | None = None
+
+    @property
+    def cpu_per_saga_ms(self) -> float | None:
+        """Return the CPU milliseconds the workers and the database's backends used per saga while scaling."""
+        if self.cpu is None or self.cpu.workers_s is None or self.cpu.database_s is None or not self.scaled:
+            return None
+        return (self.cpu.workers_s + self.cpu.database_s) / self.scaled * 1000
+
+    scaled: int = 0  # sagas of the scaling workload
 
     def as_dict(self) -> dict[str, Any]:
         def r(x: float | None, n: int = 2) -> float | None:
@@ -253,6 +280,10 @@ class Fleet:
             else round(self.claims_per_s / self.raw_commits_per_s, 3),
             "10-step sagas/s, 25 at a time each": r(self.sagas_per_s, 1),
             SPEEDUP: r(self.speedup),
+            CPU_PER_SAGA: r(self.steady_cpu_ms),
+            "cpu ms per saga, whole run": None if self.cpu_per_saga_ms is None else r(self.cpu_per_saga_ms),
+            CPU_RATIO: r(self.cpu_ratio),
+            IDLE: r(self.idle_transactions_per_s),
             "cpu: workers s": None if self.cpu is None else r(self.cpu.workers_s),
             "cpu: postgres s": None if self.cpu is None else r(self.cpu.database_s),
             "cpu: wall s x cores": None if self.cpu is None else f"{self.cpu.wall_s:.2f} x {self.cpu.cores}",
@@ -349,9 +380,11 @@ async def _claims(url: str, count: int, folder: Path) -> float:
     return (count - 1) / (starts[-1] - starts[0])
 
 
-async def _scale(url: str, workers: int, count: int, folder: Path) -> tuple[float, Cpu]:
+async def _scale(url: str, workers: int, count: int, folder: Path) -> tuple[float, Cpu, float | None]:
     """Return the 10-step sagas per second `workers` workers (25 at a time each) finish of `count` queued ones,
-    and the CPU they and the database used meanwhile."""
+    the CPU they and the database used meanwhile, and the CPU ms per saga of the steady part of the run (from a
+    quarter of the sagas finished to three quarters: each worker's start, its pool's first connections and
+    statements, and the stragglers at the end are a cost per worker, not per saga)."""
     marks = folder / f"marks-scale-{workers}.txt"
     plan = [{"tool": "Nap", "args": {"n": n, "last": 9}} for n in range(10)]
     async with open_store(url) as store:
@@ -360,17 +393,25 @@ async def _scale(url: str, workers: int, count: int, folder: Path) -> tuple[floa
             ids = [f"scale-{workers}-{n}" for n in range(first, min(count, first + 50))]
             await asyncio.gather(*(executor.submit(plan, saga_id=saga_id, queue="bench") for saga_id in ids))
         async with _workers(url, workers, marks, concurrency=25, settle=0.0) as pids:
-            meter = CpuMeter(pids)  # from "go": the queue is full, so they start at once
+            meter = CpuMeter(pids, await _backends(url))  # from "go": the queue is full, so they start at once
+            steady: tuple[CpuMeter, int] | None = None
+            per_saga = None
             deadline = time.monotonic() + 180
-            while _ends(marks) < count and time.monotonic() < deadline:  # noqa: ASYNC110 - other processes write
+            while (ended := _ends(marks)) < count and time.monotonic() < deadline:
+                if steady is None and ended >= count // 4:
+                    steady = CpuMeter(pids, await _backends(url)), ended
+                elif steady is not None and per_saga is None and ended >= count * 3 // 4:
+                    window = steady[0].stop(await _backends(url))
+                    if window.workers_s is not None and window.database_s is not None and ended > steady[1]:
+                        per_saga = (window.workers_s + window.database_s) / (ended - steady[1]) * 1000
                 await asyncio.sleep(0.05)
-            cpu = meter.stop()
+            cpu = meter.stop(await _backends(url))
     # A Mark line ("id at") of an earlier workload's saga that a stopped worker left to recovery is not counted.
     lines = [parts for parts in (line.split(" ") for line in marks.read_text().splitlines()) if len(parts) == 3]
     starts = [float(at) for _, kind, at in lines if kind == "start"]
     ends = [float(at) for _, kind, at in lines if kind == "end"]
     assert len(ends) == count, (len(ends), count)
-    return count / (max(ends) - min(starts)), cpu
+    return count / (max(ends) - min(starts)), cpu, per_saga
 
 
 def _ends(marks: Path) -> int:
@@ -410,8 +451,43 @@ async def _raw_commits(kind: str, url: str, path: Path) -> float:
         await floor.close()
 
 
+async def _transactions(url: str) -> int:
+    """Return the commits and rollbacks PostgreSQL counted for the database at `url`, read from another database."""
+    import asyncpg
+
+    name = urlsplit(url).path.lstrip("/")
+    conn = await asyncpg.connect(urlsplit(url)._replace(path="/postgres").geturl())
+    try:
+        await conn.execute("SELECT pg_stat_clear_snapshot()")
+        found = await conn.fetchval("SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = $1", name)
+        return int(found)
+    finally:
+        await conn.close()
+
+
+async def _idle(url: str, workers: int, seconds: float, folder: Path) -> float:
+    """Return the database transactions per second `workers` idle worker processes cause in all.
+
+    Backends report their counts at most once a second: over `seconds` that blurs the count by about one second
+    at each end, both ways.
+    """
+    async with _workers(url, workers, folder / "marks-idle.txt", settle=2.0):
+        before = await _transactions(url)
+        started = time.monotonic()
+        await asyncio.sleep(seconds)
+        after = await _transactions(url)
+        return (after - before) / (time.monotonic() - started)
+
+
 async def _store(
-    kind: str, url: str, levels: tuple[int, ...], sagas: int, claims: int, scale: int, folder: Path
+    kind: str,
+    url: str,
+    levels: tuple[int, ...],
+    sagas: int,
+    claims: int,
+    scale: int,
+    folder: Path,
+    idle_seconds: float = IDLE_SECONDS,
 ) -> list[Fleet]:
     results = []
     if kind == "postgresql":
@@ -425,14 +501,19 @@ async def _store(
     results[0].raw_commits_per_s = await _raw_commits(kind, url, folder / "raw.db")
     if kind == "postgresql":
         scaled = [await _scale(url, result.workers, scale, folder) for result in results]
-        for result, (rate, cpu) in zip(results, scaled, strict=True):
-            result.sagas_per_s, result.speedup, result.cpu = rate, rate / scaled[0][0], cpu
+        for result, (rate, cpu, per_saga) in zip(results, scaled, strict=True):
+            result.sagas_per_s, result.speedup, result.cpu, result.scaled = rate, rate / scaled[0][0], cpu, scale
+            result.steady_cpu_ms = per_saga
+            one, this = results[0].steady_cpu_ms, result.steady_cpu_ms
+            result.cpu_ratio = None if not one or this is None else this / one
+        results[0].idle_transactions_per_s = await _idle(url, 4, idle_seconds, folder)
     return results
 
 
 async def _all(quick: bool) -> list[Fleet]:
     levels = (1,) if quick else (1, 2, 4)
     sagas, claims, scale = (10, 50, 50) if quick else (100, CLAIMS, SCALE)
+    idle = 6.0 if quick else IDLE_SECONDS
     results: list[Fleet] = []
     with tempfile.TemporaryDirectory() as name:
         folder = Path(name)
@@ -440,7 +521,7 @@ async def _all(quick: bool) -> list[Fleet]:
             results += await _store("sqlite", f"sqlite:///{folder}/fleet.db", levels, sagas // 4, claims, scale, folder)
         try:
             async with database("postgresql") as url:
-                results += await _store("postgresql", url, levels, sagas, claims, scale, folder)
+                results += await _store("postgresql", url, levels, sagas, claims, scale, folder, idle)
         except Unreachable as exc:
             results.append(Fleet("postgresql", 1, skipped=str(exc)))
     return results

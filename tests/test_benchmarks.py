@@ -41,7 +41,7 @@ def _measured(row: dict[str, Any]) -> None:
         assert row["ratio"] > 0, row
 
 
-@pytest.mark.timeout(420)  # past the run's own 390 s: a quick run takes 1-4 minutes on 2 busy cores
+@pytest.mark.timeout(570)  # past the run's own 540 s: a quick run takes 2-6 minutes on 2 busy cores
 def test_quick_benchmarks_run_and_report_every_workload(tmp_path: Path) -> None:
     """`python -m benchmarks --quick --json` exits 0 and reports every workload with a floor and a ratio."""
     out = tmp_path / "bench.json"
@@ -50,7 +50,7 @@ def test_quick_benchmarks_run_and_report_every_workload(tmp_path: Path) -> None:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=390,
+        timeout=540,
         check=False,
     )
     assert done.returncode == 0, done.stderr
@@ -58,7 +58,7 @@ def test_quick_benchmarks_run_and_report_every_workload(tmp_path: Path) -> None:
     assert report["quick"] is True
     assert report["machine"]["cores"] >= 1
     results = report["results"]
-    assert len(results) == len(WORKLOADS) == 9, list(results)
+    assert len(results) == len(WORKLOADS) == 10, list(results)
     for title, rows in results.items():
         assert f"### {title}" in done.stdout, title  # every table is printed too
         for row in rows:
@@ -95,6 +95,16 @@ def test_quick_benchmarks_run_and_report_every_workload(tmp_path: Path) -> None:
         assert row["skipped"] is not None or (row["p50_ms"] > 0 and row["claims_per_s"] > 0), row
         assert row["skipped"] is not None or row["10-step sagas/s, 25 at a time each"] > 0, row
         assert row["skipped"] is not None or row["speedup over 1 worker"] == 1.0, row  # one worker: itself
+        assert row["skipped"] is not None or row["cpu per saga over 1 worker"] == 1.0, row
+        assert row["skipped"] is not None or row["cpu ms per saga (workers + db), steady"] > 0, row
+        assert row["skipped"] is not None or row["4 idle workers: db transactions/s"] > 0, row
+    approval, claims = _one(results, "queues: approval decided")
+    assert (approval["workload"], claims["workload"]) == ("approval", "claims")
+    assert approval["skipped"] is not None or approval["p50_ms"] > 0, approval
+    assert claims["skipped"] is not None or (claims["claims/s with"] > 0, claims["finished sagas in history"]) == (
+        True,
+        200_000,
+    )
     [purge] = _one(results, "retention: purging finished 10-step sagas")
     assert purge["skipped"] is not None or (purge["purged_sagas"], purge["running_sagas_checked"] > 0) == (300, True)
 
@@ -105,14 +115,15 @@ def test_quick_benchmarks_run_and_report_every_workload(tmp_path: Path) -> None:
 
     targets = report["targets"]
     assert [target["target"].split(",")[0] for target in targets] == (
-        ["in memory"] * 3 + ["durable"] * 7 + ["fleet"] * 4 + ["retention"]
+        ["in memory"] * 3 + ["durable"] * 7 + ["fleet"] * 5 + ["queues"] * 2 + ["retention"]
     )
     assert all(target["status"] in ("met", "missed", "not measured") for target in targets), targets
     measured = [target for target in targets if target["status"] != "not measured"]
     assert len(measured) >= 3  # the in-memory ones at least: they need no server
     if os.environ.get("CI") == "true":  # every server is up: a target reading a key no row has shows here
         unmeasured = [target["target"] for target in targets if target["status"] == "not measured"]
-        assert unmeasured == ["fleet, 4 workers / 1 worker, sagas/s"], unmeasured  # --quick runs one worker
+        # --quick runs one worker
+        assert unmeasured == ["fleet, PostgreSQL, 4 workers: CPU per saga (workers + database) over 1 worker's"]
     assert "### targets: " in done.stdout
 
 

@@ -78,8 +78,16 @@ async def list_approvals(request: Request) -> Response:
     return JSONResponse({"approvals": [approval_data(r) for r in await console_of(request).pending(limit)]})
 
 
-async def act(request: Request) -> Response:
-    """Carry out an action named in the path, with a JSON body: saga_id, and step_id, by, note, args_digest."""
+async def list_queues(request: Request) -> Response:
+    """Return every queue: its sagas by state, the oldest queued, paused or draining, the known limits."""
+    if (refused := _refused_read(request)) is not None:
+        return refused
+    queues = await console_of(request).queues()
+    return JSONResponse({"queues": [{**q.model_dump(mode="json"), "state": q.state} for q in queues]})
+
+
+def _refused_action(request: Request) -> JSONResponse | None:
+    """Refuse an action without the token (as a Bearer header), a JSON body, or from a page of another site."""
     guard = guard_of(request)
     scheme, _, given = request.headers.get("authorization", "").partition(" ")
     if guard.token is not None and not (scheme.lower() == "bearer" and guard.token_matches(given.strip())):
@@ -88,6 +96,31 @@ async def act(request: Request) -> Response:
         return _error("send the action as a JSON body (Content-Type: application/json)", 415)
     if not same_origin(request):
         return _error("refused: the request came from a page of another site", 403)
+    return None
+
+
+async def queue_act(request: Request) -> Response:
+    """Pause, resume or drain the queue a JSON body names: {"queue": NAME}."""
+    if (refused := _refused_action(request)) is not None:
+        return refused
+    try:
+        body: Any = json.loads(await request.body())
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        return _error("the body is not JSON", 400)
+    if not isinstance(body, dict) or not isinstance(body.get("queue"), str):
+        return _error('the body is a JSON object naming the queue: {"queue": NAME}', 400)
+    try:
+        message = await console_of(request).queue_act(request.path_params["action"], body["queue"])
+    except ActionRefused as exc:
+        return _error(str(exc), exc.http_status)
+    [info] = [q for q in await console_of(request).queues() if q.name == body["queue"]]
+    return JSONResponse({"message": message, "queue": {**info.model_dump(mode="json"), "state": info.state}})
+
+
+async def act(request: Request) -> Response:
+    """Carry out an action named in the path, with a JSON body: saga_id, and step_id, by, note, args_digest."""
+    if (refused := _refused_action(request)) is not None:
+        return refused
     try:
         body: Any = json.loads(await request.body())
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):  # nested past the parser's limit
@@ -119,4 +152,6 @@ def api_routes() -> list[BaseRoute]:
         Route("/api/sagas/{saga_id:path}", get_saga),
         Route("/api/approvals", list_approvals),
         Route("/api/actions/{action}", act, methods=["POST"]),
+        Route("/api/queues", list_queues),
+        Route("/api/queue-actions/{action}", queue_act, methods=["POST"]),
     ]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from saga_runtime._console._service import ACTIONS
-from saga_runtime._records import ApprovalRequest, SagaResult, SagaStatus, SagaSummary
+from saga_runtime._console._service import ACTIONS, QUEUE_ACTIONS
+from saga_runtime._records import ApprovalRequest, QueueInfo, SagaResult, SagaStatus, SagaSummary
 
 __all__ = ["openapi"]
 
@@ -24,7 +24,7 @@ _ERROR = _json(_ref("Error"), "refused: the body's `error` says why")
 def _schemas() -> dict[str, Any]:
     """Return the component schemas: the records' own pydantic schemas, plus what the console adds to them."""
     schemas: dict[str, Any] = {}
-    for model in (SagaSummary, SagaResult, ApprovalRequest):
+    for model in (SagaSummary, SagaResult, ApprovalRequest, QueueInfo):
         schema = model.model_json_schema(mode="serialization", ref_template="#/components/schemas/{model}")
         schemas.update(schema.pop("$defs", {}))
         schemas[model.__name__] = schema
@@ -57,6 +57,13 @@ def _schemas() -> dict[str, Any]:
             "note": {"type": "string", "description": "approve, reject and cancel: why (recorded)"},
             "args_digest": {"type": "string", "description": "approve: the request's digest, binding the decision"},
         },
+    }
+    schemas["Queue"] = {
+        "allOf": [
+            _ref("QueueInfo"),
+            {"type": "object", "properties": {"state": {"enum": ["active", "paused", "draining", "drained"]}}},
+        ],
+        "description": "A queue: its sagas by state, paused or draining (drained: nothing of it runs), its limits.",
     }
     schemas["Error"] = {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}}
     return schemas
@@ -141,6 +148,50 @@ def openapi() -> dict[str, Any]:
                             "done: what happened, and the saga after it (none for unpark)",
                         ),
                         **dict.fromkeys(("400", "401", "403", "404", "409", "415", "503"), _ERROR),
+                    },
+                }
+            },
+            "/api/queues": {
+                "get": {
+                    "summary": "The queues: sagas queued, running and waiting, state and limits",
+                    "responses": {
+                        "200": _json(
+                            {"type": "object", "properties": {"queues": {"type": "array", "items": _ref("Queue")}}},
+                            "every queue, by name",
+                        ),
+                        "401": _ERROR,
+                    },
+                }
+            },
+            "/api/queue-actions/{action}": {
+                "post": {
+                    "summary": "Pause, resume or drain a queue (stored: every worker obeys)",
+                    "parameters": [
+                        {
+                            "name": "action",
+                            "in": "path",
+                            "required": True,
+                            "schema": {"type": "string", "enum": list(QUEUE_ACTIONS)},
+                        }
+                    ],
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            "application/json": {
+                                "schema": {
+                                    "type": "object",
+                                    "required": ["queue"],
+                                    "properties": {"queue": {"type": "string"}},
+                                }
+                            }
+                        },
+                    },
+                    "responses": {
+                        "200": _json(
+                            {"type": "object", "properties": {"message": {"type": "string"}, "queue": _ref("Queue")}},
+                            "done: what happened, and the queue after it",
+                        ),
+                        **dict.fromkeys(("400", "401", "403", "404", "415", "503"), _ERROR),
                     },
                 }
             },

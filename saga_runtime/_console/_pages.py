@@ -1,4 +1,4 @@
-"""The console's HTML pages: the list, a saga's timeline, the approvals inbox, the login, and the action forms.
+"""The console's HTML pages: the list, a saga's timeline, the approvals inbox, the queues, the login, the forms.
 
 Templates are Jinja2 with autoescape on: every value from a record is escaped, and none is ever marked safe.
 """
@@ -89,11 +89,13 @@ async def sagas_page(request: Request) -> Response:
         number = max(1, int(params.get("page", "1")))
     except ValueError:
         number = 1
-    summaries, more = await console_of(request).find(status, search, limit=PAGE_SIZE, offset=(number - 1) * PAGE_SIZE)
+    queue = params.get("queue", "")
+    offset = (number - 1) * PAGE_SIZE
+    summaries, more = await console_of(request).find(status, search, limit=PAGE_SIZE, offset=offset, queue=queue)
     refresh = params.get("refresh") != "0"
 
     def link(**change: Any) -> str:
-        values = {"status": status.value if status else "", "q": search, "page": number, **change}
+        values = {"status": status.value if status else "", "q": search, "queue": queue, "page": number, **change}
         return "/?" + urlencode({k: v for k, v in values.items() if v not in ("", None, 1)})
 
     return _page(
@@ -103,6 +105,7 @@ async def sagas_page(request: Request) -> Response:
         status=status.value if status else "",
         statuses=STATUSES,
         search=search,
+        queue=queue,
         number=number,
         newer=link(page=number - 1) if number > 1 else None,
         older=link(page=number + 1) if more else None,
@@ -133,6 +136,32 @@ async def approvals_page(request: Request) -> Response:
         return _to_login(request)
     console = console_of(request)
     return _page(request, "approvals.html", requests=await console.pending(), can_resume=console.can_resume)
+
+
+async def queues_page(request: Request) -> Response:
+    """Show the queues: sagas queued, running and waiting, the oldest queued, limits, and pause, resume, drain."""
+    if not authorized(request):
+        return _to_login(request)
+    return _page(request, "queues.html", queues=await console_of(request).queues(), refresh=REFRESH_SECONDS)
+
+
+async def queue_action(request: Request) -> Response:
+    """Pause, resume or drain a queue from a form: the UI token (when set) and this console's CSRF token needed."""
+    form = await request.form()
+    back = safe_next(_field(form, "next"))
+    if not authorized(request):
+        refusal = "refused: actions need the UI token; log in with it first"
+        return _page(request, "refused.html", 401, refusal=refusal, back=f"/login?{urlencode({'next': back})}")
+    guard = guard_of(request)
+    if not same_origin(request) or not guard.csrf_matches(request.cookies.get(CSRF_COOKIE), _field(form, CSRF_FIELD)):
+        refusal = "refused: the form is stale or came from another site; reload the page and try again"
+        return _page(request, "refused.html", 403, refusal=refusal, back=back)
+    try:
+        message = await console_of(request).queue_act(request.path_params["action"], _field(form, "queue"))
+    except ActionRefused as exc:
+        return _page(request, "refused.html", exc.http_status, refusal=str(exc), back=back)
+    joiner = "&" if "?" in back else "?"
+    return RedirectResponse(f"{back}{joiner}{urlencode({'msg': message})}", status_code=303)
 
 
 async def login_page(request: Request) -> Response:
@@ -193,6 +222,8 @@ def page_routes() -> list[BaseRoute]:
         Route("/", sagas_page),
         Route("/sagas/{saga_id:path}", saga_page),
         Route("/approvals", approvals_page),
+        Route("/queues", queues_page),
+        Route("/queue-actions/{action}", queue_action, methods=["POST"]),
         Route("/login", login_page, methods=["GET", "POST"]),
         Route("/logout", logout, methods=["POST"]),
         Route("/actions/{action}", action, methods=["POST"]),

@@ -1,7 +1,8 @@
 """What the console does with a store: find sagas, read one with its verdict, and the four actions an operator takes.
 
 Only the public API of the store and of `SagaAdmin` is used: `list_sagas`, `get_saga`, `verify_saga`, and
-`approve`, `reject`, `retry_compensation`, `unpark`, `cancel`, `pending_approvals`.
+`approve`, `reject`, `retry_compensation`, `unpark`, `cancel`, `pending_approvals`, `queues`, `pause_queue`,
+`resume_queue`, `drain_queue`.
 """
 
 from __future__ import annotations
@@ -10,12 +11,13 @@ from dataclasses import dataclass
 
 from saga_runtime._admin import SagaAdmin
 from saga_runtime._exceptions import ApprovalError, SagaError, SagaInProgressError, StoreError
-from saga_runtime._records import ApprovalRequest, SagaResult, SagaStatus, SagaSummary, VerifyResult
+from saga_runtime._records import ApprovalRequest, QueueInfo, SagaResult, SagaStatus, SagaSummary, VerifyResult
 from saga_runtime._storage import SagaStore
 
-__all__ = ["ACTIONS", "CANCELLABLE", "ActionRefused", "Console", "Outcome"]
+__all__ = ["ACTIONS", "CANCELLABLE", "QUEUE_ACTIONS", "ActionRefused", "Console", "Outcome"]
 
 ACTIONS = ("approve", "reject", "retry-compensation", "unpark", "cancel")
+QUEUE_ACTIONS = ("pause", "resume", "drain")
 #: The statuses a saga can be cancelled in (a terminal one is left as it is).
 CANCELLABLE = frozenset({SagaStatus.QUEUED, SagaStatus.RUNNING, SagaStatus.COMPENSATING, SagaStatus.WAITING})
 _SEARCH_DEPTH = 2000  # the newest sagas an id search looks through (an exact id is always found)
@@ -46,10 +48,17 @@ class Console:
         self.can_resume = can_resume  # the tools were given: a decision goes on with the saga here
 
     async def find(
-        self, status: SagaStatus | None, search: str, *, limit: int, offset: int
+        self, status: SagaStatus | None, search: str, *, limit: int, offset: int, queue: str = ""
     ) -> tuple[list[SagaSummary], bool]:
-        """Return a page of sagas, newest first, and whether there are more after it."""
+        """Return a page of sagas (of `queue` if given), newest first, and whether there are more after it."""
         search = search.strip()
+        if queue:
+            found = await self.admin.list_sagas(
+                status, limit=limit + 1 + (offset if search else 0), offset=0 if search else offset, queue=queue
+            )
+            if search:
+                found = [s for s in found if search in s.saga_id][offset:]
+            return found[:limit], len(found) > limit
         if not search:
             found = await self.store.list_sagas(status, limit=limit + 1, offset=offset)
             return found[:limit], len(found) > limit
@@ -85,6 +94,23 @@ class Console:
     async def pending(self, limit: int = 100) -> list[ApprovalRequest]:
         """Return the requests waiting for a decision, oldest first, across sagas."""
         return await self.admin.pending_approvals(limit=limit)
+
+    async def queues(self) -> list[QueueInfo]:
+        """Return every queue: its sagas by state, the oldest queued, paused or draining, the known limits."""
+        return await self.admin.queues()
+
+    async def queue_act(self, action: str, name: str) -> str:
+        """Pause, resume or drain queue `name`; return what it did; raise `ActionRefused` when it cannot."""
+        if action not in QUEUE_ACTIONS:
+            raise ActionRefused(f"no queue action {action!r}: the console takes {', '.join(QUEUE_ACTIONS)}", 404)
+        change = {"pause": self.admin.pause_queue, "resume": self.admin.resume_queue, "drain": self.admin.drain_queue}
+        try:
+            info = await change[action](name)
+        except ValueError as exc:
+            raise ActionRefused(str(exc), 400) from None
+        except StoreError as exc:
+            raise ActionRefused(f"the store failed: {exc}", 503) from None
+        return f"queue {name} is {info.state}"
 
     async def act(
         self, action: str, saga_id: str, step_id: str = "", by: str = "", note: str = "", args_digest: str = ""

@@ -20,7 +20,6 @@ from saga_runtime._exceptions import (
     SagaError,
     SagaInProgressError,
     SagaNotFoundError,
-    StoreError,
 )
 from saga_runtime._records import (
     REJECTED,
@@ -141,15 +140,8 @@ class Actions:
             result = await self.recovery.go_on(saga_id)
             if result is not None:
                 return result
-        await self.wake_workers()  # not gone on here: a worker does, at once
+        await self.recovery.wake_workers()  # not gone on here: a worker does, at once
         return await self._stored_result(saga_id)
-
-    async def wake_workers(self) -> None:
-        """Wake idle workers to go on with what was just made ready (PostgreSQL: NOTIFY; memory: its own)."""
-        try:
-            await self._drives.config.store.notify_workers()
-        except StoreError as exc:  # what was recorded stands; workers find it within their interval
-            logger.warning("could not wake the workers (they poll instead): %s", exc)
 
     async def cancel(self, saga_id: str, reason: str | None, by: str | None = None) -> SagaResult:
         """Cancel a saga (QUEUED: at once; running, waiting: asked to compensate; else unchanged); `by` is recorded."""
@@ -172,7 +164,6 @@ class Actions:
             return await self._stored_result(saga_id)
         if await store.request_cancel(saga_id, note):
             self._told(stored[0], why)
-            await self.wake_workers()
         if status is SagaStatus.WAITING:
             undecided = [row for row in await store.load_approvals(saga_id) if row.decision is None]
             for index, request in enumerate(undecided):
@@ -228,7 +219,6 @@ class Actions:
             status = "gone" if stored is None else stored[0].status.value
             raise SagaInProgressError(f"saga {saga_id!r} is {status}, not PARKED", saga_id=saga_id)
         if not compensate:
-            await self.wake_workers()  # live again, unowned: a worker's recovery takes it
             return None
         stored = await store.load_saga(saga_id)
         if stored is None:
@@ -236,7 +226,6 @@ class Actions:
         missing = self.recovery.missing_tools(*stored)
         if missing:
             logger.warning("saga %s: to be compensated by an executor that has the tools %s", saga_id, missing)
-            await self.wake_workers()
             return None
         async with self._drives.claim(*stored, take="orphan") as held:
             if held is None:
@@ -303,7 +292,7 @@ class Actions:
                 await engine.flush()
                 await held.release()
                 logger.warning("saga %s: to be compensated by an executor that has the tools %s", saga_id, missing)
-                await self.wake_workers()
+                await self.recovery.wake_workers()
                 return result_from_rows(held.saga, list(engine.rows.values()))
             engine = held.start()
             engine.reopen_compensation()  # its failed compensations are due again; none done is redone

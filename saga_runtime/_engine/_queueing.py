@@ -20,7 +20,7 @@ from saga_runtime._engine._events import SagaEvent, emit
 from saga_runtime._engine._journal import Journal
 from saga_runtime._engine._recovery import Recovery
 from saga_runtime._exceptions import IdempotencyConflictError, StoreError
-from saga_runtime._records import Queue, QueueEntry, SagaRow, SagaStatus, StepRow, WaitingKind, now
+from saga_runtime._records import DECISION_WAKE, Queue, QueueEntry, SagaRow, SagaStatus, StepRow, WaitingKind, now
 
 __all__ = ["Queues"]
 
@@ -131,10 +131,10 @@ class Queues:
         names = {queue.name for queue in queues}
 
         def wake(queue: str) -> None:
-            if not queue or queue in names:
-                woken.set()
-            if not queue:  # a decision, cancel, unpark, retry or message: recovery's round goes on with it
+            if queue == DECISION_WAKE or not queue:  # recovery's round goes on with what was decided
                 self._recovery.nudge()
+            if queue != DECISION_WAKE and (not queue or queue in names):
+                woken.set()
 
         async def drive(saga: SagaRow, rows: list[StepRow], queue: str) -> None:
             nonlocal running, freed
@@ -144,7 +144,7 @@ class Queues:
                 running -= 1
                 freed.set()
 
-        await self._note_limits(queues)
+        task_group.start_soon(self._note_limits, queues)  # shown by queues(); never holds the start up
         async with self._drives.config.store.queue_wakeups(wake) as heard:
             while True:
                 woken = anyio.Event()  # before the claim: a submit made during it still wakes the wait below

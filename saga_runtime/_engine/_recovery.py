@@ -17,7 +17,7 @@ from saga_runtime._engine._events import SagaEvent, emit
 from saga_runtime._engine._journal_rows import waits_for_tools
 from saga_runtime._engine._saga import SagaEngine
 from saga_runtime._engine._versions import unfit, unfit_note
-from saga_runtime._exceptions import LeaseLostError, PlanValidationError
+from saga_runtime._exceptions import LeaseLostError, PlanValidationError, StoreError
 from saga_runtime._records import SagaResult, SagaRow, SagaStatus, StepRow, WaitingKind, now
 
 __all__ = ["Recovery"]
@@ -50,6 +50,13 @@ class Recovery:
         self._nudged = True
         if self._resting is not None:
             self._resting.set()
+
+    async def wake_workers(self) -> None:
+        """Wake idle workers to go on with what was just made ready (PostgreSQL: NOTIFY; memory: its own)."""
+        try:
+            await self._drives.config.store.notify_workers()
+        except StoreError as exc:  # what was recorded stands; workers find it within their interval
+            logger.warning("could not wake the workers (they poll instead): %s", exc)
 
     async def rest(self, seconds: float) -> None:
         """Wait `seconds` before the next round, or less when nudged."""

@@ -63,6 +63,7 @@ from saga_runtime._records._outcome import (
 )
 from saga_runtime._records._queues import (
     ACTIVE,
+    DECISION_WAKE,
     DRAINING,
     PAUSED,
     QUEUE_STATES,
@@ -119,6 +120,7 @@ __all__ = [
     "ACTIVE",
     "APPROVED",
     "DEADLINE",
+    "DECISION_WAKE",
     "DRAINING",
     "END_REASONS",
     "EXPORT_FORMAT",

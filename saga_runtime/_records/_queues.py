@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict
 
 __all__ = [
     "ACTIVE",
+    "DECISION_WAKE",
     "DRAINING",
     "PAUSED",
     "QUEUE_STATES",
@@ -28,6 +29,9 @@ ACTIVE: QueueState = "active"
 PAUSED: QueueState = "paused"
 DRAINING: QueueState = "draining"
 QUEUE_STATES: tuple[QueueState, ...] = (ACTIVE, PAUSED, DRAINING)
+#: What a store's `queue_wakeups` passes for a decision, cancel, unpark, retry or message (no queue is so named):
+#: recovery's round goes on with it; no queue needs a claim for it.
+DECISION_WAKE = "\x00decision"
 
 
 def _limit(name: str, value: object) -> int | None:

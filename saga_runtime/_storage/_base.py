@@ -197,7 +197,8 @@ class SagaStore(Protocol):
 
         Yields whether it can: PostgreSQL listens for the submits' notifications (LISTEN/NOTIFY), memory hears its
         own submits; the others yield False, and a worker finds new sagas by polling. `wake("")` means "look at
-        every queue" (notifications may have been missed, say while a lost connection was restored).
+        every queue" (notifications may have been missed, say while a lost connection was restored);
+        `wake(DECISION_WAKE)` that a decision, cancel, unpark, retry or message made a saga ready (`notify_workers`).
         """
         ...
 
@@ -235,8 +236,9 @@ class SagaStore(Protocol):
         ...
 
     async def notify_workers(self, queue: str = "") -> None:
-        """Wake idle workers that listen (PostgreSQL's NOTIFY, memory's own): those serving `queue`, or with ""
-        every one, to look for what a decision, cancel, unpark, retry or message made ready. Polling stores: none."""
+        """Wake idle workers that listen (PostgreSQL's NOTIFY, memory's own): those serving `queue`, or with "" every
+        one, to go on with what a decision, cancel, unpark, retry or message made ready (their `queue_wakeups` hear
+        DECISION_WAKE). Polling stores: nothing to do, their workers look every interval."""
         ...
 
     async def cancel_queued(self, saga_id: str, error: str, now: datetime, entry: dict[str, Any]) -> bool:

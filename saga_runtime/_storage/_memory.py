@@ -276,6 +276,7 @@ class MemoryStore(StoreBase, MemoryRetention, MemorySchedules, MemoryQueueContro
         )
         self._sealing.saga(unparked)
         self._sagas[saga_id] = unparked
+        await self.notify_workers()  # live again and unowned: an idle worker's recovery takes it at once
         return True
 
     async def renew_leases(
@@ -429,6 +430,7 @@ class MemoryStore(StoreBase, MemoryRetention, MemorySchedules, MemoryQueueContro
         if saga is None or saga.status not in _CANCELLABLE or saga_id in self._cancels:
             return False
         self._cancels[saga_id] = reason
+        await self.notify_workers()  # the workers that can act on it hear of it at once
         return True
 
     async def note_waiting(self, saga_id: str, note: dict[str, Any]) -> bool:

@@ -12,6 +12,7 @@ from typing import Any
 
 from saga_runtime._records import (
     ACTIVE,
+    DECISION_WAKE,
     DRAINING,
     PAUSED,
     Queue,
@@ -120,4 +121,4 @@ class MemoryQueueControl:
         """Wake this store's workers: of `queue`, or every one with "" (a decision, an unpark, a message)."""
         self._check_open()
         for wake in list(self._wakers):
-            wake(queue)
+            wake(queue or DECISION_WAKE)

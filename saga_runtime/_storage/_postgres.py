@@ -31,12 +31,13 @@ import anyio
 import asyncpg
 
 from saga_runtime._exceptions import StoreBusyError, StoreConnectionError, StoreError
+from saga_runtime._records import DECISION_WAKE
 from saga_runtime._storage._batch import Outcome, Write
 from saga_runtime._storage._dialect import Dialect
 from saga_runtime._storage._errors import CONNECT_ADVICE, ErrorMap, convert, mapping_errors
 from saga_runtime._storage._open import redact_url
 from saga_runtime._storage._outage import Outage
-from saga_runtime._storage._sql import QUEUED_CHANNEL, SAGA_COLUMNS, STEP_COLUMNS, unasked
+from saga_runtime._storage._sql import DECIDED_CHANNEL, QUEUED_CHANNEL, SAGA_COLUMNS, STEP_COLUMNS, unasked
 from saga_runtime._storage._sqlstore import (
     DEFAULT_RETRY_FOR,
     SQLStore,
@@ -528,8 +529,8 @@ class PostgresDialect(Dialect):
                 tg.cancel_scope.cancel()
 
     async def _listen(self, wake: Callable[[str], None]) -> None:
-        def notified(_conn: Any, _pid: int, _channel: str, payload: str) -> None:
-            wake(payload)
+        def notified(_conn: Any, _pid: int, channel: str, payload: str) -> None:
+            wake(DECISION_WAKE if channel == DECIDED_CHANNEL else payload)
 
         down = False
         while True:
@@ -539,6 +540,7 @@ class PostgresDialect(Dialect):
                 conn = await _whole(asyncpg.connect(self._listen_dsn, timeout=self._listen_timeout), _close)
                 conn.add_termination_listener(lambda _conn, lost=lost: lost.set())
                 await conn.add_listener(QUEUED_CHANNEL, notified)
+                await conn.add_listener(DECIDED_CHANNEL, notified)
                 if down:
                     logger.info("listening for submits to %s again", self.url)
                     wake("")  # submits made while it was down were not heard

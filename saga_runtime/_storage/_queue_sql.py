@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from saga_runtime._records import ACTIVE, DRAINING, PAUSED, Queue, QueueInfo, QueueState, SagaRow, SagaStatus
 from saga_runtime._storage._codec import SAGA_COLUMNS, DialectName, RowCodec
 from saga_runtime._storage._dialect import Dialect
-from saga_runtime._storage._sql import QUEUED_CHANNEL, _placeholders
+from saga_runtime._storage._sql import DECIDED_CHANNEL, QUEUED_CHANNEL, _placeholders
 from saga_runtime._storage._sqlwrite import Transaction
 
 __all__ = ["SQLQueueControl", "held_back"]
@@ -69,24 +69,22 @@ class QueueControlQueries:
         order = "ORDER BY s.created_at DESC, s.saga_id DESC LIMIT ? OFFSET ?"
         self.listed = (q(dialect, f"{listed} {order}"), q(dialect, f"{listed} AND s.status = ? {order}"))
         self.notify = q(dialect, f"SELECT pg_notify('{QUEUED_CHANNEL}', ?)") if dialect == "postgresql" else None
+        self.notify_decided = f"SELECT pg_notify('{DECIDED_CHANNEL}', '')" if dialect == "postgresql" else None
 
 
-def _queries(store: Any) -> QueueControlQueries:
-    found: QueueControlQueries | None = getattr(store, "_queue_control", None)
-    if found is None:
-        found = store._queue_control = QueueControlQueries(store._dialect.name)
-    return found
-
-
-_HELD: dict[DialectName, str] = {
-    name: _placeholders(name, "SELECT state FROM queue_states WHERE name = ?")
-    for name in ("sqlite", "postgresql", "mysql")
+# Built once per dialect, at import: the hot path only sends them.
+_QUERIES: dict[DialectName, QueueControlQueries] = {
+    name: QueueControlQueries(name) for name in ("sqlite", "postgresql", "mysql")
 }
+
+
+def _queries(store: SQLQueueControl) -> QueueControlQueries:
+    return _QUERIES[store._dialect.name]
 
 
 async def held_back(tx: Transaction, dialect: DialectName, queue: str) -> bool:
     """Tell, inside a claim's transaction, whether an operator paused or is draining `queue` (start nothing)."""
-    records = await tx.fetch(_HELD[dialect], (queue,))
+    records = await tx.fetch(_QUERIES[dialect].state, (queue,))
     return bool(records) and records[0][0] in (PAUSED, DRAINING)
 
 
@@ -186,12 +184,13 @@ class SQLQueueControl:
         """Wake the idle workers that listen (PostgreSQL): of `queue`, or every one with "" (a decision, an unpark,
         a message); other databases' workers poll, so this does nothing there."""
         self._check_open()
-        sql = _queries(self).notify
+        qc = _queries(self)
+        sql, params = (qc.notify, (queue,)) if queue else (qc.notify_decided, ())
         if sql is None:
             return
 
         async def once() -> None:
             async with self._transaction(begin=False) as tx:
-                await tx.fetch(sql, (queue,))
+                await tx.fetch(sql, params)
 
         await self._retrying("notify_workers", once)

@@ -14,6 +14,7 @@ from saga_runtime._records import SagaStatus
 from saga_runtime._storage._codec import LEASE_SQL, NOW_SQL, SAGA_COLUMNS, STEP_COLUMNS, DialectName, RowCodec
 
 __all__ = [
+    "DECIDED_CHANNEL",
     "LIVE_STATUSES",
     "MIGRATIONS",
     "QUEUED_CHANNEL",
@@ -31,6 +32,8 @@ __all__ = [
 
 # The PostgreSQL channel a submit notifies (its payload the queue's name), so idle workers start it at once.
 QUEUED_CHANNEL = "saga_runtime_queued"
+# The channel of decisions, cancels, unparks, retries and messages: idle workers' recovery goes on at once.
+DECIDED_CHANNEL = "saga_runtime_decided"
 
 
 def unasked(owner: str, table: str = "") -> str:

@@ -451,7 +451,10 @@ class SQLStore(StoreBase, SQLRetention, SQLSchedules, SQLQueueControl):
         def unparked(saga: SagaRow) -> bool:
             return saga.updated_at == now
 
-        return await self._conditional("unpark_saga", saga_id, SagaStatus.PARKED, unpark, unparked)
+        if not await self._conditional("unpark_saga", saga_id, SagaStatus.PARKED, unpark, unparked):
+            return False
+        await self.notify_workers()  # live again and unowned: an idle worker's recovery takes it at once
+        return True
 
     async def _conditional(
         self,
@@ -759,12 +762,15 @@ class SQLStore(StoreBase, SQLRetention, SQLSchedules, SQLQueueControl):
         self._check_open()
         q = self._queries
         statuses = (*LIVE_STATUSES, SagaStatus.WAITING.value)
-        return await self._conditional_update(
+        asked = await self._conditional_update(
             "request_cancel",
             q.request_cancel,
             (reason, saga_id, *statuses),
             (q.cancel_asked, (saga_id, reason)),
         )
+        if asked:
+            await self.notify_workers()  # the workers that can act on it hear of it at once
+        return asked
 
     async def note_waiting(self, saga_id: str, note: dict[str, Any]) -> bool:
         """Note why a saga nobody drives does not move (unsealed); return whether it did."""

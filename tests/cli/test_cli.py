@@ -613,6 +613,8 @@ COMMANDS: dict[str, tuple[list[str], str]] = {
     "holds": (["holds"], "no saga is held"),
     "schedules": (["schedules"], "no schedule in"),
     "schedule": (["schedule", "--help"], "pause|resume|delete"),  # steering one: tests/cli/test_schedules_cli.py
+    "queues": (["queues"], "no queue holds a saga"),  # with queues: tests/cli/test_queue_cli.py
+    "queue": (["queue", "pause", "payouts"], "queue payouts paused"),
 }
 SIGNING_KEY = "the signing key of the test"
 

@@ -173,7 +173,14 @@ def test_the_openapi_document_names_every_api_route(console: TestClient) -> None
     """GET /api/openapi.json describes each /api/ route the console serves, with the records' schemas."""
     document = console.get("/api/openapi.json").json()
     assert document["openapi"].startswith("3.")
-    assert set(document["paths"]) == {"/api/sagas", "/api/sagas/{saga_id}", "/api/approvals", "/api/actions/{action}"}
+    assert set(document["paths"]) == {
+        "/api/sagas",
+        "/api/sagas/{saga_id}",
+        "/api/approvals",
+        "/api/actions/{action}",
+        "/api/queues",
+        "/api/queue-actions/{action}",
+    }
     schemas = document["components"]["schemas"]
     assert {"SagaSummary", "SagaResult", "ApprovalRequest", "Saga", "Action", "Error"} <= set(schemas)
     action = document["paths"]["/api/actions/{action}"]["post"]["parameters"][0]["schema"]["enum"]

@@ -21,6 +21,7 @@ from saga_runtime import (
     StepContext,
     ToolRegistry,
 )
+from saga_runtime._storage._queue_sql import QueueControlQueries
 from saga_runtime._storage._sql import Queries
 
 from .conftest import Stores
@@ -211,24 +212,60 @@ async def test_a_cancel_of_a_waiting_saga_wakes_the_idle_worker(store: SagaStore
     assert gate.started == ["first"]
 
 
-async def test_the_rate_window_is_counted_on_an_index(stores: Stores, sql_kind: str) -> None:
-    """A rate-limited claim's count of the window's starts reads the (queue, started_at) index, newest first and
-    up to the limit, not the queue's history (EXPLAIN on each database, with 2,000 finished sagas stored)."""
+async def test_an_unparked_saga_is_taken_up_by_the_idle_worker(store: SagaStore) -> None:
+    """An operator's unpark (an admin without tools) wakes the idle worker, whose recovery finishes the saga long
+    before its next round (60 s here)."""
+    from .test_parked_compensation import CALLS, park
+    from .test_parked_compensation import registry as charges
+
+    await park(store, "stuck")
+    CALLS.clear()
+    executor = SagaExecutor(charges, store, lease_timeout=120.0)
+    async with worker(executor, queues=["none"]):
+        await asyncio.sleep(0.3)  # its first recovery round is over: idle
+        assert await SagaAdmin(store).unpark("stuck") is None  # left to a worker
+        result = await executor.handle("stuck").result(timeout=10)
+    assert result.status is SagaStatus.SUCCESS
+    assert CALLS["charge"] == 1  # the step of unknown outcome, run again under its key
+
+
+async def test_claims_and_queue_counts_read_indexes_not_history(stores: Stores, sql_kind: str) -> None:
+    """A rate window's count reads the (queue, started_at) index; the queue's depth, its running sagas, its waiting
+    sagas and the per-queue counts of queues() read indexes too: no statement scans the table (EXPLAIN on each
+    database, with 5,000 finished sagas of the queue stored)."""
     store: Any = await stores.open(sql_kind, wipe=True)
     history = (
         "INSERT INTO sagas (saga_id, kind, status, metadata, created_at, updated_at, queue, priority, started_at) "
     )
     stamp = "'2020-01-01 00:00:00'"
     values = ", ".join(
-        f"('h{n}', 'plan', 'SUCCESS', '{{}}', {stamp}, {stamp}, 'bench', 0, {stamp})" for n in range(2000)
+        f"('h{n}', 'plan', 'SUCCESS', '{{}}', {stamp}, {stamp}, 'bench', 0, {stamp})" for n in range(5000)
     )
-    window = Queries(store.dialect.name).queue_started
+    q, counts = Queries(store.dialect.name), QueueControlQueries(store.dialect.name).counts
+    at = store._codec.time_in(datetime.now(UTC))
+    statements = {
+        "window": (q.queue_started, ("bench", at, 100)),
+        "depth": (q.queue_depth, ("bench", "QUEUED")),
+        "running": (q.queue_running, ("bench", "RUNNING", "COMPENSATING")),
+        "waiting": (q.queue_waiting, ("bench", "QUEUED", at, 10, 0)),
+        "counts": (counts, ("QUEUED", "RUNNING", "COMPENSATING", "WAITING")),
+    }
     explain = "EXPLAIN QUERY PLAN " if sql_kind == "sqlite" else "EXPLAIN "
+    plans = {}
     async with store._transaction(begin=True) as tx:
         await tx.execute(history + "VALUES " + values)
-        rows = await tx.fetch(explain + window, ("bench", store._codec.time_in(datetime.now(UTC)), 100))
-    plan = " ".join(str(value) for row in rows for value in row)
-    assert "sagas_queue_started" in plan, plan
+        for name, (sql, params) in statements.items():
+            rows = await tx.fetch(explain + sql, params)
+            plans[name] = [" ".join(str(value) for value in row) for row in rows]
+    assert "sagas_queue_started" in " ".join(plans["window"]), plans["window"]
+    for name, plan in plans.items():
+        text = " | ".join(plan)
+        if sql_kind == "sqlite":
+            assert "SCAN sagas" not in text, (name, text)
+        elif sql_kind == "postgresql":
+            assert "Seq Scan" not in text, (name, text)
+        else:  # MySQL/MariaDB: a full scan is the access type ALL on the table
+            assert not any(" sagas ALL " in f" {line} " for line in plan), (name, text)
 
 
 async def _started(gate: Gate, name: str) -> bool:
