@@ -521,8 +521,13 @@ def worker(
     ] = None,
     health_port: Annotated[
         int | None,
-        typer.Option("--health-port", min=0, max=65535, help="Serve /healthz and /readyz on this port (loopback)."),
+        typer.Option(
+            "--health-port", min=0, max=65535, help="Serve /healthz and /readyz on this port (see --health-host)."
+        ),
     ] = None,
+    health_host: Annotated[
+        str, typer.Option("--health-host", help="The address --health-port listens on (0.0.0.0 for a pod's probes).")
+    ] = "127.0.0.1",
     log_format: Annotated[
         LogFormat, typer.Option("--log-format", help="Log lines as text, or as one JSON object a line.")
     ] = LogFormat.TEXT,
@@ -552,7 +557,11 @@ def worker(
         )
         names = ", ".join(queue.name for queue in served) if served else "default"
         try:
-            health = None if health_port is None else HealthServer(health_port, store_probe(store.get_saga))
+            health = (
+                None
+                if health_port is None
+                else HealthServer(health_port, store_probe(store.get_saga), host=health_host)
+            )
         except OSError as exc:  # the port is taken, or not ours to bind
             raise CliError(f"--health-port {health_port}: cannot listen: {exc}", ExitCode.USAGE) from None
         if health is not None:
