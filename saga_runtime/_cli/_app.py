@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import getpass
 import json
 import logging
@@ -40,16 +41,24 @@ from saga_runtime._cli._load import load_queues, parse_since
 from saga_runtime._cli._options import DecideToolsOption, JsonOption, ToolsOption, options, store_options
 from saga_runtime._cli._render import saga_table, timeline
 from saga_runtime._cli._retention import verify_file
+from saga_runtime._cli._serving import HealthServer, store_probe, use_json_logs
 from saga_runtime._cli._ui import TOKEN_VAR, UiError, serve
 from saga_runtime._engine import SagaEvent
 from saga_runtime._exceptions import (
     StoreError,
 )
 from saga_runtime._executor import SagaExecutor
-from saga_runtime._records import SagaResult, SagaStatus
+from saga_runtime._records import END_REASONS, SagaResult, SagaStatus
 from saga_runtime._storage import SagaStore
 
 __all__ = ["ExitCode", "app", "run"]
+
+
+class LogFormat(enum.StrEnum):
+    """How the worker writes its log lines."""
+
+    TEXT = "text"
+    JSON = "json"
 
 
 # -- reading ---------------------------------------------------------------------------------------------------
@@ -68,9 +77,15 @@ def list_command(
     limit: Annotated[int, typer.Option("--limit", "-n", min=1, help="At most this many sagas.")] = 50,
     offset: Annotated[int, typer.Option("--offset", min=0, help="Skip this many (newest first).")] = 0,
     queue: Annotated[str | None, typer.Option("--queue", "-q", help="Only sagas submitted to this queue.")] = None,
+    reason: Annotated[
+        str | None,
+        typer.Option("--reason", "-r", help=f"Only sagas that ended for this reason ({', '.join(END_REASONS)})."),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """List stored sagas, newest first."""
+    if reason is not None and reason not in END_REASONS:
+        _error(f"unknown reason {reason!r}: use one of {', '.join(END_REASONS)}", ExitCode.USAGE)
     wanted: SagaStatus | None = None
     if status is not None:
         try:
@@ -86,9 +101,10 @@ def list_command(
 
     async def work(store: SagaStore) -> ExitCode:
         if queue is None:
-            summaries = await store.list_sagas(wanted, limit=limit, offset=offset)
+            summaries = await store.list_sagas(wanted, limit=limit, offset=offset, reason=reason)
         else:
-            summaries = await SagaAdmin(store).list_sagas(wanted, limit=limit, offset=offset, queue=queue)
+            admin = SagaAdmin(store)
+            summaries = await admin.list_sagas(wanted, limit=limit, offset=offset, queue=queue, reason=reason)
         # Newest first: the sagas younger than the cutoff are a prefix of every page.
         summaries = [s for s in summaries if cutoff is None or s.created_at >= cutoff]
         if as_json:
@@ -516,8 +532,22 @@ def worker(
             "--compensation-timeout", min=0.001, help="Seconds a stop waits for running tool code (and bounds an undo)."
         ),
     ] = 300.0,
+    health_port: Annotated[
+        int | None,
+        typer.Option(
+            "--health-port", min=0, max=65535, help="Serve /healthz and /readyz on this port (see --health-host)."
+        ),
+    ] = None,
+    health_host: Annotated[
+        str, typer.Option("--health-host", help="The address --health-port listens on (0.0.0.0 for a pod's probes).")
+    ] = "127.0.0.1",
+    log_format: Annotated[
+        LogFormat, typer.Option("--log-format", help="Log lines as text, or as one JSON object a line.")
+    ] = LogFormat.TEXT,
 ) -> None:
     """Run queued sagas and recover orphans until SIGTERM or SIGINT; then stop without compensating anything."""
+    if log_format is LogFormat.JSON:
+        use_json_logs(logging.getLogger("saga_runtime"))
     registry = _registry(tools)
     served = None
     if queues is not None:
@@ -545,12 +575,24 @@ def worker(
         )
         names = ", ".join(queue.name for queue in served) if served else "default"
         try:
+            health = (
+                None
+                if health_port is None
+                else HealthServer(health_port, store_probe(store.get_saga), host=health_host)
+            )
+        except OSError as exc:  # the port is taken, or not ours to bind
+            raise CliError(f"--health-port {health_port}: cannot listen: {exc}", ExitCode.USAGE) from None
+        if health is not None:
+            _stderr().print(f"{PROG} worker: health at http://{health.host}:{health.port}/healthz and /readyz")
+        try:
             async with anyio.create_task_group() as tg:
 
                 async def stop_on_signal() -> None:
                     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
                         async for received in signals:
                             _stderr().print(f"{PROG} worker: {signal.Signals(received).name}, stopping")
+                            if health is not None:
+                                health.serving = False  # alive while it stops, no longer ready
                             tg.cancel_scope.cancel()
                             return
 
@@ -559,10 +601,16 @@ def worker(
                 # Entered, the executor takes back at once the sagas a killed process of its id left (API.md §13).
                 async with executor:
                     _stderr().print(f"{PROG} worker {executor.executor_id}: serving {names} on {store.url}")
+                    if health is not None:
+                        health.serving = True
                     await executor.serve(queues=served, concurrency=concurrency, interval=interval)
         finally:
+            if health is not None:
+                health.serving = False
             if server is not None:
                 await anyio.to_thread.run_sync(server.close)
+            if health is not None:
+                await anyio.to_thread.run_sync(health.close)
         _stderr().print(f"{PROG} worker {executor.executor_id}: stopped; its sagas are released")
         global _worker_stopped
         _worker_stopped = True

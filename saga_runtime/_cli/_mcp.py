@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from saga_runtime._cli._common import ExitCode, _error, _execute, _registry, app
+from saga_runtime._cli._common import PROG, ExitCode, _error, _execute, _registry, _stderr, app
 from saga_runtime._cli._options import ToolsOption, store_options
 from saga_runtime._executor import SagaExecutor
 from saga_runtime._storage import SagaStore
@@ -40,6 +40,10 @@ def mcp_command(
             if http is None:
                 await server.run_stdio_async()  # stdout is the protocol's: nothing else is printed there
             else:
+                # Where clients connect (the SDK's default path, in 1.x and 2.x); stdout stays clean as with stdio.
+                path = getattr(getattr(server, "settings", None), "streamable_http_path", "/mcp")
+                where = f"[{host}]" if ":" in host else host
+                _stderr().print(f"{PROG} mcp: serving over streamable HTTP at http://{where}:{http}{path}")
                 await server.run_streamable_http_async(host=host, port=http)
         finally:
             await executor.aclose()  # the tools' lifespan, if a call entered it

@@ -88,6 +88,7 @@ def saga_table(summaries: Sequence[SagaSummary], *, width: int = 120) -> Table:
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), collapse_padding=True)
     table.add_column("saga", overflow="fold", min_width=12)
     table.add_column("status", no_wrap=True)
+    table.add_column("why", no_wrap=True)  # how it ended, or what it waits for
     table.add_column("steps", justify="right", no_wrap=True)
     table.add_column("created (UTC)", no_wrap=True)
     table.add_column("took", justify="right", no_wrap=True)
@@ -101,6 +102,7 @@ def saga_table(summaries: Sequence[SagaSummary], *, width: int = 120) -> Table:
         cells: list[str | Text] = [
             item.saga_id if item.kind == "plan" else f"{item.saga_id} (dynamic)",
             _status(item.status.value),
+            _why(item),
             str(item.step_count),
             item.created_at.strftime("%Y-%m-%d %H:%M:%S"),
             duration(took),
@@ -111,6 +113,15 @@ def saga_table(summaries: Sequence[SagaSummary], *, width: int = 120) -> Table:
             cells.append(_cut(item.error or "", 60))  # one line a saga: `show ID` has the error whole
         table.add_row(*cells)
     return table
+
+
+def _why(item: SagaSummary) -> str:
+    """Return how a saga ended ("budget", ...) or what it waits for ("tool", ...); "-" for neither."""
+    if item.end_reason is not None:
+        return item.end_reason
+    if item.waiting_for is not None:
+        return f"waits: {item.waiting_for['kind']}"
+    return "-"
 
 
 def approvals_table(requests: Sequence[ApprovalRequest]) -> Table:
@@ -152,6 +163,13 @@ def _header(result: SagaResult) -> Table:
         grid.add_row("metadata", _short(result.metadata))
     if result.error:
         grid.add_row("error", Text(result.error, style="red"))
+    if result.end_reason is not None:
+        grid.add_row("ended", result.end_reason)
+    if result.effects_standing:
+        standing = ", ".join(result.effects_standing)
+        grid.add_row("standing", Text(f"{standing}: its effect stands, not undone (no compensate)", style="yellow"))
+    if result.waiting_for is not None:
+        grid.add_row("waits for", f"{result.waiting_for['kind']}: {result.waiting_for['detail']}")
     if result.cancel is not None:
         why = f": {result.cancel.reason}" if result.cancel.reason else ""
         came = {"compensating": " (it was compensating already)", "ignored": " (ignored: it had ended)"}

@@ -19,7 +19,7 @@ from saga_runtime._console._http import authorized, console_of, guard_of, same_o
 from saga_runtime._console._openapi import openapi
 from saga_runtime._console._service import ActionRefused
 from saga_runtime._console._views import STATUSES, approval_data, result_data, summary_data
-from saga_runtime._records import SagaStatus
+from saga_runtime._records import END_REASONS, SagaStatus
 
 __all__ = ["api_routes"]
 
@@ -44,17 +44,24 @@ def _int(value: str | None, default: int, low: int, high: int) -> int:
 
 
 async def list_sagas(request: Request) -> Response:
-    """Return a page of sagas, newest first (status, q, limit, offset)."""
+    """Return a page of sagas, newest first (status, reason, q, limit, offset)."""
     if (refused := _refused_read(request)) is not None:
         return refused
     params = request.query_params
     status_text = params.get("status", "").upper()
     if status_text and status_text not in STATUSES:
         return _error(f"unknown status {status_text!r}: use one of {', '.join(STATUSES)}", 400)
+    reason = params.get("reason") or None
+    if reason is not None and reason not in END_REASONS:
+        return _error(f"unknown reason {reason!r}: use one of {', '.join(END_REASONS)}", 400)
     limit = _int(params.get("limit"), 50, 1, _MAX_LIMIT)
     offset = _int(params.get("offset"), 0, 0, 10**9)
     found, more = await console_of(request).find(
-        SagaStatus(status_text) if status_text else None, params.get("q", ""), limit=limit, offset=offset
+        SagaStatus(status_text) if status_text else None,
+        params.get("q", ""),
+        limit=limit,
+        offset=offset,
+        reason=reason,
     )
     return JSONResponse({"sagas": [summary_data(s) for s in found], "more": more, "limit": limit, "offset": offset})
 

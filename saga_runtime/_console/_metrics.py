@@ -9,7 +9,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from saga_runtime._console._guard import TOKEN_VAR
-from saga_runtime._console._http import authorized
+from saga_runtime._console._http import authorized, console_of
 
 if TYPE_CHECKING:
     from saga_runtime.metrics import PrometheusHook
@@ -41,6 +41,10 @@ async def metrics(request: Request) -> Response:
         return PlainTextResponse(f"metrics need prometheus-client: {METRICS_HINT}", status_code=501)
     from saga_runtime.metrics import CONTENT_TYPE
 
+    # The waiting sagas are read at each scrape: the console drives nothing, so no worker samples them here.
+    observe = getattr(hook, "observe_waiting", None)
+    if callable(observe):
+        observe(await console_of(request).admin.waiting_counts())
     return Response(hook.exposition(), headers={"content-type": CONTENT_TYPE})
 
 

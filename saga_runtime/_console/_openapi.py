@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from saga_runtime._console._service import ACTIONS, QUEUE_ACTIONS
-from saga_runtime._records import ApprovalRequest, QueueInfo, SagaResult, SagaStatus, SagaSummary
+from saga_runtime._records import END_REASONS, ApprovalRequest, QueueInfo, SagaResult, SagaStatus, SagaSummary
 
 __all__ = ["openapi"]
 
@@ -73,6 +73,12 @@ def openapi() -> dict[str, Any]:
     """Return the OpenAPI document of /api/."""
     page = [
         {"name": "status", "in": "query", "schema": {"type": "string", "enum": [s.value for s in SagaStatus]}},
+        {
+            "name": "reason",
+            "in": "query",
+            "schema": {"type": "string", "enum": list(END_REASONS)},
+            "description": "only sagas that ended for this reason (SagaResult.end_reason)",
+        },
         {"name": "q", "in": "query", "schema": {"type": "string"}, "description": "a part of the saga id"},
         {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}},
         {"name": "offset", "in": "query", "schema": {"type": "integer", "minimum": 0, "default": 0}},

@@ -19,7 +19,7 @@ from saga_runtime._console._guard import CSRF_COOKIE, CSRF_FIELD, SESSION_COOKIE
 from saga_runtime._console._http import authorized, console_of, guard_of, safe_next, same_origin
 from saga_runtime._console._service import CANCELLABLE, ActionRefused
 from saga_runtime._console._views import STATUSES, duration, shown_json, timeline
-from saga_runtime._records import SagaStatus
+from saga_runtime._records import END_REASONS, SagaStatus
 
 __all__ = ["PAGE_SIZE", "page_routes"]
 
@@ -85,17 +85,27 @@ async def sagas_page(request: Request) -> Response:
     status_text = params.get("status", "").upper()
     status = SagaStatus(status_text) if status_text in STATUSES else None
     search = params.get("q", "")
+    reason = params.get("reason", "") if params.get("reason", "") in END_REASONS else ""
     try:
         number = max(1, int(params.get("page", "1")))
     except ValueError:
         number = 1
     queue = params.get("queue", "")
     offset = (number - 1) * PAGE_SIZE
-    summaries, more = await console_of(request).find(status, search, limit=PAGE_SIZE, offset=offset, queue=queue)
+    summaries, more = await console_of(request).find(
+        status, search, limit=PAGE_SIZE, offset=offset, queue=queue, reason=reason or None
+    )
     refresh = params.get("refresh") != "0"
 
     def link(**change: Any) -> str:
-        values = {"status": status.value if status else "", "q": search, "queue": queue, "page": number, **change}
+        values = {
+            "status": status.value if status else "",
+            "reason": reason,
+            "q": search,
+            "queue": queue,
+            "page": number,
+            **change,
+        }
         return "/?" + urlencode({k: v for k, v in values.items() if v not in ("", None, 1)})
 
     return _page(
@@ -104,6 +114,8 @@ async def sagas_page(request: Request) -> Response:
         summaries=summaries,
         status=status.value if status else "",
         statuses=STATUSES,
+        reason=reason,
+        reasons=END_REASONS,
         search=search,
         queue=queue,
         number=number,

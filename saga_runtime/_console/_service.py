@@ -48,23 +48,36 @@ class Console:
         self.can_resume = can_resume  # the tools were given: a decision goes on with the saga here
 
     async def find(
-        self, status: SagaStatus | None, search: str, *, limit: int, offset: int, queue: str = ""
+        self,
+        status: SagaStatus | None,
+        search: str,
+        *,
+        limit: int,
+        offset: int,
+        queue: str = "",
+        reason: str | None = None,
     ) -> tuple[list[SagaSummary], bool]:
-        """Return a page of sagas (of `queue` if given), newest first, and whether there are more after it."""
+        """Return a page of sagas (of `queue`, of one end `reason`, if given), newest first, and whether there are
+        more after it."""
         search = search.strip()
         if queue:
             found = await self.admin.list_sagas(
-                status, limit=limit + 1 + (offset if search else 0), offset=0 if search else offset, queue=queue
+                status,
+                limit=limit + 1 + (offset if search else 0),
+                offset=0 if search else offset,
+                queue=queue,
+                reason=reason,
             )
             if search:
                 found = [s for s in found if search in s.saga_id][offset:]
             return found[:limit], len(found) > limit
         if not search:
-            found = await self.store.list_sagas(status, limit=limit + 1, offset=offset)
+            found = await self.store.list_sagas(status, limit=limit + 1, offset=offset, reason=reason)
             return found[:limit], len(found) > limit
-        matches = [s for s in await self.store.list_sagas(status, limit=_SEARCH_DEPTH) if search in s.saga_id]
+        listed = await self.store.list_sagas(status, limit=_SEARCH_DEPTH, reason=reason)
+        matches = [s for s in listed if search in s.saga_id]
         exact = await self.store.get_saga(search)
-        if exact is not None and (status is None or exact.status is status):
+        if exact is not None and (status is None or exact.status is status) and reason in (None, exact.end_reason):
             if all(s.saga_id != search for s in matches):
                 matches.insert(0, await self._summary_of(exact))
             matches.sort(key=lambda s: s.saga_id != search)  # the exact id first
@@ -82,6 +95,8 @@ class Console:
             cost=result.cost,
             tokens=result.tokens,
             error=result.error,
+            end_reason=result.end_reason,
+            waiting_for=result.waiting_for,
         )
 
     async def saga(self, saga_id: str) -> tuple[SagaResult, VerifyResult] | None:

@@ -18,6 +18,8 @@ EXPORT_FORMAT = "saga_runtime.saga"
 EXPORT_VERSION = 1
 
 _SAGA_NAMES = [f.name for f in fields(SagaRow)]
+# A worker's note of why a saga waits is not part of its record: it is not exported.
+_EXPORTED_SAGA_NAMES = [name for name in _SAGA_NAMES if name != "waiting_for"]
 _STEP_NAMES = [f.name for f in fields(StepRow)]
 _APPROVAL_NAMES = [f.name for f in fields(ApprovalRow)]
 _SAGA_FIELDS = set(_SAGA_NAMES)
@@ -62,7 +64,7 @@ def _plain(row: Any, names: Sequence[str]) -> dict[str, Any]:
 
 def export_rows(saga: SagaRow, steps: Sequence[StepRow], approvals: Sequence[ApprovalRow] = ()) -> dict[str, Any]:
     """Return a saga's export document, steps (and approvals) in order."""
-    plain = _plain(saga, _SAGA_NAMES)
+    plain = _plain(saga, _EXPORTED_SAGA_NAMES)
     if plain["purged_at"] is None:  # only tombstones carry it
         del plain["purged_at"]
     document: dict[str, Any] = {

@@ -825,3 +825,38 @@ def test_commands_with_tools_leave_the_lifespan_they_entered(work_db: str, tmp_p
     assert ran.code == 0, ran.err
     lines = (tmp_path / "effects.log").read_text().splitlines()
     assert (lines[0], lines[-1]) == ("enter", "leave")
+
+
+# -- how a saga ended, why it waits (API.md §19) -----------------------------------------------------------------
+
+
+def test_show_and_list_say_how_a_saga_ended(sqlite_db: str) -> None:
+    """`show` names the end reason; `list` has it in its "why" column; `list --reason R` keeps those sagas."""
+    shown = cli("show", "comp-1", db=sqlite_db)
+    assert shown.code == 0, shown.err
+    assert "ended     failed" in shown.out
+    assert cli("show", "comp-1", "--json", db=sqlite_db).json()["end_reason"] == "failed"
+    listed = cli("list", db=sqlite_db)
+    (line,) = [row for row in listed.out.splitlines() if "comp-1" in row]
+    assert line.split()[1:3] == ["COMPENSATED", "failed"]
+    rows = cli("list", "--reason", "failed", "--json", db=sqlite_db).json()
+    assert sorted(row["saga_id"] for row in rows) == ["cfail-1", "comp-1"]
+    assert {row["end_reason"] for row in rows} == {"failed"}
+    assert cli("list", "--reason", "budget", "--json", db=sqlite_db).json() == []
+    bad = cli("list", "--reason", "bored", db=sqlite_db)
+    assert bad.code == 2
+    assert "failed, cancelled, rejected" in one_line_error(bad)
+
+
+def test_show_and_list_say_why_a_saga_waits(work_db: str) -> None:
+    """A saga waiting for a decision, and a parked one, say so in `show` and in the list's "why" column."""
+    shown = cli("show", "wait-1", db=work_db)
+    assert shown.code == 0, shown.err
+    assert "waits for  decision: a decision on step 'refund' (Refund)" in shown.out
+    assert cli("show", "wait-1", "--json", db=work_db).json()["waiting_for"]["kind"] == "decision"
+    parked = cli("show", "parked-1", "--json", db=work_db).json()["waiting_for"]
+    assert parked == {"kind": "parked", "detail": "parked: recovery failed 5 times"}
+    lines = cli("list", db=work_db).out.splitlines()
+    assert "waits: decision" in next(row for row in lines if "wait-1" in row)
+    assert "waits: parked" in next(row for row in lines if "parked-1" in row)
+    assert next(row for row in lines if "ok-1" in row).split()[1:3] == ["SUCCESS", "-"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import getpass
+import json
 import os
 import signal
 import socket
@@ -11,6 +12,8 @@ import subprocess
 import sys
 import textwrap
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -288,3 +291,90 @@ def test_hung_tool_code_never_strands_a_saga(tmp_path: Path) -> None:
     assert result.status in (SagaStatus.COMPENSATED, SagaStatus.COMPENSATION_FAILED)
     assert (result.cancel.by, result.cancel.outcome) == ("ops", "cancelled")
     assert [(t.by, t.from_owner, t.reason) for t in result.takeovers] == [("worker-b", "worker-a", "released")]
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _get(port: int, path: str) -> tuple[int, str]:
+    """GET a path of the worker's health server: its status code and body (an error status is an answer too)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_the_worker_serves_health_endpoints_and_logs_json(tmp_path: Path) -> None:
+    """`worker --health-port P --log-format json`: /healthz and /readyz answer 200; each log line is a JSON object,
+    a queued saga's start logged as a start (not a recovery)."""
+    (tmp_path / "worker_tools.py").write_text(WORKER_TOOLS)
+    db = f"sqlite:///{tmp_path / 'fleet.db'}"
+    ids = ["job-h1", "job-h2"]
+    _submit(db, tmp_path, ids)
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if k != "SAGA_RUNTIME_DATABASE_URL"}
+    command = [
+        str(SCRIPT), "-v", "--db", db, "worker", "--tools", "worker_tools:registry", "--queues", "worker_tools:QUEUES",
+        "--health-port", str(port), "--log-format", "json",
+    ]  # fmt: skip
+    process = subprocess.Popen(
+        command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 30
+        answers: dict[str, tuple[int, str]] = {}
+        while time.monotonic() < deadline:
+            try:
+                answers = {path: _get(port, path) for path in ("/healthz", "/readyz", "/nowhere")}
+            except OSError:  # not listening yet
+                time.sleep(0.1)
+                continue
+            if answers["/readyz"][0] == 200 and set(asyncio.run(_statuses(db, ids)).values()) == {SagaStatus.SUCCESS}:
+                break
+            time.sleep(0.1)
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, err
+    assert answers["/healthz"] == (200, "alive\n")
+    assert answers["/readyz"] == (200, "ready\n")
+    assert answers["/nowhere"][0] == 404
+    logged = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    messages = [entry["message"] for entry in logged]
+    assert all({"time", "level", "logger", "message"} <= set(entry) for entry in logged)
+    assert any("job-h1: starting, from queue 'jobs'" in message for message in messages), messages
+    assert not any("recovering" in message for message in messages)
+    assert f"http://127.0.0.1:{port}/healthz" in err
+
+
+async def test_readyz_answers_503_when_not_serving_or_the_store_does_not_answer() -> None:
+    """/readyz is 503 before the worker serves and while its store probe fails; /healthz stays 200 (alive)."""
+    from saga_runtime._cli._serving import HealthServer
+
+    failing = {"on": False}
+
+    async def probe() -> None:
+        if failing["on"]:
+            raise ConnectionRefusedError("the database is down")
+
+    health = HealthServer(0, probe)
+    try:
+        assert await asyncio.to_thread(_get, health.port, "/readyz") == (
+            503,
+            "not ready: not serving (starting or stopping)\n",
+        )
+        health.serving = True
+        assert await asyncio.to_thread(_get, health.port, "/readyz") == (200, "ready\n")
+        failing["on"] = True
+        code, text = await asyncio.to_thread(_get, health.port, "/readyz")
+        assert code == 503
+        assert "the store does not answer (ConnectionRefusedError: the database is down)" in text
+        assert await asyncio.to_thread(_get, health.port, "/healthz") == (200, "alive\n")
+    finally:
+        await asyncio.to_thread(health.close)

@@ -53,6 +53,19 @@ def test_the_api_lists_filters_and_searches_sagas(console: TestClient) -> None:
     assert console.get("/api/sagas", params={"status": "DONE"}).status_code == 400
 
 
+def test_the_api_filters_by_end_reason_and_says_why_a_saga_waits(console: TestClient) -> None:
+    """GET /api/sagas?reason=R keeps the sagas that ended so; each line carries end_reason and waiting_for."""
+    failed = console.get("/api/sagas", params={"reason": "failed"}).json()["sagas"]
+    assert sorted(s["saga_id"] for s in failed) == ["complaint-77", "order-A-1002"]
+    assert {s["end_reason"] for s in failed} == {"failed"}
+    assert console.get("/api/sagas", params={"reason": "budget"}).json()["sagas"] == []
+    assert console.get("/api/sagas", params={"reason": "bored"}).status_code == 400
+    waiting = console.get("/api/sagas/refund-A-0990").json()
+    assert waiting["waiting_for"]["kind"] == "decision"
+    assert waiting["end_reason"] is None
+    assert console.get("/api/sagas/order-A-1002").json()["effects_standing"] == []
+
+
 def test_the_api_gives_a_saga_verified_with_secrets_masked(console: TestClient) -> None:
     """GET /api/sagas/{id} gives the record with its verdict; a secret argument reads ********** and nowhere else."""
     saga = console.get("/api/sagas/order-A-1001").json()

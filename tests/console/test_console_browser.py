@@ -182,3 +182,50 @@ def test_a_queued_saga_is_cancelled_from_the_list(page: Any, template: Path, tmp
     assert "address is wrong" in (result.error or "")
     assert result.cancel is not None
     assert result.cancel.by == "alice"
+
+
+def test_the_console_says_how_sagas_ended_and_why_they_wait(page: Any, template: Path, tmp_path: Path) -> None:
+    """The list's "why" column and its "ended" filter, and a saga's page, show end reasons, standing effects
+    and what a waiting saga waits for."""
+    from saga_runtime import ToolRegistry
+
+    url = copy_store(template, tmp_path)
+    registry = ToolRegistry()
+
+    @registry.tool
+    class SendRefund:
+        async def execute(self, cents: int) -> dict[str, Any]:
+            return {"sent": cents}
+
+    @registry.tool
+    class Decline:
+        async def execute(self) -> None:
+            raise RuntimeError("declined")
+
+    async def run_one() -> None:
+        async with open_store(url) as store:
+            await SagaExecutor(registry, store=store).run(
+                [{"id": "refund", "tool": "SendRefund", "args": {"cents": 5}}, {"id": "no", "tool": "Decline"}],
+                saga_id="loop-9",
+            )
+
+    run_sync(run_one)
+    with served(create_app(url)) as base:
+        page.goto(base + "/")
+        row = page.locator("tr", has=page.get_by_role("link", name="order-A-1002"))
+        assert row.locator(".why").inner_text() == "failed"
+        row = page.locator("tr", has=page.get_by_role("link", name="refund-A-0990"))
+        assert row.locator(".why").inner_text() == "waits: decision"
+        row = page.locator("tr", has=page.get_by_role("link", name="order-A-1001"))
+        assert row.locator(".why").inner_text() == "-"
+        page.select_option("select[name=reason]", "failed")
+        page.click("button:text('Show')")
+        shown = sorted(page.locator("tbody td:first-child a").all_inner_texts())
+        assert shown == ["complaint-77", "loop-9", "order-A-1002"]
+        page.goto(base + "/sagas/loop-9")
+        assert page.locator(".end-reason").inner_text() == "failed"
+        assert page.locator(".standing").inner_text().startswith("refund")
+        page.goto(base + "/sagas/refund-A-0990")
+        waiting = page.locator(".waiting-for").inner_text()
+        assert waiting.startswith("decision: a decision on step 'refund' (RefundCard")
+        assert page.locator(".end-reason").count() == 0

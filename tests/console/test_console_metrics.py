@@ -31,6 +31,7 @@ def test_metrics_count_what_the_console_runs_in_the_plain_text_format(url: str) 
         assert before.status_code == 200
         assert before.headers["content-type"] == CONTENT_TYPE
         assert value(before.text, "saga_runtime_sagas_finished_total", status="SUCCESS", reason="") == 0
+        assert value(before.text, "saga_runtime_sagas_waiting", kind="decision") == 1  # refund-A-0990
         (request,) = console.get("/api/approvals").json()["approvals"]
         body = {"saga_id": "refund-A-0990", "step_id": "refund", "by": "alice", "args_digest": request["args_digest"]}
         assert console.post("/api/actions/approve", json=body).status_code == 200
@@ -39,6 +40,7 @@ def test_metrics_count_what_the_console_runs_in_the_plain_text_format(url: str) 
     assert value(after, "saga_runtime_sagas_finished_total", status="SUCCESS", reason="") == 1
     assert value(after, "saga_runtime_steps_finished_total", tool="RefundCard", status="SUCCESS") == 1
     assert value(after, "saga_runtime_sagas_running") == 0
+    assert value(after, "saga_runtime_sagas_waiting", kind="decision") == 0
 
 
 def test_with_a_token_metrics_need_it(url: str) -> None:

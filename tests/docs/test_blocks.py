@@ -1,16 +1,15 @@
 """Every Python block of the docs and of the README runs, so a block that drifts from the API fails the suite.
 
-A page's blocks run in order in one namespace (a later block uses what an earlier one defined), seeded with the
-fakes of stubs.py, in a temporary directory whose SQLite file is the default store. Top-level `await` works. A
-block that cannot run here (a real server, an API key) is marked `<!-- docs-test: compile-only (why) -->` on the
-line before its fence, and is still compiled.
+A page's blocks run as they would pasted one after another into a file and run with `python`: in order, in one
+`__main__` namespace (a later block uses what an earlier one defined), with no top-level `await` (a block runs
+its coroutines with `asyncio.run(main())`). The namespace is seeded with the fakes of stubs.py (the reader's own
+clients), in a temporary directory whose SQLite file is the default store. A block that cannot run here (a real
+server, an API key) is marked `<!-- docs-test: compile-only (why) -->` on the line before its fence, and is still
+compiled.
 """
 
 from __future__ import annotations
 
-import ast
-import asyncio
-import inspect
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,9 +36,10 @@ class Block:
     compile_only: bool
 
     def compiled(self) -> Any:
-        """Compile the block as the page's own file and line would show in a traceback."""
+        """Compile the block as the page's own file and line would show in a traceback, as a file is compiled: a
+        top-level `await` is a SyntaxError, as `python file.py` says."""
         padded = "\n" * self.line + self.source
-        return compile(padded, str(self.page), "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+        return compile(padded, str(self.page), "exec")
 
 
 def blocks(page: Path) -> list[Block]:
@@ -68,15 +68,11 @@ def test_the_blocks_of_a_page_run(page: Path, tmp_path: Path, monkeypatch: pytes
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("SAGA_RUNTIME_DATABASE_URL", f"sqlite:///{tmp_path / 'sagas.db'}")
     monkeypatch.setenv("SAGA_RUNTIME_SECRET_KEY", "k2JkKp3G5yV9cQkqgk5ilVOLk4cOq7wUsx3wyNQFkxs=")
-    namespace: dict[str, Any] = {"__name__": "docs_page", **world()}
-    with asyncio.Runner() as runner:
-        for block in blocks(page):
-            code = block.compiled()
-            if block.compile_only:
-                continue
-            outcome = eval(code, namespace)
-            if inspect.iscoroutine(outcome):
-                runner.run(outcome)
+    namespace: dict[str, Any] = {"__name__": "__main__", **world()}
+    for block in blocks(page):
+        code = block.compiled()
+        if not block.compile_only:
+            exec(code, namespace)  # each asyncio.run(...) in it runs a loop of its own, as in a file
 
 
 def test_every_python_block_is_collected() -> None:
@@ -106,6 +102,15 @@ def test_a_drifted_block_fails(tmp_path: Path) -> None:
     (block,) = blocks(page)
     with pytest.raises(TypeError):
         eval(block.compiled(), {"__name__": "docs_page"})
+
+
+def test_a_block_with_a_top_level_await_fails(tmp_path: Path) -> None:
+    """A block that awaits at its top level fails, as it would pasted into a file."""
+    page = tmp_path / "page.md"
+    page.write_text("```python\nimport asyncio\n\nawait asyncio.sleep(0)\n```\n")
+    (block,) = blocks(page)
+    with pytest.raises(SyntaxError, match="outside"):
+        block.compiled()
 
 
 def test_the_exception_tree_the_reference_includes_is_the_whole_tree() -> None:

@@ -115,7 +115,11 @@ def test_a_reader_opens_the_index_a_how_to_and_searches(served: str) -> None:
 
             page.goto(f"{served}/how-to/retries-and-timeouts/")
             assert heading(page) == "Retries and timeouts"
-            assert page.locator("article pre code").first.inner_text().startswith("from saga_runtime import")
+            assert (
+                page.locator("article pre code")
+                .first.inner_text()
+                .startswith("import asyncio\n\nfrom saga_runtime import")
+            )
 
             page.goto(f"{served}/")
             query = page.locator("input[data-md-component='search-query']")

@@ -635,17 +635,19 @@ def free_port() -> int:
 async def test_the_cli_serves_streamable_http_sessions_and_sagas_given_in_meta(
     database_url: str, tools: tuple[str, Any], tmp_path: Path
 ) -> None:
-    """`saga-runtime mcp --http PORT`: a stateful session rolls back its saga; a _meta saga is committed."""
+    """`saga-runtime mcp --http PORT` prints its address; a stateful session rolls back its saga; a _meta saga is
+    committed."""
     spec, _ = tools
     port = free_port()
     server = cli_server(spec, database_url, tmp_path, "mcp-http")
+    errors = (tmp_path / "mcp-http.err").open("w")
     child = await anyio.open_process(
         [server.command, *server.args, "--http", str(port)],
         env=server.env,
         cwd=tmp_path,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=errors,
     )
     try:
         with anyio.fail_after(30):
@@ -678,8 +680,10 @@ async def test_the_cli_serves_streamable_http_sessions_and_sagas_given_in_meta(
         with anyio.fail_after(30):
             await child.wait()
         await child.aclose()
+        errors.close()
     kinds = [kind for kind, _, _ in ledger(tmp_path / "tools")]
     assert kinds == ["book", "book", "cancel", "cancel", "book"]
+    assert f"serving over streamable HTTP at http://127.0.0.1:{port}/mcp" in (tmp_path / "mcp-http.err").read_text()
 
 
 async def test_a_call_made_again_with_its_idempotency_key_runs_its_tool_once(

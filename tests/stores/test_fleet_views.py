@@ -229,6 +229,7 @@ async def test_a_queued_saga_no_worker_can_run_says_which_tool_it_waits_for(
     assert "Ship" in stored.waiting_for["detail"]
     assert "w-old" in stored.waiting_for["detail"]
     assert "waiting for: tool" in stored.describe()
+    assert "waiting_for" not in (await store.export_saga("ship"))["saga"]  # a note, not part of the record
     (line,) = await store.list_sagas(status=SagaStatus.QUEUED)
     assert line.waiting_for == stored.waiting_for
     hook = PrometheusHook()
