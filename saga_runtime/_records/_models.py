@@ -365,7 +365,10 @@ def summary_from_rows(saga: SagaRow, step_count: int) -> SagaSummary:
 
 def _waiting_for(saga: SagaRow, approvals: Sequence[ApprovalRow] = ()) -> WaitingFor | None:
     """Return why the saga waits (its undecided requests among `approvals`; none given: not read), or None."""
-    if saga.status.is_terminal or (saga.owner is not None and saga.status is not SagaStatus.PARKED):
-        return None  # the common case, read at once: ended, or driven
+    if saga.status.is_terminal:
+        return None  # the common case, read at once
+    held = saga.owner is not None and saga.status is not SagaStatus.PARKED
+    if held and (saga.lease_expires_at is None or saga.lease_expires_at > now()):
+        return None  # driven (an owner whose lease lapsed is gone: a worker's note may say why nobody took it)
     pending = [(row.step_id, row.tool_name, row.deadline) for row in approvals if row.decision is None]
     return waiting_for_of(saga, pending if approvals else None, now=now())
