@@ -31,6 +31,7 @@ from typing import Any
 
 from benchmarks._floors import Unreachable, database
 from benchmarks._report import Target, value
+from benchmarks.fleet import _notify_floor
 from saga_runtime import SagaAdmin, SagaExecutor, SagaStatus, StepContext, ToolRegistry, open_store
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -187,26 +188,6 @@ class _Worker:
             if self._child.returncode is None:
                 self._child.terminate()
             await self._child.wait()
-
-
-async def _notify_floor(url: str, rounds: int) -> float:
-    """Return the p50 (ms) of a raw NOTIFY committed on one asyncpg connection -> the callback on another."""
-    import asyncpg
-
-    listener, sender = await asyncpg.connect(url), await asyncpg.connect(url)
-    heard: asyncio.Queue[float] = asyncio.Queue()
-    try:
-        await listener.add_listener("bench_floor", lambda *_: heard.put_nowait(time.perf_counter()))
-        times = []
-        for _ in range(rounds):
-            sent = time.perf_counter()
-            await sender.execute("NOTIFY bench_floor, 'x'")
-            times.append((await asyncio.wait_for(heard.get(), 5) - sent) * 1000)
-            await asyncio.sleep(0.005)
-        return statistics.median(times)
-    finally:
-        await listener.close()
-        await sender.close()
 
 
 async def _approvals(url: str, sagas: int, folder: Path) -> Row:

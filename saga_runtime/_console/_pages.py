@@ -150,6 +150,18 @@ async def approvals_page(request: Request) -> Response:
     return _page(request, "approvals.html", requests=await console.pending(), can_resume=console.can_resume)
 
 
+def _refused_form(request: Request, form: FormData, back: str) -> Response | None:
+    """Refuse an action's form sent without the UI token's session (when set), or without this console's CSRF token."""
+    if not authorized(request):
+        refusal = "refused: actions need the UI token; log in with it first"
+        return _page(request, "refused.html", 401, refusal=refusal, back=f"/login?{urlencode({'next': back})}")
+    guard = guard_of(request)
+    if not same_origin(request) or not guard.csrf_matches(request.cookies.get(CSRF_COOKIE), _field(form, CSRF_FIELD)):
+        refusal = "refused: the form is stale or came from another site; reload the page and try again"
+        return _page(request, "refused.html", 403, refusal=refusal, back=back)
+    return None
+
+
 async def queues_page(request: Request) -> Response:
     """Show the queues: sagas queued, running and waiting, the oldest queued, limits, and pause, resume, drain."""
     if not authorized(request):
@@ -161,13 +173,8 @@ async def queue_action(request: Request) -> Response:
     """Pause, resume or drain a queue from a form: the UI token (when set) and this console's CSRF token needed."""
     form = await request.form()
     back = safe_next(_field(form, "next"))
-    if not authorized(request):
-        refusal = "refused: actions need the UI token; log in with it first"
-        return _page(request, "refused.html", 401, refusal=refusal, back=f"/login?{urlencode({'next': back})}")
-    guard = guard_of(request)
-    if not same_origin(request) or not guard.csrf_matches(request.cookies.get(CSRF_COOKIE), _field(form, CSRF_FIELD)):
-        refusal = "refused: the form is stale or came from another site; reload the page and try again"
-        return _page(request, "refused.html", 403, refusal=refusal, back=back)
+    if (refused := _refused_form(request, form, back)) is not None:
+        return refused
     try:
         message = await console_of(request).queue_act(request.path_params["action"], _field(form, "queue"))
     except ActionRefused as exc:
@@ -206,13 +213,8 @@ async def action(request: Request) -> Response:
     """Carry out an action from a form: the UI token (when set) and a CSRF token of this console are required."""
     form = await request.form()
     back = safe_next(_field(form, "next"))
-    if not authorized(request):
-        refusal = "refused: actions need the UI token; log in with it first"
-        return _page(request, "refused.html", 401, refusal=refusal, back=f"/login?{urlencode({'next': back})}")
-    guard = guard_of(request)
-    if not same_origin(request) or not guard.csrf_matches(request.cookies.get(CSRF_COOKIE), _field(form, CSRF_FIELD)):
-        refusal = "refused: the form is stale or came from another site; reload the page and try again"
-        return _page(request, "refused.html", 403, refusal=refusal, back=back)
+    if (refused := _refused_form(request, form, back)) is not None:
+        return refused
     try:
         outcome = await console_of(request).act(
             request.path_params["action"],
