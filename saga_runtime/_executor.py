@@ -4,35 +4,36 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import os
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime, timedelta
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 import anyio
 
 from saga_runtime._dynamic import DynamicSaga
 from saga_runtime._engine import Actions, Budget, Drives, EngineConfig, SagaHook, Shelters
-from saga_runtime._exceptions import PlanValidationError, ResultNotStorableError, StoreError
+from saga_runtime._exceptions import PlanValidationError, StoreError
 from saga_runtime._handle import SagaHandle
 from saga_runtime._planner import RegistryPlanner, replay
-from saga_runtime._planning import MAX_ID_BYTES, Plan, PlanPolicy, build_plan, valid_id
+from saga_runtime._planning import PlanPolicy, build_plan
 from saga_runtime._records import (
     APPROVED,
     KEY_ENV,
     REJECTED,
     ApprovalRequest,
     Queue,
-    QueueEntry,
     SagaResult,
-    SagaRow,
     SecretKeyring,
-    StepRow,
-    idempotency_keys,
-    now,
-    to_json_value,
+)
+from saga_runtime._starting import (
+    check_saga_options,
+    function_saga,
+    new_plan_saga,
+    queue_entry,
+    served_queues,
+    target,
 )
 from saga_runtime._storage import MemoryStore, SagaStore
 from saga_runtime._tools import Resources, ToolRegistry
@@ -112,9 +113,10 @@ class SagaExecutor:
         )
         self._drives = Drives(config)
         self._taking_back: asyncio.Task[None] | None = None  # see __aenter__
+        self._planner = RegistryPlanner(registry, config.keyring)
         self._actions = Actions(
             self._drives,
-            RegistryPlanner(registry, config.keyring),
+            self._planner,
             max_recovery_attempts=max_recovery_attempts,
             recovery_concurrency=recovery_concurrency,
         )
@@ -154,8 +156,9 @@ class SagaExecutor:
 
     async def run(
         self,
-        plan: Sequence[Any],
+        plan: Sequence[Any] | Callable[..., Any] | str,
         *,
+        args: Mapping[str, Any] | None = None,
         saga_id: str | None = None,
         budget: Budget | None = None,
         policy: PlanPolicy | None = None,
@@ -167,10 +170,20 @@ class SagaExecutor:
         raises `PlanValidationError` and nothing is stored. `saga_id` is the saga's idempotency key: a finished
         saga's id returns its stored result without calling a tool; the same id with another plan raises
         `IdempotencyConflictError`; an id that is running right now raises `SagaInProgressError`.
+
+        `plan` may be a saga function (`@registry.saga`) or its name, called with `args`: its calls are the
+        saga's steps, its return value `result.output`; an exception leaving it compensates every call made.
         """
+        function = target(self.registry, plan, args)
+        if function is not None:
+            fn_saga = function_saga(self._drives, function, args, saga_id, budget, metadata)
+            await self._resources.enter()
+            body = self._planner.body(fn_saga)
+            assert body is not None  # a saga function's saga
+            return await self._actions.run(body, fn_saga, [], announce=False)
         planned = build_plan(plan, self.registry, policy=policy, keyring=self._drives.config.keyring)
         await self._resources.enter()  # before anything is stored: a lifespan that fails runs nothing
-        saga, steps = self._new_saga(planned, saga_id, budget, metadata)
+        saga, steps = new_plan_saga(self._drives, planned, saga_id, budget, metadata)
         # The first group's intent (RUNNING, attempt 1) is committed with the saga itself: one write less (unless a
         # step of it waits for a person's decision first).
         held = bool(planned.groups) and any(step.approval for step in planned.groups[0])
@@ -178,8 +191,9 @@ class SagaExecutor:
 
     async def submit(
         self,
-        plan: Sequence[Any],
+        plan: Sequence[Any] | Callable[..., Any] | str,
         *,
+        args: Mapping[str, Any] | None = None,
         saga_id: str | None = None,
         queue: str = "default",
         key: str | None = None,
@@ -194,11 +208,16 @@ class SagaExecutor:
         Nothing runs here. `key` groups sagas for a queue's `key_concurrency`; a lower `priority` starts first,
         then the earlier submit; `not_before` (an aware datetime, or seconds from now) delays the start. The id
         of a stored saga with the same plan returns its handle and stores nothing; with another plan,
-        `IdempotencyConflictError`.
+        `IdempotencyConflictError`. `plan` may be a saga function or its name, called with `args` (as `run()`).
         """
-        entry = _queue_entry(queue, key, priority, not_before)
+        entry = queue_entry(queue, key, priority, not_before)
+        function = target(self.registry, plan, args)
+        if function is not None:
+            fn_saga = function_saga(self._drives, function, args, saga_id, budget, metadata, queued=True)
+            await self._actions.queues.submit(fn_saga, [], entry)
+            return SagaHandle(self.store, fn_saga.saga_id)
         planned = build_plan(plan, self.registry, policy=policy, keyring=self._drives.config.keyring)
-        saga, steps = self._new_saga(planned, saga_id, budget, metadata, queued=True)
+        saga, steps = new_plan_saga(self._drives, planned, saga_id, budget, metadata, queued=True)
         await self._actions.queues.submit(saga, steps, entry)
         return SagaHandle(self.store, saga.saga_id)
 
@@ -230,7 +249,7 @@ class SagaExecutor:
         """
         if isinstance(approval_required, str):
             raise TypeError("approval_required is a collection of tool names, not one string")
-        problems, stored_metadata = self._check_saga_options(saga_id, budget, metadata)
+        problems, stored_metadata = check_saga_options(saga_id, budget, metadata)
         if problems:
             raise PlanValidationError(problems, saga_id=saga_id)
         return DynamicSaga(
@@ -356,7 +375,7 @@ class SagaExecutor:
         sagas it drives are not compensated, they stop once their running calls return and are released for
         another worker. A round that failed (a store that cannot be reached) is logged and tried again.
         """
-        served = _queues(queues)
+        served = served_queues(queues)
         if concurrency is not None and (
             isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
         ):
@@ -400,99 +419,3 @@ class SagaExecutor:
             except Exception:
                 logger.exception("recovery round failed unexpectedly, trying again in %gs", pause)
             await anyio.sleep(pause)
-
-    def _new_saga(
-        self,
-        planned: Plan,
-        saga_id: str | None,
-        budget: Budget | None,
-        metadata: Mapping[str, Any] | None,
-        *,
-        queued: bool = False,
-    ) -> tuple[SagaRow, list[StepRow]]:
-        problems, stored_metadata = self._check_saga_options(saga_id, budget, metadata)
-        if problems:
-            raise PlanValidationError(problems, saga_id=saga_id)
-        saga = self._drives.new_saga(
-            saga_id,
-            "plan",
-            plan=planned.to_json(),
-            plan_hash=planned.digest,
-            budget=None if budget is None else {**budget.to_json(), "charges": 0},
-            metadata=stored_metadata,
-            queued=queued,
-        )
-        saga_id = saga.saga_id
-        planned_steps = planned.steps
-        keys = idempotency_keys(saga_id, [step.step_id for step in planned_steps])
-        # Positional: saga_id, seq, step_id, group, tool_name, args, idempotency_key (faster, on the hot path).
-        steps = [
-            StepRow(saga_id, seq, step.step_id, step.group, step.tool_name, step.args, key, tool_version=step.version)
-            for seq, (step, key) in enumerate(zip(planned_steps, keys, strict=True))
-        ]
-        return saga, steps
-
-    @staticmethod
-    def _check_saga_options(
-        saga_id: str | None, budget: Budget | None, metadata: Mapping[str, Any] | None
-    ) -> tuple[list[str], dict[str, Any]]:
-        problems = []
-        if saga_id is not None and not valid_id(saga_id):
-            problems.append(
-                f"saga_id must be non-empty Unicode text without NUL, of at most {MAX_ID_BYTES} bytes in UTF-8, "
-                f"got {saga_id!r}"
-            )
-        given: object = budget  # callers outside mypy's reach pass anything
-        if not isinstance(given, Budget | None):
-            problems.append(f"budget must be a Budget, got {type(budget).__name__}")
-        stored_metadata: dict[str, Any] = {}
-        if metadata is not None:
-            try:
-                stored_metadata = dict(to_json_value(dict(metadata), what="the metadata", tool_name="(saga)"))
-            except (ResultNotStorableError, TypeError, ValueError) as exc:
-                problems.append(f"metadata must be a JSON-like mapping: {exc}")
-        return problems, stored_metadata
-
-
-def _queue_entry(queue: object, key: object, priority: object, not_before: object) -> QueueEntry:
-    """Return where a submitted saga waits; raise on a bad option (before anything is stored)."""
-    if not isinstance(queue, str) or not queue or len(queue.encode()) > 255 or "\x00" in queue:
-        raise ValueError(f"queue must be a queue name (non-empty text of at most 255 bytes), got {queue!r}")
-    if key is not None and (not isinstance(key, str) or not key or len(key.encode()) > 255 or "\x00" in key):
-        raise ValueError(f"key must be non-empty text of at most 255 bytes, or None, got {key!r}")
-    if isinstance(priority, bool) or not isinstance(priority, int) or priority < 0:
-        raise ValueError(f"priority must be an int >= 0 (lower starts first), got {priority!r}")
-    start: datetime | None
-    if not_before is None:
-        start = None
-    elif isinstance(not_before, datetime):
-        if not_before.tzinfo is None or not_before.utcoffset() is None:
-            raise ValueError(f"not_before must be an aware datetime (with a timezone), got the naive {not_before!r}")
-        start = not_before
-    elif isinstance(not_before, int | float) and not isinstance(not_before, bool) and math.isfinite(not_before):
-        if not_before < 0:
-            raise ValueError(f"not_before in seconds from now must be >= 0, got {not_before!r}")
-        start = now() + timedelta(seconds=not_before)
-    else:
-        raise TypeError(f"not_before must be an aware datetime or seconds from now, got {not_before!r}")
-    return QueueEntry(queue, key, priority, start)
-
-
-def _queues(queues: Sequence[Queue | str] | None) -> list[Queue]:
-    """Return the queues a worker serves (`Queue` objects or names), each once; raise on anything else."""
-    if queues is None:
-        return [Queue("default")]
-    if isinstance(queues, str | Queue):
-        raise TypeError("queues is a list of Queue objects or names, not one")
-    served: dict[str, Queue] = {}
-    for queue in queues:
-        if isinstance(queue, str):
-            queue = Queue(queue)
-        if not isinstance(queue, Queue):
-            raise TypeError(f"queues holds Queue objects or names, got {type(queue).__name__}")
-        if queue.name in served and served[queue.name] != queue:
-            raise ValueError(f"queue {queue.name!r} is given twice with different limits")
-        served[queue.name] = queue
-    if not served:
-        raise ValueError("serve() needs at least one queue")
-    return list(served.values())

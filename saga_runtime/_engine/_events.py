@@ -29,6 +29,7 @@ EventKind = Literal[
     "attempt_started",
     "charged",
     "saga_taken_over",
+    "saga_resumed",
 ]
 
 

@@ -16,6 +16,7 @@ from saga_runtime._records import (
     TakeoverReason,
     cancel_entry,
     now,
+    output_entry,
     takeover_entry,
 )
 
@@ -25,6 +26,7 @@ __all__ = [
     "decided",
     "let_go",
     "park",
+    "returned",
     "take_over",
     "took_over",
     "waits_for_tools",
@@ -85,3 +87,8 @@ def cancel_noted(saga: SagaRow, note: dict[str, Any]) -> bool:
         return False
     saga.history = [*saga.history, cancel_entry(note)]
     return True
+
+
+def returned(saga: SagaRow, output: Any) -> None:
+    """Add a saga function's return value (a JSON value) to its history; written (sealed) with its end."""
+    saga.history = [*saga.history, output_entry(output)]

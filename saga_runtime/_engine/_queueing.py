@@ -20,7 +20,7 @@ from saga_runtime._engine._events import SagaEvent, emit
 from saga_runtime._engine._journal import Journal
 from saga_runtime._engine._recovery import Recovery
 from saga_runtime._exceptions import IdempotencyConflictError, StoreError
-from saga_runtime._records import Queue, QueueEntry, SagaRow, SagaStatus, StepRow, now
+from saga_runtime._records import Queue, QueueEntry, SagaRow, SagaStatus, StepRow, now, same_work
 
 __all__ = ["Queues"]
 
@@ -51,10 +51,10 @@ class Queues:
                 emit(config.hooks, SagaEvent("saga_queued", saga.saga_id, status=SagaStatus.QUEUED.value))
             return
         stored = existing[0]
-        if stored.kind != saga.kind or stored.plan_hash != saga.plan_hash:
+        if not same_work(stored, saga):
             raise IdempotencyConflictError(
-                f"saga {saga.saga_id!r} already exists with a different plan; a saga id names one plan, so use a "
-                "new saga_id for this one",
+                f"saga {saga.saga_id!r} already exists with a different plan (or saga function "
+                "arguments); a saga id names one piece of work, so use a new saga_id for this one",
                 saga_id=saga.saga_id,
             )
 

@@ -11,13 +11,13 @@ import anyio
 from saga_runtime._engine._approvals import Decisions
 from saga_runtime._engine._cancellation import Shelters
 from saga_runtime._engine._claim import Claim, Drives
-from saga_runtime._engine._driver import Planner, drive_plan
+from saga_runtime._engine._driver import Planner, drive_calls, drive_plan
 from saga_runtime._engine._events import SagaEvent, emit
 from saga_runtime._engine._journal_rows import waits_for_tools
 from saga_runtime._engine._saga import SagaEngine
 from saga_runtime._engine._versions import unfit_tools
 from saga_runtime._exceptions import LeaseLostError, PlanValidationError
-from saga_runtime._records import SagaResult, SagaRow, SagaStatus, StepRow, now
+from saga_runtime._records import SagaResult, SagaRow, SagaStatus, StepRow, function_of, now
 
 __all__ = ["Recovery"]
 
@@ -28,7 +28,11 @@ _WARNED_MAX = 10_000
 
 
 class Recovery:
-    """Drive to an end the sagas nobody drives: orphans whose lease expired, and decided WAITING plan sagas."""
+    """Drive to an end the sagas nobody drives: orphans whose lease expired, and decided WAITING sagas.
+
+    A plan resumes forward; a saga function's code runs again over its record; any other dynamic saga's code is
+    gone with its process, so it is compensated.
+    """
 
     __slots__ = ("_concurrency", "_decisions", "_drives", "_max_attempts", "_planner", "_warned")
 
@@ -188,6 +192,24 @@ class Recovery:
                 if held.may_have_a_cancel:
                     await _honour_cancel(engine)
                 return await drive_plan(engine, plan, self._planner)
+            function = function_of(saga.plan)
+            if function is not None:
+                try:
+                    body = self._planner.body(saga)
+                except PlanValidationError as exc:  # its code changed meanwhile: left for a worker that has it
+                    await held.release()
+                    self._warn_once(saga.saga_id, [function[0]], f"left for a worker that can resume it: {exc}")
+                    return None
+                assert body is not None
+                engine = held.start(detached=True, shelters=shelters)
+                await _count_attempt(engine)
+                engine.emit("saga_started")
+                if held.rows or held.taken_over:
+                    engine.emit("saga_resumed")
+                if held.may_have_a_cancel:
+                    await _honour_cancel(engine)
+                return await drive_calls(engine, body, what=f"saga function {function[0]!r}")
+            # A dynamic saga that is not a saga function: its code is gone with its process.
             engine = held.start(detached=True, shelters=shelters)
             await _count_attempt(engine)
             engine.emit("saga_started")
@@ -229,8 +251,11 @@ class Recovery:
             await config.resources.enter()  # the tools' lifespan, before any of them runs
         store = config.store
         stored = await store.load_saga(saga_id)
-        if stored is None or stored[0].status is not SagaStatus.WAITING or stored[0].kind != "plan":
+        if stored is None or stored[0].status is not SagaStatus.WAITING:
             return None
+        function = function_of(stored[0].plan)
+        if stored[0].kind != "plan" and function is None:
+            return None  # a dynamic saga's code goes on when it is entered again
         missing = self.missing_tools(*stored)
         if missing:
             self._warn_once(saga_id, missing, f"decided, left for a worker that has its tool(s) {', '.join(missing)}")
@@ -242,7 +267,10 @@ class Recovery:
                 await held.release()  # decided meanwhile the other way round
                 return None
             try:
-                plan = self._planner.build(held.saga.plan)
+                if function is None:
+                    plan = self._planner.build(held.saga.plan)
+                else:
+                    body = self._planner.body(held.saga)
             except PlanValidationError as exc:  # other tools, or no key: left for an executor that has them
                 await held.release()
                 logger.warning("saga %s: decided, left for an executor that can go on with it: %s", saga_id, exc)
@@ -251,7 +279,11 @@ class Recovery:
             await engine.resume()
             engine.emit("saga_started")
             await _honour_cancel(engine)
-            return await drive_plan(engine, plan, self._planner)
+            if function is None:
+                return await drive_plan(engine, plan, self._planner)
+            engine.emit("saga_resumed")
+            assert body is not None
+            return await drive_calls(engine, body, what=f"saga function {function[0]!r}")
 
 
 async def _count_attempt(engine: SagaEngine) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from saga_runtime._records import SagaRow, StepRow, StepStatus, has_envelope, with_unstarted
+from saga_runtime._records import SagaRow, StepRow, StepStatus, function_of, has_envelope, with_unstarted
 from saga_runtime._tools import ToolRegistry, ToolSpec
 
 __all__ = ["unfit_tools"]
@@ -18,8 +18,22 @@ _FORWARD = frozenset({StepStatus.PENDING, StepStatus.RUNNING, StepStatus.CANCELL
 
 
 def unfit_tools(registry: ToolRegistry, saga: SagaRow, rows: list[StepRow]) -> list[str]:
-    """Return, sorted, each tool of the saga's steps this registry lacks or cannot resume, saying why."""
+    """Return, sorted, each tool of the saga's steps this registry lacks or cannot resume, saying why (and a saga
+    function's saga: the function, when it lacks it, or its version, or the recorded arguments do not fit)."""
     unfit: set[str] = set()
+    found = function_of(saga.plan) if saga.kind == "dynamic" else None
+    if found is not None:
+        name, version, args = found
+        function = registry.function(name)
+        if function is None:
+            unfit.add(f"saga function {name}")
+        elif not function.accepts(version):
+            unfit.add(
+                f"saga function {name} (recorded under version {version!r}; this executor's version "
+                f"{function.version!r} accepts {[function.version, *function.compatible]})"
+            )
+        elif function.check_args(args)[0]:
+            unfit.add(f"saga function {name} (its recorded arguments do not fit: {function.check_args(args)[0]})")
     for row in with_unstarted(saga, rows):
         spec = registry.find(row.tool_name)
         if spec is None:

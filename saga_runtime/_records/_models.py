@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict
 
 from saga_runtime._exceptions import SagaFailedError
 from saga_runtime._records._approvals import ApprovalRequest, ApprovalRow, approval_request
-from saga_runtime._records._history import CancelRecord, Takeover, cancel_of, takeovers_of
+from saga_runtime._records._history import CancelRecord, Takeover, cancel_of, function_of, output_of, takeovers_of
 from saga_runtime._records._rows import (
     SagaKind,
     SagaRow,
@@ -83,6 +83,9 @@ class SagaResult(BaseModel):
     purged_at: datetime | None = None
     takeovers: list[Takeover] = []
     cancel: CancelRecord | None = None
+    # A saga function's (API.md §18): its name, and what it returned (stored before the saga is SUCCESS).
+    function: str | None = None
+    output: Any = None
 
     @property
     def pending_approvals(self) -> list[ApprovalRequest]:
@@ -314,6 +317,8 @@ def result_from_rows(
             "purged_at": saga.purged_at,
             "takeovers": takeovers_of(saga.history) if saga.history else [],
             "cancel": cancel_of(saga.history) if saga.history else None,
+            "function": None if (function := function_of(saga.plan)) is None else function[0],
+            "output": output_of(saga.history) if saga.history else None,
         },
         _RESULT_FIELDS,
     )

@@ -1,0 +1,384 @@
+"""Saga functions (API.md §18): registered code sagas, run, submitted, and resumed over their record."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from saga_runtime import (
+    DynamicSaga,
+    IdempotencyConflictError,
+    MemoryStore,
+    PlanValidationError,
+    SagaEvent,
+    SagaExecutor,
+    SagaFailedError,
+    SagaStatus,
+    StepContext,
+    StepStatus,
+    ToolRegistry,
+)
+from saga_runtime._records import now
+
+
+class Ledger:
+    """What the tools did and undid, with the idempotency keys they were called with."""
+
+    def __init__(self) -> None:
+        self.done: list[tuple[str, str]] = []
+        self.undone: list[str] = []
+        self.hang_once: set[str] = set()  # items whose first call hangs (a worker stopped during it)
+        self.started = asyncio.Event()
+
+
+def make_registry(ledger: Ledger) -> ToolRegistry:
+    """Return a registry of one tool, Book, that records each booking and its cancel."""
+    registry = ToolRegistry()
+
+    @registry.tool
+    class Book:
+        async def execute(self, item: str, ctx: StepContext) -> dict[str, str]:
+            if item in ledger.hang_once:
+                ledger.hang_once.discard(item)
+                ledger.started.set()
+                await asyncio.sleep(60)
+            ledger.done.append((item, ctx.idempotency_key))
+            return {"item": item, "ref": f"R-{item}"}
+
+        async def compensate(self, result: Any, ctx: StepContext) -> None:
+            ledger.undone.append(ctx.args["item"])
+
+    return registry
+
+
+def add_trip(registry: ToolRegistry, *, version: str = "1", compatible: tuple[str, ...] = ()) -> None:
+    """Register the saga function `trip`: three bookings, the last one a group of two."""
+
+    @registry.saga(version=version, compatible=compatible)
+    async def trip(saga: DynamicSaga, city: str, nights: int = 1, fail: bool = False) -> dict[str, Any]:
+        hotel = await saga.call("Book", item=f"hotel-{city}")
+        await saga.call("Book", item=f"flight-{city}")
+        await saga.group([("Book", {"item": "car"}), ("Book", {"item": "museum"})])
+        if fail:
+            raise RuntimeError("changed my mind")
+        return {"hotel": hotel["ref"], "nights": nights}
+
+
+@pytest.fixture
+def ledger() -> Ledger:
+    """Return a fresh ledger."""
+    return Ledger()
+
+
+@pytest.fixture
+def registry(ledger: Ledger) -> ToolRegistry:
+    """Return the registry with Book and the `trip` saga function."""
+    registry = make_registry(ledger)
+    add_trip(registry)
+    return registry
+
+
+def trip_of(registry: ToolRegistry) -> Any:
+    """Return the registered `trip` function."""
+    function = registry.function("trip")
+    assert function is not None
+    return function.fn
+
+
+async def test_a_saga_function_runs_and_its_return_value_is_the_output(registry: ToolRegistry, ledger: Ledger) -> None:
+    """run(fn, args=) runs the calls as steps and returns SUCCESS with the function's return value as output."""
+    executor = SagaExecutor(registry)
+    result = await executor.run(trip_of(registry), args={"city": "Seoul", "nights": 3}, saga_id="t1")
+    assert result.status is SagaStatus.SUCCESS
+    assert result.output == {"hotel": "R-hotel-Seoul", "nights": 3}
+    assert result.function == "trip"
+    assert result.kind == "dynamic"
+    assert [step.tool_name for step in result.steps] == ["Book"] * 4
+    assert [item for item, _ in ledger.done][:2] == ["hotel-Seoul", "flight-Seoul"]
+    stored = await executor.store.get_saga("t1")
+    assert stored is not None
+    assert stored.output == result.output
+    assert await executor.store.verify_saga("t1")
+
+
+async def test_a_saga_function_is_run_by_name_too(registry: ToolRegistry) -> None:
+    """run("trip", args=) runs the function registered under that name."""
+    result = await SagaExecutor(registry).run("trip", args={"city": "Busan"})
+    assert result.status is SagaStatus.SUCCESS
+    assert result.output == {"hotel": "R-hotel-Busan", "nights": 1}
+
+
+async def test_bad_arguments_list_every_problem_and_store_nothing(registry: ToolRegistry, ledger: Ledger) -> None:
+    """Missing, mistyped and unknown arguments are refused together with PlanValidationError; nothing is stored."""
+    executor = SagaExecutor(registry)
+    with pytest.raises(PlanValidationError) as caught:
+        await executor.run("trip", args={"nights": "many", "colour": "red"}, saga_id="bad")
+    text = "\n".join(caught.value.problems)
+    assert "city" in text
+    assert "nights" in text
+    assert "colour" in text
+    assert len(caught.value.problems) == 3
+    assert await executor.store.get_saga("bad") is None
+    assert ledger.done == []
+
+
+async def test_a_non_json_argument_is_refused_naming_it(registry: ToolRegistry) -> None:
+    """An argument that is not a JSON value is refused before anything is stored."""
+    executor = SagaExecutor(registry)
+    with pytest.raises(PlanValidationError, match="trip"):
+        await executor.run("trip", args={"city": object()}, saga_id="odd")
+    assert await executor.store.get_saga("odd") is None
+
+
+async def test_an_unregistered_function_and_args_with_a_plan_are_refused(registry: ToolRegistry) -> None:
+    """An unregistered function raises PlanValidationError; args= with a plan raises TypeError; nothing stored."""
+    executor = SagaExecutor(registry)
+
+    async def stray(saga: DynamicSaga) -> None:
+        return None
+
+    with pytest.raises(PlanValidationError, match="not a saga function"):
+        await executor.run(stray, saga_id="stray")
+    with pytest.raises(PlanValidationError, match="not a saga function"):
+        await executor.submit("nobody", saga_id="nobody")
+    with pytest.raises(TypeError, match="args="):
+        await executor.run([{"tool": "Book", "args": {"item": "x"}}], args={"item": "x"}, saga_id="plan")
+    assert await executor.store.list_sagas() == []
+
+
+def test_a_name_taken_by_a_tool_or_a_saga_function_is_refused() -> None:
+    """Registering a saga function under a tool's or another function's name, or a tool under a function's, fails."""
+    registry = make_registry(Ledger())
+    add_trip(registry)
+    with pytest.raises(ValueError, match="already registered"):
+        add_trip(registry)
+
+    async def book(saga: DynamicSaga) -> None:
+        return None
+
+    with pytest.raises(ValueError, match="tool"):
+        registry.saga(name="Book")(book)
+
+    class trip:
+        def execute(self) -> None:
+            return None
+
+    with pytest.raises(ValueError, match="saga function"):
+        registry.register(trip())
+
+
+def test_only_an_async_function_taking_the_saga_is_a_saga_function() -> None:
+    """A sync function, or one without a parameter for the saga, is refused with TypeError."""
+    registry = ToolRegistry()
+
+    def sync(saga: DynamicSaga) -> None:
+        return None
+
+    async def nothing() -> None:
+        return None
+
+    with pytest.raises(TypeError, match="async def"):
+        registry.saga(sync)
+    with pytest.raises(TypeError, match="first parameter"):
+        registry.saga(nothing)
+
+
+async def test_an_exception_compensates_every_call_in_reverse(registry: ToolRegistry, ledger: Ledger) -> None:
+    """An exception leaving the function undoes every call, last first; run() returns COMPENSATED, not raising."""
+    executor = SagaExecutor(registry)
+    result = await executor.run("trip", args={"city": "Jeju", "fail": True}, saga_id="t2")
+    assert result.status is SagaStatus.COMPENSATED
+    assert "changed my mind" in (result.error or "")
+    assert sorted(ledger.undone[:2]) == ["car", "museum"]
+    assert ledger.undone[2:] == ["flight-Jeju", "hotel-Jeju"]
+    assert result.output is None
+    with pytest.raises(SagaFailedError):
+        result.raise_for_status()
+
+
+async def test_a_return_value_that_is_not_json_fails_and_compensates(ledger: Ledger) -> None:
+    """A return value that cannot be stored as JSON fails the saga, which compensates its calls."""
+    registry = make_registry(ledger)
+
+    @registry.saga
+    async def odd(saga: DynamicSaga) -> Any:
+        await saga.call("Book", item="a")
+        return {"when": object()}
+
+    result = await SagaExecutor(registry).run(odd, saga_id="odd")
+    assert result.status is SagaStatus.COMPENSATED
+    assert "ResultNotStorableError" in (result.error or "")
+    assert ledger.undone == ["a"]
+
+
+async def test_the_saga_id_is_the_idempotency_key(registry: ToolRegistry, ledger: Ledger) -> None:
+    """The same id and arguments return the stored saga, calling no tool; other arguments raise a conflict."""
+    executor = SagaExecutor(registry)
+    first = await executor.run("trip", args={"city": "Seoul"}, saga_id="same")
+    calls = len(ledger.done)
+    again = await executor.run("trip", args={"city": "Seoul"}, saga_id="same")
+    assert again.status is SagaStatus.SUCCESS
+    assert again.output == first.output
+    assert len(ledger.done) == calls
+    with pytest.raises(IdempotencyConflictError):
+        await executor.run("trip", args={"city": "Busan"}, saga_id="same")
+    with pytest.raises(IdempotencyConflictError):
+        await executor.run([{"tool": "Book", "args": {"item": "x"}}], saga_id="same")
+
+
+async def test_a_submitted_saga_function_is_run_by_a_worker(registry: ToolRegistry) -> None:
+    """submit(fn, args=) stores it QUEUED; a serving worker runs it to SUCCESS with its output."""
+    executor = SagaExecutor(registry)
+    handle = await executor.submit(trip_of(registry), args={"city": "Daegu"}, saga_id="queued", queue="trips")
+    assert (await handle.status()) is SagaStatus.QUEUED
+    worker = asyncio.create_task(executor.serve(queues=["trips"], interval=0.02))
+    try:
+        result = await handle.result(timeout=10)
+    finally:
+        worker.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await worker
+    assert result.status is SagaStatus.SUCCESS
+    assert result.output == {"hotel": "R-hotel-Daegu", "nights": 1}
+
+
+async def stop_worker_mid_call(executor: SagaExecutor, ledger: Ledger, saga_id: str, **args: Any) -> None:
+    """Submit `trip`, let a worker start it, and stop that worker while its flight call hangs."""
+    ledger.hang_once.add(f"flight-{args['city']}")
+    await executor.submit("trip", args=args, saga_id=saga_id)
+    worker = asyncio.create_task(executor.serve(interval=0.02))
+    await asyncio.wait_for(ledger.started.wait(), 10)
+    worker.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await worker
+
+
+async def test_an_orphaned_saga_function_is_resumed_not_compensated(registry: ToolRegistry, ledger: Ledger) -> None:
+    """Recovery re-runs the function: the recorded call is served, the unknown one runs again under its key."""
+    store = MemoryStore()
+    events: list[SagaEvent] = []
+    first = SagaExecutor(registry, store, compensation_timeout=0.2, lease_timeout=60)
+    await stop_worker_mid_call(first, ledger, "resumed", city="Seoul")
+    assert [item for item, _ in ledger.done] == ["hotel-Seoul"]
+    stored = await store.load_saga("resumed")
+    assert stored is not None
+    assert [row.status for row in stored[1]] == [StepStatus.SUCCESS, StepStatus.RUNNING]
+    flight_key = stored[1][1].idempotency_key
+
+    second = SagaExecutor(registry, store, hooks=[events.append])
+    (result,) = await second.recover()
+    assert result.status is SagaStatus.SUCCESS
+    assert result.output == {"hotel": "R-hotel-Seoul", "nights": 1}
+    done = [item for item, _ in ledger.done]
+    assert done.count("hotel-Seoul") == 1  # served from the record
+    assert ("flight-Seoul", flight_key) in ledger.done  # run again under its own key
+    assert ledger.undone == []
+    assert "saga_resumed" in [event.kind for event in events]
+    assert await store.verify_saga("resumed")
+
+
+async def test_a_resumed_function_that_calls_otherwise_fails_and_compensates(ledger: Ledger) -> None:
+    """Code that makes another call at a recorded position records ReplayDivergenceError, calls nothing more,
+    and compensates what was done."""
+    store = MemoryStore()
+    before = make_registry(ledger)
+    add_trip(before)
+    await stop_worker_mid_call(SagaExecutor(before, store, compensation_timeout=0.2), ledger, "diverged", city="Rome")
+
+    after = make_registry(ledger)
+
+    @after.saga(name="trip")
+    async def changed(saga: DynamicSaga, city: str, nights: int = 1, fail: bool = False) -> None:
+        await saga.call("Book", item=f"hostel-{city}")  # the record holds hotel-<city> here
+        await saga.call("Book", item="never")
+
+    (result,) = await SagaExecutor(after, store).recover()
+    assert result.status is SagaStatus.COMPENSATED
+    assert "ReplayDivergenceError" in (result.error or "")
+    done = [item for item, _ in ledger.done]
+    assert "hostel-Rome" not in done
+    assert "never" not in done
+    assert "hotel-Rome" in ledger.undone
+
+
+async def test_a_function_returning_before_its_recorded_calls_diverges(ledger: Ledger) -> None:
+    """A resumed function that returns without making a call its record holds fails with ReplayDivergenceError."""
+    store = MemoryStore()
+    before = make_registry(ledger)
+    add_trip(before)
+    await stop_worker_mid_call(SagaExecutor(before, store, compensation_timeout=0.2), ledger, "short", city="Oslo")
+
+    after = make_registry(ledger)
+
+    @after.saga(name="trip")
+    async def shorter(saga: DynamicSaga, city: str, nights: int = 1, fail: bool = False) -> None:
+        await saga.call("Book", item=f"hotel-{city}")
+
+    (result,) = await SagaExecutor(after, store).recover()
+    assert result.status is SagaStatus.COMPENSATED
+    assert "ReplayDivergenceError" in (result.error or "")
+
+
+async def test_an_executor_without_the_function_leaves_it(ledger: Ledger, caplog: pytest.LogCaptureFixture) -> None:
+    """A worker lacking the function (or its version) leaves the saga as it is, logged once, never parked."""
+    store = MemoryStore()
+    registry = make_registry(ledger)
+    add_trip(registry)
+    await stop_worker_mid_call(SagaExecutor(registry, store, compensation_timeout=0.2), ledger, "left", city="Nice")
+    without = SagaExecutor(make_registry(ledger), store, max_recovery_attempts=1)
+    newer = make_registry(ledger)
+    add_trip(newer, version="2")
+    with caplog.at_level(logging.WARNING, logger="saga_runtime"):
+        for executor in (without, without, SagaExecutor(newer, store, max_recovery_attempts=1)):
+            assert await executor.recover() == []
+    stored = await store.get_saga("left")
+    assert stored is not None
+    assert stored.status is SagaStatus.RUNNING
+    assert sum("saga function trip" in record.getMessage() for record in caplog.records) == 2  # once per worker
+    compatible = make_registry(ledger)
+    add_trip(compatible, version="2", compatible=("1",))
+    (result,) = await SagaExecutor(compatible, store).recover()
+    assert result.status is SagaStatus.SUCCESS
+
+
+async def test_a_restarted_executor_takes_its_saga_functions_back(registry: ToolRegistry, ledger: Ledger) -> None:
+    """An executor entered with the id that owned a live saga function resumes it at once, lease not waited for."""
+    store = MemoryStore()
+    await stop_worker_mid_call(SagaExecutor(registry, store, compensation_timeout=0.2), ledger, "back", city="Lyon")
+    # As a process of id host-1 leaves it when killed: owned, its lease still running.
+    assert await store.claim_saga("back", "host-1", now() + timedelta(minutes=5), now())
+    async with SagaExecutor(registry, store, executor_id="host-1", lease_timeout=300) as executor:
+        result = await executor.handle("back").result(timeout=10)
+    assert result.status is SagaStatus.SUCCESS
+    assert result.output == {"hotel": "R-hotel-Lyon", "nights": 1}
+    assert [item for item, _ in ledger.done].count("hotel-Lyon") == 1
+
+
+async def test_a_call_waiting_for_approval_resumes_the_function_once_decided(ledger: Ledger) -> None:
+    """A call needing approval makes the saga WAITING; approve() re-runs the function over its record to the end."""
+    registry = make_registry(ledger)
+
+    @registry.tool(approval=True)
+    class Refund:
+        async def execute(self, cents: int) -> dict[str, int]:
+            ledger.done.append(("refund", str(cents)))
+            return {"refunded": cents}
+
+    @registry.saga
+    async def refund(saga: DynamicSaga, cents: int) -> int:
+        await saga.call("Book", item="ticket")
+        paid = await saga.call("Refund", cents=cents)
+        return int(paid["refunded"])
+
+    executor = SagaExecutor(registry)
+    waiting = await executor.run(refund, args={"cents": 500}, saga_id="r1")
+    assert waiting.status is SagaStatus.WAITING
+    (request,) = waiting.pending_approvals
+    result = await executor.approve("r1", request.step_id, by="ana")
+    assert result.status is SagaStatus.SUCCESS
+    assert result.output == 500
+    assert [item for item, _ in ledger.done] == ["ticket", "refund"]
