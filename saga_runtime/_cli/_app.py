@@ -600,4 +600,4 @@ def run() -> None:
 
 
 # The approval commands live in a module of their own; importing it registers them on `app`.
-from saga_runtime._cli import _decisions, _mcp  # noqa: E402, F401  (they import _common, never this module)
+from saga_runtime._cli import _decisions, _functions, _mcp  # noqa: E402, F401  (they import _common, never this module)

@@ -1,0 +1,107 @@
+"""Saga functions on every store: the function's record and output sealed, exported, imported; resumed in place."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from saga_runtime import DynamicSaga, MemoryStore, SagaExecutor, SagaStatus, StepContext, StepStatus, ToolRegistry
+from saga_runtime._exceptions import StoreError
+from saga_runtime._storage import SagaStore
+
+from .conftest import Stores
+
+
+def make_registry(calls: list[str], hang: set[str], started: asyncio.Event) -> ToolRegistry:
+    """Return a registry with a tool that logs its calls (hanging once on the items in `hang`) and a saga function."""
+    registry = ToolRegistry()
+
+    @registry.tool
+    class Reserve:
+        async def execute(self, item: str, ctx: StepContext) -> dict[str, str]:
+            if item in hang:
+                hang.discard(item)
+                started.set()
+                await asyncio.sleep(60)
+            calls.append(item)
+            return {"item": item, "key": ctx.idempotency_key}
+
+        async def compensate(self, result: Any, ctx: StepContext) -> None:
+            calls.append(f"undo {ctx.args['item']}")
+
+    @registry.saga(version="2")
+    async def order(saga: DynamicSaga, items: list[str], note: str = "") -> dict[str, Any]:
+        keys = []
+        for item in items:
+            keys.append((await saga.call("Reserve", item=item))["key"])
+        return {"reserved": len(keys), "note": note, "price": 12.5}
+
+    return registry
+
+
+async def test_a_saga_function_record_verifies_exports_and_imports(stores: Stores, store: SagaStore) -> None:
+    """The function's name, version, arguments and output are stored sealed; export/import and replay keep them."""
+    calls: list[str] = []
+    executor = SagaExecutor(make_registry(calls, set(), asyncio.Event()), store=store)
+    result = await executor.run("order", args={"items": ["a", "b"], "note": "é"}, saga_id="o-1")
+    assert result.status is SagaStatus.SUCCESS
+    assert result.output == {"reserved": 2, "note": "é", "price": 12.5}
+    stored = await store.get_saga("o-1")
+    assert stored is not None
+    assert (stored.function, stored.output) == ("order", result.output)
+    loaded = await store.load_saga("o-1")
+    assert loaded is not None
+    assert loaded[0].plan == {"function": "order", "version": "2", "args": {"items": ["a", "b"], "note": "é"}}
+    assert await store.verify_saga("o-1")
+    target = await stores.open("memory")
+    await target.import_saga(await store.export_saga("o-1"))
+    assert await target.verify_saga("o-1")
+    imported = await target.get_saga("o-1")
+    assert imported is not None
+    assert imported.output == result.output
+    replayed = await executor.replay("o-1")
+    assert replayed.output == result.output
+    again = await executor.run("order", args={"items": ["a", "b"], "note": "é"}, saga_id="o-1")
+    assert again.output == result.output
+    assert calls == ["a", "b"]
+
+
+async def test_an_edited_output_breaks_the_seal(store: SagaStore) -> None:
+    """Changing the recorded output of a saga function is found by verify_saga."""
+    executor = SagaExecutor(make_registry([], set(), asyncio.Event()), store=store)
+    await executor.run("order", args={"items": ["a"]}, saga_id="o-2")
+    exported = await store.export_saga("o-2")
+    for entry in exported["saga"]["history"]:
+        if entry.get("kind") == "output":
+            entry["value"] = {"reserved": 99}
+    forged = MemoryStore()
+    try:
+        await forged.import_saga(exported)
+    except StoreError:
+        return  # refused on import: the seal does not match
+    assert not await forged.verify_saga("o-2")
+
+
+async def test_a_stopped_worker_s_saga_function_is_resumed_on_every_store(store: SagaStore) -> None:
+    """A worker stopped mid-call releases the saga; recovery re-runs the function, serving the recorded call."""
+    calls: list[str] = []
+    hang = {"b"}
+    started = asyncio.Event()
+    registry = make_registry(calls, hang, started)
+    first = SagaExecutor(registry, store=store, compensation_timeout=0.2, lease_timeout=60)
+    await first.submit("order", args={"items": ["a", "b", "c"]}, saga_id="o-3")
+    worker = asyncio.create_task(first.serve(interval=0.02))
+    await asyncio.wait_for(started.wait(), 20)
+    worker.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await worker
+    loaded = await store.load_saga("o-3")
+    assert loaded is not None
+    assert [row.status for row in sorted(loaded[1], key=lambda r: r.seq)] == [StepStatus.SUCCESS, StepStatus.RUNNING]
+    (result,) = await SagaExecutor(registry, store=store).recover()
+    assert result.status is SagaStatus.SUCCESS
+    assert result.output == {"reserved": 3, "note": "", "price": 12.5}
+    assert calls == ["a", "b", "c"]
+    assert await store.verify_saga("o-3")
