@@ -6,10 +6,12 @@ Calls are identified by position, so a saga re-entered after a crash is served i
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, NoReturn
 
+import anyio
 import pydantic
 
 from saga_runtime._engine import HOLDABLE, Budget, CallDriver, Claim, Drives, EngineConfig, SagaEngine
@@ -37,6 +39,7 @@ from saga_runtime._records import (
     canonical_json,
     idempotency_key,
     mask_secrets,
+    now,
     own_copy,
     result_from_rows,
     step_succeeded,
@@ -90,6 +93,7 @@ class DynamicSaga:
         self._next_seq = 0
         self._next_group = 0
         self._charges_seen = 0
+        self._sleeps_seen = 0
         self._entered = False
         self._closed = False
         self.result: SagaResult | None = None
@@ -529,6 +533,31 @@ class DynamicSaga:
             return self._engine.saga
         assert self._stored is not None
         return self._stored[0]
+
+    # -- time
+
+    async def sleep(self, seconds: float) -> None:
+        """Wait `seconds`, the wake time recorded at the saga's position: a resumed saga waits only what remains.
+
+        In a saga function, a wait longer than the executor's `wait_threshold` releases the saga: it is WAITING,
+        holds no lease and no worker slot, and `serve()` resumes it (its code run again over its record) once
+        due. In a dynamic saga (`executor.saga()`) every wait stays in this process, under the lease.
+        """
+        given: object = seconds  # callers outside mypy's reach pass anything
+        if isinstance(given, bool) or not isinstance(given, int | float) or not math.isfinite(given) or given < 0:
+            raise ValueError(f"sleep takes a finite number of seconds >= 0, got {seconds!r}")
+        self._check_open()
+        position, self._sleeps_seen = self._sleeps_seen, self._sleeps_seen + 1
+        driver = self._driver
+        if driver is None:
+            return  # served from the record: a replay waits for nothing
+        wake = await driver.sleep_until(position, float(seconds))
+        remaining = (wake - now()).total_seconds()
+        if remaining <= 0:
+            return
+        if self._function is not None and remaining > self._config.wait_threshold:
+            await driver.release()  # WAITING until due: this code stops here, and runs again from its record
+        await anyio.sleep(remaining)
 
     # -- metadata
 

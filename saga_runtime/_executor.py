@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -63,6 +64,8 @@ class SagaExecutor:
     `secret_key` (else the environment variable SAGA_RUNTIME_SECRET_KEY) encrypts secret arguments at rest: a
     URL-safe base64 key of 32 bytes (`Fernet.generate_key()`), or several, newest first (a list, or joined by
     commas), so keys rotate; needs the `secrets` extra. Without one, a plan holding a secret is refused.
+    `wait_threshold` (seconds, default 5): a saga function's `sleep` longer than this releases the saga (WAITING,
+    no lease, no worker slot) until `serve()` resumes it; shorter ones wait in the process, under the lease.
     """
 
     def __init__(
@@ -79,11 +82,15 @@ class SagaExecutor:
         recovery_concurrency: int = 32,
         hooks: Sequence[SagaHook] = (),
         secret_key: str | bytes | Sequence[str | bytes] | None = None,
+        wait_threshold: float = 5.0,
     ) -> None:
         if not isinstance(registry, ToolRegistry):
             raise TypeError(f"registry must be a ToolRegistry, got {type(registry).__name__}")
         _check_positive("lease_timeout", lease_timeout)
         _check_positive("compensation_timeout", compensation_timeout)
+        given: object = wait_threshold
+        if isinstance(given, bool) or not isinstance(given, int | float) or not math.isfinite(given) or given < 0:
+            raise ValueError(f"wait_threshold must be a number of seconds >= 0, got {wait_threshold!r}")
         limits = (("max_concurrency", max_concurrency), ("max_threads", max_threads))
         for name, limit in (*limits, ("recovery_concurrency", recovery_concurrency)):
             if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
@@ -110,6 +117,7 @@ class SagaExecutor:
             hooks=self.hooks,
             keyring=SecretKeyring.configured(secret_key if secret_key is not None else os.environ.get(KEY_ENV)),
             resources=self._resources,
+            wait_threshold=float(wait_threshold),
         )
         self._drives = Drives(config)
         self._taking_back: asyncio.Task[None] | None = None  # see __aenter__

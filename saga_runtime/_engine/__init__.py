@@ -1,12 +1,12 @@
 """Engine: runs one saga's groups, retries, timeouts, cancellation and compensation, fed by one driver.
 
 Its shape (DESIGN.md): a transition table allows every status change (`_transitions`); the Journal is the one owner
-of a saga's record: every change to it, its linking and writing (`_journal`; the store seals); cancellation lives
-in one module (`_cancellation`); the Invoker calls tools (`_invoker`); the StepRunner (`_steps`) and the Compensator
+of a saga's record: every change to it, its linking and writing (`_journal`; the store seals); cancellation lives in
+one module (`_cancellation`); the Invoker calls tools (`_invoker`); the StepRunner (`_steps`) and the Compensator
 (`_compensator`) receive them; `SagaEngine` (`_saga`) composes them for one saga; `Claims` and `Session`
-(`_session`) hold sagas under this executor's lease; `Drives` (`_claim`) owns the sagas it drives and the one
-claim-and-drive context manager every front door uses; the driver (`_driver`) feeds the engine a plan's groups
-(`drive_plan`) or a dynamic saga's call groups (`CallDriver`, `drive_calls`, a saga function's code over its
+(`_session`) hold sagas under this executor's lease; `Drives` (`_claim`) owns the sagas it drives and the one claim-
+and-drive context manager every front door uses; the driver feeds the engine a plan's groups (`drive_plan`,
+`_driver`) or a dynamic saga's call groups (`CallDriver`, `drive_calls`, `_calls`: a saga function's code over its
 record); `Recovery` (`_recovery`) and `Actions` (`_actions`) are what front doors delegate to; the `Gate` and
 `Decisions` (`_approvals`) hold steps that need a person's decision, and record the decisions.
 """
@@ -14,12 +14,13 @@ record); `Recovery` (`_recovery`) and `Actions` (`_actions`) are what front door
 from saga_runtime._engine._actions import Actions
 from saga_runtime._engine._approvals import HOLDABLE, Decisions
 from saga_runtime._engine._budget import Account, Budget
+from saga_runtime._engine._calls import CallBody, CallDriver, Released, drive_calls
 from saga_runtime._engine._cancellation import Shelters
 from saga_runtime._engine._claim import Claim, Drives
 from saga_runtime._engine._config import EngineConfig
-from saga_runtime._engine._driver import CallBody, CallDriver, Planner, PlanShape, drive_calls, drive_plan
+from saga_runtime._engine._driver import Planner, PlanShape, drive_plan
 from saga_runtime._engine._events import EventKind, LoggingHook, SagaEvent, SagaHook
-from saga_runtime._engine._journal_rows import take_over
+from saga_runtime._engine._journal_rows import asleep, take_over
 from saga_runtime._engine._saga import RUNNABLE, SagaEngine
 from saga_runtime._engine._transitions import TransitionError
 
@@ -39,11 +40,13 @@ __all__ = [
     "LoggingHook",
     "PlanShape",
     "Planner",
+    "Released",
     "SagaEngine",
     "SagaEvent",
     "SagaHook",
     "Shelters",
     "TransitionError",
+    "asleep",
     "drive_calls",
     "drive_plan",
     "take_over",

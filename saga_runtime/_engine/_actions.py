@@ -9,8 +9,9 @@ from __future__ import annotations
 import logging
 
 from saga_runtime._engine._approvals import Decisions
+from saga_runtime._engine._calls import CallBody, drive_calls
 from saga_runtime._engine._claim import Drives
-from saga_runtime._engine._driver import CallBody, Planner, PlanShape, drive_calls, drive_plan
+from saga_runtime._engine._driver import Planner, PlanShape, drive_plan
 from saga_runtime._engine._events import SagaEvent, emit
 from saga_runtime._engine._queueing import Queues
 from saga_runtime._engine._recovery import Recovery

@@ -471,13 +471,13 @@ class MemoryStore(StoreBase, MemoryRetention):
         return found[:limit]
 
     async def waiting_sagas(self, now: datetime, limit: int = 100) -> list[str]:
-        """Return WAITING plan sagas whose requests are all decided, unowned or their lease expired."""
+        """Return WAITING plan (or saga function) sagas whose requests are all decided, unowned or lease expired."""
         self._check_open()
         ready = [
             saga
             for saga in self._sagas.values()
             if saga.status is SagaStatus.WAITING
-            and saga.kind == "plan"
+            and (saga.kind == "plan" or saga.plan is not None)  # a saga function's saga resumes too
             and (saga.owner is None or saga.lease_expires_at is None or saga.lease_expires_at < now)
             and all(row.decision is not None for row in self._approvals.get(saga.saga_id, {}).values())
         ]

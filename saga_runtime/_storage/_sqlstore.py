@@ -785,7 +785,7 @@ class SQLStore(StoreBase, SQLRetention):
         return [approval_row(self._codec, r) for r in await self._fetch("list_approvals", sql, params)]
 
     async def waiting_sagas(self, now: datetime, limit: int = 100) -> list[str]:
-        """Return WAITING plan sagas whose requests are all decided, unowned or their lease expired."""
+        """Return WAITING plan (or saga function) sagas whose requests are all decided, unowned or lease expired."""
         self._check_open()
         aq = self._approval_queries
         records = await self._fetch("waiting_sagas", aq.ready, (aq.waiting, *self._codec.now_in(now), int(limit)))

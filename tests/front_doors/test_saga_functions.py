@@ -382,3 +382,79 @@ async def test_a_call_waiting_for_approval_resumes_the_function_once_decided(led
     assert result.status is SagaStatus.SUCCESS
     assert result.output == 500
     assert [item for item, _ in ledger.done] == ["ticket", "refund"]
+
+
+def add_napper(registry: ToolRegistry, nap: float) -> None:
+    """Register `napper`: a booking, a sleep of `nap` seconds, another booking."""
+
+    @registry.saga
+    async def napper(saga: DynamicSaga) -> str:
+        await saga.call("Book", item="before")
+        await saga.sleep(nap)
+        await saga.call("Book", item="after")
+        return "rested"
+
+
+async def test_a_short_sleep_waits_in_the_process(ledger: Ledger) -> None:
+    """A sleep under `wait_threshold` waits in the process and the saga goes on to SUCCESS."""
+    registry = make_registry(ledger)
+    add_napper(registry, 0.01)
+    result = await SagaExecutor(registry, wait_threshold=5).run("napper", saga_id="nap-1")
+    assert result.status is SagaStatus.SUCCESS
+    assert result.output == "rested"
+    assert [item for item, _ in ledger.done] == ["before", "after"]
+
+
+async def test_a_long_sleep_releases_the_saga_and_serve_resumes_it_when_due(ledger: Ledger) -> None:
+    """A sleep over `wait_threshold` leaves the saga WAITING without lease; serve() resumes it once due."""
+    registry = make_registry(ledger)
+    add_napper(registry, 0.4)
+    store = MemoryStore()
+    executor = SagaExecutor(registry, store, wait_threshold=0.05)
+    waiting = await executor.run("napper", saga_id="nap-2")
+    assert waiting.status is SagaStatus.WAITING
+    saga, _ = await store.load_saga("nap-2") or (None, None)
+    assert saga is not None
+    assert (saga.owner, saga.lease_expires_at) == (None, None)
+    assert await SagaExecutor(registry, store).recover() == []  # not due yet: left as it is
+    assert (await store.get_saga("nap-2")).status is SagaStatus.WAITING  # type: ignore[union-attr]
+    worker = asyncio.create_task(SagaExecutor(registry, store).serve(interval=0.05))
+    try:
+        result = await executor.handle("nap-2").result(timeout=10)
+    finally:
+        worker.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await worker
+    assert result.status is SagaStatus.SUCCESS
+    assert result.output == "rested"
+    assert [item for item, _ in ledger.done] == ["before", "after"]  # the first call served from the record
+
+
+async def test_a_dynamic_saga_sleeps_in_the_process_whatever_the_length(ledger: Ledger) -> None:
+    """In executor.saga() no code is registered to resume it: a long sleep stays in the process, RUNNING."""
+    executor = SagaExecutor(make_registry(ledger), wait_threshold=0)
+    async with executor.saga(saga_id="plain") as saga:
+        await saga.call("Book", item="x")
+        await saga.sleep(0.05)
+        stored = await executor.store.get_saga("plain")
+        assert stored is not None
+        assert stored.status is SagaStatus.RUNNING
+        await saga.call("Book", item="y")
+    assert saga.result is not None
+    assert saga.result.status is SagaStatus.SUCCESS
+
+
+@pytest.mark.parametrize("seconds", [-1, float("nan"), float("inf"), "5", True])
+async def test_a_bad_sleep_is_refused(ledger: Ledger, seconds: Any) -> None:
+    """A negative, infinite, NaN or non-number sleep raises ValueError."""
+    executor = SagaExecutor(make_registry(ledger))
+    with pytest.raises(ValueError, match="sleep"):
+        async with executor.saga(saga_id="bad-sleep") as saga:
+            await saga.sleep(seconds)
+
+
+def test_wait_threshold_must_be_a_non_negative_number(registry: ToolRegistry) -> None:
+    """A negative or non-number wait_threshold is refused when the executor is made."""
+    for bad in (-1, "5", float("nan")):
+        with pytest.raises(ValueError, match="wait_threshold"):
+            SagaExecutor(registry, wait_threshold=bad)

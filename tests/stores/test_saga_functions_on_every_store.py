@@ -105,3 +105,30 @@ async def test_a_stopped_worker_s_saga_function_is_resumed_on_every_store(store:
     assert result.output == {"reserved": 3, "note": "", "price": 12.5}
     assert calls == ["a", "b", "c"]
     assert await store.verify_saga("o-3")
+
+
+async def test_a_released_sleep_is_resumed_by_recovery_once_due(store: SagaStore) -> None:
+    """A saga function that sleeps past wait_threshold is WAITING, unowned; recovery resumes it once due."""
+    calls: list[str] = []
+    registry = make_registry(calls, set(), asyncio.Event())
+
+    @registry.saga
+    async def later(saga: DynamicSaga) -> int:
+        await saga.call("Reserve", item="first")
+        await saga.sleep(0.3)
+        await saga.call("Reserve", item="second")
+        return 2
+
+    executor = SagaExecutor(registry, store=store, wait_threshold=0.01)
+    waiting = await executor.run(later, saga_id="sleepy")
+    assert waiting.status is SagaStatus.WAITING
+    loaded = await store.load_saga("sleepy")
+    assert loaded is not None
+    assert loaded[0].owner is None
+    assert await executor.recover() == []
+    await asyncio.sleep(0.35)
+    (result,) = await executor.recover()
+    assert result.status is SagaStatus.SUCCESS
+    assert result.output == 2
+    assert calls == ["first", "second"]
+    assert await store.verify_saga("sleepy")
