@@ -117,6 +117,13 @@ TOOLS_MODULE = textwrap.dedent(
         def execute(self, amount: int) -> dict:
             log(f"refund-card {amount}")
             return {"refund": amount}
+
+
+    @registry.saga
+    async def charge_twice(saga, amount: int) -> int:
+        for _ in range(2):
+            await saga.call("Charge", amount=amount)
+        return 2 * amount
     """
 )
 
@@ -611,6 +618,7 @@ COMMANDS: dict[str, tuple[list[str], str]] = {
     "hold": (["hold", "ok-1", "--reason", "audit"], "saga ok-1: held (audit)"),
     "unhold": (["unhold", "ok-1"], "was not held"),
     "holds": (["holds"], "no saga is held"),
+    "submit": (["submit", "charge_twice", "--tools", "cli_tools:registry", "--args", '{"amount": 3}'], "QUEUED"),
 }
 SIGNING_KEY = "the signing key of the test"
 
