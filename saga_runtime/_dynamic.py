@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 import anyio
 import pydantic
 
-from saga_runtime._engine import HOLDABLE, Budget, CallDriver, Claim, Drives, EngineConfig, SagaEngine
+from saga_runtime._engine import HOLDABLE, Budget, CallDriver, Claim, Drives, EngineConfig, SagaEngine, receive
 from saga_runtime._exceptions import (
     ApprovalPendingError,
     ApprovalRejectedError,
@@ -94,6 +94,7 @@ class DynamicSaga:
         self._next_group = 0
         self._charges_seen = 0
         self._sleeps_seen = 0
+        self._recvs_seen = 0
         self._entered = False
         self._closed = False
         self.result: SagaResult | None = None
@@ -558,6 +559,45 @@ class DynamicSaga:
         if self._function is not None and remaining > self._config.wait_threshold:
             await driver.release()  # WAITING until due: this code stops here, and runs again from its record
         await anyio.sleep(remaining)
+
+    async def recv(self, topic: str, *, timeout: float | None = None) -> Any:  # noqa: ASYNC109 - recorded, not a scope
+        """Return the oldest message sent to this saga on `topic` (`executor.send`) not yet received, each received
+        once; None once `timeout` seconds passed without one (None: wait as long as it takes).
+
+        Recorded at the saga's position: a resumed saga receives the same message, and waits only what remains. A
+        wait longer than `wait_threshold` releases a saga function (WAITING) until its message comes or the time
+        is up; in a dynamic saga (`executor.saga()`) the wait stays in this process.
+        """
+        if not isinstance(topic, str) or not topic:
+            raise ValueError(f"recv takes a topic, a non-empty str, got {topic!r}")
+        given: object = timeout
+        if given is not None and (
+            isinstance(given, bool) or not isinstance(given, int | float) or math.isnan(given) or given < 0
+        ):
+            raise ValueError(f"recv's timeout must be None or seconds >= 0, got {timeout!r}")
+        self._check_open()
+        position, self._recvs_seen = self._recvs_seen, self._recvs_seen + 1
+        driver = self._driver
+        saga = self._saga_row
+        begun = next((e for e in saga.history if e.get("kind") == "recv" and e.get("position") == position), None)
+        if begun is not None and begun.get("topic") != topic:
+            error = ReplayDivergenceError(
+                f"saga {self.saga_id!r} wait #{position + 1} is recv({topic!r}) but the record holds "
+                f"recv({begun.get('topic')!r}); a resumed saga must wait for the same things in the same order",
+                saga_id=self.saga_id,
+                position=position,
+            )
+            if driver is not None and self._function is not None:
+                driver.diverged = error
+            raise error
+        if driver is None:  # served from the record
+            done = next(
+                (e for e in saga.history if e.get("kind") == "received" and e.get("position") == position), None
+            )
+            return None if done is None else own_copy(done.get("value"))
+        seconds = None if timeout is None or math.isinf(timeout) else float(timeout)
+        value = await receive(driver, position, topic, seconds, releasable=self._function is not None)
+        return own_copy(value)
 
     # -- metadata
 

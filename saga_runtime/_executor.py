@@ -14,7 +14,7 @@ from typing import Any
 import anyio
 
 from saga_runtime._dynamic import DynamicSaga
-from saga_runtime._engine import Actions, Budget, Drives, EngineConfig, SagaHook, Shelters
+from saga_runtime._engine import Actions, Budget, Drives, EngineConfig, SagaHook, Shelters, send
 from saga_runtime._exceptions import PlanValidationError, StoreError
 from saga_runtime._handle import SagaHandle
 from saga_runtime._planner import RegistryPlanner, replay
@@ -31,6 +31,7 @@ from saga_runtime._records import (
 from saga_runtime._starting import (
     check_saga_options,
     function_saga,
+    json_message,
     new_plan_saga,
     queue_entry,
     served_queues,
@@ -228,6 +229,24 @@ class SagaExecutor:
         saga, steps = new_plan_saga(self._drives, planned, saga_id, budget, metadata, queued=True)
         await self._actions.queues.submit(saga, steps, entry)
         return SagaHandle(self.store, saga.saga_id)
+
+    async def send(self, saga_id: str, topic: str, message: Any, *, idempotency_key: str | None = None) -> None:
+        """Store a message for the saga `saga_id` on `topic`; its `saga.recv(topic)` receives it, once.
+
+        The saga may be QUEUED, RUNNING or WAITING (a message sent before it waits is kept for it); a saga
+        function WAITING for it is resumed by a worker within its `interval`. With `idempotency_key`, a key used
+        before for this saga stores nothing. An unknown or finished saga raises `SagaError`, and a message that
+        is not a JSON value raises `TypeError` naming the part that is not; nothing is stored.
+        """
+        if not isinstance(saga_id, str):
+            raise TypeError(f"saga_id must be a str, got {type(saga_id).__name__}")
+        if not isinstance(topic, str) or not topic:
+            raise ValueError(f"topic must be a non-empty str, got {topic!r}")
+        if idempotency_key is not None and (
+            not isinstance(idempotency_key, str) or not idempotency_key or len(idempotency_key.encode()) > 255
+        ):
+            raise ValueError(f"idempotency_key must be non-empty text of at most 255 bytes, got {idempotency_key!r}")
+        await send(self._drives.config, saga_id, topic, json_message(message), idempotency_key)
 
     def handle(self, saga_id: str) -> SagaHandle:
         """Return a handle to the saga `saga_id` (its status and, once it ends, its result)."""

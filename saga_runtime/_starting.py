@@ -16,7 +16,15 @@ from saga_runtime._planning import MAX_ID_BYTES, Plan, valid_id
 from saga_runtime._records import Queue, QueueEntry, SagaRow, StepRow, idempotency_keys, now, to_json_value
 from saga_runtime._tools import SagaFunction, ToolRegistry
 
-__all__ = ["check_saga_options", "function_saga", "new_plan_saga", "queue_entry", "served_queues", "target"]
+__all__ = [
+    "check_saga_options",
+    "function_saga",
+    "json_message",
+    "new_plan_saga",
+    "queue_entry",
+    "served_queues",
+    "target",
+]
 
 
 def target(registry: ToolRegistry, work: Any, args: Mapping[str, Any] | None) -> SagaFunction | None:
@@ -175,3 +183,28 @@ def served_queues(queues: Sequence[Queue | str] | None) -> list[Queue]:
     if not served:
         raise ValueError("serve() needs at least one queue")
     return list(served.values())
+
+
+_JSON_SCALARS = (str, int, bool, type(None))
+
+
+def json_message(value: Any, path: str = "message") -> Any:
+    """Return `value` if it is a JSON value (dicts with str keys, lists, str, finite numbers, bools, None); else
+    raise TypeError naming the path of the first part that is not (`message["items"][2]`)."""
+    if isinstance(value, _JSON_SCALARS):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise TypeError(f"{path} is {value!r}, which JSON cannot hold")
+        return value
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise TypeError(f"{path} has the key {key!r}: JSON object keys are str")
+            json_message(item, f"{path}[{key!r}]")
+        return value
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            json_message(item, f"{path}[{index}]")
+        return value
+    raise TypeError(f"{path} is a {type(value).__name__}, not a JSON value (dict, list, str, number, bool, None)")

@@ -1,4 +1,4 @@
-"""The saga function commands: `submit` (a saga function, queued for a worker)."""
+"""The saga function commands: `submit` (a saga function, queued for a worker) and `send` (a message to one)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ import typer
 
 from saga_runtime._cli._common import PROG, ExitCode, _error, _execute, _json, _registry, _stdout, app
 from saga_runtime._cli._options import JsonOption, ToolsOption, store_options
-from saga_runtime._exceptions import IdempotencyConflictError, PlanValidationError
+from saga_runtime._exceptions import IdempotencyConflictError, PlanValidationError, SagaError
 from saga_runtime._executor import SagaExecutor
 from saga_runtime._storage import SagaStore
+from saga_runtime._tools import ToolRegistry
 
 
 def _json_argument(text: str, what: str) -> Any:
@@ -58,3 +59,30 @@ def submit(
         return ExitCode.OK
 
     _execute(ctx, work, create=True)
+
+
+@app.command()
+@store_options
+def send(
+    ctx: typer.Context,
+    saga_id: Annotated[str, typer.Argument(metavar="SAGA", help="The saga to send the message to.")],
+    topic: Annotated[str, typer.Argument(metavar="TOPIC", help="The topic its saga.recv(TOPIC) waits on.")],
+    message: Annotated[str, typer.Argument(metavar="JSON", help="The message, a JSON value.")],
+    key: Annotated[
+        str | None, typer.Option("--key", help="An idempotency key: a key used before stores nothing.")
+    ] = None,
+) -> None:
+    """Send a message (JSON) to a saga's TOPIC; its saga.recv receives it once."""
+    value = _json_argument(message, "the message")
+
+    async def work(store: SagaStore) -> ExitCode:
+        try:
+            await SagaExecutor(ToolRegistry(), store=store).send(saga_id, topic, value, idempotency_key=key)
+        except SagaError as exc:
+            _error(str(exc), ExitCode.WRONG_STATE)
+        except (TypeError, ValueError) as exc:
+            _error(str(exc), ExitCode.USAGE)
+        _stdout().print(f"sent to saga {saga_id} on {topic!r}")
+        return ExitCode.OK
+
+    _execute(ctx, work)

@@ -7,17 +7,21 @@ next call from the last result, so it drives; the engine runs each group, record
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from saga_runtime._engine._cancellation import CANCELLED, WorkerStopped
-from saga_runtime._engine._journal_rows import returned, sleeps_of, slept
-from saga_runtime._engine._saga import SagaEngine
-from saga_runtime._exceptions import describe
-from saga_runtime._records import SagaResult, SagaStatus, StepRow, StepStatus, now, result_from_rows
+import anyio
 
-__all__ = ["CallBody", "CallDriver", "Released", "drive_calls"]
+from saga_runtime._engine._cancellation import CANCELLED, WorkerStopped
+from saga_runtime._engine._config import EngineConfig
+from saga_runtime._engine._journal_rows import asleep, noted, returned, sleeps_of, slept
+from saga_runtime._engine._saga import SagaEngine
+from saga_runtime._exceptions import SagaError, describe
+from saga_runtime._records import SagaResult, SagaRow, SagaStatus, StepRow, StepStatus, now, result_from_rows
+
+__all__ = ["CallBody", "CallDriver", "Released", "drive_calls", "due", "receive", "send"]
 
 logger = logging.getLogger("saga_runtime")
 
@@ -179,3 +183,83 @@ async def _drive_calls(engine: SagaEngine, body: CallBody, what: str) -> SagaRes
     else:
         result = await driver.end(what=what, output=output)
     return result if result is not None else result_from_rows(engine.saga, list(engine.rows.values()))
+
+
+# How often a wait in the process looks for a message.
+_POLL = 0.1
+
+
+async def receive(driver: CallDriver, position: int, topic: str, seconds: float | None, *, releasable: bool) -> Any:
+    """Return the message a saga's recv at `position` receives: recorded, else the oldest on `topic` not yet
+    received (recorded at that position), or None once `seconds` passed (None: no limit; recorded too).
+
+    `releasable` (a saga function): a wait longer than the executor's `wait_threshold` releases the saga.
+    """
+    engine = driver.engine
+    saga, store = engine.saga, engine.config.store
+    begun = done = None
+    for entry in saga.history:
+        if entry.get("position") == position and entry.get("kind") in ("recv", "received"):
+            begun, done = (entry, done) if entry["kind"] == "recv" else (begun, entry)
+    if done is not None:
+        return done.get("value")
+    if begun is None:
+        deadline = None if seconds is None else now() + timedelta(seconds=seconds)
+        when = None if deadline is None else deadline.isoformat()
+        noted(saga, {"kind": "recv", "position": position, "topic": topic, "deadline": when})
+        engine.journal.touch_saga()
+        await engine.flush()  # the deadline is durable before the wait starts
+    else:
+        deadline = None if begun.get("deadline") is None else datetime.fromisoformat(begun["deadline"])
+    while True:
+        message = await _unreceived(store, saga, topic)
+        remaining = None if deadline is None else (deadline - now()).total_seconds()
+        if message is not None or (remaining is not None and remaining <= 0):
+            message_id, value = message if message is not None else (None, None)
+            noted(saga, {"kind": "received", "position": position, "message_id": message_id, "value": value})
+            engine.journal.touch_saga()
+            await engine.flush()
+            if message_id is not None:
+                engine.emit("message_received", topic=topic)
+            return value
+        if releasable and (remaining is None or remaining > engine.config.wait_threshold):
+            await driver.release()  # WAITING until a message arrives or the timeout passes
+        await anyio.sleep(_POLL if remaining is None else min(_POLL, remaining))
+
+
+async def _unreceived(store: Any, saga: SagaRow, topic: str) -> tuple[str, Any] | None:
+    """Return the oldest message on `topic` this saga has not received, as (id, value)."""
+    taken = {entry.get("message_id") for entry in saga.history if entry.get("kind") == "received"}
+    for message_id, on, value, _ in await store.load_messages(saga.saga_id):
+        if on == topic and message_id not in taken:
+            return message_id, value
+    return None
+
+
+async def due(store: Any, saga: SagaRow) -> bool:
+    """Tell whether a WAITING saga function may go on: not asleep, nor waiting for a message that has not come
+    before its recv's deadline."""
+    at = now()
+    if asleep(saga, at):
+        return False
+    received = {entry.get("position") for entry in saga.history if entry.get("kind") == "received"}
+    waiting = [e for e in saga.history if e.get("kind") == "recv" and e.get("position") not in received]
+    if not waiting:
+        return True
+    begun = waiting[-1]
+    if begun.get("deadline") is not None and datetime.fromisoformat(begun["deadline"]) <= at:
+        return True
+    return await _unreceived(store, saga, str(begun.get("topic"))) is not None
+
+
+async def send(config: EngineConfig, saga_id: str, topic: str, message: Any, key: str | None) -> bool:
+    """Store a message for a live saga (QUEUED, RUNNING or WAITING); return whether it was stored (a key used
+    before stores nothing). An unknown or finished saga raises `SagaError`, nothing stored."""
+    store = config.store
+    stored = await store.load_saga(saga_id)
+    if stored is None:
+        raise SagaError(f"no saga {saga_id!r} in {store.url}: a message needs a saga to receive it")
+    status = stored[0].status
+    if status not in (SagaStatus.QUEUED, SagaStatus.RUNNING, SagaStatus.WAITING):
+        raise SagaError(f"saga {saga_id!r} is {status.value}: it receives no more messages")
+    return await store.put_message(saga_id, key or uuid.uuid4().hex, topic, message, now())

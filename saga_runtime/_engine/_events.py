@@ -30,6 +30,7 @@ EventKind = Literal[
     "charged",
     "saga_taken_over",
     "saga_resumed",
+    "message_received",
 ]
 
 
@@ -43,7 +44,8 @@ class SagaEvent:
     (or the decision) is stored; `decision` ("approved" or "rejected") and `decided_by` say what was decided.
     `attempt_started` comes right before each attempt of a step runs; `charged` once per charge (a tool's
     `ctx.charge`, `saga.charge`, an LLM call), with its `cost` and `tokens`; `saga_taken_over` when recovery
-    takes over a saga whose owner is gone, before driving it.
+    takes over a saga whose owner is gone, before driving it; `saga_resumed` when a saga function's code runs
+    again over its record; `message_received` when a saga function receives a message, with its `topic`.
     """
 
     kind: EventKind
@@ -61,6 +63,7 @@ class SagaEvent:
     decided_by: str | None = None
     cost: float | None = None
     tokens: int | None = None
+    topic: str | None = None
 
 
 @runtime_checkable

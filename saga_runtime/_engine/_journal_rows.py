@@ -26,6 +26,7 @@ __all__ = [
     "cancel_noted",
     "decided",
     "let_go",
+    "noted",
     "park",
     "returned",
     "sleeps_of",
@@ -111,3 +112,8 @@ def asleep(saga: SagaRow, at: datetime) -> bool:
     """Tell whether a WAITING saga waits for its last sleep to end (rather than for a decision)."""
     wakes = sleeps_of(saga)
     return bool(wakes) and wakes[-1] > at
+
+
+def noted(saga: SagaRow, entry: dict[str, Any]) -> None:
+    """Add an entry (a saga function's wait: a recv begun or received) to the saga's history, sealed with the row."""
+    saga.history = [*saga.history, entry]

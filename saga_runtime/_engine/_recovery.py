@@ -9,12 +9,12 @@ from datetime import datetime
 import anyio
 
 from saga_runtime._engine._approvals import Decisions
-from saga_runtime._engine._calls import drive_calls
+from saga_runtime._engine._calls import drive_calls, due
 from saga_runtime._engine._cancellation import Shelters
 from saga_runtime._engine._claim import Claim, Drives
 from saga_runtime._engine._driver import Planner, drive_plan
 from saga_runtime._engine._events import SagaEvent, emit
-from saga_runtime._engine._journal_rows import asleep, waits_for_tools
+from saga_runtime._engine._journal_rows import waits_for_tools
 from saga_runtime._engine._saga import SagaEngine
 from saga_runtime._engine._versions import unfit_tools
 from saga_runtime._exceptions import LeaseLostError, PlanValidationError
@@ -255,8 +255,8 @@ class Recovery:
         if stored is None or stored[0].status is not SagaStatus.WAITING:
             return None
         function = function_of(stored[0].plan)
-        if (stored[0].kind != "plan" and function is None) or (function is not None and asleep(stored[0], now())):
-            return None  # a dynamic saga's code goes on when entered again; a sleeping saga function when due
+        if (function is None and stored[0].kind != "plan") or (function and not await due(store, stored[0])):
+            return None  # a dynamic saga's code goes on when entered again; a saga function once due
         missing = self.missing_tools(*stored)
         if missing:
             self._warn_once(saga_id, missing, f"decided, left for a worker that has its tool(s) {', '.join(missing)}")

@@ -303,6 +303,14 @@ class SagaStore(Protocol):
         """
         ...
 
+    async def put_message(self, saga_id: str, message_id: str, topic: str, body: Any, sent_at: datetime) -> bool:
+        """Store a message (a JSON value) for a saga unless `message_id` is taken there; return whether it was."""
+        ...
+
+    async def load_messages(self, saga_id: str) -> list[tuple[str, str, Any, datetime]]:
+        """Return a saga's messages as (message_id, topic, body, sent_at), oldest first."""
+        ...
+
     async def hold_saga(self, saga_id: str, reason: str, at: datetime) -> bool:
         """Hold a stored saga (a hold again replaces its reason); return False if no saga has the id."""
         ...

@@ -72,6 +72,7 @@ class MemoryStore(StoreBase, MemoryRetention):
         self._cancels: dict[str, str] = {}
         # Retention: holds, the sagas a purge is archiving, and the finished sagas `keep` counts (oldest first).
         self._holds: dict[str, SagaHold] = {}
+        self._messages: dict[str, dict[str, tuple[str, Any, datetime]]] = {}  # by saga, by message id (schema 9)
         self._purging: set[str] = set()
         self._finished: dict[str, None] = {}
         self._keep = keep_option(keep)

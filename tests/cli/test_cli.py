@@ -619,6 +619,7 @@ COMMANDS: dict[str, tuple[list[str], str]] = {
     "unhold": (["unhold", "ok-1"], "was not held"),
     "holds": (["holds"], "no saga is held"),
     "submit": (["submit", "charge_twice", "--tools", "cli_tools:registry", "--args", '{"amount": 3}'], "QUEUED"),
+    "send": (["send", "orphan-1", "reply", '{"ok": true}'], "sent to saga orphan-1"),
 }
 SIGNING_KEY = "the signing key of the test"
 

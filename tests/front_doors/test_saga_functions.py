@@ -14,6 +14,7 @@ from saga_runtime import (
     IdempotencyConflictError,
     MemoryStore,
     PlanValidationError,
+    SagaError,
     SagaEvent,
     SagaExecutor,
     SagaFailedError,
@@ -458,3 +459,97 @@ def test_wait_threshold_must_be_a_non_negative_number(registry: ToolRegistry) ->
     for bad in (-1, "5", float("nan")):
         with pytest.raises(ValueError, match="wait_threshold"):
             SagaExecutor(registry, wait_threshold=bad)
+
+
+def add_waiter(registry: ToolRegistry, timeout: float | None) -> None:
+    """Register `waiter`: a booking, then a recv on "reply" (with `timeout`), then a booking of what came."""
+
+    @registry.saga
+    async def waiter(saga: DynamicSaga) -> Any:
+        await saga.call("Book", item="first")
+        reply = await saga.recv("reply", timeout=timeout)
+        if reply is None:
+            return "no reply"
+        await saga.call("Book", item=f"got-{reply['n']}")
+        return reply
+
+
+async def test_a_message_sent_before_the_recv_is_received_once(ledger: Ledger) -> None:
+    """send() before the saga waits keeps the message; recv takes the oldest, each message once, in order."""
+    registry = make_registry(ledger)
+
+    @registry.saga
+    async def twice(saga: DynamicSaga) -> list[Any]:
+        return [await saga.recv("reply", timeout=1), await saga.recv("reply", timeout=1)]
+
+    executor = SagaExecutor(registry)
+    await executor.submit(twice, saga_id="two")
+    await executor.send("two", "reply", {"n": 1})
+    await executor.send("two", "reply", {"n": 2}, idempotency_key="k2")
+    await executor.send("two", "reply", {"n": 2}, idempotency_key="k2")  # a used key: stored nothing
+    await executor.send("two", "other", {"n": 3})
+    worker = asyncio.create_task(executor.serve(interval=0.02))
+    try:
+        result = await executor.handle("two").result(timeout=10)
+    finally:
+        worker.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await worker
+    assert result.output == [{"n": 1}, {"n": 2}]
+
+
+async def test_a_recv_times_out_with_none(ledger: Ledger) -> None:
+    """A recv with no message before its timeout returns None (recorded), and the code goes on."""
+    registry = make_registry(ledger)
+    add_waiter(registry, 0.05)
+    result = await SagaExecutor(registry).run("waiter", saga_id="w-1")
+    assert result.status is SagaStatus.SUCCESS
+    assert result.output == "no reply"
+
+
+async def test_a_long_recv_releases_the_saga_and_a_message_resumes_it(ledger: Ledger) -> None:
+    """A recv longer than wait_threshold leaves the saga WAITING; a message sent wakes it under serve()."""
+    registry = make_registry(ledger)
+    add_waiter(registry, None)
+    store = MemoryStore()
+    events: list[SagaEvent] = []
+    executor = SagaExecutor(registry, store, wait_threshold=0.05, hooks=[events.append])
+    waiting = await executor.run("waiter", saga_id="w-2")
+    assert waiting.status is SagaStatus.WAITING
+    assert await executor.recover() == []  # no message: nothing to go on with
+    worker = asyncio.create_task(executor.serve(interval=0.02))
+    try:
+        await executor.send("w-2", "reply", {"n": 7})
+        result = await executor.handle("w-2").result(timeout=10)
+    finally:
+        worker.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await worker
+    assert result.status is SagaStatus.SUCCESS
+    assert result.output == {"n": 7}
+    assert [item for item, _ in ledger.done] == ["first", "got-7"]
+    assert [event.topic for event in events if event.kind == "message_received"] == ["reply"]
+
+
+async def test_send_to_an_unknown_or_finished_saga_is_refused(registry: ToolRegistry) -> None:
+    """send() to an unknown or a terminal saga raises SagaError; a non-JSON message names its path; nothing stored."""
+    executor = SagaExecutor(registry)
+    with pytest.raises(SagaError, match="no saga"):
+        await executor.send("nobody", "reply", 1)
+    await executor.run("trip", args={"city": "Seoul"}, saga_id="done")
+    with pytest.raises(SagaError, match="SUCCESS"):
+        await executor.send("done", "reply", 1)
+    await executor.submit("trip", args={"city": "Rome"}, saga_id="queued")
+    with pytest.raises(TypeError, match=r"message\['items'\]\[1\]"):
+        await executor.send("queued", "reply", {"items": [1, object()]})
+    assert await executor.store.load_messages("queued") == []
+    assert await executor.store.load_messages("done") == []
+
+
+@pytest.mark.parametrize("bad", [-1, float("nan"), "5"])
+async def test_a_bad_recv_timeout_is_refused(ledger: Ledger, bad: Any) -> None:
+    """A negative, NaN or non-number recv timeout raises ValueError."""
+    executor = SagaExecutor(make_registry(ledger))
+    with pytest.raises(ValueError, match="timeout"):
+        async with executor.saga(saga_id="bad-recv") as saga:
+            await saga.recv("reply", timeout=bad)

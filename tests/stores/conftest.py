@@ -57,7 +57,7 @@ class Stores:
             databases.create()
         url = str(databases.url_of(databases.names[1]))
         await databases.execute(
-            url, ["DROP TABLE IF EXISTS sagas, steps, approvals, queue_locks, holds, schema_version"]
+            url, ["DROP TABLE IF EXISTS sagas, steps, approvals, queue_locks, holds, messages, schema_version"]
         )
         return url
 

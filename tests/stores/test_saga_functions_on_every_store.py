@@ -132,3 +132,27 @@ async def test_a_released_sleep_is_resumed_by_recovery_once_due(store: SagaStore
     assert result.output == 2
     assert calls == ["first", "second"]
     assert await store.verify_saga("sleepy")
+
+
+async def test_a_message_wakes_a_waiting_saga_function_on_every_store(store: SagaStore) -> None:
+    """A saga function released to wait for a message is resumed by recovery once the message is stored."""
+    calls: list[str] = []
+    registry = make_registry(calls, set(), asyncio.Event())
+
+    @registry.saga
+    async def asks(saga: DynamicSaga) -> Any:
+        await saga.call("Reserve", item="asked")
+        answer = await saga.recv("answer")
+        await saga.call("Reserve", item=f"answered-{answer['n']}")
+        return answer
+
+    executor = SagaExecutor(registry, store=store, wait_threshold=0.01)
+    assert (await executor.run(asks, saga_id="asks")).status is SagaStatus.WAITING
+    assert await executor.recover() == []
+    await executor.send("asks", "answer", {"n": 5}, idempotency_key="a-1")
+    await executor.send("asks", "answer", {"n": 6}, idempotency_key="a-1")  # the same key: nothing more
+    (result,) = await executor.recover()
+    assert result.status is SagaStatus.SUCCESS
+    assert result.output == {"n": 5}
+    assert calls == ["asked", "answered-5"]
+    assert await store.verify_saga("asks")

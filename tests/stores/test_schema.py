@@ -50,7 +50,7 @@ async def test_open_records_the_schema_version(stores: Stores, sql_kind: str) ->
     """Opening an empty database creates the schema and records each version once, however often it is opened."""
     url = await stores.blank_url(sql_kind)
     store = await stores.open(sql_kind, url)
-    assert await store.schema_version() == SCHEMA_VERSION == 8  # type: ignore[attr-defined]
+    assert await store.schema_version() == SCHEMA_VERSION == 9  # type: ignore[attr-defined]
     await store.close()
     await (await stores.open(sql_kind, url)).close()
     rows = await _query(stores, sql_kind, url, "SELECT version FROM schema_version ORDER BY version")
