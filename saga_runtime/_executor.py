@@ -422,6 +422,9 @@ class SagaExecutor:
         async with anyio.create_task_group() as tg:
             pause = self.lease_timeout / 2 if interval is None else interval
             tg.start_soon(self._recover_rounds, pause, limit, shelters)
+            if interval is None and pause > 0.5:
+                # Waiting saga functions due (their time, or a message) go on within the interval, not a half lease.
+                tg.start_soon(self._wake_rounds, 0.5, limit, shelters)
             try:
                 await self._actions.queues.serve(
                     served,
@@ -435,6 +438,14 @@ class SagaExecutor:
             finally:
                 # A stop: the sagas it drives stop once their running calls return (bounded), then are released.
                 shelters.stop(self.compensation_timeout)
+
+    async def _wake_rounds(self, pause: float, limit: int, shelters: Shelters) -> None:
+        while True:
+            await anyio.sleep(pause)
+            try:
+                await self._actions.recovery.go_on_waiting(limit, shelters)
+            except Exception as exc:  # the next round tries again
+                logger.warning("going on with waiting sagas failed, trying again in %gs: %s", pause, exc)
 
     async def _recover_rounds(self, pause: float, limit: int, shelters: Shelters) -> None:
         while True:

@@ -1,4 +1,5 @@
-"""The recovery worker: take over sagas whose owner is gone, and go on with sagas whose approvals are decided."""
+"""The recovery worker: take over sagas whose owner is gone (a saga function is resumed, a plain dynamic saga
+compensated), and go on with WAITING sagas once due (read page by page: not every waiting saga function is)."""
 
 from __future__ import annotations
 
@@ -24,16 +25,11 @@ __all__ = ["Recovery"]
 
 logger = logging.getLogger("saga_runtime")
 
-# At most this many sagas remembered as warned about (then forgotten, and warned about again).
-_WARNED_MAX = 10_000
+_WARNED_MAX = 10_000  # sagas remembered as warned about (then forgotten, and warned about again)
 
 
 class Recovery:
-    """Drive to an end the sagas nobody drives: orphans whose lease expired, and decided WAITING sagas.
-
-    A plan resumes forward; a saga function's code runs again over its record; any other dynamic saga's code is
-    gone with its process, so it is compensated.
-    """
+    """Drive to an end the sagas nobody drives: orphans whose lease expired, and WAITING sagas now due."""
 
     __slots__ = ("_concurrency", "_decisions", "_drives", "_max_attempts", "_planner", "_warned")
 
@@ -224,20 +220,24 @@ class Recovery:
             return None
 
     async def go_on_waiting(self, limit: int, shelters: Shelters | None = None) -> list[SagaResult]:
-        """Reject the requests whose deadline passed; go on with each WAITING plan saga whose requests are decided."""
+        """Reject the requests whose deadline passed; go on with each WAITING saga whose requests are decided."""
         await self._decisions.expire_due(limit)
-        results = []
-        for saga_id in await self._drives.config.store.waiting_sagas(now(), limit):
-            try:
-                result = await self.go_on(saga_id, detached=True, shelters=shelters)
-            except LeaseLostError as exc:
-                logger.warning("saga %s: %s", saga_id, exc)
-                continue
-            except Exception as exc:
-                logger.error("saga %s: going on after its approvals failed: %s", saga_id, exc)
-                continue
-            if result is not None:
-                results.append(result)
+        results, offset = [], 0
+        while page := await self._drives.config.store.waiting_sagas(now(), limit, offset):
+            for saga_id in page:
+                try:
+                    result = await self.go_on(saga_id, detached=True, shelters=shelters)
+                except LeaseLostError as exc:
+                    logger.warning("saga %s: %s", saga_id, exc)
+                    continue
+                except Exception as exc:
+                    logger.error("saga %s: going on after its approvals failed: %s", saga_id, exc)
+                    continue
+                if result is not None:
+                    results.append(result)
+            offset += limit
+            if len(page) < limit:
+                return results
         return results
 
     async def go_on(

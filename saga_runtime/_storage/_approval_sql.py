@@ -70,7 +70,7 @@ class ApprovalQueries:
             "SELECT s.saga_id FROM sagas s WHERE s.status = ? AND (s.kind = 'plan' OR s.plan IS NOT NULL) "
             f"AND (s.owner IS NULL OR s.lease_expires_at IS NULL OR s.lease_expires_at < {clock}) "
             "AND NOT EXISTS (SELECT 1 FROM approvals a WHERE a.saga_id = s.saga_id AND a.decision IS NULL) "
-            "ORDER BY s.created_at, s.saga_id LIMIT ?",
+            "ORDER BY s.created_at, s.saga_id LIMIT ? OFFSET ?",
         )
         self.claim = q(
             dialect,

@@ -254,7 +254,7 @@ class SagaStore(Protocol):
         """Return undecided requests of WAITING sagas, oldest first; with `due`, those whose deadline is not later."""
         ...
 
-    async def waiting_sagas(self, now: datetime, limit: int = 100) -> list[str]:
+    async def waiting_sagas(self, now: datetime, limit: int = 100, offset: int = 0) -> list[str]:
         """Return the ids of WAITING plan sagas whose requests are all decided, unowned or whose lease expired."""
         ...
 

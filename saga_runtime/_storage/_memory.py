@@ -471,7 +471,7 @@ class MemoryStore(StoreBase, MemoryRetention):
         found.sort(key=lambda r: (r.requested_at, r.saga_id, r.seq))
         return found[:limit]
 
-    async def waiting_sagas(self, now: datetime, limit: int = 100) -> list[str]:
+    async def waiting_sagas(self, now: datetime, limit: int = 100, offset: int = 0) -> list[str]:
         """Return WAITING plan (or saga function) sagas whose requests are all decided, unowned or lease expired."""
         self._check_open()
         ready = [
@@ -483,7 +483,7 @@ class MemoryStore(StoreBase, MemoryRetention):
             and all(row.decision is not None for row in self._approvals.get(saga.saga_id, {}).values())
         ]
         ready.sort(key=lambda saga: (saga.created_at, saga.saga_id))
-        return [saga.saga_id for saga in ready[:limit]]
+        return [saga.saga_id for saga in ready[offset : offset + limit]]
 
     async def claim_waiting(self, saga_id: str, owner: str, lease_expires_at: datetime, now: datetime) -> bool:
         """Give a WAITING saga nobody else holds to `owner`; return whether it now does."""
