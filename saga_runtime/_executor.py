@@ -422,9 +422,9 @@ class SagaExecutor:
         async with anyio.create_task_group() as tg:
             pause = self.lease_timeout / 2 if interval is None else interval
             tg.start_soon(self._recover_rounds, pause, limit, shelters)
-            if interval is None and pause > 0.5:
-                # Waiting saga functions due (their time, or a message) go on within the interval, not a half lease.
-                tg.start_soon(self._wake_rounds, 0.5, limit, shelters)
+            # Waiting saga functions go on once due: told of a message at once (PostgreSQL), else within the
+            # interval (half a second by default, not the recovery rounds' half lease).
+            tg.start_soon(self._wake_rounds, 0.5 if interval is None and pause > 0.5 else None, limit, shelters)
             try:
                 await self._actions.queues.serve(
                     served,
@@ -439,13 +439,29 @@ class SagaExecutor:
                 # A stop: the sagas it drives stop once their running calls return (bounded), then are released.
                 shelters.stop(self.compensation_timeout)
 
-    async def _wake_rounds(self, pause: float, limit: int, shelters: Shelters) -> None:
-        while True:
-            await anyio.sleep(pause)
-            try:
-                await self._actions.recovery.go_on_waiting(limit, shelters)
-            except Exception as exc:  # the next round tries again
-                logger.warning("going on with waiting sagas failed, trying again in %gs: %s", pause, exc)
+    async def _wake_rounds(self, pause: float | None, limit: int, shelters: Shelters) -> None:
+        told: list[str] = []
+        heard = anyio.Event()
+
+        def wake(payload: str) -> None:
+            if payload.startswith("message:"):  # a message sent to a saga (PostgreSQL's NOTIFY)
+                told.append(payload.removeprefix("message:"))
+                heard.set()
+
+        recovery = self._actions.recovery
+        async with self.store.queue_wakeups(wake):
+            while True:
+                with anyio.move_on_after(math.inf if pause is None else pause):
+                    await heard.wait()
+                heard = anyio.Event()
+                saga_ids, told[:] = list(dict.fromkeys(told)), []
+                try:
+                    for saga_id in saga_ids:
+                        await recovery.go_on(saga_id, detached=True, shelters=shelters)
+                    if not saga_ids and pause is not None:
+                        await recovery.go_on_waiting(limit, shelters)
+                except Exception as exc:  # the next round tries again
+                    logger.warning("going on with waiting sagas failed: %s", exc)
 
     async def _recover_rounds(self, pause: float, limit: int, shelters: Shelters) -> None:
         while True:

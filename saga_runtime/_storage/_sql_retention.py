@@ -19,7 +19,7 @@ from saga_runtime._storage._archive import Archive
 from saga_runtime._storage._codec import SAGA_COLUMNS, DialectName, RowCodec
 from saga_runtime._storage._dialect import Dialect
 from saga_runtime._storage._retention import tombstone
-from saga_runtime._storage._sql import Queries, _placeholders
+from saga_runtime._storage._sql import QUEUED_CHANNEL, Queries, _placeholders
 from saga_runtime._storage._sqlwrite import Transaction
 
 __all__ = ["SQLRetention"]
@@ -61,9 +61,13 @@ class _Statements:
         self.unhold = q(dialect, "DELETE FROM holds WHERE saga_id = ?")
         # Messages (API.md §18): a key used again stores nothing.
         absent = "ON DUPLICATE KEY UPDATE saga_id = saga_id" if dialect == "mysql" else "ON CONFLICT DO NOTHING"
-        self.put_message = q(
-            dialect, f"INSERT INTO messages (saga_id, message_id, topic, body, sent_at) VALUES (?, ?, ?, ?, ?) {absent}"
-        )
+        put = f"INSERT INTO messages (saga_id, message_id, topic, body, sent_at) VALUES (?, ?, ?, ?, ?) {absent}"
+        if dialect == "postgresql":  # workers LISTENing are told at once (payload "message:<saga id>")
+            put = (
+                f"WITH m AS ({put} RETURNING saga_id) "
+                f"SELECT pg_notify('{QUEUED_CHANNEL}', 'message:' || saga_id) FROM m"
+            )
+        self.put_message = q(dialect, put)
         self.messages = q(
             dialect,
             "SELECT message_id, topic, body, sent_at FROM messages WHERE saga_id = ? ORDER BY sent_at, message_id",
@@ -201,6 +205,8 @@ class SQLRetention:
 
         async def once() -> bool:
             async with self._transaction(begin=False) as tx:
+                if self._dialect.name == "postgresql":
+                    return bool(await tx.fetch(st.put_message, (saga_id, message_id, topic, text, sent)))
                 return await tx.execute(st.put_message, (saga_id, message_id, topic, text, sent)) > 0
 
         return await self._retrying("put_message", once)

@@ -156,3 +156,27 @@ async def test_a_message_wakes_a_waiting_saga_function_on_every_store(store: Sag
     assert result.output == {"n": 5}
     assert calls == ["asked", "answered-5"]
     assert await store.verify_saga("asks")
+
+
+async def test_on_postgresql_a_send_wakes_a_serving_worker_at_once(stores: Stores) -> None:
+    """On PostgreSQL, send() NOTIFYs the workers: a saga waiting for the message goes on long before `interval`."""
+    store = await stores.open("postgresql", wipe=True)
+    calls: list[str] = []
+    registry = make_registry(calls, set(), asyncio.Event())
+
+    @registry.saga
+    async def hears(saga: DynamicSaga) -> Any:
+        return await saga.recv("ping")
+
+    executor = SagaExecutor(registry, store=store, wait_threshold=0.01)
+    assert (await executor.run(hears, saga_id="hears")).status is SagaStatus.WAITING
+    worker = asyncio.create_task(executor.serve(interval=60))  # no round in the test's time: only the NOTIFY
+    try:
+        await asyncio.sleep(0.5)  # the worker LISTENs
+        await executor.send("hears", "ping", {"n": 1})
+        result = await executor.handle("hears").result(timeout=20)
+    finally:
+        worker.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await worker
+    assert result.output == {"n": 1}
