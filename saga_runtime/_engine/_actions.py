@@ -9,9 +9,9 @@ from __future__ import annotations
 import logging
 
 from saga_runtime._engine._approvals import Decisions
-from saga_runtime._engine._calls import CallBody, drive_calls
+from saga_runtime._engine._calls import CallBody
 from saga_runtime._engine._claim import Drives
-from saga_runtime._engine._driver import Planner, PlanShape, drive_plan
+from saga_runtime._engine._driver import Planner, PlanShape, drive
 from saga_runtime._engine._events import SagaEvent, emit
 from saga_runtime._engine._queueing import Queues
 from saga_runtime._engine._recovery import Recovery
@@ -91,11 +91,7 @@ class Actions:
                 logger.info("saga %s: resuming where its previous owner %r left it", saga.saga_id, existing[0].owner)
             engine = held.start(engine if existing is None else None)
             engine.emit("saga_started")
-            if not callable(work):
-                return await drive_plan(engine, work, self._planner)
-            if existing is not None:
-                engine.emit("saga_resumed")
-            return await drive_calls(engine, work, what=f"saga function {saga.plan['function']!r}")
+            return await drive(engine, work, self._planner, resumed=existing is not None)
 
     @staticmethod
     def _finished(attempted: SagaRow, saga: SagaRow, steps: list[StepRow]) -> bool:

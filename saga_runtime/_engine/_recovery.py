@@ -10,10 +10,10 @@ from datetime import datetime
 import anyio
 
 from saga_runtime._engine._approvals import Decisions
-from saga_runtime._engine._calls import drive_calls, due
+from saga_runtime._engine._calls import due
 from saga_runtime._engine._cancellation import Shelters
 from saga_runtime._engine._claim import Claim, Drives
-from saga_runtime._engine._driver import Planner, drive_plan
+from saga_runtime._engine._driver import Planner, drive, work_of
 from saga_runtime._engine._events import SagaEvent, emit
 from saga_runtime._engine._journal_rows import waits_for_tools
 from saga_runtime._engine._saga import SagaEngine
@@ -172,46 +172,27 @@ class Recovery:
             return await held.park(f"recovery failed {saga.recovery_attempts} times")
         logger.info("saga %s: recovering (attempt %d), left %s", saga.saga_id, saga.recovery_attempts + 1, saga.status)
         try:
-            if saga.kind == "plan":
-                try:
-                    plan = self._planner.build(saga.plan)
-                except PlanValidationError as exc:  # the tools changed under the saga: no retry can help
-                    # Its problems only: the error's header is for a refused plan, and this one's steps ran.
-                    ran = sum(1 for row in held.rows if row.attempts)
-                    return await held.park(
-                        f"its plan no longer validates against this executor's tools, and {ran} step(s) of it ran "
-                        f"already (a tool changed without a new version=): {'; '.join(exc.problems)}"
-                    )
-                # No caller: if this worker stops, the saga stays for the next recovery.
-                engine = held.start(detached=True, shelters=shelters)
-                await _count_attempt(engine)
-                engine.emit("saga_started")
-                if held.may_have_a_cancel:
-                    await _honour_cancel(engine)
-                return await drive_plan(engine, plan, self._planner)
-            function = function_of(saga.plan)
-            if function is not None:
-                try:
-                    body = self._planner.body(saga)
-                except PlanValidationError as exc:  # its code changed meanwhile: left for a worker that has it
+            try:
+                work = work_of(self._planner, saga)
+            except PlanValidationError as exc:
+                if saga.kind != "plan":  # a saga function's code changed meanwhile: left for a worker that has it
                     await held.release()
-                    self._warn_once(saga.saga_id, [function[0]], f"left for a worker that can resume it: {exc}")
+                    self._warn_once(saga.saga_id, ["saga function"], f"left for a worker that can resume it: {exc}")
                     return None
-                assert body is not None
-                engine = held.start(detached=True, shelters=shelters)
-                await _count_attempt(engine)
-                engine.emit("saga_started")
-                if held.rows or held.taken_over:
-                    engine.emit("saga_resumed")
-                if held.may_have_a_cancel:
-                    await _honour_cancel(engine)
-                return await drive_calls(engine, body, what=f"saga function {function[0]!r}")
-            # A dynamic saga that is not a saga function: its code is gone with its process.
+                # The tools changed under the saga: no retry can help. Its problems only: the error's header is
+                # for a refused plan, and this one's steps ran.
+                ran = sum(1 for row in held.rows if row.attempts)
+                return await held.park(
+                    f"its plan no longer validates against this executor's tools, and {ran} step(s) of it ran "
+                    f"already (a tool changed without a new version=): {'; '.join(exc.problems)}"
+                )
+            # No caller: if this worker stops, the saga stays for the next recovery.
             engine = held.start(detached=True, shelters=shelters)
             await _count_attempt(engine)
             engine.emit("saga_started")
-            engine.fail("its process stopped in the middle of the saga; recovery compensated it")
-            return await engine.compensate()
+            if work is not None and held.may_have_a_cancel:
+                await _honour_cancel(engine)
+            return await drive(engine, work, self._planner, resumed=bool(held.rows) or held.taken_over)
         except LeaseLostError as exc:
             logger.warning("saga %s: %s", saga.saga_id, exc)
             return None
@@ -268,10 +249,7 @@ class Recovery:
                 await held.release()  # decided meanwhile the other way round
                 return None
             try:
-                if function is None:
-                    plan = self._planner.build(held.saga.plan)
-                else:
-                    body = self._planner.body(held.saga)
+                work = work_of(self._planner, held.saga)
             except PlanValidationError as exc:  # other tools, or no key: left for an executor that has them
                 await held.release()
                 logger.warning("saga %s: decided, left for an executor that can go on with it: %s", saga_id, exc)
@@ -280,11 +258,7 @@ class Recovery:
             await engine.resume()
             engine.emit("saga_started")
             await _honour_cancel(engine)
-            if function is None:
-                return await drive_plan(engine, plan, self._planner)
-            engine.emit("saga_resumed")
-            assert body is not None
-            return await drive_calls(engine, body, what=f"saga function {function[0]!r}")
+            return await drive(engine, work, self._planner, resumed=True)
 
 
 async def _count_attempt(engine: SagaEngine) -> None:
