@@ -37,6 +37,7 @@ from saga_runtime._records import (
     StepRow,
     StepStatus,
     canonical_json,
+    function_of,
     idempotency_key,
     mask_secrets,
     now,
@@ -203,9 +204,10 @@ class DynamicSaga:
         return self._claim.session.keeper
 
     def _adopt_record(self, saga: SagaRow, rows: list[StepRow]) -> None:
-        if saga.kind != "dynamic":
+        if saga.kind != "dynamic" or (self._function is None and function_of(saga.plan) is not None):
+            what = "a plan saga" if saga.kind != "dynamic" else "a saga function's saga"
             raise IdempotencyConflictError(
-                f"saga {self.saga_id!r} is a plan saga; a dynamic saga needs an id of its own",
+                f"saga {self.saga_id!r} is {what}; a dynamic saga needs an id of its own",
                 saga_id=self.saga_id,
             )
         self._stored = (saga, rows)

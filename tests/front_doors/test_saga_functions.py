@@ -553,3 +553,12 @@ async def test_a_bad_recv_timeout_is_refused(ledger: Ledger, bad: Any) -> None:
     with pytest.raises(ValueError, match="timeout"):
         async with executor.saga(saga_id="bad-recv") as saga:
             await saga.recv("reply", timeout=bad)
+
+
+async def test_a_saga_function_s_id_cannot_be_entered_as_a_dynamic_saga(registry: ToolRegistry) -> None:
+    """executor.saga() with the id of a saga function's saga raises IdempotencyConflictError, driving nothing."""
+    executor = SagaExecutor(registry)
+    await executor.run("trip", args={"city": "Seoul"}, saga_id="fn-id")
+    with pytest.raises(IdempotencyConflictError, match="saga function"):
+        async with executor.saga(saga_id="fn-id"):
+            pass
