@@ -46,6 +46,7 @@ from saga_runtime._records import (
     step_succeeded,
     to_json_value,
 )
+from saga_runtime._starting import checked_json
 from saga_runtime._tools import ToolRegistry
 
 __all__ = ["DynamicSaga"]
@@ -96,6 +97,7 @@ class DynamicSaga:
         self._charges_seen = 0
         self._sleeps_seen = 0
         self._recvs_seen = 0
+        self._published = 0  # events set and stream values written, by position
         self._entered = False
         self._closed = False
         self.result: SagaResult | None = None
@@ -600,6 +602,45 @@ class DynamicSaga:
         seconds = None if timeout is None or math.isinf(timeout) else float(timeout)
         value = await receive(driver, position, topic, seconds, releasable=self._function is not None)
         return own_copy(value)
+
+    # -- events and streams
+
+    async def set_event(self, key: str, value: Any) -> None:
+        """Set the event `key` to `value` (a JSON value), recorded: `executor.get_event` reads its latest value."""
+        await self._publish({"kind": "event", "key": key, "value": value}, key)
+
+    async def write_stream(self, name: str, value: Any) -> None:
+        """Append `value` (a JSON value) to the stream `name`: `executor.read_stream` yields it, in order."""
+        await self._publish({"kind": "stream", "name": name, "value": value}, name)
+
+    async def close_stream(self, name: str) -> None:
+        """Close the stream `name`: its readers stop once they have every value."""
+        await self._publish({"kind": "stream_closed", "name": name}, name)
+
+    async def _publish(self, entry: dict[str, Any], label: str) -> None:
+        if not isinstance(label, str) or not label:
+            raise ValueError(f"an event key or stream name is a non-empty str, got {label!r}")
+        if "value" in entry:
+            entry["value"] = checked_json(entry["value"], "value")
+        self._check_open()
+        position, self._published = self._published, self._published + 1
+        driver = self._driver
+        if driver is None:
+            return  # served from the record: a replay publishes nothing
+        recorded = await driver.publish(position, entry)
+        if recorded is not None and (recorded.get("kind"), recorded.get("key", recorded.get("name"))) != (
+            entry["kind"],
+            label,
+        ):
+            error = ReplayDivergenceError(
+                f"saga {self.saga_id!r} publication #{position + 1} is {entry['kind']} {label!r} but the record holds "
+                f"{recorded.get('kind')} {recorded.get('key', recorded.get('name'))!r}",
+                saga_id=self.saga_id,
+                position=position,
+            )
+            if self._function is not None:
+                driver.diverged = error
+            raise error
 
     # -- metadata
 

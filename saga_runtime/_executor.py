@@ -7,7 +7,7 @@ import logging
 import math
 import os
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -19,6 +19,7 @@ from saga_runtime._exceptions import PlanValidationError, StoreError
 from saga_runtime._handle import SagaHandle
 from saga_runtime._planner import RegistryPlanner, replay
 from saga_runtime._planning import PlanPolicy, build_plan
+from saga_runtime._published import get_event, read_stream
 from saga_runtime._records import (
     APPROVED,
     KEY_ENV,
@@ -30,8 +31,8 @@ from saga_runtime._records import (
 )
 from saga_runtime._starting import (
     check_saga_options,
+    checked_json,
     function_saga,
-    json_message,
     new_plan_saga,
     queue_entry,
     served_queues,
@@ -246,7 +247,17 @@ class SagaExecutor:
             not isinstance(idempotency_key, str) or not idempotency_key or len(idempotency_key.encode()) > 255
         ):
             raise ValueError(f"idempotency_key must be non-empty text of at most 255 bytes, got {idempotency_key!r}")
-        await send(self._drives.config, saga_id, topic, json_message(message), idempotency_key)
+        await send(self._drives.config, saga_id, topic, checked_json(message), idempotency_key)
+
+    async def get_event(self, saga_id: str, key: str, *, timeout: float | None = None) -> Any:  # noqa: ASYNC109
+        """Return the latest value the saga `saga_id` set for the event `key` (`saga.set_event`), waiting up to
+        `timeout` seconds for a first one; None if there is none. An unknown saga raises `SagaNotFoundError`."""
+        return await get_event(self.store, saga_id, key, timeout)
+
+    def read_stream(self, saga_id: str, name: str, *, start: int = 0) -> AsyncIterator[Any]:
+        """Return an async iterator of the values of the saga's stream `name` (`saga.write_stream`) from offset
+        `start`, in order, each once, waiting for more until the stream is closed or the saga has ended."""
+        return read_stream(self.store, saga_id, name, start)
 
     def handle(self, saga_id: str) -> SagaHandle:
         """Return a handle to the saga `saga_id` (its status and, once it ends, its result)."""

@@ -18,8 +18,8 @@ from saga_runtime._tools import SagaFunction, ToolRegistry
 
 __all__ = [
     "check_saga_options",
+    "checked_json",
     "function_saga",
-    "json_message",
     "new_plan_saga",
     "queue_entry",
     "served_queues",
@@ -188,7 +188,7 @@ def served_queues(queues: Sequence[Queue | str] | None) -> list[Queue]:
 _JSON_SCALARS = (str, int, bool, type(None))
 
 
-def json_message(value: Any, path: str = "message") -> Any:
+def checked_json(value: Any, path: str = "message") -> Any:
     """Return `value` if it is a JSON value (dicts with str keys, lists, str, finite numbers, bools, None); else
     raise TypeError naming the path of the first part that is not (`message["items"][2]`)."""
     if isinstance(value, _JSON_SCALARS):
@@ -201,10 +201,10 @@ def json_message(value: Any, path: str = "message") -> Any:
         for key, item in value.items():
             if not isinstance(key, str):
                 raise TypeError(f"{path} has the key {key!r}: JSON object keys are str")
-            json_message(item, f"{path}[{key!r}]")
+            checked_json(item, f"{path}[{key!r}]")
         return value
     if isinstance(value, list):
         for index, item in enumerate(value):
-            json_message(item, f"{path}[{index}]")
+            checked_json(item, f"{path}[{index}]")
         return value
     raise TypeError(f"{path} is a {type(value).__name__}, not a JSON value (dict, list, str, number, bool, None)")

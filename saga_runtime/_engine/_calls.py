@@ -105,6 +105,20 @@ class CallDriver:
         await engine.flush()
         return wake
 
+    async def publish(self, position: int, entry: dict[str, Any]) -> dict[str, Any] | None:
+        """Record an event or stream entry at `position` among the saga's publications, once: return the entry
+        recorded there before (a resumed saga: nothing written), else None once `entry` is written."""
+        engine = self.engine
+        for recorded in engine.saga.history:
+            if recorded.get("kind") in _PUBLISHED and recorded.get("position") == position:
+                return recorded
+        noted(engine.saga, {**entry, "position": position})
+        engine.journal.touch_saga()
+        await engine.flush()
+        if entry["kind"] == "event":
+            engine.emit("saga_event_set", topic=entry["key"])
+        return None
+
     async def release(self) -> None:
         """Release the saga to wait (WAITING, no lease): what its code recorded stays; nothing more is written."""
         self.waiting = await self.engine.wait()
@@ -187,6 +201,8 @@ async def _drive_calls(engine: SagaEngine, body: CallBody, what: str) -> SagaRes
 
 # How often a wait in the process looks for a message.
 _POLL = 0.1
+# What a saga publishes for readers, in its history: events, stream values and stream ends.
+_PUBLISHED = frozenset({"event", "stream", "stream_closed"})
 
 
 async def receive(driver: CallDriver, position: int, topic: str, seconds: float | None, *, releasable: bool) -> Any:

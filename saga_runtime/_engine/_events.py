@@ -31,6 +31,7 @@ EventKind = Literal[
     "saga_taken_over",
     "saga_resumed",
     "message_received",
+    "saga_event_set",
 ]
 
 
@@ -45,7 +46,8 @@ class SagaEvent:
     `attempt_started` comes right before each attempt of a step runs; `charged` once per charge (a tool's
     `ctx.charge`, `saga.charge`, an LLM call), with its `cost` and `tokens`; `saga_taken_over` when recovery
     takes over a saga whose owner is gone, before driving it; `saga_resumed` when a saga function's code runs
-    again over its record; `message_received` when a saga function receives a message, with its `topic`.
+    again over its record; `message_received` when a saga function receives a message, with its `topic`;
+    `saga_event_set` when a saga sets an event (its key as `topic`).
     """
 
     kind: EventKind

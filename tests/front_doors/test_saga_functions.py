@@ -562,3 +562,76 @@ async def test_a_saga_function_s_id_cannot_be_entered_as_a_dynamic_saga(registry
     with pytest.raises(IdempotencyConflictError, match="saga function"):
         async with executor.saga(saga_id="fn-id"):
             pass
+
+
+async def test_events_and_streams_are_read_while_the_saga_runs(ledger: Ledger) -> None:
+    """set_event's latest value and a stream's values, in order, each once, are read while the saga runs and after."""
+    registry = make_registry(ledger)
+    go_on = asyncio.Event()
+
+    @registry.saga
+    async def progress(saga: DynamicSaga) -> str:
+        await saga.set_event("status", "booking")
+        for item in ("a", "b"):
+            await saga.call("Book", item=item)
+            await saga.write_stream("booked", {"item": item})
+        await go_on.wait()  # a caller reads meanwhile
+        await saga.write_stream("booked", {"item": "c"})
+        await saga.close_stream("booked")
+        await saga.set_event("status", "done")
+        return "ok"
+
+    executor = SagaExecutor(registry)
+    running = asyncio.create_task(executor.run(progress, saga_id="p-1"))
+    assert await executor.get_event("p-1", "status", timeout=10) == "booking"
+    read: list[Any] = []
+
+    async def reader() -> None:
+        async for value in executor.read_stream("p-1", "booked"):
+            read.append(value)
+            if len(read) == 2:
+                go_on.set()
+
+    await asyncio.wait_for(reader(), 10)
+    result = await running
+    assert result.status is SagaStatus.SUCCESS
+    assert read == [{"item": "a"}, {"item": "b"}, {"item": "c"}]
+    assert [value async for value in executor.read_stream("p-1", "booked", start=2)] == [{"item": "c"}]
+    assert await executor.get_event("p-1", "status") == "done"
+    assert await executor.get_event("p-1", "missing", timeout=0.05) is None
+    assert await executor.store.verify_saga("p-1")
+
+
+async def test_a_resumed_saga_function_publishes_each_event_once(ledger: Ledger) -> None:
+    """Events and stream values recorded before a crash are not written again when the function is resumed."""
+    store = MemoryStore()
+    registry = make_registry(ledger)
+
+    @registry.saga
+    async def tells(saga: DynamicSaga, city: str) -> int:
+        await saga.write_stream("log", "start")
+        await saga.call("Book", item=f"hotel-{city}")
+        await saga.call("Book", item=f"flight-{city}")
+        await saga.write_stream("log", "end")
+        return 1
+
+    ledger.hang_once.add("flight-Pisa")
+    first = SagaExecutor(registry, store, compensation_timeout=0.2)
+    await first.submit("tells", args={"city": "Pisa"}, saga_id="tells")
+    worker = asyncio.create_task(first.serve(interval=0.02))
+    await asyncio.wait_for(ledger.started.wait(), 10)
+    worker.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await worker
+    (result,) = await SagaExecutor(registry, store).recover()
+    assert result.status is SagaStatus.SUCCESS
+    assert [value async for value in first.read_stream("tells", "log")] == ["start", "end"]
+
+
+async def test_a_non_json_event_value_is_refused_naming_its_path(ledger: Ledger) -> None:
+    """set_event with a value that is not JSON raises TypeError naming the part that is not; nothing recorded."""
+    executor = SagaExecutor(make_registry(ledger))
+    with pytest.raises(TypeError, match=r"value\['when'\]"):
+        async with executor.saga(saga_id="ev") as saga:
+            await saga.set_event("status", {"when": object()})
+    assert await executor.get_event("ev", "status") is None
