@@ -528,4 +528,5 @@ class MemoryStore(StoreBase, MemoryRetention):
         self._keys.clear()
         self._approvals.clear()
         self._holds.clear()
+        self._messages.clear()
         self._finished.clear()

@@ -635,3 +635,28 @@ async def test_a_non_json_event_value_is_refused_naming_its_path(ledger: Ledger)
         async with executor.saga(saga_id="ev") as saga:
             await saga.set_event("status", {"when": object()})
     assert await executor.get_event("ev", "status") is None
+
+
+async def test_a_decision_recorded_without_resuming_is_gone_on_with_by_recovery(ledger: Ledger) -> None:
+    """approve(resume=False) only records the decision; the next recover() resumes the saga function to its end."""
+    registry = make_registry(ledger)
+
+    @registry.tool(approval=True)
+    class Payout:
+        async def execute(self, cents: int) -> int:
+            return cents
+
+    @registry.saga
+    async def pays(saga: DynamicSaga) -> int:
+        await saga.call("Book", item="claim")
+        return int(await saga.call("Payout", cents=70))
+
+    executor = SagaExecutor(registry)
+    waiting = await executor.run(pays, saga_id="pays")
+    (request,) = waiting.pending_approvals
+    decided = await executor.approve("pays", request.step_id, by="ana", resume=False)
+    assert decided.status is SagaStatus.WAITING
+    (result,) = await executor.recover()
+    assert result.status is SagaStatus.SUCCESS
+    assert result.output == 70
+    assert [item for item, _ in ledger.done] == ["claim"]
