@@ -245,9 +245,9 @@ class DynamicSaga:
             )
 
     @classmethod
-    def running(cls, driver: CallDriver, function: str) -> DynamicSaga:
-        """Return the saga a saga function's code is given: its calls fed to `driver`, recorded ones served."""
-        engine = driver.engine
+    def running(cls, driver: CallDriver, engine: SagaEngine, function: str) -> DynamicSaga:
+        """Return the saga a saga function's code is given: its calls fed to `driver` (driving `engine`), recorded
+        ones served."""
         saga = engine.saga
         budget = Budget.from_json(saga.budget)
         self = cls(None, saga.saga_id, budget=budget, metadata=dict(saga.metadata), replay=False, config=engine.config)
@@ -319,12 +319,12 @@ class DynamicSaga:
             raise
         self._next_seq += len(prepared)
         self._next_group += 1
-        driver = self._driver
+        driver, engine = self._driver, self._engine
         ok = True
-        if driver is not None:
+        if driver is not None and engine is not None:
             keep_going = join == "all" and return_exceptions
             ok, refused = await driver.feed(
-                rows, join=join, needed=needed, gated=self._gated(driver.engine, rows), keep_going=keep_going
+                rows, join=join, needed=needed, gated=self._gated(engine, rows), keep_going=keep_going
             )
             if driver.waiting is not None:
                 self._wait_for(driver, rows)
@@ -362,7 +362,8 @@ class DynamicSaga:
     def _wait_for(self, driver: CallDriver, rows: list[StepRow]) -> NoReturn:
         """Raise the ApprovalPendingError of a group whose call waits for a decision (the saga is WAITING)."""
         self.result = driver.waiting
-        gate = driver.engine.gate
+        assert self._engine is not None
+        gate = self._engine.gate
         row = next(row for row in rows if (request := gate.request_of(row.step_id)) and request.decision is None)
         then = "it resumes once decided" if self._function is not None else "then enter the saga again"
         self._waiting = ApprovalPendingError(

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from saga_runtime._dynamic import DynamicSaga
-from saga_runtime._engine import CallBody, CallDriver
+from saga_runtime._engine import CallBody, CallDriver, SagaEngine
 from saga_runtime._exceptions import PlanValidationError, ReplayDivergenceError
 from saga_runtime._planning import Plan, PlannedStep, build_plan, check_plan_record, has_refs, resolve_refs
 from saga_runtime._records import SagaResult, SagaRow, SecretKeyring, function_of, result_from_rows, to_json_value
@@ -71,8 +71,8 @@ class RegistryPlanner:
                 [f"saga function {name!r}: {problem}" for problem in problems], saga_id=saga.saga_id
             )
 
-        async def run(driver: CallDriver) -> object:
-            saga = DynamicSaga.running(driver, name)
+        async def run(driver: CallDriver, engine: SagaEngine) -> object:
+            saga = DynamicSaga.running(driver, engine, name)
             output = await function.fn(saga, **kwargs)
             saga.check_all_served()
             return to_json_value(output, what="the return value", tool_name=name)

@@ -30,9 +30,9 @@ class Released(BaseException):
     """Raised into a saga function's code where the saga was released to wait (it resumes from its record)."""
 
 
-# A saga function's code, run over its record: given the driver, it feeds it call groups and returns the function's
-# return value (a JSON value).
-CallBody = Callable[["CallDriver"], Awaitable[Any]]
+# A saga function's code, run over its record: given the driver (and the engine it drives), it feeds it call groups
+# and returns the function's return value (a JSON value).
+CallBody = Callable[["CallDriver", SagaEngine], Awaitable[Any]]
 _UNKNOWN = (StepStatus.PENDING, StepStatus.RUNNING, StepStatus.CANCELLED)
 _NO_OUTPUT: Any = object()
 
@@ -182,7 +182,7 @@ async def _drive_calls(engine: SagaEngine, body: CallBody, what: str) -> SagaRes
     driver = CallDriver(engine)
     result: SagaResult | None
     try:
-        output = await body(driver)
+        output = await body(driver, engine)
     except CANCELLED as exc:
         if engine.fenced or engine.detached:
             engine.stop()  # another executor owns it, or its worker stops: driven on from its records
