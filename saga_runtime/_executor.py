@@ -435,7 +435,8 @@ class SagaExecutor:
             tg.start_soon(self._recover_rounds, pause, limit, shelters)
             # Waiting saga functions go on once due: told of a message at once (PostgreSQL), else within the
             # interval (half a second by default, not the recovery rounds' half lease).
-            tg.start_soon(self._wake_rounds, 0.5 if interval is None and pause > 0.5 else None, limit, shelters)
+            told: list[str] = []  # sagas a message was sent to, as the store tells (PostgreSQL)
+            tg.start_soon(self._wake_rounds, 0.5 if interval is None and pause > 0.5 else None, limit, shelters, told)
             try:
                 await self._actions.queues.serve(
                     served,
@@ -445,34 +446,30 @@ class SagaExecutor:
                     task_group=tg,
                     shelters=shelters,
                     on_depth=on_depth if samplers else None,
+                    on_message=told.append,
                 )
             finally:
                 # A stop: the sagas it drives stop once their running calls return (bounded), then are released.
                 shelters.stop(self.compensation_timeout)
 
-    async def _wake_rounds(self, pause: float | None, limit: int, shelters: Shelters) -> None:
-        told: list[str] = []
-        heard = anyio.Event()
-
-        def wake(payload: str) -> None:
-            if payload.startswith("message:"):  # a message sent to a saga (PostgreSQL's NOTIFY)
-                told.append(payload.removeprefix("message:"))
-                heard.set()
-
+    async def _wake_rounds(self, pause: float | None, limit: int, shelters: Shelters, told: list[str]) -> None:
+        """Go on with waiting saga functions: those a message was sent to (`told`, as the queue loop hears it) at
+        once, and every due one each `pause` (None: the recovery rounds do)."""
         recovery = self._actions.recovery
-        async with self.store.queue_wakeups(wake):
-            while True:
-                with anyio.move_on_after(math.inf if pause is None else pause):
-                    await heard.wait()
-                heard = anyio.Event()
-                saga_ids, told[:] = list(dict.fromkeys(told)), []
-                try:
-                    for saga_id in saga_ids:
-                        await recovery.go_on(saga_id, detached=True, shelters=shelters)
-                    if not saga_ids and pause is not None:
-                        await recovery.go_on_waiting(limit, shelters)
-                except Exception as exc:  # the next round tries again
-                    logger.warning("going on with waiting sagas failed: %s", exc)
+        while True:
+            await anyio.sleep(0.05 if pause is None else min(pause, 0.05))
+            waited = 0.0
+            while not told and (pause is None or waited < pause):
+                await anyio.sleep(0.05)
+                waited += 0.05
+            saga_ids, told[:] = list(dict.fromkeys(told)), []
+            try:
+                for saga_id in saga_ids:
+                    await recovery.go_on(saga_id, detached=True, shelters=shelters)
+                if not saga_ids and pause is not None:
+                    await recovery.go_on_waiting(limit, shelters)
+            except Exception as exc:  # the next round tries again
+                logger.warning("going on with waiting sagas failed: %s", exc)
 
     async def _recover_rounds(self, pause: float, limit: int, shelters: Shelters) -> None:
         while True:

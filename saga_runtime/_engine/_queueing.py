@@ -107,11 +107,12 @@ class Queues:
         task_group: TaskGroup,
         shelters: Shelters,
         on_depth: Callable[[str, int], None] | None = None,
+        on_message: Callable[[str], None] | None = None,
     ) -> None:
         """Start queued sagas of `queues` (at most `concurrency` driven at once here) until cancelled.
 
         `shelters`: this serve's (its stop lets the running calls return); `on_depth(queue, depth)` is told how many
-        sagas wait in each queue, once per round.
+        sagas wait in each queue, once per round; `on_message(saga_id)` of each message a store tells of.
         """
         running = 0
         freed = anyio.Event()
@@ -119,7 +120,10 @@ class Queues:
         names = {queue.name for queue in queues}
 
         def wake(queue: str) -> None:
-            if not queue or queue in names:
+            if queue.startswith("message:"):  # a message sent to a saga (PostgreSQL): `on_message` is told
+                if on_message is not None:
+                    on_message(queue.removeprefix("message:"))
+            elif not queue or queue in names:
                 woken.set()
 
         async def drive(saga: SagaRow, rows: list[StepRow]) -> None:
