@@ -9,7 +9,7 @@ from typing import Any
 
 import pydantic
 
-from saga_runtime._tools._spec import _ARGS_CONFIG, _ARGS_CONFIG_EXTRA, _NAME_RULE, _type_hints
+from saga_runtime._tools._spec import _NAME_RULE, _resolve, _type_hints, params_model
 from saga_runtime._tools._versions import check_versions
 
 __all__ = ["SagaFunction", "build_function"]
@@ -60,35 +60,9 @@ def build_function(fn: Any, *, name: str | None, version: str, compatible: tuple
         raise TypeError(f"{owner}: its first parameter takes the saga (saga: DynamicSaga)")
     try:
         hints = _type_hints(fn)
-    except TypeError:
-        hints = {}  # the saga's own annotation may be unresolvable; the arguments' are checked one by one below
-    fields: dict[str, Any] = {}
-    accepts_extra = False
-    for param in params[1:]:
-        if param.kind is inspect.Parameter.VAR_KEYWORD:
-            accepts_extra = True
-            continue
-        if param.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.POSITIONAL_ONLY):
-            raise TypeError(
-                f"{owner}: parameter {param.name!r} is positional-only or *args; a saga function's arguments are "
-                "passed by name"
-            )
-        annotation = hints.get(param.name, param.annotation)
-        if annotation is inspect.Parameter.empty:
-            annotation = Any
-        elif isinstance(annotation, str):
-            try:
-                annotation = eval(annotation, dict(getattr(fn, "__globals__", {})))
-            except Exception as exc:
-                raise TypeError(
-                    f"{owner}: the annotation {annotation!r} of parameter {param.name!r} cannot be resolved ({exc})"
-                ) from None
-        default = ... if param.default is inspect.Parameter.empty else param.default
-        fields[param.name] = (annotation, default)
-    try:
-        model = pydantic.create_model(
-            f"{name}Args", __config__=_ARGS_CONFIG_EXTRA if accepts_extra else _ARGS_CONFIG, **fields
-        )
-    except pydantic.PydanticSchemaGenerationError as exc:
-        raise TypeError(f"{owner} has an argument type pydantic cannot validate ({exc}); use JSON-like values") from exc
+    except TypeError:  # the saga's own annotation may be unresolvable: the arguments' are resolved one by one
+        hints = {param.name: _resolve(fn, param.name, param.annotation) for param in params[1:]}
+    model, accepts_extra, _ = params_model(
+        f"{name}Args", owner, params[1:], hints, "a saga function's arguments are JSON values"
+    )
     return SagaFunction(name, fn, model, accepts_extra, version, tuple(compatible))

@@ -660,3 +660,18 @@ async def test_a_decision_recorded_without_resuming_is_gone_on_with_by_recovery(
     assert result.status is SagaStatus.SUCCESS
     assert result.output == 70
     assert [item for item, _ in ledger.done] == ["claim"]
+
+
+def test_a_saga_function_argument_pydantic_cannot_check_is_refused_at_registration() -> None:
+    """An argument annotated with a type pydantic cannot validate is refused with TypeError naming the function."""
+    registry = ToolRegistry()
+
+    class Connection:  # not a JSON value
+        pass
+
+    async def uses(saga: DynamicSaga, conn: Connection) -> None:
+        return None
+
+    with pytest.raises(TypeError, match="uses"):
+        registry.saga(uses)
+    assert registry.function("uses") is None
