@@ -435,7 +435,7 @@ class SagaExecutor:
             tg.start_soon(self._recover_rounds, pause, limit, shelters)
             # Waiting saga functions go on once due: told of a message at once (PostgreSQL), else within the
             # interval (half a second by default, not the recovery rounds' half lease).
-            told: list[str] = []  # sagas a message was sent to, as the store tells (PostgreSQL)
+            told = _Told()  # sagas a message was sent to, as the store tells (PostgreSQL)
             tg.start_soon(self._wake_rounds, 0.5 if interval is None and pause > 0.5 else None, limit, shelters, told)
             try:
                 await self._actions.queues.serve(
@@ -446,23 +446,20 @@ class SagaExecutor:
                     task_group=tg,
                     shelters=shelters,
                     on_depth=on_depth if samplers else None,
-                    on_message=told.append,
+                    on_message=told.tell,
                 )
             finally:
                 # A stop: the sagas it drives stop once their running calls return (bounded), then are released.
                 shelters.stop(self.compensation_timeout)
 
-    async def _wake_rounds(self, pause: float | None, limit: int, shelters: Shelters, told: list[str]) -> None:
+    async def _wake_rounds(self, pause: float | None, limit: int, shelters: Shelters, told: _Told) -> None:
         """Go on with waiting saga functions: those a message was sent to (`told`, as the queue loop hears it) at
         once, and every due one each `pause` (None: the recovery rounds do)."""
         recovery = self._actions.recovery
         while True:
-            await anyio.sleep(0.05 if pause is None else min(pause, 0.05))
-            waited = 0.0
-            while not told and (pause is None or waited < pause):
-                await anyio.sleep(0.05)
-                waited += 0.05
-            saga_ids, told[:] = list(dict.fromkeys(told)), []
+            with anyio.move_on_after(math.inf if pause is None else pause):
+                await told.heard.wait()
+            saga_ids = told.take()
             try:
                 for saga_id in saga_ids:
                     await recovery.go_on(saga_id, detached=True, shelters=shelters)
@@ -481,3 +478,22 @@ class SagaExecutor:
             except Exception:
                 logger.exception("recovery round failed unexpectedly, trying again in %gs", pause)
             await anyio.sleep(pause)
+
+
+class _Told:
+    """The sagas a worker was told a message was sent to, and the event that wakes its wake rounds."""
+
+    __slots__ = ("heard", "saga_ids")
+
+    def __init__(self) -> None:
+        self.saga_ids: list[str] = []
+        self.heard = anyio.Event()
+
+    def tell(self, saga_id: str) -> None:
+        self.saga_ids.append(saga_id)
+        self.heard.set()
+
+    def take(self) -> list[str]:
+        """Return the sagas told of since the last take, each once, and wait anew."""
+        saga_ids, self.saga_ids, self.heard = list(dict.fromkeys(self.saga_ids)), [], anyio.Event()
+        return saga_ids
