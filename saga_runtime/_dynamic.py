@@ -6,6 +6,7 @@ Calls are identified by position, so a saga re-entered after a crash is served i
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, NoReturn
@@ -13,7 +14,7 @@ from typing import Any, NoReturn
 import anyio
 import pydantic
 
-from saga_runtime._engine import HOLDABLE, Budget, Claim, Drives, SagaEngine
+from saga_runtime._engine import HOLDABLE, Budget, CallDriver, Claim, Drives, EngineConfig, SagaEngine, receive
 from saga_runtime._exceptions import (
     ApprovalPendingError,
     ApprovalRejectedError,
@@ -22,11 +23,9 @@ from saga_runtime._exceptions import (
     PlanValidationError,
     ReplayDivergenceError,
     ResultNotStorableError,
-    SagaInProgressError,
     SecretKeyError,
     StepFailedError,
     UnknownToolError,
-    describe,
 )
 from saga_runtime._planning import MAX_ID_BYTES, Step, call_args, valid_id
 from saga_runtime._records import (
@@ -38,13 +37,16 @@ from saga_runtime._records import (
     StepRow,
     StepStatus,
     canonical_json,
+    function_of,
     idempotency_key,
     mask_secrets,
+    now,
     own_copy,
     result_from_rows,
     step_succeeded,
     to_json_value,
 )
+from saga_runtime._starting import checked_json
 from saga_runtime._tools import ToolRegistry
 
 __all__ = ["DynamicSaga"]
@@ -65,17 +67,23 @@ class DynamicSaga:
 
     def __init__(
         self,
-        drives: Drives,
+        drives: Drives | None,
         saga_id: str,
         *,
         budget: Budget | None,
         metadata: dict[str, Any],
         replay: bool,
         approval_required: Iterable[str] | None = None,
+        config: EngineConfig | None = None,
     ) -> None:
         self._drives = drives
-        self._store = drives.config.store
-        self._registry = drives.config.registry
+        config = drives.config if drives is not None else config
+        assert config is not None
+        self._config = config
+        self._store = config.store
+        self._registry = config.registry
+        self._driver: CallDriver | None = None  # the engine's driver this saga feeds while it runs live
+        self._function: str | None = None  # a saga function's name: its code runs over its record (API.md §18)
         self.saga_id = saga_id
         self._budget = budget
         self._metadata = metadata
@@ -87,6 +95,9 @@ class DynamicSaga:
         self._next_seq = 0
         self._next_group = 0
         self._charges_seen = 0
+        self._sleeps_seen = 0
+        self._recvs_seen = 0
+        self._published = 0  # events set and stream values written, by position
         self._entered = False
         self._closed = False
         self.result: SagaResult | None = None
@@ -99,7 +110,7 @@ class DynamicSaga:
     @property
     def keyring(self) -> SecretKeyring | None:
         """Return the executor's keys for secret arguments (None without a key)."""
-        return self._drives.config.keyring
+        return self._config.keyring
 
     @property
     def registry(self) -> ToolRegistry:
@@ -116,6 +127,7 @@ class DynamicSaga:
             raise RuntimeError("a DynamicSaga is entered once; call executor.saga() again for another block")
         self._entered = True
         drives, store = self._drives, self._store
+        assert drives is not None  # a saga function's saga is not entered: its driver runs it
         if drives.config.resources is not None:
             await drives.config.resources.enter()  # a failing lifespan stores nothing
         # plan_hash holds the head of the call chain (none yet); see saga_runtime._records._chain.
@@ -148,7 +160,7 @@ class DynamicSaga:
         )
         if engine.compensating:
             # Died while being undone: finish that, then the block replays the record.
-            claim, self._claim, self._engine = self._claim, None, None
+            claim, self._claim, self._engine, self._driver = self._claim, None, None, None
             assert claim is not None
             try:
                 self.result = await engine.compensate()
@@ -171,13 +183,8 @@ class DynamicSaga:
         """Claim the saga and run calls live; the claim is left in __aexit__, in the same task."""
         held = await claim.__aenter__()
         if held is None:
-            saga = claim.saga
-            raise SagaInProgressError(
-                f"saga {self.saga_id!r} is {saga.status.value} under executor {saga.owner!r}; it can be re-entered "
-                "once that executor is gone (its lease expired) or has finished it",
-                saga_id=self.saga_id,
-                owner=saga.owner,
-                lease_expires_at=saga.lease_expires_at,
+            raise claim.in_progress(
+                "it can be re-entered once that executor is gone (its lease expired) or has finished it"
             )
         try:
             engine = held.start(where="while this block ran")
@@ -188,7 +195,7 @@ class DynamicSaga:
         except BaseException as exc:
             await held.close(exc)
             raise
-        self._claim, self._engine = held, engine
+        self._claim, self._engine, self._driver = held, engine, CallDriver(engine)
         return engine
 
     @property
@@ -199,9 +206,10 @@ class DynamicSaga:
         return self._claim.session.keeper
 
     def _adopt_record(self, saga: SagaRow, rows: list[StepRow]) -> None:
-        if saga.kind != "dynamic":
+        if saga.kind != "dynamic" or (self._function is None and function_of(saga.plan) is not None):
+            what = "a plan saga" if saga.kind != "dynamic" else "a saga function's saga"
             raise IdempotencyConflictError(
-                f"saga {self.saga_id!r} is a plan saga; a dynamic saga needs an id of its own",
+                f"saga {self.saga_id!r} is {what}; a dynamic saga needs an id of its own",
                 saga_id=self.saga_id,
             )
         self._stored = (saga, rows)
@@ -211,39 +219,44 @@ class DynamicSaga:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> bool:
         self._closed = True
-        engine, claim = self._engine, self._claim
-        if engine is None or claim is None:
+        driver, claim = self._driver, self._claim
+        if driver is None or claim is None:
             if self.result is None and self._stored is not None:
                 self.result = result_from_rows(*self._stored)
             return False
         try:
-            if engine.fenced:
-                # Taken over, or WAITING for a decision: nothing more is written.
-                pass
-            elif exc is None:
-                stuck = self._not_undone(engine)
-                if stuck is None:
-                    self.result = await engine.finish(SagaStatus.SUCCESS)
-                else:
-                    # An effect that could not be undone must not end in SUCCESS.
-                    engine.fail(f"call {stuck.step_id!r} ({stuck.tool_name}) has an effect that could not be undone")
-                    self.result = await engine.compensate()
-            else:
-                engine.fail(
-                    "the saga was cancelled by its caller"
-                    if isinstance(exc, anyio.get_cancelled_exc_class())
-                    else f"the saga block raised {describe(exc)}",
-                    exc,
-                )
-                self.result = await engine.compensate()
+            # Taken over, or WAITING for a decision: nothing more is written.
+            self.result = await driver.end(exc) or self.result
         finally:
             await claim.close(exc)  # raises LeaseLostError if the lease was lost
         return False
 
-    @staticmethod
-    def _not_undone(engine: SagaEngine) -> StepRow | None:
-        """Return a call whose effect could not be undone (recorded COMPENSATION_FAILED), if any."""
-        return next((row for row in engine.rows.values() if row.status is StepStatus.COMPENSATION_FAILED), None)
+    def check_all_served(self) -> None:
+        """Fail a saga function whose code returned before making every call its record holds (a divergence)."""
+        driver = self._driver
+        if driver is not None and driver.diverged is None and self._next_seq < len(self._record):
+            row = self._record[self._next_seq]
+            driver.diverged = ReplayDivergenceError(
+                f"saga {self.saga_id!r} returned after {self._next_seq} calls, but the record holds call "
+                f"#{self._next_seq + 1} {row.tool_name}({_brief(row.args)}); a resumed saga function must make the "
+                "same calls in the same order",
+                saga_id=self.saga_id,
+                position=self._next_seq,
+            )
+
+    @classmethod
+    def running(cls, driver: CallDriver, engine: SagaEngine, function: str) -> DynamicSaga:
+        """Return the saga a saga function's code is given: its calls fed to `driver` (driving `engine`), recorded
+        ones served."""
+        saga = engine.saga
+        budget = Budget.from_json(saga.budget)
+        self = cls(None, saga.saga_id, budget=budget, metadata=dict(saga.metadata), replay=False, config=engine.config)
+        self._function = function
+        self._entered = True
+        self._engine, self._driver = engine, driver
+        self._record = sorted(engine.rows.values(), key=lambda r: r.seq)
+        self._stored = (saga, self._record)
+        return self
 
     async def detach(self) -> None:
         """Leave the saga unfinished, its lease released on exit, for a re-entry or any `recover()`."""
@@ -256,6 +269,9 @@ class DynamicSaga:
     def _check_open(self) -> None:
         if not self._entered or self._closed:
             raise RuntimeError("use the saga inside its `async with executor.saga(...) as saga:` block")
+        driver = self._driver
+        if driver is not None and driver.diverged is not None:
+            raise driver.diverged  # nothing more is called once the code left its record
 
     # -- calls
 
@@ -295,35 +311,25 @@ class DynamicSaga:
         first = self._next_seq
         group = self._next_group
         # All checked before any is added: a refused group leaves no row.
-        rows = [self._recorded_or_new(first + i, group, *call) for i, call in enumerate(prepared)]
+        try:
+            rows = [self._recorded_or_new(first + i, group, *call) for i, call in enumerate(prepared)]
+        except ReplayDivergenceError as exc:
+            if self._function is not None and self._driver is not None:
+                self._driver.diverged = exc  # recorded as the saga's failure, whatever the code does with it
+            raise
         self._next_seq += len(prepared)
         self._next_group += 1
-        engine = self._engine
+        driver, engine = self._driver, self._engine
         ok = True
-        if engine is not None:
-            for row in rows:
-                if row.step_id not in engine.rows:
-                    engine.add_step(row)
-            registry = self._registry
-            failed_live = join == "all" and any(
-                row.status is StepStatus.FAILED and registry.get(row.tool_name).retry_scope == "saga" for row in rows
+        if driver is not None and engine is not None:
+            keep_going = join == "all" and return_exceptions
+            ok, refused = await driver.feed(
+                rows, join=join, needed=needed, gated=self._gated(engine, rows), keep_going=keep_going
             )
-            refused = await self._hold(engine, rows)
-            if refused and (join != "all" or not return_exceptions):
-                # Refused as a whole: the other calls are recorded as never run.
-                engine.not_run(rows, f"not run: call {refused[0].step_id!r} of its group was rejected")
-                await engine.flush()
+            if driver.waiting is not None:
+                self._wait_for(driver, rows)
+            if refused and not keep_going:
                 self._refuse(refused[0])
-            runnable = [row for row in rows if row not in refused]
-            if failed_live:
-                # Failed live and died mid-undo: finish undoing, run nothing again.
-                await engine.compensate_unknown(rows)
-                await engine.flush()
-            elif join != "all" or any(row.status in (StepStatus.PENDING, *_UNKNOWN) for row in runnable):
-                ok = await engine.run_group(runnable, join=join, needed=needed)
-                engine.forgive()  # the calling code decides whether a failure ends the saga
-                await engine.compensate_unknown(rows, successes=join != "all" and not ok)
-                await engine.flush()  # durable before the caller sees a result
         if join != "all":
             return self._joined(rows, join, needed, ok)
         if not return_exceptions:
@@ -339,10 +345,10 @@ class DynamicSaga:
                 outcomes.append(exc)
         return outcomes
 
-    async def _hold(self, engine: SagaEngine, rows: list[StepRow]) -> list[StepRow]:
-        """Return a group's refused calls; an undecided one records its request and raises ApprovalPendingError."""
+    def _gated(self, engine: SagaEngine, rows: list[StepRow]) -> list[StepRow]:
+        """Return a group's calls that need a person's decision."""
         registry, gate = self._registry, engine.gate
-        gated = [
+        return [
             row
             for row in rows
             if row.status in HOLDABLE
@@ -352,24 +358,24 @@ class DynamicSaga:
                 or gate.request_of(row.step_id) is not None
             )
         ]
-        refused = [row for row in rows if row.status is StepStatus.REJECTED]
-        if not gated:
-            return refused
-        waiting, rejected = await engine.hold(gated)
-        if waiting:
-            self.result = await engine.wait()
-            row = next(row for row in gated if (request := gate.request_of(row.step_id)) and request.decision is None)
-            self._waiting = ApprovalPendingError(
-                f"saga {self.saga_id!r}: call {row.step_id!r} ({row.tool_name}) waits for a person's decision; "
-                f"the saga is WAITING. Decide with executor.approve({self.saga_id!r}, {row.step_id!r}, by=...) or "
-                "reject(...), then enter the saga again",
-                saga_id=self.saga_id,
-                step_id=row.step_id,
-                tool_name=row.tool_name,
-                arguments=mask_secrets(own_copy(row.args)),
-            )
-            raise self._waiting
-        return refused + rejected
+
+    def _wait_for(self, driver: CallDriver, rows: list[StepRow]) -> NoReturn:
+        """Raise the ApprovalPendingError of a group whose call waits for a decision (the saga is WAITING)."""
+        self.result = driver.waiting
+        assert self._engine is not None
+        gate = self._engine.gate
+        row = next(row for row in rows if (request := gate.request_of(row.step_id)) and request.decision is None)
+        then = "it resumes once decided" if self._function is not None else "then enter the saga again"
+        self._waiting = ApprovalPendingError(
+            f"saga {self.saga_id!r}: call {row.step_id!r} ({row.tool_name}) waits for a person's decision; "
+            f"the saga is WAITING. Decide with executor.approve({self.saga_id!r}, {row.step_id!r}, by=...) or "
+            f"reject(...), {then}",
+            saga_id=self.saga_id,
+            step_id=row.step_id,
+            tool_name=row.tool_name,
+            arguments=mask_secrets(own_copy(row.args)),
+        )
+        raise self._waiting
 
     def _refuse(self, row: StepRow) -> NoReturn:
         """Raise the ApprovalRejectedError of a refused call."""
@@ -439,7 +445,7 @@ class DynamicSaga:
                 )
                 continue
             try:
-                json_args = call_args(registry.get(name), args, self._drives.config.keyring, what=label)
+                json_args = call_args(registry.get(name), args, self._config.keyring, what=label)
             except pydantic.ValidationError as exc:
                 problems.extend(f"{label}: {error['loc']}: {error['msg']}" for error in exc.errors(include_url=False))
                 continue
@@ -541,6 +547,109 @@ class DynamicSaga:
             return self._engine.saga
         assert self._stored is not None
         return self._stored[0]
+
+    # -- time
+
+    async def sleep(self, seconds: float) -> None:
+        """Wait `seconds`, the wake time recorded at the saga's position: a resumed saga waits only what remains.
+
+        In a saga function, a wait longer than the executor's `wait_threshold` releases the saga: it is WAITING,
+        holds no lease and no worker slot, and `serve()` resumes it (its code run again over its record) once
+        due. In a dynamic saga (`executor.saga()`) every wait stays in this process, under the lease.
+        """
+        given: object = seconds  # callers outside mypy's reach pass anything
+        if isinstance(given, bool) or not isinstance(given, int | float) or not math.isfinite(given) or given < 0:
+            raise ValueError(f"sleep takes a finite number of seconds >= 0, got {seconds!r}")
+        self._check_open()
+        position, self._sleeps_seen = self._sleeps_seen, self._sleeps_seen + 1
+        driver = self._driver
+        if driver is None:
+            return  # served from the record: a replay waits for nothing
+        wake = await driver.sleep_until(position, float(seconds))
+        remaining = (wake - now()).total_seconds()
+        if remaining <= 0:
+            return
+        if self._function is not None and remaining > self._config.wait_threshold:
+            await driver.release()  # WAITING until due: this code stops here, and runs again from its record
+        await anyio.sleep(remaining)
+
+    async def recv(self, topic: str, *, timeout: float | None = None) -> Any:  # noqa: ASYNC109 - recorded, not a scope
+        """Return the oldest message sent to this saga on `topic` (`executor.send`) not yet received, each received
+        once; None once `timeout` seconds passed without one (None: wait as long as it takes).
+
+        Recorded at the saga's position: a resumed saga receives the same message, and waits only what remains. A
+        wait longer than `wait_threshold` releases a saga function (WAITING) until its message comes or the time
+        is up; in a dynamic saga (`executor.saga()`) the wait stays in this process.
+        """
+        if not isinstance(topic, str) or not topic:
+            raise ValueError(f"recv takes a topic, a non-empty str, got {topic!r}")
+        given: object = timeout
+        if given is not None and (
+            isinstance(given, bool) or not isinstance(given, int | float) or math.isnan(given) or given < 0
+        ):
+            raise ValueError(f"recv's timeout must be None or seconds >= 0, got {timeout!r}")
+        self._check_open()
+        position, self._recvs_seen = self._recvs_seen, self._recvs_seen + 1
+        driver = self._driver
+        saga = self._saga_row
+        begun = next((e for e in saga.history if e.get("kind") == "recv" and e.get("position") == position), None)
+        if begun is not None and begun.get("topic") != topic:
+            error = ReplayDivergenceError(
+                f"saga {self.saga_id!r} wait #{position + 1} is recv({topic!r}) but the record holds "
+                f"recv({begun.get('topic')!r}); a resumed saga must wait for the same things in the same order",
+                saga_id=self.saga_id,
+                position=position,
+            )
+            if driver is not None and self._function is not None:
+                driver.diverged = error
+            raise error
+        if driver is None:  # served from the record
+            done = next(
+                (e for e in saga.history if e.get("kind") == "received" and e.get("position") == position), None
+            )
+            return None if done is None else own_copy(done.get("value"))
+        seconds = None if timeout is None or math.isinf(timeout) else float(timeout)
+        value = await receive(driver, position, topic, seconds, releasable=self._function is not None)
+        return own_copy(value)
+
+    # -- events and streams
+
+    async def set_event(self, key: str, value: Any) -> None:
+        """Set the event `key` to `value` (a JSON value), recorded: `executor.get_event` reads its latest value."""
+        await self._publish({"kind": "event", "key": key, "value": value}, key)
+
+    async def write_stream(self, name: str, value: Any) -> None:
+        """Append `value` (a JSON value) to the stream `name`: `executor.read_stream` yields it, in order."""
+        await self._publish({"kind": "stream", "name": name, "value": value}, name)
+
+    async def close_stream(self, name: str) -> None:
+        """Close the stream `name`: its readers stop once they have every value."""
+        await self._publish({"kind": "stream_closed", "name": name}, name)
+
+    async def _publish(self, entry: dict[str, Any], label: str) -> None:
+        if not isinstance(label, str) or not label:
+            raise ValueError(f"an event key or stream name is a non-empty str, got {label!r}")
+        if "value" in entry:
+            entry["value"] = checked_json(entry["value"], "value")
+        self._check_open()
+        position, self._published = self._published, self._published + 1
+        driver = self._driver
+        if driver is None:
+            return  # served from the record: a replay publishes nothing
+        recorded = await driver.publish(position, entry)
+        if recorded is not None and (recorded.get("kind"), recorded.get("key", recorded.get("name"))) != (
+            entry["kind"],
+            label,
+        ):
+            error = ReplayDivergenceError(
+                f"saga {self.saga_id!r} publication #{position + 1} is {entry['kind']} {label!r} but the record holds "
+                f"{recorded.get('kind')} {recorded.get('key', recorded.get('name'))!r}",
+                saga_id=self.saga_id,
+                position=position,
+            )
+            if self._function is not None:
+                driver.diverged = error
+            raise error
 
     # -- metadata
 

@@ -7,36 +7,40 @@ import logging
 import math
 import os
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime, timedelta
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from datetime import datetime
 from functools import partial
 from typing import Any
 
 import anyio
 
 from saga_runtime._dynamic import DynamicSaga
-from saga_runtime._engine import Actions, Budget, Drives, EngineConfig, SagaHook, Shelters
-from saga_runtime._exceptions import PlanValidationError, ResultNotStorableError, StoreError
+from saga_runtime._engine import Actions, Budget, Drives, EngineConfig, SagaHook, Shelters, send
+from saga_runtime._exceptions import PlanValidationError, StoreError
 from saga_runtime._handle import SagaHandle
 from saga_runtime._planner import RegistryPlanner, replay
-from saga_runtime._planning import MAX_ID_BYTES, Plan, PlanPolicy, build_plan, valid_id
+from saga_runtime._planning import PlanPolicy, build_plan
+from saga_runtime._published import get_event, read_stream
 from saga_runtime._records import (
     APPROVED,
     KEY_ENV,
     REJECTED,
     ApprovalRequest,
     Queue,
-    QueueEntry,
     SagaResult,
-    SagaRow,
     Schedule,
     SecretKeyring,
-    StepRow,
-    idempotency_keys,
-    now,
-    to_json_value,
 )
 from saga_runtime._schedules import Schedules
+from saga_runtime._starting import (
+    check_saga_options,
+    checked_json,
+    function_saga,
+    new_plan_saga,
+    queue_entry,
+    served_queues,
+    target,
+)
 from saga_runtime._storage import MemoryStore, SagaStore, waiting_counts
 from saga_runtime._tools import Resources, ToolRegistry
 
@@ -68,6 +72,8 @@ class SagaExecutor:
     `secret_key` (else the environment variable SAGA_RUNTIME_SECRET_KEY) encrypts secret arguments at rest: a
     URL-safe base64 key of 32 bytes (`Fernet.generate_key()`), or several, newest first (a list, or joined by
     commas), so keys rotate; needs the `secrets` extra. Without one, a plan holding a secret is refused.
+    `wait_threshold` (seconds, default 5): a saga function's `sleep` longer than this releases the saga (WAITING,
+    no lease, no worker slot) until `serve()` resumes it; shorter ones wait in the process, under the lease.
     """
 
     def __init__(
@@ -84,11 +90,15 @@ class SagaExecutor:
         recovery_concurrency: int = 32,
         hooks: Sequence[SagaHook] = (),
         secret_key: str | bytes | Sequence[str | bytes] | None = None,
+        wait_threshold: float = 5.0,
     ) -> None:
         if not isinstance(registry, ToolRegistry):
             raise TypeError(f"registry must be a ToolRegistry, got {type(registry).__name__}")
         _check_positive("lease_timeout", lease_timeout)
         _check_positive("compensation_timeout", compensation_timeout)
+        given: object = wait_threshold
+        if isinstance(given, bool) or not isinstance(given, int | float) or not math.isfinite(given) or given < 0:
+            raise ValueError(f"wait_threshold must be a number of seconds >= 0, got {wait_threshold!r}")
         limits = (("max_concurrency", max_concurrency), ("max_threads", max_threads))
         for name, limit in (*limits, ("recovery_concurrency", recovery_concurrency)):
             if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
@@ -115,12 +125,14 @@ class SagaExecutor:
             hooks=self.hooks,
             keyring=SecretKeyring.configured(secret_key if secret_key is not None else os.environ.get(KEY_ENV)),
             resources=self._resources,
+            wait_threshold=float(wait_threshold),
         )
         self._drives = Drives(config)
         self._taking_back: asyncio.Task[None] | None = None  # see __aenter__
+        self._planner = RegistryPlanner(registry, config.keyring)
         self._actions = Actions(
             self._drives,
-            RegistryPlanner(registry, config.keyring),
+            self._planner,
             max_recovery_attempts=max_recovery_attempts,
             recovery_concurrency=recovery_concurrency,
         )
@@ -161,8 +173,9 @@ class SagaExecutor:
 
     async def run(
         self,
-        plan: Sequence[Any],
+        plan: Sequence[Any] | Callable[..., Any] | str,
         *,
+        args: Mapping[str, Any] | None = None,
         saga_id: str | None = None,
         budget: Budget | None = None,
         policy: PlanPolicy | None = None,
@@ -174,10 +187,20 @@ class SagaExecutor:
         raises `PlanValidationError` and nothing is stored. `saga_id` is the saga's idempotency key: a finished
         saga's id returns its stored result without calling a tool; the same id with another plan raises
         `IdempotencyConflictError`; an id that is running right now raises `SagaInProgressError`.
+
+        `plan` may be a saga function (`@registry.saga`) or its name, called with `args`: its calls are the
+        saga's steps, its return value `result.output`; an exception leaving it compensates every call made.
         """
+        function = target(self.registry, plan, args)
+        if function is not None:
+            fn_saga = function_saga(self._drives, function, args, saga_id, budget, metadata)
+            await self._resources.enter()
+            body = self._planner.body(fn_saga)
+            assert body is not None  # a saga function's saga
+            return await self._actions.run(body, fn_saga, [], announce=False)
         planned = build_plan(plan, self.registry, policy=policy, keyring=self._drives.config.keyring)
         await self._resources.enter()  # before anything is stored: a lifespan that fails runs nothing
-        saga, steps = self._new_saga(planned, saga_id, budget, metadata)
+        saga, steps = new_plan_saga(self._drives, planned, saga_id, budget, metadata)
         # The first group's intent (RUNNING, attempt 1) is committed with the saga itself: one write less (unless a
         # step of it waits for a person's decision first).
         held = bool(planned.groups) and any(step.approval for step in planned.groups[0])
@@ -185,8 +208,9 @@ class SagaExecutor:
 
     async def submit(
         self,
-        plan: Sequence[Any],
+        plan: Sequence[Any] | Callable[..., Any] | str,
         *,
+        args: Mapping[str, Any] | None = None,
         saga_id: str | None = None,
         queue: str = "default",
         key: str | None = None,
@@ -201,13 +225,46 @@ class SagaExecutor:
         Nothing runs here. `key` groups sagas for a queue's `key_concurrency`; a lower `priority` starts first,
         then the earlier submit; `not_before` (an aware datetime, or seconds from now) delays the start. The id
         of a stored saga with the same plan returns its handle and stores nothing; with another plan,
-        `IdempotencyConflictError`.
+        `IdempotencyConflictError`. `plan` may be a saga function or its name, called with `args` (as `run()`).
         """
-        entry = _queue_entry(queue, key, priority, not_before)
+        entry = queue_entry(queue, key, priority, not_before)
+        function = target(self.registry, plan, args)
+        if function is not None:
+            fn_saga = function_saga(self._drives, function, args, saga_id, budget, metadata, queued=True)
+            await self._actions.queues.submit(fn_saga, [], entry)
+            return SagaHandle(self.store, fn_saga.saga_id)
         planned = build_plan(plan, self.registry, policy=policy, keyring=self._drives.config.keyring)
-        saga, steps = self._new_saga(planned, saga_id, budget, metadata, queued=True)
+        saga, steps = new_plan_saga(self._drives, planned, saga_id, budget, metadata, queued=True)
         await self._actions.queues.submit(saga, steps, entry)
         return SagaHandle(self.store, saga.saga_id)
+
+    async def send(self, saga_id: str, topic: str, message: Any, *, idempotency_key: str | None = None) -> None:
+        """Store a message for the saga `saga_id` on `topic`; its `saga.recv(topic)` receives it, once.
+
+        The saga may be QUEUED, RUNNING or WAITING (a message sent before it waits is kept for it); a saga
+        function WAITING for it is resumed by a worker within its `interval`. With `idempotency_key`, a key used
+        before for this saga stores nothing. An unknown or finished saga raises `SagaError`, and a message that
+        is not a JSON value raises `TypeError` naming the part that is not; nothing is stored.
+        """
+        if not isinstance(saga_id, str):
+            raise TypeError(f"saga_id must be a str, got {type(saga_id).__name__}")
+        if not isinstance(topic, str) or not topic:
+            raise ValueError(f"topic must be a non-empty str, got {topic!r}")
+        if idempotency_key is not None and (
+            not isinstance(idempotency_key, str) or not idempotency_key or len(idempotency_key.encode()) > 255
+        ):
+            raise ValueError(f"idempotency_key must be non-empty text of at most 255 bytes, got {idempotency_key!r}")
+        await send(self._drives.config, saga_id, topic, checked_json(message), idempotency_key)
+
+    async def get_event(self, saga_id: str, key: str, *, timeout: float | None = None) -> Any:  # noqa: ASYNC109
+        """Return the latest value the saga `saga_id` set for the event `key` (`saga.set_event`), waiting up to
+        `timeout` seconds for a first one; None if there is none. An unknown saga raises `SagaNotFoundError`."""
+        return await get_event(self.store, saga_id, key, timeout)
+
+    def read_stream(self, saga_id: str, name: str, *, start: int = 0) -> AsyncIterator[Any]:
+        """Return an async iterator of the values of the saga's stream `name` (`saga.write_stream`) from offset
+        `start`, in order, each once, waiting for more until the stream is closed or the saga has ended."""
+        return read_stream(self.store, saga_id, name, start)
 
     def handle(self, saga_id: str) -> SagaHandle:
         """Return a handle to the saga `saga_id` (its status and, once it ends, its result)."""
@@ -237,7 +294,7 @@ class SagaExecutor:
         """
         if isinstance(approval_required, str):
             raise TypeError("approval_required is a collection of tool names, not one string")
-        problems, stored_metadata = self._check_saga_options(saga_id, budget, metadata)
+        problems, stored_metadata = check_saga_options(saga_id, budget, metadata)
         if problems:
             raise PlanValidationError(problems, saga_id=saga_id)
         return DynamicSaga(
@@ -366,7 +423,7 @@ class SagaExecutor:
         sagas it drives are not compensated, they stop once their running calls return and are released for
         another worker. A round that failed (a store that cannot be reached) is logged and tried again.
         """
-        served = _queues(queues)
+        served = served_queues(queues)
         if concurrency is not None and (
             isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
         ):
@@ -390,6 +447,10 @@ class SagaExecutor:
             waiting = [getattr(hook, "observe_waiting", None) for hook in self.hooks]
             if any(callable(sample) for sample in waiting):
                 tg.start_soon(self._sample_waiting, [sample for sample in waiting if callable(sample)])
+            # Waiting saga functions go on once due: told of a message at once (PostgreSQL), else within the
+            # interval (half a second by default, not the recovery rounds' half lease).
+            told = _Told()  # sagas a message was sent to, as the store tells (PostgreSQL)
+            tg.start_soon(self._wake_rounds, 0.5 if interval is None and pause > 0.5 else None, limit, shelters, told)
             tg.start_soon(
                 partial(
                     self._actions.queues.serve,
@@ -400,6 +461,7 @@ class SagaExecutor:
                     task_group=tg,
                     shelters=shelters,
                     on_depth=on_depth if samplers else None,
+                    on_message=told.tell,
                 )
             )
             try:
@@ -462,6 +524,22 @@ class SagaExecutor:
                     sample(counts)
             await anyio.sleep(_WAITING_SAMPLE)
 
+    async def _wake_rounds(self, pause: float | None, limit: int, shelters: Shelters, told: _Told) -> None:
+        """Go on with waiting saga functions: those a message was sent to (`told`, as the queue loop hears it) at
+        once, and every due one each `pause` (None: the recovery rounds do)."""
+        recovery = self._actions.recovery
+        while True:
+            with anyio.move_on_after(math.inf if pause is None else pause):
+                await told.heard.wait()
+            saga_ids = told.take()
+            try:
+                for saga_id in saga_ids:
+                    await recovery.go_on(saga_id, detached=True, shelters=shelters)
+                if not saga_ids and pause is not None:
+                    await recovery.go_on_waiting(limit, shelters)
+            except Exception as exc:  # the next round tries again
+                logger.warning("going on with waiting sagas failed: %s", exc)
+
     async def _recover_rounds(self, pause: float, limit: int, shelters: Shelters) -> None:
         while True:
             try:
@@ -473,98 +551,21 @@ class SagaExecutor:
                 logger.exception("recovery round failed unexpectedly, trying again in %gs", pause)
             await self._actions.recovery.rest(pause)  # or less: a decision, unpark or retry heard (API.md §19)
 
-    def _new_saga(
-        self,
-        planned: Plan,
-        saga_id: str | None,
-        budget: Budget | None,
-        metadata: Mapping[str, Any] | None,
-        *,
-        queued: bool = False,
-    ) -> tuple[SagaRow, list[StepRow]]:
-        problems, stored_metadata = self._check_saga_options(saga_id, budget, metadata)
-        if problems:
-            raise PlanValidationError(problems, saga_id=saga_id)
-        saga = self._drives.new_saga(
-            saga_id,
-            "plan",
-            plan=planned.to_json(),
-            plan_hash=planned.digest,
-            budget=None if budget is None else {**budget.to_json(), "charges": 0},
-            metadata=stored_metadata,
-            queued=queued,
-        )
-        saga_id = saga.saga_id
-        planned_steps = planned.steps
-        keys = idempotency_keys(saga_id, [step.step_id for step in planned_steps])
-        # Positional: saga_id, seq, step_id, group, tool_name, args, idempotency_key (faster, on the hot path).
-        steps = [
-            StepRow(saga_id, seq, step.step_id, step.group, step.tool_name, step.args, key, tool_version=step.version)
-            for seq, (step, key) in enumerate(zip(planned_steps, keys, strict=True))
-        ]
-        return saga, steps
 
-    @staticmethod
-    def _check_saga_options(
-        saga_id: str | None, budget: Budget | None, metadata: Mapping[str, Any] | None
-    ) -> tuple[list[str], dict[str, Any]]:
-        problems = []
-        if saga_id is not None and not valid_id(saga_id):
-            problems.append(
-                f"saga_id must be non-empty Unicode text without NUL, of at most {MAX_ID_BYTES} bytes in UTF-8, "
-                f"got {saga_id!r}"
-            )
-        given: object = budget  # callers outside mypy's reach pass anything
-        if not isinstance(given, Budget | None):
-            problems.append(f"budget must be a Budget, got {type(budget).__name__}")
-        stored_metadata: dict[str, Any] = {}
-        if metadata is not None:
-            try:
-                stored_metadata = dict(to_json_value(dict(metadata), what="the metadata", tool_name="(saga)"))
-            except (ResultNotStorableError, TypeError, ValueError) as exc:
-                problems.append(f"metadata must be a JSON-like mapping: {exc}")
-        return problems, stored_metadata
+class _Told:
+    """The sagas a worker was told a message was sent to, and the event that wakes its wake rounds."""
 
+    __slots__ = ("heard", "saga_ids")
 
-def _queue_entry(queue: object, key: object, priority: object, not_before: object) -> QueueEntry:
-    """Return where a submitted saga waits; raise on a bad option (before anything is stored)."""
-    if not isinstance(queue, str) or not queue or len(queue.encode()) > 255 or "\x00" in queue:
-        raise ValueError(f"queue must be a queue name (non-empty text of at most 255 bytes), got {queue!r}")
-    if key is not None and (not isinstance(key, str) or not key or len(key.encode()) > 255 or "\x00" in key):
-        raise ValueError(f"key must be non-empty text of at most 255 bytes, or None, got {key!r}")
-    if isinstance(priority, bool) or not isinstance(priority, int) or priority < 0:
-        raise ValueError(f"priority must be an int >= 0 (lower starts first), got {priority!r}")
-    start: datetime | None
-    if not_before is None:
-        start = None
-    elif isinstance(not_before, datetime):
-        if not_before.tzinfo is None or not_before.utcoffset() is None:
-            raise ValueError(f"not_before must be an aware datetime (with a timezone), got the naive {not_before!r}")
-        start = not_before
-    elif isinstance(not_before, int | float) and not isinstance(not_before, bool) and math.isfinite(not_before):
-        if not_before < 0:
-            raise ValueError(f"not_before in seconds from now must be >= 0, got {not_before!r}")
-        start = now() + timedelta(seconds=not_before)
-    else:
-        raise TypeError(f"not_before must be an aware datetime or seconds from now, got {not_before!r}")
-    return QueueEntry(queue, key, priority, start)
+    def __init__(self) -> None:
+        self.saga_ids: list[str] = []
+        self.heard = anyio.Event()
 
+    def tell(self, saga_id: str) -> None:
+        self.saga_ids.append(saga_id)
+        self.heard.set()
 
-def _queues(queues: Sequence[Queue | str] | None) -> list[Queue]:
-    """Return the queues a worker serves (`Queue` objects or names), each once; raise on anything else."""
-    if queues is None:
-        return [Queue("default")]
-    if isinstance(queues, str | Queue):
-        raise TypeError("queues is a list of Queue objects or names, not one")
-    served: dict[str, Queue] = {}
-    for queue in queues:
-        if isinstance(queue, str):
-            queue = Queue(queue)
-        if not isinstance(queue, Queue):
-            raise TypeError(f"queues holds Queue objects or names, got {type(queue).__name__}")
-        if queue.name in served and served[queue.name] != queue:
-            raise ValueError(f"queue {queue.name!r} is given twice with different limits")
-        served[queue.name] = queue
-    if not served:
-        raise ValueError("serve() needs at least one queue")
-    return list(served.values())
+    def take(self) -> list[str]:
+        """Return the sagas told of since the last take, each once, and wait anew."""
+        saga_ids, self.saga_ids, self.heard = list(dict.fromkeys(self.saga_ids)), [], anyio.Event()
+        return saga_ids

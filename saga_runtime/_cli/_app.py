@@ -685,4 +685,4 @@ def run() -> None:
 
 
 # The approval commands live in a module of their own; importing it registers them on `app`.
-from saga_runtime._cli import _decisions, _mcp, _queues, _schedules  # noqa: E402, F401  (import _common, not this)
+from saga_runtime._cli import _decisions, _functions, _mcp, _queues, _schedules  # noqa: E402, F401  (import _common)

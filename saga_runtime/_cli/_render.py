@@ -147,7 +147,7 @@ def _header(result: SagaResult) -> Table:
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column(overflow="fold")
     grid.add_row("status", _status(result.status.value))
-    grid.add_row("kind", result.kind)
+    grid.add_row("kind", result.kind if result.function is None else f"saga function {result.function}")
     grid.add_row("created", _when(result.created_at))
     total = None if result.finished_at is None else (result.finished_at - result.created_at).total_seconds()
     grid.add_row(
@@ -159,6 +159,8 @@ def _header(result: SagaResult) -> Table:
     steps = f"{_plural(len(result.steps), 'step')} in {_plural(groups, 'group')}"
     grid.add_row("steps", f"{steps}: {tally}" if tally else steps)
     grid.add_row("cost", f"{result.cost:g}, {_plural(result.tokens, 'token')}")
+    if result.output is not None:
+        grid.add_row("output", _short(result.output))
     if result.metadata:
         grid.add_row("metadata", _short(result.metadata))
     if result.error:

@@ -1,24 +1,26 @@
-"""Engine: runs one saga's groups, retries, timeouts, cancellation and compensation. Knows no driver.
+"""Engine: runs one saga's groups, retries, timeouts, cancellation and compensation, fed by one driver.
 
 Its shape (DESIGN.md): a transition table allows every status change (`_transitions`); the Journal is the one owner
-of a saga's record: every change to it, its linking and writing (`_journal`; the store seals); cancellation lives
-in one module (`_cancellation`); the Invoker calls tools (`_invoker`); the StepRunner (`_steps`) and the Compensator
+of a saga's record: every change to it, its linking and writing (`_journal`; the store seals); cancellation lives in
+one module (`_cancellation`); the Invoker calls tools (`_invoker`); the StepRunner (`_steps`) and the Compensator
 (`_compensator`) receive them; `SagaEngine` (`_saga`) composes them for one saga; `Claims` and `Session`
-(`_session`) hold sagas under this executor's lease; `Drives` (`_claim`) owns the sagas it drives and the one
-claim-and-drive context manager every front door uses; `drive_plan` (`_driver`) feeds a plan's groups to the
-engine; `Recovery` (`_recovery`) and `Actions` (`_actions`) are what front doors delegate to; the `Gate` and
+(`_session`) hold sagas under this executor's lease; `Drives` (`_claim`) owns the sagas it drives and the one claim-
+and-drive context manager every front door uses; the driver feeds the engine a plan's groups (`drive_plan`,
+`_driver`) or a dynamic saga's call groups (`CallDriver`, `drive_calls`, `_calls`: a saga function's code over its
+record); `Recovery` (`_recovery`) and `Actions` (`_actions`) are what front doors delegate to; the `Gate` and
 `Decisions` (`_approvals`) hold steps that need a person's decision, and record the decisions.
 """
 
 from saga_runtime._engine._actions import Actions
 from saga_runtime._engine._approvals import HOLDABLE, Decisions
 from saga_runtime._engine._budget import Account, Budget
+from saga_runtime._engine._calls import CallBody, CallDriver, Released, drive_calls, receive, send
 from saga_runtime._engine._cancellation import Shelters
 from saga_runtime._engine._claim import Claim, Drives
 from saga_runtime._engine._config import EngineConfig
 from saga_runtime._engine._driver import Planner, PlanShape, drive_plan
 from saga_runtime._engine._events import EventKind, LoggingHook, SagaEvent, SagaHook
-from saga_runtime._engine._journal_rows import take_over
+from saga_runtime._engine._journal_rows import asleep, take_over
 from saga_runtime._engine._saga import RUNNABLE, SagaEngine
 from saga_runtime._engine._transitions import TransitionError
 
@@ -28,6 +30,8 @@ __all__ = [
     "Account",
     "Actions",
     "Budget",
+    "CallBody",
+    "CallDriver",
     "Claim",
     "Decisions",
     "Drives",
@@ -36,11 +40,16 @@ __all__ = [
     "LoggingHook",
     "PlanShape",
     "Planner",
+    "Released",
     "SagaEngine",
     "SagaEvent",
     "SagaHook",
     "Shelters",
     "TransitionError",
+    "asleep",
+    "drive_calls",
     "drive_plan",
+    "receive",
+    "send",
     "take_over",
 ]

@@ -9,8 +9,9 @@ from __future__ import annotations
 import logging
 
 from saga_runtime._engine._approvals import Decisions
+from saga_runtime._engine._calls import CallBody
 from saga_runtime._engine._claim import Drives
-from saga_runtime._engine._driver import Planner, PlanShape, drive_plan
+from saga_runtime._engine._driver import Planner, PlanShape, drive
 from saga_runtime._engine._events import SagaEvent, emit
 from saga_runtime._engine._queueing import Queues
 from saga_runtime._engine._recovery import Recovery
@@ -31,10 +32,12 @@ from saga_runtime._records import (
     StepRow,
     cancel_entry,
     cancel_note,
+    function_of,
     gated_steps,
     now,
     read_note,
     result_from_rows,
+    same_work,
 )
 
 __all__ = ["Actions"]
@@ -56,10 +59,11 @@ class Actions:
         self.recovery = Recovery(drives, planner, max_attempts=max_recovery_attempts, concurrency=recovery_concurrency)
         self.queues = Queues(drives, self.recovery)
 
-    async def run(self, plan: PlanShape, saga: SagaRow, steps: list[StepRow], *, announce: bool) -> SagaResult:
-        """Store a new plan saga and drive it; an existing one is returned finished, or resumed if its owner is gone.
-
-        `announce`: the first group's intent (RUNNING, attempt 1) is written with the saga itself.
+    async def run(
+        self, work: PlanShape | CallBody, saga: SagaRow, steps: list[StepRow], *, announce: bool
+    ) -> SagaResult:
+        """Store a new saga and drive it (`work`: its plan, or a saga function's code); an existing one is returned
+        finished, or resumed if its owner is gone. `announce`: the first group's intent is written with the saga.
         """
         drives = self._drives
         store = drives.config.store
@@ -79,33 +83,23 @@ class Actions:
                 return result_from_rows(stored, rows, await self.approvals_of(stored))
             claim = drives.claim(stored, rows, take="orphan")
         async with claim as held:
-            if held is None and claim.saga.status is SagaStatus.QUEUED:
-                raise SagaInProgressError(
-                    f"saga {saga.saga_id!r} is QUEUED: a worker serving its queue starts it; wait for it with "
-                    "executor.handle(saga_id).result()",
-                    saga_id=saga.saga_id,
-                )
             if held is None:
-                raise SagaInProgressError(
-                    f"saga {saga.saga_id!r} is {claim.saga.status.value} under executor {claim.saga.owner!r}; wait "
-                    "for it and read its result with store.get_saga(), or run it again once it has finished",
-                    saga_id=saga.saga_id,
-                    owner=claim.saga.owner,
-                    lease_expires_at=claim.saga.lease_expires_at,
+                raise claim.in_progress(
+                    "wait for it and read its result with store.get_saga(), or run it again once it has finished"
                 )
             if existing is not None:
                 logger.info("saga %s: resuming where its previous owner %r left it", saga.saga_id, existing[0].owner)
             engine = held.start(engine if existing is None else None)
             engine.emit("saga_started")
-            return await drive_plan(engine, plan, self._planner)
+            return await drive(engine, work, self._planner, resumed=existing is not None)
 
     @staticmethod
     def _finished(attempted: SagaRow, saga: SagaRow, steps: list[StepRow]) -> bool:
         """Tell whether a stored saga of the same id is finished; raise if it holds another plan."""
-        if saga.kind != attempted.kind or saga.plan_hash != attempted.plan_hash:
+        if not same_work(saga, attempted):
             raise IdempotencyConflictError(
-                f"saga {saga.saga_id!r} already exists with a different plan; a saga id names one plan, so use a "
-                "new saga_id for this one",
+                f"saga {saga.saga_id!r} already exists with a different plan (or saga function "
+                "arguments); a saga id names one piece of work, so use a new saga_id for this one",
                 saga_id=saga.saga_id,
             )
         if saga.status.is_terminal:
@@ -136,7 +130,8 @@ class Actions:
     ) -> SagaResult:
         """Record a decision; with `resume`, go on with a decided plan saga here; return the saga as it stands."""
         saga, requests = await self._decisions.decide(saga_id, step_id, decision, by=by, note=note, digest=digest)
-        if resume and saga.kind == "plan" and all(request.decision is not None for request in requests):
+        resumable = saga.kind == "plan" or function_of(saga.plan) is not None  # (a saga function resumes too)
+        if resume and resumable and all(request.decision is not None for request in requests):
             result = await self.recovery.go_on(saga_id)
             if result is not None:
                 return result

@@ -16,6 +16,7 @@ from saga_runtime._engine._config import EngineConfig
 from saga_runtime._engine._journal_rows import take_over, took_over
 from saga_runtime._engine._saga import SagaEngine
 from saga_runtime._engine._session import Claims, Session
+from saga_runtime._exceptions import SagaInProgressError
 from saga_runtime._records import SagaKind, SagaResult, SagaRow, SagaStatus, StepRow, now
 
 __all__ = ["Claim", "Drives", "Take"]
@@ -146,6 +147,22 @@ class Claim:
         self.session = Session(self._drives.claims, engine, where=where)
         self.session.enter()
         return engine
+
+    def in_progress(self, then: str) -> SagaInProgressError:
+        """Return the error of a saga this claim did not get: QUEUED for a worker, or driven by another owner."""
+        saga = self.saga
+        if saga.status is SagaStatus.QUEUED:
+            return SagaInProgressError(
+                f"saga {saga.saga_id!r} is QUEUED: a worker serving its queue starts it; wait for it with "
+                "executor.handle(saga_id).result()",
+                saga_id=saga.saga_id,
+            )
+        return SagaInProgressError(
+            f"saga {saga.saga_id!r} is {saga.status.value} under executor {saga.owner!r}; {then}",
+            saga_id=saga.saga_id,
+            owner=saga.owner,
+            lease_expires_at=saga.lease_expires_at,
+        )
 
     @property
     def taken_over(self) -> bool:

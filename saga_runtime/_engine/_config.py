@@ -28,3 +28,5 @@ class EngineConfig:
     hooks: tuple[SagaHook, ...] = ()
     keyring: SecretKeyring | None = None  # opens secret arguments for the tools (SagaExecutor's secret_key)
     resources: Resources | None = None  # the registry's lifespan, entered by the front doors before any tool
+    # A saga function's wait longer than this (seconds) releases the saga (WAITING); shorter ones stay in process.
+    wait_threshold: float = 5.0

@@ -1,7 +1,9 @@
-"""The plan driver: feed a plan's groups to the engine, from wherever the saga's rows stand, to its end or its wait.
+"""The driver: feed a saga's groups to the engine, from wherever its rows stand, to its end or its wait.
 
-Plans come from the planning layer above; the engine sees them through the protocols below, and builds them from
-a stored saga, or resolves a step's `$ref`s, through the `Planner` a front door hands it.
+A plan feeds it group by group (`drive_plan`, here); a dynamic saga, or a saga function, one call group at a time
+(`CallDriver`, `drive_calls`, in `_calls`): the same adopt, hold, run, compensate and finish steps of the engine.
+Plans come from the planning layer above; the engine sees them through the protocols below, and builds them from a
+stored saga, resolves a step's `$ref`s, or gets a saga function's body, through the `Planner` a front door hands it.
 """
 
 from __future__ import annotations
@@ -11,11 +13,17 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from saga_runtime._engine._approvals import HOLDABLE
+from saga_runtime._engine._calls import CallBody, drive_calls
 from saga_runtime._engine._cancellation import CANCELLED, WorkerStopped
 from saga_runtime._engine._saga import RUNNABLE, SagaEngine
-from saga_runtime._records import SagaResult, SagaStatus, own_copy
+from saga_runtime._records import (
+    SagaResult,
+    SagaRow,
+    SagaStatus,
+    own_copy,
+)
 
-__all__ = ["PlanShape", "Planner", "drive_plan"]
+__all__ = ["PlanShape", "Planner", "Work", "drive", "drive_plan", "work_of"]
 
 logger = logging.getLogger("saga_runtime")
 
@@ -65,6 +73,35 @@ class Planner(Protocol):
     def resolve(self, step: Any, lookup: Callable[[str], Any]) -> Any:
         """Return a step's arguments with each `$ref` resolved by `lookup`; raise ValueError or LookupError."""
         ...
+
+    def body(self, saga: SagaRow) -> CallBody | None:
+        """Return what runs a saga function's code over its record (None: not a saga function's saga)."""
+        ...
+
+
+# What drives a saga: its plan, a saga function's code, or None (a dynamic saga whose code is gone with its process).
+Work = PlanShape | CallBody | None
+
+
+def work_of(planner: Planner, saga: SagaRow) -> Work:
+    """Return what drives a stored saga (see `Work`); raise `PlanValidationError` when this executor cannot."""
+    return planner.build(saga.plan) if saga.kind == "plan" else planner.body(saga)
+
+
+async def drive(engine: SagaEngine, work: Work, planner: Planner, *, resumed: bool = False) -> SagaResult:
+    """Drive a claimed saga by its work to its end or its wait: every entry point's one way to drive a saga.
+
+    `resumed`: its record is gone over again (taken over, decided, due): a saga function's code is told so.
+    """
+    if work is None:  # a dynamic saga whose code is gone: nothing can go on with it
+        engine.fail("its process stopped in the middle of the saga; recovery compensated it")
+        return await engine.compensate()
+    if not callable(work):
+        return await drive_plan(engine, work, planner)
+    if resumed:
+        engine.emit("saga_resumed")
+    name = engine.saga.plan.get("function") if isinstance(engine.saga.plan, dict) else None
+    return await drive_calls(engine, work, what=f"saga function {name!r}")
 
 
 async def drive_plan(engine: SagaEngine, plan: PlanShape, planner: Planner) -> SagaResult:

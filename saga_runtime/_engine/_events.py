@@ -29,6 +29,9 @@ EventKind = Literal[
     "attempt_started",
     "charged",
     "saga_taken_over",
+    "saga_resumed",
+    "message_received",
+    "saga_event_set",
 ]
 
 
@@ -42,7 +45,9 @@ class SagaEvent:
     (or the decision) is stored; `decision` ("approved" or "rejected") and `decided_by` say what was decided.
     `attempt_started` comes right before each attempt of a step runs; `charged` once per charge (a tool's
     `ctx.charge`, `saga.charge`, an LLM call), with its `cost` and `tokens`; `saga_taken_over` when recovery
-    takes over a saga whose owner is gone, before driving it. `saga_finished` carries the saga's `reason`
+    takes over a saga whose owner is gone, before driving it; `saga_resumed` when a saga function's code runs
+    again over its record; `message_received` when a saga function receives a message, with its `topic`;
+    `saga_event_set` when a saga sets an event (its key as `topic`). `saga_finished` carries the saga's `reason`
     (`SagaResult.end_reason`); `saga_started` the `queue` it was started from (None: not from a queue).
     """
 
@@ -64,6 +69,7 @@ class SagaEvent:
     # `saga_finished`: how a saga that did not succeed ended (SagaResult.end_reason); `saga_started`: its queue.
     reason: str | None = None
     queue: str | None = None
+    topic: str | None = None
 
 
 @runtime_checkable

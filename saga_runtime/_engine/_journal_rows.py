@@ -17,6 +17,7 @@ from saga_runtime._records import (
     TakeoverReason,
     cancel_entry,
     now,
+    output_entry,
     release_entry,
     released_by,
     takeover_entry,
@@ -24,10 +25,15 @@ from saga_runtime._records import (
 
 __all__ = [
     "WAITS_FOR_TOOLS",
+    "asleep",
     "cancel_noted",
     "decided",
     "let_go",
+    "noted",
     "park",
+    "returned",
+    "sleeps_of",
+    "slept",
     "take_over",
     "took_over",
     "waits_for_tools",
@@ -100,3 +106,29 @@ def cancel_noted(saga: SagaRow, note: dict[str, Any], outcome: CancelOutcome) ->
         return False
     saga.history = [*saga.history, cancel_entry(note, outcome)]
     return True
+
+
+def returned(saga: SagaRow, output: Any) -> None:
+    """Add a saga function's return value (a JSON value) to its history; written (sealed) with its end."""
+    saga.history = [*saga.history, output_entry(output)]
+
+
+def slept(saga: SagaRow, position: int, wake_at: datetime) -> None:
+    """Add a saga function's sleep to its history, at its position among the saga's waits (sealed with the row)."""
+    saga.history = [*saga.history, {"kind": "sleep", "position": position, "wake_at": wake_at.isoformat()}]
+
+
+def sleeps_of(saga: SagaRow) -> list[datetime]:
+    """Return the wake times of a saga's recorded sleeps, by position."""
+    return [datetime.fromisoformat(entry["wake_at"]) for entry in saga.history if entry.get("kind") == "sleep"]
+
+
+def asleep(saga: SagaRow, at: datetime) -> bool:
+    """Tell whether a WAITING saga waits for its last sleep to end (rather than for a decision)."""
+    wakes = sleeps_of(saga)
+    return bool(wakes) and wakes[-1] > at
+
+
+def noted(saga: SagaRow, entry: dict[str, Any]) -> None:
+    """Add an entry (a saga function's wait: a recv begun or received) to the saga's history, sealed with the row."""
+    saga.history = [*saga.history, entry]

@@ -20,7 +20,17 @@ from saga_runtime._engine._events import SagaEvent, emit
 from saga_runtime._engine._journal import Journal
 from saga_runtime._engine._recovery import Recovery
 from saga_runtime._exceptions import IdempotencyConflictError, StoreError
-from saga_runtime._records import DECISION_WAKE, Queue, QueueEntry, SagaRow, SagaStatus, StepRow, WaitingKind, now
+from saga_runtime._records import (
+    DECISION_WAKE,
+    Queue,
+    QueueEntry,
+    SagaRow,
+    SagaStatus,
+    StepRow,
+    WaitingKind,
+    now,
+    same_work,
+)
 
 __all__ = ["Queues"]
 
@@ -51,10 +61,10 @@ class Queues:
                 emit(config.hooks, SagaEvent("saga_queued", saga.saga_id, status=SagaStatus.QUEUED.value))
             return
         stored = existing[0]
-        if stored.kind != saga.kind or stored.plan_hash != saga.plan_hash:
+        if not same_work(stored, saga):
             raise IdempotencyConflictError(
-                f"saga {saga.saga_id!r} already exists with a different plan; a saga id names one plan, so use a "
-                "new saga_id for this one",
+                f"saga {saga.saga_id!r} already exists with a different plan (or saga function "
+                "arguments); a saga id names one piece of work, so use a new saga_id for this one",
                 saga_id=saga.saga_id,
             )
 
@@ -119,11 +129,12 @@ class Queues:
         task_group: TaskGroup,
         shelters: Shelters,
         on_depth: Callable[[str, int], None] | None = None,
+        on_message: Callable[[str], None] | None = None,
     ) -> None:
         """Start queued sagas of `queues` (at most `concurrency` driven at once here) until cancelled.
 
         `shelters`: this serve's (its stop lets the running calls return); `on_depth(queue, depth)` is told how many
-        sagas wait in each queue, once per round.
+        sagas wait in each queue, once per round; `on_message(saga_id)` of each message a store tells of.
         """
         running = 0
         freed = anyio.Event()
@@ -131,6 +142,10 @@ class Queues:
         names = {queue.name for queue in queues}
 
         def wake(queue: str) -> None:
+            if queue.startswith("message:"):  # a message sent to a saga (PostgreSQL): `on_message` is told
+                if on_message is not None:
+                    on_message(queue.removeprefix("message:"))
+                return
             if queue == DECISION_WAKE or not queue:  # recovery's round goes on with what was decided
                 self._recovery.nudge()
             if queue != DECISION_WAKE and (not queue or queue in names):

@@ -1,4 +1,5 @@
-"""The recovery worker: take over sagas whose owner is gone, and go on with sagas whose approvals are decided."""
+"""The recovery worker: take over sagas whose owner is gone (a saga function is resumed, a plain dynamic saga
+compensated), and go on with WAITING sagas once due (read page by page: not every waiting saga function is)."""
 
 from __future__ import annotations
 
@@ -10,26 +11,26 @@ import anyio
 import anyio.lowlevel
 
 from saga_runtime._engine._approvals import Decisions
+from saga_runtime._engine._calls import due
 from saga_runtime._engine._cancellation import Shelters
 from saga_runtime._engine._claim import Claim, Drives
-from saga_runtime._engine._driver import Planner, drive_plan
+from saga_runtime._engine._driver import Planner, drive, work_of
 from saga_runtime._engine._events import SagaEvent, emit
 from saga_runtime._engine._journal_rows import waits_for_tools
 from saga_runtime._engine._saga import SagaEngine
 from saga_runtime._engine._versions import unfit, unfit_note
 from saga_runtime._exceptions import LeaseLostError, PlanValidationError, StoreError
-from saga_runtime._records import SagaResult, SagaRow, SagaStatus, StepRow, WaitingKind, now
+from saga_runtime._records import SagaResult, SagaRow, SagaStatus, StepRow, WaitingKind, function_of, now
 
 __all__ = ["Recovery"]
 
 logger = logging.getLogger("saga_runtime")
 
-# At most this many sagas remembered as warned about (then forgotten, and warned about again).
-_WARNED_MAX = 10_000
+_WARNED_MAX = 10_000  # sagas remembered as warned about (then forgotten, and warned about again)
 
 
 class Recovery:
-    """Drive to an end the sagas nobody drives: orphans whose lease expired, and decided WAITING plan sagas."""
+    """Drive to an end the sagas nobody drives: orphans whose lease expired, and WAITING sagas now due."""
 
     __slots__ = ("_concurrency", "_decisions", "_drives", "_max_attempts", "_nudged", "_planner", "_resting", "_warned")
 
@@ -223,28 +224,27 @@ class Recovery:
             attempt = saga.recovery_attempts + 1
             logger.info("saga %s: recovering (attempt %d), left %s", saga.saga_id, attempt, saga.status)
         try:
-            if saga.kind == "plan":
-                try:
-                    plan = self._planner.build(saga.plan)
-                except PlanValidationError as exc:  # the tools changed under the saga: no retry can help
-                    # Its problems only: the error's header is for a refused plan, and this one's steps ran.
-                    ran = sum(1 for row in held.rows if row.attempts)
-                    return await held.park(
-                        f"its plan no longer validates against this executor's tools, and {ran} step(s) of it ran "
-                        f"already (a tool changed without a new version=): {'; '.join(exc.problems)}"
-                    )
-                # No caller: if this worker stops, the saga stays for the next recovery.
-                engine = held.start(detached=True, shelters=shelters)
-                await _count_attempt(engine)
-                engine.emit("saga_started", queue=queue)
-                if held.may_have_a_cancel:
-                    await _honour_cancel(engine)
-                return await drive_plan(engine, plan, self._planner)
+            try:
+                work = work_of(self._planner, saga)
+            except PlanValidationError as exc:
+                if saga.kind != "plan":  # a saga function's code changed meanwhile: left for a worker that has it
+                    await held.release()
+                    self._warn_once(saga.saga_id, ["saga function"], f"left for a worker that can resume it: {exc}")
+                    return None
+                # The tools changed under the saga: no retry can help. Its problems only: the error's header is
+                # for a refused plan, and this one's steps ran.
+                ran = sum(1 for row in held.rows if row.attempts)
+                return await held.park(
+                    f"its plan no longer validates against this executor's tools, and {ran} step(s) of it ran "
+                    f"already (a tool changed without a new version=): {'; '.join(exc.problems)}"
+                )
+            # No caller: if this worker stops, the saga stays for the next recovery.
             engine = held.start(detached=True, shelters=shelters)
             await _count_attempt(engine)
             engine.emit("saga_started", queue=queue)
-            engine.fail("its process stopped in the middle of the saga; recovery compensated it")
-            return await engine.compensate()
+            if work is not None and held.may_have_a_cancel:
+                await _honour_cancel(engine)
+            return await drive(engine, work, self._planner, resumed=bool(held.rows) or held.taken_over)
         except LeaseLostError as exc:
             logger.warning("saga %s: %s", saga.saga_id, exc)
             return None
@@ -253,20 +253,24 @@ class Recovery:
             return None
 
     async def go_on_waiting(self, limit: int, shelters: Shelters | None = None) -> list[SagaResult]:
-        """Reject the requests whose deadline passed; go on with each WAITING plan saga whose requests are decided."""
+        """Reject the requests whose deadline passed; go on with each WAITING saga whose requests are decided."""
         await self._decisions.expire_due(limit)
-        results = []
-        for saga_id in await self._drives.config.store.waiting_sagas(now(), limit):
-            try:
-                result = await self.go_on(saga_id, detached=True, shelters=shelters)
-            except LeaseLostError as exc:
-                logger.warning("saga %s: %s", saga_id, exc)
-                continue
-            except Exception as exc:
-                logger.error("saga %s: going on after its approvals failed: %s", saga_id, exc)
-                continue
-            if result is not None:
-                results.append(result)
+        results, offset = [], 0
+        while page := await self._drives.config.store.waiting_sagas(now(), limit, offset):
+            for saga_id in page:
+                try:
+                    result = await self.go_on(saga_id, detached=True, shelters=shelters)
+                except LeaseLostError as exc:
+                    logger.warning("saga %s: %s", saga_id, exc)
+                    continue
+                except Exception as exc:
+                    logger.error("saga %s: going on after its approvals failed: %s", saga_id, exc)
+                    continue
+                if result is not None:
+                    results.append(result)
+            offset += limit
+            if len(page) < limit:
+                return results
         return results
 
     async def go_on(
@@ -281,8 +285,11 @@ class Recovery:
             await config.resources.enter()  # the tools' lifespan, before any of them runs
         store = config.store
         stored = await store.load_saga(saga_id)
-        if stored is None or stored[0].status is not SagaStatus.WAITING or stored[0].kind != "plan":
+        if stored is None or stored[0].status is not SagaStatus.WAITING:
             return None
+        function = function_of(stored[0].plan)
+        if (function is None and stored[0].kind != "plan") or (function and not await due(store, stored[0])):
+            return None  # a dynamic saga's code goes on when entered again; a saga function once due
         lacking = self.lacking(*stored)
         if lacking:
             missing = [text for _, text in lacking]
@@ -298,7 +305,7 @@ class Recovery:
                 await held.release()  # decided meanwhile the other way round
                 return None
             try:
-                plan = self._planner.build(held.saga.plan)
+                work = work_of(self._planner, held.saga)
             except PlanValidationError as exc:  # other tools, or no key: left for an executor that has them
                 await held.release()
                 logger.warning("saga %s: decided, left for an executor that can go on with it: %s", saga_id, exc)
@@ -307,7 +314,7 @@ class Recovery:
             await engine.resume()
             engine.emit("saga_started")
             await _honour_cancel(engine)
-            return await drive_plan(engine, plan, self._planner)
+            return await drive(engine, work, self._planner, resumed=True)
 
 
 async def _count_attempt(engine: SagaEngine) -> None:

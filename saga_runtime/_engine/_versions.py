@@ -11,6 +11,7 @@ from saga_runtime._records import (
     StepRow,
     StepStatus,
     WaitingKind,
+    function_of,
     has_envelope,
     now,
     waiting_note,
@@ -27,7 +28,8 @@ _FORWARD = frozenset({StepStatus.PENDING, StepStatus.RUNNING, StepStatus.CANCELL
 
 
 def unfit_tools(registry: ToolRegistry, saga: SagaRow, rows: list[StepRow]) -> list[str]:
-    """Return, sorted, each tool of the saga's steps this registry lacks or cannot resume, saying why."""
+    """Return, sorted, each tool of the saga's steps this registry lacks or cannot resume, saying why (and a saga
+    function's saga: the function, when it lacks it, or its version, or the recorded arguments do not fit)."""
     return [text for _, text in unfit(registry, saga, rows)]
 
 
@@ -36,6 +38,22 @@ def unfit(registry: ToolRegistry, saga: SagaRow, rows: list[StepRow]) -> list[tu
     not accept (or whose arguments it refuses), each with the text saying so.
     """
     found: set[tuple[WaitingKind, str]] = set()
+    recorded = function_of(saga.plan) if saga.kind == "dynamic" else None
+    if recorded is not None:  # a saga function's saga: the function, its version, its recorded arguments
+        name, version, args = recorded
+        function = registry.function(name)
+        if function is None:
+            found.add(("tool", f"saga function {name}"))
+        elif not function.accepts(version):
+            found.add(
+                (
+                    "version",
+                    f"saga function {name} (recorded under version {version!r}; this executor's version "
+                    f"{function.version!r} accepts {[function.version, *function.compatible]})",
+                )
+            )
+        elif problems := function.check_args(args)[0]:
+            found.add(("version", f"saga function {name} (its recorded arguments do not fit: {problems})"))
     for row in with_unstarted(saga, rows):
         spec = registry.find(row.tool_name)
         if spec is None:

@@ -1,4 +1,4 @@
-"""A saga's history besides its steps: takeovers and an operator's cancel.
+"""A saga's history besides its steps: takeovers, an operator's cancel, and a saga function's return value.
 
 Entries are JSON on the saga row, sealed with it, read as `Takeover` and `CancelRecord`. A cancel request
 reaches the owner as a JSON note, so its reason never passes for who asked or when.
@@ -12,6 +12,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from saga_runtime._records._chain import plan_digest
+from saga_runtime._records._rows import SagaRow
+
 __all__ = [
     "CancelOutcome",
     "CancelRecord",
@@ -20,10 +23,14 @@ __all__ = [
     "cancel_entry",
     "cancel_note",
     "cancel_of",
+    "function_of",
     "note_reason",
+    "output_entry",
+    "output_of",
     "read_note",
     "release_entry",
     "released_by",
+    "same_work",
     "takeover_entry",
     "takeovers_of",
 ]
@@ -125,3 +132,35 @@ def cancel_of(history: list[dict[str, Any]]) -> CancelRecord | None:
         if entry.get("kind") == "cancel":
             return CancelRecord.model_validate({k: v for k, v in entry.items() if k != "kind"})
     return None
+
+
+def output_entry(value: Any) -> dict[str, Any]:
+    """Return the history entry of a saga function's return value (a JSON value), written with its SUCCESS."""
+    return {"kind": "output", "value": value}
+
+
+def output_of(history: list[dict[str, Any]]) -> Any:
+    """Return the return value recorded in a saga's history (None if none)."""
+    for entry in history:
+        if entry.get("kind") == "output":
+            return entry.get("value")
+    return None
+
+
+def function_of(plan: Any) -> tuple[str, str, dict[str, Any]] | None:
+    """Return the (name, version, arguments) a saga function's saga records in place of a plan; None for others."""
+    if isinstance(plan, dict) and isinstance(plan.get("function"), str):
+        args = plan.get("args")
+        version = plan.get("version")
+        return plan["function"], version if isinstance(version, str) else "1", args if isinstance(args, dict) else {}
+    return None
+
+
+def same_work(stored: SagaRow, attempted: SagaRow) -> bool:
+    """Tell whether a stored saga runs what a new one of the same id would: the same plan, or the same saga function
+    with the same arguments (a saga id names one piece of work: its idempotency key)."""
+    if stored.kind != attempted.kind:
+        return False
+    if stored.kind == "plan":
+        return stored.plan_hash == attempted.plan_hash
+    return plan_digest(stored.plan) == plan_digest(attempted.plan)

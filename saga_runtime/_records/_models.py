@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict
 
 from saga_runtime._exceptions import SagaFailedError
 from saga_runtime._records._approvals import ApprovalRequest, ApprovalRow, approval_request
-from saga_runtime._records._history import CancelRecord, Takeover, cancel_of, takeovers_of
+from saga_runtime._records._history import CancelRecord, Takeover, cancel_of, function_of, output_of, takeovers_of
 from saga_runtime._records._outcome import EndReason, WaitingFor, end_of, waiting_for_of
 from saga_runtime._records._rows import (
     SagaKind,
@@ -89,6 +89,9 @@ class SagaResult(BaseModel):
     end_reason: EndReason | None = None
     effects_standing: list[str] = []
     waiting_for: WaitingFor | None = None
+    # A saga function's (API.md §18): its name, and what it returned (stored before the saga is SUCCESS).
+    function: str | None = None
+    output: Any = None
 
     @property
     def pending_approvals(self) -> list[ApprovalRequest]:
@@ -332,6 +335,8 @@ def result_from_rows(
             "end_reason": end_reason,
             "effects_standing": standing,
             "waiting_for": _waiting_for(saga, approvals),
+            "function": None if (function := function_of(saga.plan)) is None else function[0],
+            "output": output_of(saga.history) if saga.history else None,
         },
         _RESULT_FIELDS,
     )

@@ -64,13 +64,13 @@ class ApprovalQueries:
         order = " ORDER BY a.requested_at, a.saga_id, a.seq LIMIT ?"
         self.pending = q(dialect, pending + order)
         self.due = q(dialect, pending + " AND a.deadline IS NOT NULL AND a.deadline <= ?" + order)
-        # Unheld WAITING plan sagas, all decided: for recovery.
+        # Unheld WAITING plan sagas (and saga functions': a plan of their own), all decided: for recovery.
         self.ready = q(
             dialect,
-            "SELECT s.saga_id FROM sagas s WHERE s.status = ? AND s.kind = 'plan' "
+            "SELECT s.saga_id FROM sagas s WHERE s.status = ? AND (s.kind = 'plan' OR s.plan IS NOT NULL) "
             f"AND (s.owner IS NULL OR s.lease_expires_at IS NULL OR s.lease_expires_at < {clock}) "
             "AND NOT EXISTS (SELECT 1 FROM approvals a WHERE a.saga_id = s.saga_id AND a.decision IS NULL) "
-            "ORDER BY s.created_at, s.saga_id LIMIT ?",
+            "ORDER BY s.created_at, s.saga_id LIMIT ? OFFSET ?",
         )
         self.claim = q(
             dialect,

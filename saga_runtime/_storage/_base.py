@@ -309,7 +309,7 @@ class SagaStore(Protocol):
         """Return undecided requests of WAITING sagas, oldest first; with `due`, those whose deadline is not later."""
         ...
 
-    async def waiting_sagas(self, now: datetime, limit: int = 100) -> list[str]:
+    async def waiting_sagas(self, now: datetime, limit: int = 100, offset: int = 0) -> list[str]:
         """Return the ids of WAITING plan sagas whose requests are all decided, unowned or whose lease expired."""
         ...
 
@@ -356,6 +356,14 @@ class SagaStore(Protocol):
         Only terminal sagas in `statuses` finished before `cutoff`, not held and not purged, are taken; two
         purges at once take different ones. A saga whose archiving failed and those after it stay.
         """
+        ...
+
+    async def put_message(self, saga_id: str, message_id: str, topic: str, body: Any, sent_at: datetime) -> bool:
+        """Store a message (a JSON value) for a saga unless `message_id` is taken there; return whether it was."""
+        ...
+
+    async def load_messages(self, saga_id: str) -> list[tuple[str, str, Any, datetime]]:
+        """Return a saga's messages as (message_id, topic, body, sent_at), oldest first."""
         ...
 
     async def hold_saga(self, saga_id: str, reason: str, at: datetime) -> bool:

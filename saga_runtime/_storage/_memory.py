@@ -79,6 +79,7 @@ class MemoryStore(StoreBase, MemoryRetention, MemorySchedules, MemoryQueueContro
         self._cancel_seen: dict[str, str] = {}
         # Retention: holds, the sagas a purge is archiving, and the finished sagas `keep` counts (oldest first).
         self._holds: dict[str, SagaHold] = {}
+        self._messages: dict[str, dict[str, tuple[str, Any, datetime]]] = {}  # by saga, by message id (schema 9)
         self._purging: set[str] = set()
         self._finished: dict[str, None] = {}
         self._keep = keep_option(keep)
@@ -506,19 +507,19 @@ class MemoryStore(StoreBase, MemoryRetention, MemorySchedules, MemoryQueueContro
         found.sort(key=lambda r: (r.requested_at, r.saga_id, r.seq))
         return found[:limit]
 
-    async def waiting_sagas(self, now: datetime, limit: int = 100) -> list[str]:
-        """Return WAITING plan sagas whose requests are all decided, unowned or their lease expired."""
+    async def waiting_sagas(self, now: datetime, limit: int = 100, offset: int = 0) -> list[str]:
+        """Return WAITING plan (or saga function) sagas whose requests are all decided, unowned or lease expired."""
         self._check_open()
         ready = [
             saga
             for saga in self._sagas.values()
             if saga.status is SagaStatus.WAITING
-            and saga.kind == "plan"
+            and (saga.kind == "plan" or saga.plan is not None)  # a saga function's saga resumes too
             and (saga.owner is None or saga.lease_expires_at is None or saga.lease_expires_at < now)
             and all(row.decision is not None for row in self._approvals.get(saga.saga_id, {}).values())
         ]
         ready.sort(key=lambda saga: (saga.created_at, saga.saga_id))
-        return [saga.saga_id for saga in ready[:limit]]
+        return [saga.saga_id for saga in ready[offset : offset + limit]]
 
     async def claim_waiting(self, saga_id: str, owner: str, lease_expires_at: datetime, now: datetime) -> bool:
         """Give a WAITING saga nobody else holds to `owner`; return whether it now does."""
@@ -563,4 +564,5 @@ class MemoryStore(StoreBase, MemoryRetention, MemorySchedules, MemoryQueueContro
         self._keys.clear()
         self._approvals.clear()
         self._holds.clear()
+        self._messages.clear()
         self._finished.clear()

@@ -7,10 +7,22 @@ each saga is checked again before it goes (a hold or a reopen meanwhile keeps it
 from __future__ import annotations
 
 import heapq
+import json
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
-from saga_runtime._records import ApprovalRow, QueueEntry, SagaHold, SagaRow, SagaStatus, StepRow, export_rows, now
+from saga_runtime._records import (
+    ApprovalRow,
+    QueueEntry,
+    SagaHold,
+    SagaRow,
+    SagaStatus,
+    StepRow,
+    canonical_json,
+    export_rows,
+    now,
+)
 from saga_runtime._storage._archive import Archive
 from saga_runtime._storage._retention import DEFAULT_PURGE_STATUSES, tombstone
 
@@ -47,6 +59,7 @@ class MemoryRetention:
     _cancels: dict[str, str]
     _cancel_seen: dict[str, str]
     _holds: dict[str, SagaHold]
+    _messages: dict[str, dict[str, tuple[str, Any, datetime]]]
     _purging: set[str]
     _finished: dict[str, None]
     _keep: int | None
@@ -142,6 +155,21 @@ class MemoryRetention:
             if oldest in self._holds or oldest in self._purging:
                 continue  # stays whole, no longer counted
             self._bury(current, now())
+
+    async def put_message(self, saga_id: str, message_id: str, topic: str, body: Any, sent_at: datetime) -> bool:
+        """Store a message (a JSON value) for a saga unless its id is taken; return whether it was stored."""
+        self._check_open()
+        messages = self._messages.setdefault(saga_id, {})
+        if message_id in messages:
+            return False
+        messages[message_id] = (topic, json.loads(canonical_json(body)), sent_at)  # its own copy, as stored
+        return True
+
+    async def load_messages(self, saga_id: str) -> list[tuple[str, str, Any, datetime]]:
+        """Return a saga's messages (id, topic, body, sent_at), oldest first."""
+        self._check_open()
+        found = [(mid, topic, body, at) for mid, (topic, body, at) in self._messages.get(saga_id, {}).items()]
+        return sorted(found, key=lambda message: (message[3], message[0]))
 
     async def hold_saga(self, saga_id: str, reason: str, at: datetime) -> bool:
         """Hold a stored saga (again: replace the reason); return False if unknown."""

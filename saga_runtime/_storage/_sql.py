@@ -322,6 +322,24 @@ def _schema_waiting(dialect: DialectName) -> list[str]:
     return [f"ALTER TABLE sagas ADD COLUMN waiting_for {_TYPES[dialect]['text']}"]
 
 
+def _schema_messages(dialect: DialectName) -> list[str]:
+    # Messages sent to saga functions (API.md §18): one row each, its id the sender's idempotency key (or a random
+    # one), so a key used again stores nothing. A saga receives one by recording its id in its (sealed) history.
+    t = _TYPES[dialect]
+    table_suffix = " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4" if dialect == "mysql" else ""
+    return [
+        f"""CREATE TABLE messages (
+            saga_id {t["id"]} NOT NULL,
+            message_id {t["short"]} NOT NULL,
+            topic {t["text"]} NOT NULL,
+            body {t["text"]} NOT NULL,
+            sent_at {t["time"]} NOT NULL,
+            PRIMARY KEY (saga_id, message_id)
+        ){table_suffix}""",
+        "CREATE INDEX messages_sent ON messages (saga_id, sent_at)",
+    ]
+
+
 @dataclass(frozen=True, slots=True)
 class Migration:
     """One step of the schema: the statements that take a database from `version - 1` to `version`."""
@@ -342,10 +360,11 @@ MIGRATIONS: list[Migration] = [
     Migration(6, "tool versions and reconciled steps", _schema_tool_versions),
     Migration(7, "retention: tombstones and holds", _schema_retention),
     Migration(8, "saga history: takeovers and cancels", _schema_history),
+    Migration(9, "messages sent to saga functions", _schema_messages),
     Migration(10, "schedules", _schema_schedules),
     Migration(11, "queue states (pause, drain, limits) and indexes of queue claims", _schema_queue_control),
     Migration(12, "a cancel request taken in by the saga's owner", _schema_cancel_seen),
-    Migration(14, "why a saga waits: a worker's note", _schema_waiting),
+    Migration(13, "why a saga waits: a worker's note", _schema_waiting),
 ]
 #: The version from which saga rows carry a seal (one written before, untouched since, has none).
 SEALED_SAGAS_VERSION = 3

@@ -7,18 +7,19 @@ A hold locks the saga's row, so it waits for a purge holding it.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import Any, TypeVar
 
-from saga_runtime._records import SagaHold, SagaRow, SagaStatus, StepRow, export_rows
+from saga_runtime._records import SagaHold, SagaRow, SagaStatus, StepRow, canonical_json, export_rows
 from saga_runtime._storage._approval_sql import APPROVAL_COLUMNS, approval_row
 from saga_runtime._storage._archive import Archive
 from saga_runtime._storage._codec import SAGA_COLUMNS, DialectName, RowCodec
 from saga_runtime._storage._dialect import Dialect
 from saga_runtime._storage._retention import tombstone
-from saga_runtime._storage._sql import Queries, _placeholders
+from saga_runtime._storage._sql import QUEUED_CHANNEL, Queries, _placeholders
 from saga_runtime._storage._sqlwrite import Transaction
 
 __all__ = ["SQLRetention"]
@@ -58,6 +59,19 @@ class _Statements:
         )
         self.hold = q(dialect, f"INSERT INTO holds (saga_id, reason, held_at) VALUES (?, ?, ?) {upsert}")
         self.unhold = q(dialect, "DELETE FROM holds WHERE saga_id = ?")
+        # Messages (API.md §18): a key used again stores nothing.
+        absent = "ON DUPLICATE KEY UPDATE saga_id = saga_id" if dialect == "mysql" else "ON CONFLICT DO NOTHING"
+        put = f"INSERT INTO messages (saga_id, message_id, topic, body, sent_at) VALUES (?, ?, ?, ?, ?) {absent}"
+        if dialect == "postgresql":  # workers LISTENing are told at once (payload "message:<saga id>")
+            put = (
+                f"WITH m AS ({put} RETURNING saga_id) "
+                f"SELECT pg_notify('{QUEUED_CHANNEL}', 'message:' || saga_id) FROM m"
+            )
+        self.put_message = q(dialect, put)
+        self.messages = q(
+            dialect,
+            "SELECT message_id, topic, body, sent_at FROM messages WHERE saga_id = ? ORDER BY sent_at, message_id",
+        )
         self.holds = "SELECT saga_id, reason, held_at FROM holds ORDER BY held_at, saga_id"
 
     def candidates(self, statuses: int, *, locked: bool, offset: bool = False) -> str:
@@ -182,6 +196,31 @@ class SQLRetention:
                 return await tx.execute(st.unhold, (saga_id,)) > 0
 
         return await self._retrying("unhold", once)
+
+    async def put_message(self, saga_id: str, message_id: str, topic: str, body: Any, sent_at: datetime) -> bool:
+        """Store a message (a JSON value) for a saga unless its id is taken; return whether it was stored."""
+        self._check_open()
+        st, sent = _statements(self), self._codec.time_in(sent_at)
+        text = canonical_json(body)
+
+        async def once() -> bool:
+            async with self._transaction(begin=False) as tx:
+                if self._dialect.name == "postgresql":
+                    return bool(await tx.fetch(st.put_message, (saga_id, message_id, topic, text, sent)))
+                return await tx.execute(st.put_message, (saga_id, message_id, topic, text, sent)) > 0
+
+        return await self._retrying("put_message", once)
+
+    async def load_messages(self, saga_id: str) -> list[tuple[str, str, Any, datetime]]:
+        """Return a saga's messages (id, topic, body, sent_at), oldest first."""
+        self._check_open()
+        st, codec = _statements(self), self._codec
+        found = []
+        for message_id, topic, body, sent_at in await self._fetch("load_messages", st.messages, (saga_id,)):
+            when = codec.time_out(sent_at)
+            assert when is not None
+            found.append((str(message_id), str(topic), json.loads(body), when))
+        return found
 
     async def list_holds(self) -> list[SagaHold]:
         """Return every hold, oldest first."""

@@ -855,11 +855,13 @@ class SQLStore(StoreBase, SQLRetention, SQLSchedules, SQLQueueControl):
             sql, params = aq.due, (aq.waiting, self._codec.time_in(due), int(limit))
         return [approval_row(self._codec, r) for r in await self._fetch("list_approvals", sql, params)]
 
-    async def waiting_sagas(self, now: datetime, limit: int = 100) -> list[str]:
-        """Return WAITING plan sagas whose requests are all decided, unowned or their lease expired."""
+    async def waiting_sagas(self, now: datetime, limit: int = 100, offset: int = 0) -> list[str]:
+        """Return WAITING plan (or saga function) sagas whose requests are all decided, unowned or lease expired."""
         self._check_open()
         aq = self._approval_queries
-        records = await self._fetch("waiting_sagas", aq.ready, (aq.waiting, *self._codec.now_in(now), int(limit)))
+        records = await self._fetch(
+            "waiting_sagas", aq.ready, (aq.waiting, *self._codec.now_in(now), int(limit), int(offset))
+        )
         return [self._codec.id_out(record[0]) for record in records]
 
     async def claim_waiting(self, saga_id: str, owner: str, lease_expires_at: datetime, now: datetime) -> bool:

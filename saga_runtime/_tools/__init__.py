@@ -1,6 +1,7 @@
 """Tools: what a saga step calls. Knows nothing of stores, plans or the engine."""
 
 from saga_runtime._tools._context import StepContext
+from saga_runtime._tools._functions import SagaFunction
 from saga_runtime._tools._lifespan import Resources
 from saga_runtime._tools._registry import ToolRegistry, unknown_tool_message
 from saga_runtime._tools._retry import RetryPolicy
@@ -14,6 +15,7 @@ __all__ = [
     "Resources",
     "RetryPolicy",
     "RetryScope",
+    "SagaFunction",
     "Secret",
     "StepContext",
     "ToolRegistry",

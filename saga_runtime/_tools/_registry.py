@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar, overload
 
 from saga_runtime._exceptions import UnknownToolError
+from saga_runtime._tools._functions import SagaFunction, build_function
 from saga_runtime._tools._lifespan import LifespanFunction, check_lifespan
 from saga_runtime._tools._retry import RetryPolicy
 from saga_runtime._tools._schemas import anthropic_tool, openai_tools
@@ -27,6 +28,7 @@ class ToolRegistry:
 
     def __init__(self) -> None:
         self._tools: dict[str, ToolSpec] = {}
+        self._functions: dict[str, SagaFunction] = {}  # saga functions (`@registry.saga`), by name
         self._lock = threading.Lock()
         # Recent plans by content, kept by the planning layer.
         self._built_plans: dict[Any, Any] = {}
@@ -148,8 +150,60 @@ class ToolRegistry:
         with self._lock:
             if spec.name in self._tools:
                 raise ValueError(f"a tool named {spec.name!r} is already registered; give one of them name=...")
+            if spec.name in self._functions:
+                raise ValueError(f"{spec.name!r} is the name of a saga function already; give the tool name=...")
             self._tools[spec.name] = spec
         return spec
+
+    @overload
+    def saga(self, fn: F, /) -> F: ...
+
+    @overload
+    def saga(
+        self,
+        fn: str | None = None,
+        /,
+        *,
+        name: str | None = None,
+        version: str = "1",
+        compatible: tuple[str, ...] = (),
+    ) -> Callable[[F], F]: ...
+
+    def saga(self, fn: Any = None, /, *, name: str | None = None, version: str = "1", compatible: Any = ()) -> Any:
+        """Register a saga function: an `async def` whose first parameter takes the `DynamicSaga`.
+
+        Its other parameters are the saga's arguments, checked from their annotations as a tool's are. `name`
+        defaults to the function's name; a name taken by a tool or a saga function raises `ValueError`.
+        `version` is recorded with each saga of it; `compatible` lists older versions this code can resume.
+        Usable bare (`@registry.saga`) or with options (`@registry.saga(version="2")`, `@registry.saga("name")`).
+        """
+        if isinstance(fn, str) or fn is None:
+            given = name if fn is None else fn
+            return lambda function: self._add_function(function, given, version, compatible)
+        return self._add_function(fn, name, version, compatible)
+
+    def _add_function(self, fn: Any, name: str | None, version: str, compatible: Any) -> Any:
+        function = build_function(fn, name=name, version=version, compatible=compatible)
+        with self._lock:
+            if function.name in self._tools:
+                raise ValueError(f"{function.name!r} is the name of a tool already; give the saga function name=...")
+            if function.name in self._functions:
+                raise ValueError(f"a saga function named {function.name!r} is already registered")
+            self._functions[function.name] = function
+        return fn
+
+    def function(self, name_or_fn: Any) -> SagaFunction | None:
+        """Return the saga function registered under a name, or as that very function; None if it is not one."""
+        if isinstance(name_or_fn, str):
+            return self._functions.get(name_or_fn)
+        for function in self._functions.values():
+            if function.fn is name_or_fn:
+                return function
+        return None
+
+    def function_names(self) -> list[str]:
+        """Return the registered saga function names, sorted."""
+        return sorted(self._functions)
 
     def get(self, name: str) -> ToolSpec:
         """Return the spec of tool `name`; raise `UnknownToolError` listing the known ones."""

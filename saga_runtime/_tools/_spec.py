@@ -185,6 +185,18 @@ def _context_params(
 
 def _args_model(tool_name: str, owner: str, execute: Callable[..., Any]) -> tuple[Any, ...]:
     ctx, params, hints = _context_params(execute)
+    advice = (
+        "tool arguments must be JSON-like values or pydantic models. Pass dependencies (clients, connections) to "
+        "the tool's constructor and register the instance with registry.register(instance)"
+    )
+    return (ctx, *params_model(f"{tool_name}Args", f"{owner}.execute", params, hints, advice))
+
+
+def params_model(
+    model_name: str, where: str, params: list[inspect.Parameter], hints: dict[str, Any], advice: str
+) -> tuple[type[pydantic.BaseModel], bool, tuple[str, ...]]:
+    """Return the argument model of a callable's parameters (passed by name), whether it takes extra ones
+    (`**kwargs`), and their names; raise TypeError naming `where` for a parameter that cannot be an argument."""
     fields: dict[str, Any] = {}
     accepts_extra = False
     for param in params:
@@ -193,13 +205,12 @@ def _args_model(tool_name: str, owner: str, execute: Callable[..., Any]) -> tupl
             continue
         if param.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.POSITIONAL_ONLY):
             raise TypeError(
-                f"{owner}.execute: parameter {param.name!r} is positional-only or *args; tool arguments are "
-                "passed by name, so declare it as a normal or keyword-only parameter"
+                f"{where}: parameter {param.name!r} is positional-only or *args; arguments are passed by name, so "
+                "declare it as a normal or keyword-only parameter"
             )
         if param.name.startswith("_"):
             raise TypeError(
-                f"{owner}.execute: parameter {param.name!r} starts with an underscore, which cannot be a tool "
-                "argument; rename it"
+                f"{where}: parameter {param.name!r} starts with an underscore, which cannot be an argument; rename it"
             )
         annotation = hints.get(param.name, Any)
         if annotation is inspect.Parameter.empty or isinstance(annotation, str):
@@ -208,18 +219,14 @@ def _args_model(tool_name: str, owner: str, execute: Callable[..., Any]) -> tupl
         fields[param.name] = (annotation, default)
     config = _ARGS_CONFIG_EXTRA if accepts_extra else _ARGS_CONFIG
     try:
-        model = pydantic.create_model(f"{tool_name}Args", __config__=config, **fields)
+        model = pydantic.create_model(model_name, __config__=config, **fields)
         if secret_paths(model):
             # Errors are stored and shown: never quote a secret.
             hidden = pydantic.ConfigDict(**{**config, "hide_input_in_errors": True})
-            model = pydantic.create_model(f"{tool_name}Args", __config__=hidden, **fields)
+            model = pydantic.create_model(model_name, __config__=hidden, **fields)
     except pydantic.PydanticSchemaGenerationError as exc:
-        raise TypeError(
-            f"{owner}.execute has an argument type pydantic cannot validate ({exc}); tool arguments must be "
-            "JSON-like values or pydantic models. Pass dependencies (clients, connections) to the tool's "
-            "constructor and register the instance with registry.register(instance)"
-        ) from exc
-    return ctx, model, accepts_extra, tuple(fields)
+        raise TypeError(f"{where} has an argument type pydantic cannot validate ({exc}); {advice}") from exc
+    return model, accepts_extra, tuple(fields)
 
 
 def _compensate_ctx(owner: str, compensate: Callable[..., Any]) -> tuple[str, ...]:

@@ -33,7 +33,7 @@ async def _run(config: Mapping[str, Any]) -> int:
             executor_id=f"crash-harness-run-{os.getpid()}",
             lease_timeout=float(config["lease_timeout"]),
         )
-        await executor.run(config["plan"], saga_id=config["saga_id"])
+        await executor.run(config["plan"], args=config.get("args"), saga_id=config["saga_id"])
     return 0
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import anyio
 
+from saga_runtime._exceptions import PlanValidationError
 from saga_runtime._executor import SagaExecutor
 from saga_runtime._planning import build_plan
 from saga_runtime._records import SagaResult, SagaStatus, StepStatus
@@ -151,8 +152,9 @@ def _workdir() -> Iterator[Path]:
 
 async def check_crash_points(
     registry: str,
-    plan: Sequence[Any],
+    plan: Sequence[Any] | str,
     *,
+    args: Mapping[str, Any] | None = None,
     url: str | None = None,
     points: Sequence[CrashPoint] | None = None,
     fail_step: str | None = None,
@@ -163,13 +165,20 @@ async def check_crash_points(
 ) -> CrashReport:
     """Run `plan` in child processes killed at each crash point, recover every saga, and report per point.
 
-    `registry`: `"package.module:attribute"`. `url`: a scratch store (default: temporary SQLite). `points`: a
-    subset (default: all the probe reaches). `fail_step`: that step raises `InjectedFailure` without its tool.
-    `lease_timeout`: the children's lease; `concurrency`: children at once; `time_limit` bounds each child and
-    the recovery. Raises `PlanValidationError`, or `RuntimeError` if the probe run fails.
+    `registry`: `"package.module:attribute"`. `plan` may name a saga function of it (`@registry.saga`), run with
+    `args`: its crash points are its calls', and recovery resumes it by running it again over its record. `url`: a
+    scratch store (default: temporary SQLite). `points`: a subset (default: all the probe reaches). `fail_step`:
+    that step raises `InjectedFailure` without its tool. `lease_timeout`: the children's lease; `concurrency`:
+    children at once; `time_limit` bounds each child and the recovery. Raises `PlanValidationError`, or
+    `RuntimeError` if the probe run fails.
     """
     tools = load_registry(registry)
-    stored_plan = build_plan(plan, tools).to_json()  # explicit ids for every child
+    if isinstance(plan, str):
+        if tools.function(plan) is None:
+            raise PlanValidationError([f"{plan!r} is not a saga function of {registry}"])
+        stored_plan: Any = plan
+    else:
+        stored_plan = build_plan(plan, tools).to_json()  # explicit ids for every child
     prefix = saga_prefix or f"crash-{secrets.token_hex(4)}"
     with _workdir() as folder:
         url = url or f"sqlite:///{folder / 'sagas.db'}"
@@ -179,6 +188,7 @@ async def check_crash_points(
             return {
                 "registry": registry,
                 "plan": stored_plan,
+                "args": None if args is None else dict(args),
                 "url": url,
                 "saga_id": saga_id,
                 "point": None if point is None else dataclasses.asdict(point),

@@ -153,6 +153,7 @@ def instrument(registry: ToolRegistry, ledger: Ledger) -> ToolRegistry:
         new: ToolSpec = dataclasses.replace(spec, **changes)
         # Same spec, wrapped methods.
         wrapped._tools[spec.name] = new
+    wrapped._functions = dict(registry._functions)  # saga functions call the wrapped tools through their saga
     return wrapped
 
 

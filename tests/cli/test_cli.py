@@ -117,6 +117,13 @@ TOOLS_MODULE = textwrap.dedent(
         def execute(self, amount: int) -> dict:
             log(f"refund-card {amount}")
             return {"refund": amount}
+
+
+    @registry.saga
+    async def charge_twice(saga, amount: int) -> int:
+        for _ in range(2):
+            await saga.call("Charge", amount=amount)
+        return 2 * amount
     """
 )
 
@@ -615,6 +622,8 @@ COMMANDS: dict[str, tuple[list[str], str]] = {
     "schedule": (["schedule", "--help"], "pause|resume|delete"),  # steering one: tests/cli/test_schedules_cli.py
     "queues": (["queues"], "no queue holds a saga"),  # with queues: tests/cli/test_queue_cli.py
     "queue": (["queue", "pause", "payouts"], "queue payouts paused"),
+    "submit": (["submit", "charge_twice", "--tools", "cli_tools:registry", "--args", '{"amount": 3}'], "QUEUED"),
+    "send": (["send", "orphan-1", "reply", '{"ok": true}'], "sent to saga orphan-1"),
 }
 SIGNING_KEY = "the signing key of the test"
 

@@ -59,7 +59,7 @@ class Stores:
         await databases.execute(
             url,
             [
-                "DROP TABLE IF EXISTS sagas, steps, approvals, queue_locks, holds, schedules, queue_states, "
+                "DROP TABLE IF EXISTS sagas, steps, approvals, queue_locks, holds, schedules, queue_states, messages, "
                 "schema_version"
             ],
         )
@@ -71,11 +71,11 @@ class Stores:
         self._opened.append(store)
         if wipe and kind in ("postgresql", "mysql"):
             statement = (
-                "TRUNCATE sagas, steps, approvals, holds, schedules, queue_states"
+                "TRUNCATE sagas, steps, approvals, holds, schedules, queue_states, messages"
                 if kind == "postgresql"
                 else "DELETE FROM steps"
             )
-            tables = ("approvals", "holds", "schedules", "queue_states", "sagas")
+            tables = ("approvals", "holds", "schedules", "queue_states", "messages", "sagas")
             extra = [] if kind == "postgresql" else [f"DELETE FROM {table}" for table in tables]
             await self._databases(kind).execute(url or self.url(kind), [statement, *extra])
         return store

@@ -1,0 +1,282 @@
+"""The driver a dynamic saga feeds one call group at a time, and a saga function's code run over its record.
+
+The same engine steps as a plan's groups (`drive_plan`): adopt, hold, run, compensate, finish. Its code decides the
+next call from the last result, so it drives; the engine runs each group, records it, and ends the saga.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+import anyio
+
+from saga_runtime._engine._cancellation import CANCELLED, WorkerStopped
+from saga_runtime._engine._config import EngineConfig
+from saga_runtime._engine._journal_rows import asleep, noted, returned, sleeps_of, slept
+from saga_runtime._engine._saga import SagaEngine
+from saga_runtime._exceptions import SagaError, describe
+from saga_runtime._records import SagaResult, SagaRow, SagaStatus, StepRow, StepStatus, now, result_from_rows
+
+__all__ = ["CallBody", "CallDriver", "Released", "drive_calls", "due", "receive", "send"]
+
+logger = logging.getLogger("saga_runtime")
+
+
+class Released(BaseException):
+    """Raised into a saga function's code where the saga was released to wait (it resumes from its record)."""
+
+
+# A saga function's code, run over its record: given the driver (and the engine it drives), it feeds it call groups
+# and returns the function's return value (a JSON value).
+CallBody = Callable[["CallDriver", SagaEngine], Awaitable[Any]]
+_UNKNOWN = (StepStatus.PENDING, StepStatus.RUNNING, StepStatus.CANCELLED)
+_NO_OUTPUT: Any = object()
+
+
+class CallDriver:
+    """The driver a dynamic saga feeds one call group at a time, and ends once its code is done."""
+
+    __slots__ = ("diverged", "engine", "waiting")
+
+    def __init__(self, engine: SagaEngine) -> None:
+        self.engine = engine
+        self.waiting: SagaResult | None = None  # set once a call waits for a person's decision (the saga WAITs)
+        self.diverged: BaseException | None = None  # code that left its record: the saga fails, whatever it does
+
+    async def feed(
+        self, rows: Sequence[StepRow], *, join: str, needed: int | None, gated: Sequence[StepRow], keep_going: bool
+    ) -> tuple[bool, list[StepRow]]:
+        """Run one group of calls (rows not yet in the saga are added); return (whether it held, its refused calls).
+
+        `gated`: its calls that need a person's decision (held first: when one is undecided the saga WAITs, and
+        `waiting` says so); `keep_going`: a refused call does not stop the others (the code sees each outcome).
+        """
+        engine = self.engine
+        if engine.shelters is not None and engine.shelters.stopping:
+            await engine.flush()  # its worker stops: what ran is recorded, and nothing more starts
+            raise WorkerStopped
+        known = engine.rows
+        for row in rows:
+            if row.step_id not in known:
+                engine.add_step(row)
+        registry = engine.config.registry
+        failed_live = join == "all" and any(
+            row.status is StepStatus.FAILED and registry.get(row.tool_name).retry_scope == "saga" for row in rows
+        )
+        refused = [row for row in rows if row.status is StepStatus.REJECTED]
+        if gated:
+            waiting, rejected = await engine.hold(gated)
+            if waiting:
+                self.waiting = await engine.wait()
+                return False, []
+            refused += rejected
+        if refused and not keep_going:
+            # Refused as a whole: the other calls are recorded as never run.
+            engine.not_run(rows, f"not run: call {refused[0].step_id!r} of its group was rejected")
+            await engine.flush()
+            return False, refused
+        runnable = [row for row in rows if row not in refused]
+        ok = True
+        if failed_live:
+            # Failed live and died mid-undo: finish undoing, run nothing again.
+            await engine.compensate_unknown(rows)
+            await engine.flush()
+        elif join != "all" or any(row.status in _UNKNOWN for row in runnable):
+            ok = await engine.run_group(runnable, join=join, needed=needed)
+            engine.forgive()  # the calling code decides whether a failure ends the saga
+            await engine.compensate_unknown(rows, successes=join != "all" and not ok)
+            await engine.flush()  # durable before the caller sees a result
+        return ok, refused
+
+    async def sleep_until(self, position: int, seconds: float) -> datetime:
+        """Return when the saga's sleep at `position` (among its sleeps) ends: recorded, or now + `seconds`,
+        recorded (durable before the wait starts)."""
+        engine = self.engine
+        wakes = sleeps_of(engine.saga)
+        if position < len(wakes):
+            return wakes[position]
+        wake = now() + timedelta(seconds=seconds)
+        slept(engine.saga, position, wake)
+        engine.journal.touch_saga()
+        await engine.flush()
+        return wake
+
+    async def publish(self, position: int, entry: dict[str, Any]) -> dict[str, Any] | None:
+        """Record an event or stream entry at `position` among the saga's publications, once: return the entry
+        recorded there before (a resumed saga: nothing written), else None once `entry` is written."""
+        engine = self.engine
+        for recorded in engine.saga.history:
+            if recorded.get("kind") in _PUBLISHED and recorded.get("position") == position:
+                return recorded
+        noted(engine.saga, {**entry, "position": position})
+        engine.journal.touch_saga()
+        await engine.flush()
+        if entry["kind"] == "event":
+            engine.emit("saga_event_set", topic=entry["key"])
+        return None
+
+    async def release(self) -> None:
+        """Release the saga to wait (WAITING, no lease): what its code recorded stays; nothing more is written."""
+        self.waiting = await self.engine.wait()
+        raise Released
+
+    async def end(
+        self, error: BaseException | None = None, *, what: str = "the saga block", output: Any = _NO_OUTPUT
+    ) -> SagaResult | None:
+        """End the saga once its code is done: SUCCESS (with `output`, a saga function's return value), or
+        compensated when `error` left the code, it diverged from its record, or an effect could not be undone.
+
+        None when nothing more is this executor's to write (the lease was lost, or the worker stopped it).
+        """
+        engine = self.engine
+        if self.waiting is not None:
+            return self.waiting
+        if engine.fenced:
+            return None
+        if self.diverged is not None:
+            engine.fail(f"{what} left its record: {describe(self.diverged)}", self.diverged)
+        elif error is not None:
+            engine.fail(
+                "the saga was cancelled by its caller"
+                if isinstance(error, CANCELLED)
+                else f"{what} raised {describe(error)}",
+                error,
+            )
+        else:
+            stuck = next((row for row in engine.rows.values() if row.status is StepStatus.COMPENSATION_FAILED), None)
+            if stuck is None:
+                if output is not _NO_OUTPUT and output is not None:
+                    returned(engine.saga, output)
+                    engine.journal.touch_saga()  # sealed with the saga row's end
+                return await engine.finish(SagaStatus.SUCCESS)
+            # An effect that could not be undone must not end in SUCCESS.
+            engine.fail(f"call {stuck.step_id!r} ({stuck.tool_name}) has an effect that could not be undone")
+        return await engine.compensate()
+
+
+async def drive_calls(engine: SagaEngine, body: CallBody, *, what: str) -> SagaResult:
+    """Run (or resume) a saga function: its code over its record, to a terminal status or a wait.
+
+    Calls recorded are served, the first one not recorded goes live; an exception leaving the code compensates.
+    """
+    try:
+        return await _drive_calls(engine, body, what)
+    finally:
+        engine.verdict.errors.clear()
+
+
+async def _drive_calls(engine: SagaEngine, body: CallBody, what: str) -> SagaResult:
+    if engine.compensating:
+        return await engine.compensate()  # died while being undone: finish that, never forward
+    rows = engine.rows.values()
+    registry = engine.config.registry
+    if any(
+        row.status in (StepStatus.WAITING, StepStatus.REJECTED)
+        or ((spec := registry.find(row.tool_name)) is not None and spec.approval)
+        for row in rows
+    ):
+        await engine.gate.load()  # its requests, decided in an earlier run or not
+    driver = CallDriver(engine)
+    result: SagaResult | None
+    try:
+        output = await body(driver, engine)
+    except CANCELLED as exc:
+        if engine.fenced or engine.detached:
+            engine.stop()  # another executor owns it, or its worker stops: driven on from its records
+            raise
+        logger.warning("saga %s: cancelled by its caller, compensating", engine.saga.saga_id)
+        await driver.end(exc, what=what)
+        raise
+    except Released:
+        result = driver.waiting  # WAITING: resumed over its record when due
+    except Exception as exc:
+        result = await driver.end(exc, what=what)
+    else:
+        result = await driver.end(what=what, output=output)
+    return result if result is not None else result_from_rows(engine.saga, list(engine.rows.values()))
+
+
+# How often a wait in the process looks for a message.
+_POLL = 0.1
+# What a saga publishes for readers, in its history: events, stream values and stream ends.
+_PUBLISHED = frozenset({"event", "stream", "stream_closed"})
+
+
+async def receive(driver: CallDriver, position: int, topic: str, seconds: float | None, *, releasable: bool) -> Any:
+    """Return the message a saga's recv at `position` receives: recorded, else the oldest on `topic` not yet
+    received (recorded at that position), or None once `seconds` passed (None: no limit; recorded too).
+
+    `releasable` (a saga function): a wait longer than the executor's `wait_threshold` releases the saga.
+    """
+    engine = driver.engine
+    saga, store = engine.saga, engine.config.store
+    begun = done = None
+    for entry in saga.history:
+        if entry.get("position") == position and entry.get("kind") in ("recv", "received"):
+            begun, done = (entry, done) if entry["kind"] == "recv" else (begun, entry)
+    if done is not None:
+        return done.get("value")
+    if begun is None:
+        deadline = None if seconds is None else now() + timedelta(seconds=seconds)
+        when = None if deadline is None else deadline.isoformat()
+        noted(saga, {"kind": "recv", "position": position, "topic": topic, "deadline": when})
+        engine.journal.touch_saga()
+        await engine.flush()  # the deadline is durable before the wait starts
+    else:
+        deadline = None if begun.get("deadline") is None else datetime.fromisoformat(begun["deadline"])
+    while True:
+        message = await _unreceived(store, saga, topic)
+        remaining = None if deadline is None else (deadline - now()).total_seconds()
+        if message is not None or (remaining is not None and remaining <= 0):
+            message_id, value = message if message is not None else (None, None)
+            noted(saga, {"kind": "received", "position": position, "message_id": message_id, "value": value})
+            engine.journal.touch_saga()
+            await engine.flush()
+            if message_id is not None:
+                engine.emit("message_received", topic=topic)
+            return value
+        if releasable and (remaining is None or remaining > engine.config.wait_threshold):
+            await driver.release()  # WAITING until a message arrives or the timeout passes
+        await anyio.sleep(_POLL if remaining is None else min(_POLL, remaining))
+
+
+async def _unreceived(store: Any, saga: SagaRow, topic: str) -> tuple[str, Any] | None:
+    """Return the oldest message on `topic` this saga has not received, as (id, value)."""
+    taken = {entry.get("message_id") for entry in saga.history if entry.get("kind") == "received"}
+    for message_id, on, value, _ in await store.load_messages(saga.saga_id):
+        if on == topic and message_id not in taken:
+            return message_id, value
+    return None
+
+
+async def due(store: Any, saga: SagaRow) -> bool:
+    """Tell whether a WAITING saga function may go on: not asleep, nor waiting for a message that has not come
+    before its recv's deadline."""
+    at = now()
+    if asleep(saga, at):
+        return False
+    received = {entry.get("position") for entry in saga.history if entry.get("kind") == "received"}
+    waiting = [e for e in saga.history if e.get("kind") == "recv" and e.get("position") not in received]
+    if not waiting:
+        return True
+    begun = waiting[-1]
+    if begun.get("deadline") is not None and datetime.fromisoformat(begun["deadline"]) <= at:
+        return True
+    return await _unreceived(store, saga, str(begun.get("topic"))) is not None
+
+
+async def send(config: EngineConfig, saga_id: str, topic: str, message: Any, key: str | None) -> bool:
+    """Store a message for a live saga (QUEUED, RUNNING or WAITING); return whether it was stored (a key used
+    before stores nothing). An unknown or finished saga raises `SagaError`, nothing stored."""
+    store = config.store
+    stored = await store.load_saga(saga_id)
+    if stored is None:
+        raise SagaError(f"no saga {saga_id!r} in {store.url}: a message needs a saga to receive it")
+    status = stored[0].status
+    if status not in (SagaStatus.QUEUED, SagaStatus.RUNNING, SagaStatus.WAITING):
+        raise SagaError(f"saga {saga_id!r} is {status.value}: it receives no more messages")
+    return await store.put_message(saga_id, key or uuid.uuid4().hex, topic, message, now())
