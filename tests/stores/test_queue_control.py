@@ -247,7 +247,7 @@ async def test_claims_and_queue_counts_read_indexes_not_history(stores: Stores, 
         "window": (q.queue_started, ("bench", at, 100)),
         "depth": (q.queue_depth, ("bench", "QUEUED")),
         "running": (q.queue_running, ("bench", "RUNNING", "COMPENSATING")),
-        "waiting": (q.queue_waiting, ("bench", "QUEUED", at, 10, 0)),
+        "waiting": (q.queue_waiting(keyed=False, after=False), ("bench", "QUEUED", at, 10)),
         "counts": (counts, ("QUEUED", "RUNNING", "COMPENSATING", "WAITING")),
     }
     explain = "EXPLAIN QUERY PLAN " if sql_kind == "sqlite" else "EXPLAIN "
