@@ -212,7 +212,9 @@ class LLMRunner:
                 "with saga=, the loop runs in that saga under its own id and budget: leave out saga_id and budget"
             )
         run = await AgentRun.begin(saga, self.model, prompt, self.api)
-        text, turns = await self._loop(saga, prompt, max_turns, options, run.responses, run.write)
+        gated = () if self.policy is None else self.policy.approval_required or ()
+        with saga.approvals_for(gated):
+            text, turns = await self._loop(saga, prompt, max_turns, options, run.responses, run.write)
         await run.write(answer=text, turns=turns)
         return text
 

@@ -17,6 +17,7 @@ from saga_runtime import (
     DynamicSaga,
     LLMRunner,
     MemoryStore,
+    PlanPolicy,
     SagaExecutor,
     SagaFailedError,
     SagaStatus,
@@ -227,3 +228,61 @@ async def test_saga_with_an_id_or_budget_or_not_a_saga_is_refused() -> None:
             await runner.run("hi", saga=saga, saga_id="other")  # type: ignore[call-overload]
     assert fake.bodies == []
     assert (await executor.store.get_saga("plain")) is not None
+
+
+async def test_an_agent_waiting_for_approval_resumes_once_decided_asking_only_new_turns(store: SagaStore) -> None:
+    """A model's call needing approval leaves the agent WAITING; approve() resumes it, no answered turn asked again."""
+    api = "chat"
+    fake = FakeAPI(api, script(api))
+    desk = Desk()
+    desk.hang_once = False
+    registry = make_registry(desk)
+    runner: dict[str, LLMRunner] = {}
+    add_agent(registry, runner)
+    executor = SagaExecutor(registry, store)
+    runner["now"] = LLMRunner(
+        fake.client(), MODELS[api], registry, executor, api=api, policy=PlanPolicy(approval_required={"Refund"})
+    )
+    waiting = await executor.run("support", args={"ticket": "T-9"}, saga_id="agent-approval")
+    assert waiting.status is SagaStatus.WAITING
+    (request,) = waiting.pending_approvals
+    assert (request.tool_name, len(fake.bodies), desk.refunds) == ("Refund", 2, [])
+
+    result = await executor.approve("agent-approval", request.step_id, by="ana")
+    assert result.status is SagaStatus.SUCCESS
+    assert result.output["answer"] == "Refunded 42.00 on order O-T-9."
+    assert len(fake.bodies) == 3
+    assert (desk.lookups, len(desk.refunds)) == (["T-9"], 1)
+
+
+async def test_an_agent_sleeping_between_loops_is_released_and_resumed_from_its_record() -> None:
+    """A long sleep after a loop releases the saga; serve() resumes it: the first loop served, the second asked."""
+    api = "chat"
+    desk = Desk()
+    desk.hang_once = False
+    fake = FakeAPI(api, [*script(api), text_turn(api, "Followed up.")])
+    registry = make_registry(desk)
+    store = MemoryStore()
+    executor = SagaExecutor(registry, store, wait_threshold=0.05)
+    runner = LLMRunner(fake.client(), MODELS[api], registry, executor, api=api)
+
+    @registry.saga
+    async def follow_up(saga: DynamicSaga) -> list[str | None]:
+        first = await runner.run("Ticket T-9: refund it", saga=saga)
+        await saga.sleep(0.3)
+        return [first, await runner.run("Ask the customer how it went", saga=saga)]
+
+    waiting = await executor.run(follow_up, saga_id="follow-up")
+    assert waiting.status is SagaStatus.WAITING
+    assert len(fake.bodies) == 3
+    worker = asyncio.create_task(SagaExecutor(registry, store).serve(interval=0.05))
+    try:
+        result = await executor.handle("follow-up").result(timeout=20)
+    finally:
+        worker.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await worker
+    assert result.status is SagaStatus.SUCCESS
+    assert result.output == ["Refunded 42.00 on order O-T-9.", "Followed up."]
+    assert len(fake.bodies) == 4  # only the second loop's turn
+    assert (desk.lookups, len(desk.refunds)) == (["T-9"], 1)
