@@ -8,8 +8,10 @@ process that dies mid-call leaves it); another executor's recovery resumes the f
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
+import pydantic
 import pytest
 from llm_fakes import APIS, MODELS, FakeAPI, args_of, call_id, text_turn, tool_turn
 
@@ -17,7 +19,9 @@ from saga_runtime import (
     DynamicSaga,
     LLMRunner,
     MemoryStore,
+    MockLLMClient,
     PlanPolicy,
+    ReplayDivergenceError,
     SagaExecutor,
     SagaFailedError,
     SagaStatus,
@@ -286,3 +290,59 @@ async def test_an_agent_sleeping_between_loops_is_released_and_resumed_from_its_
     assert result.output == ["Refunded 42.00 on order O-T-9.", "Followed up."]
     assert len(fake.bodies) == 4  # only the second loop's turn
     assert (desk.lookups, len(desk.refunds)) == (["T-9"], 1)
+
+
+async def test_an_agents_turn_holding_a_secret_is_recorded_encrypted_and_served_after_approval() -> None:
+    """In a saga function, a turn whose call holds a secret argument is kept encrypted in llm_runs; the approved
+    saga is resumed from it (the model not asked again) and the tool gets the real value."""
+    from cryptography.fernet import Fernet
+
+    seen: list[str] = []
+    registry = ToolRegistry()
+
+    @registry.tool(approval=True)
+    class Login:
+        async def execute(self, user: str, password: pydantic.SecretStr) -> str:
+            seen.append(password.get_secret_value())
+            return f"hello {user}"
+
+    store = MemoryStore()
+    executor = SagaExecutor(registry, store, secret_key=Fernet.generate_key().decode())
+    model = MockLLMClient(tool_sequence=[("Login", {"user": "ann", "password": "hunter2-plain"})])
+    runner = LLMRunner(model, "gpt-4o-mini", registry, executor)
+
+    @registry.saga
+    async def login(saga: DynamicSaga) -> str | None:
+        return await runner.run("Log me in", saga=saga)
+
+    waiting = await executor.run(login, saga_id="secret-agent")
+    assert waiting.status is SagaStatus.WAITING
+    assert "hunter2-plain" not in json.dumps(await store.export_saga("secret-agent"))
+    (request,) = waiting.pending_approvals
+    done = await executor.approve("secret-agent", request.step_id, by="ana")
+    assert done.status is SagaStatus.SUCCESS, done.describe()
+    assert seen == ["hunter2-plain"]
+    assert len(model.requests) == 2  # the first turn served from its encrypted record
+    assert "hunter2-plain" not in json.dumps(await store.export_saga("secret-agent"))
+
+
+async def test_a_replay_serves_recorded_turns_and_asks_no_model_for_a_turn_never_recorded() -> None:
+    """In executor.saga(replay=True), a loop given more turns than recorded raises ReplayDivergenceError unasked."""
+    api = "chat"
+    desk = Desk()
+    desk.hang_once = False
+    fake = FakeAPI(api, script(api))
+    registry = make_registry(desk)
+    executor = SagaExecutor(registry)
+    runner = LLMRunner(fake.client(), MODELS[api], registry, executor, api=api)
+    async with executor.saga(saga_id="once") as saga:
+        assert await runner.run("Ticket T-9: refund it", saga=saga) == "Refunded 42.00 on order O-T-9."
+
+    async def replay() -> None:
+        async with executor.saga(saga_id="once", replay=True) as saga:
+            assert await runner.run("Ticket T-9: refund it", saga=saga) == "Refunded 42.00 on order O-T-9."
+            await runner.run("Another question", saga=saga)
+
+    with pytest.raises(ReplayDivergenceError, match="model turn #1 was never recorded"):
+        await replay()
+    assert len(fake.bodies) == 3
