@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -150,8 +151,9 @@ async def main() -> None:
     async with open_store(url) as store:
         executor = SagaExecutor(registry, store, executor_id="worker-2", lease_timeout=1.0)
         print(f"store: {store.url}")
-        handle = await executor.submit("support_agent", args={"ticket": "T-77"}, saga_id="ticket-T-77", queue="agents")
-        print("submitted ticket-T-77 to the queue 'agents'\n")
+        saga_id = f"ticket-T-77-{folder.name.rsplit('-', 1)[-1]}"  # a database shared by runs gets a new saga each run
+        handle = await executor.submit("support_agent", args={"ticket": "T-77"}, saga_id=saga_id, queue="agents")
+        print(f"submitted {saga_id} to the queue 'agents'\n")
 
         env = {**os.environ, "DURABLE_AGENT_FOLDER": str(folder), "DURABLE_AGENT_WORKER": "worker-1"}
         env["DURABLE_AGENT_DIES"] = "1"
@@ -165,7 +167,7 @@ async def main() -> None:
             await asyncio.sleep(0.05)
         child.send_signal(signal.SIGKILL)
         await child.wait()
-        stored = await store.get_saga("ticket-T-77")
+        stored = await store.get_saga(saga_id)
         assert stored is not None
         print(f"worker-1 (pid {child.pid}) was killed (SIGKILL) while the agent's e-mail call ran")
         print(f"  the saga stands {stored.status.value}, its calls recorded:")
@@ -196,6 +198,7 @@ async def main() -> None:
         verified = bool(await store.verify_saga(result.saga_id))
         print(f"cost {result.cost:g} USD for {result.tokens} tokens; the record verifies: {verified}")
         assert result.status is SagaStatus.SUCCESS
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 if __name__ == "__main__":
