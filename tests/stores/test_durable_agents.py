@@ -81,6 +81,19 @@ def script(api: str) -> list[Any]:
     ]
 
 
+def desk_and_runner(
+    *extra: Any, store: SagaStore | None = None, **options: Any
+) -> tuple[Desk, FakeAPI, ToolRegistry, SagaExecutor, LLMRunner]:
+    """Return a desk whose calls never hang, the chat model scripted (`script`, then `extra`), an executor of
+    `options` and a runner."""
+    desk = Desk()
+    desk.hang_once = False
+    fake = FakeAPI("chat", [*script("chat"), *extra])
+    registry = make_registry(desk)
+    executor = SagaExecutor(registry, store, **options)
+    return desk, fake, registry, executor, LLMRunner(fake.client(), MODELS["chat"], registry, executor, api="chat")
+
+
 def add_agent(registry: ToolRegistry, runner: dict[str, LLMRunner], *, prompt: str = "Ticket T-9: refund it") -> None:
     """Register `support`: one LLM loop run as calls of the saga function, its answer the output."""
 
@@ -172,12 +185,7 @@ async def test_a_resumed_agent_with_another_prompt_diverges_and_compensates() ->
 async def test_two_loops_in_one_saga_are_recorded_and_served_in_order() -> None:
     """A saga function running two loops records each at its position; a replay serves both without a model."""
     api = "chat"
-    desk = Desk()
-    desk.hang_once = False
-    fake = FakeAPI(api, [*script(api), text_turn(api, "Told the customer.")])
-    registry = make_registry(desk)
-    executor = SagaExecutor(registry)
-    runner = LLMRunner(fake.client(), MODELS[api], registry, executor, api=api)
+    _desk, fake, registry, executor, runner = desk_and_runner(text_turn(api, "Told the customer."))
 
     @registry.saga
     async def twice(saga: DynamicSaga) -> list[str | None]:
@@ -198,13 +206,7 @@ async def test_two_loops_in_one_saga_are_recorded_and_served_in_order() -> None:
 
 async def test_a_loop_that_fails_raises_into_the_function_which_compensates() -> None:
     """A loop over max_turns raises TurnLimitError into the saga function; leaving it uncaught undoes every call."""
-    api = "chat"
-    desk = Desk()
-    desk.hang_once = False
-    fake = FakeAPI(api, script(api))
-    registry = make_registry(desk)
-    executor = SagaExecutor(registry)
-    runner = LLMRunner(fake.client(), MODELS[api], registry, executor, api=api)
+    desk, _fake, registry, executor, runner = desk_and_runner()
 
     @registry.saga
     async def hasty(saga: DynamicSaga) -> None:
@@ -262,13 +264,10 @@ async def test_an_agent_waiting_for_approval_resumes_once_decided_asking_only_ne
 async def test_an_agent_sleeping_between_loops_is_released_and_resumed_from_its_record() -> None:
     """A long sleep after a loop releases the saga; serve() resumes it: the first loop served, the second asked."""
     api = "chat"
-    desk = Desk()
-    desk.hang_once = False
-    fake = FakeAPI(api, [*script(api), text_turn(api, "Followed up.")])
-    registry = make_registry(desk)
     store = MemoryStore()
-    executor = SagaExecutor(registry, store, wait_threshold=0.05)
-    runner = LLMRunner(fake.client(), MODELS[api], registry, executor, api=api)
+    desk, fake, registry, executor, runner = desk_and_runner(
+        text_turn(api, "Followed up."), store=store, wait_threshold=0.05
+    )
 
     @registry.saga
     async def follow_up(saga: DynamicSaga) -> list[str | None]:
@@ -328,13 +327,7 @@ async def test_an_agents_turn_holding_a_secret_is_recorded_encrypted_and_served_
 
 async def test_a_replay_serves_recorded_turns_and_asks_no_model_for_a_turn_never_recorded() -> None:
     """In executor.saga(replay=True), a loop given more turns than recorded raises ReplayDivergenceError unasked."""
-    api = "chat"
-    desk = Desk()
-    desk.hang_once = False
-    fake = FakeAPI(api, script(api))
-    registry = make_registry(desk)
-    executor = SagaExecutor(registry)
-    runner = LLMRunner(fake.client(), MODELS[api], registry, executor, api=api)
+    _desk, fake, _registry, executor, runner = desk_and_runner()
     async with executor.saga(saga_id="once") as saga:
         assert await runner.run("Ticket T-9: refund it", saga=saga) == "Refunded 42.00 on order O-T-9."
 
