@@ -5,9 +5,10 @@ Calls are identified by position, so a saga re-entered after a crash is served i
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, NoReturn
 
@@ -344,6 +345,17 @@ class DynamicSaga:
             except (StepFailedError, BudgetExceededError, ApprovalRejectedError) as exc:
                 outcomes.append(exc)
         return outcomes
+
+    @contextlib.contextmanager
+    def approvals_for(self, tools: Iterable[str]) -> Iterator[None]:
+        """Within the block, calls of `tools` wait for a person's decision too (an LLM loop's policy); a re-run
+        saga function runs the same block, so its calls are gated the same."""
+        before = self._approval_required
+        self._approval_required = before | frozenset(tools)
+        try:
+            yield
+        finally:
+            self._approval_required = before
 
     def _gated(self, engine: SagaEngine, rows: list[StepRow]) -> list[StepRow]:
         """Return a group's calls that need a person's decision."""

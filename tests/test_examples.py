@@ -152,6 +152,27 @@ def test_agent_loop_rolls_back_then_replays_from_the_database(tmp_path: Path) ->
     )
 
 
+def test_durable_agent_survives_its_killed_worker_with_no_turn_asked_again(tmp_path: Path) -> None:
+    """durable_agent.py SIGKILLs its worker mid-conversation; another worker finishes, each model turn asked once."""
+    out = run_example("durable_agent", tmp_path)
+    printed(
+        out,
+        """
+        was killed (SIGKILL) while the agent's e-mail call ran
+        call_3 EmailCustomer: RUNNING
+        the model was asked 3 times: turns [1, 2, 3]
+        the saga ended SUCCESS: Refunded 42.00
+        taken over by worker-2 from worker-1
+        turn 3: asked by worker-1
+        turn 4: asked by worker-2
+        no model turn asked again: True (4 questions for 4 turns)
+        refunds issued: 1, e-mails sent: 1
+        the record verifies: True
+        """,
+    )
+    assert "store: sqlite:///" in out
+
+
 @pytest.mark.parametrize("name", ["pydantic_ai_agent", "langchain_agent", "openai_agents_agent"])
 def test_framework_examples_run_steps_tell_failures_and_serve_reentry_from_the_record(
     name: str, tmp_path: Path

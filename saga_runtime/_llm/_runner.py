@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 import anyio
 
@@ -22,6 +22,7 @@ from saga_runtime._exceptions import (
     describe,
 )
 from saga_runtime._llm._adapter import Adapter, get, plain
+from saga_runtime._llm._agent_runs import AgentRun
 from saga_runtime._llm._calls import adapter_for, run_turn
 from saga_runtime._llm._events import tell_model_call
 from saga_runtime._llm._model_retry import DEFAULT_MODEL_RETRY, call_with_retry
@@ -56,7 +57,8 @@ class LLMRunner:
 
     Each model call is recorded (`metadata["llm_calls"]`), charged and told to hooks as a `ModelCallEvent`;
     each answer (`metadata["llm_responses"]`) before its calls run, so re-running a saga id asks only
-    unanswered turns.
+    unanswered turns. With `saga=`, the loop runs as calls of that saga (a saga function resumed over its
+    record asks the model only for turns never answered), recorded in its `metadata["llm_runs"]`.
     """
 
     def __init__(
@@ -104,6 +106,7 @@ class LLMRunner:
         models = [self.model] if model is None else [model, self.model]
         return self._prices.cost(usage, *models)
 
+    @overload
     async def run(
         self,
         prompt: str | list[Any],
@@ -111,12 +114,39 @@ class LLMRunner:
         saga_id: str | None = None,
         budget: Budget | None = None,
         max_turns: int = 10,
+        saga: None = None,
         **options: Any,
-    ) -> SagaResult:
+    ) -> SagaResult: ...
+
+    @overload
+    async def run(
+        self,
+        prompt: str | list[Any],
+        *,
+        saga_id: None = None,
+        budget: None = None,
+        max_turns: int = 10,
+        saga: DynamicSaga,
+        **options: Any,
+    ) -> str | None: ...
+
+    async def run(
+        self,
+        prompt: str | list[Any],
+        *,
+        saga_id: str | None = None,
+        budget: Budget | None = None,
+        max_turns: int = 10,
+        saga: DynamicSaga | None = None,
+        **options: Any,
+    ) -> SagaResult | str | None:
         """Run the loop until the model answers in text; return the result (answer in `metadata`).
 
         `prompt`: a user message, or messages in this API's format; `options` go to every model call. A
         failure does not raise: the result is COMPENSATED with an `error`.
+
+        `saga`: run the loop as calls of that saga (a saga function's, or an `executor.saga()` block's) and return
+        the model's final answer; a failure raises into the saga's code (which compensates if it leaves it).
         """
         if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
             raise ValueError(f"max_turns must be a positive int, got {max_turns!r}")
@@ -126,6 +156,8 @@ class LLMRunner:
         if taken:
             raise TypeError(f"the runner sets {', '.join(taken)} itself: leave them out of run()'s options")
         recorded_prompt = plain(prompt)
+        if saga is not None:
+            return await self._run_in(saga, recorded_prompt, saga_id, budget, max_turns, options)
         if saga_id is not None:
             stored = await self.executor.store.get_saga(saga_id)
             if stored is not None and stored.status.is_terminal:
@@ -147,7 +179,9 @@ class LLMRunner:
         saga = self.executor.saga(saga_id=saga_id, budget=budget, metadata=metadata, approval_required=gated)
         try:
             async with saga:
-                await self._loop(saga, recorded_prompt, max_turns, options)
+                recorded = saga.metadata.get("llm_responses") or []
+                answer = await self._loop(saga, recorded_prompt, max_turns, options, recorded, saga.set_metadata)
+                await saga.set_metadata(answer=answer[0], turns=answer[1])
         except (ReplayDivergenceError, IdempotencyConflictError, LeaseLostError):
             raise  # not the loop's failure
         except ApprovalPendingError as exc:
@@ -158,6 +192,31 @@ class LLMRunner:
             logger.warning("saga %s: the LLM loop failed and was compensated: %s", saga.saga_id, exc)
         assert saga.result is not None
         return saga.result
+
+    async def _run_in(
+        self,
+        saga: DynamicSaga,
+        prompt: str | list[Any],
+        saga_id: str | None,
+        budget: Budget | None,
+        max_turns: int,
+        options: Mapping[str, Any],
+    ) -> str | None:
+        """Run the loop as calls of `saga`, recorded at its position among the saga's loops; return the answer."""
+        from saga_runtime._dynamic import DynamicSaga  # a front door beside this one, imported when used
+
+        if not isinstance(saga, DynamicSaga):
+            raise TypeError(f"saga must be the DynamicSaga a saga function is given, got {type(saga).__name__}")
+        if saga_id is not None or budget is not None:
+            raise TypeError(
+                "with saga=, the loop runs in that saga under its own id and budget: leave out saga_id and budget"
+            )
+        run = await AgentRun.begin(saga, self.model, prompt, self.api)
+        gated = () if self.policy is None else self.policy.approval_required or ()
+        with saga.approvals_for(gated):
+            text, turns = await self._loop(saga, prompt, max_turns, options, run.responses, run.write)
+        await run.write(answer=text, turns=turns)
+        return text
 
     async def _complete(self, request: dict[str, Any]) -> Any:
         """Call the model once (a sync client in a thread)."""
@@ -200,9 +259,19 @@ class LLMRunner:
         return dict(record)
 
     async def _loop(
-        self, saga: DynamicSaga, prompt: str | list[Any], max_turns: int, options: Mapping[str, Any]
-    ) -> None:
-        recorded = [self._recorded(r, saga) for r in saga.metadata.get("llm_responses") or []]
+        self,
+        saga: DynamicSaga,
+        prompt: str | list[Any],
+        max_turns: int,
+        options: Mapping[str, Any],
+        answers: list[Any],
+        write: Callable[..., Awaitable[None]],
+    ) -> tuple[str | None, int]:
+        """Ask, record (through `write`), run the calls, until a text answer: return it and the turns taken.
+
+        `answers`: the turns recorded already, served without asking the model.
+        """
+        recorded = [self._recorded(r, saga) for r in answers]
         conversation = self._adapter.conversation(prompt, self.system)
         calls_log: list[dict[str, Any]] = []
         responses: list[dict[str, Any]] = []
@@ -212,6 +281,11 @@ class LLMRunner:
             started: datetime | None = None  # None: served from the record
             if turn < len(recorded):
                 answer = recorded[turn]
+            elif saga.replaying:
+                raise ReplayDivergenceError(
+                    f"saga {saga.saga_id!r}: model turn #{turn + 1} was never recorded (a replay asks no model)",
+                    saga_id=saga.saga_id,
+                )
             else:
                 started = now()
                 try:
@@ -233,13 +307,12 @@ class LLMRunner:
                 }
             )
             # Durable before its calls run.
-            await saga.set_metadata(llm_calls=calls_log, llm_responses=responses)
+            await write(llm_calls=calls_log, llm_responses=responses)
             if started is not None:
                 tell_model_call(hooks, saga.saga_id, self.model, turn, started, answer=answer, usage=usage, cost=cost)
             await saga.charge(cost=cost, tokens=usage.total_tokens)
             if not answer["calls"]:
-                await saga.set_metadata(answer=answer["text"], turns=turn + 1)
-                return
+                return answer["text"], turn + 1
             conversation.extend(answer["output"])
             replies = await run_turn(saga, self.registry, self.policy, answer["calls"], used_ids)
             conversation.extend(self._adapter.replies(replies))
