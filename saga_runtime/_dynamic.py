@@ -207,7 +207,9 @@ class DynamicSaga:
         return self._claim.session.keeper
 
     def _adopt_record(self, saga: SagaRow, rows: list[StepRow]) -> None:
-        if saga.kind != "dynamic" or (self._function is None and function_of(saga.plan) is not None):
+        # A saga function's record is served to its own code; a replay (nothing runs) may read it too.
+        borrowed = self._function is None and not self._replay_requested and function_of(saga.plan) is not None
+        if saga.kind != "dynamic" or borrowed:
             what = "a plan saga" if saga.kind != "dynamic" else "a saga function's saga"
             raise IdempotencyConflictError(
                 f"saga {self.saga_id!r} is {what}; a dynamic saga needs an id of its own",
