@@ -107,7 +107,7 @@ class GroupRunner:
             ):
                 spec = self._registry.get(row.tool_name)
                 if spec.reconcile is not None:
-                    await self._reconcile(row, spec)
+                    await self._runner.settle(row, spec)
         if join == "first" and any(succeeded(row) for row in rows):
             await self._settle_first(rows)  # resumed: the recorded winner stands, the rest lose
             return self._nothing_left_out(rows)
@@ -161,20 +161,6 @@ class GroupRunner:
         if join == "first":
             await self._settle_first(rows)
         return self.judge(rows, join, needed)
-
-    async def _reconcile(self, row: StepRow, spec: ToolSpec) -> None:
-        """Ask a step's `reconcile`, cut by an operator's cancel as a running call is (its outcome stays unknown)."""
-        verdict = self._verdict
-        if verdict.halted:
-            return  # cancelled: no more tool code runs forward; the step is compensated as unknown
-        try:
-            verdict.running = current_task()
-            await self._runner.reconcile(row, spec)
-        except CANCELLED:
-            if not verdict.cut_taken():
-                raise
-        finally:
-            verdict.running = None
 
     async def _run_one(self, row: StepRow) -> bool:
         """Run a group of one step never started (join `all`): what `run` does for it, without its bookkeeping."""

@@ -18,13 +18,11 @@ from saga_runtime._engine._cancellation import CancelTaken, Fence
 from saga_runtime._engine._clock import LeaseClock
 from saga_runtime._engine._config import EngineConfig
 from saga_runtime._engine._events import EventKind, emit, event_of
-from saga_runtime._engine._journal_rows import cancel_noted
+from saga_runtime._engine._journal_rows import note_cancel, rejection_of
 from saga_runtime._engine._transitions import saga_to, step_to
 from saga_runtime._exceptions import LeaseLostError, StoreError
 from saga_runtime._records import (
-    REJECTED,
     ApprovalRow,
-    CancelOutcome,
     SagaRow,
     SagaStatus,
     StepRow,
@@ -33,9 +31,7 @@ from saga_runtime._records import (
     end_reason_of,
     extend_head,
     identity_hash,
-    note_reason,
     now,
-    read_note,
     standing_of,
 )
 
@@ -268,11 +264,10 @@ class Journal:
                     error_type="Unknown",
                 )
             elif row.status is StepStatus.WAITING:
-                refused = next((r for r in self.approvals if r.step_id == row.step_id and r.decision == REJECTED), None)
-                if refused is None:
+                why = rejection_of(self.approvals, row.step_id)  # rejected (by a cancel, say): REJECTED (API.md §9)
+                if why is None:
                     self.approved(row)  # back to PENDING: it never ran
-                else:  # rejected (by a cancel, say) before the saga went on: REJECTED, as a decision read (API.md §9)
-                    why = f"rejected by {refused.decided_by}" + (f": {refused.note}" if refused.note else "")
+                else:
                     self.finish_step(row, StepStatus.REJECTED, error=why, error_type="ApprovalRejected")
         saga = self.saga
         if status is not SagaStatus.SUCCESS:
@@ -407,24 +402,10 @@ class Journal:
         return True
 
     def cancelled(self, request: str) -> str | None:
-        """Record an operator's cancel request (its stored note) and what came of it; return why the saga stops.
-
-        Only a RUNNING (or WAITING) saga stops (None otherwise): a compensating one goes on undoing, and one
-        whose SUCCESS is being written ends so, the cancel recorded as ignored.
-        """
-        note = read_note(request, at=now())
-        status = self.saga.status
-        outcome: CancelOutcome = (
-            "cancelled"
-            if status is SagaStatus.RUNNING or status is SagaStatus.WAITING
-            else "ignored"
-            if status is SagaStatus.SUCCESS
-            else "compensating"
-        )
-        if cancel_noted(self.saga, note, outcome):
-            self._saga_dirty = True  # sealed with the saga row's next write
-            logger.warning("saga %s: cancel requested (%s): %s", self.saga.saga_id, note_reason(note), outcome)
-        return note_reason(note) if outcome == "cancelled" else None
+        """Record an operator's cancel request and what came of it (see `note_cancel`); return why the saga stops."""
+        added, reason = note_cancel(self.saga, request)
+        self._saga_dirty = self._saga_dirty or added  # sealed with the saga row's next write
+        return reason
 
     # -- the lease and fencing -----------------------------------------------------------------------------------------
 

@@ -5,19 +5,23 @@ Claims use them before (or after) an engine drives the saga; like the Journal, n
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 from typing import Any
 
 from saga_runtime._engine._transitions import saga_to
 from saga_runtime._records import (
+    REJECTED,
     ApprovalRow,
     CancelOutcome,
     SagaRow,
     SagaStatus,
     TakeoverReason,
     cancel_entry,
+    note_reason,
     now,
     output_entry,
+    read_note,
     release_entry,
     released_by,
     takeover_entry,
@@ -29,8 +33,10 @@ __all__ = [
     "cancel_noted",
     "decided",
     "let_go",
+    "note_cancel",
     "noted",
     "park",
+    "rejection_of",
     "returned",
     "sleeps_of",
     "slept",
@@ -38,6 +44,8 @@ __all__ = [
     "took_over",
     "waits_for_tools",
 ]
+
+logger = logging.getLogger("saga_runtime")
 
 #: How the error of a live saga nobody can drive for lack of its tools begins (cleared when a worker takes it).
 WAITS_FOR_TOOLS = "waits for a worker that has its tool(s) "
@@ -98,6 +106,36 @@ def took_over(saga: SagaRow, by: str, from_owner: str | None, at: datetime) -> N
     else:
         reason = "restart" if from_owner == by else "lease expired"
     saga.history = [*saga.history, takeover_entry(at, by, from_owner, reason)]
+
+
+def note_cancel(saga: SagaRow, request: str) -> tuple[bool, str | None]:
+    """Record an operator's cancel request (its stored note) in the saga's history with what came of it; return
+    whether it was added, and why the saga stops (None: it does not).
+
+    Only a RUNNING (or WAITING) saga stops: a compensating one goes on undoing, and one whose SUCCESS is being
+    written ends so, the cancel recorded as ignored.
+    """
+    note = read_note(request, at=now())
+    status = saga.status
+    outcome: CancelOutcome = (
+        "cancelled"
+        if status is SagaStatus.RUNNING or status is SagaStatus.WAITING
+        else "ignored"
+        if status is SagaStatus.SUCCESS
+        else "compensating"
+    )
+    added = cancel_noted(saga, note, outcome)
+    if added:
+        logger.warning("saga %s: cancel requested (%s): %s", saga.saga_id, note_reason(note), outcome)
+    return added, note_reason(note) if outcome == "cancelled" else None
+
+
+def rejection_of(approvals: list[ApprovalRow], step_id: str) -> str | None:
+    """Return the words a step rejected by a decision is recorded with (who, and why), or None if it was not."""
+    for request in approvals:
+        if request.step_id == step_id and request.decision == REJECTED:
+            return f"rejected by {request.decided_by}" + (f": {request.note}" if request.note else "")
+    return None
 
 
 def cancel_noted(saga: SagaRow, note: dict[str, Any], outcome: CancelOutcome) -> bool:

@@ -800,7 +800,15 @@ class SQLStore(StoreBase, SQLRetention, SQLSchedules, SQLQueueControl):
                 records = await tx.fetch(q.cancel_taken, (saga_id, owner, owner))
             return None if not records or records[0][0] is None else str(records[0][0])
 
-        return await self._retrying("take_cancel", once)
+        busy = 0
+        while True:
+            try:
+                return await self._retrying("take_cancel", once)
+            except StoreBusyError:  # a deadlock victim: rolled back, so try again
+                busy += 1
+                if busy >= _BUSY_TRIES:
+                    raise
+                await anyio.sleep(0.01 * 2**busy)
 
     # -- approvals -------------------------------------------------------------------------------------------
 

@@ -91,13 +91,13 @@ async def test_a_cancel_stops_a_retry_before_its_next_attempt(store: SagaStore) 
 async def test_a_cancel_racing_the_end_is_recorded_as_ignored_or_honoured(store: SagaStore) -> None:
     """Cancels racing the sagas' finishes: every cancel accepted is in the record, honoured or ignored, never lost."""
     calls: list[str] = []
-    executor = SagaExecutor(slow_tools(calls, 0.05), store)
+    executor = SagaExecutor(slow_tools(calls, 0.2), store)
     plan = [{"tool": "Slow", "args": {"name": n}, "id": n} for n in ("a", "b")]
     rng = random.Random(35)
 
     async def one(i: int) -> tuple[SagaStatus, Any]:
         running = asyncio.create_task(executor.run(plan, saga_id=f"race-{i}"))
-        await asyncio.sleep(rng.uniform(0.0, 0.15))
+        await asyncio.sleep(rng.uniform(0.0, 0.5))  # before, during or after its two 0.2 s steps
         try:
             asked = await executor.cancel(f"race-{i}", reason="race")
         except KeyError:  # not stored yet
