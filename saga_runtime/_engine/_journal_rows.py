@@ -5,6 +5,7 @@ Claims use them before (or after) an engine drives the saga; like the Journal, n
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -13,9 +14,13 @@ from saga_runtime._records import (
     ApprovalRow,
     SagaRow,
     SagaStatus,
+    StepRow,
     TakeoverReason,
     cancel_entry,
+    end_entry,
+    end_reason_of,
     now,
+    standing_of,
     takeover_entry,
 )
 
@@ -23,6 +28,7 @@ __all__ = [
     "WAITS_FOR_TOOLS",
     "cancel_noted",
     "decided",
+    "ended",
     "let_go",
     "park",
     "take_over",
@@ -79,6 +85,18 @@ def took_over(saga: SagaRow, by: str, from_owner: str | None, at: datetime) -> N
     """Add to the saga's history that `by` took it over from `from_owner` (None: it had been released)."""
     reason: TakeoverReason = "released" if from_owner is None else "restart" if from_owner == by else "lease expired"
     saga.history = [*saga.history, takeover_entry(at, by, from_owner, reason)]
+
+
+def ended(saga: SagaRow, status: SagaStatus, rows: Iterable[StepRow], cause: str | None) -> None:
+    """Add to the history of a saga that did not succeed how it ended and which effects stand (decided once).
+
+    `cause`: the class name of the exception that failed it, when known (see saga_runtime._records._outcome).
+    """
+    rows = list(rows)
+    saga.history = [
+        *saga.history,
+        end_entry(end_reason_of(status, rows, saga.history, cause), standing_of(status, rows)),
+    ]
 
 
 def cancel_noted(saga: SagaRow, note: dict[str, Any]) -> bool:
