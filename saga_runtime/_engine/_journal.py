@@ -18,7 +18,7 @@ from saga_runtime._engine._cancellation import CancelTaken, Fence
 from saga_runtime._engine._clock import LeaseClock
 from saga_runtime._engine._config import EngineConfig
 from saga_runtime._engine._events import EventKind, emit, event_of
-from saga_runtime._engine._journal_rows import note_cancel, rejection_of
+from saga_runtime._engine._journal_rows import ended, note_cancel, rejection_of
 from saga_runtime._engine._transitions import saga_to, step_to
 from saga_runtime._exceptions import LeaseLostError, StoreError
 from saga_runtime._records import (
@@ -27,12 +27,9 @@ from saga_runtime._records import (
     SagaStatus,
     StepRow,
     StepStatus,
-    end_entry,
-    end_reason_of,
     extend_head,
     identity_hash,
     now,
-    standing_of,
 )
 
 __all__ = ["EngineConfig", "Journal", "seq_of"]
@@ -98,9 +95,7 @@ class Journal:
         self._dirty[row.step_id] = row
 
     def start(self, row: StepRow, at: datetime, version: str | None = None) -> None:
-        """Start a step's next attempt (a resumed step of unknown outcome keeps counting); `version`: the tool's
-        version that runs it, recorded (an accepted older version the step was planned with gives way to it).
-        """
+        """Start a step's next attempt (a resumed one keeps counting), run by the tool of `version` (recorded)."""
         step_to(row, StepStatus.RUNNING)
         if version is not None and row.tool_version != version:
             row.tool_version = version
@@ -249,11 +244,8 @@ class Journal:
         self._saga_dirty = True
 
     def end(self, status: SagaStatus, error: str | None, cause: str | None = None) -> None:
-        """Make the saga terminal (`error`: why it did not succeed); no step of it reads RUNNING or WAITING after.
-
-        A saga that did not succeed has its end reason and standing effects added to its history (`cause`: the
-        class name of the exception that failed it, when known), decided here once.
-        """
+        """Make the saga terminal (`error`: why it did not succeed; `cause`: the class name of what failed it, see
+        `ended`); no step of it reads RUNNING or WAITING after."""
         self.saga_to(status)
         for row in self.rows.values() if status is not SagaStatus.SUCCESS else ():
             if row.status is StepStatus.RUNNING:
@@ -273,11 +265,7 @@ class Journal:
         if status is not SagaStatus.SUCCESS:
             if saga.error is None:
                 saga.error = error or "the saga was cancelled by its caller"
-            rows = self.rows.values()
-            saga.history = [
-                *saga.history,
-                end_entry(end_reason_of(status, rows, saga.history, cause), standing_of(status, rows)),
-            ]
+            ended(saga, status, self.rows.values(), cause)
         saga.finished_at = now()
         saga.lease_expires_at = None
 

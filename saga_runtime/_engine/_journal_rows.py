@@ -6,6 +6,7 @@ Claims use them before (or after) an engine drives the saga; like the Journal, n
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -16,14 +17,18 @@ from saga_runtime._records import (
     CancelOutcome,
     SagaRow,
     SagaStatus,
+    StepRow,
     TakeoverReason,
     cancel_entry,
+    end_entry,
+    end_reason_of,
     note_reason,
     now,
     output_entry,
     read_note,
     release_entry,
     released_by,
+    standing_of,
     takeover_entry,
 )
 
@@ -32,6 +37,7 @@ __all__ = [
     "asleep",
     "cancel_noted",
     "decided",
+    "ended",
     "let_go",
     "note_cancel",
     "noted",
@@ -106,6 +112,18 @@ def took_over(saga: SagaRow, by: str, from_owner: str | None, at: datetime) -> N
     else:
         reason = "restart" if from_owner == by else "lease expired"
     saga.history = [*saga.history, takeover_entry(at, by, from_owner, reason)]
+
+
+def ended(saga: SagaRow, status: SagaStatus, rows: Iterable[StepRow], cause: str | None) -> None:
+    """Add to the history of a saga that did not succeed how it ended and which effects stand (decided once).
+
+    `cause`: the class name of the exception that failed it, when known (see saga_runtime._records._outcome).
+    """
+    rows = list(rows)
+    saga.history = [
+        *saga.history,
+        end_entry(end_reason_of(status, rows, saga.history, cause), standing_of(status, rows)),
+    ]
 
 
 def note_cancel(saga: SagaRow, request: str) -> tuple[bool, str | None]:
