@@ -61,8 +61,9 @@ class Journal:
         # The lease holder, when the engine holds one: every write is then owner-conditional.
         self.owner = owner
         self.rows: dict[str, StepRow] = {row.step_id: row for row in steps}
-        self._by_seq: dict[int, StepRow] = {row.seq: row for row in steps}
-        self._links: dict[int, str] = {}
+        # A store that links the rows it seals (the memory store, sealing when a saga is read) gets them unlinked.
+        self._links: dict[int, str] | None = None if getattr(self.store, "links_rows", False) is True else {}
+        self._by_seq: dict[int, StepRow] = {} if self._links is None else {row.seq: row for row in steps}
         # Steps whose first attempt was committed RUNNING with the saga itself (write-ahead done).
         self.announced = {row.step_id for row in announced}
         for row in announced:  # new rows, written RUNNING with the saga itself: no move
@@ -72,8 +73,10 @@ class Journal:
         self._saga_dirty = False
         self._saga_touched = False
         self._seal_known = False  # the saga row's seal is the one this journal's last write stored
-        # asyncio.Lock: it does not yield to the loop when nobody holds it.
+        # asyncio.Lock: it does not yield to the loop when nobody holds it. A store whose write never pauses
+        # (`writes_inline`: the memory store) is written in the calling code, without it.
         self._write_lock = asyncio.Lock()
+        self._write_now = self.store.write if getattr(self.store, "writes_inline", False) is True else None  # type: ignore[attr-defined]
         self.guard = Fence(saga.saga_id)
         self.lease = LeaseClock(config.lease_timeout, saga.lease_expires_at if owner is not None else None)
         # The saga's approval requests as last known (kept by the Gate; part of its result).
@@ -161,7 +164,8 @@ class Journal:
     def add_step(self, row: StepRow) -> None:
         """Add a step to the saga (dynamic sagas add them as they go); it is written with the next flush."""
         self.rows[row.step_id] = row
-        self._by_seq[row.seq] = row
+        if self._links is not None:
+            self._by_seq[row.seq] = row
         self.saga.plan_hash = extend_head(self.saga.plan_hash, row)  # the chain head seals the list of calls
         self._saga_dirty = True
         self._dirty[row.step_id] = row
@@ -293,16 +297,17 @@ class Journal:
 
     def _link(self, row: StepRow) -> str:
         """Return the identity hash of the row before `row`: what `row` links to in the chain (cached)."""
-        link = self._links.get(row.seq)
+        link = self._links.get(row.seq) if self._links is not None else None
         if link is None:
-            link = self._links[row.seq] = identity_hash(self._by_seq.get(row.seq - 1), row.saga_id)
+            link = identity_hash(self._by_seq.get(row.seq - 1), row.saga_id)
+            if self._links is not None:
+                self._links[row.seq] = link
         return link
 
     def link_all(self) -> None:
-        """Link every row to the one before it (before the saga's first write: the store seals them)."""
-        link = self._link
-        for row in self.rows.values():
-            row.prev_hash = link(row)
+        """Link every row to the one before it, before the saga's first write (unless the store links them)."""
+        for row in self.rows.values() if self._links is not None else ():
+            row.prev_hash = self._link(row)
 
     def stored_as(self, saga: SagaRow) -> None:
         """Note the saga row as the store wrote it (its seal), outside `flush` (its creation)."""
@@ -310,47 +315,76 @@ class Journal:
 
     async def flush(self) -> None:
         """Commit every changed row in one owner-conditional store write; raise `LeaseLostError` when fenced."""
+        if self._write_now is not None:
+            self.write_now()  # the write never pauses: no other write can be under way (no lock)
+            return
         async with self._write_lock:
-            self.check_fence()
-            if not self._dirty and not self._saga_dirty and not self._saga_touched:
-                return
-            links, link = self._links, self._link
-            steps = []
-            for row in self._dirty.values():
-                row.prev_hash, row.hash = links.get(row.seq) or link(row), None  # the store seals it afresh
-                steps.append(row.copy())
-            self._dirty.clear()
-            saga = None
-            sent = 0.0
-            reseal = self._saga_dirty or not self._seal_known
-            if self._saga_dirty or self._saga_touched:
-                # The new lease goes on the copy; believed only once stored.
-                saga = self.saga.copy()
-                saga.updated_at = now()
-                if saga.status in (SagaStatus.RUNNING, SagaStatus.COMPENSATING):
-                    saga.lease_expires_at = saga.updated_at + timedelta(seconds=self.config.lease_timeout)
-                    sent = self.lease.mark()
-                self._saga_dirty = self._saga_touched = False
+            batch = self._batch()
+            if batch is not None:
+                try:
+                    await self.store.save(batch[0], batch[1], owner=self.owner, reseal=batch[3])
+                except BaseException as exc:
+                    self._unwritten(batch, exc)
+                    raise
+                self._written(batch)
+
+    def write_now(self) -> None:
+        """`flush` to a store that writes in the calling code (`writes_inline`): no lock, no await."""
+        batch = self._batch()
+        if batch is not None:
             try:
-                await self.store.save(saga, steps, owner=self.owner, reseal=reseal)
-                if saga is not None:
-                    self.saga.updated_at, self.saga.lease_expires_at = saga.updated_at, saga.lease_expires_at
-                    self.saga.seal, self._seal_known = saga.seal, True
-                    if sent and self.owner is not None:
-                        self.lease.confirmed(sent)
+                self._write_now(batch[0], batch[1], self.owner, batch[3])  # type: ignore[misc]
             except BaseException as exc:
-                # Not written: the rows stay dirty.
-                for row in steps:
-                    self._dirty.setdefault(row.step_id, self.rows[row.step_id])
-                if saga is not None:
-                    self._saga_touched, self._saga_dirty = True, self._saga_dirty or reseal
-                if isinstance(exc, LeaseLostError) and self.owner is not None:
-                    logger.error(
-                        "saga %s: the store refused a write, another executor owns the saga now; stopping here",
-                        self.saga.saga_id,
-                    )
-                    self.fence(lost=True)
+                self._unwritten(batch, exc)
                 raise
+            self._written(batch)
+
+    def _batch(self) -> tuple[SagaRow | None, list[StepRow], float, bool] | None:
+        """Take what is to write: (saga row copy or None, step row copies, lease mark, reseal); None: nothing."""
+        self.guard.check()
+        if not self._dirty and not self._saga_dirty and not self._saga_touched:
+            return None
+        links, link = self._links, self._link
+        steps = []
+        for row in self._dirty.values():
+            row.hash = None  # the store seals it afresh (and links it, unless linked here)
+            row.prev_hash = row.prev_hash if links is None else links.get(row.seq) or link(row)
+            steps.append(row.copy())
+        self._dirty.clear()
+        saga = None
+        sent = 0.0
+        reseal = self._saga_dirty or not self._seal_known
+        if self._saga_dirty or self._saga_touched:
+            # The new lease goes on the copy; believed only once stored.
+            saga = self.saga.copy()
+            saga.updated_at = now()
+            if saga.status in (SagaStatus.RUNNING, SagaStatus.COMPENSATING):
+                saga.lease_expires_at = saga.updated_at + timedelta(seconds=self.config.lease_timeout)
+                sent = self.lease.mark()
+            self._saga_dirty = self._saga_touched = False
+        return saga, steps, sent, reseal
+
+    def _written(self, batch: tuple[SagaRow | None, list[StepRow], float, bool]) -> None:
+        saga, _, sent, _ = batch
+        if saga is not None:
+            self.saga.updated_at, self.saga.lease_expires_at = saga.updated_at, saga.lease_expires_at
+            self.saga.seal, self._seal_known = saga.seal, True
+            if sent and self.owner is not None:
+                self.lease.confirmed(sent)
+
+    def _unwritten(self, batch: tuple[SagaRow | None, list[StepRow], float, bool], exc: BaseException) -> None:
+        """Keep the rows of a write that failed dirty; fence if the store said another executor owns the saga."""
+        saga, steps, _, reseal = batch
+        for row in steps:
+            self._dirty.setdefault(row.step_id, self.rows[row.step_id])
+        if saga is not None:
+            self._saga_touched, self._saga_dirty = True, self._saga_dirty or reseal
+        if isinstance(exc, LeaseLostError) and self.owner is not None:
+            logger.error(
+                "saga %s: the store refused a write, another executor owns the saga now; stopping here",
+                self.saga.saga_id,
+            )
+            self.fence(lost=True)
 
     # -- the lease and fencing -----------------------------------------------------------------------------------------
 

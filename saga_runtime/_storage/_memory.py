@@ -36,9 +36,10 @@ _CANCELLABLE = _LIVE | {SagaStatus.WAITING}
 class MemoryStore(StoreBase, MemoryRetention):
     """Keep sagas in this process's memory: fast, private to the store object, gone when the process ends.
 
-    Step rows written without a seal (`hash` None: the engine hands them so, linked) are sealed here when their
-    saga ends, or earlier when anything reads it: a running saga in memory is read by nobody but its engine, so
-    most of its rows are sealed once, not once per change.
+    Rows are sealed (and step rows linked) when the saga is first read (loaded, verified, exported, claimed,
+    listed), not as they are written: a saga in memory is read by nobody but its engine while it runs, and most
+    are never read at all, so each row is sealed at most once, from the snapshot the store holds. The seals are
+    the ones a store sealing at each write computes: the rows are snapshots nobody changes.
 
     `keep`: at most that many finished (SUCCESS or COMPENSATED) sagas are kept whole; past it, the oldest is
     purged to its tombstone (API.md §14), so a long-running process does not grow without end.
@@ -46,6 +47,8 @@ class MemoryStore(StoreBase, MemoryRetention):
 
     #: No connection to lose: nothing is retried.
     retry_for = 0.0
+    #: The engine hands step rows unlinked (`prev_hash` None): the store links them as it seals them.
+    links_rows = True
 
     def __init__(self, *, signing_key: bytes | str | None = None, keep: int | None = None) -> None:
         self._sagas: dict[str, SagaRow] = {}
@@ -58,10 +61,11 @@ class MemoryStore(StoreBase, MemoryRetention):
         self._wakers: list[Callable[[str], None]] = []  # workers' wakeups (queue_wakeups)
         self._signing_key = signing_key_bytes(signing_key)
         self._sealing = Sealing(self._signing_key)
-        # The rows written unsealed by save() or create_saga() and not sealed yet, by saga: exactly those are sealed
-        # here (a row that came without a seal another way, an import, stays unsealed and is reported so).
-        # (By id: rows compare by value; the row itself is kept, so its id is not reused while it waits.)
-        self._unsealed: dict[str, dict[int, StepRow]] = {}
+        # The step rows written unsealed by save() or create_saga() and not sealed yet, by saga and step (the last
+        # written): exactly those are sealed, when the saga is first read (a row that came without a seal another
+        # way, an import, stays unsealed and is reported so). And the saga rows written and not sealed yet.
+        self._unsealed: dict[str, dict[str, StepRow]] = {}
+        self._unsealed_sagas: set[str] = set()
         # Saga rows written by this store are sealed; only an imported one created before it may carry no seal.
         self._sealed_since = now()
         # saga_id -> its queue entry (QUEUED sagas, and started ones: they count toward their queue's limits).
@@ -102,32 +106,39 @@ class MemoryStore(StoreBase, MemoryRetention):
         if existing is not None:
             return existing
         self._check_keys(steps)
-        self._sealing.saga(saga)
         self._sagas[saga.saga_id] = saga
-        self._put_steps(steps)
-        self._note_unsealed(saga.saga_id, steps)
+        self._unsealed_sagas.add(saga.saga_id)
+        self._put_steps(steps, unsealed=True)
         return None
+
+    @property
+    def writes_inline(self) -> bool:
+        """Tell whether `write` is this store's `save` (not for a subclass or an instance that changed `save`)."""
+        return type(self).save is MemoryStore.save and "save" not in vars(self)
 
     async def save(
         self, saga: SagaRow | None, steps: Sequence[StepRow], *, owner: str | None = None, reseal: bool = True
     ) -> None:
         """Keep the given rows (snapshots the caller no longer touches); with `owner`, only if it owns the saga."""
+        self.write(saga, steps, owner, reseal)
+
+    def write(
+        self, saga: SagaRow | None, steps: Sequence[StepRow], owner: str | None = None, reseal: bool = True
+    ) -> None:
+        """Do what `save` does, in the calling code: it never pauses (the engine calls it when `writes_inline`)."""
         if self._closed:  # checked inline: a running saga saves at every step
             self._check_open()
         if owner is not None:
             self._check_owner(saga, steps, owner)
-        self._check_keys(steps)  # before anything is written: a refused save writes nothing
-        if saga is not None:
-            self._sealing.saga(saga, reseal=reseal)
-            self._sagas[saga.saga_id] = saga
-        self._put_steps(steps)
         if steps:
-            self._note_unsealed(steps[0].saga_id, steps)
-        if saga is not None and saga.status.is_terminal:
-            if saga.saga_id in self._unsealed:
-                self._seal(saga.saga_id)  # the saga ended: its record is final, seal it now
-            if self._keep is not None:
-                self._ended(saga)
+            self._check_keys(steps)  # before anything is written: a refused save writes nothing
+        if saga is not None:
+            self._sagas[saga.saga_id] = saga
+            self._unsealed_sagas.add(saga.saga_id)  # sealed when first read (`reseal` only spares a seal)
+        if steps:
+            self._put_steps(steps, unsealed=True)
+        if self._keep is not None and saga is not None and saga.status.is_terminal:
+            self._ended(saga)
 
     def _check_owner(self, saga: SagaRow | None, steps: Sequence[StepRow], owner: str) -> None:
         """Raise LeaseLostError unless the stored saga of the rows is owned by `owner`."""
@@ -172,42 +183,55 @@ class MemoryStore(StoreBase, MemoryRetention):
                 )
             batch[row.idempotency_key] = ident
 
-    def _put_steps(self, steps: Sequence[StepRow]) -> None:
-        keys, by_saga = self._keys, self._steps
-        saga_id, rows = None, None
+    def _put_steps(self, steps: Sequence[StepRow], *, unsealed: bool = False) -> None:
+        """Store the rows; `unsealed`: note those given unsealed, to seal them when their saga is read."""
+        keys, by_saga, pending_by_saga = self._keys, self._steps, self._unsealed
+        saga_id, rows, pending = None, None, None
         for row in steps:
             if row.saga_id != saga_id or rows is None:
                 saga_id = row.saga_id
                 rows = by_saga.get(saga_id)
                 if rows is None:
                     rows = by_saga[saga_id] = {}
-            old = rows.get(row.step_id)
-            rows[row.step_id] = row
+                if unsealed:
+                    pending = pending_by_saga.get(saga_id)
+                    if pending is None:
+                        pending = pending_by_saga[saga_id] = {}
+            step_id = row.step_id
+            old = rows.get(step_id)
+            rows[step_id] = row
+            if pending is not None and row.hash is None:
+                pending[step_id] = row
             if old is not None and old is not row and old.idempotency_key == row.idempotency_key:
                 # A new snapshot keeping its step's key: the key is held by this step already (no other step can
                 # take it), so the index stays as it is. The stored row itself changed in place says nothing.
                 continue
             if old is not None and old.idempotency_key != row.idempotency_key:
                 keys.pop(old.idempotency_key, None)
-            keys[row.idempotency_key] = (row.saga_id, row.step_id)
-
-    def _note_unsealed(self, saga_id: str, steps: Sequence[StepRow]) -> None:
-        for row in steps:
-            if row.hash is None:
-                self._unsealed.setdefault(saga_id, {})[id(row)] = row
+            keys[row.idempotency_key] = (saga_id, step_id)
 
     def _seal(self, saga_id: str) -> None:
-        """Seal the rows of a saga written unsealed and still stored (each carries its link)."""
-        pending = self._unsealed.pop(saga_id, {})
-        stored = self._steps.get(saga_id, {})
-        self._sealing.steps_once([row for row in pending.values() if stored.get(row.step_id) is row])
+        """Seal what of a saga was written unsealed and is still stored: its step rows (linked first) and its row."""
+        pending = self._unsealed.pop(saga_id, None)
+        if pending:
+            stored = self._steps.get(saga_id, {})
+            rows = [row for row in pending.values() if row.hash is None and stored.get(row.step_id) is row]
+            saga = self._sagas.get(saga_id)
+            if rows and saga is not None:
+                self._sealing.link_and_seal(saga, rows, stored.values())
+        if saga_id in self._unsealed_sagas:
+            self._unsealed_sagas.discard(saga_id)
+            saga = self._sagas.get(saga_id)
+            if saga is not None:
+                self._sealing.saga(saga)
 
     def _snapshot(self, saga_id: str) -> tuple[SagaRow, list[StepRow]] | None:
         saga = self._sagas.get(saga_id)
         if saga is None:
             return None
-        if saga_id in self._unsealed:
+        if saga_id in self._unsealed or saga_id in self._unsealed_sagas:
             self._seal(saga_id)
+            saga = self._sagas[saga_id]
         steps = sorted((row.copy() for row in self._steps.get(saga_id, {}).values()), key=lambda r: r.seq)
         return saga.copy(), steps
 
@@ -506,7 +530,11 @@ class MemoryStore(StoreBase, MemoryRetention):
             if (status is None or row.status is status) and (owner is None or row.owner == owner)
         ]
         rows.sort(key=lambda row: (row.created_at, row.saga_id), reverse=True)
-        return [(row.copy(), len(self._steps.get(row.saga_id, {}))) for row in rows[offset : offset + limit]]
+        page = rows[offset : offset + limit]
+        for row in page:
+            if row.saga_id in self._unsealed_sagas:
+                self._seal(row.saga_id)
+        return [(self._sagas[row.saga_id].copy(), len(self._steps.get(row.saga_id, {}))) for row in page]
 
     async def insert_rows(self, saga: SagaRow, steps: Sequence[StepRow]) -> tuple[SagaRow, list[StepRow]] | None:
         """Insert rows as given (seals kept) unless the id is taken; return what is stored if it is."""
@@ -526,5 +554,7 @@ class MemoryStore(StoreBase, MemoryRetention):
         self._steps.clear()
         self._keys.clear()
         self._approvals.clear()
+        self._unsealed.clear()
+        self._unsealed_sagas.clear()
         self._holds.clear()
         self._finished.clear()

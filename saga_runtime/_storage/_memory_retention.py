@@ -41,7 +41,8 @@ class MemoryRetention:
     _steps: dict[str, dict[str, StepRow]]
     _keys: dict[str, tuple[str, str]]
     _approvals: dict[str, dict[str, ApprovalRow]]
-    _unsealed: dict[str, dict[int, StepRow]]
+    _unsealed: dict[str, dict[str, StepRow]]
+    _unsealed_sagas: set[str]
     _queued: dict[str, QueueEntry]
     _started: dict[str, datetime]
     _cancels: dict[str, str]
@@ -126,6 +127,7 @@ class MemoryRetention:
         for table in (self._approvals, self._unsealed, self._queued, self._started, self._cancels):
             table.pop(saga_id, None)
         self._finished.pop(saga_id, None)
+        self._unsealed_sagas.discard(saga_id)
 
     def _ended(self, saga: SagaRow) -> None:
         """Count a finished saga toward `keep`; purge the oldest past it."""

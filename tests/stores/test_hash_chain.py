@@ -39,6 +39,7 @@ async def tamper(stores: Stores, kind: str, store: SagaStore, *, memory: str, sq
     """
     if kind == "memory":
         assert isinstance(store, MemoryStore)
+        await store.load_saga("audited")  # in memory a record is sealed when first read: edited after that
         exec(memory, {"steps": store._steps["audited"]})
     elif kind == "sqlite":
         sqlite_query(stores.url(kind), sql)
