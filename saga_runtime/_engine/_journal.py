@@ -30,6 +30,7 @@ from saga_runtime._records import (
     identity_hash,
     now,
 )
+from saga_runtime._storage import inline_store
 
 __all__ = ["EngineConfig", "Journal", "seq_of"]
 
@@ -62,7 +63,8 @@ class Journal:
         self.owner = owner
         self.rows: dict[str, StepRow] = {row.step_id: row for row in steps}
         # A store that links the rows it seals (the memory store, sealing when a saga is read) gets them unlinked.
-        self._links: dict[int, str] | None = None if getattr(self.store, "links_rows", False) is True else {}
+        inline = inline_store(self.store)
+        self._links: dict[int, str] | None = None if inline is not None and inline.links_rows else {}
         self._by_seq: dict[int, StepRow] = {} if self._links is None else {row.seq: row for row in steps}
         # Steps whose first attempt was committed RUNNING with the saga itself (write-ahead done).
         self.announced = {row.step_id for row in announced}
@@ -76,7 +78,7 @@ class Journal:
         # asyncio.Lock: it does not yield to the loop when nobody holds it. A store whose write never pauses
         # (`writes_inline`: the memory store) is written in the calling code, without it.
         self._write_lock = asyncio.Lock()
-        self._write_now = self.store.write if getattr(self.store, "writes_inline", False) is True else None  # type: ignore[attr-defined]
+        self._write_now = inline.write if inline is not None and inline.writes_inline else None
         self.guard = Fence(saga.saga_id)
         self.lease = LeaseClock(config.lease_timeout, saga.lease_expires_at if owner is not None else None)
         # The saga's approval requests as last known (kept by the Gate; part of its result).
@@ -330,10 +332,10 @@ class Journal:
 
     def write_now(self) -> None:
         """`flush` to a store that writes in the calling code (`writes_inline`): no lock, no await."""
-        batch = self._batch()
-        if batch is not None:
+        batch, write = self._batch(), self._write_now
+        if batch is not None and write is not None:
             try:
-                self._write_now(batch[0], batch[1], self.owner, batch[3])  # type: ignore[misc]
+                write(batch[0], batch[1], self.owner, batch[3])
             except BaseException as exc:
                 self._unwritten(batch, exc)
                 raise
@@ -344,11 +346,13 @@ class Journal:
         self.guard.check()
         if not self._dirty and not self._saga_dirty and not self._saga_touched:
             return None
-        links, link = self._links, self._link
+        links = self._links
         steps = []
         for row in self._dirty.values():
-            row.hash = None  # the store seals it afresh (and links it, unless linked here)
-            row.prev_hash = row.prev_hash if links is None else links.get(row.seq) or link(row)
+            if row.hash is not None:
+                row.hash = None  # the store seals it afresh (and links it, unless linked here)
+            if links is not None:
+                row.prev_hash = links.get(row.seq) or self._link(row)
             steps.append(row.copy())
         self._dirty.clear()
         saga = None

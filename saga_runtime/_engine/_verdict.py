@@ -20,10 +20,23 @@ class Verdict:
     one step inline, or its siblings), which a halt cancels: the calls' outcomes are unknown.
     """
 
-    __slots__ = ("_cut", "culprit", "errors", "halted", "reason", "running", "store_error", "stuck", "winners")
+    __slots__ = (
+        "_cut",
+        "culprit",
+        "errors",
+        "failed",
+        "halted",
+        "reason",
+        "running",
+        "store_error",
+        "stuck",
+        "winners",
+    )
 
     def __init__(self) -> None:
         self.reason: str | None = None
+        # Whether a step failed in a way that fails the saga (`reason` is set): read at every step.
+        self.failed = False
         self.culprit: str | None = None
         self.errors: dict[str, BaseException] = {}
         self.stuck: set[str] = set()
@@ -34,21 +47,18 @@ class Verdict:
         self.running: asyncio.Task[object] | Siblings | None = None
         self._cut = False  # the task running a step inline was cancelled by a halt (not yet taken back)
 
-    @property
-    def failed(self) -> bool:
-        """Tell whether a step failed in a way that fails the saga."""
-        return self.reason is not None
-
     def fail(self, row: StepRow, error: str) -> None:
         """Fail the saga because of `row` (the first reason stands)."""
         if self.reason is None:
             self.reason = f"step {row.step_id!r} ({row.tool_name}) failed: {error}"
             self.culprit = row.step_id
+            self.failed = True
 
     def fail_with(self, reason: str) -> None:
         """Fail the saga for a reason no single step gives (the first reason stands)."""
         if self.reason is None:
             self.reason = reason
+            self.failed = True
 
     def halt(self, reason: str) -> None:
         """Fail the saga for an operator's cancel, and cancel the calls running now."""
@@ -72,6 +82,7 @@ class Verdict:
     def forgive(self) -> None:
         """Forget the failure (a dynamic saga's code decides itself whether a failed call ends the saga)."""
         self.reason = None
+        self.failed = False
 
     def why_cancelled(self, row: StepRow) -> str:
         """Say why a running step was cancelled: an operator's cancel, a race won, a failed sibling, the caller."""

@@ -19,7 +19,7 @@ from saga_runtime._records import (
     StepRow,
     now,
 )
-from saga_runtime._storage._base import key_full, queue_allowance, unparked_status
+from saga_runtime._storage._base import InlineStore, key_full, queue_allowance, unparked_status
 from saga_runtime._storage._batch import lease_lost
 from saga_runtime._storage._keys import signing_key_bytes
 from saga_runtime._storage._memory_retention import MemoryRetention, keep_option
@@ -33,7 +33,7 @@ _LIVE = frozenset({SagaStatus.RUNNING, SagaStatus.COMPENSATING})
 _CANCELLABLE = _LIVE | {SagaStatus.WAITING}
 
 
-class MemoryStore(StoreBase, MemoryRetention):
+class MemoryStore(StoreBase, MemoryRetention, InlineStore):
     """Keep sagas in this process's memory: fast, private to the store object, gone when the process ends.
 
     Rows are sealed (and step rows linked) when the saga is first read (loaded, verified, exported, claimed,
@@ -47,8 +47,11 @@ class MemoryStore(StoreBase, MemoryRetention):
 
     #: No connection to lose: nothing is retried.
     retry_for = 0.0
-    #: The engine hands step rows unlinked (`prev_hash` None): the store links them as it seals them.
-    links_rows = True
+
+    @property
+    def links_rows(self) -> bool:
+        """Tell that the engine hands step rows unlinked (`prev_hash` None): the store links them as it seals them."""
+        return True
 
     def __init__(self, *, signing_key: bytes | str | None = None, keep: int | None = None) -> None:
         self._sagas: dict[str, SagaRow] = {}
@@ -128,17 +131,59 @@ class MemoryStore(StoreBase, MemoryRetention):
         """Do what `save` does, in the calling code: it never pauses (the engine calls it when `writes_inline`)."""
         if self._closed:  # checked inline: a running saga saves at every step
             self._check_open()
+        if owner is not None and self._wrote_steps(saga, steps, owner):
+            pass  # the engine's write: its step rows written already (see _wrote_steps)
+        else:
+            self._write(saga, steps, owner)
+        if saga is not None:
+            self._sagas[saga.saga_id] = saga
+            self._unsealed_sagas.add(saga.saga_id)  # sealed when first read (`reseal` only spares a seal)
+        if self._keep is not None and saga is not None and saga.status.is_terminal:
+            self._ended(saga)
+
+    def _wrote_steps(self, saga: SagaRow | None, steps: Sequence[StepRow], owner: str) -> bool:
+        """Check and write the step rows of an owner-conditional write of one stored saga, each row keeping its
+        step's key or taking a key nobody holds; False, having written nothing, for any other (see `_write`)."""
+        if saga is None and not steps:
+            return False
+        saga_id = saga.saga_id if saga is not None else steps[0].saga_id
+        rows = self._steps.get(saga_id)
+        if rows is None:
+            return False
+        keys = self._keys
+        fresh = 0
+        for row in steps:
+            old = rows.get(row.step_id)
+            if row.saga_id != saga_id or old is row:
+                return False
+            if old is None or old.idempotency_key != row.idempotency_key:
+                if old is not None or row.idempotency_key in keys:
+                    return False
+                fresh += 1
+        stored = self._sagas.get(saga_id)
+        if stored is None or stored.owner != owner:
+            raise lease_lost(saga_id, owner, self.url)
+        if fresh > 1 and len({row.idempotency_key for row in steps}) != len(steps):
+            return False  # two new rows taking one key: refused by `_write`
+        pending = self._unsealed.get(saga_id)
+        if pending is None:
+            pending = self._unsealed[saga_id] = {}
+        for row in steps:
+            step_id = row.step_id
+            if fresh and step_id not in rows:
+                keys[row.idempotency_key] = (saga_id, step_id)
+            rows[step_id] = row
+            if row.hash is None:
+                pending[step_id] = row
+        return True
+
+    def _write(self, saga: SagaRow | None, steps: Sequence[StepRow], owner: str | None) -> None:
+        """Check and write the step rows of any save (raising, having written nothing, on a refused one)."""
         if owner is not None:
             self._check_owner(saga, steps, owner)
         if steps:
             self._check_keys(steps)  # before anything is written: a refused save writes nothing
-        if saga is not None:
-            self._sagas[saga.saga_id] = saga
-            self._unsealed_sagas.add(saga.saga_id)  # sealed when first read (`reseal` only spares a seal)
-        if steps:
             self._put_steps(steps, unsealed=True)
-        if self._keep is not None and saga is not None and saga.status.is_terminal:
-            self._ended(saga)
 
     def _check_owner(self, saga: SagaRow | None, steps: Sequence[StepRow], owner: str) -> None:
         """Raise LeaseLostError unless the stored saga of the rows is owned by `owner`."""
