@@ -12,6 +12,7 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from time import monotonic
 from typing import Any
 
 from saga_runtime._engine._cancellation import Fence
@@ -81,6 +82,8 @@ class Journal:
         self._write_now = inline.write if inline is not None and inline.writes_inline else None
         self.guard = Fence(saga.saga_id)
         self.lease = LeaseClock(config.lease_timeout, saga.lease_expires_at if owner is not None else None)
+        self._keep_margin = config.lease_timeout * _LEASE_MARGIN
+        self._invoke_margin = config.lease_timeout * _INVOKE_MARGIN
         # The saga's approval requests as last known (kept by the Gate; part of its result).
         self.approvals: list[ApprovalRow] = []
 
@@ -412,12 +415,14 @@ class Journal:
 
     def keep_lease(self) -> None:
         """Make the next (owner-conditional) write extend the lease when too little is left to start a step on."""
-        if self.owner is not None and self.lease.left() < self.config.lease_timeout * _LEASE_MARGIN:
+        until = self.lease.until  # (None: no lease held, nothing to keep)
+        if self.owner is not None and until is not None and until - monotonic() < self._keep_margin:
             self._saga_touched = True  # flush() writes the saga row with a fresh lease_expires_at
 
     def lease_short(self) -> bool:
         """Tell whether too little of the lease is known to be left to invoke a tool on (see `confirm_lease`)."""
-        return self.owner is not None and self.lease.left() <= self.config.lease_timeout * _INVOKE_MARGIN
+        until = self.lease.until
+        return self.owner is not None and until is not None and until - monotonic() <= self._invoke_margin
 
     async def confirm_lease(self) -> None:
         """Make sure by this process's clock that the lease is good before a tool runs (else extend it, or fence)."""
