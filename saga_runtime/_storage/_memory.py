@@ -64,11 +64,12 @@ class MemoryStore(StoreBase, MemoryRetention, InlineStore):
         self._wakers: list[Callable[[str], None]] = []  # workers' wakeups (queue_wakeups)
         self._signing_key = signing_key_bytes(signing_key)
         self._sealing = Sealing(self._signing_key)
-        # The step rows written unsealed by save() or create_saga() and not sealed yet, by saga and step (the last
-        # written): exactly those are sealed, when the saga is first read (a row that came without a seal another
-        # way, an import, stays unsealed and is reported so). And the saga rows written and not sealed yet.
-        self._unsealed: dict[str, dict[str, StepRow]] = {}
+        # The sagas whose step rows (`_unsealed`) or saga row (`_unsealed_sagas`) were written and are not sealed
+        # yet: sealed when the saga is first read. Ids only, no container per saga. A step row that came without a
+        # seal another way, an import, stays unsealed and is reported so: `_imported` keeps those (few) rows.
+        self._unsealed: set[str] = set()
         self._unsealed_sagas: set[str] = set()
+        self._imported: dict[str, dict[str, StepRow]] = {}
         # Saga rows written by this store are sealed; only an imported one created before it may carry no seal.
         self._sealed_since = now()
         # saga_id -> its queue entry (QUEUED sagas, and started ones: they count toward their queue's limits).
@@ -165,16 +166,13 @@ class MemoryStore(StoreBase, MemoryRetention, InlineStore):
             raise lease_lost(saga_id, owner, self.url)
         if fresh > 1 and len({row.idempotency_key for row in steps}) != len(steps):
             return False  # two new rows taking one key: refused by `_write`
-        pending = self._unsealed.get(saga_id)
-        if pending is None:
-            pending = self._unsealed[saga_id] = {}
         for row in steps:
             step_id = row.step_id
             if fresh and step_id not in rows:
                 keys[row.idempotency_key] = (saga_id, step_id)
             rows[step_id] = row
-            if row.hash is None:
-                pending[step_id] = row
+        if steps:
+            self._unsealed.add(saga_id)
         return True
 
     def _write(self, saga: SagaRow | None, steps: Sequence[StepRow], owner: str | None) -> None:
@@ -230,8 +228,8 @@ class MemoryStore(StoreBase, MemoryRetention, InlineStore):
 
     def _put_steps(self, steps: Sequence[StepRow], *, unsealed: bool = False) -> None:
         """Store the rows; `unsealed`: note those given unsealed, to seal them when their saga is read."""
-        keys, by_saga, pending_by_saga = self._keys, self._steps, self._unsealed
-        saga_id, rows, pending = None, None, None
+        keys, by_saga = self._keys, self._steps
+        saga_id, rows = None, None
         for row in steps:
             if row.saga_id != saga_id or rows is None:
                 saga_id = row.saga_id
@@ -239,14 +237,12 @@ class MemoryStore(StoreBase, MemoryRetention, InlineStore):
                 if rows is None:
                     rows = by_saga[saga_id] = {}
                 if unsealed:
-                    pending = pending_by_saga.get(saga_id)
-                    if pending is None:
-                        pending = pending_by_saga[saga_id] = {}
+                    self._unsealed.add(saga_id)
             step_id = row.step_id
             old = rows.get(step_id)
             rows[step_id] = row
-            if pending is not None and row.hash is None:
-                pending[step_id] = row
+            if not unsealed and row.hash is None:
+                self._imported.setdefault(saga_id, {})[step_id] = row  # never sealed here: reported unsealed
             if old is not None and old is not row and old.idempotency_key == row.idempotency_key:
                 # A new snapshot keeping its step's key: the key is held by this step already (no other step can
                 # take it), so the index stays as it is. The stored row itself changed in place says nothing.
@@ -257,10 +253,11 @@ class MemoryStore(StoreBase, MemoryRetention, InlineStore):
 
     def _seal(self, saga_id: str) -> None:
         """Seal what of a saga was written unsealed and is still stored: its step rows (linked first) and its row."""
-        pending = self._unsealed.pop(saga_id, None)
-        if pending:
+        if saga_id in self._unsealed:
+            self._unsealed.discard(saga_id)
             stored = self._steps.get(saga_id, {})
-            rows = [row for row in pending.values() if row.hash is None and stored.get(row.step_id) is row]
+            imported = self._imported.get(saga_id, {})
+            rows = [row for row in stored.values() if row.hash is None and imported.get(row.step_id) is not row]
             saga = self._sagas.get(saga_id)
             if rows and saga is not None:
                 self._sealing.link_and_seal(saga, rows, stored.values())
@@ -601,5 +598,6 @@ class MemoryStore(StoreBase, MemoryRetention, InlineStore):
         self._approvals.clear()
         self._unsealed.clear()
         self._unsealed_sagas.clear()
+        self._imported.clear()
         self._holds.clear()
         self._finished.clear()
