@@ -14,7 +14,18 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks import concurrency, durable, fleet, group, memory, overhead, queues, recovery, retention
+from benchmarks import (
+    concurrency,
+    durable,
+    fleet,
+    group,
+    instructions,
+    memory,
+    overhead,
+    queues,
+    recovery,
+    retention,
+)
 from benchmarks._report import Progress, Target, machine, plot, table
 
 Note = Callable[[str], None]
@@ -39,12 +50,23 @@ RETENTION = (
     f"({retention.DEFAULT_SAGAS:,} sagas, SAGA_RUNTIME_BENCH_RETENTION_SAGAS to change; 300 with --quick)"
 )
 
+INSTRUCTIONS = (
+    "in memory: instructions per saga (valgrind cachegrind, as python -m benchmarks.profile_overhead ir) vs the "
+    f"same coroutines awaited bare ({instructions.SAGAS} sagas after {instructions.WARM_UP}; "
+    f"{instructions.QUICK_SAGAS} after {instructions.QUICK_WARM_UP} with --quick)"
+)
+
 # title (a key of the JSON's "results") -> what to show while it runs, how to run it, and its targets
 WORKLOADS: dict[str, tuple[str, Callable[[bool, Note], list[Any]], list[Target]]] = {
     "in memory: overhead over bare awaits": (
         "in memory: 10-step saga",
         lambda q, n: overhead.run(quick=q),
         overhead.TARGETS,
+    ),
+    INSTRUCTIONS: (
+        "in memory: instructions (valgrind)",
+        lambda q, n: instructions.run(quick=q),
+        instructions.TARGETS,
     ),
     "in memory: a group of 100 steps x 10 ms sleep vs asyncio.gather of the same sleeps": (
         "in memory: group of 100 sleeps",

@@ -2,7 +2,7 @@
 
 The floor is `asyncio.gather` of the same 100 `asyncio.sleep(0.01)` calls, measured in the same process and
 interleaved round by round with the saga (in-memory store). Both should take about 10 ms, not 100 x 10 ms; the
-report is the median wall time of each and their ratio (target: the saga within 1.05x of the floor).
+report is the median wall time of each and their ratio (target: the saga within 1.1x of the floor).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from saga_runtime import SagaExecutor, ToolRegistry
 WIDTH = 100
 SLEEP_S = 0.010
 
-TARGETS = [Target("in memory, a group of 100 x 10 ms: time / asyncio.gather's", 1.05, "x", value("ratio"))]
+TARGETS = [Target("in memory, a group of 100 x 10 ms: time / asyncio.gather's", 1.1, "x", value("ratio"))]
 
 registry = ToolRegistry()
 

@@ -2,9 +2,10 @@
 
 Wall-clock is noisy on a shared machine; instruction counts are not. Three commands:
 
-    python -m benchmarks.profile_overhead run --sagas N [--fail] [--no-gc]
-        run N sagas of benchmarks.overhead's plan after a warm-up (what the two below measure)
-    python -m benchmarks.profile_overhead ir [--sagas N] [--fail] [--no-gc]
+    python -m benchmarks.profile_overhead run --sagas N [--fail] [--no-gc] [--floor] [--warm-up W]
+        run N sagas of benchmarks.overhead's plan after a warm-up (what the two below measure); --floor: N times
+        the floor instead (the same 10 coroutines awaited bare)
+    python -m benchmarks.profile_overhead ir [--sagas N] [--fail] [--no-gc] [--floor] [--warm-up W]
         instructions (valgrind cachegrind, Ir) per saga: a run of N sagas minus a run of none
     python -m benchmarks.profile_overhead profile [--sagas N] [--fail] [--top K]
         cProfile's own time per function and per module, scaled to us per step of an unprofiled run
@@ -26,7 +27,7 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from benchmarks.overhead import STEPS, registry
+from benchmarks.overhead import STEPS, bare, registry
 from saga_runtime import SagaExecutor
 
 WARM_UP = 50  # sagas run before counting: caches filled, code paths warm
@@ -45,14 +46,35 @@ async def _sagas(executor: SagaExecutor, plan: list[dict[str, Any]], n: int, exp
         assert result.status.value == expect, result.status
 
 
-def run(sagas: int, *, fail: bool = False, profile: cProfile.Profile | None = None) -> float:
-    """Run `sagas` sagas of the overhead plan after the warm-up; return their seconds (perf_counter)."""
+async def _floors(n: int) -> None:
+    for _ in range(n):
+        for i in range(STEPS):
+            await bare(i)
+
+
+def run(
+    sagas: int,
+    *,
+    fail: bool = False,
+    profile: cProfile.Profile | None = None,
+    floor: bool = False,
+    warm_up: int = WARM_UP,
+) -> float:
+    """Run `sagas` sagas of the overhead plan after the warm-up; return their seconds (perf_counter).
+
+    `floor`: run the floor instead, the saga's 10 coroutines awaited bare, `sagas` times.
+    """
     plan = _plan(fail)
     expect = "COMPENSATED" if fail else "SUCCESS"
 
     async def main() -> float:
         executor = SagaExecutor(registry)
-        await _sagas(executor, plan, WARM_UP, expect)
+        if floor:
+            await _floors(warm_up)
+            started = time.perf_counter()
+            await _floors(sagas)
+            return time.perf_counter() - started
+        await _sagas(executor, plan, warm_up, expect)
         started = time.perf_counter()
         if profile is not None:
             profile.enable()
@@ -64,7 +86,19 @@ def run(sagas: int, *, fail: bool = False, profile: cProfile.Profile | None = No
     return asyncio.run(main())
 
 
-def _ir(sagas: int, fail: bool, no_gc: bool) -> int:
+def instructions(
+    sagas: int, *, fail: bool = False, no_gc: bool = False, floor: bool = False, warm_up: int = WARM_UP
+) -> float:
+    """Return the instructions (valgrind cachegrind) per saga: a run of `sagas` sagas minus a run of none."""
+    return (_ir(sagas, fail, no_gc, floor, warm_up) - _ir(0, fail, no_gc, floor, warm_up)) / sagas
+
+
+def ir_of(sagas: int, *, fail: bool = False, floor: bool = False, warm_up: int = WARM_UP) -> int:
+    """Return the instructions valgrind counts for a process running `sagas` sagas after `warm_up`."""
+    return _ir(sagas, fail, False, floor, warm_up)
+
+
+def _ir(sagas: int, fail: bool, no_gc: bool, floor: bool = False, warm_up: int = WARM_UP) -> int:
     """Return the instructions valgrind counts for a process running `sagas` sagas (and the warm-up)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "cachegrind.out")
@@ -79,9 +113,12 @@ def _ir(sagas: int, fail: bool, no_gc: bool) -> int:
             "run",
             "--sagas",
             str(sagas),
+            "--warm-up",
+            str(warm_up),
         ]
         command += ["--fail"] if fail else []
         command += ["--no-gc"] if no_gc else []
+        command += ["--floor"] if floor else []
         env = {**os.environ, "PYTHONHASHSEED": "0"}
         subprocess.run(command, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         with open(out) as f:
@@ -128,15 +165,17 @@ def main() -> None:
     parser.add_argument("--fail", action="store_true", help="the last step fails: nine compensations")
     parser.add_argument("--no-gc", action="store_true", help="with the garbage collector disabled")
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--floor", action="store_true", help="the floor (10 bare awaits) instead of a saga")
+    parser.add_argument("--warm-up", type=int, default=WARM_UP, help="sagas run before counting")
     args = parser.parse_args()
     if args.no_gc:
         gc.disable()
     if args.command == "run":
-        run(args.sagas or 0, fail=args.fail)
+        run(args.sagas or 0, fail=args.fail, floor=args.floor, warm_up=args.warm_up)
     elif args.command == "ir":
         sagas = args.sagas or 200
-        per_saga = (_ir(sagas, args.fail, args.no_gc) - _ir(0, args.fail, args.no_gc)) / sagas
-        kind = "failing" if args.fail else "successful"
+        per_saga = instructions(sagas, fail=args.fail, no_gc=args.no_gc, floor=args.floor, warm_up=args.warm_up)
+        kind = "floor (bare awaits) of a" if args.floor else "failing" if args.fail else "successful"
         print(f"{per_saga:,.0f} Ir per {kind} {STEPS}-step saga ({per_saga / STEPS:,.0f} per step), N={sagas}")
     else:
         _profile(args.sagas or 2000, args.fail, args.top)

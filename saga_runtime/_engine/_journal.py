@@ -12,6 +12,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
+from time import monotonic
 from typing import Any
 
 from saga_runtime._engine._cancellation import CancelTaken, Fence
@@ -31,6 +32,7 @@ from saga_runtime._records import (
     identity_hash,
     now,
 )
+from saga_runtime._storage import inline_store
 
 __all__ = ["EngineConfig", "Journal", "seq_of"]
 
@@ -62,8 +64,10 @@ class Journal:
         # The lease holder, when the engine holds one: every write is then owner-conditional.
         self.owner = owner
         self.rows: dict[str, StepRow] = {row.step_id: row for row in steps}
-        self._by_seq: dict[int, StepRow] = {row.seq: row for row in steps}
-        self._links: dict[int, str] = {}
+        # A store that links the rows it seals (the memory store, sealing when a saga is read) gets them unlinked.
+        inline = inline_store(self.store)
+        self._links: dict[int, str] | None = None if inline is not None and inline.links_rows else {}
+        self._by_seq: dict[int, StepRow] = {} if self._links is None else {row.seq: row for row in steps}
         # Steps whose first attempt was committed RUNNING with the saga itself (write-ahead done).
         self.announced = {row.step_id for row in announced}
         for row in announced:  # new rows, written RUNNING with the saga itself: no move
@@ -73,10 +77,14 @@ class Journal:
         self._saga_dirty = False
         self._saga_touched = False
         self._seal_known = False  # the saga row's seal is the one this journal's last write stored
-        # asyncio.Lock: it does not yield to the loop when nobody holds it.
+        # asyncio.Lock: it does not yield to the loop when nobody holds it. A store whose write never pauses
+        # (`writes_inline`: the memory store) is written in the calling code, without it.
         self._write_lock = asyncio.Lock()
+        self._write_now = inline.write if inline is not None and inline.writes_inline else None
         self.guard = Fence(saga.saga_id)
         self.lease = LeaseClock(config.lease_timeout, saga.lease_expires_at if owner is not None else None)
+        self._keep_margin = config.lease_timeout * _LEASE_MARGIN
+        self._invoke_margin = config.lease_timeout * _INVOKE_MARGIN
         # The saga's approval requests as last known (kept by the Gate; part of its result).
         self.approvals: list[ApprovalRow] = []
         # Told why the saga stops, when a write the store refused took in an operator's cancel (see `flush`).
@@ -166,7 +174,8 @@ class Journal:
     def add_step(self, row: StepRow) -> None:
         """Add a step to the saga (dynamic sagas add them as they go); it is written with the next flush."""
         self.rows[row.step_id] = row
-        self._by_seq[row.seq] = row
+        if self._links is not None:
+            self._by_seq[row.seq] = row
         self.saga.plan_hash = extend_head(self.saga.plan_hash, row)  # the chain head seals the list of calls
         self._saga_dirty = True
         self._dirty[row.step_id] = row
@@ -305,16 +314,17 @@ class Journal:
 
     def _link(self, row: StepRow) -> str:
         """Return the identity hash of the row before `row`: what `row` links to in the chain (cached)."""
-        link = self._links.get(row.seq)
+        link = self._links.get(row.seq) if self._links is not None else None
         if link is None:
-            link = self._links[row.seq] = identity_hash(self._by_seq.get(row.seq - 1), row.saga_id)
+            link = identity_hash(self._by_seq.get(row.seq - 1), row.saga_id)
+            if self._links is not None:
+                self._links[row.seq] = link
         return link
 
     def link_all(self) -> None:
-        """Link every row to the one before it (before the saga's first write: the store seals them)."""
-        link = self._link
-        for row in self.rows.values():
-            row.prev_hash = link(row)
+        """Link every row to the one before it, before the saga's first write (unless the store links them)."""
+        for row in self.rows.values() if self._links is not None else ():
+            row.prev_hash = self._link(row)
 
     def stored_as(self, saga: SagaRow) -> None:
         """Note the saga row as the store wrote it (its seal), outside `flush` (its creation)."""
@@ -327,55 +337,90 @@ class Journal:
         journal takes it in (`on_cancel`: the engine records and honours it) and writes again. With `ahead` (the
         write-ahead of steps about to start) it raises `CancelTaken` instead: nothing was written, nothing starts.
         """
-        async with self._write_lock:
-            take = True
-            while True:
-                self.check_fence()
-                if not self._dirty and not self._saga_dirty and not self._saga_touched:
+        take = True
+        while True:
+            try:
+                if self._write_now is not None:
+                    self._write_inline()  # the write never pauses: no other write can be under way (no lock)
                     return
-                links, link = self._links, self._link
-                steps = []
-                for row in self._dirty.values():
-                    row.prev_hash, row.hash = links.get(row.seq) or link(row), None  # the store seals it afresh
-                    steps.append(row.copy())
-                self._dirty.clear()
-                saga = None
-                sent = 0.0
-                reseal = self._saga_dirty or not self._seal_known
-                if self._saga_dirty or self._saga_touched:
-                    # The new lease goes on the copy; believed only once stored.
-                    saga = self.saga.copy()
-                    saga.updated_at = now()
-                    if saga.status in (SagaStatus.RUNNING, SagaStatus.COMPENSATING):
-                        saga.lease_expires_at = saga.updated_at + timedelta(seconds=self.config.lease_timeout)
-                        sent = self.lease.mark()
-                    self._saga_dirty = self._saga_touched = False
-                try:
-                    await self.store.save(saga, steps, owner=self.owner, reseal=reseal)
-                    if saga is not None:
-                        self.saga.updated_at, self.saga.lease_expires_at = saga.updated_at, saga.lease_expires_at
-                        self.saga.seal, self._seal_known = saga.seal, True
-                        if sent and self.owner is not None:
-                            self.lease.confirmed(sent)
+                async with self._write_lock:
+                    batch = self._batch()
+                    if batch is not None:
+                        try:
+                            await self.store.save(batch[0], batch[1], owner=self.owner, reseal=batch[3])
+                        except BaseException:
+                            self._unwritten(batch)
+                            raise
+                        self._written(batch)
                     return
-                except BaseException as exc:
-                    # Not written: the rows stay dirty.
-                    for row in steps:
-                        self._dirty.setdefault(row.step_id, self.rows[row.step_id])
-                    if saga is not None:
-                        self._saga_touched, self._saga_dirty = True, self._saga_dirty or reseal
-                    if isinstance(exc, LeaseLostError) and self.owner is not None:
-                        if take and await self._took_cancel():
-                            if ahead:
-                                raise CancelTaken from None
-                            take = False
-                            continue  # taken in: written again
-                        logger.error(
-                            "saga %s: the store refused a write, another executor owns the saga now; stopping here",
-                            self.saga.saga_id,
-                        )
-                        self.fence(lost=True)
+            except LeaseLostError:
+                if self.owner is None:
                     raise
+                if take and await self._took_cancel():
+                    if ahead:
+                        raise CancelTaken from None
+                    take = False
+                    continue  # taken in: written again
+                logger.error(
+                    "saga %s: the store refused a write, another executor owns the saga now; stopping here",
+                    self.saga.saga_id,
+                )
+                self.fence(lost=True)
+                raise
+
+    def _write_inline(self) -> None:
+        """`flush` to a store that writes in the calling code (`writes_inline`): no lock, no await."""
+        batch, write = self._batch(), self._write_now
+        if batch is not None and write is not None:
+            try:
+                write(batch[0], batch[1], self.owner, batch[3])
+            except BaseException:
+                self._unwritten(batch)
+                raise
+            self._written(batch)
+
+    def _batch(self) -> tuple[SagaRow | None, list[StepRow], float, bool] | None:
+        """Take what is to write: (saga row copy or None, step row copies, lease mark, reseal); None: nothing."""
+        self.guard.check()
+        if not self._dirty and not self._saga_dirty and not self._saga_touched:
+            return None
+        links = self._links
+        steps = []
+        for row in self._dirty.values():
+            if row.hash is not None:
+                row.hash = None  # the store seals it afresh (and links it, unless linked here)
+            if links is not None:
+                row.prev_hash = links.get(row.seq) or self._link(row)
+            steps.append(row.copy())
+        self._dirty.clear()
+        saga = None
+        sent = 0.0
+        reseal = self._saga_dirty or not self._seal_known
+        if self._saga_dirty or self._saga_touched:
+            # The new lease goes on the copy; believed only once stored.
+            saga = self.saga.copy()
+            saga.updated_at = now()
+            if saga.status in (SagaStatus.RUNNING, SagaStatus.COMPENSATING):
+                saga.lease_expires_at = saga.updated_at + timedelta(seconds=self.config.lease_timeout)
+                sent = self.lease.mark()
+            self._saga_dirty = self._saga_touched = False
+        return saga, steps, sent, reseal
+
+    def _written(self, batch: tuple[SagaRow | None, list[StepRow], float, bool]) -> None:
+        saga, _, sent, _ = batch
+        if saga is not None:
+            self.saga.updated_at, self.saga.lease_expires_at = saga.updated_at, saga.lease_expires_at
+            self.saga.seal, self._seal_known = saga.seal, True
+            if sent and self.owner is not None:
+                self.lease.confirmed(sent)
+
+    def _unwritten(self, batch: tuple[SagaRow | None, list[StepRow], float, bool]) -> None:
+        """Keep the rows of a write that failed dirty."""
+        saga, steps, _, reseal = batch
+        for row in steps:
+            self._dirty.setdefault(row.step_id, self.rows[row.step_id])
+        if saga is not None:
+            self._saga_touched, self._saga_dirty = True, self._saga_dirty or reseal
 
     async def _took_cancel(self) -> bool:
         """Take in the cancel request that made the store refuse a write, if that is why; tell whether it was."""
@@ -417,12 +462,14 @@ class Journal:
 
     def keep_lease(self) -> None:
         """Make the next (owner-conditional) write extend the lease when too little is left to start a step on."""
-        if self.owner is not None and self.lease.left() < self.config.lease_timeout * _LEASE_MARGIN:
+        until = self.lease.until  # (None: no lease held, nothing to keep)
+        if self.owner is not None and until is not None and until - monotonic() < self._keep_margin:
             self._saga_touched = True  # flush() writes the saga row with a fresh lease_expires_at
 
     def lease_short(self) -> bool:
         """Tell whether too little of the lease is known to be left to invoke a tool on (see `confirm_lease`)."""
-        return self.owner is not None and self.lease.left() <= self.config.lease_timeout * _INVOKE_MARGIN
+        until = self.lease.until
+        return self.owner is not None and until is not None and until - monotonic() <= self._invoke_margin
 
     async def confirm_lease(self) -> None:
         """Make sure by this process's clock that the lease is good before a tool runs (else extend it, or fence)."""

@@ -56,13 +56,14 @@ class _WriteFailed(Exception):
 class StepRunner:
     """Run one step to its outcome (see the module docstring)."""
 
-    __slots__ = ("_compensator", "_invoker", "_journal", "_verdict")
+    __slots__ = ("_compensator", "_debug", "_invoker", "_journal", "_verdict")
 
     def __init__(self, journal: Journal, invoker: Invoker, compensator: Compensator, verdict: Verdict) -> None:
         self._journal = journal
         self._invoker = invoker
         self._compensator = compensator
         self._verdict = verdict
+        self._debug = logger.isEnabledFor(logging.DEBUG)  # asked once a saga: a step's success logs nothing else
 
     async def run(
         self, row: StepRow, spec: ToolSpec, kwargs: dict[str, Any], siblings: Siblings | None, join: str = "all"
@@ -98,8 +99,10 @@ class StepRunner:
                 _cancel(siblings)
             return
         journal.succeed(row, result)
-        self._won(row, siblings, join)
-        logger.debug("saga %s: step %s (%s) succeeded", row.saga_id, row.step_id, row.tool_name)
+        if join == "first":
+            self._won(row, siblings, join)
+        if self._debug:
+            logger.debug("saga %s: step %s (%s) succeeded", row.saga_id, row.step_id, row.tool_name)
 
     def _won(self, row: StepRow, siblings: Siblings | None, join: str) -> None:
         winners = self._verdict.winners

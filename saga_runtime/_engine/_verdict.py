@@ -25,6 +25,7 @@ class Verdict:
         "_cut",
         "culprit",
         "errors",
+        "failed",
         "halted",
         "reason",
         "running",
@@ -35,6 +36,8 @@ class Verdict:
 
     def __init__(self) -> None:
         self.reason: str | None = None
+        # Whether a step failed in a way that fails the saga (`reason` is set): read at every step.
+        self.failed = False
         self.culprit: str | None = None
         self.errors: dict[str, BaseException] = {}
         self.stuck: set[str] = set()
@@ -57,21 +60,18 @@ class Verdict:
             return type(self.errors[self.culprit]).__name__
         return "CancelledError" if self.reason is None else None
 
-    @property
-    def failed(self) -> bool:
-        """Tell whether a step failed in a way that fails the saga."""
-        return self.reason is not None
-
     def fail(self, row: StepRow, error: str) -> None:
         """Fail the saga because of `row` (the first reason stands)."""
         if self.reason is None:
             self.reason = f"step {row.step_id!r} ({row.tool_name}) failed: {error}"
             self.culprit = row.step_id
+            self.failed = True
 
     def fail_with(self, reason: str, cause: BaseException | None = None) -> None:
         """Fail the saga for a reason no single step gives (the first reason stands); `cause`: the exception."""
         if self.reason is None:
             self.reason = reason
+            self.failed = True
             if cause is not None:  # a failed call's own error type (StepFailedError carries it), else its class
                 error_type = getattr(cause, "error_type", None)
                 self._cause = error_type if isinstance(error_type, str) else type(cause).__name__
@@ -99,6 +99,7 @@ class Verdict:
     def forgive(self) -> None:
         """Forget the failure (a dynamic saga's code decides itself whether a failed call ends the saga)."""
         self.reason = None
+        self.failed = False
 
     def why_cancelled(self, row: StepRow) -> str:
         """Say why a running step was cancelled: an operator's cancel, a race won, a failed sibling, the caller."""

@@ -33,7 +33,7 @@ from saga_runtime._records import (
 if TYPE_CHECKING:
     from saga_runtime._storage._archive import Archive
 
-__all__ = ["SagaStore", "key_full", "queue_allowance", "same_rows", "unparked_status"]
+__all__ = ["InlineStore", "SagaStore", "inline_store", "key_full", "queue_allowance", "same_rows", "unparked_status"]
 
 
 @runtime_checkable
@@ -463,6 +463,38 @@ def queue_allowance(queue: Queue, running: int, limit: int) -> int:
     if queue.concurrency is not None:
         return max(0, min(limit, queue.concurrency - running))
     return max(0, limit)
+
+
+class InlineStore:
+    """What a store whose writes never pause may offer besides `SagaStore`, declared by subclassing (the memory store).
+
+    Declared, not probed: a wrapper that hands another store's methods on (`__getattr__`) is not one, so the
+    engine never writes past the wrapper. `writes_inline`: `write` is the store's `save`, done in the calling
+    code (no lock, no await). `links_rows`: the store links the step rows it seals, so it is handed them unlinked.
+    """
+
+    __slots__ = ()
+
+    @property
+    def writes_inline(self) -> bool:
+        """Tell whether `write` may stand for `save`."""
+        return False
+
+    @property
+    def links_rows(self) -> bool:
+        """Tell whether the store links the step rows it is handed unlinked (`prev_hash` None)."""
+        return False
+
+    def write(
+        self, saga: SagaRow | None, steps: Sequence[StepRow], owner: str | None = None, reseal: bool = True
+    ) -> None:
+        """Do what `save` does, without pausing."""
+        raise NotImplementedError
+
+
+def inline_store(store: SagaStore) -> InlineStore | None:
+    """Return `store` if it is an `InlineStore`, else None."""
+    return store if isinstance(store, InlineStore) else None
 
 
 def key_full(queue: Queue, key: str | None, running: dict[str | None, int]) -> bool:

@@ -20,7 +20,7 @@ from saga_runtime._records import (
     StepRow,
     now,
 )
-from saga_runtime._storage._base import key_full, queue_allowance, unparked_status
+from saga_runtime._storage._base import InlineStore, key_full, queue_allowance, unparked_status
 from saga_runtime._storage._batch import lease_lost
 from saga_runtime._storage._keys import signing_key_bytes
 from saga_runtime._storage._memory_queues import MemoryQueueControl
@@ -37,12 +37,13 @@ _UNDRIVEN = frozenset({SagaStatus.RUNNING, SagaStatus.COMPENSATING, SagaStatus.Q
 _CANCELLABLE = _LIVE | {SagaStatus.WAITING}
 
 
-class MemoryStore(StoreBase, MemoryRetention, MemorySchedules, MemoryQueueControl):
+class MemoryStore(StoreBase, MemoryRetention, MemorySchedules, MemoryQueueControl, InlineStore):
     """Keep sagas in this process's memory: fast, private to the store object, gone when the process ends.
 
-    Step rows written without a seal (`hash` None: the engine hands them so, linked) are sealed here when their
-    saga ends, or earlier when anything reads it: a running saga in memory is read by nobody but its engine, so
-    most of its rows are sealed once, not once per change.
+    Rows are sealed (and step rows linked) when the saga is first read (loaded, verified, exported, claimed,
+    listed), not as they are written: a saga in memory is read by nobody but its engine while it runs, and most
+    are never read at all, so each row is sealed at most once, from the snapshot the store holds. The seals are
+    the ones a store sealing at each write computes: the rows are snapshots nobody changes.
 
     `keep`: at most that many finished (SUCCESS or COMPENSATED) sagas are kept whole; past it, the oldest is
     purged to its tombstone (API.md §14), so a long-running process does not grow without end.
@@ -50,6 +51,11 @@ class MemoryStore(StoreBase, MemoryRetention, MemorySchedules, MemoryQueueContro
 
     #: No connection to lose: nothing is retried.
     retry_for = 0.0
+
+    @property
+    def links_rows(self) -> bool:
+        """Tell that the engine hands step rows unlinked (`prev_hash` None): the store links them as it seals them."""
+        return True
 
     def __init__(self, *, signing_key: bytes | str | None = None, keep: int | None = None) -> None:
         self._sagas: dict[str, SagaRow] = {}
@@ -63,10 +69,12 @@ class MemoryStore(StoreBase, MemoryRetention, MemorySchedules, MemoryQueueContro
         self._queue_rows: dict[str, dict[str, Any]] = {}  # queue states and limits (MemoryQueueControl)
         self._signing_key = signing_key_bytes(signing_key)
         self._sealing = Sealing(self._signing_key)
-        # The rows written unsealed by save() or create_saga() and not sealed yet, by saga: exactly those are sealed
-        # here (a row that came without a seal another way, an import, stays unsealed and is reported so).
-        # (By id: rows compare by value; the row itself is kept, so its id is not reused while it waits.)
-        self._unsealed: dict[str, dict[int, StepRow]] = {}
+        # The sagas whose step rows (`_unsealed`) or saga row (`_unsealed_sagas`) were written and are not sealed
+        # yet: sealed when the saga is first read. Ids only, no container per saga. A step row that came without a
+        # seal another way, an import, stays unsealed and is reported so: `_imported` keeps those (few) rows.
+        self._unsealed: set[str] = set()
+        self._unsealed_sagas: set[str] = set()
+        self._imported: dict[str, dict[str, StepRow]] = {}
         # Saga rows written by this store are sealed; only an imported one created before it may carry no seal.
         self._sealed_since = now()
         # saga_id -> its queue entry (QUEUED sagas, and started ones: they count toward their queue's limits).
@@ -112,32 +120,80 @@ class MemoryStore(StoreBase, MemoryRetention, MemorySchedules, MemoryQueueContro
         if existing is not None:
             return existing
         self._check_keys(steps)
-        self._sealing.saga(saga)
         self._sagas[saga.saga_id] = saga
-        self._put_steps(steps)
-        self._note_unsealed(saga.saga_id, steps)
+        self._unsealed_sagas.add(saga.saga_id)
+        self._put_steps(steps, unsealed=True)
         return None
+
+    @property
+    def writes_inline(self) -> bool:
+        """Tell whether `write` is this store's `save` (not for a subclass or an instance that changed `save`)."""
+        return type(self).save is MemoryStore.save and "save" not in vars(self)
 
     async def save(
         self, saga: SagaRow | None, steps: Sequence[StepRow], *, owner: str | None = None, reseal: bool = True
     ) -> None:
         """Keep the given rows (snapshots the caller no longer touches); with `owner`, only if it owns the saga."""
+        self.write(saga, steps, owner, reseal)
+
+    def write(
+        self, saga: SagaRow | None, steps: Sequence[StepRow], owner: str | None = None, reseal: bool = True
+    ) -> None:
+        """Do what `save` does, in the calling code: it never pauses (the engine calls it when `writes_inline`)."""
         if self._closed:  # checked inline: a running saga saves at every step
             self._check_open()
+        if owner is not None and self._wrote_steps(saga, steps, owner):
+            pass  # the engine's write: its step rows written already (see _wrote_steps)
+        else:
+            self._write(saga, steps, owner)
+        if saga is not None:
+            self._sagas[saga.saga_id] = saga
+            self._unsealed_sagas.add(saga.saga_id)  # sealed when first read (`reseal` only spares a seal)
+        if self._keep is not None and saga is not None and saga.status.is_terminal:
+            self._ended(saga)
+
+    def _wrote_steps(self, saga: SagaRow | None, steps: Sequence[StepRow], owner: str) -> bool:
+        """Check and write the step rows of an owner-conditional write of one stored saga, each row keeping its
+        step's key or taking a key nobody holds; False, having written nothing, for any other (see `_write`)."""
+        if saga is None and not steps:
+            return False
+        saga_id = saga.saga_id if saga is not None else steps[0].saga_id
+        rows = self._steps.get(saga_id)
+        if rows is None:
+            return False
+        keys = self._keys
+        fresh = 0
+        for row in steps:
+            old = rows.get(row.step_id)
+            if row.saga_id != saga_id or old is row:
+                return False
+            if old is None or old.idempotency_key != row.idempotency_key:
+                if old is not None or row.idempotency_key in keys:
+                    return False
+                fresh += 1
+        stored = self._sagas.get(saga_id)
+        if stored is None or stored.owner != owner:
+            raise lease_lost(saga_id, owner, self.url)
+        if self._cancels and saga_id in self._cancels and self._cancel_seen.get(saga_id) != owner:
+            raise lease_lost(saga_id, owner, self.url)  # a cancel its owner has not taken in (see take_cancel)
+        if fresh > 1 and len({row.idempotency_key for row in steps}) != len(steps):
+            return False  # two new rows taking one key: refused by `_write`
+        for row in steps:
+            step_id = row.step_id
+            if fresh and step_id not in rows:
+                keys[row.idempotency_key] = (saga_id, step_id)
+            rows[step_id] = row
+        if steps:
+            self._unsealed.add(saga_id)
+        return True
+
+    def _write(self, saga: SagaRow | None, steps: Sequence[StepRow], owner: str | None) -> None:
+        """Check and write the step rows of any save (raising, having written nothing, on a refused one)."""
         if owner is not None:
             self._check_owner(saga, steps, owner)
-        self._check_keys(steps)  # before anything is written: a refused save writes nothing
-        if saga is not None:
-            self._sealing.saga(saga, reseal=reseal)
-            self._sagas[saga.saga_id] = saga
-        self._put_steps(steps)
         if steps:
-            self._note_unsealed(steps[0].saga_id, steps)
-        if saga is not None and saga.status.is_terminal:
-            if saga.saga_id in self._unsealed:
-                self._seal(saga.saga_id)  # the saga ended: its record is final, seal it now
-            if self._keep is not None:
-                self._ended(saga)
+            self._check_keys(steps)  # before anything is written: a refused save writes nothing
+            self._put_steps(steps, unsealed=True)
 
     def _check_owner(self, saga: SagaRow | None, steps: Sequence[StepRow], owner: str) -> None:
         """Raise LeaseLostError unless the stored saga of the rows is owned by `owner`."""
@@ -184,7 +240,8 @@ class MemoryStore(StoreBase, MemoryRetention, MemorySchedules, MemoryQueueContro
                 )
             batch[row.idempotency_key] = ident
 
-    def _put_steps(self, steps: Sequence[StepRow]) -> None:
+    def _put_steps(self, steps: Sequence[StepRow], *, unsealed: bool = False) -> None:
+        """Store the rows; `unsealed`: note those given unsealed, to seal them when their saga is read."""
         keys, by_saga = self._keys, self._steps
         saga_id, rows = None, None
         for row in steps:
@@ -193,33 +250,44 @@ class MemoryStore(StoreBase, MemoryRetention, MemorySchedules, MemoryQueueContro
                 rows = by_saga.get(saga_id)
                 if rows is None:
                     rows = by_saga[saga_id] = {}
-            old = rows.get(row.step_id)
-            rows[row.step_id] = row
+                if unsealed:
+                    self._unsealed.add(saga_id)
+            step_id = row.step_id
+            old = rows.get(step_id)
+            rows[step_id] = row
+            if not unsealed and row.hash is None:
+                self._imported.setdefault(saga_id, {})[step_id] = row  # never sealed here: reported unsealed
             if old is not None and old is not row and old.idempotency_key == row.idempotency_key:
                 # A new snapshot keeping its step's key: the key is held by this step already (no other step can
                 # take it), so the index stays as it is. The stored row itself changed in place says nothing.
                 continue
             if old is not None and old.idempotency_key != row.idempotency_key:
                 keys.pop(old.idempotency_key, None)
-            keys[row.idempotency_key] = (row.saga_id, row.step_id)
-
-    def _note_unsealed(self, saga_id: str, steps: Sequence[StepRow]) -> None:
-        for row in steps:
-            if row.hash is None:
-                self._unsealed.setdefault(saga_id, {})[id(row)] = row
+            keys[row.idempotency_key] = (saga_id, step_id)
 
     def _seal(self, saga_id: str) -> None:
-        """Seal the rows of a saga written unsealed and still stored (each carries its link)."""
-        pending = self._unsealed.pop(saga_id, {})
-        stored = self._steps.get(saga_id, {})
-        self._sealing.steps_once([row for row in pending.values() if stored.get(row.step_id) is row])
+        """Seal what of a saga was written unsealed and is still stored: its step rows (linked first) and its row."""
+        if saga_id in self._unsealed:
+            self._unsealed.discard(saga_id)
+            stored = self._steps.get(saga_id, {})
+            imported = self._imported.get(saga_id, {})
+            rows = [row for row in stored.values() if row.hash is None and imported.get(row.step_id) is not row]
+            saga = self._sagas.get(saga_id)
+            if rows and saga is not None:
+                self._sealing.link_and_seal(saga, rows, stored.values())
+        if saga_id in self._unsealed_sagas:
+            self._unsealed_sagas.discard(saga_id)
+            saga = self._sagas.get(saga_id)
+            if saga is not None:
+                self._sealing.saga(saga)
 
     def _snapshot(self, saga_id: str) -> tuple[SagaRow, list[StepRow]] | None:
         saga = self._sagas.get(saga_id)
         if saga is None:
             return None
-        if saga_id in self._unsealed:
+        if saga_id in self._unsealed or saga_id in self._unsealed_sagas:
             self._seal(saga_id)
+            saga = self._sagas[saga_id]
         steps = sorted((row.copy() for row in self._steps.get(saga_id, {}).values()), key=lambda r: r.seq)
         return saga.copy(), steps
 
@@ -543,7 +611,11 @@ class MemoryStore(StoreBase, MemoryRetention, MemorySchedules, MemoryQueueContro
             if (status is None or row.status is status) and (owner is None or row.owner == owner)
         ]
         rows.sort(key=lambda row: (row.created_at, row.saga_id), reverse=True)
-        return [(row.copy(), len(self._steps.get(row.saga_id, {}))) for row in rows[offset : offset + limit]]
+        page = rows[offset : offset + limit]
+        for row in page:
+            if row.saga_id in self._unsealed_sagas:
+                self._seal(row.saga_id)
+        return [(self._sagas[row.saga_id].copy(), len(self._steps.get(row.saga_id, {}))) for row in page]
 
     async def insert_rows(self, saga: SagaRow, steps: Sequence[StepRow]) -> tuple[SagaRow, list[StepRow]] | None:
         """Insert rows as given (seals kept) unless the id is taken; return what is stored if it is."""
@@ -563,6 +635,9 @@ class MemoryStore(StoreBase, MemoryRetention, MemorySchedules, MemoryQueueContro
         self._steps.clear()
         self._keys.clear()
         self._approvals.clear()
+        self._unsealed.clear()
+        self._unsealed_sagas.clear()
+        self._imported.clear()
         self._holds.clear()
         self._messages.clear()
         self._finished.clear()

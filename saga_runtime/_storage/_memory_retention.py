@@ -53,7 +53,9 @@ class MemoryRetention:
     _steps: dict[str, dict[str, StepRow]]
     _keys: dict[str, tuple[str, str]]
     _approvals: dict[str, dict[str, ApprovalRow]]
-    _unsealed: dict[str, dict[int, StepRow]]
+    _unsealed: set[str]
+    _unsealed_sagas: set[str]
+    _imported: dict[str, dict[str, StepRow]]
     _queued: dict[str, QueueEntry]
     _started: dict[str, datetime]
     _cancels: dict[str, str]
@@ -137,9 +139,11 @@ class MemoryRetention:
         for row in self._steps.pop(saga_id, {}).values():
             if self._keys.get(row.idempotency_key) == (saga_id, row.step_id):
                 del self._keys[row.idempotency_key]
-        for table in (self._approvals, self._unsealed, self._queued, self._started, self._cancels, self._cancel_seen):
+        for table in (self._approvals, self._imported, self._queued, self._started, self._cancels, self._cancel_seen):
             table.pop(saga_id, None)
         self._finished.pop(saga_id, None)
+        self._unsealed.discard(saga_id)
+        self._unsealed_sagas.discard(saga_id)
 
     def _ended(self, saga: SagaRow) -> None:
         """Count a finished saga toward `keep`; purge the oldest past it."""

@@ -7,9 +7,20 @@ seal functions themselves are saga_runtime._records._chain's and ._approvals': t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
-from saga_runtime._records import ApprovalRow, SagaRow, SagaStatus, Sealer, StepRow, seal, seal_approval, seal_saga
+from saga_runtime._records import (
+    ApprovalRow,
+    SagaRow,
+    SagaStatus,
+    Sealer,
+    StepRow,
+    identity_hash,
+    planned_identities,
+    seal,
+    seal_approval,
+    seal_saga,
+)
 
 __all__ = ["Sealing"]
 
@@ -58,6 +69,27 @@ class Sealing:
                 seal(row, row.prev_hash, key)
             else:  # an unlinked row: sealed as it is (verify says it links to nothing)
                 Sealer(key).seal(row, None)
+
+    def link_and_seal(self, saga: SagaRow, rows: Sequence[StepRow], stored: Iterable[StepRow]) -> None:
+        """Link the unlinked rows among `rows` as the engine would have, then seal `rows` (each once).
+
+        A row links to the identity of the row before it: the stored one (`stored`: every step row of the saga),
+        or, for a plan's step never started (no row), the planned one; the first links to the saga id.
+        """
+        by_seq: dict[int, StepRow] | None = None
+        planned: list[StepRow] | None = None
+        for row in rows:
+            if row.prev_hash is not None:
+                continue
+            if by_seq is None:
+                by_seq = {step.seq: step for step in stored}
+            previous = by_seq.get(row.seq - 1)
+            if previous is None and row.seq > 0:
+                if planned is None:
+                    planned = planned_identities(saga) or []
+                previous = planned[row.seq - 1] if row.seq - 1 < len(planned) else None
+            row.prev_hash = identity_hash(previous, row.saga_id)
+        self.steps_once(rows)
 
     def saga(self, saga: SagaRow, *, reseal: bool = True) -> None:
         """Seal a saga row; with `reseal` False its seal is kept (no sealed field changed), unless it has none.

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from saga_runtime import SagaExecutor, SagaStatus, ToolRegistry
 from saga_runtime._records import SagaRow, StepRow, StepStatus, saga_seal
 from saga_runtime._storage import MemoryStore
+from saga_runtime._storage._sealing import Sealing
 
 KEY = b"k" * 32
 
@@ -36,7 +37,9 @@ class SealWatchingStore(MemoryStore):
     ) -> None:
         await super().save(saga, steps, owner=owner, reseal=reseal)
         if saga is not None:
-            self.writes.append((reseal, saga.seal == saga_seal(saga, KEY), [row.copy() for row in steps]))
+            stored = await self.load_saga(saga.saga_id)  # the memory store seals a record when it is read
+            assert stored is not None
+            self.writes.append((reseal, stored[0].seal == saga_seal(stored[0], KEY), [row.copy() for row in steps]))
 
 
 async def test_a_lease_only_write_keeps_the_seal_and_the_record_verifies() -> None:
@@ -80,12 +83,16 @@ async def test_a_kept_seal_of_another_key_is_sealed_again() -> None:
     assert loaded is not None
     row = loaded[0]
     assert row.seal == saga_seal(row, None)
-    signed = MemoryStore(signing_key=KEY)
-    await signed.create_saga(row.copy(), [])
     again = row.copy()
-    await signed.save(again, [], reseal=False)
+    Sealing(KEY).saga(again, reseal=False)  # as a store with a signing key writes it
     assert again.seal == saga_seal(row, KEY)
     kept = row.copy()
     kept.seal = "0" * 64  # (a plain seal: kept as it is, not computed again)
-    await plain.save(kept, [], reseal=False)
+    Sealing(None).saga(kept, reseal=False)
     assert kept.seal == "0" * 64
+    signed = MemoryStore(signing_key=KEY)
+    await signed.create_saga(row.copy(), [])
+    await signed.save(row.copy(), [], reseal=False)
+    stored = await signed.load_saga("keyed")  # sealed as it is read: with the store's key
+    assert stored is not None
+    assert stored[0].seal == saga_seal(row, KEY)

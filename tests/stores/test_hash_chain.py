@@ -39,6 +39,7 @@ async def tamper(stores: Stores, kind: str, store: SagaStore, *, memory: str, sq
     """
     if kind == "memory":
         assert isinstance(store, MemoryStore)
+        await store.load_saga("audited")  # in memory a record is sealed when first read: edited after that
         exec(memory, {"steps": store._steps["audited"]})
     elif kind == "sqlite":
         sqlite_query(stores.url(kind), sql)
@@ -129,3 +130,23 @@ async def test_verifying_an_unknown_saga_raises_key_error(store: SagaStore) -> N
     """verify_saga of an id the store does not hold raises KeyError."""
     with pytest.raises(KeyError):
         await store.verify_saga("nope")
+
+
+async def test_a_record_read_while_its_saga_runs_verifies_then_and_at_its_end(store: SagaStore) -> None:
+    """A saga read mid-run (the memory store seals what it holds then) verifies, and so does its finished record."""
+    seen: list[bool] = []
+    peek = ToolRegistry()
+
+    @peek.tool
+    class Peek:
+        async def execute(self, n: int) -> int:
+            seen.append(bool(await store.verify_saga("peeked")))  # step n-1 done, step n RUNNING
+            return n
+
+    plan = [{"id": f"p{i}", "tool": "Peek", "args": {"n": i}} for i in range(3)]
+    result = await SagaExecutor(peek, store=store).run(plan, saga_id="peeked")
+    assert result.ok
+    assert seen == [True, True, True]
+    assert await store.verify_saga("peeked")
+    exported = await store.export_saga("peeked")
+    assert [step["status"] for step in exported["steps"]] == ["SUCCESS"] * 3

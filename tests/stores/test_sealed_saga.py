@@ -69,6 +69,7 @@ async def tamper(stores: Stores, kind: str, store: SagaStore, memory: str, sql: 
     """Change the stored rows behind the store's back, with the database's own tools."""
     if kind == "memory":
         assert isinstance(store, MemoryStore)
+        await store.load_saga("audited")  # in memory a record is sealed when first read: edited after that
         exec(memory, {"saga": store._sagas["audited"], "steps": store._steps["audited"], "json": json})
     elif kind == "sqlite":
         for statement in sql:
