@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks import concurrency, durable, fleet, group, memory, overhead, recovery, retention
+from benchmarks import concurrency, durable, fleet, functions, group, memory, overhead, recovery, retention
 from benchmarks._report import Progress, Target, machine, plot, table
 
 Note = Callable[[str], None]
@@ -69,6 +69,10 @@ WORKLOADS: dict[str, tuple[str, Callable[[bool, Note], list[Any]], list[Target]]
         lambda q, n: memory.release(quick=q, note=n),
         [],
     ),
+    **{
+        title: (label, lambda q, n, measure=measure: measure(q), targets)
+        for title, (label, measure, targets) in functions.WORKLOADS.items()
+    },
 }
 
 
