@@ -18,6 +18,7 @@ from benchmarks import (
     concurrency,
     durable,
     fleet,
+    functions,
     group,
     instructions,
     memory,
@@ -97,6 +98,10 @@ WORKLOADS: dict[str, tuple[str, Callable[[bool, Note], list[Any]], list[Target]]
         lambda q, n: memory.release(quick=q, note=n),
         [],
     ),
+    **{
+        title: (label, lambda q, n, measure=measure: measure(q), targets)
+        for title, (label, measure, targets) in functions.WORKLOADS.items()
+    },
 }
 
 

@@ -59,7 +59,7 @@ def test_quick_benchmarks_run_and_report_every_workload(tmp_path: Path) -> None:
     assert report["quick"] is True
     assert report["machine"]["cores"] >= 1
     results = report["results"]
-    assert len(results) == len(WORKLOADS) == 11, list(results)
+    assert len(results) == len(WORKLOADS) == 15, list(results)
     for title, rows in results.items():
         assert f"### {title}" in done.stdout, title  # every table is printed too
         for row in rows:
@@ -120,6 +120,18 @@ def test_quick_benchmarks_run_and_report_every_workload(tmp_path: Path) -> None:
     released = _one(results, "memory: finished sagas are released")
     assert [row["store"].split(",")[0] for row in released] == ["memory:// (keeps every saga)", "memory"]
 
+    [function] = _one(results, "in memory: 10-call saga function")
+    assert (function["rounds"], function["ratio"] > 0) == (50, True), function
+    resumed = _one(results, "resume: orphaned 10-call sagas")
+    assert [row["orphans"] for row in resumed] == ["plan", "saga function"]
+    for row in resumed:  # a recorded call is never run again; the one of unknown outcome runs once, under its key
+        assert row["skipped"] is not None or (row["recorded calls run again"], row["sagas"]) == (0, 50), row
+        assert row["skipped"] is not None or row["unknown calls run again once"] == 50, row
+    [woken] = _one(results, "wake-up: send -> the waiting saga's next call")
+    assert woken["skipped"] is not None or (woken["rounds"], woken["p50_ms"] > 0) == (10, True), woken
+    [asleep] = _one(results, "sleepers: saga functions sleeping")
+    assert asleep["skipped"] is not None or (asleep["WAITING"], asleep["holding lease, owner or slot"]) == (300, 0)
+
     targets = report["targets"]
     assert [target["target"].split(",")[0] for target in targets] == (
         ["in memory"] * 2
@@ -129,6 +141,7 @@ def test_quick_benchmarks_run_and_report_every_workload(tmp_path: Path) -> None:
         + ["fleet"] * 5
         + ["queues"] * 2
         + ["retention"]
+        + ["saga functions"] * 6
     )
     assert all(target["status"] in ("met", "missed", "not measured") for target in targets), targets
     measured = [target for target in targets if target["status"] != "not measured"]

@@ -248,6 +248,41 @@ async def check(fleet: Fleet, store: SagaStore, count: int, statuses: dict[str, 
     assert wrong == {}, (wrong, fleet.errors())
 
     lines = read_ledger(fleet.ledger)
+    alone = await check_effects(fleet, store, statuses, lines)
+
+    spans: dict[str, tuple[float, float]] = {}
+    for line in lines:
+        first, last = spans.get(line.saga_id, (line.at, line.at))
+        spans[line.saga_id] = (min(first, line.at), max(last, line.at))
+    by_key: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for saga, span in spans.items():
+        by_key[saga.split("-")[0]].append(span)
+    crowded = {key: overlaps(spans_of) for key, spans_of in by_key.items() if overlaps(spans_of) > 1}
+    assert crowded == {}, f"sagas of one key ran at once (key_concurrency=1): {crowded}"
+    most = overlaps(list(spans.values()))
+    assert most <= fleet.concurrency, f"{most} sagas ran at once (concurrency={fleet.concurrency})"
+    rate = ""
+    if fleet.rate is not None:
+        limit, per = fleet.rate
+        # A saga taken over may have made its first call long after its start: only those driven by one worker.
+        starts = sorted((spans[saga][0], saga) for saga in alone if saga in spans)
+        busiest = most_starts([at for at, _ in starts], per - RATE_SLACK)
+        assert busiest <= limit, (
+            f"{busiest} sagas started within {per - RATE_SLACK:g}s (at most {limit} per {per:g}s): {starts}"
+        )
+        rate = f", at most {busiest} started within {per - RATE_SLACK:g}s"
+    return (
+        f"{count} sagas, {len(lines)} ledger lines, {len(fleet.killed)} SIGKILLed, {len(fleet.stopped)} stopped, "
+        f"at most {most} at once{rate}"
+    )
+
+
+async def check_effects(
+    fleet: WorkerProcesses, store: SagaStore, statuses: dict[str, SagaStatus], lines: list[Line]
+) -> set[str]:
+    """Judge each effect of the ledger against the records: once per key unless the run before it was SIGKILLed,
+    none without its written intent or outside the record, none undone in a SUCCESS saga, all undone in a
+    COMPENSATED one. Return the sagas one worker drove from their start to their end (no takeover)."""
     pids: dict[tuple[str, str], list[int]] = defaultdict(list)  # (key, do|undo) -> the pids, in order
     for line in lines:
         if line.event in ("do", "undo"):
@@ -276,32 +311,7 @@ async def check(fleet: Fleet, store: SagaStore, count: int, statuses: dict[str, 
                 orphans.append((saga, step.step_id))
     assert strays == [], f"effects under keys no step of the record holds: {strays}"
     assert orphans == [], f"effects never undone in COMPENSATED sagas: {orphans}"
-
-    spans: dict[str, tuple[float, float]] = {}
-    for line in lines:
-        first, last = spans.get(line.saga_id, (line.at, line.at))
-        spans[line.saga_id] = (min(first, line.at), max(last, line.at))
-    by_key: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    for saga, span in spans.items():
-        by_key[saga.split("-")[0]].append(span)
-    crowded = {key: overlaps(spans_of) for key, spans_of in by_key.items() if overlaps(spans_of) > 1}
-    assert crowded == {}, f"sagas of one key ran at once (key_concurrency=1): {crowded}"
-    most = overlaps(list(spans.values()))
-    assert most <= fleet.concurrency, f"{most} sagas ran at once (concurrency={fleet.concurrency})"
-    rate = ""
-    if fleet.rate is not None:
-        limit, per = fleet.rate
-        # A saga taken over may have made its first call long after its start: only those driven by one worker.
-        starts = sorted((spans[saga][0], saga) for saga in alone if saga in spans)
-        busiest = most_starts([at for at, _ in starts], per - RATE_SLACK)
-        assert busiest <= limit, (
-            f"{busiest} sagas started within {per - RATE_SLACK:g}s (at most {limit} per {per:g}s): {starts}"
-        )
-        rate = f", at most {busiest} started within {per - RATE_SLACK:g}s"
-    return (
-        f"{count} sagas, {len(lines)} ledger lines, {len(fleet.killed)} SIGKILLed, {len(fleet.stopped)} stopped, "
-        f"at most {most} at once{rate}"
-    )
+    return alone
 
 
 # A saga's first tool call comes a little after its queue start (the claim, its reads, scheduling): starts are
