@@ -135,6 +135,10 @@ def _private_defined(path: Path) -> set[str]:
     return {name for name in names if name.startswith("_")}
 
 
+# Public names of the standard library that start with an underscore.
+_STDLIB_PUBLIC = frozenset({"os._exit"})
+
+
 def test_front_doors_use_no_private_member_of_another() -> None:
     """A front door reads only its own private members (`x._y` for a `_y` it defines), never another's."""
     found = []
@@ -143,7 +147,7 @@ def test_front_doors_use_no_private_member_of_another() -> None:
         for node in ast.walk(ast.parse(path.read_text())):
             if not isinstance(node, ast.Attribute) or not node.attr.startswith("_") or node.attr.startswith("__"):
                 continue
-            if node.attr not in own:
+            if node.attr not in own and ast.unparse(node) not in _STDLIB_PUBLIC:
                 found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}: {ast.unparse(node)}")
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("saga_runtime"):

@@ -585,7 +585,9 @@ def worker(
         if health is not None:
             _stderr().print(f"{PROG} worker: health at http://{health.host}:{health.port}/healthz and /readyz")
         try:
-            async with anyio.create_task_group() as tg:
+            # Entered, the executor takes back at once the sagas a killed process of its id left (API.md §13); it
+            # is left once the task group is done, outside its cancelled scope (its lifespan exits whole).
+            async with executor, anyio.create_task_group() as tg:
 
                 async def stop_on_signal() -> None:
                     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -598,12 +600,10 @@ def worker(
 
                 tg.start_soon(stop_on_signal)
                 await anyio.lowlevel.checkpoint()  # the signal handlers are in place before the first saga starts
-                # Entered, the executor takes back at once the sagas a killed process of its id left (API.md §13).
-                async with executor:
-                    _stderr().print(f"{PROG} worker {executor.executor_id}: serving {names} on {store.url}")
-                    if health is not None:
-                        health.serving = True
-                    await executor.serve(queues=served, concurrency=concurrency, interval=interval)
+                _stderr().print(f"{PROG} worker {executor.executor_id}: serving {names} on {store.url}")
+                if health is not None:
+                    health.serving = True
+                await executor.serve(queues=served, concurrency=concurrency, interval=interval)
         finally:
             if health is not None:
                 health.serving = False

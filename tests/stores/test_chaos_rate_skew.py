@@ -1,6 +1,6 @@
 """Issue 35's queue chaos: worker processes SIGKILLed and SIGTERMed under load, one of them 0.8 s ahead.
 
-Three `saga-runtime worker` processes serve a queue with concurrency=6, key_concurrency=1 and a rate limit of 4
+Three `saga-runtime worker` processes serve a queue with concurrency=10, key_concurrency=1 and a rate limit of 4
 starts a second; the third runs under libfaketime, its wall clock 0.8 s ahead. Sagas come in waves with quiet
 gaps, as an application's bursts do: judging the rate window by its own clock, the skewed worker counts none of
 the starts the others made 0.2 s before, and starts a second batch right after theirs. The judge is the outside
@@ -38,7 +38,7 @@ async def test_killed_stopped_and_skewed_workers_keep_every_limit(stores: Stores
         pytest.skip("faketime is not installed (Debian: apt-get install faketime)")
     store = await stores.open(kind, wipe=True)
     executor = submitter(store)
-    fleet = Fleet(tmp_path, stores.url(kind), concurrency=6, rate=RATE)
+    fleet = Fleet(tmp_path, stores.url(kind), concurrency=10, rate=RATE)
     try:
         fleet.start(0)
         fleet.start(1)
