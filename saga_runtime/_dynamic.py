@@ -15,7 +15,17 @@ from typing import Any, NoReturn
 import anyio
 import pydantic
 
-from saga_runtime._engine import HOLDABLE, Budget, CallDriver, Claim, Drives, EngineConfig, SagaEngine, receive
+from saga_runtime._engine import (
+    HOLDABLE,
+    WAIT_POLL,
+    Budget,
+    CallDriver,
+    Claim,
+    Drives,
+    EngineConfig,
+    SagaEngine,
+    receive,
+)
 from saga_runtime._exceptions import (
     ApprovalPendingError,
     ApprovalRejectedError,
@@ -24,6 +34,7 @@ from saga_runtime._exceptions import (
     PlanValidationError,
     ReplayDivergenceError,
     ResultNotStorableError,
+    SagaFailedError,
     SecretKeyError,
     StepFailedError,
     UnknownToolError,
@@ -269,6 +280,16 @@ class DynamicSaga:
             engine.detached = True
             engine.stop()
 
+    def _check_not_cancelled(self) -> None:
+        """Raise `SagaFailedError` once an operator's cancel stopped the saga: no call or wait goes on after it."""
+        engine = self._engine
+        if engine is not None and engine.verdict.halted is not None:
+            raise SagaFailedError(
+                f"saga {self.saga_id!r} was cancelled ({engine.verdict.halted}); nothing more runs, it compensates",
+                saga_id=self.saga_id,
+                status=engine.saga.status.value,
+            )
+
     def _check_open(self) -> None:
         if not self._entered or self._closed:
             raise RuntimeError("use the saga inside its `async with executor.saga(...) as saga:` block")
@@ -303,6 +324,7 @@ class DynamicSaga:
         self._check_open()
         if self._waiting is not None:
             raise self._waiting  # no call goes on until re-entered
+        self._check_not_cancelled()
         if join not in ("all", "first", "quorum", "any"):
             raise PlanValidationError([f"join must be all, first, quorum or any, got {join!r}"], saga_id=self.saga_id)
         prepared = self._prepare(calls)
@@ -579,13 +601,17 @@ class DynamicSaga:
         driver = self._driver
         if driver is None:
             return  # served from the record: a replay waits for nothing
+        self._check_not_cancelled()
         wake = await driver.sleep_until(position, float(seconds))
         remaining = (wake - now()).total_seconds()
         if remaining <= 0:
             return
         if self._function is not None and remaining > self._config.wait_threshold:
             await driver.release()  # WAITING until due: this code stops here, and runs again from its record
-        await anyio.sleep(remaining)
+        while remaining > 0:
+            await anyio.sleep(min(remaining, WAIT_POLL))
+            self._check_not_cancelled()  # an operator's cancel, taken in meanwhile, ends the wait
+            remaining = (wake - now()).total_seconds()
 
     async def recv(self, topic: str, *, timeout: float | None = None) -> Any:  # noqa: ASYNC109 - recorded, not a scope
         """Return the oldest message sent to this saga on `topic` (`executor.send`) not yet received, each received

@@ -14,7 +14,7 @@ record); `Recovery` (`_recovery`) and `Actions` (`_actions`) are what front door
 from saga_runtime._engine._actions import Actions
 from saga_runtime._engine._approvals import HOLDABLE, Decisions
 from saga_runtime._engine._budget import Account, Budget
-from saga_runtime._engine._calls import CallBody, CallDriver, Released, drive_calls, receive, send
+from saga_runtime._engine._calls import WAIT_POLL, CallBody, CallDriver, Released, drive_calls, receive, send
 from saga_runtime._engine._cancellation import Shelters
 from saga_runtime._engine._claim import Claim, Drives
 from saga_runtime._engine._config import EngineConfig
@@ -27,6 +27,7 @@ from saga_runtime._engine._transitions import TransitionError
 __all__ = [
     "HOLDABLE",
     "RUNNABLE",
+    "WAIT_POLL",
     "Account",
     "Actions",
     "Budget",

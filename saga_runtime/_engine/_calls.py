@@ -18,7 +18,7 @@ from saga_runtime._engine._cancellation import CANCELLED, WorkerStopped
 from saga_runtime._engine._config import EngineConfig
 from saga_runtime._engine._journal_rows import asleep, noted, returned, sleeps_of, slept
 from saga_runtime._engine._saga import SagaEngine
-from saga_runtime._exceptions import SagaError, describe
+from saga_runtime._exceptions import SagaError, SagaFailedError, describe
 from saga_runtime._records import SagaResult, SagaRow, SagaStatus, StepRow, StepStatus, now, result_from_rows
 
 __all__ = ["CallBody", "CallDriver", "Released", "drive_calls", "due", "receive", "send"]
@@ -146,6 +146,8 @@ class CallDriver:
                 else f"{what} raised {describe(error)}",
                 error,
             )
+        elif engine.verdict.halted is not None:
+            pass  # an operator's cancel stopped it (its code caught the cut call's error): its reason stands
         else:
             stuck = next((row for row in engine.rows.values() if row.status is StepStatus.COMPENSATION_FAILED), None)
             if stuck is None:
@@ -200,8 +202,8 @@ async def _drive_calls(engine: SagaEngine, body: CallBody, what: str) -> SagaRes
     return result if result is not None else result_from_rows(engine.saga, list(engine.rows.values()))
 
 
-# How often a wait in the process looks for a message.
-_POLL = 0.1
+# How often a wait in the process looks for a message (and for an operator's cancel).
+WAIT_POLL = 0.1
 # What a saga publishes for readers, in its history: events, stream values and stream ends.
 _PUBLISHED = frozenset({"event", "stream", "stream_closed"})
 
@@ -229,7 +231,13 @@ async def receive(driver: CallDriver, position: int, topic: str, seconds: float 
     else:
         deadline = None if begun.get("deadline") is None else datetime.fromisoformat(begun["deadline"])
     while True:
-        message = await _unreceived(store, saga, topic)
+        if engine.verdict.halted is not None:  # an operator's cancel, taken in meanwhile, ends the wait
+            raise SagaFailedError(
+                f"saga {saga.saga_id!r} was cancelled ({engine.verdict.halted}) while it waited for {topic!r}",
+                saga_id=saga.saga_id,
+                status=saga.status.value,
+            )
+        message = await _unreceived(store, saga, topic, deadline)
         remaining = None if deadline is None else (deadline - now()).total_seconds()
         if message is not None or (remaining is not None and remaining <= 0):
             message_id, value = message if message is not None else (None, None)
@@ -241,14 +249,19 @@ async def receive(driver: CallDriver, position: int, topic: str, seconds: float 
             return value
         if releasable and (remaining is None or remaining > engine.config.wait_threshold):
             await driver.release()  # WAITING until a message arrives or the timeout passes
-        await anyio.sleep(_POLL if remaining is None else min(_POLL, remaining))
+        await anyio.sleep(WAIT_POLL if remaining is None else min(WAIT_POLL, remaining))
 
 
-async def _unreceived(store: Any, saga: SagaRow, topic: str) -> tuple[str, Any] | None:
-    """Return the oldest message on `topic` this saga has not received, as (id, value)."""
+async def _unreceived(
+    store: Any, saga: SagaRow, topic: str, deadline: datetime | None = None
+) -> tuple[str, Any] | None:
+    """Return the oldest message on `topic` this saga has not received, as (id, value); one sent after the recv's
+    `deadline` is for a later recv (the timed-out one returns None, whenever its worker looks)."""
+    messages = await store.load_messages(saga.saga_id)
+    # Read after the await: two recvs of one saga waiting at once never take the same message.
     taken = {entry.get("message_id") for entry in saga.history if entry.get("kind") == "received"}
-    for message_id, on, value, _ in await store.load_messages(saga.saga_id):
-        if on == topic and message_id not in taken:
+    for message_id, on, value, sent_at in messages:
+        if on == topic and message_id not in taken and (deadline is None or sent_at <= deadline):
             return message_id, value
     return None
 
@@ -256,6 +269,8 @@ async def _unreceived(store: Any, saga: SagaRow, topic: str) -> tuple[str, Any] 
 async def due(store: Any, saga: SagaRow) -> bool:
     """Tell whether a WAITING saga function may go on: not asleep, nor waiting for a message that has not come
     before its recv's deadline."""
+    if await _cancel_waits(store, saga):
+        return True  # cancelled: it goes on to compensate, whatever it waits for
     at = now()
     if asleep(saga, at):
         return False
@@ -267,6 +282,11 @@ async def due(store: Any, saga: SagaRow) -> bool:
     if begun.get("deadline") is not None and datetime.fromisoformat(begun["deadline"]) <= at:
         return True
     return await _unreceived(store, saga, str(begun.get("topic"))) is not None
+
+
+async def _cancel_waits(store: Any, saga: SagaRow) -> bool:
+    """Tell whether an operator asked to cancel the saga (a WAITING saga function then goes on, to compensate)."""
+    return await store.cancel_request(saga.saga_id) is not None
 
 
 async def send(config: EngineConfig, saga_id: str, topic: str, message: Any, key: str | None) -> bool:

@@ -97,9 +97,11 @@ class Verdict:
         return task is not None and task.uncancel() == 0
 
     def forgive(self) -> None:
-        """Forget the failure (a dynamic saga's code decides itself whether a failed call ends the saga)."""
-        self.reason = None
-        self.failed = False
+        """Forget the failure (a dynamic saga's code decides itself whether a failed call ends the saga); an
+        operator's cancel is not the code's to forget."""
+        if self.halted is None:
+            self.reason = None
+            self.failed = False
 
     def why_cancelled(self, row: StepRow) -> str:
         """Say why a running step was cancelled: an operator's cancel, a race won, a failed sibling, the caller."""

@@ -78,7 +78,9 @@ def end_reason_of(
     """
     if status is SagaStatus.SUCCESS or not status.is_terminal:
         return None
-    if any(entry.get("kind") == "cancel" for entry in history):
+    # A cancel that stopped the saga (one that reached it compensating or ending SUCCESS did not: older records
+    # have no outcome and stopped it).
+    if any(entry.get("kind") == "cancel" and entry.get("outcome") in (None, "cancelled") for entry in history):
         return "cancelled"
     ordered = sorted(rows, key=lambda row: row.seq)
     if any(row.status is StepStatus.REJECTED for row in ordered):

@@ -21,9 +21,9 @@ key, and the event ("start" and "end" of an execute, "do" for its effect, "undo"
 from __future__ import annotations
 
 import asyncio
+import glob
 import os
 import random
-import shutil
 import signal
 import sys
 import textwrap
@@ -150,10 +150,11 @@ class Fleet(WorkerProcesses):
         ]  # fmt: skip
         env = self.env
         if skew is not None:
-            faketime = shutil.which("faketime")
-            assert faketime is not None, "faketime is not installed (Debian: apt-get install faketime)"
-            command = [faketime, "-f", f"{skew:+g}s", *command]
-            env = {**env, "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+            # libfaketime preloaded into the worker itself, not the `faketime` wrapper: the wrapper waits for its
+            # child, so a signal to it would leave the worker running, orphaned, against the test's database.
+            library = next(iter(sorted(glob.glob("/usr/lib/*/faketime/libfaketime.so.1"))), None)
+            assert library is not None, "libfaketime is not installed (Debian: apt-get install faketime)"
+            env = {**env, "LD_PRELOAD": library, "FAKETIME": f"{skew:+g}s", "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
         self.spawn(slot, command, merge=True, cwd=self.folder, env=env)
 
     def serving(self, slot: int) -> None:

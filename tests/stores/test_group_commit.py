@@ -215,7 +215,7 @@ async def test_a_batch_that_loses_its_connection_is_retried(
     url = await stores.blank_url(kind)
     store = await stores.open(kind, url, max_size=3)
     ids = await create(store, 5)
-    caplog.set_level(logging.WARNING, logger="saga_runtime")
+    caplog.set_level(logging.DEBUG, logger="saga_runtime")  # each retry is at DEBUG
     batches = Batches(store, holds=1)
     async with admin(kind, url) as db:
         await db.lock_saga(ids[3])
