@@ -90,8 +90,15 @@ class Schedules:
     ) -> tuple[list[Any] | None, str | None, dict[str, Any] | None]:
         """Return the stored form of a target: a validated plan, or a saga function's name and arguments."""
         if isinstance(target, str) or callable(target):
-            # A saga function, or its name: submitted as `submit(name, args=...)`, which checks it at each tick.
-            function = target if isinstance(target, str) else getattr(target, "__name__", None)
+            # A saga function, or its name: submitted as `submit(name, args=...)`, which checks it at each tick too.
+            registered = None if self.registry is None else self.registry.function(target)
+            function = (
+                registered.name
+                if registered is not None
+                else target
+                if isinstance(target, str)
+                else getattr(target, "__name__", None)
+            )
             if not isinstance(function, str) or not valid_id(function) or len(function.encode()) > 255:
                 raise TypeError(f"a schedule's target is a plan, a saga function or its name, got {target!r}")
             if args is not None and not isinstance(args, Mapping):
@@ -100,6 +107,13 @@ class Schedules:
                 stored = to_json_value(dict(args or {}), what="the args", tool_name=function)
             except (ResultNotStorableError, TypeError, ValueError) as exc:
                 raise ValueError(f"args of schedule target {function!r} must be JSON values: {exc}") from None
+            if self.registry is not None:  # checked now, as a plan is: a bad target never stores a schedule
+                if registered is None:
+                    known = ", ".join(self.registry.function_names()) or "none"
+                    raise PlanValidationError([f"no saga function {function!r} is registered (registered: {known})"])
+                problems = registered.check_args(dict(stored))[0]
+                if problems:
+                    raise PlanValidationError([f"saga function {function!r}: {problem}" for problem in problems])
             return None, function, dict(stored)
         if isinstance(target, Sequence) and not isinstance(target, bytes | bytearray):
             if args is not None:

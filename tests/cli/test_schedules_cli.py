@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from worker_processes import WorkerProcesses
 
-from saga_runtime import SagaExecutor, SagaStatus, ToolRegistry, open_store
+from saga_runtime import DynamicSaga, SagaExecutor, SagaStatus, ToolRegistry, open_store
 from saga_runtime._records import tick_id
 
 from .test_cli import cli, run_sync
@@ -30,6 +30,12 @@ registry = ToolRegistry()
 class Report:
     async def execute(self, name: str) -> dict[str, str]:
         return {"name": name}
+
+
+@registry.saga
+async def send_digest(saga: DynamicSaga, team: str) -> None:
+    """A saga function a schedule names."""
+    await saga.call("Report", name=team)
 
 
 async def _store_schedules(db: str) -> None:

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import pytest
 from cryptography.fernet import Fernet
 
-from saga_runtime import PlanValidationError, SagaExecutor, Schedule, Secret, ToolRegistry
+from saga_runtime import DynamicSaga, PlanValidationError, SagaExecutor, Schedule, Secret, ToolRegistry
 from saga_runtime._records import Timing, tick_id
 from saga_runtime._schedules import Schedules
 from saga_runtime._storage import MemoryStore
@@ -29,6 +29,18 @@ class Report:
 
 
 PLAN: list[Any] = [{"tool": "Report", "args": {"day": "today"}, "id": "report"}]
+
+
+@registry.saga
+async def report_fn(saga: DynamicSaga, day: str = "monday", when: Any = None) -> None:
+    """A saga function a schedule names."""
+    await saga.call("Report", day=day)
+
+
+@registry.saga
+async def send_digest(saga: DynamicSaga, team: str) -> None:
+    """Another saga function a schedule names."""
+    await saga.call("Report", day=team)
 
 
 def utc(*parts: int) -> datetime:
@@ -154,6 +166,10 @@ async def test_bad_input_to_schedule_stores_nothing() -> None:
     with pytest.raises(PlanValidationError) as caught:
         await executor.schedule("x", two_problems, every=60)
     assert len(caught.value.problems) == 2
+    with pytest.raises(PlanValidationError, match="no saga function 'ghost_fn'"):
+        await executor.schedule("x", "ghost_fn", every=60)
+    with pytest.raises(PlanValidationError, match="send_digest"):
+        await executor.schedule("x", "send_digest", every=60, args={"team": 3})
     assert await executor.schedules() == []
 
 
