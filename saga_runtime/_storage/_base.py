@@ -217,6 +217,10 @@ class SagaStore(Protocol):
         """Return the state an operator set for queue `name` ("active" when none was)."""
         ...
 
+    async def saga_queue_state(self, saga_id: str) -> tuple[str, QueueState] | None:
+        """Return the queue a saga was submitted to and that queue's state; None if it was not queued."""
+        ...
+
     async def note_queue_limits(self, queue: Queue, at: datetime) -> None:
         """Record the limits a worker serves `queue` with, for `queue_infos` (the queue's state unchanged)."""
         ...

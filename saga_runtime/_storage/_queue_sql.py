@@ -45,6 +45,11 @@ class QueueControlQueries:
             return "ON CONFLICT (name) DO UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in columns)
 
         self.state = q(dialect, "SELECT state FROM queue_states WHERE name = ?")
+        self.saga_state = q(
+            dialect,
+            "SELECT s.queue, q.state FROM sagas s LEFT JOIN queue_states q ON q.name = s.queue "
+            "WHERE s.saga_id = ? AND s.queue IS NOT NULL",
+        )
         self.set_state = q(
             dialect,
             "INSERT INTO queue_states (name, state, changed_at) VALUES (?, ?, ?) " + upsert(("state", "changed_at")),
@@ -125,6 +130,15 @@ class SQLQueueControl:
         records = await self._fetch("queue_state", _queries(self).state, (name,))
         state = str(records[0][0]) if records else ACTIVE
         return PAUSED if state == PAUSED else DRAINING if state == DRAINING else ACTIVE
+
+    async def saga_queue_state(self, saga_id: str) -> tuple[str, QueueState] | None:
+        """Return the queue a saga was submitted to and that queue's state; None if it was not queued."""
+        self._check_open()
+        records = await self._fetch("saga_queue_state", _queries(self).saga_state, (saga_id,))
+        if not records:
+            return None
+        name, state = str(records[0][0]), records[0][1]
+        return name, PAUSED if state == PAUSED else DRAINING if state == DRAINING else ACTIVE
 
     async def note_queue_limits(self, queue: Queue, at: datetime) -> None:
         """Record the limits a worker serves `queue` with (its state unchanged)."""

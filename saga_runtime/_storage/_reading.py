@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from saga_runtime._exceptions import IdempotencyConflictError
 from saga_runtime._records import (
+    ACTIVE,
     END_REASONS,
     WAITING_KINDS,
     PurgeReport,
@@ -40,7 +41,16 @@ _REASON_PAGE = 500
 async def get_saga(store: SagaStore, saga_id: str) -> SagaResult | None:
     """Return the result of a stored saga, or None."""
     snapshot = await store.load_saga(saga_id)
-    return None if snapshot is None else result_from_rows(*snapshot, await store.load_approvals(saga_id))
+    if snapshot is None:
+        return None
+    result = result_from_rows(*snapshot, await store.load_approvals(saga_id))
+    if result.status is SagaStatus.QUEUED:  # a paused or draining queue is the first reason it does not move
+        queued = await store.saga_queue_state(saga_id)
+        if queued is not None and queued[1] != ACTIVE:
+            name, state = queued
+            why = f"queue {name!r} is {state}: resume it (saga-runtime queue resume {name}) to start its sagas"
+            result = result.model_copy(update={"waiting_for": {"kind": "queue_paused", "detail": why}})
+    return result
 
 
 async def verify_saga(store: SagaStore, saga_id: str) -> VerifyResult:

@@ -89,7 +89,8 @@ def info(infos: list[QueueInfo], name: str) -> QueueInfo:
 
 
 async def test_a_paused_queue_starts_nothing_until_resumed(store: SagaStore) -> None:
-    """A paused queue's sagas stay QUEUED under a serving worker; resumed, they start; other queues go on."""
+    """A paused queue's sagas stay QUEUED under a serving worker, saying they wait for the queue; resumed, they
+    start; other queues go on."""
     gate = Gate()
     executor, admin = SagaExecutor(gate.registry, store), SagaAdmin(store)
     paused = await admin.pause_queue("payouts")
@@ -102,10 +103,16 @@ async def test_a_paused_queue_starts_nothing_until_resumed(store: SagaStore) -> 
         assert await executor.handle("p1").status() is SagaStatus.QUEUED
         assert "p1" not in gate.started
         assert await store.queue_state("payouts") == "paused"
+        waiting = await store.get_saga("p1")
+        assert waiting is not None
+        assert waiting.waiting_for is not None
+        assert waiting.waiting_for["kind"] == "queue_paused"
+        assert "'payouts' is paused" in waiting.waiting_for["detail"]
         resumed = await admin.resume_queue("payouts")
         assert (resumed.paused, resumed.state) == (False, "active")
         assert (await executor.handle("p1").result(timeout=10)).status is SagaStatus.SUCCESS
     assert await store.queue_state("payouts") == "active"
+    assert (await store.get_saga("p1")).waiting_for is None  # type: ignore[union-attr]
 
 
 async def test_a_drained_queue_lets_what_runs_finish_and_starts_nothing(store: SagaStore) -> None:
