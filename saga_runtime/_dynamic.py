@@ -324,10 +324,23 @@ class DynamicSaga:
         self._check_open()
         if self._waiting is not None:
             raise self._waiting  # no call goes on until re-entered
-        self._check_not_cancelled()
         if join not in ("all", "first", "quorum", "any"):
             raise PlanValidationError([f"join must be all, first, quorum or any, got {join!r}"], saga_id=self.saga_id)
         prepared = self._prepare(calls)
+        engine = self._engine
+        if engine is not None and engine.verdict.halted is not None:
+            # An operator's cancel was taken in (the code caught the cut call's error): nothing more runs.
+            tool, _, given = prepared[0]
+            why = f"not run: {engine.verdict.halted}"
+            raise StepFailedError(
+                f"saga {self.saga_id!r}: call #{self._next_seq + 1} ({tool}) was {why}",
+                saga_id=self.saga_id,
+                step_id=given or f"{tool}-{self._next_seq}",
+                tool_name=tool,
+                attempts=0,
+                error=why,
+                error_type="Cancelled",
+            )
         needed = 1 if join == "any" else k
         if join == "quorum" and (isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= len(prepared)):
             raise PlanValidationError(

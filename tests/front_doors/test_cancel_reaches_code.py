@@ -13,7 +13,6 @@ import pytest
 from saga_runtime import (
     DynamicSaga,
     SagaExecutor,
-    SagaFailedError,
     SagaStatus,
     StepContext,
     StepFailedError,
@@ -68,7 +67,7 @@ async def test_a_dynamic_saga_that_catches_the_cut_call_still_compensates() -> N
 
 
 async def test_no_call_runs_after_a_cancel_the_code_caught() -> None:
-    """After a cancel, the next call raises SagaFailedError and runs nothing; the saga ends COMPENSATED."""
+    """After a cancel, the next call raises StepFailedError (not run) and runs nothing; the saga ends COMPENSATED."""
     async with open_store("memory://") as store:
         executor = SagaExecutor(registry(), store, lease_timeout=1.5)
         canceller = asyncio.create_task(cancel_soon(SagaExecutor(registry(), store), "after"))
@@ -80,7 +79,7 @@ async def test_no_call_runs_after_a_cancel_the_code_caught() -> None:
                     await saga.call("Pay", n="slow")
                 await saga.call("Pay", n="c")
 
-        with pytest.raises(SagaFailedError, match="was cancelled"):
+        with pytest.raises(StepFailedError, match="not run: cancelled"):
             await body()
         await canceller
         result = await store.get_saga("after")
