@@ -405,7 +405,13 @@ async def _scale(url: str, workers: int, count: int, folder: Path) -> tuple[floa
                     if window.workers_s is not None and window.database_s is not None and ended > steady[1]:
                         per_saga = (window.workers_s + window.database_s) / (ended - steady[1]) * 1000
                 await asyncio.sleep(0.05)
+            if steady is not None and per_saga is None and ended > steady[1]:  # it ended between two looks
+                window = steady[0].stop(await _backends(url))
+                if window.workers_s is not None and window.database_s is not None:
+                    per_saga = (window.workers_s + window.database_s) / (ended - steady[1]) * 1000
             cpu = meter.stop(await _backends(url))
+    if per_saga is None and cpu.workers_s is not None and cpu.database_s is not None:
+        per_saga = (cpu.workers_s + cpu.database_s) / count * 1000  # too quick for a steady part: the whole run
     # A Mark line ("id at") of an earlier workload's saga that a stopped worker left to recovery is not counted.
     lines = [parts for parts in (line.split(" ") for line in marks.read_text().splitlines()) if len(parts) == 3]
     starts = [float(at) for _, kind, at in lines if kind == "start"]
