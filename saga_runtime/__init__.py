@@ -7,6 +7,7 @@ effect in reverse when the saga cannot finish.
 
 import logging as _logging
 
+from saga_runtime import _children  # noqa: F401 (registers the built-in tool "saga.child")
 from saga_runtime._admin import BulkSummary, SagaAdmin
 from saga_runtime._dynamic import DynamicSaga
 from saga_runtime._engine import Budget, LoggingHook, SagaEvent, SagaHook

@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, NoReturn
 
@@ -35,6 +35,7 @@ from saga_runtime._exceptions import (
     ReplayDivergenceError,
     ResultNotStorableError,
     SagaFailedError,
+    SagaNotFoundError,
     SecretKeyError,
     StepFailedError,
     UnknownToolError,
@@ -58,8 +59,8 @@ from saga_runtime._records import (
     step_succeeded,
     to_json_value,
 )
-from saga_runtime._starting import checked_json
-from saga_runtime._tools import ToolRegistry
+from saga_runtime._starting import checked_json, child_call, target
+from saga_runtime._tools import CHILD_TOOL, ToolRegistry
 
 __all__ = ["DynamicSaga"]
 
@@ -326,7 +327,17 @@ class DynamicSaga:
             raise self._waiting  # no call goes on until re-entered
         if join not in ("all", "first", "quorum", "any"):
             raise PlanValidationError([f"join must be all, first, quorum or any, got {join!r}"], saga_id=self.saga_id)
-        prepared = self._prepare(calls)
+        return await self._run_calls(self._prepare(calls), join=join, k=k, return_exceptions=return_exceptions)
+
+    async def _run_calls(
+        self,
+        prepared: list[tuple[str, dict[str, Any], str | None]],
+        *,
+        join: str,
+        k: int | None,
+        return_exceptions: bool,
+    ) -> Any:
+        """Run prepared calls (checked: `_prepare`) as one group; see `group`."""
         engine = self._engine
         if engine is not None and engine.verdict.halted is not None:
             # An operator's cancel was taken in (the code caught the cut call's error): nothing more runs.
@@ -596,6 +607,60 @@ class DynamicSaga:
             return self._engine.saga
         assert self._stored is not None
         return self._stored[0]
+
+    # -- child sagas
+
+    async def child(
+        self,
+        fn_or_plan: Sequence[Any] | Callable[..., Any] | str,
+        *,
+        args: Mapping[str, Any] | None = None,
+        saga_id: str | None = None,
+    ) -> SagaResult:
+        """Run another saga — a registered saga function (or its name) called with `args`, or a plan — as one step
+        of this one; return its SagaResult (its `output`, its `parent_id` this saga's id).
+
+        Its id defaults to `<this saga's id>/<step id>`. A child that does not end SUCCESS raises `StepFailedError`,
+        its own effects already undone. When this saga compensates, a SUCCESS child is compensated as a whole (its
+        steps in reverse). The child is resumed with this saga: a re-run reaching this call again finds the child's
+        record (an ended child is returned from it, no tool called again; a live one is driven on, never a second).
+        `args` with a plan raises `TypeError`; an unregistered function or bad arguments `PlanValidationError`
+        (nothing stored).
+        """
+        self._check_open()
+        if self._waiting is not None:
+            raise self._waiting
+        function = target(self._registry, fn_or_plan, args)
+        try:
+            call, stem = child_call(self._registry, function, fn_or_plan, args, keyring=self._config.keyring)
+        except PlanValidationError as exc:
+            raise PlanValidationError(exc.problems, saga_id=self.saga_id) from None
+        step_id = f"{stem}-{self._next_seq}"
+        child_id = f"{self.saga_id}/{step_id}" if saga_id is None else saga_id
+        if not isinstance(child_id, str) or not valid_id(child_id):
+            raise PlanValidationError(
+                [
+                    f"a child's saga_id must be non-empty Unicode text without NUL, of at most {MAX_ID_BYTES} bytes "
+                    f"in UTF-8, got {child_id!r}"
+                ],
+                saga_id=self.saga_id,
+            )
+        call["saga_id"] = child_id
+        if self._engine is not None and self._next_seq >= len(self._record):  # a new call: its id must be free
+            stored = await self._store.load_saga(child_id)
+            if stored is not None and stored[0].parent_id != self.saga_id:
+                raise IdempotencyConflictError(
+                    f"saga {child_id!r} exists and is not a child of {self.saga_id!r}: give the child another saga_id",
+                    saga_id=child_id,
+                )
+        json_args = call_args(self._registry.get(CHILD_TOOL), call, self._config.keyring, what="the child saga")
+        await self._run_calls([(CHILD_TOOL, json_args, step_id)], join="all", k=None, return_exceptions=False)
+        result = await self._store.get_saga(child_id)
+        if result is None:
+            raise SagaNotFoundError(
+                f"child saga {child_id!r} of {self.saga_id!r} is not in {self._store.url}", saga_id=child_id
+            )
+        return result
 
     # -- time
 

@@ -12,13 +12,14 @@ from typing import Any
 
 from saga_runtime._engine import Budget, Drives
 from saga_runtime._exceptions import PlanValidationError, ResultNotStorableError
-from saga_runtime._planning import MAX_ID_BYTES, Plan, valid_id
+from saga_runtime._planning import MAX_ID_BYTES, Plan, build_plan, valid_id
 from saga_runtime._records import Queue, QueueEntry, SagaRow, StepRow, idempotency_keys, now, to_json_value
 from saga_runtime._tools import SagaFunction, ToolRegistry
 
 __all__ = [
     "check_saga_options",
     "checked_json",
+    "child_call",
     "function_saga",
     "new_plan_saga",
     "queue_entry",
@@ -117,6 +118,33 @@ def new_plan_saga(
         for seq, (step, key) in enumerate(zip(planned_steps, keys, strict=True))
     ]
     return saga, steps
+
+
+def child_call(
+    registry: ToolRegistry,
+    function: SagaFunction | None,
+    work: Any,
+    args: Mapping[str, Any] | None,
+    *,
+    keyring: Any,
+) -> tuple[dict[str, Any], str]:
+    """Return a child step's arguments (without its saga id) and its step id's stem: the function's name, or
+    "child" for a plan. Raise `PlanValidationError` listing every problem of the function's arguments or the plan.
+    """
+    if function is None:
+        return {"plan": build_plan(work, registry, keyring=keyring).to_json()}, "child"
+    given = dict(args or {})
+    problems: list[str] = []
+    stored: Any = None
+    try:
+        stored = to_json_value(given, what="the arguments", tool_name=function.name)
+    except ResultNotStorableError as exc:
+        problems.append(f"saga function {function.name!r}: {exc}")
+    else:
+        problems.extend(f"saga function {function.name!r}: {problem}" for problem in function.check_args(given)[0])
+    if problems:
+        raise PlanValidationError(problems)
+    return {"function": function.name, "args": stored}, function.name.replace(".", "_")
 
 
 def check_saga_options(

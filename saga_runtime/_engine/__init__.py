@@ -16,6 +16,7 @@ from saga_runtime._engine._approvals import HOLDABLE, Decisions
 from saga_runtime._engine._budget import Account, Budget
 from saga_runtime._engine._calls import WAIT_POLL, CallBody, CallDriver, Released, drive_calls, receive, send
 from saga_runtime._engine._cancellation import Shelters
+from saga_runtime._engine._children import driving, run_child, through_parent, undo_child
 from saga_runtime._engine._claim import Claim, Drives
 from saga_runtime._engine._config import EngineConfig
 from saga_runtime._engine._driver import Planner, PlanShape, drive_plan
@@ -50,7 +51,11 @@ __all__ = [
     "asleep",
     "drive_calls",
     "drive_plan",
+    "driving",
     "receive",
+    "run_child",
     "send",
     "take_over",
+    "through_parent",
+    "undo_child",
 ]

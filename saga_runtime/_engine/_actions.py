@@ -58,6 +58,12 @@ class Actions:
         self._decisions = Decisions(drives.config)
         self.recovery = Recovery(drives, planner, max_attempts=max_recovery_attempts, concurrency=recovery_concurrency)
         self.queues = Queues(drives, self.recovery)
+        drives.actions = self  # a child saga's step runs its child through them (saga_runtime._engine._children)
+
+    @property
+    def drives(self) -> Drives:
+        """Return the drives these actions go through."""
+        return self._drives
 
     async def run(
         self, work: PlanShape | CallBody, saga: SagaRow, steps: list[StepRow], *, announce: bool

@@ -8,6 +8,7 @@ drives a saga through `async with drives.claim(...) as held:`; nothing else touc
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from contextvars import ContextVar
 from types import TracebackType
 from typing import Any, Literal
 
@@ -19,7 +20,7 @@ from saga_runtime._engine._session import Claims, Session
 from saga_runtime._exceptions import SagaInProgressError
 from saga_runtime._records import SagaKind, SagaResult, SagaRow, SagaStatus, StepRow, now
 
-__all__ = ["Claim", "Drives", "Take"]
+__all__ = ["DRIVING", "Claim", "Drives", "Take"]
 
 # How a saga is taken: just created by this executor ("new", nothing to ask), its owner gone ("orphan": a
 # takeover, recorded in its history), started from its queue ("queued"), its decisions made ("waiting"), or its
@@ -27,15 +28,21 @@ __all__ = ["Claim", "Drives", "Take"]
 Take = Literal["new", "orphan", "queued", "waiting", "reopen"]
 
 
+#: The drives of the saga being driven (set by `Claim.start`, in the task that drives it): a child saga's step
+#: runs and undoes its child through them (saga_runtime._engine._children).
+DRIVING: ContextVar[Drives | None] = ContextVar("saga_runtime_driving", default=None)
+
+
 class Drives:
     """The sagas one executor drives right now, and the one way to drive one: `claim()`."""
 
-    __slots__ = ("_driving", "claims", "config")
+    __slots__ = ("_driving", "actions", "claims", "config")
 
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
         self.claims = Claims(config)
         self._driving: set[str] = set()
+        self.actions: Any = None  # the Actions delegating to these drives (a child saga's step runs through them)
 
     def __contains__(self, saga_id: object) -> bool:
         return saga_id in self._driving
@@ -144,6 +151,7 @@ class Claim:
             engine.shelters = shelters
         if self._take == "orphan":
             engine.journal.touch_saga()  # the takeover is written (sealed) with the first flush
+        DRIVING.set(self._drives)  # in the task that drives it: a child saga's step runs through these drives
         self.session = Session(self._drives.claims, engine, where=where)
         self.session.enter()
         return engine

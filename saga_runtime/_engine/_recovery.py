@@ -13,6 +13,7 @@ import anyio.lowlevel
 from saga_runtime._engine._approvals import Decisions
 from saga_runtime._engine._calls import due
 from saga_runtime._engine._cancellation import Shelters
+from saga_runtime._engine._children import through_parent
 from saga_runtime._engine._claim import Claim, Drives
 from saga_runtime._engine._driver import Planner, drive, work_of
 from saga_runtime._engine._events import SagaEvent, emit
@@ -103,7 +104,8 @@ class Recovery:
             fresh: list[tuple[SagaRow, list[StepRow]]] = []
             for saga, rows in claimed:
                 lacking = self.lacking(saga, rows)
-                if saga.saga_id in passed_over or lacking:
+                # A child whose parent is live is driven through its parent only (saga_runtime._engine._children).
+                if saga.saga_id in passed_over or lacking or await through_parent(config.store, saga):
                     if lacking:
                         self._waits(saga, lacking)
                     passed_over.add(saga.saga_id)
@@ -128,7 +130,12 @@ class Recovery:
             if saga_id in self._drives:
                 continue
             stored = await config.store.load_saga(saga_id)
-            if stored is not None and stored[0].owner == config.executor_id and not self.missing_tools(*stored):
+            if (
+                stored is not None
+                and stored[0].owner == config.executor_id
+                and not self.missing_tools(*stored)
+                and not await through_parent(config.store, stored[0])  # its parent's re-run takes it back
+            ):
                 batch.append(stored)
         if batch:
             logger.info("%s: taking back %d sagas it owned before a restart", config.executor_id, len(batch))
@@ -274,11 +281,12 @@ class Recovery:
         return results
 
     async def go_on(
-        self, saga_id: str, *, detached: bool = False, shelters: Shelters | None = None
+        self, saga_id: str, *, detached: bool = False, shelters: Shelters | None = None, parent: str | None = None
     ) -> SagaResult | None:
         """Drive a WAITING plan saga whose requests are all decided, until its next wait or its end.
 
-        None when it is not for this executor (held elsewhere, undecided, tools missing).
+        None when it is not for this executor (held elsewhere, undecided, tools missing), or a child saga whose
+        parent is live, unless `parent` (that parent's step, which alone drives it) asks.
         """
         config = self._drives.config
         if config.resources is not None:
@@ -287,6 +295,8 @@ class Recovery:
         stored = await store.load_saga(saga_id)
         if stored is None or stored[0].status is not SagaStatus.WAITING:
             return None
+        if await through_parent(store, stored[0], parent=parent):
+            return None  # its parent's step goes on with it
         function = function_of(stored[0].plan)
         if (function is None and stored[0].kind != "plan") or (function and not await due(store, stored[0])):
             return None  # a dynamic saga's code goes on when entered again; a saga function once due

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from saga_runtime._records import SagaRow, SagaStatus, StepRow, StepStatus
 
-__all__ = ["SAGA_MOVES", "STEP_MOVES", "TransitionError", "saga_to", "step_to"]
+__all__ = ["CHILD_MOVES", "SAGA_MOVES", "STEP_MOVES", "TransitionError", "saga_to", "step_to"]
 
 _S = SagaStatus
 _T = StepStatus
@@ -30,6 +30,11 @@ SAGA_MOVES: dict[SagaStatus, frozenset[SagaStatus]] = {
     _S.COMPENSATED: frozenset(),
     _S.PARKED: frozenset(),
 }
+
+#: What a child saga (`saga.child()`, one with a parent) may do besides: a SUCCESS child is undone as a whole when
+#: its parent compensates (the parent's engine drives it: `_engine._children`). A saga of its own never leaves
+#: SUCCESS.
+CHILD_MOVES: dict[SagaStatus, frozenset[SagaStatus]] = {_S.SUCCESS: frozenset({_S.COMPENSATING})}
 
 _UNDONE = frozenset({_T.COMPENSATED, _T.COMPENSATION_FAILED})
 
@@ -69,7 +74,9 @@ def step_to(row: StepRow, status: StepStatus) -> None:
 
 def saga_to(saga: SagaRow, status: SagaStatus) -> None:
     """Move a saga to `status`; raise `TransitionError` if the table does not allow it."""
-    if status not in SAGA_MOVES[saga.status]:
+    if status not in SAGA_MOVES[saga.status] and (
+        saga.parent_id is None or status not in CHILD_MOVES.get(saga.status, ())
+    ):
         raise TransitionError(
             f"saga {saga.saga_id!r} cannot go from {saga.status.value} to {status.value} "
             "(a bug in saga_runtime: please report it)"

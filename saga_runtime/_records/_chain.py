@@ -378,6 +378,8 @@ def saga_seal(saga: SagaRow, key: bytes | None, *, cached: bool = False) -> str:
         parts.append(_instant(saga.purged_at))
     if saga.history:  # sealed only once there is one: a row sealed before the history existed still verifies
         parts.append(_normal(saga.history))
+    if saga.parent_id is not None:  # a child saga's: sealed with its parent (a saga of its own's stays as it was)
+        parts.append(_normal({"parent": saga.parent_id}))
     text = _text(parts).encode()
     if key is None:
         return hashlib.sha256(text).hexdigest()

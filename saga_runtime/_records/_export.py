@@ -67,6 +67,8 @@ def export_rows(saga: SagaRow, steps: Sequence[StepRow], approvals: Sequence[App
     plain = _plain(saga, _EXPORTED_SAGA_NAMES)
     if plain["purged_at"] is None:  # only tombstones carry it
         del plain["purged_at"]
+    if plain["parent_id"] is None:  # only child sagas carry it
+        del plain["parent_id"]
     document: dict[str, Any] = {
         "format": EXPORT_FORMAT,
         "version": EXPORT_VERSION,

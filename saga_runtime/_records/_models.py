@@ -92,6 +92,8 @@ class SagaResult(BaseModel):
     # A saga function's (API.md §18): its name, and what it returned (stored before the saga is SUCCESS).
     function: str | None = None
     output: Any = None
+    # A child saga's (`saga.child()`, API.md §18): the saga it runs as a step of.
+    parent_id: str | None = None
 
     @property
     def pending_approvals(self) -> list[ApprovalRequest]:
@@ -337,6 +339,7 @@ def result_from_rows(
             "waiting_for": _waiting_for(saga, approvals),
             "function": None if (function := function_of(saga.plan)) is None else function[0],
             "output": output_of(saga.history) if saga.history else None,
+            "parent_id": saga.parent_id,
         },
         _RESULT_FIELDS,
     )

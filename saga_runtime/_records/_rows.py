@@ -271,6 +271,9 @@ class SagaRow:
     # Why a saga nobody drives does not move, as the last worker that looked noted it (a tool or version it lacks):
     # see saga_runtime._records._outcome. Not sealed, not part of the row's value: it changes as workers come and go.
     waiting_for: dict[str, Any] | None = field(default=None, compare=False)
+    # The saga this one runs as a step of (`saga.child()`, API.md §18); None for a saga of its own. Set once, at
+    # its creation: its parent drives it, and undoes it as a whole when the parent compensates.
+    parent_id: str | None = None
 
     def copy(self) -> SagaRow:
         """Return a snapshot of this row."""
@@ -296,6 +299,7 @@ class SagaRow:
             list(self.history),
             self.seal,
             self.waiting_for,
+            self.parent_id,
         )
 
 

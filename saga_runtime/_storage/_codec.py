@@ -47,6 +47,7 @@ SAGA_COLUMNS = (
     "seal",
     "history",
     "waiting_for",
+    "parent_id",
 )
 STEP_COLUMNS = (
     "saga_id",
@@ -198,6 +199,7 @@ class RowCodec:
             row.seal,
             json_in(row.history, f"the history of {what}") if row.history else None,
             None if row.waiting_for is None else json_in(row.waiting_for, f"the waiting note of {what}"),
+            row.parent_id,
         )
 
     def step_params(self, row: StepRow) -> tuple[Any, ...]:
@@ -261,6 +263,7 @@ class RowCodec:
             seal=r[18],
             history=self.json_out(r[19]) or [],
             waiting_for=self.json_out(r[20]),
+            parent_id=None if r[21] is None else self.id_out(r[21]),
         )
 
     def step_row(self, r: Sequence[Any]) -> StepRow:

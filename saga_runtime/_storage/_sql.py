@@ -322,6 +322,11 @@ def _schema_waiting(dialect: DialectName) -> list[str]:
     return [f"ALTER TABLE sagas ADD COLUMN waiting_for {_TYPES[dialect]['text']}"]
 
 
+def _schema_children(dialect: DialectName) -> list[str]:
+    # A child saga's parent (`saga.child()`, API.md §18): set once, at its creation; the parent drives it.
+    return [f"ALTER TABLE sagas ADD COLUMN parent_id {_TYPES[dialect]['id']}"]
+
+
 def _schema_messages(dialect: DialectName) -> list[str]:
     # Messages sent to saga functions (API.md §18): one row each, its id the sender's idempotency key (or a random
     # one), so a key used again stores nothing. A saga receives one by recording its id in its (sealed) history.
@@ -365,6 +370,7 @@ MIGRATIONS: list[Migration] = [
     Migration(11, "queue states (pause, drain, limits) and indexes of queue claims", _schema_queue_control),
     Migration(12, "a cancel request taken in by the saga's owner", _schema_cancel_seen),
     Migration(13, "why a saga waits: a worker's note", _schema_waiting),
+    Migration(14, "child sagas: a saga's parent", _schema_children),
 ]
 #: The version from which saga rows carry a seal (one written before, untouched since, has none).
 SEALED_SAGAS_VERSION = 3

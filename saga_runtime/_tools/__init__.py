@@ -3,13 +3,15 @@
 from saga_runtime._tools._context import StepContext
 from saga_runtime._tools._functions import SagaFunction
 from saga_runtime._tools._lifespan import Resources
-from saga_runtime._tools._registry import ToolRegistry, unknown_tool_message
+from saga_runtime._tools._registry import BUILTIN_TOOLS, CHILD_TOOL, ToolRegistry, unknown_tool_message
 from saga_runtime._tools._retry import RetryPolicy
 from saga_runtime._tools._secrets import Secret, secret_paths, unwrap_secrets
-from saga_runtime._tools._spec import RetryScope, ToolSpec
+from saga_runtime._tools._spec import RetryScope, ToolSpec, build_spec
 from saga_runtime._tools._versions import NOT_DONE, NotDone
 
 __all__ = [
+    "BUILTIN_TOOLS",
+    "CHILD_TOOL",
     "NOT_DONE",
     "NotDone",
     "Resources",
@@ -20,6 +22,7 @@ __all__ = [
     "StepContext",
     "ToolRegistry",
     "ToolSpec",
+    "build_spec",
     "secret_paths",
     "unknown_tool_message",
     "unwrap_secrets",

@@ -13,7 +13,15 @@ from saga_runtime._tools._retry import RetryPolicy
 from saga_runtime._tools._schemas import anthropic_tool, openai_tools
 from saga_runtime._tools._spec import RetryScope, ToolSpec, build_spec
 
-__all__ = ["ToolRegistry"]
+__all__ = ["BUILTIN_TOOLS", "CHILD_TOOL", "ToolRegistry"]
+
+#: The tool a child saga's step calls (saga_runtime._children).
+CHILD_TOOL = "saga.child"
+
+#: Tools every registry has without registering them, by a name no registered tool can take (it holds a '.'):
+#: "saga.child", the step a child saga runs as (saga_runtime._children). Found by `get`/`find`, never listed,
+#: exported to a model or callable by `saga.call`.
+BUILTIN_TOOLS: dict[str, ToolSpec] = {}
 
 T = TypeVar("T", bound=type)
 F = TypeVar("F", bound=Callable[..., Any])
@@ -210,11 +218,13 @@ class ToolRegistry:
         try:
             return self._tools[name]
         except (KeyError, TypeError):
+            if isinstance(name, str) and name in BUILTIN_TOOLS:
+                return BUILTIN_TOOLS[name]
             raise UnknownToolError([unknown_tool_message(name, self.names())]) from None
 
     def find(self, name: str) -> ToolSpec | None:
         """Return the spec of tool `name`, or None."""
-        return self._tools.get(name)
+        return self._tools.get(name) or BUILTIN_TOOLS.get(name)
 
     def names(self) -> list[str]:
         """Return the registered tool names, sorted."""

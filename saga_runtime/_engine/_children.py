@@ -1,0 +1,156 @@
+"""Child sagas (`saga.child()`, API.md §18): a saga run as one step of another, driven only through its parent.
+
+One driver per child, always its parent's: the parent's step runs the child (and after a crash, the parent's re-run
+reaches that step again, finds the child's record and resumes it, never starting a second one), and the parent's
+compensation undoes it as a whole. Recovery, a restart's take-back and a worker's wake-ups leave alone a child whose
+parent is live (`through_parent`): were both to drive it, the child could run a tool while its parent undoes it, or
+be compensated by recovery while its parent's re-run waits for its result. A child whose parent is gone or ended
+(it cannot come to that through the engine: a parent's step ends only once its child has) is recovered as any saga.
+
+The step runs the child to its end (a WAITING child is gone on with here once due: the parent holds its lease and
+its worker slot meanwhile); its compensation moves a SUCCESS child to COMPENSATING (allowed for a child only, see
+`_transitions.CHILD_MOVES`) and undoes its steps in reverse, or drives a live one to compensate.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import anyio
+
+from saga_runtime._engine._claim import DRIVING, Drives
+from saga_runtime._engine._journal_rows import take_over
+from saga_runtime._engine._transitions import saga_to
+from saga_runtime._exceptions import IdempotencyConflictError, SagaError, SagaInProgressError
+from saga_runtime._records import SagaResult, SagaRow, SagaStatus, StepRow, now, result_from_rows
+from saga_runtime._storage import SagaStore
+
+if TYPE_CHECKING:
+    from saga_runtime._engine._actions import Actions
+    from saga_runtime._engine._calls import CallBody
+    from saga_runtime._engine._driver import PlanShape
+
+__all__ = ["DRIVING", "driving", "run_child", "through_parent", "undo_child"]
+
+logger = logging.getLogger("saga_runtime")
+
+# How often a child's step looks again at a child held elsewhere (an old owner's lease running out, a recovery
+# giving it back) or waiting (until it is due).
+_POLL = 0.1
+
+
+def driving() -> Drives:
+    """Return the executor driving the current saga; raise `SagaError` outside one."""
+    drives = DRIVING.get()
+    if drives is None:
+        raise SagaError("a child saga runs as a step of a saga an executor drives; none is driven here")
+    return drives
+
+
+async def through_parent(store: SagaStore, saga: SagaRow, *, parent: str | None = None) -> bool:
+    """Tell whether `saga` is a child whose parent is live (its parent drives it, nobody else), unless the caller
+    is that parent (`parent`)."""
+    parent_id = saga.parent_id
+    if parent_id is None or parent_id == parent:
+        return False
+    stored = await store.load_saga(parent_id)
+    return stored is not None and not stored[0].status.is_terminal
+
+
+def _check_parent(saga: SagaRow, parent_id: str) -> None:
+    if saga.parent_id != parent_id:
+        whose = "a saga of its own" if saga.parent_id is None else f"a child of saga {saga.parent_id!r}"
+        raise IdempotencyConflictError(
+            f"saga {saga.saga_id!r} is {whose}, not a child of {parent_id!r}: give the child another saga_id",
+            saga_id=saga.saga_id,
+        )
+
+
+async def run_child(
+    actions: Actions, work: PlanShape | CallBody, row: SagaRow, steps: list[StepRow], *, announce: bool
+) -> SagaResult:
+    """Run the child saga `row` (new, `parent_id` set) to its end, or resume the stored one of that id; return its
+    result (terminal, or PARKED). Never a second child: the id is the child's idempotency key."""
+    drives: Drives = actions.drives
+    store = drives.config.store
+    parent_id = row.parent_id
+    assert parent_id is not None
+    while True:
+        stored = await store.load_saga(row.saga_id)
+        if stored is not None:
+            saga = stored[0]
+            _check_parent(saga, parent_id)
+            if saga.status.is_terminal or saga.status is SagaStatus.PARKED:
+                return result_from_rows(*stored)  # its tools are not called again
+            if saga.status is SagaStatus.WAITING:
+                if await actions.recovery.go_on(row.saga_id, parent=parent_id) is None:
+                    await anyio.sleep(_POLL)  # not due yet, or undecided: looked at again
+                continue
+        try:
+            result = await actions.run(work, row.copy(), [step.copy() for step in steps], announce=announce)
+        except SagaInProgressError:
+            # Held by an owner whose lease has not run out yet (the parent's earlier driver, gone or finishing it),
+            # or by a recovery about to give it back: it ends, or its lease does, and then it is this one's.
+            await anyio.sleep(_POLL)
+            continue
+        if result.status.is_terminal:
+            return result
+        # WAITING (a long sleep, a message, a decision): gone on with above once due.
+
+
+async def undo_child(drives: Drives, saga_id: str, parent_id: str) -> None:
+    """Undo the child `saga_id` of `parent_id` as a whole (its parent compensates): a SUCCESS child is compensated
+    step by step in reverse; a live one is driven to compensate; a child never created or already undone is left.
+
+    Raise `SagaError` when its effects could not all be undone (the parent's step then records that).
+    """
+    store = drives.config.store
+    why = f"its parent saga {parent_id!r} compensates"
+    while True:
+        stored = await store.load_saga(saga_id)
+        if stored is None:
+            return  # never created: nothing to undo
+        saga, rows = stored
+        _check_parent(saga, parent_id)
+        status = saga.status
+        if status is SagaStatus.COMPENSATED:
+            return
+        if status in (SagaStatus.COMPENSATION_FAILED, SagaStatus.PARKED):
+            raise SagaError(f"child saga {saga_id!r} is {status.value}: its effects are not all undone ({saga.error})")
+        if status is SagaStatus.SUCCESS:
+            result = await _reopen_and_compensate(drives, saga, rows, why)
+        else:
+            result = await _compensate_live(drives, saga, rows, why)
+        if result is None:
+            await anyio.sleep(_POLL)  # held elsewhere meanwhile: looked at again
+
+
+async def _reopen_and_compensate(drives: Drives, saga: SagaRow, rows: list[StepRow], why: str) -> SagaResult | None:
+    """Move a SUCCESS child to COMPENSATING under this executor's lease, and compensate it."""
+    config = drives.config
+    saga_to(saga, SagaStatus.COMPENSATING)  # a child's move only (CHILD_MOVES)
+    saga.error, saga.finished_at = why, None
+    take_over(saga, config.executor_id, drives.claims.lease_until(now()), now())
+    # Written as a whole: a finished saga has no owner whose write this could race but its parent's driver (this).
+    await config.store.save(saga.copy(), [])
+    logger.info("saga %s: a SUCCESS child, compensated as a whole: %s", saga.saga_id, why)
+    async with drives.claim(saga, rows, take="new") as held:
+        if held is None:
+            return None
+        engine = held.start()
+        return await engine.compensate()
+
+
+async def _compensate_live(drives: Drives, saga: SagaRow, rows: list[StepRow], why: str) -> SagaResult | None:
+    """Claim a live child (its owner gone: the parent's earlier driver) and compensate it; None if held elsewhere."""
+    waiting = saga.status is SagaStatus.WAITING
+    claim = drives.claim(saga, rows, take="waiting" if waiting else "orphan")
+    async with claim as held:
+        if held is None:
+            return None
+        engine = held.start()
+        if waiting:
+            await engine.resume()
+        engine.fail(why)
+        return await engine.compensate()
