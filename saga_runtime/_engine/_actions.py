@@ -65,6 +65,11 @@ class Actions:
         """Return the drives these actions go through."""
         return self._drives
 
+    @property
+    def planner(self) -> Planner:
+        """Return the planner the front door handed down."""
+        return self._planner
+
     async def run(
         self, work: PlanShape | CallBody, saga: SagaRow, steps: list[StepRow], *, announce: bool
     ) -> SagaResult:

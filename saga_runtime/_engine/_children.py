@@ -20,10 +20,12 @@ from typing import TYPE_CHECKING
 import anyio
 
 from saga_runtime._engine._claim import DRIVING, Drives
+from saga_runtime._engine._driver import drive
 from saga_runtime._engine._journal_rows import take_over
+from saga_runtime._engine._saga import SagaEngine
 from saga_runtime._engine._transitions import saga_to
-from saga_runtime._exceptions import IdempotencyConflictError, SagaError, SagaInProgressError
-from saga_runtime._records import SagaResult, SagaRow, SagaStatus, StepRow, now, result_from_rows
+from saga_runtime._exceptions import IdempotencyConflictError, SagaError
+from saga_runtime._records import SagaResult, SagaRow, SagaStatus, StepRow, now, result_from_rows, same_work
 from saga_runtime._storage import SagaStore
 
 if TYPE_CHECKING:
@@ -71,7 +73,12 @@ async def run_child(
     actions: Actions, work: PlanShape | CallBody, row: SagaRow, steps: list[StepRow], *, announce: bool
 ) -> SagaResult:
     """Run the child saga `row` (new, `parent_id` set) to its end, or resume the stored one of that id; return its
-    result (terminal, or PARKED). Never a second child: the id is the child's idempotency key."""
+    result (terminal, or PARKED). Never a second child: the id is the child's idempotency key.
+
+    The child is driven detached: cut (its parent's worker stops, its parent's lease is lost, its parent's caller
+    cancels), it stops where it stands, never compensating on its own; its parent decides its fate (a re-run finds
+    it and drives it on, a compensation undoes it).
+    """
     drives: Drives = actions.drives
     store = drives.config.store
     parent_id = row.parent_id
@@ -81,22 +88,59 @@ async def run_child(
         if stored is not None:
             saga = stored[0]
             _check_parent(saga, parent_id)
+            if not same_work(saga, row):
+                raise IdempotencyConflictError(
+                    f"saga {row.saga_id!r} already exists with other work (another function, arguments or plan); "
+                    "a child's saga_id names one piece of work",
+                    saga_id=row.saga_id,
+                )
             if saga.status.is_terminal or saga.status is SagaStatus.PARKED:
                 return result_from_rows(*stored)  # its tools are not called again
             if saga.status is SagaStatus.WAITING:
-                if await actions.recovery.go_on(row.saga_id, parent=parent_id) is None:
+                if await actions.recovery.go_on(row.saga_id, detached=True, parent=parent_id) is None:
                     await anyio.sleep(_POLL)  # not due yet, or undecided: looked at again
                 continue
-        try:
-            result = await actions.run(work, row.copy(), [step.copy() for step in steps], announce=announce)
-        except SagaInProgressError:
+        result = await _drive(actions, work, row.copy(), [step.copy() for step in steps], stored, announce)
+        if result is None:
             # Held by an owner whose lease has not run out yet (the parent's earlier driver, gone or finishing it),
             # or by a recovery about to give it back: it ends, or its lease does, and then it is this one's.
             await anyio.sleep(_POLL)
-            continue
-        if result.status.is_terminal:
+        elif result.status.is_terminal:
             return result
-        # WAITING (a long sleep, a message, a decision): gone on with above once due.
+        # else WAITING (a long sleep, a message, a decision): gone on with above once due.
+
+
+async def _drive(
+    actions: Actions,
+    work: PlanShape | CallBody,
+    row: SagaRow,
+    steps: list[StepRow],
+    stored: tuple[SagaRow, list[StepRow]] | None,
+    announce: bool,
+) -> SagaResult | None:
+    """Store the new child and drive it, or drive the stored one on; None if it is held elsewhere."""
+    drives = actions.drives
+    engine: SagaEngine | None = None
+    if stored is None:
+        engine = drives.claims.start_plan(row, steps, announce=announce)
+        created = row.copy()
+        announced = engine.journal.announced
+        existing = await drives.config.store.create_saga(
+            created, [step.copy() for step in steps if step.step_id in announced]
+        )
+        if existing is not None:
+            return None  # stored meanwhile: looked at again
+        engine.journal.stored_as(created)
+        claim = drives.claim(row, take="new")
+    else:
+        claim = drives.claim(stored[0], stored[1], take="orphan")
+    async with claim as held:
+        if held is None:
+            return None
+        engine = held.start(engine)
+        engine.detached = True
+        engine.emit("saga_started")
+        return await drive(engine, work, actions.planner, resumed=stored is not None)
 
 
 async def undo_child(drives: Drives, saga_id: str, parent_id: str) -> None:

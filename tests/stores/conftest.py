@@ -171,6 +171,7 @@ def make_saga(
         row.finished_at = created_at + timedelta(minutes=2, microseconds=1)
         row.recovery_attempts = 3
         row.parked_from = SagaStatus.COMPENSATION_FAILED  # the longest status name fits the column too
+        row.parent_id = f"parent of {saga_id} ✓"
     return row
 
 

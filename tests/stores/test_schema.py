@@ -164,7 +164,7 @@ async def test_a_version_1_database_is_migrated_in_place(stores: Stores, sql_kin
     url = await stores.blank_url(sql_kind)
     old = [(make_saga("old-1"), _unversioned(make_steps("old-1", 2))), (make_saga("old-2", full=False), [])]
     for saga, _ in old:  # what a version-1 database can hold
-        saga.recovery_attempts, saga.parked_from = 0, None
+        saga.recovery_attempts, saga.parked_from, saga.parent_id = 0, None, None
     await _build_v1(stores, sql_kind, url, old)
 
     store = await stores.open(sql_kind, url)

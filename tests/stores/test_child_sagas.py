@@ -1,0 +1,233 @@
+"""Child sagas on every store (API.md §18): `saga.child()` runs a saga as one step of its parent, `parent_id` links
+back, a SUCCESS child is undone as a whole when its parent compensates, and a child resumes with its parent only."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from saga_runtime import (
+    DynamicSaga,
+    IdempotencyConflictError,
+    PlanValidationError,
+    SagaExecutor,
+    SagaStatus,
+    StepContext,
+    StepFailedError,
+    StepStatus,
+    ToolRegistry,
+)
+from saga_runtime._storage import SagaStore
+
+from .conftest import Stores
+
+
+def make_registry(calls: list[str], hang: set[str], started: asyncio.Event) -> ToolRegistry:
+    """Return a registry whose tool logs its calls and undos (hanging once on the items in `hang`), a child saga
+    function `pick`, and a parent `order` that runs `pick` and a plan as children."""
+    registry = ToolRegistry()
+
+    @registry.tool
+    class Reserve:
+        async def execute(self, item: str, ctx: StepContext) -> dict[str, str]:
+            if item in hang:
+                hang.discard(item)
+                started.set()
+                await asyncio.sleep(60)
+            if item.startswith("bad"):
+                raise RuntimeError(f"no stock of {item}")
+            calls.append(item)
+            return {"item": item, "key": ctx.idempotency_key}
+
+        async def compensate(self, result: Any, ctx: StepContext) -> None:
+            calls.append(f"undo {ctx.args['item']}")
+
+    @registry.saga
+    async def pick(saga: DynamicSaga, items: list[str]) -> int:
+        for item in items:
+            await saga.call("Reserve", item=item)
+        return len(items)
+
+    @registry.saga
+    async def order(saga: DynamicSaga, items: list[str], then_fail: bool = False) -> dict[str, Any]:
+        await saga.call("Reserve", item="top")
+        picked = await saga.child(pick, args={"items": items})
+        planned = await saga.child([{"id": "p", "tool": "Reserve", "args": {"item": "plan"}}], saga_id="plan-child")
+        if then_fail:
+            raise RuntimeError("the parent gives up")
+        return {"picked": picked.output, "parent": picked.parent_id, "plan": planned.status.value}
+
+    return registry
+
+
+async def test_a_child_runs_as_one_step_and_links_back(stores: Stores, store: SagaStore) -> None:
+    """A child's id defaults to <parent>/<step>, its result names its parent; the parent's record holds it as one
+    step; running the parent again returns it from the record, no tool called; the link survives export."""
+    calls: list[str] = []
+    executor = SagaExecutor(make_registry(calls, set(), asyncio.Event()), store=store)
+    result = await executor.run("order", args={"items": ["a", "b"]}, saga_id="o-1")
+    assert result.status is SagaStatus.SUCCESS
+    assert result.output == {"picked": 2, "parent": "o-1", "plan": "SUCCESS"}
+    assert [(s.step_id, s.tool_name) for s in result.steps] == [
+        ("Reserve-0", "Reserve"),
+        ("pick-1", "saga.child"),
+        ("child-2", "saga.child"),
+    ]
+    assert result.step("pick-1").result == {"saga_id": "o-1/pick-1", "status": "SUCCESS", "output": 2}
+    child = await store.get_saga("o-1/pick-1")
+    assert child is not None
+    assert (child.parent_id, child.status, child.output, child.function) == ("o-1", SagaStatus.SUCCESS, 2, "pick")
+    planned = await store.get_saga("plan-child")
+    assert planned is not None
+    assert (planned.parent_id, planned.kind) == ("o-1", "plan")
+    assert result.parent_id is None
+    assert calls == ["top", "a", "b", "plan"]
+    again = await executor.run("order", args={"items": ["a", "b"]}, saga_id="o-1")
+    assert again.output == result.output
+    assert calls == ["top", "a", "b", "plan"]
+    for saga_id in ("o-1", "o-1/pick-1", "plan-child"):
+        assert await store.verify_saga(saga_id)
+    target = await stores.open("memory")
+    await target.import_saga(await store.export_saga("o-1/pick-1"))
+    imported = await target.get_saga("o-1/pick-1")
+    assert imported is not None
+    assert imported.parent_id == "o-1"
+
+
+async def test_a_success_child_is_undone_as_a_whole_when_its_parent_compensates(store: SagaStore) -> None:
+    """The parent failing after its children undoes each SUCCESS child's steps in reverse, then the parent's own."""
+    calls: list[str] = []
+    executor = SagaExecutor(make_registry(calls, set(), asyncio.Event()), store=store)
+    result = await executor.run("order", args={"items": ["a", "b"], "then_fail": True}, saga_id="o-2")
+    assert result.status is SagaStatus.COMPENSATED
+    assert calls == ["top", "a", "b", "plan", "undo plan", "undo b", "undo a", "undo top"]
+    child = await store.get_saga("o-2/pick-1")
+    assert child is not None
+    assert child.status is SagaStatus.COMPENSATED
+    assert [s.status for s in child.steps] == [StepStatus.COMPENSATED, StepStatus.COMPENSATED]
+    assert "o-2" in (child.error or "")
+    assert [s.status for s in result.steps] == [StepStatus.COMPENSATED] * 3
+    for saga_id in ("o-2", "o-2/pick-1", "plan-child"):
+        assert await store.verify_saga(saga_id)
+
+
+async def test_a_failing_child_raises_step_failed_in_its_parent_its_effects_undone(store: SagaStore) -> None:
+    """A child that compensates raises StepFailedError in the parent, which may go on; the child's effects are
+    undone already, and the parent compensating later leaves it as it is."""
+    calls: list[str] = []
+    registry = make_registry(calls, set(), asyncio.Event())
+
+    @registry.saga
+    async def tries(saga: DynamicSaga) -> str:
+        try:
+            await saga.child("pick", args={"items": ["c", "bad-d"]})
+        except StepFailedError as exc:
+            return f"{exc.tool_name}: {exc.error_type}"
+        return "no error"
+
+    executor = SagaExecutor(registry, store=store)
+    result = await executor.run(tries, saga_id="t-1")
+    assert result.output == "saga.child: SagaFailedError"
+    assert calls == ["c", "undo c"]
+    child = await store.get_saga("t-1/pick-0")
+    assert child is not None
+    assert (child.status, child.parent_id) == (SagaStatus.COMPENSATED, "t-1")
+    assert result.steps[0].status is StepStatus.FAILED
+
+
+async def test_bad_child_input_raises_and_stores_nothing(store: SagaStore) -> None:
+    """args= with a plan is a TypeError, an unregistered function or bad arguments a PlanValidationError, a saga_id
+    taken by a saga that is not this one's child an IdempotencyConflictError: no step, no child stored."""
+    calls: list[str] = []
+    registry = make_registry(calls, set(), asyncio.Event())
+    errors: list[str] = []
+
+    @registry.saga
+    async def careless(saga: DynamicSaga) -> list[str]:
+        attempts: list[Any] = [
+            lambda: saga.child([{"id": "p", "tool": "Reserve", "args": {"item": "x"}}], args={"item": "x"}),
+            lambda: saga.child("nobody"),
+            lambda: saga.child("pick", args={"items": "not a list", "extra": 1}),
+            lambda: saga.child("pick", args={"items": ["x"]}, saga_id="taken"),
+        ]
+        for attempt in attempts:
+            try:
+                await attempt()
+            except (TypeError, PlanValidationError, IdempotencyConflictError) as exc:
+                errors.append(type(exc).__name__)
+        return errors
+
+    executor = SagaExecutor(registry, store=store)
+    await executor.run("pick", args={"items": []}, saga_id="taken")
+    result = await executor.run(careless, saga_id="c-1")
+    assert result.status is SagaStatus.SUCCESS
+    assert errors == ["TypeError", "PlanValidationError", "PlanValidationError", "IdempotencyConflictError"]
+    assert result.steps == []
+    assert calls == []
+    assert sorted(s.saga_id for s in await store.list_sagas()) == ["c-1", "taken"]
+
+
+async def test_a_child_in_a_dynamic_saga_block_is_undone_when_the_block_raises(store: SagaStore) -> None:
+    """`executor.saga()` blocks run children too: an exception leaving the block undoes the SUCCESS child."""
+    calls: list[str] = []
+    executor = SagaExecutor(make_registry(calls, set(), asyncio.Event()), store=store)
+    with pytest.raises(RuntimeError):
+        async with executor.saga(saga_id="block") as saga:
+            picked = await saga.child("pick", args={"items": ["a"]})
+            assert (picked.saga_id, picked.parent_id, picked.output) == ("block/pick-0", "block", 1)
+            raise RuntimeError("changed my mind")
+    assert calls == ["a", "undo a"]
+    child = await store.get_saga("block/pick-0")
+    assert child is not None
+    assert child.status is SagaStatus.COMPENSATED
+
+
+async def test_a_stopped_parent_resumes_its_child_recovery_never_drives_the_child_alone(store: SagaStore) -> None:
+    """A worker stopped while a child's call runs leaves parent and child live; recovery drives the parent only,
+    whose re-run resumes the same child: no second child, no call made twice, nothing compensated."""
+    calls: list[str] = []
+    hang = {"b"}
+    started = asyncio.Event()
+    registry = make_registry(calls, hang, started)
+    first = SagaExecutor(registry, store=store, compensation_timeout=0.2, lease_timeout=60)
+    await first.submit("order", args={"items": ["a", "b", "c"]}, saga_id="o-3")
+    worker = asyncio.create_task(first.serve(interval=0.02))
+    await asyncio.wait_for(started.wait(), 20)
+    worker.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await worker
+    child = await store.load_saga("o-3/pick-1")
+    assert child is not None
+    assert child[0].status is SagaStatus.RUNNING  # stopped where it stood: its parent decides
+    assert [row.status for row in child[1]] == [StepStatus.SUCCESS, StepStatus.RUNNING]
+    results = await SagaExecutor(registry, store=store).recover()
+    assert [r.saga_id for r in results] == ["o-3"]  # the child went on through its parent, not on its own
+    assert results[0].output == {"picked": 3, "parent": "o-3", "plan": "SUCCESS"}
+    assert calls == ["top", "a", "b", "c", "plan"]
+    sagas = await store.list_sagas()
+    assert sorted(s.saga_id for s in sagas) == ["o-3", "o-3/pick-1", "plan-child"]
+    assert all(s.status is SagaStatus.SUCCESS for s in sagas)
+    for saga_id in ("o-3", "o-3/pick-1"):
+        assert await store.verify_saga(saga_id)
+
+
+async def test_a_caller_cancelling_the_parent_mid_child_undoes_the_child(store: SagaStore) -> None:
+    """The parent's caller cancelling while a child runs: the parent compensates, and with it the child's calls
+    (the one cut mid-call, of unknown outcome, too)."""
+    calls: list[str] = []
+    hang = {"b"}
+    started = asyncio.Event()
+    executor = SagaExecutor(make_registry(calls, hang, started), store=store)
+    running = asyncio.create_task(executor.run("order", args={"items": ["a", "b"]}, saga_id="o-4"))
+    await asyncio.wait_for(started.wait(), 20)
+    running.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await running
+    parent = await store.get_saga("o-4")
+    child = await store.get_saga("o-4/pick-1")
+    assert parent is not None
+    assert child is not None
+    assert (parent.status, child.status) == (SagaStatus.COMPENSATED, SagaStatus.COMPENSATED)
+    assert calls == ["top", "a", "undo b", "undo a", "undo top"]
