@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from saga_runtime._tools import StepContext, ToolRegistry, ToolSpec
+from saga_runtime._tools import BUILTIN_TOOLS, StepContext, ToolRegistry, ToolSpec
 from saga_runtime.testing._reports import Action, CrashPoint, InjectedFailure, Outcome, Process, ToolCall
 
 __all__ = ["Ledger", "instrument", "load_registry", "read_calls"]
@@ -138,9 +138,10 @@ def _wrap(
 
 
 def instrument(registry: ToolRegistry, ledger: Ledger) -> ToolRegistry:
-    """Return a registry of the same tools, each call noted in `ledger`."""
+    """Return a registry of the same tools, each call noted in `ledger` (a child saga's step too: its crash points
+    are before and after its child runs, or is undone)."""
     wrapped = ToolRegistry()
-    for spec in registry:
+    for spec in [*registry, *BUILTIN_TOOLS.values()]:
         changes: dict[str, Any] = {
             "execute": _wrap(ledger, "execute", spec.execute, spec.execute_is_async, spec.execute_ctx_params),
             "execute_ctx_params": (_CTX,),
