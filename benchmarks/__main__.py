@@ -23,6 +23,7 @@ from benchmarks import (
     instructions,
     memory,
     overhead,
+    published,
     queues,
     recovery,
     retention,
@@ -101,6 +102,10 @@ WORKLOADS: dict[str, tuple[str, Callable[[bool, Note], list[Any]], list[Target]]
     **{
         title: (label, lambda q, n, measure=measure: measure(q), targets)
         for title, (label, measure, targets) in functions.WORKLOADS.items()
+    },
+    **{
+        title: (label, lambda q, n, measure=measure: measure(q), targets)
+        for title, (label, measure, targets) in published.WORKLOADS.items()
     },
 }
 

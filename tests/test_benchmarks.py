@@ -59,7 +59,7 @@ def test_quick_benchmarks_run_and_report_every_workload(tmp_path: Path) -> None:
     assert report["quick"] is True
     assert report["machine"]["cores"] >= 1
     results = report["results"]
-    assert len(results) == len(WORKLOADS) == 15, list(results)
+    assert len(results) == len(WORKLOADS) == 17, list(results)
     for title, rows in results.items():
         assert f"### {title}" in done.stdout, title  # every table is printed too
         for row in rows:
@@ -131,6 +131,10 @@ def test_quick_benchmarks_run_and_report_every_workload(tmp_path: Path) -> None:
     assert woken["skipped"] is not None or (woken["rounds"], woken["p50_ms"] > 0) == (10, True), woken
     [asleep] = _one(results, "sleepers: saga functions sleeping")
     assert asleep["skipped"] is not None or (asleep["WAITING"], asleep["holding lease, owner or slot"]) == (300, 0)
+    [idle] = _one(results, "events and streams: an idle stream reader")
+    assert idle["reads/s now"] > 0, idle  # it does read the store, less often
+    [wake] = _one(results, "events and streams: write_stream -> read_stream")
+    assert wake["values"] == 20, wake  # --quick
 
     targets = report["targets"]
     assert [target["target"].split(",")[0] for target in targets] == (
@@ -142,6 +146,7 @@ def test_quick_benchmarks_run_and_report_every_workload(tmp_path: Path) -> None:
         + ["queues"] * 2
         + ["retention"]
         + ["saga functions"] * 6
+        + ["events and streams"] * 2
     )
     assert all(target["status"] in ("met", "missed", "not measured") for target in targets), targets
     measured = [target for target in targets if target["status"] != "not measured"]

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import anyio
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.routing import Mount
@@ -20,6 +21,7 @@ from saga_runtime._admin import SagaAdmin
 from saga_runtime._console._api import api_routes
 from saga_runtime._console._guard import TOKEN_VAR, Guard, is_loopback
 from saga_runtime._console._http import SecurityMiddleware
+from saga_runtime._console._live import Live, live_routes
 from saga_runtime._console._metrics import default_hook, metrics_routes
 from saga_runtime._console._pages import page_routes
 from saga_runtime._console._service import Console
@@ -72,11 +74,15 @@ def create_app(
             admin = SagaAdmin(opened, registry=registry, secret_key=secret_key, hooks=hooks)
             stack.push_async_callback(admin.aclose)  # the tools' lifespan, if an action entered it
             app.state.console = Console(opened, admin, can_resume=registry is not None)
+            tasks = await stack.enter_async_context(anyio.create_task_group())
+            stack.callback(tasks.cancel_scope.cancel)  # first out: the readers of followed sagas stop
+            app.state.live = Live(opened, tasks)
             yield
 
     app = Starlette(
         routes=[
             *page_routes(),
+            *live_routes(),
             *api_routes(),
             *metrics_routes(),
             Mount("/static", StaticFiles(directory=Path(__file__).with_name("static")), name="static"),

@@ -121,6 +121,27 @@ def openapi() -> dict[str, Any]:
                     "responses": {"200": _json(_ref("Saga"), "the saga"), "401": _ERROR, "404": _ERROR},
                 }
             },
+            "/api/follow/{saga_id}": {
+                "get": {
+                    "summary": "A saga's events and stream values as Server-Sent Events, while it runs",
+                    "description": "Each entry the saga published is a message whose id is its number (1, 2, ...) "
+                    "and whose data is JSON: kind (event, stream, stream_closed), key or name, value, and a stream "
+                    "value's offset. A `status` event tells the saga's status; an `end` event ends the stream once "
+                    "it is terminal (or unknown: missing). Send `Last-Event-ID` (or `?after=N`) to get only the "
+                    "entries after the N you have. A response lasts at most 25 s; EventSource reconnects.",
+                    "parameters": [
+                        saga_id,
+                        {"name": "after", "in": "query", "required": False, "schema": {"type": "integer"}},
+                    ],
+                    "responses": {
+                        "200": {
+                            "description": "the stream",
+                            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                        },
+                        "401": _ERROR,
+                    },
+                }
+            },
             "/api/approvals": {
                 "get": {
                     "summary": "Steps waiting for a decision, oldest first",

@@ -17,6 +17,7 @@ from starlette.routing import BaseRoute, Route
 
 from saga_runtime._console._guard import CSRF_COOKIE, CSRF_FIELD, SESSION_COOKIE
 from saga_runtime._console._http import authorized, console_of, guard_of, safe_next, same_origin
+from saga_runtime._console._live import published_of
 from saga_runtime._console._service import CANCELLABLE, ActionRefused
 from saga_runtime._console._views import STATUSES, duration, shown_json, timeline
 from saga_runtime._records import END_REASONS, SagaStatus
@@ -137,8 +138,15 @@ async def saga_page(request: Request) -> Response:
         return _page(request, "refused.html", 404, refusal=f"no saga {saga_id!r} in the store", back="/")
     view = timeline(*found)
     cancellable = view.result.status in CANCELLABLE
+    published = await published_of(console.store, saga_id)  # its events and streams, followed while it runs
     return _page(
-        request, "saga.html", view=view, saga=view.result, can_resume=console.can_resume, cancellable=cancellable
+        request,
+        "saga.html",
+        view=view,
+        saga=view.result,
+        can_resume=console.can_resume,
+        cancellable=cancellable,
+        published=published,
     )
 
 

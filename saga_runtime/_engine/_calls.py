@@ -17,6 +17,7 @@ import anyio
 from saga_runtime._engine._cancellation import CANCELLED, WorkerStopped
 from saga_runtime._engine._config import EngineConfig
 from saga_runtime._engine._journal_rows import asleep, noted, returned, sleeps_of, slept
+from saga_runtime._engine._notices import changed
 from saga_runtime._engine._saga import SagaEngine
 from saga_runtime._exceptions import SagaError, SagaFailedError, describe
 from saga_runtime._records import SagaResult, SagaRow, SagaStatus, StepRow, StepStatus, now, result_from_rows
@@ -115,6 +116,7 @@ class CallDriver:
         noted(engine.saga, {**entry, "position": position})
         engine.journal.touch_saga()
         await engine.flush()
+        changed(engine.journal.store, engine.saga.saga_id)  # readers in this process wake now
         if entry["kind"] == "event":
             engine.emit("saga_event_set", topic=entry["key"])
         return None

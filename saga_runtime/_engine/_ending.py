@@ -11,6 +11,7 @@ import anyio
 
 from saga_runtime._engine._cancellation import shielded, shielded_inline
 from saga_runtime._engine._journal import Journal
+from saga_runtime._engine._notices import changed
 from saga_runtime._engine._transitions import TransitionError
 from saga_runtime._exceptions import StoreError
 from saga_runtime._records import SagaResult, SagaStatus, StepStatus, result_from_rows
@@ -48,6 +49,7 @@ async def write_end(journal: Journal, status: SagaStatus, error: str | None, cau
         await _bounded(journal, journal.flush())
     else:
         await shielded_inline(journal.flush(), lambda rest: shielded(_bounded(journal, rest)))
+    changed(journal.store, saga.saga_id)  # its readers in this process stop now
     result = result_from_rows(saga, list(journal.rows.values()), journal.approvals, complete=True)
     journal.emit("saga_finished", error=saga.error, reason=result.end_reason)
     log = logger.info if status is SagaStatus.SUCCESS else logger.warning

@@ -25,12 +25,17 @@ from saga_runtime import (
     BudgetExceededError,
     DynamicSaga,
     PlanValidationError,
+    SagaError,
     SagaExecutor,
+    SagaNotFoundError,
     SagaResult,
     SagaStatus,
     StepFailedError,
     StepStatus,
 )
+from saga_runtime._published import follow, published
+from saga_runtime._records import SagaRow
+from saga_runtime._tools import SagaFunction
 from saga_runtime.integrations._common import missing_extra, schema_of
 
 try:
@@ -407,15 +412,105 @@ def _tool(name: str, description: str, schema: dict[str, Any], run: Any) -> Tool
     )
 
 
-def saga_mcp_server(executor: SagaExecutor, *, names: Iterable[str] | None = None, name: str = "saga-runtime") -> Any:
-    """Return an `MCPServer` offering the executor's tools, plus saga_commit and saga_rollback.
+def _function_tool(executor: SagaExecutor, function: SagaFunction) -> Tool:
+    """Return the MCP tool that runs a saga function as a saga of its own, reporting its streams as progress."""
+    doc = (function.fn.__doc__ or "").strip()
+    description = doc or f"Run the saga function {function.name} (a durable saga: resumed by any worker)."
 
+    async def run(ctx: Context, arguments: dict[str, Any]) -> types.CallToolResult:
+        return await _run_function(executor, function, ctx, arguments)
+
+    return _tool(function.name, description, function.args_model.model_json_schema(), run)
+
+
+async def _run_function(
+    executor: SagaExecutor, function: SagaFunction, ctx: Context, arguments: dict[str, Any]
+) -> types.CallToolResult:
+    """Run a saga function for a tool call (its id `_meta.saga_id`, else one of its own), reporting each stream
+    value as progress, and answer with its output."""
+    problems, _ = function.check_args(arguments)
+    if problems:
+        return _error(None, f"refused before running: {'; '.join(problems)}")
+    given = (ctx.request_context.meta or {}).get(META_KEY)
+    saga_id = given if isinstance(given, str) and given else _own_saga_id(ctx)
+    progress = _Progress(executor, saga_id, ctx)
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(progress.follow)
+        try:
+            result = await executor.run(function.name, args=arguments, saga_id=saga_id)
+        except SagaError as exc:  # refused before it ran (a saga of that id with other arguments)
+            tasks.cancel_scope.cancel()
+            return _error(saga_id, f"{type(exc).__name__}: {exc}")
+        await progress.finish()
+        tasks.cancel_scope.cancel()  # the follower: everything is reported
+    if result.status is SagaStatus.SUCCESS:
+        return _success(saga_id, result.output)
+    if result.status.is_terminal:
+        return _error(saga_id, f"saga {saga_id!r} ended {result.status.value}: {result.error}")
+    waiting = result.waiting_for
+    waits = f" ({waiting['kind']}: {waiting['detail']})" if waiting else ""
+    return _error(
+        saga_id,
+        f"saga {saga_id!r} is {result.status.value}{waits}; a worker (serve()) goes on with it: make the same call "
+        f"again with _meta {{{META_KEY!r}: {saga_id!r}}} for its result",
+    )
+
+
+class _Progress:
+    """Reports a saga's stream values, in the order written, as the tool call's progress notifications."""
+
+    def __init__(self, executor: SagaExecutor, saga_id: str, ctx: Context) -> None:
+        self.store = executor.store
+        self.saga_id = saga_id
+        self.ctx = ctx
+        self.reported = 0  # stream values reported: the progress count
+        self.lock = anyio.Lock()  # the follower and the last report never report a value twice
+
+    async def follow(self) -> None:
+        """Report stream values as the saga writes them (until cancelled once the run returned)."""
+        while True:
+            try:
+                async for saga in follow(self.store, self.saga_id):
+                    await self.report(saga)
+                return
+            except SagaNotFoundError:  # not stored yet: run() stores it first thing
+                await anyio.sleep(0.05)
+
+    async def finish(self) -> None:
+        """Report the values not reported yet (the run returned: its record is whole)."""
+        stored = await self.store.load_saga(self.saga_id)
+        if stored is not None:
+            await self.report(stored[0])
+
+    async def report(self, saga: SagaRow) -> None:
+        values = [entry["value"] for entry in published(saga) if entry["kind"] == "stream"]
+        async with self.lock:
+            while self.reported < len(values):
+                value = values[self.reported]
+                self.reported += 1
+                text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+                await self.ctx.report_progress(self.reported, None, text)
+
+
+def saga_mcp_server(executor: SagaExecutor, *, names: Iterable[str] | None = None, name: str = "saga-runtime") -> Any:
+    """Return an `MCPServer` offering the executor's tools and saga functions, plus saga_commit and saga_rollback.
+
+    A saga function's call runs it as a saga of its own, its output the call's result; each value it writes to a
+    stream is reported as a progress notification when the client asked for progress (a `progressToken`).
+    `names`: the tools and saga functions to offer (all by default).
     Run it as any `MCPServer` (`run_stdio_async()`, `streamable_http_app()`, `Client(server)`).
     """
     sagas = _Sagas(executor)
     registry = executor.registry
-    specs = list(registry) if names is None else [registry.get(tool) for tool in names]
-    tools = []
+    wanted = None if names is None else list(names)
+    functions = [
+        function
+        for function in (registry.function(name) for name in registry.function_names())
+        if function is not None and (wanted is None or function.name in wanted)
+    ]
+    served = {function.name for function in functions}
+    specs = list(registry) if wanted is None else [registry.get(tool) for tool in wanted if tool not in served]
+    tools = [_function_tool(executor, function) for function in functions]
     for spec in specs:
 
         async def run(ctx: Context, arguments: dict[str, Any], tool: str = spec.name) -> types.CallToolResult:

@@ -189,6 +189,7 @@ def test_the_openapi_document_names_every_api_route(console: TestClient) -> None
     assert set(document["paths"]) == {
         "/api/sagas",
         "/api/sagas/{saga_id}",
+        "/api/follow/{saga_id}",
         "/api/approvals",
         "/api/actions/{action}",
         "/api/queues",
