@@ -19,6 +19,7 @@ from saga_runtime._records import (
     Queue,
     QueueEntry,
     QueueInfo,
+    QueueStanding,
     QueueState,
     SagaHold,
     SagaResult,
@@ -217,8 +218,9 @@ class SagaStore(Protocol):
         """Return the state an operator set for queue `name` ("active" when none was)."""
         ...
 
-    async def saga_queue_state(self, saga_id: str) -> tuple[str, QueueState] | None:
-        """Return the queue a saga was submitted to and that queue's state; None if it was not queued."""
+    async def saga_queue_state(self, saga_id: str) -> QueueStanding | None:
+        """Return where a saga submitted to a queue stands there (the queue, its state, the limits its workers
+        last noted and what they count now, the rate window on the database's clock); None if it was not queued."""
         ...
 
     async def note_queue_limits(self, queue: Queue, at: datetime) -> None:

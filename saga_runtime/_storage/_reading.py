@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 from saga_runtime._exceptions import IdempotencyConflictError
 from saga_runtime._records import (
-    ACTIVE,
     END_REASONS,
     WAITING_KINDS,
     PurgeReport,
@@ -21,6 +20,7 @@ from saga_runtime._records import (
     export_rows,
     import_approvals,
     import_rows,
+    queue_waiting_of,
     result_from_rows,
     summary_from_rows,
     verify_rows,
@@ -45,11 +45,10 @@ async def get_saga(store: SagaStore, saga_id: str) -> SagaResult | None:
         return None
     result = result_from_rows(*snapshot, await store.load_approvals(saga_id))
     if result.status is SagaStatus.QUEUED:  # a paused or draining queue is the first reason it does not move
-        queued = await store.saga_queue_state(saga_id)
-        if queued is not None and queued[1] != ACTIVE:
-            name, state = queued
-            why = f"queue {name!r} is {state}: resume it (saga-runtime queue resume {name}) to start its sagas"
-            result = result.model_copy(update={"waiting_for": {"kind": "queue_paused", "detail": why}})
+        standing = await store.saga_queue_state(saga_id)
+        held = None if standing is None else queue_waiting_of(standing)
+        if held is not None and (held["kind"] == "queue_paused" or result.waiting_for is None):
+            result = result.model_copy(update={"waiting_for": held})
     return result
 
 
