@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from saga_runtime._records import (
     ApprovalRow,
+    EndReason,
     PurgeReport,
     Queue,
     QueueEntry,
@@ -111,10 +112,17 @@ class SagaStore(Protocol):
         ...
 
     async def list_rows(
-        self, status: SagaStatus | None, limit: int, offset: int, *, owner: str | None = None
+        self,
+        status: SagaStatus | None,
+        limit: int,
+        offset: int,
+        *,
+        owner: str | None = None,
+        reason: EndReason | None = None,
     ) -> list[tuple[SagaRow, int]]:
-        """Return saga rows, newest first, each with its count of step rows; only those in `status` if given, and
-        only those `owner` holds if given (a restarted executor finds its own sagas)."""
+        """Return saga rows, newest first, each with its count of step rows; only those in `status` if given,
+        only those `owner` holds if given (a restarted executor finds its own sagas), and only those that ended for
+        `reason` if given (`SagaSummary.end_reason`; SQL stores: on an index)."""
         ...
 
     async def claim_saga(self, saga_id: str, owner: str, lease_expires_at: datetime, now: datetime) -> bool:
