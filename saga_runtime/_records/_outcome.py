@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from typing_extensions import TypedDict
 
+from saga_runtime._records._queues import ACTIVE, QueueStanding
 from saga_runtime._records._rows import SagaRow, SagaStatus, StepRow, StepStatus
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "end_entry",
     "end_of",
     "end_reason_of",
+    "queue_waiting_of",
     "standing_of",
     "waiting_for_of",
     "waiting_note",
@@ -159,6 +161,30 @@ def waiting_for_of(
         by = note.get("by")
         detail = note["detail"] + (f" (noted by worker {by} at {note.get('at')})" if by else "")
         return {"kind": note["kind"], "detail": detail}
+    return None
+
+
+def queue_waiting_of(standing: QueueStanding) -> WaitingFor | None:
+    """Return why a QUEUED saga of an active-looking queue is not started, from where it stands in its queue: the
+    queue paused or draining first, then a limit its workers serve it with that is reached now (its key's
+    concurrency, the queue's concurrency, its rate window); None when nothing known holds it back."""
+    name = standing.queue
+    if standing.state != ACTIVE:
+        why = f"queue {name!r} is {standing.state}: resume it (saga-runtime queue resume {name}) to start its sagas"
+        return {"kind": "queue_paused", "detail": why}
+    per_key, key = standing.key_concurrency, standing.key
+    if per_key is not None and key is not None and standing.key_running >= per_key:
+        detail = (
+            f"key {key!r} of queue {name!r} has {standing.key_running} running, its limit (key_concurrency={per_key})"
+        )
+        return {"kind": "limit", "detail": detail}
+    if standing.concurrency is not None and standing.running >= standing.concurrency:
+        detail = f"queue {name!r} has {standing.running} running, its limit (concurrency={standing.concurrency})"
+        return {"kind": "limit", "detail": detail}
+    if standing.rate_limit is not None and standing.recent >= standing.rate_limit:
+        per = f"{standing.rate_per:g}s" if standing.rate_per is not None else "window"
+        detail = f"queue {name!r} started {standing.recent} sagas in the last {per}, its rate limit"
+        return {"kind": "limit", "detail": detail}
     return None
 
 

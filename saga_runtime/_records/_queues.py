@@ -18,6 +18,7 @@ __all__ = [
     "Queue",
     "QueueEntry",
     "QueueInfo",
+    "QueueStanding",
     "QueueState",
     "RateLimit",
 ]
@@ -85,6 +86,27 @@ class Queue:
         object.__setattr__(self, "concurrency", _limit("concurrency", concurrency))
         object.__setattr__(self, "key_concurrency", _limit("key_concurrency", key_concurrency))
         object.__setattr__(self, "rate_limit", rate_limit)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStanding:
+    """Where a queued saga stands in its queue: the queue's state, the limits its workers last said they serve it
+    with (None: not said, or none), and what those limits count now (read when the saga is read, not a claim's).
+
+    `running`: the queue's sagas RUNNING or COMPENSATING; `key_running`: those of them sharing the saga's `key`;
+    `recent`: the queue's starts within the rate window (counted up to `rate_limit`; 0 without one).
+    """
+
+    queue: str
+    state: QueueState = "active"
+    key: str | None = None
+    concurrency: int | None = None
+    key_concurrency: int | None = None
+    rate_limit: int | None = None
+    rate_per: float | None = None
+    running: int = 0
+    key_running: int = 0
+    recent: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,10 +15,12 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from saga_runtime._records import (
     ApprovalRow,
+    EndReason,
     PurgeReport,
     Queue,
     QueueEntry,
     QueueInfo,
+    QueueStanding,
     QueueState,
     SagaHold,
     SagaResult,
@@ -110,10 +112,17 @@ class SagaStore(Protocol):
         ...
 
     async def list_rows(
-        self, status: SagaStatus | None, limit: int, offset: int, *, owner: str | None = None
+        self,
+        status: SagaStatus | None,
+        limit: int,
+        offset: int,
+        *,
+        owner: str | None = None,
+        reason: EndReason | None = None,
     ) -> list[tuple[SagaRow, int]]:
-        """Return saga rows, newest first, each with its count of step rows; only those in `status` if given, and
-        only those `owner` holds if given (a restarted executor finds its own sagas)."""
+        """Return saga rows, newest first, each with its count of step rows; only those in `status` if given,
+        only those `owner` holds if given (a restarted executor finds its own sagas), and only those that ended for
+        `reason` if given (`SagaSummary.end_reason`; SQL stores: on an index)."""
         ...
 
     async def claim_saga(self, saga_id: str, owner: str, lease_expires_at: datetime, now: datetime) -> bool:
@@ -217,8 +226,9 @@ class SagaStore(Protocol):
         """Return the state an operator set for queue `name` ("active" when none was)."""
         ...
 
-    async def saga_queue_state(self, saga_id: str) -> tuple[str, QueueState] | None:
-        """Return the queue a saga was submitted to and that queue's state; None if it was not queued."""
+    async def saga_queue_state(self, saga_id: str) -> QueueStanding | None:
+        """Return where a saga submitted to a queue stands there (the queue, its state, the limits its workers
+        last noted and what they count now, the rate window on the database's clock); None if it was not queued."""
         ...
 
     async def note_queue_limits(self, queue: Queue, at: datetime) -> None:

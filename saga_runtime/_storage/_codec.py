@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from saga_runtime._exceptions import StoreError
-from saga_runtime._records import SagaRow, SagaStatus, StepRow, StepStatus, now
+from saga_runtime._records import SagaRow, SagaStatus, StepRow, StepStatus, end_of, now
 
 __all__ = ["LEASE_SQL", "NOW_SQL", "SAGA_COLUMNS", "STEP_COLUMNS", "DialectName", "RowCodec"]
 
@@ -25,6 +25,8 @@ LEASE_SQL: dict[DialectName, str] = {
 }
 
 # Column order of each table; the Python attribute of `grp` is StepRow.group.
+# The statuses a saga has an end reason in (SUCCESS has none).
+_ENDED = frozenset({SagaStatus.COMPENSATED, SagaStatus.COMPENSATION_FAILED})
 SAGA_COLUMNS = (
     "saga_id",
     "kind",
@@ -48,6 +50,7 @@ SAGA_COLUMNS = (
     "history",
     "waiting_for",
     "parent_id",
+    "end_reason",  # written, never read back: SagaResult.end_reason comes from the (sealed) history
 )
 STEP_COLUMNS = (
     "saga_id",
@@ -200,6 +203,7 @@ class RowCodec:
             json_in(row.history, f"the history of {what}") if row.history else None,
             None if row.waiting_for is None else json_in(row.waiting_for, f"the waiting note of {what}"),
             row.parent_id,
+            end_of(row.status, (), row.history)[0] if row.status in _ENDED else None,
         )
 
     def step_params(self, row: StepRow) -> tuple[Any, ...]:

@@ -11,6 +11,7 @@ from typing import Any
 from saga_runtime._exceptions import StoreError
 from saga_runtime._records import (
     ApprovalRow,
+    EndReason,
     Queue,
     QueueEntry,
     SagaHold,
@@ -18,6 +19,7 @@ from saga_runtime._records import (
     SagaStatus,
     Schedule,
     StepRow,
+    end_of,
     now,
 )
 from saga_runtime._storage._base import InlineStore, key_full, queue_allowance, unparked_status
@@ -601,14 +603,22 @@ class MemoryStore(StoreBase, MemoryRetention, MemorySchedules, MemoryQueueContro
         return free
 
     async def list_rows(
-        self, status: SagaStatus | None, limit: int, offset: int, *, owner: str | None = None
+        self,
+        status: SagaStatus | None,
+        limit: int,
+        offset: int,
+        *,
+        owner: str | None = None,
+        reason: EndReason | None = None,
     ) -> list[tuple[SagaRow, int]]:
         """Return saga rows, newest first, each with its count of step rows."""
         self._check_open()
         rows = [
             row
             for row in self._sagas.values()
-            if (status is None or row.status is status) and (owner is None or row.owner == owner)
+            if (status is None or row.status is status)
+            and (owner is None or row.owner == owner)
+            and (reason is None or (row.status.is_terminal and end_of(row.status, (), row.history)[0] == reason))
         ]
         rows.sort(key=lambda row: (row.created_at, row.saga_id), reverse=True)
         page = rows[offset : offset + limit]

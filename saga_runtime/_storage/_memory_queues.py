@@ -7,7 +7,7 @@ at once (the `queue_wakeups` they are inside).
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from saga_runtime._records import (
@@ -18,10 +18,12 @@ from saga_runtime._records import (
     Queue,
     QueueEntry,
     QueueInfo,
+    QueueStanding,
     QueueState,
     SagaRow,
     SagaStatus,
     StepRow,
+    now,
 )
 
 __all__ = ["MemoryQueueControl"]
@@ -42,6 +44,7 @@ class MemoryQueueControl:
     _queued: dict[str, QueueEntry]
     _wakers: list[Callable[[str], None]]
     _steps: dict[str, dict[str, StepRow]]
+    _started: dict[str, datetime]  # when each saga started from its queue (the rate windows count them)
     # queue name -> {"state", "changed_at", limits...}: what the SQL stores keep in `queue_states`.
     _queue_rows: dict[str, dict[str, Any]]
 
@@ -65,11 +68,37 @@ class MemoryQueueControl:
         state: QueueState = self._queue_rows.get(name, {}).get("state", ACTIVE)
         return state
 
-    async def saga_queue_state(self, saga_id: str) -> tuple[str, QueueState] | None:
-        """Return the queue a saga was submitted to and that queue's state; None if it was not queued."""
+    async def saga_queue_state(self, saga_id: str) -> QueueStanding | None:
+        """Return where a saga submitted to a queue stands there; None if it was not queued."""
         self._check_open()
         entry = self._queued.get(saga_id)
-        return None if entry is None else (entry.queue, await self.queue_state(entry.queue))
+        if entry is None:
+            return None
+        row = self._queue_rows.get(entry.queue, {})
+        running = key_running = recent = 0
+        rate, per = row.get("rate_limit"), row.get("rate_per")
+        since = None if rate is None or per is None else now() - timedelta(seconds=per)
+        for other_id, other in self._queued.items():
+            if other.queue != entry.queue:
+                continue
+            saga = self._sagas.get(other_id)
+            if saga is not None and saga.status in (SagaStatus.RUNNING, SagaStatus.COMPENSATING):
+                running += 1
+                key_running += entry.key is not None and other.key == entry.key
+            started = self._started.get(other_id)
+            recent += since is not None and started is not None and started > since
+        return QueueStanding(
+            entry.queue,
+            await self.queue_state(entry.queue),
+            entry.key,
+            row.get("concurrency"),
+            row.get("key_concurrency"),
+            rate,
+            per,
+            running,
+            key_running,
+            recent,
+        )
 
     async def note_queue_limits(self, queue: Queue, at: datetime) -> None:
         """Record the limits a worker serves `queue` with (its state unchanged)."""

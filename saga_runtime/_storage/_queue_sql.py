@@ -10,10 +10,21 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from saga_runtime._records import ACTIVE, DRAINING, PAUSED, Queue, QueueInfo, QueueState, SagaRow, SagaStatus
+from saga_runtime._records import (
+    ACTIVE,
+    DRAINING,
+    PAUSED,
+    Queue,
+    QueueInfo,
+    QueueStanding,
+    QueueState,
+    SagaRow,
+    SagaStatus,
+    now,
+)
 from saga_runtime._storage._codec import SAGA_COLUMNS, DialectName, RowCodec
 from saga_runtime._storage._dialect import Dialect
 from saga_runtime._storage._sql import DECIDED_CHANNEL, QUEUED_CHANNEL, _placeholders
@@ -30,6 +41,7 @@ _COUNTED = (
     SagaStatus.COMPENSATING.value,
     SagaStatus.WAITING.value,
 )
+_LIVE = (SagaStatus.RUNNING.value, SagaStatus.COMPENSATING.value)
 _LIMITS = ("concurrency", "key_concurrency", "rate_limit", "rate_per", "limits_at")
 
 
@@ -45,10 +57,22 @@ class QueueControlQueries:
             return "ON CONFLICT (name) DO UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in columns)
 
         self.state = q(dialect, "SELECT state FROM queue_states WHERE name = ?")
+        # A queued saga's queue, its state and noted limits, and what they count now (on the queue index).
+        live = "r.status IN (?, ?)"
         self.saga_state = q(
             dialect,
-            "SELECT s.queue, q.state FROM sagas s LEFT JOIN queue_states q ON q.name = s.queue "
-            "WHERE s.saga_id = ? AND s.queue IS NOT NULL",
+            "SELECT s.queue, q.state, s.queue_key, q.concurrency, q.key_concurrency, q.rate_limit, q.rate_per, "
+            f"(SELECT COUNT(*) FROM sagas r WHERE r.queue = s.queue AND {live}), "
+            f"(SELECT COUNT(*) FROM sagas r WHERE r.queue = s.queue AND r.queue_key = s.queue_key AND {live}) "
+            "FROM sagas s LEFT JOIN queue_states q ON q.name = s.queue WHERE s.saga_id = ? AND s.queue IS NOT NULL",
+        )
+        clocks = {"sqlite": None, "postgresql": "SELECT clock_timestamp()", "mysql": "SELECT UTC_TIMESTAMP(6)"}
+        self.clock = clocks[dialect]
+        # The starts in a rate window, counted up to the limit, on the (queue, started_at) index (as a claim does).
+        self.started = q(
+            dialect,
+            "SELECT COUNT(*) FROM (SELECT 1 FROM sagas WHERE queue = ? AND started_at > ? "
+            "ORDER BY started_at DESC LIMIT ?) recent",
         )
         self.set_state = q(
             dialect,
@@ -131,14 +155,32 @@ class SQLQueueControl:
         state = str(records[0][0]) if records else ACTIVE
         return PAUSED if state == PAUSED else DRAINING if state == DRAINING else ACTIVE
 
-    async def saga_queue_state(self, saga_id: str) -> tuple[str, QueueState] | None:
-        """Return the queue a saga was submitted to and that queue's state; None if it was not queued."""
+    async def saga_queue_state(self, saga_id: str) -> QueueStanding | None:
+        """Return where a saga submitted to a queue stands there; None if it was not queued."""
         self._check_open()
-        records = await self._fetch("saga_queue_state", _queries(self).saga_state, (saga_id,))
+        qc, codec = _queries(self), self._codec
+        records = await self._fetch("saga_queue_state", qc.saga_state, (*_LIVE, *_LIVE, saga_id))
         if not records:
             return None
-        name, state = str(records[0][0]), records[0][1]
-        return name, PAUSED if state == PAUSED else DRAINING if state == DRAINING else ACTIVE
+        name, state, key, concurrency, per_key, rate, per, running, key_running = records[0]
+        recent = 0
+        if rate is not None and per is not None:  # the claim's window: on the database's clock
+            clock = now() if qc.clock is None else codec.time_out((await self._fetch("clock", qc.clock, ()))[0][0])
+            assert clock is not None
+            since = codec.time_in(clock - timedelta(seconds=float(per)))
+            recent = int((await self._fetch("saga_queue_state", qc.started, (name, since, int(rate))))[0][0])
+        return QueueStanding(
+            str(name),
+            PAUSED if state == PAUSED else DRAINING if state == DRAINING else ACTIVE,
+            None if key is None else str(key),
+            None if concurrency is None else int(concurrency),
+            None if per_key is None else int(per_key),
+            None if rate is None else int(rate),
+            None if per is None else float(per),
+            int(running),
+            int(key_running),
+            recent,
+        )
 
     async def note_queue_limits(self, queue: Queue, at: datetime) -> None:
         """Record the limits a worker serves `queue` with (its state unchanged)."""

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 from saga_runtime._exceptions import IdempotencyConflictError
 from saga_runtime._records import (
-    ACTIVE,
     END_REASONS,
     WAITING_KINDS,
     PurgeReport,
@@ -21,6 +20,7 @@ from saga_runtime._records import (
     export_rows,
     import_approvals,
     import_rows,
+    queue_waiting_of,
     result_from_rows,
     summary_from_rows,
     verify_rows,
@@ -34,9 +34,6 @@ if TYPE_CHECKING:
 
 __all__ = ["StoreBase", "export_saga", "get_saga", "import_saga", "list_sagas", "verify_saga", "waiting_counts"]
 
-# Sagas read per page when a list filters on the end reason.
-_REASON_PAGE = 500
-
 
 async def get_saga(store: SagaStore, saga_id: str) -> SagaResult | None:
     """Return the result of a stored saga, or None."""
@@ -45,11 +42,10 @@ async def get_saga(store: SagaStore, saga_id: str) -> SagaResult | None:
         return None
     result = result_from_rows(*snapshot, await store.load_approvals(saga_id))
     if result.status is SagaStatus.QUEUED:  # a paused or draining queue is the first reason it does not move
-        queued = await store.saga_queue_state(saga_id)
-        if queued is not None and queued[1] != ACTIVE:
-            name, state = queued
-            why = f"queue {name!r} is {state}: resume it (saga-runtime queue resume {name}) to start its sagas"
-            result = result.model_copy(update={"waiting_for": {"kind": "queue_paused", "detail": why}})
+        standing = await store.saga_queue_state(saga_id)
+        held = None if standing is None else queue_waiting_of(standing)
+        if held is not None and (held["kind"] == "queue_paused" or result.waiting_for is None):
+            result = result.model_copy(update={"waiting_for": held})
     return result
 
 
@@ -97,25 +93,12 @@ async def list_sagas(
     wanted = None if status is None else SagaStatus(status)
     if reason is None:
         rows = await store.list_rows(wanted, int(limit), int(offset))
-        return [summary_from_rows(saga, count) for saga, count in rows]
-    if reason not in END_REASONS:
-        raise ValueError(f"reason must be one of {list(END_REASONS)}, got {reason!r}")
-    found: list[SagaSummary] = []
-    skip, at = int(offset), 0
-    while len(found) < limit:  # the reason is in each saga's sealed history: read pages, keep the matches
-        page = await store.list_rows(wanted, _REASON_PAGE, at)
-        at += len(page)
-        for saga, count in page:
-            summary = summary_from_rows(saga, count)
-            if summary.end_reason != reason:
-                continue
-            if skip:
-                skip -= 1
-            elif len(found) < limit:
-                found.append(summary)
-        if len(page) < _REASON_PAGE:
-            break
-    return found
+    else:
+        if reason not in END_REASONS:
+            raise ValueError(f"reason must be one of {list(END_REASONS)}, got {reason!r}")
+        # A filtered query (SQL stores: on the end_reason index), however long the history.
+        rows = await store.list_rows(wanted, int(limit), int(offset), reason=reason)
+    return [summary_from_rows(saga, count) for saga, count in rows]
 
 
 async def waiting_counts(store: SagaStore, *, page: int = 500) -> dict[str, int]:

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from saga_runtime._exceptions import SchemaVersionError, StoreError
-from saga_runtime._records import SagaStatus
+from saga_runtime._records import END_REASONS, SagaStatus
 from saga_runtime._storage._codec import LEASE_SQL, NOW_SQL, SAGA_COLUMNS, STEP_COLUMNS, DialectName, RowCodec
 
 __all__ = [
@@ -345,6 +345,22 @@ def _schema_messages(dialect: DialectName) -> list[str]:
     ]
 
 
+def _schema_end_reason(dialect: DialectName) -> list[str]:
+    # How a saga ended (`SagaResult.end_reason` as a list shows it: the history's last "end" entry, else "failed" or
+    # "cancelled"), written with the row, so `list --reason` is a query on its index, not a read of the history.
+    # Rows written before are filled in from their history (its compact JSON: `{"kind":"end","reason":...`).
+    terminal = "status IN ('COMPENSATED', 'COMPENSATION_FAILED')"
+    fill = "UPDATE sagas SET end_reason = '{reason}' WHERE end_reason IS NULL AND {terminal} AND {where}"
+    ended = 'history LIKE \'%"kind":"end","reason":"{reason}"%\''
+    return [
+        f"ALTER TABLE sagas ADD COLUMN end_reason {_TYPES[dialect]['short']}",
+        "CREATE INDEX sagas_end_reason ON sagas (end_reason, created_at, saga_id)",
+        *(fill.format(reason=reason, terminal=terminal, where=ended.format(reason=reason)) for reason in END_REASONS),
+        fill.format(reason="cancelled", terminal=terminal, where='history LIKE \'%"kind":"cancel"%\''),
+        fill.format(reason="failed", terminal=terminal, where="1 = 1"),
+    ]
+
+
 @dataclass(frozen=True, slots=True)
 class Migration:
     """One step of the schema: the statements that take a database from `version - 1` to `version`."""
@@ -371,6 +387,7 @@ MIGRATIONS: list[Migration] = [
     Migration(12, "a cancel request taken in by the saga's owner", _schema_cancel_seen),
     Migration(13, "why a saga waits: a worker's note", _schema_waiting),
     Migration(14, "child sagas: a saga's parent", _schema_children),
+    Migration(16, "how a saga ended, indexed", _schema_end_reason),
 ]
 #: The version from which saga rows carry a seal (one written before, untouched since, has none).
 SEALED_SAGAS_VERSION = 3
@@ -472,6 +489,9 @@ class Queries:
         self.list_status = q(dialect, f"SELECT {saga_cols}, {count} FROM sagas s WHERE s.status = ? {order}")
         owned = f"SELECT {saga_cols}, {count} FROM sagas s WHERE s.owner = ?"
         self._list_owned = (q(dialect, f"{owned} {order}"), q(dialect, f"{owned} AND s.status = ? {order}"))
+        # On the (end_reason, created_at, saga_id) index: the page of one end reason, however long the history.
+        ended = f"SELECT {saga_cols}, {count} FROM sagas s WHERE s.end_reason = ?"
+        self._list_reason = (q(dialect, f"{ended} {order}"), q(dialect, f"{ended} AND s.status = ? {order}"))
         self.read_version = "SELECT MAX(version) FROM schema_version"
         self.table_exists = q(
             dialect,
@@ -613,6 +633,10 @@ class Queries:
             f"UPDATE sagas SET owner = ?, lease_expires_at = {self._lease}, cancel_seen = NULL WHERE saga_id IN (*)",
             count,
         )
+
+    def list_reason(self, by_status: bool) -> str:
+        """Return the list of the sagas that ended for one reason (params: reason, [status,] limit, offset)."""
+        return self._list_reason[by_status]
 
     def list_owned(self, by_status: bool) -> str:
         """Return the list of the sagas an owner holds (params: owner, [status,] limit, offset)."""

@@ -31,6 +31,7 @@ import anyio
 from saga_runtime._exceptions import StoreBusyError, StoreConnectionError, StoreError
 from saga_runtime._records import (
     ApprovalRow,
+    EndReason,
     Queue,
     QueueEntry,
     SagaRow,
@@ -892,13 +893,24 @@ class SQLStore(StoreBase, SQLRetention, SQLSchedules, SQLQueueControl):
         return await self._retrying(what, read)
 
     async def list_rows(
-        self, status: SagaStatus | None, limit: int, offset: int, *, owner: str | None = None
+        self,
+        status: SagaStatus | None,
+        limit: int,
+        offset: int,
+        *,
+        owner: str | None = None,
+        reason: EndReason | None = None,
     ) -> list[tuple[SagaRow, int]]:
         """Return saga rows, newest first, each with its count of step rows."""
         self._check_open()
         q = self._queries
         params: tuple[Any, ...]
-        if owner is not None:
+        if reason is not None:  # on the end_reason index (the owner of an ended saga is gone)
+            if owner is not None:
+                return []
+            sql, params = q.list_reason(status is not None), (reason, *([] if status is None else [status.value]))
+            params = (*params, limit, offset)
+        elif owner is not None:
             sql, params = q.list_owned(status is not None), (owner, *([] if status is None else [status.value]))
             params = (*params, limit, offset)
         elif status is None:

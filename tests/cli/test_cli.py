@@ -12,6 +12,7 @@ import sys
 import textwrap
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ import pytest
 import typer
 from orphans import orphan_saga
 
-from saga_runtime import RetryPolicy, SagaExecutor, StepContext, ToolRegistry, open_store
+from saga_runtime import Queue, RetryPolicy, SagaExecutor, StepContext, ToolRegistry, open_store
 from saga_runtime._cli._app import app
 from saga_runtime._records import (
     SagaRow,
@@ -27,6 +28,7 @@ from saga_runtime._records import (
     StepRow,
     StepStatus,
     idempotency_key,
+    now,
     seal_all,
 )
 
@@ -855,6 +857,29 @@ def test_show_and_list_say_how_a_saga_ended(sqlite_db: str) -> None:
     bad = cli("list", "--reason", "bored", db=sqlite_db)
     assert bad.code == 2
     assert "failed, cancelled, rejected" in one_line_error(bad)
+
+
+def test_show_says_a_queued_saga_waits_for_its_keys_limit(tmp_path: Path) -> None:
+    """`show` of a QUEUED saga whose key is at the queue's key_concurrency (the other saga of the key running under
+    a worker's lease) says it waits for the limit, naming the key."""
+    url = f"sqlite:///{tmp_path / 'sagas.db'}"
+
+    async def setup() -> None:
+        async with open_store(url) as store:
+            executor = SagaExecutor(registry, store=store)
+            plan = [{"id": "charge", "tool": "Charge", "args": {"amount": 1}}]
+            for saga_id in ("first", "second"):
+                await executor.submit(plan, saga_id=saga_id, queue="pay", key="acct-7")
+            queue = Queue("pay", key_concurrency=1)
+            await store.note_queue_limits(queue, now())  # as a worker serving the queue does
+            started = await store.claim_queued("w1", now() + timedelta(minutes=5), now(), queue, 10)
+            assert [saga.saga_id for saga, _ in started] == ["first"]
+
+    run_sync(setup)
+    shown = cli("show", "second", db=url)
+    assert shown.code == 0, shown.err
+    assert "waits for  limit: key 'acct-7' of queue 'pay' has 1 running" in shown.out
+    assert cli("show", "second", "--json", db=url).json()["waiting_for"]["kind"] == "limit"
 
 
 def test_show_and_list_say_why_a_saga_waits(work_db: str) -> None:

@@ -136,6 +136,49 @@ async def test_a_drained_queue_lets_what_runs_finish_and_starts_nothing(store: S
     assert gate.started == ["long", "next"]
 
 
+async def test_a_saga_held_back_by_its_keys_concurrency_says_it_waits_for_the_limit(store: SagaStore) -> None:
+    """A QUEUED saga whose key is at key_concurrency says waiting_for kind "limit" naming the key; once the key's
+    running saga ends it starts, and a saga of a free key says nothing of a limit."""
+    gate = Gate()
+    executor = SagaExecutor(gate.registry, store)
+    await executor.submit(step("first", hold=True), saga_id="first", queue="q", key="acct-1")
+    await executor.submit(step("second"), saga_id="second", queue="q", key="acct-1")
+    async with worker(executor, queues=[Queue("q", key_concurrency=1)], interval=0.02):
+        await until(lambda: _started(gate, "first"))
+        await asyncio.sleep(0.1)  # several rounds of the worker: the second stays QUEUED
+        held = await store.get_saga("second")
+        assert held is not None
+        assert held.status is SagaStatus.QUEUED
+        assert held.waiting_for is not None
+        assert held.waiting_for["kind"] == "limit"
+        assert "key 'acct-1'" in held.waiting_for["detail"]
+        assert "key_concurrency=1" in held.waiting_for["detail"]
+        gate.opened.set()
+        assert (await executor.handle("second").result(timeout=10)).status is SagaStatus.SUCCESS
+    assert (await store.get_saga("second")).waiting_for is None  # type: ignore[union-attr]
+
+
+async def test_a_saga_held_back_by_the_rate_limit_says_it_waits_for_the_limit(store: SagaStore) -> None:
+    """A QUEUED saga of a queue whose rate window is full says waiting_for kind "limit" naming the rate limit; a
+    saga of an unlimited queue that nobody serves says nothing of a limit."""
+    gate = Gate()
+    executor = SagaExecutor(gate.registry, store)
+    await executor.submit(step("one"), saga_id="one", queue="slow")
+    await executor.submit(step("two"), saga_id="two", queue="slow")
+    await executor.submit(step("idle"), saga_id="idle", queue="unserved")
+    async with worker(executor, queues=[Queue("slow", rate_limit=RateLimit(1, per=60.0))], interval=0.02):
+        assert (await executor.handle("one").result(timeout=10)).status is SagaStatus.SUCCESS
+        await asyncio.sleep(0.1)
+        held = await store.get_saga("two")
+        assert held is not None
+        assert held.status is SagaStatus.QUEUED
+        assert held.waiting_for is not None
+        assert held.waiting_for["kind"] == "limit"
+        assert "rate limit" in held.waiting_for["detail"]
+        assert "last 60s" in held.waiting_for["detail"]
+    assert (await store.get_saga("idle")).waiting_for is None  # type: ignore[union-attr]
+
+
 async def test_queues_counts_each_queue_with_its_state_and_limits(store: SagaStore) -> None:
     """queues(): queued, running, waiting and the oldest queued per queue; a served queue shows its limits."""
     gate = Gate()

@@ -242,3 +242,33 @@ async def test_a_version_2_database_keeps_verifying_its_unsealed_saga_rows(store
     verdict = await store.verify_saga("legacy")
     assert verdict
     assert verdict.saga_sealed
+
+
+async def test_sagas_ended_before_the_end_reason_column_are_listed_by_their_reason(
+    stores: Stores, sql_kind: str
+) -> None:
+    """A database of version 13 (end reasons only in the history) migrated: list_sagas(reason=) finds its ended
+    sagas by the reason their history gives ("failed" when it gives none), and no SUCCESS saga."""
+    url = await stores.blank_url(sql_kind)
+    await _build_v1(stores, sql_kind, url, [], version=13)
+    stamp = "'2020-01-01 00:00:0{n}'"
+    ended = [
+        ("b", "COMPENSATED", """'[{"kind":"end","reason":"budget","effects_standing":[]}]'"""),
+        ("c", "COMPENSATED", """'[{"kind":"cancel","reason":"not needed"}]'"""),
+        ("f", "COMPENSATION_FAILED", "NULL"),
+        ("ok", "SUCCESS", """'[{"kind":"end","reason":null,"effects_standing":[]}]'"""),
+    ]
+    values = ", ".join(
+        f"('{saga_id}', 'plan', '{status}', '{{}}', {stamp.format(n=n)}, {stamp.format(n=n)}, {history})"
+        for n, (saga_id, status, history) in enumerate(ended)
+    )
+    insert = f"INSERT INTO sagas (saga_id, kind, status, metadata, created_at, updated_at, history) VALUES {values}"
+    if sql_kind == "sqlite":
+        sqlite_query(url, insert)
+    else:
+        await stores.execute(sql_kind, url, [insert])
+    store = await stores.open(sql_kind, url)
+    for reason, ids in (("budget", ["b"]), ("cancelled", ["c"]), ("failed", ["f"]), ("timeout", [])):
+        listed = await store.list_sagas(reason=reason)
+        assert [(s.saga_id, s.end_reason) for s in listed] == [(saga_id, reason) for saga_id in ids]
+    await store.close()
