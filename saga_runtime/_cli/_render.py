@@ -162,7 +162,9 @@ def _header(result: SagaResult) -> Table:
     if result.output is not None:
         grid.add_row("output", _short(result.output))
     if result.parent_id is not None:
-        grid.add_row("parent", f"{result.parent_id} (this saga is one step of it: saga-runtime show {result.parent_id})")
+        grid.add_row(
+            "parent", f"{result.parent_id} (this saga is one step of it: saga-runtime show {result.parent_id})"
+        )
     if result.children:
         grid.add_row("children", ", ".join(result.children))
     if result.metadata:
