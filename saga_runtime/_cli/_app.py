@@ -133,7 +133,7 @@ def show(
     async def work(store: SagaStore) -> ExitCode:
         result = await _get(store, saga_id)
         if as_json:
-            _json(result.to_dict())
+            _json({**result.to_dict(), "children": result.children})  # parent_id is a field; its children read
         else:
             _stdout().print(timeline(result, verbose=verbose))
         return ExitCode.OK

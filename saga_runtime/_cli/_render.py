@@ -161,6 +161,12 @@ def _header(result: SagaResult) -> Table:
     grid.add_row("cost", f"{result.cost:g}, {_plural(result.tokens, 'token')}")
     if result.output is not None:
         grid.add_row("output", _short(result.output))
+    if result.parent_id is not None:
+        grid.add_row(
+            "parent", f"{result.parent_id} (this saga is one step of it: saga-runtime show {result.parent_id})"
+        )
+    if result.children:
+        grid.add_row("children", ", ".join(result.children))
     if result.metadata:
         grid.add_row("metadata", _short(result.metadata))
     if result.error:

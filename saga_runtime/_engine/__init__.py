@@ -16,12 +16,13 @@ from saga_runtime._engine._approvals import HOLDABLE, Decisions
 from saga_runtime._engine._budget import Account, Budget
 from saga_runtime._engine._calls import WAIT_POLL, CallBody, CallDriver, Released, drive_calls, receive, send
 from saga_runtime._engine._cancellation import Shelters
-from saga_runtime._engine._children import driving, run_child, through_parent, undo_child
+from saga_runtime._engine._children import driving, run_child, undo_child
 from saga_runtime._engine._claim import Claim, Drives
 from saga_runtime._engine._config import EngineConfig
 from saga_runtime._engine._driver import Planner, PlanShape, drive_plan
 from saga_runtime._engine._events import EventKind, LoggingHook, SagaEvent, SagaHook
 from saga_runtime._engine._journal_rows import asleep, take_over
+from saga_runtime._engine._lineage import through_parent
 from saga_runtime._engine._saga import RUNNABLE, SagaEngine
 from saga_runtime._engine._transitions import TransitionError
 

@@ -2,10 +2,11 @@
 
 One driver per child, always its parent's: the parent's step runs the child (and after a crash, the parent's re-run
 reaches that step again, finds the child's record and resumes it, never starting a second one), and the parent's
-compensation undoes it as a whole. Recovery, a restart's take-back and a worker's wake-ups leave alone a child whose
-parent is live (`through_parent`): were both to drive it, the child could run a tool while its parent undoes it, or
-be compensated by recovery while its parent's re-run waits for its result. A child whose parent is gone or ended
-(it cannot come to that through the engine: a parent's step ends only once its child has) is recovered as any saga.
+compensation undoes it as a whole. Recovery, a restart's take-back and a worker's wake-ups leave alone a child
+whose parent is live (`_lineage.through_parent`): were both to drive it, the child could run a tool while its
+parent undoes it, or be compensated by recovery while its parent's re-run waits for its result. A child whose
+parent is gone or ended (it cannot come to that through the engine: a parent's step ends only once its child has)
+is recovered as any saga.
 
 The step runs the child to its end (a WAITING child is gone on with here once due: the parent holds its lease and
 its worker slot meanwhile); its compensation moves a SUCCESS child to COMPENSATING (allowed for a child only, see
@@ -26,14 +27,13 @@ from saga_runtime._engine._saga import SagaEngine
 from saga_runtime._engine._transitions import saga_to
 from saga_runtime._exceptions import IdempotencyConflictError, SagaError
 from saga_runtime._records import SagaResult, SagaRow, SagaStatus, StepRow, now, result_from_rows, same_work
-from saga_runtime._storage import SagaStore
 
 if TYPE_CHECKING:
     from saga_runtime._engine._actions import Actions
     from saga_runtime._engine._calls import CallBody
     from saga_runtime._engine._driver import PlanShape
 
-__all__ = ["DRIVING", "driving", "run_child", "through_parent", "undo_child"]
+__all__ = ["DRIVING", "driving", "run_child", "undo_child"]
 
 logger = logging.getLogger("saga_runtime")
 
@@ -48,16 +48,6 @@ def driving() -> Drives:
     if drives is None:
         raise SagaError("a child saga runs as a step of a saga an executor drives; none is driven here")
     return drives
-
-
-async def through_parent(store: SagaStore, saga: SagaRow, *, parent: str | None = None) -> bool:
-    """Tell whether `saga` is a child whose parent is live (its parent drives it, nobody else), unless the caller
-    is that parent (`parent`)."""
-    parent_id = saga.parent_id
-    if parent_id is None or parent_id == parent:
-        return False
-    stored = await store.load_saga(parent_id)
-    return stored is not None and not stored[0].status.is_terminal
 
 
 def _check_parent(saga: SagaRow, parent_id: str) -> None:

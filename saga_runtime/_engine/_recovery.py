@@ -13,11 +13,11 @@ import anyio.lowlevel
 from saga_runtime._engine._approvals import Decisions
 from saga_runtime._engine._calls import due
 from saga_runtime._engine._cancellation import Shelters
-from saga_runtime._engine._children import through_parent
 from saga_runtime._engine._claim import Claim, Drives
 from saga_runtime._engine._driver import Planner, drive, work_of
 from saga_runtime._engine._events import SagaEvent, emit
 from saga_runtime._engine._journal_rows import waits_for_tools
+from saga_runtime._engine._lineage import through_parent
 from saga_runtime._engine._saga import SagaEngine
 from saga_runtime._engine._versions import unfit, unfit_note
 from saga_runtime._exceptions import LeaseLostError, PlanValidationError, StoreError

@@ -64,6 +64,10 @@ class StepRecord(BaseModel):
         return (self.finished_at - self.started_at).total_seconds()
 
 
+# The tool a child saga's step calls (saga_runtime._tools.CHILD_TOOL: the tools layer is not this one's to import).
+CHILD_STEP_TOOL = "saga.child"
+
+
 class SagaResult(BaseModel):
     """The outcome of a saga: its status, every step's record, the error that ended it, and what it cost."""
 
@@ -104,6 +108,15 @@ class SagaResult(BaseModel):
     def ok(self) -> bool:
         """Tell whether the saga ended SUCCESS."""
         return self.status is SagaStatus.SUCCESS
+
+    @property
+    def children(self) -> list[str]:
+        """Return the ids of the child sagas this saga ran (`saga.child()`, each one step of it), in step order."""
+        return [
+            step.args["saga_id"]
+            for step in self.steps
+            if step.tool_name == CHILD_STEP_TOOL and isinstance(step.args, dict) and "saga_id" in step.args
+        ]
 
     def step(self, step_id: str) -> StepRecord:
         """Return the record of the step `step_id`; raise `KeyError` naming the known ids."""

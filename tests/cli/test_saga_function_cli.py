@@ -106,3 +106,34 @@ def test_submit_refuses_bad_arguments_and_stores_nothing(tmp_path: Path) -> None
     not_json = cli("submit", "total", "--tools", "fns:registry", "--args", "{oops", db=db, cwd=tmp_path)
     assert not_json.code == 2
     assert "--args" in not_json.err
+
+
+CHILDREN = FUNCTIONS + textwrap.dedent(
+    """
+    @registry.saga
+    async def twice(saga: DynamicSaga) -> dict:
+        first = await saga.child(total, args={"numbers": [1, 2]})
+        second = await saga.child("total", args={"numbers": [3]}, saga_id="second-total")
+        return {"sum": first.output["total"] + second.output["total"]}
+    """
+)
+
+
+def test_show_names_a_saga_s_children_and_a_child_s_parent(tmp_path: Path) -> None:
+    """`show` of a parent lists its child sagas, `show` of a child names its parent; `--json` carries both."""
+    (tmp_path / "fns.py").write_text(CHILDREN)
+    db = f"sqlite:///{tmp_path / 'sagas.db'}"
+    queued = cli("submit", "twice", "--tools", "fns:registry", "--id", "p-1", db=db, cwd=tmp_path)
+    assert queued.code == 0, queued.err
+    run_sync(lambda: serve_until_done(tmp_path / "fns.py", db, "p-1"))
+    parent = cli("show", "p-1", db=db, cwd=tmp_path)
+    assert parent.code == 0, parent.err
+    assert "children" in parent.out
+    assert "p-1/total-0, second-total" in parent.out
+    child = cli("show", "second-total", db=db, cwd=tmp_path)
+    assert child.code == 0, child.err
+    assert "parent" in child.out
+    assert "p-1" in child.out
+    assert cli("show", "p-1", "--json", db=db, cwd=tmp_path).json()["children"] == ["p-1/total-0", "second-total"]
+    as_json = cli("show", "p-1/total-0", "--json", db=db, cwd=tmp_path).json()
+    assert (as_json["parent_id"], as_json["children"], as_json["output"]) == ("p-1", [], {"total": 3})
