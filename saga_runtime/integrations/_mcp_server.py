@@ -510,13 +510,14 @@ def saga_mcp_server(executor: SagaExecutor, *, names: Iterable[str] | None = Non
     ]
     served = {function.name for function in functions}
     specs = list(registry) if wanted is None else [registry.get(tool) for tool in wanted if tool not in served]
-    tools = [_function_tool(executor, function) for function in functions]
+    tools = []
     for spec in specs:
 
         async def run(ctx: Context, arguments: dict[str, Any], tool: str = spec.name) -> types.CallToolResult:
             return await sagas.call(ctx, tool, arguments)
 
         tools.append(_tool(spec.name, spec.description or spec.name, schema_of(spec), run))
+    tools += [_function_tool(executor, function) for function in functions]
     empty = {"type": "object", "properties": {}}
     for kind, text in (
         ("commit", "End the saga (_meta saga_id, else this session's) SUCCESS: its steps stay done."),
