@@ -475,10 +475,17 @@ class _Progress:
                 return
             except SagaNotFoundError:  # not stored yet: run() stores it first thing
                 await anyio.sleep(0.05)
+            except Exception as exc:  # the store failed: the values are reported once the run returns
+                logger.warning("saga %s: its stream values are reported at its end: %s", self.saga_id, exc)
+                return
 
     async def finish(self) -> None:
         """Report the values not reported yet (the run returned: its record is whole)."""
-        stored = await self.store.load_saga(self.saga_id)
+        try:
+            stored = await self.store.load_saga(self.saga_id)
+        except Exception as exc:  # the saga ended: its answer matters more than its last progress
+            logger.warning("saga %s: its last stream values were not reported: %s", self.saga_id, exc)
+            return
         if stored is not None:
             await self.report(stored[0])
 
