@@ -27,8 +27,9 @@ _FIRST_PAUSE = 0.1
 _MOST_PAUSE = 1.0
 
 
-def _next_pause(pause: float, changed: bool) -> float:
-    return _FIRST_PAUSE if changed else min(pause * 2, _MOST_PAUSE)
+def _next_pause(pause: float, woken: bool) -> float:
+    """Return the pause before the next read: short after a notice, else twice the last one, up to the most."""
+    return _FIRST_PAUSE if woken else min(pause * 2, _MOST_PAUSE)
 
 
 async def _saga(store: SagaStore, saga_id: str) -> SagaRow:
@@ -89,11 +90,12 @@ async def read_stream(store: SagaStore, saga_id: str, name: str, start: int) -> 
             values = [e["value"] for e in entries if e["kind"] == "stream"]
             for value in values[offset:]:
                 yield own_copy(value)
-            more = len(values) > offset
+            if len(values) > offset:  # something came: look again soon
+                pause = _FIRST_PAUSE
             offset = max(offset, len(values))
             if saga.status.is_terminal or any(e["kind"] == "stream_closed" for e in entries):
                 return
-            pause = _next_pause(pause, await watch.wait(pause) or more)
+            pause = _next_pause(pause, await watch.wait(pause))
 
 
 async def follow(store: SagaStore, saga_id: str) -> AsyncIterator[SagaRow]:
@@ -105,9 +107,9 @@ async def follow(store: SagaStore, saga_id: str) -> AsyncIterator[SagaRow]:
         while True:
             saga = await _saga(store, saga_id)
             now = (len(published(saga)), saga.status)
-            fresh, seen = now != seen, now
-            if fresh:
+            if now != seen:
+                seen, pause = now, _FIRST_PAUSE  # something came: look again soon
                 yield saga
                 if saga.status.is_terminal:
                     return
-            pause = _next_pause(pause, await watch.wait(pause) or fresh)
+            pause = _next_pause(pause, await watch.wait(pause))

@@ -57,7 +57,14 @@ def serve(
     actions = "the UI token is required" if token else "no token: anyone on this machine may act"
     tools = "your tools run approved steps here" if registry else "decisions are recorded; a worker goes on"
     print(f"serving the console of {redact_url(url)} at {address} ({actions}; {tools}); Ctrl-C stops", flush=True)
-    config: dict[str, Any] = {"host": host, "port": port, "log_level": "warning", "lifespan": "on"}
+    # A page following a live saga holds a response open: a stop waits for it no more than this.
+    config: dict[str, Any] = {
+        "host": host,
+        "port": port,
+        "log_level": "warning",
+        "lifespan": "on",
+        "timeout_graceful_shutdown": 3,
+    }
     uvicorn.run(app, **config)
     sys.stdout.flush()
 

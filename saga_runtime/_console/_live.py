@@ -98,7 +98,7 @@ class Feed:
 
     saga_id: str
     entries: list[dict[str, Any]] = field(default_factory=list)  # as sent: secrets masked, streams' offsets
-    status: str | None = None
+    shown_status: str | None = None  # the saga's status as last read
     over: bool = False  # terminal, gone, or the reader stopped: nothing more comes
     missing: bool = False  # the store has no such saga
     failed: bool = False  # the reader failed: the pages reconnect, for a new one
@@ -122,7 +122,7 @@ class Feed:
                 shaped["offset"] = offsets.get(entry["name"], 0)
                 offsets[entry["name"]] = shaped["offset"] + 1
             self.entries.append(shaped)
-        self.status = saga.status.value
+        self.shown_status = saga.status.value
         self.over = saga.status.is_terminal
         self._wake()
 
@@ -217,19 +217,19 @@ async def follow_saga(request: Request) -> Response:
             yield f"retry: {_RETRY_MS}\n\n"
             await feed.first.wait()
             sent = min(after, len(feed.entries))
-            status: str | None = None
+            status: str | None = None  # the status last sent
             until = anyio.current_time() + _RESPONSE_SECONDS
             while True:
                 changed = feed.changed  # taken before reading: a change meanwhile sets it
                 for number in range(sent, len(feed.entries)):
                     yield _message(feed.entries[number], entry_id=number + 1)
                 sent = len(feed.entries)
-                if feed.status != status:
-                    status = feed.status
+                if feed.shown_status != status:
+                    status = feed.shown_status
                     yield _message({"status": status}, event="status")
                 if feed.over:
                     if not feed.failed:
-                        yield _message({"status": feed.status, "missing": feed.missing}, event="end")
+                        yield _message({"status": feed.shown_status, "missing": feed.missing}, event="end")
                     return
                 left = until - anyio.current_time()
                 if left <= 0:

@@ -475,10 +475,17 @@ class _Progress:
                 return
             except SagaNotFoundError:  # not stored yet: run() stores it first thing
                 await anyio.sleep(0.05)
+            except Exception as exc:  # the store failed: the values are reported once the run returns
+                logger.warning("saga %s: its stream values are reported at its end: %s", self.saga_id, exc)
+                return
 
     async def finish(self) -> None:
         """Report the values not reported yet (the run returned: its record is whole)."""
-        stored = await self.store.load_saga(self.saga_id)
+        try:
+            stored = await self.store.load_saga(self.saga_id)
+        except Exception as exc:  # the saga ended: its answer matters more than its last progress
+            logger.warning("saga %s: its last stream values were not reported: %s", self.saga_id, exc)
+            return
         if stored is not None:
             await self.report(stored[0])
 
@@ -510,13 +517,14 @@ def saga_mcp_server(executor: SagaExecutor, *, names: Iterable[str] | None = Non
     ]
     served = {function.name for function in functions}
     specs = list(registry) if wanted is None else [registry.get(tool) for tool in wanted if tool not in served]
-    tools = [_function_tool(executor, function) for function in functions]
+    tools = []
     for spec in specs:
 
         async def run(ctx: Context, arguments: dict[str, Any], tool: str = spec.name) -> types.CallToolResult:
             return await sagas.call(ctx, tool, arguments)
 
         tools.append(_tool(spec.name, spec.description or spec.name, schema_of(spec), run))
+    tools += [_function_tool(executor, function) for function in functions]
     empty = {"type": "object", "properties": {}}
     for kind, text in (
         ("commit", "End the saga (_meta saga_id, else this session's) SUCCESS: its steps stay done."),

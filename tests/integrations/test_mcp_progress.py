@@ -133,3 +133,26 @@ async def test_names_choose_the_saga_functions_served(store: SagaStore) -> None:
     async with Client(server) as client:
         listed = {tool.name for tool in (await client.list_tools()).tools}
     assert listed == {"crawl", "fetch", "saga_commit", "saga_rollback"}
+
+
+async def test_other_arguments_under_a_saga_id_and_a_released_saga_are_tool_errors(store: SagaStore) -> None:
+    """Other arguments under a stored saga id: a tool error, nothing run; a saga released to wait says it waits."""
+    executor = SagaExecutor(registry(), store, wait_threshold=0.01)
+    async with Client(saga_mcp_server(executor), mode="legacy") as client:
+        first = await client.call_tool("crawl", {"urls": ["d.example"]}, meta={"saga_id": "crawl-3"})
+        other = await client.call_tool("crawl", {"urls": ["e.example"]}, meta={"saga_id": "crawl-3"})
+        waits = await client.call_tool("ask", {}, meta={"saga_id": "ask-2"})
+        await executor.send("ask-2", "answer", 7)
+        with anyio.fail_after(20):
+            await executor.recover()  # a worker goes on with it
+        again = await client.call_tool("ask", {}, meta={"saga_id": "ask-2"})
+    assert first.structured_content == {"words": 9}
+    assert other.is_error
+    assert "IdempotencyConflictError" in text_of(other)
+    assert waits.is_error
+    assert "WAITING" in text_of(waits)
+    assert not again.is_error, text_of(again)
+    assert again.structured_content == {"result": "7"}
+    stored = await store.get_saga("crawl-3")
+    assert stored is not None
+    assert len(stored.steps) == 1
