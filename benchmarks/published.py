@@ -119,8 +119,8 @@ async def _idle_reads(url: str, seconds: float) -> float:
 
 
 def idle(quick: bool = False) -> list[Idle]:
-    """Measure an idle reader's store reads per second, before and now; `quick`: 3 s each."""
-    seconds = 3.0 if quick else IDLE_SECONDS
+    """Measure an idle reader's store reads per second, before and now; `quick`: 5 s each."""
+    seconds = 5.0 if quick else IDLE_SECONDS
     with tempfile.TemporaryDirectory() as folder:
         with _as_before():
             before = asyncio.run(_idle_reads(f"sqlite:///{Path(folder) / 'before.db'}", seconds))

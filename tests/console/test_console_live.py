@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +13,7 @@ import pytest
 from conftest import run_sync
 from console_helpers import SCRIPT_TEXT, client
 
+import saga_runtime._published as published
 from saga_runtime import DynamicSaga, SagaExecutor, ToolRegistry, open_store
 from saga_runtime._console._live import Live
 from saga_runtime._storage import SagaStore
@@ -166,3 +169,42 @@ async def test_many_pages_following_a_saga_share_one_reader_of_the_store(tmp_pat
     assert seen == [1] * 50  # every page got the entry published before it came
     assert one >= 2  # the reader read the store again while the page followed
     assert fifty <= one + 2, (one, fifty)
+
+
+async def test_a_saga_run_elsewhere_is_followed_by_reading_the_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no notice from the writer (another process's), the feed still gets each value and the end."""
+
+    class Unwatched:
+        async def wait(self, seconds: float) -> bool:
+            await anyio.sleep(seconds)
+            return False
+
+    @contextlib.contextmanager
+    def unwatched(url: str, saga_id: str) -> Iterator[Unwatched]:
+        yield Unwatched()
+
+    monkeypatch.setattr(published, "watching", unwatched)
+    registry = ToolRegistry()
+    begun = anyio.Event()
+
+    @registry.saga
+    async def chats(saga: DynamicSaga) -> None:
+        begun.set()
+        await saga.write_stream("log", await saga.recv("say", timeout=30))
+
+    async with open_store(f"sqlite:///{tmp_path / 'elsewhere.db'}") as store, anyio.create_task_group() as tasks:
+        executor = SagaExecutor(registry, store, wait_threshold=60)
+        tasks.start_soon(lambda: executor.run(chats, saga_id="c-1"))
+        await begun.wait()
+        live = Live(store, tasks)
+        with anyio.fail_after(20):
+            async with live.feed("c-1") as feed:
+                await feed.first.wait()
+                assert feed.entries == []
+                await executor.send("c-1", "say", "hello")
+                while not feed.over:
+                    await feed.changed.wait()
+    assert feed.entries == [{"kind": "stream", "name": "log", "value": "hello", "offset": 0}]
+    assert feed.shown_status == "SUCCESS"
