@@ -278,3 +278,24 @@ async def test_a_waiting_child_is_gone_on_with_by_its_parent_not_by_a_worker(sto
     assert [r.saga_id for r in results] == ["w-1"]  # the child went on through its parent, not on its own
     assert (results[0].status, results[0].output) == (SagaStatus.SUCCESS, "rested")
     assert calls == ["before", "after"]
+
+
+async def test_recovery_compensating_a_dead_dynamic_saga_undoes_its_child(store: SagaStore) -> None:
+    """An `executor.saga()` block whose process died after its child ended is compensated by recovery (its code is
+    gone), and its SUCCESS child with it, as a whole."""
+    calls: list[str] = []
+    registry = make_registry(calls, set(), asyncio.Event())
+    first = SagaExecutor(registry, store=store, lease_timeout=0.2)
+    dying = first.saga(saga_id="dies")
+    await dying.__aenter__()
+    await dying.call("Reserve", item="own")
+    picked = await dying.child("pick", args={"items": ["a", "b"]})
+    assert picked.status is SagaStatus.SUCCESS
+    await dying._keeper.stop()  # the process dies here: no heartbeat, no exit
+    await asyncio.sleep(0.3)
+    (result,) = await SagaExecutor(registry, store=store).recover()
+    assert (result.saga_id, result.status) == ("dies", SagaStatus.COMPENSATED)
+    child = await store.get_saga("dies/pick-1")
+    assert child is not None
+    assert child.status is SagaStatus.COMPENSATED
+    assert calls == ["own", "a", "b", "undo b", "undo a", "undo own"]
