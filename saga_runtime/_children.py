@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from saga_runtime._engine import driving, run_child, undo_child
+from saga_runtime._engine import adopted, driving, run_child, undo_child
 from saga_runtime._exceptions import PlanValidationError, SagaFailedError
 from saga_runtime._planner import RegistryPlanner
 from saga_runtime._planning import build_plan
@@ -50,7 +50,7 @@ class _ChildSaga:
             row, steps = new_plan_saga(drives, planned, saga_id, None, None)
             work = planned
             announce = not (planned.groups and any(step.approval for step in planned.groups[0]))
-        row.parent_id = ctx.saga_id
+        adopted(row, ctx.saga_id)
         result = await run_child(drives.actions, work, row, steps, announce=announce)
         if result.status is not SagaStatus.SUCCESS:
             raise SagaFailedError(

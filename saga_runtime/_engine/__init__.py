@@ -21,7 +21,7 @@ from saga_runtime._engine._claim import Claim, Drives
 from saga_runtime._engine._config import EngineConfig
 from saga_runtime._engine._driver import Planner, PlanShape, drive_plan
 from saga_runtime._engine._events import EventKind, LoggingHook, SagaEvent, SagaHook
-from saga_runtime._engine._journal_rows import asleep, take_over
+from saga_runtime._engine._journal_rows import adopted, asleep, take_over
 from saga_runtime._engine._lineage import through_parent
 from saga_runtime._engine._saga import RUNNABLE, SagaEngine
 from saga_runtime._engine._transitions import TransitionError
@@ -49,6 +49,7 @@ __all__ = [
     "SagaHook",
     "Shelters",
     "TransitionError",
+    "adopted",
     "asleep",
     "drive_calls",
     "drive_plan",

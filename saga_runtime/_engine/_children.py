@@ -22,9 +22,8 @@ import anyio
 
 from saga_runtime._engine._claim import DRIVING, Drives
 from saga_runtime._engine._driver import drive
-from saga_runtime._engine._journal_rows import take_over
+from saga_runtime._engine._journal_rows import reopened_by_parent
 from saga_runtime._engine._saga import SagaEngine
-from saga_runtime._engine._transitions import saga_to
 from saga_runtime._exceptions import IdempotencyConflictError, SagaError
 from saga_runtime._records import SagaResult, SagaRow, SagaStatus, StepRow, now, result_from_rows, same_work
 
@@ -163,9 +162,7 @@ async def undo_child(drives: Drives, saga_id: str, parent_id: str) -> None:
 async def _reopen_and_compensate(drives: Drives, saga: SagaRow, rows: list[StepRow], why: str) -> SagaResult | None:
     """Move a SUCCESS child to COMPENSATING under this executor's lease, and compensate it."""
     config = drives.config
-    saga_to(saga, SagaStatus.COMPENSATING)  # a child's move only (CHILD_MOVES)
-    saga.error, saga.finished_at = why, None
-    take_over(saga, config.executor_id, drives.claims.lease_until(now()), now())
+    reopened_by_parent(saga, config.executor_id, drives.claims.lease_until(now()), why)
     # Written as a whole: a finished saga has no owner whose write this could race but its parent's driver (this).
     await config.store.save(saga.copy(), [])
     logger.info("saga %s: a SUCCESS child, compensated as a whole: %s", saga.saga_id, why)

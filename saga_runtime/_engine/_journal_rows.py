@@ -34,6 +34,7 @@ from saga_runtime._records import (
 
 __all__ = [
     "WAITS_FOR_TOOLS",
+    "adopted",
     "asleep",
     "cancel_noted",
     "decided",
@@ -43,6 +44,7 @@ __all__ = [
     "noted",
     "park",
     "rejection_of",
+    "reopened_by_parent",
     "returned",
     "sleeps_of",
     "slept",
@@ -55,6 +57,19 @@ logger = logging.getLogger("saga_runtime")
 
 #: How the error of a live saga nobody can drive for lack of its tools begins (cleared when a worker takes it).
 WAITS_FOR_TOOLS = "waits for a worker that has its tool(s) "
+
+
+def adopted(saga: SagaRow, parent_id: str) -> None:
+    """Make a new saga (not yet stored) a child of `parent_id`: one step of it (`saga.child()`)."""
+    saga.parent_id = parent_id
+
+
+def reopened_by_parent(saga: SagaRow, owner: str, expires: datetime, why: str) -> None:
+    """Move a SUCCESS child saga to COMPENSATING under `owner`'s lease (its parent compensates): a child's move only
+    (`_transitions.CHILD_MOVES`); its error says why, and it is no longer finished."""
+    saga_to(saga, SagaStatus.COMPENSATING)
+    saga.error, saga.finished_at = why, None
+    take_over(saga, owner, expires, now())
 
 
 def take_over(saga: SagaRow, owner: str, expires: datetime, at: datetime | None = None) -> None:

@@ -105,7 +105,11 @@ class Recovery:
             for saga, rows in claimed:
                 lacking = self.lacking(saga, rows)
                 # A child whose parent is live is driven through its parent only (saga_runtime._engine._children).
-                if saga.saga_id in passed_over or lacking or await through_parent(config.store, saga):
+                if (
+                    saga.saga_id in passed_over
+                    or lacking
+                    or (saga.parent_id and await through_parent(config.store, saga))
+                ):
                     if lacking:
                         self._waits(saga, lacking)
                     passed_over.add(saga.saga_id)
@@ -134,7 +138,9 @@ class Recovery:
                 stored is not None
                 and stored[0].owner == config.executor_id
                 and not self.missing_tools(*stored)
-                and not await through_parent(config.store, stored[0])  # its parent's re-run takes it back
+                and not (
+                    stored[0].parent_id and await through_parent(config.store, stored[0])
+                )  # its parent takes it back
             ):
                 batch.append(stored)
         if batch:
@@ -295,7 +301,7 @@ class Recovery:
         stored = await store.load_saga(saga_id)
         if stored is None or stored[0].status is not SagaStatus.WAITING:
             return None
-        if await through_parent(store, stored[0], parent=parent):
+        if stored[0].parent_id and await through_parent(store, stored[0], parent=parent):
             return None  # its parent's step goes on with it
         function = function_of(stored[0].plan)
         if (function is None and stored[0].kind != "plan") or (function and not await due(store, stored[0])):

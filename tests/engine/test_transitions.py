@@ -107,3 +107,19 @@ def test_a_waiting_saga_goes_on_or_compensates_and_never_ends_from_there() -> No
     assert SAGA_MOVES[SagaStatus.WAITING] == {SagaStatus.RUNNING, SagaStatus.COMPENSATING}
     with pytest.raises(TransitionError, match="WAITING to SUCCESS"):
         saga_to(_saga(SagaStatus.WAITING), SagaStatus.SUCCESS)
+
+
+def test_only_a_child_saga_leaves_success_and_only_to_compensate() -> None:
+    """SUCCESS → COMPENSATING is refused for a saga of its own and allowed for one with a parent (its parent undoes
+    it as a whole); a child's SUCCESS moves nowhere else."""
+    alone = _saga(SagaStatus.SUCCESS)
+    with pytest.raises(TransitionError):
+        saga_to(alone, SagaStatus.COMPENSATING)
+    assert alone.status is SagaStatus.SUCCESS
+    child = _saga(SagaStatus.SUCCESS)
+    child.parent_id = "parent"
+    for refused in (SagaStatus.RUNNING, SagaStatus.COMPENSATED, SagaStatus.WAITING):
+        with pytest.raises(TransitionError):
+            saga_to(child, refused)
+    saga_to(child, SagaStatus.COMPENSATING)
+    assert child.status is SagaStatus.COMPENSATING

@@ -237,3 +237,65 @@ async def test_a_caller_cancelling_the_parent_mid_child_undoes_the_child(store: 
     assert child is not None
     assert (parent.status, child.status) == (SagaStatus.COMPENSATED, SagaStatus.COMPENSATED)
     assert calls == ["top", "a", "undo b", "undo a", "undo top"]
+
+
+async def test_a_waiting_child_is_gone_on_with_by_its_parent_not_by_a_worker(store: SagaStore) -> None:
+    """A child released to wait (a long sleep) is WAITING; once due, with its parent's worker stopped, recovery does
+    not resume the child on its own: it resumes the parent, whose step goes on with the child."""
+    calls: list[str] = []
+    registry = make_registry(calls, set(), asyncio.Event())
+
+    @registry.saga
+    async def naps(saga: DynamicSaga) -> str:
+        await saga.call("Reserve", item="before")
+        await saga.sleep(1.0)
+        await saga.call("Reserve", item="after")
+        return "rested"
+
+    @registry.saga
+    async def waits(saga: DynamicSaga) -> Any:
+        return (await saga.child(naps)).output
+
+    # A stop lets running calls go on for compensation_timeout: cut at once, the parent's step is cut mid-wait.
+    first = SagaExecutor(registry, store=store, wait_threshold=0.05, lease_timeout=60, compensation_timeout=0.05)
+    await first.submit(waits, saga_id="w-1")
+    worker = asyncio.create_task(first.serve(interval=0.02))
+    for _ in range(500):
+        child = await store.get_saga("w-1/naps-0")
+        if child is not None and child.status is SagaStatus.WAITING:
+            break
+        await asyncio.sleep(0.02)
+    else:
+        raise AssertionError("the child never waited")
+    worker.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await worker
+    stopped = await store.get_saga("w-1")
+    assert stopped is not None
+    assert stopped.status is SagaStatus.RUNNING
+    await asyncio.sleep(1.1)  # the child is due now
+    results = await SagaExecutor(registry, store=store, wait_threshold=0.05).recover()
+    assert [r.saga_id for r in results] == ["w-1"]  # the child went on through its parent, not on its own
+    assert (results[0].status, results[0].output) == (SagaStatus.SUCCESS, "rested")
+    assert calls == ["before", "after"]
+
+
+async def test_recovery_compensating_a_dead_dynamic_saga_undoes_its_child(store: SagaStore) -> None:
+    """An `executor.saga()` block whose process died after its child ended is compensated by recovery (its code is
+    gone), and its SUCCESS child with it, as a whole."""
+    calls: list[str] = []
+    registry = make_registry(calls, set(), asyncio.Event())
+    first = SagaExecutor(registry, store=store, lease_timeout=0.2)
+    dying = first.saga(saga_id="dies")
+    await dying.__aenter__()
+    await dying.call("Reserve", item="own")
+    picked = await dying.child("pick", args={"items": ["a", "b"]})
+    assert picked.status is SagaStatus.SUCCESS
+    await dying._keeper.stop()  # the process dies here: no heartbeat, no exit
+    await asyncio.sleep(0.3)
+    (result,) = await SagaExecutor(registry, store=store).recover()
+    assert (result.saga_id, result.status) == ("dies", SagaStatus.COMPENSATED)
+    child = await store.get_saga("dies/pick-1")
+    assert child is not None
+    assert child.status is SagaStatus.COMPENSATED
+    assert calls == ["own", "a", "b", "undo b", "undo a", "undo own"]
