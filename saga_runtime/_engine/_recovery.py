@@ -4,14 +4,16 @@ compensated), and go on with WAITING sagas once due (read page by page: not ever
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from contextlib import nullcontext
 from datetime import datetime
+from typing import Any
 
 import anyio
 import anyio.lowlevel
 
 from saga_runtime._engine._approvals import Decisions
-from saga_runtime._engine._calls import due
+from saga_runtime._engine._calls import _awaited, due, due_with
 from saga_runtime._engine._cancellation import Shelters
 from saga_runtime._engine._claim import Claim, Drives
 from saga_runtime._engine._driver import Planner, drive, work_of
@@ -20,7 +22,17 @@ from saga_runtime._engine._journal_rows import waits_for_tools
 from saga_runtime._engine._saga import SagaEngine
 from saga_runtime._engine._versions import unfit, unfit_note
 from saga_runtime._exceptions import LeaseLostError, PlanValidationError, StoreError
-from saga_runtime._records import SagaResult, SagaRow, SagaStatus, StepRow, WaitingKind, function_of, now
+from saga_runtime._records import (
+    SagaResult,
+    SagaRow,
+    SagaStatus,
+    StepRow,
+    StepStatus,
+    WaitingKind,
+    function_of,
+    now,
+    saga_wake,
+)
 
 __all__ = ["Recovery"]
 
@@ -52,10 +64,11 @@ class Recovery:
         if self._resting is not None:
             self._resting.set()
 
-    async def wake_workers(self) -> None:
-        """Wake idle workers to go on with what was just made ready (PostgreSQL: NOTIFY; memory: its own)."""
+    async def wake_workers(self, saga_id: str | None = None) -> None:
+        """Wake idle workers to go on with what was just made ready (PostgreSQL: NOTIFY; memory: its own): the
+        saga `saga_id` (they go straight to it), else whatever their recovery finds."""
         try:
-            await self._drives.config.store.notify_workers()
+            await self._drives.config.store.notify_workers("" if saga_id is None else saga_wake(saga_id))
         except StoreError as exc:  # what was recorded stands; workers find it within their interval
             logger.warning("could not wake the workers (they poll instead): %s", exc)
 
@@ -274,47 +287,80 @@ class Recovery:
         return results
 
     async def go_on(
-        self, saga_id: str, *, detached: bool = False, shelters: Shelters | None = None
+        self, saga_id: str, *, detached: bool = False, shelters: Shelters | None = None, look: bool = True
     ) -> SagaResult | None:
-        """Drive a WAITING plan saga whose requests are all decided, until its next wait or its end.
+        """Drive a WAITING saga whose requests are all decided (a saga function: once due), until its next wait or
+        its end. None when it is not for this executor (held elsewhere, undecided, not due, tools missing).
 
-        None when it is not for this executor (held elsewhere, undecided, tools missing).
+        `look`: read it first and claim it only if it may go on; else (told it was made ready: a message, a
+        decision) claim it at once, reading it as claimed, and let it go if it may not.
         """
         config = self._drives.config
         if config.resources is not None:
             await config.resources.enter()  # the tools' lifespan, before any of them runs
         store = config.store
-        stored = await store.load_saga(saga_id)
-        if stored is None or stored[0].status is not SagaStatus.WAITING:
-            return None
-        function = function_of(stored[0].plan)
-        if (function is None and stored[0].kind != "plan") or (function and not await due(store, stored[0])):
-            return None  # a dynamic saga's code goes on when entered again; a saga function once due
-        lacking = self.lacking(*stored)
-        if lacking:
-            missing = [text for _, text in lacking]
-            if self._warn_once(
-                saga_id, missing, f"decided, left for a worker that has its tool(s) {', '.join(missing)}"
-            ):
-                await self.note_lacking(saga_id, lacking)
-            return None
-        async with self._drives.claim(stored[0], take="waiting", reread={SagaStatus.WAITING}) as held:
+        if look:
+            stored = await store.load_saga(saga_id)
+            if stored is None or stored[0].status is not SagaStatus.WAITING or not await self._may_go_on(*stored):
+                return None
+        async with self._drives.claim_waiting(saga_id) as held:
             if held is None:
                 return None
-            if any(request.decision is None for request in await store.load_approvals(saga_id)):
+            saga = held.saga
+            function = function_of(saga.plan)
+            cancel = await store.cancel_request(saga_id)
+            messages: Sequence[tuple[str, str, Any, datetime]] | None = None
+            if not look:
+                if function is None and saga.kind != "plan":
+                    due = False  # a dynamic saga's code goes on when entered again
+                else:  # a saga function once due (or cancelled: it goes on to compensate)
+                    messages = None if function is None or cancel is not None else await _awaited(store, saga)
+                    due = messages is None or due_with(saga, messages)
+                if not due or not await self._fit(saga, held.rows):
+                    await held.release()
+                    return None
+            if _gated(saga, held.rows) and any(r.decision is None for r in await store.load_approvals(saga_id)):
                 await held.release()  # decided meanwhile the other way round
                 return None
             try:
-                work = work_of(self._planner, held.saga)
+                work = work_of(self._planner, saga)
             except PlanValidationError as exc:  # other tools, or no key: left for an executor that has them
                 await held.release()
                 logger.warning("saga %s: decided, left for an executor that can go on with it: %s", saga_id, exc)
                 return None
             engine = held.start(detached=detached, shelters=shelters)
-            await engine.resume()
+            engine.journal.saga_to(SagaStatus.RUNNING)  # written with the next write, before any tool starts
             engine.emit("saga_started")
-            await _honour_cancel(engine)
+            engine.messages = messages or None
+            if cancel is not None:
+                engine.cancel(cancel)
             return await drive(engine, work, self._planner, resumed=True)
+
+    async def _may_go_on(self, saga: SagaRow, rows: list[StepRow]) -> bool:
+        """Tell whether this executor may go on with a WAITING saga read before its claim: a plan saga, or a saga
+        function now due, with every tool it needs."""
+        function = function_of(saga.plan)
+        if (function is None and saga.kind != "plan") or (function and not await due(self._drives.config.store, saga)):
+            return False  # a dynamic saga's code goes on when entered again; a saga function once due
+        return await self._fit(saga, rows)
+
+    async def _fit(self, saga: SagaRow, rows: list[StepRow]) -> bool:
+        """Tell whether this executor has every tool a saga needs; if not, note it and warn of it once."""
+        lacking = self.lacking(saga, rows)
+        if lacking:
+            missing = [text for _, text in lacking]
+            if self._warn_once(
+                saga.saga_id, missing, f"decided, left for a worker that has its tool(s) {', '.join(missing)}"
+            ):
+                await self.note_lacking(saga.saga_id, lacking)
+            return False
+        return True
+
+
+def _gated(saga: SagaRow, rows: list[StepRow]) -> bool:
+    """Tell whether a WAITING saga may hold approval requests: a plan's, or a step waiting for a decision."""
+    plan = saga.kind == "plan" and function_of(saga.plan) is None
+    return plan or any(row.status is StepStatus.WAITING for row in rows)
 
 
 async def _count_attempt(engine: SagaEngine) -> None:

@@ -13,6 +13,7 @@ import asyncio
 import functools
 import logging
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import Any
 
 from saga_runtime._engine._approvals import Gate
@@ -66,6 +67,8 @@ class SagaEngine:
         runner = StepRunner(journal, invoker, compensator, verdict)
         self._groups = GroupRunner(journal, verdict, runner, compensator, config.registry, config.keyring)
         self.gate = Gate(journal)
+        # A saga function's messages as read when it was found due (its first recv looks there first), or None.
+        self.messages: Sequence[tuple[str, str, Any, datetime]] | None = None
         journal.on_cancel = verdict.halt  # a write the store refused for a cancel request (see Journal.flush)
         # True for a saga recovery drives: no caller waits on it, so a cancellation (the worker shutting down)
         # stops it without compensating; the next recovery resumes it.

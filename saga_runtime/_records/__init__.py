@@ -71,11 +71,13 @@ from saga_runtime._records._queues import (
     DRAINING,
     PAUSED,
     QUEUE_STATES,
+    SAGA_WAKE,
     Queue,
     QueueEntry,
     QueueInfo,
     QueueState,
     RateLimit,
+    saga_wake,
 )
 from saga_runtime._records._retention import PurgeReport, SagaHold, verify_export
 from saga_runtime._records._rows import (
@@ -138,6 +140,7 @@ __all__ = [
     "PAUSED",
     "QUEUE_STATES",
     "REJECTED",
+    "SAGA_WAKE",
     "WAITING_KINDS",
     "ApprovalRequest",
     "ApprovalRow",
@@ -214,6 +217,7 @@ __all__ = [
     "result_from_rows",
     "reveal",
     "saga_seal",
+    "saga_wake",
     "same_work",
     "seal",
     "seal_all",

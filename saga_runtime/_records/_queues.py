@@ -32,6 +32,14 @@ QUEUE_STATES: tuple[QueueState, ...] = (ACTIVE, PAUSED, DRAINING)
 #: What a store's `queue_wakeups` passes for a decision, cancel, unpark, retry or message (no queue is so named):
 #: recovery's round goes on with it; no queue needs a claim for it.
 DECISION_WAKE = "\x00decision"
+#: How a wakeup names the one saga a message or a decision made ready (`notify_workers(saga_wake(saga_id))`):
+#: a worker goes straight to it.
+SAGA_WAKE = "message:"
+
+
+def saga_wake(saga_id: str) -> str:
+    """Return the wakeup that tells workers the saga `saga_id` was made ready (a message, a decision)."""
+    return SAGA_WAKE + saga_id
 
 
 def _limit(name: str, value: object) -> int | None:

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from saga_runtime._records import ApprovalRow, SagaStatus
-from saga_runtime._storage._codec import LEASE_SQL, NOW_SQL, DialectName, RowCodec
+from saga_runtime._storage._codec import LEASE_SQL, NOW_SQL, SAGA_COLUMNS, STEP_COLUMNS, DialectName, RowCodec
 from saga_runtime._storage._sql import _placeholders
 
 __all__ = ["APPROVAL_COLUMNS", "ApprovalQueries", "approval_params", "approval_row"]
@@ -72,12 +72,23 @@ class ApprovalQueries:
             "AND NOT EXISTS (SELECT 1 FROM approvals a WHERE a.saga_id = s.saga_id AND a.decision IS NULL) "
             "ORDER BY s.created_at, s.saga_id LIMIT ? OFFSET ?",
         )
-        self.claim = q(
-            dialect,
+        claim = (
             f"UPDATE sagas SET owner = ?, lease_expires_at = {LEASE_SQL[dialect]}, updated_at = ? "
             "WHERE saga_id = ? AND status = ? "
-            f"AND (owner IS NULL OR owner = ? OR lease_expires_at IS NULL OR lease_expires_at < {clock})",
+            f"AND (owner IS NULL OR owner = ? OR lease_expires_at IS NULL OR lease_expires_at < {clock})"
         )
+        self.claim = q(dialect, claim)
+        # PostgreSQL claims and reads the claimed saga with its steps in one statement (one round trip); the
+        # others run the claim, then `Queries.load`, in one transaction.
+        self.claim_load: str | None = None
+        if dialect == "postgresql":
+            step_cols = ", ".join(f"st.{c}" for c in STEP_COLUMNS)
+            self.claim_load = q(
+                dialect,
+                f"WITH c AS ({claim} RETURNING {', '.join(SAGA_COLUMNS)}) "
+                f"SELECT {', '.join(f'c.{c}' for c in SAGA_COLUMNS)}, {step_cols} "
+                "FROM c LEFT JOIN steps st ON st.saga_id = c.saga_id ORDER BY st.seq",
+            )
         self.holds = q(dialect, "SELECT COUNT(*) FROM sagas WHERE saga_id = ? AND owner = ? AND status = ?")
         self.waiting = _WAITING
 

@@ -317,8 +317,11 @@ class SagaStore(Protocol):
         """Return the ids of WAITING plan sagas whose requests are all decided, unowned or whose lease expired."""
         ...
 
-    async def claim_waiting(self, saga_id: str, owner: str, lease_expires_at: datetime, now: datetime) -> bool:
-        """Give a WAITING saga to `owner` (leased) if nobody else holds it; atomic; return whether it now does.
+    async def claim_waiting(
+        self, saga_id: str, owner: str, lease_expires_at: datetime, now: datetime
+    ) -> tuple[SagaRow, list[StepRow]] | None:
+        """Give a WAITING saga to `owner` (leased) if nobody else holds it, atomically; return its rows as claimed
+        (the saga row and its step rows), or None if it is not WAITING or another owner holds it.
 
         The claim of `approve()` and recovery going on with a decided saga: of two at once only one wins. The
         status stays WAITING: the new owner's engine moves it on (through its transition table) and writes it.

@@ -589,16 +589,18 @@ class MemoryStore(StoreBase, MemoryRetention, MemorySchedules, MemoryQueueContro
         ready.sort(key=lambda saga: (saga.created_at, saga.saga_id))
         return [saga.saga_id for saga in ready[offset : offset + limit]]
 
-    async def claim_waiting(self, saga_id: str, owner: str, lease_expires_at: datetime, now: datetime) -> bool:
-        """Give a WAITING saga nobody else holds to `owner`; return whether it now does."""
+    async def claim_waiting(
+        self, saga_id: str, owner: str, lease_expires_at: datetime, now: datetime
+    ) -> tuple[SagaRow, list[StepRow]] | None:
+        """Give a WAITING saga nobody else holds to `owner`; return its rows as claimed, else None."""
         self._check_open()
         saga = self._sagas.get(saga_id)
         if saga is None or saga.status is not SagaStatus.WAITING:
-            return False
-        free = saga.owner in (None, owner) or saga.lease_expires_at is None or saga.lease_expires_at < now
-        if free:
-            self._sagas[saga_id] = replace(saga, owner=owner, lease_expires_at=lease_expires_at, updated_at=now)
-        return free
+            return None
+        if not (saga.owner in (None, owner) or saga.lease_expires_at is None or saga.lease_expires_at < now):
+            return None
+        self._sagas[saga_id] = replace(saga, owner=owner, lease_expires_at=lease_expires_at, updated_at=now)
+        return self._snapshot(saga_id)
 
     async def list_rows(
         self, status: SagaStatus | None, limit: int, offset: int, *, owner: str | None = None

@@ -872,15 +872,27 @@ class SQLStore(StoreBase, SQLRetention, SQLSchedules, SQLQueueControl):
         )
         return [self._codec.id_out(record[0]) for record in records]
 
-    async def claim_waiting(self, saga_id: str, owner: str, lease_expires_at: datetime, now: datetime) -> bool:
-        """Give a WAITING saga nobody else holds to `owner`: one conditional UPDATE; return whether it now does."""
+    async def claim_waiting(
+        self, saga_id: str, owner: str, lease_expires_at: datetime, now: datetime
+    ) -> tuple[SagaRow, list[StepRow]] | None:
+        """Give a WAITING saga nobody else holds to `owner` and return it as claimed, with its steps; else None.
+
+        PostgreSQL: one statement (the conditional UPDATE and the read); the others: the UPDATE, then the read.
+        """
         self._check_open()
         aq, codec = self._approval_queries, self._codec
         lease = codec.lease_in(lease_expires_at, now)
         params = (owner, lease, codec.time_in(now), saga_id, aq.waiting, owner, *codec.now_in(now))
-        return await self._conditional_update(
+        if aq.claim_load is not None:  # a retried try wins again: the saga is `owner`'s already
+            return codec.rows_of_load(await self._fetch("claim_waiting", aq.claim_load, params))
+        if not await self._conditional_update(
             "claim_waiting", aq.claim, params, (aq.holds, (saga_id, owner, aq.waiting))
-        )
+        ):
+            return None
+        claimed = await self.load_saga(saga_id)
+        if claimed is None or claimed[0].owner != owner or claimed[0].status is not SagaStatus.WAITING:
+            return None  # taken over meanwhile (its lease ran out at once)
+        return claimed
 
     async def _fetch(self, what: str, sql: str, params: Sequence[Any]) -> Sequence[Sequence[Any]]:
         """Run one query on its own (autocommit), retried after a lost connection; return its records."""
