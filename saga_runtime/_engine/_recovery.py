@@ -13,7 +13,7 @@ import anyio
 import anyio.lowlevel
 
 from saga_runtime._engine._approvals import Decisions
-from saga_runtime._engine._calls import _awaited, due, due_with
+from saga_runtime._engine._calls import awaited_topic, due, due_with
 from saga_runtime._engine._cancellation import Shelters
 from saga_runtime._engine._claim import Claim, Drives
 from saga_runtime._engine._driver import Planner, drive, work_of
@@ -308,17 +308,19 @@ class Recovery:
                 return None
             saga = held.saga
             function = function_of(saga.plan)
-            cancel = await store.cancel_request(saga_id)
             messages: Sequence[tuple[str, str, Any, datetime]] | None = None
             if not look:
                 if function is None and saga.kind != "plan":
                     due = False  # a dynamic saga's code goes on when entered again
-                else:  # a saga function once due (or cancelled: it goes on to compensate)
-                    messages = None if function is None or cancel is not None else await _awaited(store, saga)
-                    due = messages is None or due_with(saga, messages)
+                else:  # a saga function once due
+                    messages = None if awaited_topic(saga) is None else await store.load_messages(saga_id)
+                    due = function is None or due_with(saga, messages or [])
                 if not due or not await self._fit(saga, held.rows):
                     await held.release()
                     return None
+            # Told a message came for the recv it waits in, an operator's cancel is not read here: the saga's first
+            # write (before any tool starts) is refused for it, and the engine takes it in then.
+            cancel = None if messages is not None else await store.cancel_request(saga_id)
             if _gated(saga, held.rows) and any(r.decision is None for r in await store.load_approvals(saga_id)):
                 await held.release()  # decided meanwhile the other way round
                 return None
