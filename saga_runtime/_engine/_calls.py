@@ -245,8 +245,10 @@ async def receive(driver: CallDriver, position: int, topic: str, seconds: float 
         if message is not None or (remaining is not None and remaining <= 0):
             message_id, value = message if message is not None else (None, None)
             noted(saga, {"kind": "received", "position": position, "message_id": message_id, "value": value})
+            # Written with the saga's next write, which comes before anything the code does next takes effect (a
+            # call's intent, a wait, its end). Lost with a crash before it, the recv is run again and takes the same
+            # message: the oldest on its topic not received, sent by its deadline, all of it stored already.
             engine.journal.touch_saga()
-            await engine.flush()
             if message_id is not None:
                 engine.emit("message_received", topic=topic)
             return value
