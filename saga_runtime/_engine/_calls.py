@@ -71,7 +71,7 @@ class CallDriver:
         if gated:
             waiting, rejected = await engine.hold(gated)
             if waiting:
-                self.waiting = await engine.wait()
+                self.waiting = await engine.wait_for_decisions()
                 return False, []
             refused += rejected
         if refused and not keep_going:
@@ -121,7 +121,16 @@ class CallDriver:
 
     async def release(self) -> None:
         """Release the saga to wait (WAITING, no lease): what its code recorded stays; nothing more is written."""
-        self.waiting = await self.engine.wait()
+        engine = self.engine
+        self.waiting = await engine.wait()
+        # A message (or a cancel) stored after the saga last looked but before its wait was written found it still
+        # running, so it did not make it due: looked for once more, now that it waits.
+        store, saga_id = engine.config.store, engine.saga.saga_id
+        try:
+            if await due(store, engine.saga):
+                await store.wake_saga(saga_id, now())
+        except Exception as exc:  # an operator's look, or the next message's wakeup, finds it
+            logger.warning("saga %s: could not look for its messages once waiting: %s", saga_id, exc)
         raise Released
 
     async def end(

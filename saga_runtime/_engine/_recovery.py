@@ -272,7 +272,8 @@ class Recovery:
         while page := await self._drives.config.store.waiting_sagas(now(), limit, offset):
             for saga_id in page:
                 try:
-                    result = await self.go_on(saga_id, detached=True, shelters=shelters)
+                    # Listed as due (its wake time passed, or a message, decision or cancel came): claimed at once.
+                    result = await self.go_on(saga_id, detached=True, shelters=shelters, look=False)
                 except LeaseLostError as exc:
                     logger.warning("saga %s: %s", saga_id, exc)
                     continue
@@ -292,8 +293,8 @@ class Recovery:
         """Drive a WAITING saga whose requests are all decided (a saga function: once due), until its next wait or
         its end. None when it is not for this executor (held elsewhere, undecided, not due, tools missing).
 
-        `look`: read it first and claim it only if it may go on; else (told it was made ready: a message, a
-        decision) claim it at once, reading it as claimed, and let it go if it may not.
+        It is claimed, and read as claimed, then let go if it may not go on. `look`: read it first, and claim it
+        only if this executor has what it needs to run it (a saga listed as due: another worker may have it).
         """
         config = self._drives.config
         if config.resources is not None:
@@ -301,33 +302,39 @@ class Recovery:
         store = config.store
         if look:
             stored = await store.load_saga(saga_id)
-            if stored is None or stored[0].status is not SagaStatus.WAITING or not await self._may_go_on(*stored):
+            if stored is None or stored[0].status is not SagaStatus.WAITING or not await self._fit(*stored):
                 return None
         async with self._drives.claim_waiting(saga_id) as held:
             if held is None:
                 return None
             saga = held.saga
             function = function_of(saga.plan)
+            if function is None and saga.kind != "plan":
+                await held.release()  # a dynamic saga's code goes on when entered again
+                return None
+            if not look and not await self._fit(saga, held.rows):
+                await self._let_go(held, due_for_others=True)
+                return None
+            cancel = None
             messages: Sequence[tuple[str, str, Any, datetime]] | None = None
-            if not look:
-                if function is None and saga.kind != "plan":
-                    due = False  # a dynamic saga's code goes on when entered again
-                else:  # a saga function once due
-                    messages = None if awaited_topic(saga) is None else await store.load_messages(saga_id)
-                    due = function is None or due_with(saga, messages or [])
-                if not due or not await self._fit(saga, held.rows):
-                    await held.release()
-                    return None
-            # Told a message came for the recv it waits in, an operator's cancel is not read here: the saga's first
-            # write (before any tool starts) is refused for it, and the engine takes it in then.
-            cancel = None if messages is not None else await store.cancel_request(saga_id)
+            if function is not None:
+                messages = None if awaited_topic(saga) is None else await store.load_messages(saga_id)
+                # Due by a message for its recv, an operator's cancel is not read here: the saga's first write
+                # (before any tool starts) is refused for it, and the engine takes it in then.
+                if not due_with(saga, messages or []):
+                    cancel = await store.cancel_request(saga_id)
+                    if cancel is None:  # not due: it waits on
+                        await self._let_go(held)
+                        return None
+            else:
+                cancel = await store.cancel_request(saga_id)
             if _gated(saga, held.rows) and any(r.decision is None for r in await store.load_approvals(saga_id)):
-                await held.release()  # decided meanwhile the other way round
+                await self._let_go(held)  # decided meanwhile the other way round
                 return None
             try:
                 work = work_of(self._planner, saga)
             except PlanValidationError as exc:  # other tools, or no key: left for an executor that has them
-                await held.release()
+                await self._let_go(held, due_for_others=True)
                 logger.warning("saga %s: decided, left for an executor that can go on with it: %s", saga_id, exc)
                 return None
             engine = held.start(detached=detached, shelters=shelters)
@@ -338,13 +345,26 @@ class Recovery:
                 engine.cancel(cancel)
             return await drive(engine, work, self._planner, resumed=True)
 
-    async def _may_go_on(self, saga: SagaRow, rows: list[StepRow]) -> bool:
-        """Tell whether this executor may go on with a WAITING saga read before its claim: a plan saga, or a saga
-        function now due, with every tool it needs."""
-        function = function_of(saga.plan)
-        if (function is None and saga.kind != "plan") or (function and not await due(self._drives.config.store, saga)):
-            return False  # a dynamic saga's code goes on when entered again; a saga function once due
-        return await self._fit(saga, rows)
+    async def _let_go(self, held: Claim, *, due_for_others: bool = False) -> None:
+        """Let a claimed WAITING saga go undriven. Its release writes its own wake time, so what made it due while
+        it was held (a message, a decision, a cancel) is looked for again, and it is made due if found;
+        `due_for_others`: due at once anyway (left for a worker that has what this one lacks)."""
+        await held.release()
+        store, saga = self._drives.config.store, held.saga
+        try:
+            if due_for_others:
+                ready = True
+            elif function_of(saga.plan) is not None and await due(store, saga):
+                ready = not _gated(saga, held.rows)
+                ready = ready or all(r.decision is not None for r in await store.load_approvals(saga.saga_id))
+            else:
+                ready = _gated(saga, held.rows) and all(
+                    r.decision is not None for r in await store.load_approvals(saga.saga_id)
+                )
+            if ready:
+                await store.wake_saga(saga.saga_id, now())
+        except StoreError as exc:  # its next message or decision makes it due again
+            logger.warning("saga %s: could not look at it again once let go: %s", saga.saga_id, exc)
 
     async def _fit(self, saga: SagaRow, rows: list[StepRow]) -> bool:
         """Tell whether this executor has every tool a saga needs; if not, note it and warn of it once."""

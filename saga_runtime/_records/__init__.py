@@ -43,6 +43,7 @@ from saga_runtime._records._history import (
     released_by,
     same_work,
     takeover_entry,
+    wake_time,
 )
 from saga_runtime._records._models import (
     SagaResult,
@@ -233,5 +234,6 @@ __all__ = [
     "verify_rows",
     "waiting_for_of",
     "waiting_note",
+    "wake_time",
     "with_unstarted",
 ]

@@ -64,16 +64,19 @@ class ApprovalQueries:
         order = " ORDER BY a.requested_at, a.saga_id, a.seq LIMIT ?"
         self.pending = q(dialect, pending + order)
         self.due = q(dialect, pending + " AND a.deadline IS NOT NULL AND a.deadline <= ?" + order)
-        # Unheld WAITING plan sagas (and saga functions': a plan of their own), all decided: for recovery.
+        # Unheld WAITING plan sagas (and saga functions': a plan of their own) due by `wake_at` (the index of
+        # (status, wake_at) finds them), all decided: for recovery. Params: WAITING, now, the clock's, limit, offset.
         self.ready = q(
             dialect,
-            "SELECT s.saga_id FROM sagas s WHERE s.status = ? AND (s.kind = 'plan' OR s.plan IS NOT NULL) "
+            "SELECT s.saga_id FROM sagas s WHERE s.status = ? AND s.wake_at <= ? "
+            "AND (s.kind = 'plan' OR s.plan IS NOT NULL) "
             f"AND (s.owner IS NULL OR s.lease_expires_at IS NULL OR s.lease_expires_at < {clock}) "
             "AND NOT EXISTS (SELECT 1 FROM approvals a WHERE a.saga_id = s.saga_id AND a.decision IS NULL) "
-            "ORDER BY s.created_at, s.saga_id LIMIT ? OFFSET ?",
+            "ORDER BY s.wake_at, s.saga_id LIMIT ? OFFSET ?",
         )
+        # Due again once the lease runs out (its claimer may die before it writes the saga's next wait).
         claim = (
-            f"UPDATE sagas SET owner = ?, lease_expires_at = {LEASE_SQL[dialect]}, updated_at = ? "
+            f"UPDATE sagas SET owner = ?, lease_expires_at = {LEASE_SQL[dialect]}, updated_at = ?, wake_at = ? "
             "WHERE saga_id = ? AND status = ? "
             f"AND (owner IS NULL OR owner = ? OR lease_expires_at IS NULL OR lease_expires_at < {clock})"
         )

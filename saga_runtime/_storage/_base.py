@@ -217,8 +217,9 @@ class SagaStore(Protocol):
         """Return the state an operator set for queue `name` ("active" when none was)."""
         ...
 
-    async def saga_queue_state(self, saga_id: str) -> tuple[str, QueueState] | None:
-        """Return the queue a saga was submitted to and that queue's state; None if it was not queued."""
+    async def saga_queue_state(self, saga_id: str) -> tuple[str, QueueState, datetime | None] | None:
+        """Return the queue a saga was submitted to, that queue's state and the saga's `not_before` (its earliest
+        start); None if it was not queued."""
         ...
 
     async def note_queue_limits(self, queue: Queue, at: datetime) -> None:
@@ -314,7 +315,14 @@ class SagaStore(Protocol):
         ...
 
     async def waiting_sagas(self, now: datetime, limit: int = 100, offset: int = 0) -> list[str]:
-        """Return the ids of WAITING plan sagas whose requests are all decided, unowned or whose lease expired."""
+        """Return the ids of WAITING plan sagas (and saga functions) due by `now` (their wait's end, or made due:
+        `wake_saga`), whose requests are all decided, unowned or whose lease expired; an indexed query."""
+        ...
+
+    async def wake_saga(self, saga_id: str, at: datetime) -> bool:
+        """Make a WAITING saga due at `at` for `waiting_sagas` (at once: a message, a decision or a cancel it may go
+        on with); return whether it waits. A saga's own wait (a sleep's end, a recv's deadline) is written with its
+        row; a message, a decision and a cancel request make it due themselves."""
         ...
 
     async def claim_waiting(

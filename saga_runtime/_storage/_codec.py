@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from saga_runtime._exceptions import StoreError
-from saga_runtime._records import SagaRow, SagaStatus, StepRow, StepStatus, now
+from saga_runtime._records import SagaRow, SagaStatus, StepRow, StepStatus, now, wake_time
 
 __all__ = ["LEASE_SQL", "NOW_SQL", "SAGA_COLUMNS", "STEP_COLUMNS", "DialectName", "RowCodec"]
 
@@ -47,6 +47,7 @@ SAGA_COLUMNS = (
     "seal",
     "history",
     "waiting_for",
+    "wake_at",  # not a field of the row: written from it (`wake_time`), read by the queries of due sagas only
 )
 STEP_COLUMNS = (
     "saga_id",
@@ -198,6 +199,7 @@ class RowCodec:
             row.seal,
             json_in(row.history, f"the history of {what}") if row.history else None,
             None if row.waiting_for is None else json_in(row.waiting_for, f"the waiting note of {what}"),
+            self.time_in(wake_time(row)),
         )
 
     def step_params(self, row: StepRow) -> tuple[Any, ...]:

@@ -65,11 +65,12 @@ class MemoryQueueControl:
         state: QueueState = self._queue_rows.get(name, {}).get("state", ACTIVE)
         return state
 
-    async def saga_queue_state(self, saga_id: str) -> tuple[str, QueueState] | None:
-        """Return the queue a saga was submitted to and that queue's state; None if it was not queued."""
+    async def saga_queue_state(self, saga_id: str) -> tuple[str, QueueState, datetime | None] | None:
+        """Return the queue a saga was submitted to, that queue's state and the saga's `not_before`; None if it
+        was not queued."""
         self._check_open()
         entry = self._queued.get(saga_id)
-        return None if entry is None else (entry.queue, await self.queue_state(entry.queue))
+        return None if entry is None else (entry.queue, await self.queue_state(entry.queue), entry.not_before)
 
     async def note_queue_limits(self, queue: Queue, at: datetime) -> None:
         """Record the limits a worker serves `queue` with (its state unchanged)."""

@@ -47,7 +47,7 @@ class QueueControlQueries:
         self.state = q(dialect, "SELECT state FROM queue_states WHERE name = ?")
         self.saga_state = q(
             dialect,
-            "SELECT s.queue, q.state FROM sagas s LEFT JOIN queue_states q ON q.name = s.queue "
+            "SELECT s.queue, q.state, s.not_before FROM sagas s LEFT JOIN queue_states q ON q.name = s.queue "
             "WHERE s.saga_id = ? AND s.queue IS NOT NULL",
         )
         self.set_state = q(
@@ -131,14 +131,16 @@ class SQLQueueControl:
         state = str(records[0][0]) if records else ACTIVE
         return PAUSED if state == PAUSED else DRAINING if state == DRAINING else ACTIVE
 
-    async def saga_queue_state(self, saga_id: str) -> tuple[str, QueueState] | None:
-        """Return the queue a saga was submitted to and that queue's state; None if it was not queued."""
+    async def saga_queue_state(self, saga_id: str) -> tuple[str, QueueState, datetime | None] | None:
+        """Return the queue a saga was submitted to, that queue's state and the saga's `not_before`; None if it
+        was not queued."""
         self._check_open()
         records = await self._fetch("saga_queue_state", _queries(self).saga_state, (saga_id,))
         if not records:
             return None
         name, state = str(records[0][0]), records[0][1]
-        return name, PAUSED if state == PAUSED else DRAINING if state == DRAINING else ACTIVE
+        state = PAUSED if state == PAUSED else DRAINING if state == DRAINING else ACTIVE
+        return name, state, self._codec.time_out(records[0][2])
 
     async def note_queue_limits(self, queue: Queue, at: datetime) -> None:
         """Record the limits a worker serves `queue` with (its state unchanged)."""

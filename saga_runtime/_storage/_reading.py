@@ -21,6 +21,7 @@ from saga_runtime._records import (
     export_rows,
     import_approvals,
     import_rows,
+    now,
     result_from_rows,
     summary_from_rows,
     verify_rows,
@@ -47,9 +48,12 @@ async def get_saga(store: SagaStore, saga_id: str) -> SagaResult | None:
     if result.status is SagaStatus.QUEUED:  # a paused or draining queue is the first reason it does not move
         queued = await store.saga_queue_state(saga_id)
         if queued is not None and queued[1] != ACTIVE:
-            name, state = queued
+            name, state, _ = queued
             why = f"queue {name!r} is {state}: resume it (saga-runtime queue resume {name}) to start its sagas"
             result = result.model_copy(update={"waiting_for": {"kind": "queue_paused", "detail": why}})
+        elif queued is not None and queued[2] is not None and queued[2] > now():  # then its not_before
+            why = f"its start time (not_before): {queued[2].isoformat(timespec='seconds')}"
+            result = result.model_copy(update={"waiting_for": {"kind": "time", "detail": why}})
     return result
 
 
