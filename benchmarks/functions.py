@@ -538,9 +538,9 @@ async def _sleepers(url: str, count: int, folder: Path) -> Sleepers:
         if cpu_before is not None and cpu_after is not None:
             out.cpu_share = (cpu_after - cpu_before) / wall
         db_after = [_cpu_seconds(backend) for backend in backends]
-        out.db_cpu_share = sum(
-            after - before for before, after in zip(db_before, db_after, strict=True) if before and after
-        ) / wall
+        out.db_cpu_share = (
+            sum(after - before for before, after in zip(db_before, db_after, strict=True) if before and after) / wall
+        )
         out.asleep_mib, out.peak_mib = _rss(pid)
         rows = []
         for offset in range(0, count, 1000):  # what the store says of each
