@@ -18,7 +18,9 @@ Four workloads, each against a floor measured in the same run:
   each `saga.sleep()` an hour (released: WAITING). Reported: how many are WAITING, how many of them hold a lease or
   an owner (none should), the sagas the worker holds RUNNING meanwhile, the worker's RSS (VmRSS of
   /proc/<pid>/status) idle (after a warm-up of 50 short saga functions) and once every sleeper sleeps, the CPU the
-  worker uses while they sleep, and how long a saga submitted then takes to finish (the worker has its slots free).
+  worker and its database backends use while they sleep and the database's transactions per second meanwhile (an
+  idle worker asks only for the sagas due now, by an index: it should not grow with the sleepers), and how long a
+  saga submitted then takes to finish (the worker has its slots free).
 
 The resume, wake-up and sleeper workloads run on a PostgreSQL database created for the run
 (SAGA_RUNTIME_BENCH_POSTGRES_URL); an unreachable server is reported as skipped. `python -m benchmarks.functions

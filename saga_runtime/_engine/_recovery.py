@@ -328,7 +328,8 @@ class Recovery:
                         return None
             else:
                 cancel = await store.cancel_request(saga_id)
-            if _gated(saga, held.rows) and any(r.decision is None for r in await store.load_approvals(saga_id)):
+            approvals = await store.load_approvals(saga_id) if _gated(saga, held.rows) else None
+            if approvals is not None and any(request.decision is None for request in approvals):
                 await self._let_go(held)  # decided meanwhile the other way round
                 return None
             try:
@@ -341,6 +342,8 @@ class Recovery:
             engine.journal.saga_to(SagaStatus.RUNNING)  # written with the next write, before any tool starts
             engine.emit("saga_started")
             engine.messages = messages or None
+            if approvals is not None:
+                engine.gate.known(approvals)  # read once
             if cancel is not None:
                 engine.cancel(cancel)
             return await drive(engine, work, self._planner, resumed=True)

@@ -54,6 +54,21 @@ class ApprovalQueries:
         # People decide before the deadline, the deadline after. Params: five values, saga_id, step_id, time.
         self.decide = q(dialect, decide + "(deadline IS NULL OR deadline > ?)")
         self.expire = q(dialect, decide + "deadline IS NOT NULL AND deadline <= ?")
+        # PostgreSQL: the decision makes its saga due (wake_at) in the same statement, so in the same commit.
+        # Params: as decide/expire, then the wake time. Returns one row per decision recorded.
+        self.decide_wake: dict[bool, str] | None = None
+        if dialect == "postgresql":
+            wake = (
+                " RETURNING saga_id), w AS (UPDATE sagas SET wake_at = ? FROM d "
+                "WHERE sagas.saga_id = d.saga_id AND sagas.status = 'WAITING') SELECT saga_id FROM d"
+            )
+            self.decide_wake = {
+                by_deadline: q(dialect, "WITH d AS (" + decide + condition + wake)
+                for by_deadline, condition in (
+                    (False, "(deadline IS NULL OR deadline > ?)"),
+                    (True, "deadline IS NOT NULL AND deadline <= ?"),
+                )
+            }
         # Lets a retried decision find its lost try's commit.
         self.decided_as = q(dialect, "SELECT COUNT(*) FROM approvals WHERE saga_id = ? AND step_id = ? AND hash = ?")
         cols = ", ".join(f"a.{c}" for c in APPROVAL_COLUMNS)
@@ -86,11 +101,15 @@ class ApprovalQueries:
         self.claim_load: str | None = None
         if dialect == "postgresql":
             step_cols = ", ".join(f"st.{c}" for c in STEP_COLUMNS)
+            # Its commit does not wait for the disk (synchronous_commit off for this transaction only): a claim
+            # lost with a crash of the server leaves the saga unowned, and the claimer's first write (an
+            # owner-conditional one, made durable at once, with the claim before it) is refused.
             self.claim_load = q(
                 dialect,
-                f"WITH c AS ({claim} RETURNING {', '.join(SAGA_COLUMNS)}) "
+                f"WITH c AS ({claim} RETURNING {', '.join(SAGA_COLUMNS)}), "
+                "quick AS (SELECT set_config('synchronous_commit', 'off', true)) "
                 f"SELECT {', '.join(f'c.{c}' for c in SAGA_COLUMNS)}, {step_cols} "
-                "FROM c LEFT JOIN steps st ON st.saga_id = c.saga_id ORDER BY st.seq",
+                "FROM c CROSS JOIN quick LEFT JOIN steps st ON st.saga_id = c.saga_id ORDER BY st.seq",
             )
         self.holds = q(dialect, "SELECT COUNT(*) FROM sagas WHERE saga_id = ? AND owner = ? AND status = ?")
         self.waiting = _WAITING

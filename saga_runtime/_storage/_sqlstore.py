@@ -849,6 +849,19 @@ class SQLStore(StoreBase, SQLRetention, SQLSchedules, SQLQueueControl):
         stamp = time_in(row.decided_at)
         params = (row.decision, row.decided_by, stamp, row.note, row.hash, row.saga_id, row.step_id, stamp)
         lost_try = (aq.decided_as, (row.saga_id, row.step_id, row.hash))
+        if aq.decide_wake is not None:  # one statement: decided and due at once
+            tries = 0
+            sql, wake_params = aq.decide_wake[by_deadline], (*params, stamp or time_in(now()))
+
+            async def once() -> bool:
+                nonlocal tries
+                tries += 1
+                async with self._transaction(begin=False) as tx:
+                    if await tx.fetch(sql, wake_params):
+                        return True
+                    return tries > 1 and int((await tx.fetch(*lost_try))[0][0]) == 1
+
+            return await self._retrying("decide_approval", once)
         decided = await self._conditional_update(
             "decide_approval", aq.expire if by_deadline else aq.decide, params, lost_try
         )
