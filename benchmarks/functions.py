@@ -18,7 +18,9 @@ Four workloads, each against a floor measured in the same run:
   each `saga.sleep()` an hour (released: WAITING). Reported: how many are WAITING, how many of them hold a lease or
   an owner (none should), the sagas the worker holds RUNNING meanwhile, the worker's RSS (VmRSS of
   /proc/<pid>/status) idle (after a warm-up of 50 short saga functions) and once every sleeper sleeps, the CPU the
-  worker uses while they sleep, and how long a saga submitted then takes to finish (the worker has its slots free).
+  worker and its database backends use while they sleep and the database's transactions per second meanwhile (an
+  idle worker asks only for the sagas due now, by an index: it should not grow with the sleepers), and how long a
+  saga submitted then takes to finish (the worker has its slots free).
 
 The resume, wake-up and sleeper workloads run on a PostgreSQL database created for the run
 (SAGA_RUNTIME_BENCH_POSTGRES_URL); an unreachable server is reported as skipped. `python -m benchmarks.functions
@@ -43,7 +45,7 @@ from typing import Any
 
 from benchmarks._floors import Unreachable, database
 from benchmarks._report import Target, value
-from benchmarks.fleet import _cpu_seconds, _notify_floor
+from benchmarks.fleet import _backends, _cpu_seconds, _notify_floor, _transactions
 from saga_runtime import DynamicSaga, SagaExecutor, SagaStatus, StepContext, ToolRegistry, open_store
 from saga_runtime._planning import build_plan
 from saga_runtime._records import SagaRow, StepRow, StepStatus, chain_head, idempotency_key, now, seal_all
@@ -53,6 +55,7 @@ STEPS = 10
 ORPHANS = 1000
 SLEEPERS = 10_000
 HOUR = 3600.0
+ASLEEP_SECONDS = 5.0  # how long the worker's CPU and the database's transactions are counted with every sleeper asleep
 MIB = 1024 * 1024
 IN_MEMORY = "in memory: 10-call saga function vs the same 10 calls as a plan"
 RESUME = "resume: orphaned 10-call sagas recovered by one executor, PostgreSQL"
@@ -460,6 +463,8 @@ class Sleepers:
     peak_mib: float | None = None
     started_s: float | None = None
     cpu_share: float | None = None
+    db_cpu_share: float | None = None
+    transactions_per_s: float | None = None
     probe_ms: float | None = None
     skipped: str | None = None
 
@@ -479,6 +484,8 @@ class Sleepers:
             "ratio": None if not (self.idle_mib and self.asleep_mib) else round(self.asleep_mib / self.idle_mib, 3),
             "peak RSS MiB": r(self.peak_mib),
             "worker cpu share while asleep": r(self.cpu_share, 3),
+            "its database backends' cpu share": r(self.db_cpu_share, 3),
+            "db transactions/s while asleep": r(self.transactions_per_s, 1),
             "a new saga meanwhile: submit -> SUCCESS ms": r(self.probe_ms),
             "skipped": self.skipped,
         }
@@ -522,11 +529,20 @@ async def _sleepers(url: str, count: int, folder: Path) -> Sleepers:
             await asyncio.sleep(0.2)
         out.started_s = time.monotonic() - started
         await asyncio.sleep(2.0)  # a few of its rounds with every sleeper asleep
+        backends = await _backends(url)  # the worker's connections (this process's pool is idle meanwhile)
+        db_before = [_cpu_seconds(backend) for backend in backends]
+        transactions = await _transactions(url)
         cpu_before, wall_before = _cpu_seconds(pid), time.monotonic()
-        await asyncio.sleep(3.0)
+        await asyncio.sleep(ASLEEP_SECONDS)
         cpu_after = _cpu_seconds(pid)
+        wall = time.monotonic() - wall_before
+        out.transactions_per_s = (await _transactions(url) - transactions) / wall
         if cpu_before is not None and cpu_after is not None:
-            out.cpu_share = (cpu_after - cpu_before) / (time.monotonic() - wall_before)
+            out.cpu_share = (cpu_after - cpu_before) / wall
+        db_after = [_cpu_seconds(backend) for backend in backends]
+        out.db_cpu_share = (
+            sum(after - before for before, after in zip(db_before, db_after, strict=True) if before and after) / wall
+        )
         out.asleep_mib, out.peak_mib = _rss(pid)
         rows = []
         for offset in range(0, count, 1000):  # what the store says of each

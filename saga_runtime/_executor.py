@@ -534,7 +534,7 @@ class SagaExecutor:
             saga_ids = told.take()
             try:
                 for saga_id in saga_ids:
-                    await recovery.go_on(saga_id, detached=True, shelters=shelters)
+                    await recovery.go_on(saga_id, detached=True, shelters=shelters, look=False)
                 if not saga_ids and pause is not None:
                     await recovery.go_on_waiting(limit, shelters)
             except Exception as exc:  # the next round tries again

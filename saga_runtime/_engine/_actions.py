@@ -143,10 +143,10 @@ class Actions:
         saga, requests = await self._decisions.decide(saga_id, step_id, decision, by=by, note=note, digest=digest)
         resumable = saga.kind == "plan" or function_of(saga.plan) is not None  # (a saga function resumes too)
         if resume and resumable and all(request.decision is not None for request in requests):
-            result = await self.recovery.go_on(saga_id)
+            result = await self.recovery.go_on(saga_id, look=False)
             if result is not None:
                 return result
-        await self.recovery.wake_workers()  # not gone on here: a worker does, at once
+        await self.recovery.wake_workers(saga_id)  # not gone on here: a worker does, at once
         return await self._stored_result(saga_id)
 
     async def cancel(self, saga_id: str, reason: str | None, by: str | None = None) -> SagaResult:

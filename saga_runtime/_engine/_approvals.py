@@ -68,6 +68,10 @@ class Gate:
         journal = self._journal
         self._keep(await journal.store.load_approvals(journal.saga.saga_id))
 
+    def known(self, rows: Sequence[ApprovalRow]) -> None:
+        """Take the saga's requests as just read from the store (`load` then reads nothing)."""
+        self._keep(rows)
+
     def _keep(self, rows: Sequence[ApprovalRow]) -> None:
         self._loaded = True
         self.rows.update((row.step_id, row) for row in rows)

@@ -22,7 +22,7 @@ from saga_runtime._engine._saga import SagaEngine
 from saga_runtime._exceptions import SagaError, SagaFailedError, describe
 from saga_runtime._records import SagaResult, SagaRow, SagaStatus, StepRow, StepStatus, now, result_from_rows
 
-__all__ = ["CallBody", "CallDriver", "Released", "drive_calls", "due", "receive", "send"]
+__all__ = ["CallBody", "CallDriver", "Released", "awaited_topic", "drive_calls", "due", "due_with", "receive", "send"]
 
 logger = logging.getLogger("saga_runtime")
 
@@ -72,7 +72,7 @@ class CallDriver:
         if gated:
             waiting, rejected = await engine.hold(gated)
             if waiting:
-                self.waiting = await engine.wait()
+                self.waiting = await engine.wait_for_decisions()
                 return False, []
             refused += rejected
         if refused and not keep_going:
@@ -123,7 +123,16 @@ class CallDriver:
 
     async def release(self) -> None:
         """Release the saga to wait (WAITING, no lease): what its code recorded stays; nothing more is written."""
-        self.waiting = await self.engine.wait()
+        engine = self.engine
+        self.waiting = await engine.wait()
+        # A message (or a cancel) stored after the saga last looked but before its wait was written found it still
+        # running, so it did not make it due: looked for once more, now that it waits.
+        store, saga_id = engine.config.store, engine.saga.saga_id
+        try:
+            if await due(store, engine.saga):
+                await store.wake_saga(saga_id, now())
+        except Exception as exc:  # an operator's look, or the next message's wakeup, finds it
+            logger.warning("saga %s: could not look for its messages once waiting: %s", saga_id, exc)
         raise Released
 
     async def end(
@@ -239,13 +248,18 @@ async def receive(driver: CallDriver, position: int, topic: str, seconds: float 
                 saga_id=saga.saga_id,
                 status=saga.status.value,
             )
-        message = await _unreceived(store, saga, topic, deadline)
+        read, engine.messages = engine.messages, None  # read as it was found due: looked at once
+        message = None if read is None else _first_unreceived(saga, read, topic, deadline)
+        if message is None:
+            message = await _unreceived(store, saga, topic, deadline)
         remaining = None if deadline is None else (deadline - now()).total_seconds()
         if message is not None or (remaining is not None and remaining <= 0):
             message_id, value = message if message is not None else (None, None)
             noted(saga, {"kind": "received", "position": position, "message_id": message_id, "value": value})
+            # Written with the saga's next write, which comes before anything the code does next takes effect (a
+            # call's intent, a wait, its end). Lost with a crash before it, the recv is run again and takes the same
+            # message: the oldest on its topic not received, sent by its deadline, all of it stored already.
             engine.journal.touch_saga()
-            await engine.flush()
             if message_id is not None:
                 engine.emit("message_received", topic=topic)
             return value
@@ -259,8 +273,13 @@ async def _unreceived(
 ) -> tuple[str, Any] | None:
     """Return the oldest message on `topic` this saga has not received, as (id, value); one sent after the recv's
     `deadline` is for a later recv (the timed-out one returns None, whenever its worker looks)."""
-    messages = await store.load_messages(saga.saga_id)
-    # Read after the await: two recvs of one saga waiting at once never take the same message.
+    return _first_unreceived(saga, await store.load_messages(saga.saga_id), topic, deadline)
+
+
+def _first_unreceived(
+    saga: SagaRow, messages: Sequence[tuple[str, str, Any, datetime]], topic: str, deadline: datetime | None = None
+) -> tuple[str, Any] | None:
+    # Read after the messages were loaded: two recvs of one saga waiting at once never take the same message.
     taken = {entry.get("message_id") for entry in saga.history if entry.get("kind") == "received"}
     for message_id, on, value, sent_at in messages:
         if on == topic and message_id not in taken and (deadline is None or sent_at <= deadline):
@@ -271,24 +290,35 @@ async def _unreceived(
 async def due(store: Any, saga: SagaRow) -> bool:
     """Tell whether a WAITING saga function may go on: not asleep, nor waiting for a message that has not come
     before its recv's deadline."""
-    if await _cancel_waits(store, saga):
+    if await store.cancel_request(saga.saga_id) is not None:
         return True  # cancelled: it goes on to compensate, whatever it waits for
-    at = now()
-    if asleep(saga, at):
-        return False
+    return due_with(saga, await _awaited(store, saga))
+
+
+def awaited_topic(saga: SagaRow) -> str | None:
+    """Return the topic a saga function's pending recv waits on (None: no recv pending, or its deadline passed)."""
     received = {entry.get("position") for entry in saga.history if entry.get("kind") == "received"}
     waiting = [e for e in saga.history if e.get("kind") == "recv" and e.get("position") not in received]
     if not waiting:
-        return True
+        return None
     begun = waiting[-1]
-    if begun.get("deadline") is not None and datetime.fromisoformat(begun["deadline"]) <= at:
-        return True
-    return await _unreceived(store, saga, str(begun.get("topic"))) is not None
+    if begun.get("deadline") is not None and datetime.fromisoformat(begun["deadline"]) <= now():
+        return None
+    return str(begun.get("topic"))
 
 
-async def _cancel_waits(store: Any, saga: SagaRow) -> bool:
-    """Tell whether an operator asked to cancel the saga (a WAITING saga function then goes on, to compensate)."""
-    return await store.cancel_request(saga.saga_id) is not None
+async def _awaited(store: Any, saga: SagaRow) -> Sequence[tuple[str, str, Any, datetime]]:
+    """Return the saga's messages if it waits in a recv (else nothing is read)."""
+    return [] if awaited_topic(saga) is None else await store.load_messages(saga.saga_id)
+
+
+def due_with(saga: SagaRow, messages: Sequence[tuple[str, str, Any, datetime]]) -> bool:
+    """Tell whether a WAITING saga function (not cancelled) may go on, given its stored `messages`: not asleep,
+    nor in a recv whose message has not come before its deadline."""
+    if asleep(saga, now()):
+        return False
+    topic = awaited_topic(saga)
+    return topic is None or _first_unreceived(saga, messages, topic) is not None
 
 
 async def send(config: EngineConfig, saga_id: str, topic: str, message: Any, key: str | None) -> bool:

@@ -7,8 +7,9 @@ drives a saga through `async with drives.claim(...) as held:`; nothing else touc
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from contextvars import ContextVar
+from datetime import datetime
 from types import TracebackType
 from typing import Any, Literal
 
@@ -66,6 +67,11 @@ class Drives:
         """
         return Claim(self, saga, list(rows), take, reread)
 
+    def claim_waiting(self, saga_id: str) -> Claim:
+        """Return the context manager that takes the WAITING saga `saga_id` (read as the store claims it: one round
+        trip on PostgreSQL) and drives it; entering yields None when it is not WAITING or is held elsewhere."""
+        return Claim(self, saga_id, [], "waiting", ())
+
 
 class Claim:
     """Claim → re-read → session with lease heartbeat and fence → drive → release: one saga, held once.
@@ -75,26 +81,41 @@ class Claim:
     was lost) and lets the saga go from the set of sagas driven.
     """
 
-    __slots__ = ("_drives", "_held", "_reread", "_take", "rows", "saga", "session")
+    __slots__ = ("_drives", "_held", "_reread", "_saga_id", "_take", "rows", "saga", "session")
 
     def __init__(
-        self, drives: Drives, saga: SagaRow, rows: list[StepRow], take: Take, reread: Collection[SagaStatus]
+        self, drives: Drives, saga: SagaRow | str, rows: list[StepRow], take: Take, reread: Collection[SagaStatus]
     ) -> None:
         self._drives = drives
         self._take = take
         self._reread = reread
-        self.saga = saga
+        # A saga given by id only (a WAITING one) is read as the store claims it.
+        if isinstance(saga, str):
+            self._saga_id = saga
+        else:
+            self._saga_id, self.saga = saga.saga_id, saga
         self.rows = rows
         self.session: Session | None = None
         self._held = False  # this claim put the saga in the set: only then does it take it out
 
     async def __aenter__(self) -> Claim | None:
-        drives, saga_id = self._drives, self.saga.saga_id
+        drives, saga_id = self._drives, self._saga_id
         driving = drives._driving
         if saga_id in driving:
             return None
         driving.add(saga_id)  # before the store is asked: no other path of this executor takes it meanwhile
         self._held = True
+        try:
+            if not hasattr(self, "saga"):  # given by id: claimed and read at once, as the claim left it
+                claimed = await drives.claims.take_waiting(saga_id)
+                if claimed is None:
+                    self._let_go()
+                    return None
+                self.saga, self.rows = claimed
+                return self
+        except BaseException:
+            self._let_go()
+            raise
         before = self.saga.owner
         try:
             if self._take != "new" and not await drives.claims.take(self.saga, self._store_claim()):
@@ -124,13 +145,13 @@ class Claim:
     def _let_go(self) -> None:
         if self._held:
             self._held = False
-            self._drives._driving.discard(self.saga.saga_id)
+            self._drives._driving.discard(self._saga_id)
 
     def _store_claim(self) -> Any:
         store = self._drives.config.store
-        if self._take in ("orphan", "queued"):
-            return store.claim_saga
-        return store.claim_waiting if self._take == "waiting" else store.reopen_compensation
+        if self._take == "waiting":
+            return _claimed_waiting(store)
+        return store.claim_saga if self._take in ("orphan", "queued") else store.reopen_compensation
 
     def start(
         self,
@@ -206,3 +227,12 @@ class Claim:
 
     def __repr__(self) -> str:
         return f"Claim({self.saga.saga_id!r}, session={self.session is not None})"
+
+
+def _claimed_waiting(store: Any) -> Callable[[str, str, datetime, datetime], Awaitable[bool]]:
+    """Return the store's claim of a WAITING saga as a yes or no (the rows it reads are the caller's already)."""
+
+    async def claim(saga_id: str, owner: str, lease_expires_at: datetime, at: datetime) -> bool:
+        return await store.claim_waiting(saga_id, owner, lease_expires_at, at) is not None
+
+    return claim

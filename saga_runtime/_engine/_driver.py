@@ -161,7 +161,7 @@ async def _drive(engine: SagaEngine, plan: PlanShape, planner: Planner) -> SagaR
             if gated and not engine.failed:
                 waiting, rejected = await engine.hold(gated)
                 if waiting:
-                    return await engine.wait()  # the saga stops here until every request is decided
+                    return await engine.wait_for_decisions()  # the saga stops here until every request is decided
                 if rejected:
                     for row in rejected:
                         engine.fail(f"step {row.step_id!r} ({row.tool_name}) was {row.error}")

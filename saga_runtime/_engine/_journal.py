@@ -232,6 +232,11 @@ class Journal:
             self.saga.recovery_attempts = 0
             self._saga_touched = True
 
+    @property
+    def saga_unwritten(self) -> bool:
+        """Tell whether the saga row changed since its last write."""
+        return self._saga_dirty
+
     def touch_saga(self) -> None:
         """Note that the saga row must be written, sealed again, with the next flush (its history changed)."""
         self._saga_dirty = True

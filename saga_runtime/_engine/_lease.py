@@ -66,6 +66,13 @@ class LeaseKeeper:
         journal = self._journal
         saga = journal.saga
         config = journal.config
+        if journal.saga_unwritten and not _finished(journal):
+            # A change of status held for the next write (a WAITING saga gone on): written first, so the lease
+            # renewed is that of a live saga.
+            try:
+                await journal.flush()
+            except Exception as exc:  # the renewal says whether the saga is still this executor's
+                logger.warning("saga %s: could not write it before renewing its lease: %s", saga.saga_id, exc)
         if not _finished(journal):
             renewed_at = now()
             expires = renewed_at + timedelta(seconds=config.lease_timeout)

@@ -22,6 +22,7 @@ from saga_runtime._engine._recovery import Recovery
 from saga_runtime._exceptions import IdempotencyConflictError, StoreError
 from saga_runtime._records import (
     DECISION_WAKE,
+    SAGA_WAKE,
     Queue,
     QueueEntry,
     SagaRow,
@@ -142,9 +143,9 @@ class Queues:
         names = {queue.name for queue in queues}
 
         def wake(queue: str) -> None:
-            if queue.startswith("message:"):  # a message sent to a saga (PostgreSQL): `on_message` is told
+            if queue.startswith(SAGA_WAKE):  # a saga a message or decision made ready: `on_message` is told
                 if on_message is not None:
-                    on_message(queue.removeprefix("message:"))
+                    on_message(queue.removeprefix(SAGA_WAKE))
                 return
             if queue == DECISION_WAKE or not queue:  # recovery's round goes on with what was decided
                 self._recovery.nudge()

@@ -4,14 +4,16 @@ compensated), and go on with WAITING sagas once due (read page by page: not ever
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from contextlib import nullcontext
 from datetime import datetime
+from typing import Any
 
 import anyio
 import anyio.lowlevel
 
 from saga_runtime._engine._approvals import Decisions
-from saga_runtime._engine._calls import due
+from saga_runtime._engine._calls import awaited_topic, due, due_with
 from saga_runtime._engine._cancellation import Shelters
 from saga_runtime._engine._claim import Claim, Drives
 from saga_runtime._engine._driver import Planner, drive, work_of
@@ -21,7 +23,17 @@ from saga_runtime._engine._lineage import through_parent
 from saga_runtime._engine._saga import SagaEngine
 from saga_runtime._engine._versions import unfit, unfit_note
 from saga_runtime._exceptions import LeaseLostError, PlanValidationError, StoreError
-from saga_runtime._records import SagaResult, SagaRow, SagaStatus, StepRow, WaitingKind, function_of, now
+from saga_runtime._records import (
+    SagaResult,
+    SagaRow,
+    SagaStatus,
+    StepRow,
+    StepStatus,
+    WaitingKind,
+    function_of,
+    now,
+    saga_wake,
+)
 
 __all__ = ["Recovery"]
 
@@ -53,10 +65,11 @@ class Recovery:
         if self._resting is not None:
             self._resting.set()
 
-    async def wake_workers(self) -> None:
-        """Wake idle workers to go on with what was just made ready (PostgreSQL: NOTIFY; memory: its own)."""
+    async def wake_workers(self, saga_id: str | None = None) -> None:
+        """Wake idle workers to go on with what was just made ready (PostgreSQL: NOTIFY; memory: its own): the
+        saga `saga_id` (they go straight to it), else whatever their recovery finds."""
         try:
-            await self._drives.config.store.notify_workers()
+            await self._drives.config.store.notify_workers("" if saga_id is None else saga_wake(saga_id))
         except StoreError as exc:  # what was recorded stands; workers find it within their interval
             logger.warning("could not wake the workers (they poll instead): %s", exc)
 
@@ -272,7 +285,8 @@ class Recovery:
         while page := await self._drives.config.store.waiting_sagas(now(), limit, offset):
             for saga_id in page:
                 try:
-                    result = await self.go_on(saga_id, detached=True, shelters=shelters)
+                    # Listed as due (its wake time passed, or a message, decision or cancel came): claimed at once.
+                    result = await self.go_on(saga_id, detached=True, shelters=shelters, look=False)
                 except LeaseLostError as exc:
                     logger.warning("saga %s: %s", saga_id, exc)
                     continue
@@ -287,50 +301,118 @@ class Recovery:
         return results
 
     async def go_on(
-        self, saga_id: str, *, detached: bool = False, shelters: Shelters | None = None, parent: str | None = None
+        self,
+        saga_id: str,
+        *,
+        detached: bool = False,
+        shelters: Shelters | None = None,
+        look: bool = True,
+        parent: str | None = None,
     ) -> SagaResult | None:
-        """Drive a WAITING plan saga whose requests are all decided, until its next wait or its end.
+        """Drive a WAITING saga whose requests are all decided (a saga function: once due), until its next wait or
+        its end. None when it is not for this executor (held elsewhere, undecided, not due, tools missing).
 
-        None when it is not for this executor (held elsewhere, undecided, tools missing), or a child saga whose
-        parent is live, unless `parent` (that parent's step, which alone drives it) asks.
+        A child saga whose parent is live is left (None) unless `parent` (that parent's step, which alone drives
+        it) asks. It is claimed, and read as claimed, then let go if it may not go on. `look`: read it first, and
+        claim it only if this executor has what it needs to run it (a saga listed as due: another worker may have it).
         """
         config = self._drives.config
         if config.resources is not None:
             await config.resources.enter()  # the tools' lifespan, before any of them runs
         store = config.store
-        stored = await store.load_saga(saga_id)
-        if stored is None or stored[0].status is not SagaStatus.WAITING:
-            return None
-        if stored[0].parent_id and await through_parent(store, stored[0], parent=parent):
-            return None  # its parent's step goes on with it
-        function = function_of(stored[0].plan)
-        if (function is None and stored[0].kind != "plan") or (function and not await due(store, stored[0])):
-            return None  # a dynamic saga's code goes on when entered again; a saga function once due
-        lacking = self.lacking(*stored)
-        if lacking:
-            missing = [text for _, text in lacking]
-            if self._warn_once(
-                saga_id, missing, f"decided, left for a worker that has its tool(s) {', '.join(missing)}"
-            ):
-                await self.note_lacking(saga_id, lacking)
-            return None
-        async with self._drives.claim(stored[0], take="waiting", reread={SagaStatus.WAITING}) as held:
+        if look:
+            stored = await store.load_saga(saga_id)
+            if stored is None or stored[0].status is not SagaStatus.WAITING:
+                return None
+            if stored[0].parent_id and await through_parent(store, stored[0], parent=parent):
+                return None  # its parent's step goes on with it
+            if not await self._fit(*stored):
+                return None
+        async with self._drives.claim_waiting(saga_id) as held:
             if held is None:
                 return None
-            if any(request.decision is None for request in await store.load_approvals(saga_id)):
-                await held.release()  # decided meanwhile the other way round
+            saga = held.saga
+            if not look and saga.parent_id and await through_parent(store, saga, parent=parent):
+                await self._let_go(held)  # its parent's step goes on with it
+                return None
+            function = function_of(saga.plan)
+            if function is None and saga.kind != "plan":
+                await held.release()  # a dynamic saga's code goes on when entered again
+                return None
+            if not look and not await self._fit(saga, held.rows):
+                await self._let_go(held, due_for_others=True)
+                return None
+            cancel = None
+            messages: Sequence[tuple[str, str, Any, datetime]] | None = None
+            if function is not None:
+                messages = None if awaited_topic(saga) is None else await store.load_messages(saga_id)
+                # Due by a message for its recv, an operator's cancel is not read here: the saga's first write
+                # (before any tool starts) is refused for it, and the engine takes it in then.
+                if not due_with(saga, messages or []):
+                    cancel = await store.cancel_request(saga_id)
+                    if cancel is None:  # not due: it waits on
+                        await self._let_go(held)
+                        return None
+            else:
+                cancel = await store.cancel_request(saga_id)
+            approvals = await store.load_approvals(saga_id) if _gated(saga, held.rows) else None
+            if approvals is not None and any(request.decision is None for request in approvals):
+                await self._let_go(held)  # decided meanwhile the other way round
                 return None
             try:
-                work = work_of(self._planner, held.saga)
+                work = work_of(self._planner, saga)
             except PlanValidationError as exc:  # other tools, or no key: left for an executor that has them
-                await held.release()
+                await self._let_go(held, due_for_others=True)
                 logger.warning("saga %s: decided, left for an executor that can go on with it: %s", saga_id, exc)
                 return None
             engine = held.start(detached=detached, shelters=shelters)
-            await engine.resume()
+            engine.journal.saga_to(SagaStatus.RUNNING)  # written with the next write, before any tool starts
             engine.emit("saga_started")
-            await _honour_cancel(engine)
+            engine.messages = messages or None
+            if approvals is not None:
+                engine.gate.known(approvals)  # read once
+            if cancel is not None:
+                engine.cancel(cancel)
             return await drive(engine, work, self._planner, resumed=True)
+
+    async def _let_go(self, held: Claim, *, due_for_others: bool = False) -> None:
+        """Let a claimed WAITING saga go undriven. Its release writes its own wake time, so what made it due while
+        it was held (a message, a decision, a cancel) is looked for again, and it is made due if found;
+        `due_for_others`: due at once anyway (left for a worker that has what this one lacks)."""
+        await held.release()
+        store, saga = self._drives.config.store, held.saga
+        try:
+            if due_for_others:
+                ready = True
+            elif function_of(saga.plan) is not None and await due(store, saga):
+                ready = not _gated(saga, held.rows)
+                ready = ready or all(r.decision is not None for r in await store.load_approvals(saga.saga_id))
+            else:
+                ready = _gated(saga, held.rows) and all(
+                    r.decision is not None for r in await store.load_approvals(saga.saga_id)
+                )
+            if ready:
+                await store.wake_saga(saga.saga_id, now())
+        except StoreError as exc:  # its next message or decision makes it due again
+            logger.warning("saga %s: could not look at it again once let go: %s", saga.saga_id, exc)
+
+    async def _fit(self, saga: SagaRow, rows: list[StepRow]) -> bool:
+        """Tell whether this executor has every tool a saga needs; if not, note it and warn of it once."""
+        lacking = self.lacking(saga, rows)
+        if lacking:
+            missing = [text for _, text in lacking]
+            if self._warn_once(
+                saga.saga_id, missing, f"decided, left for a worker that has its tool(s) {', '.join(missing)}"
+            ):
+                await self.note_lacking(saga.saga_id, lacking)
+            return False
+        return True
+
+
+def _gated(saga: SagaRow, rows: list[StepRow]) -> bool:
+    """Tell whether a WAITING saga may hold approval requests: a plan's, or a step waiting for a decision."""
+    plan = saga.kind == "plan" and function_of(saga.plan) is None
+    return plan or any(row.status is StepStatus.WAITING for row in rows)
 
 
 async def _count_attempt(engine: SagaEngine) -> None:

@@ -13,6 +13,7 @@ import asyncio
 import functools
 import logging
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import Any
 
 from saga_runtime._engine._approvals import Gate
@@ -33,6 +34,7 @@ from saga_runtime._records import (
     SagaStatus,
     StepRow,
     StepStatus,
+    now,
     result_from_rows,
 )
 
@@ -66,6 +68,8 @@ class SagaEngine:
         runner = StepRunner(journal, invoker, compensator, verdict)
         self._groups = GroupRunner(journal, verdict, runner, compensator, config.registry, config.keyring)
         self.gate = Gate(journal)
+        # A saga function's messages as read when it was found due (its first recv looks there first), or None.
+        self.messages: Sequence[tuple[str, str, Any, datetime]] | None = None
         journal.on_cancel = verdict.halt  # a write the store refused for a cancel request (see Journal.flush)
         # True for a saga recovery drives: no caller waits on it, so a cancellation (the worker shutting down)
         # stops it without compensating; the next recovery resumes it.
@@ -224,6 +228,19 @@ class SagaEngine:
     async def hold(self, gated: Sequence[StepRow]) -> tuple[bool, list[StepRow]]:
         """Record the approval requests of a group's `gated` steps; return (waiting, rejected) (see `Gate.hold`)."""
         return await self.gate.hold(gated)
+
+    async def wait_for_decisions(self) -> SagaResult:
+        """Record the saga WAITING for decisions (as `wait`); if every request was decided meanwhile (before the
+        wait was written, so the decision found the saga still running), make it due at once."""
+        result = await self.wait()
+        store = self.config.store
+        saga_id = self.saga.saga_id
+        try:
+            if all(row.decision is not None for row in await store.load_approvals(saga_id)):
+                await store.wake_saga(saga_id, now())
+        except Exception as exc:  # its decision's own wakeup, or an operator's look, finds it
+            logger.warning("saga %s: could not check its decisions once waiting: %s", saga_id, exc)
+        return result
 
     async def wait(self) -> SagaResult:
         """Record the saga WAITING for decisions, its lease given up; return its result. Nothing more is written."""

@@ -109,6 +109,16 @@ class Claims:
         take_over(saga, self.config.executor_id, expires)
         return True
 
+    async def take_waiting(self, saga_id: str) -> tuple[SagaRow, list[StepRow]] | None:
+        """Ask the store for the WAITING saga `saga_id` under this executor's lease; return its rows as claimed."""
+        started = now()
+        expires = self.lease_until(started)
+        claimed = await self.config.store.claim_waiting(saga_id, self.config.executor_id, expires, started)
+        if claimed is None:
+            return None
+        take_over(claimed[0], self.config.executor_id, expires)  # the lease clock counts from this claim's
+        return claimed
+
     async def release(
         self, saga: SagaRow, *, uncount: bool = False, owner: str | None = None, stopping: bool = False
     ) -> bool:

@@ -43,6 +43,7 @@ from saga_runtime._records._history import (
     released_by,
     same_work,
     takeover_entry,
+    wake_time,
 )
 from saga_runtime._records._models import (
     SagaResult,
@@ -72,12 +73,14 @@ from saga_runtime._records._queues import (
     DRAINING,
     PAUSED,
     QUEUE_STATES,
+    SAGA_WAKE,
     Queue,
     QueueEntry,
     QueueInfo,
     QueueStanding,
     QueueState,
     RateLimit,
+    saga_wake,
 )
 from saga_runtime._records._retention import PurgeReport, SagaHold, verify_export
 from saga_runtime._records._rows import (
@@ -140,6 +143,7 @@ __all__ = [
     "PAUSED",
     "QUEUE_STATES",
     "REJECTED",
+    "SAGA_WAKE",
     "WAITING_KINDS",
     "ApprovalRequest",
     "ApprovalRow",
@@ -218,6 +222,7 @@ __all__ = [
     "result_from_rows",
     "reveal",
     "saga_seal",
+    "saga_wake",
     "same_work",
     "seal",
     "seal_all",
@@ -233,5 +238,6 @@ __all__ = [
     "verify_rows",
     "waiting_for_of",
     "waiting_note",
+    "wake_time",
     "with_unstarted",
 ]

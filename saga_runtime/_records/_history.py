@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from saga_runtime._records._chain import plan_digest
-from saga_runtime._records._rows import SagaRow
+from saga_runtime._records._rows import SagaRow, SagaStatus
 
 __all__ = [
     "CancelOutcome",
@@ -33,6 +33,7 @@ __all__ = [
     "same_work",
     "takeover_entry",
     "takeovers_of",
+    "wake_time",
 ]
 
 #: Lease ran out, owner's id back after a restart, or released by a stopped worker.
@@ -153,6 +154,26 @@ def function_of(plan: Any) -> tuple[str, str, dict[str, Any]] | None:
         args = plan.get("args")
         version = plan.get("version")
         return plan["function"], version if isinstance(version, str) else "1", args if isinstance(args, dict) else {}
+    return None
+
+
+def wake_time(saga: SagaRow) -> datetime | None:
+    """Return when a WAITING saga is due to be looked at by its wait's own clock: its pending sleep's end, or its
+    pending recv's deadline; None for any other row, or a wait with no end (a decision, a message without a
+    timeout: those make it due as they are stored). Stored as `wake_at`, indexed, so workers ask only for due sagas.
+    """
+    if saga.status is not SagaStatus.WAITING or not saga.history:
+        return None
+    received = {entry.get("position") for entry in saga.history if entry.get("kind") == "received"}
+    for entry in reversed(saga.history):
+        kind = entry.get("kind")
+        if kind == "recv" and entry.get("position") not in received:
+            deadline = entry.get("deadline")
+            return None if deadline is None else datetime.fromisoformat(deadline)
+        if kind == "sleep":
+            return datetime.fromisoformat(entry["wake_at"])
+        if kind in ("recv", "received"):
+            return None  # its last wait ended: it waits for something else now (a decision)
     return None
 
 

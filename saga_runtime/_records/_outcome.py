@@ -9,7 +9,7 @@ could not move it left on the row (`SagaRow.waiting_for`, not sealed: it changes
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from typing_extensions import TypedDict
@@ -166,12 +166,16 @@ def waiting_for_of(
 
 def queue_waiting_of(standing: QueueStanding) -> WaitingFor | None:
     """Return why a QUEUED saga of an active-looking queue is not started, from where it stands in its queue: the
-    queue paused or draining first, then a limit its workers serve it with that is reached now (its key's
-    concurrency, the queue's concurrency, its rate window); None when nothing known holds it back."""
+    queue paused or draining first, then its start time (`not_before`) not reached, then a limit its workers serve
+    it with that is reached now (its key's concurrency, the queue's concurrency, its rate window); None when
+    nothing known holds it back."""
     name = standing.queue
     if standing.state != ACTIVE:
         why = f"queue {name!r} is {standing.state}: resume it (saga-runtime queue resume {name}) to start its sagas"
         return {"kind": "queue_paused", "detail": why}
+    if standing.not_before is not None and standing.not_before > datetime.now(UTC):
+        start = standing.not_before.isoformat(timespec="seconds")
+        return {"kind": "time", "detail": f"its start time (not_before): {start}"}
     per_key, key = standing.key_concurrency, standing.key
     if per_key is not None and key is not None and standing.key_running >= per_key:
         detail = (

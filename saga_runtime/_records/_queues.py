@@ -33,6 +33,14 @@ QUEUE_STATES: tuple[QueueState, ...] = (ACTIVE, PAUSED, DRAINING)
 #: What a store's `queue_wakeups` passes for a decision, cancel, unpark, retry or message (no queue is so named):
 #: recovery's round goes on with it; no queue needs a claim for it.
 DECISION_WAKE = "\x00decision"
+#: How a wakeup names the one saga a message or a decision made ready (`notify_workers(saga_wake(saga_id))`):
+#: a worker goes straight to it.
+SAGA_WAKE = "message:"
+
+
+def saga_wake(saga_id: str) -> str:
+    """Return the wakeup that tells workers the saga `saga_id` was made ready (a message, a decision)."""
+    return SAGA_WAKE + saga_id
 
 
 def _limit(name: str, value: object) -> int | None:
@@ -94,7 +102,8 @@ class QueueStanding:
     with (None: not said, or none), and what those limits count now (read when the saga is read, not a claim's).
 
     `running`: the queue's sagas RUNNING or COMPENSATING; `key_running`: those of them sharing the saga's `key`;
-    `recent`: the queue's starts within the rate window (counted up to `rate_limit`; 0 without one).
+    `recent`: the queue's starts within the rate window (counted up to `rate_limit`; 0 without one); `not_before`:
+    the saga's earliest start.
     """
 
     queue: str
@@ -107,6 +116,7 @@ class QueueStanding:
     running: int = 0
     key_running: int = 0
     recent: int = 0
+    not_before: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

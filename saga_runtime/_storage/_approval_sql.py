@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from saga_runtime._records import ApprovalRow, SagaStatus
-from saga_runtime._storage._codec import LEASE_SQL, NOW_SQL, DialectName, RowCodec
+from saga_runtime._storage._codec import LEASE_SQL, NOW_SQL, SAGA_COLUMNS, STEP_COLUMNS, DialectName, RowCodec
 from saga_runtime._storage._sql import _placeholders
 
 __all__ = ["APPROVAL_COLUMNS", "ApprovalQueries", "approval_params", "approval_row"]
@@ -54,6 +54,21 @@ class ApprovalQueries:
         # People decide before the deadline, the deadline after. Params: five values, saga_id, step_id, time.
         self.decide = q(dialect, decide + "(deadline IS NULL OR deadline > ?)")
         self.expire = q(dialect, decide + "deadline IS NOT NULL AND deadline <= ?")
+        # PostgreSQL: the decision makes its saga due (wake_at) in the same statement, so in the same commit.
+        # Params: as decide/expire, then the wake time. Returns one row per decision recorded.
+        self.decide_wake: dict[bool, str] | None = None
+        if dialect == "postgresql":
+            wake = (
+                " RETURNING saga_id), w AS (UPDATE sagas SET wake_at = ? FROM d "
+                "WHERE sagas.saga_id = d.saga_id AND sagas.status = 'WAITING') SELECT saga_id FROM d"
+            )
+            self.decide_wake = {
+                by_deadline: q(dialect, "WITH d AS (" + decide + condition + wake)
+                for by_deadline, condition in (
+                    (False, "(deadline IS NULL OR deadline > ?)"),
+                    (True, "deadline IS NOT NULL AND deadline <= ?"),
+                )
+            }
         # Lets a retried decision find its lost try's commit.
         self.decided_as = q(dialect, "SELECT COUNT(*) FROM approvals WHERE saga_id = ? AND step_id = ? AND hash = ?")
         cols = ", ".join(f"a.{c}" for c in APPROVAL_COLUMNS)
@@ -64,20 +79,38 @@ class ApprovalQueries:
         order = " ORDER BY a.requested_at, a.saga_id, a.seq LIMIT ?"
         self.pending = q(dialect, pending + order)
         self.due = q(dialect, pending + " AND a.deadline IS NOT NULL AND a.deadline <= ?" + order)
-        # Unheld WAITING plan sagas (and saga functions': a plan of their own), all decided: for recovery.
+        # Unheld WAITING plan sagas (and saga functions': a plan of their own) due by `wake_at` (the index of
+        # (status, wake_at) finds them), all decided: for recovery. Params: WAITING, now, the clock's, limit, offset.
         self.ready = q(
             dialect,
-            "SELECT s.saga_id FROM sagas s WHERE s.status = ? AND (s.kind = 'plan' OR s.plan IS NOT NULL) "
+            "SELECT s.saga_id FROM sagas s WHERE s.status = ? AND s.wake_at <= ? "
+            "AND (s.kind = 'plan' OR s.plan IS NOT NULL) "
             f"AND (s.owner IS NULL OR s.lease_expires_at IS NULL OR s.lease_expires_at < {clock}) "
             "AND NOT EXISTS (SELECT 1 FROM approvals a WHERE a.saga_id = s.saga_id AND a.decision IS NULL) "
-            "ORDER BY s.created_at, s.saga_id LIMIT ? OFFSET ?",
+            "ORDER BY s.wake_at, s.saga_id LIMIT ? OFFSET ?",
         )
-        self.claim = q(
-            dialect,
-            f"UPDATE sagas SET owner = ?, lease_expires_at = {LEASE_SQL[dialect]}, updated_at = ? "
+        # Due again once the lease runs out (its claimer may die before it writes the saga's next wait).
+        claim = (
+            f"UPDATE sagas SET owner = ?, lease_expires_at = {LEASE_SQL[dialect]}, updated_at = ?, wake_at = ? "
             "WHERE saga_id = ? AND status = ? "
-            f"AND (owner IS NULL OR owner = ? OR lease_expires_at IS NULL OR lease_expires_at < {clock})",
+            f"AND (owner IS NULL OR owner = ? OR lease_expires_at IS NULL OR lease_expires_at < {clock})"
         )
+        self.claim = q(dialect, claim)
+        # PostgreSQL claims and reads the claimed saga with its steps in one statement (one round trip); the
+        # others run the claim, then `Queries.load`, in one transaction.
+        self.claim_load: str | None = None
+        if dialect == "postgresql":
+            step_cols = ", ".join(f"st.{c}" for c in STEP_COLUMNS)
+            # Its commit does not wait for the disk (synchronous_commit off for this transaction only): a claim
+            # lost with a crash of the server leaves the saga unowned, and the claimer's first write (an
+            # owner-conditional one, made durable at once, with the claim before it) is refused.
+            self.claim_load = q(
+                dialect,
+                f"WITH c AS ({claim} RETURNING {', '.join(SAGA_COLUMNS)}), "
+                "quick AS (SELECT set_config('synchronous_commit', 'off', true)) "
+                f"SELECT {', '.join(f'c.{c}' for c in SAGA_COLUMNS)}, {step_cols} "
+                "FROM c CROSS JOIN quick LEFT JOIN steps st ON st.saga_id = c.saga_id ORDER BY st.seq",
+            )
         self.holds = q(dialect, "SELECT COUNT(*) FROM sagas WHERE saga_id = ? AND owner = ? AND status = ?")
         self.waiting = _WAITING
 

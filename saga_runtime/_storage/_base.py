@@ -324,11 +324,21 @@ class SagaStore(Protocol):
         ...
 
     async def waiting_sagas(self, now: datetime, limit: int = 100, offset: int = 0) -> list[str]:
-        """Return the ids of WAITING plan sagas whose requests are all decided, unowned or whose lease expired."""
+        """Return the ids of WAITING plan sagas (and saga functions) due by `now` (their wait's end, or made due:
+        `wake_saga`), whose requests are all decided, unowned or whose lease expired; an indexed query."""
         ...
 
-    async def claim_waiting(self, saga_id: str, owner: str, lease_expires_at: datetime, now: datetime) -> bool:
-        """Give a WAITING saga to `owner` (leased) if nobody else holds it; atomic; return whether it now does.
+    async def wake_saga(self, saga_id: str, at: datetime) -> bool:
+        """Make a WAITING saga due at `at` for `waiting_sagas` (at once: a message, a decision or a cancel it may go
+        on with); return whether it waits. A saga's own wait (a sleep's end, a recv's deadline) is written with its
+        row; a message, a decision and a cancel request make it due themselves."""
+        ...
+
+    async def claim_waiting(
+        self, saga_id: str, owner: str, lease_expires_at: datetime, now: datetime
+    ) -> tuple[SagaRow, list[StepRow]] | None:
+        """Give a WAITING saga to `owner` (leased) if nobody else holds it, atomically; return its rows as claimed
+        (the saga row and its step rows), or None if it is not WAITING or another owner holds it.
 
         The claim of `approve()` and recovery going on with a decided saga: of two at once only one wins. The
         status stays WAITING: the new owner's engine moves it on (through its transition table) and writes it.

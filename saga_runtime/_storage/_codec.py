@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from saga_runtime._exceptions import StoreError
-from saga_runtime._records import SagaRow, SagaStatus, StepRow, StepStatus, end_of, now
+from saga_runtime._records import SagaRow, SagaStatus, StepRow, StepStatus, end_of, now, wake_time
 
 __all__ = ["LEASE_SQL", "NOW_SQL", "SAGA_COLUMNS", "STEP_COLUMNS", "DialectName", "RowCodec"]
 
@@ -51,6 +51,7 @@ SAGA_COLUMNS = (
     "waiting_for",
     "parent_id",
     "end_reason",  # written, never read back: SagaResult.end_reason comes from the (sealed) history
+    "wake_at",  # not a field of the row: written from it (`wake_time`), read by the queries of due sagas only
 )
 STEP_COLUMNS = (
     "saga_id",
@@ -204,6 +205,7 @@ class RowCodec:
             None if row.waiting_for is None else json_in(row.waiting_for, f"the waiting note of {what}"),
             row.parent_id,
             end_of(row.status, (), row.history)[0] if row.status in _ENDED else None,
+            self.time_in(wake_time(row)),
         )
 
     def step_params(self, row: StepRow) -> tuple[Any, ...]:

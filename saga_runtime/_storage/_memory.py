@@ -21,6 +21,7 @@ from saga_runtime._records import (
     StepRow,
     end_of,
     now,
+    wake_time,
 )
 from saga_runtime._storage._base import InlineStore, key_full, queue_allowance, unparked_status
 from saga_runtime._storage._batch import lease_lost
@@ -90,6 +91,8 @@ class MemoryStore(StoreBase, MemoryRetention, MemorySchedules, MemoryQueueContro
         # Retention: holds, the sagas a purge is archiving, and the finished sagas `keep` counts (oldest first).
         self._holds: dict[str, SagaHold] = {}
         self._messages: dict[str, dict[str, tuple[str, Any, datetime]]] = {}  # by saga, by message id (schema 9)
+        # WAITING sagas a message, decision or cancel made due (schema 15's wake_at), until a worker claims them.
+        self._woken: dict[str, datetime] = {}
         self._purging: set[str] = set()
         self._finished: dict[str, None] = {}
         self._keep = keep_option(keep)
@@ -501,7 +504,17 @@ class MemoryStore(StoreBase, MemoryRetention, MemorySchedules, MemoryQueueContro
         if saga is None or saga.status not in _CANCELLABLE or saga_id in self._cancels:
             return False
         self._cancels[saga_id] = reason
+        await self.wake_saga(saga_id, now())  # a WAITING one is due at once, to compensate
         await self.notify_workers()  # the workers that can act on it hear of it at once
+        return True
+
+    async def wake_saga(self, saga_id: str, at: datetime) -> bool:
+        """Make a WAITING saga due at `at`; return whether it waits."""
+        self._check_open()
+        saga = self._sagas.get(saga_id)
+        if saga is None or saga.status is not SagaStatus.WAITING:
+            return False
+        self._woken[saga_id] = min(at, self._woken.get(saga_id, at))
         return True
 
     async def note_waiting(self, saga_id: str, note: dict[str, Any]) -> bool:
@@ -562,6 +575,7 @@ class MemoryStore(StoreBase, MemoryRetention, MemorySchedules, MemoryQueueContro
             return False
         stored.decision, stored.decided_by, stored.decided_at = row.decision, row.decided_by, row.decided_at
         stored.note, stored.hash = row.note, row.hash
+        await self.wake_saga(row.saga_id, row.decided_at or now())  # due at once (if it waits)
         return True
 
     async def list_approvals(self, *, due: datetime | None = None, limit: int = 100) -> list[ApprovalRow]:
@@ -585,22 +599,26 @@ class MemoryStore(StoreBase, MemoryRetention, MemorySchedules, MemoryQueueContro
             for saga in self._sagas.values()
             if saga.status is SagaStatus.WAITING
             and (saga.kind == "plan" or saga.plan is not None)  # a saga function's saga resumes too
+            and _due(saga, self._woken.get(saga.saga_id), now)
             and (saga.owner is None or saga.lease_expires_at is None or saga.lease_expires_at < now)
             and all(row.decision is not None for row in self._approvals.get(saga.saga_id, {}).values())
         ]
         ready.sort(key=lambda saga: (saga.created_at, saga.saga_id))
         return [saga.saga_id for saga in ready[offset : offset + limit]]
 
-    async def claim_waiting(self, saga_id: str, owner: str, lease_expires_at: datetime, now: datetime) -> bool:
-        """Give a WAITING saga nobody else holds to `owner`; return whether it now does."""
+    async def claim_waiting(
+        self, saga_id: str, owner: str, lease_expires_at: datetime, now: datetime
+    ) -> tuple[SagaRow, list[StepRow]] | None:
+        """Give a WAITING saga nobody else holds to `owner`; return its rows as claimed, else None."""
         self._check_open()
         saga = self._sagas.get(saga_id)
         if saga is None or saga.status is not SagaStatus.WAITING:
-            return False
-        free = saga.owner in (None, owner) or saga.lease_expires_at is None or saga.lease_expires_at < now
-        if free:
-            self._sagas[saga_id] = replace(saga, owner=owner, lease_expires_at=lease_expires_at, updated_at=now)
-        return free
+            return None
+        if not (saga.owner in (None, owner) or saga.lease_expires_at is None or saga.lease_expires_at < now):
+            return None
+        self._sagas[saga_id] = replace(saga, owner=owner, lease_expires_at=lease_expires_at, updated_at=now)
+        self._woken.pop(saga_id, None)  # taken in: a message, decision or cancel stored from now on wakes it again
+        return self._snapshot(saga_id)
 
     async def list_rows(
         self,
@@ -650,4 +668,16 @@ class MemoryStore(StoreBase, MemoryRetention, MemorySchedules, MemoryQueueContro
         self._imported.clear()
         self._holds.clear()
         self._messages.clear()
+        self._woken.clear()
         self._finished.clear()
+
+
+def _due(saga: SagaRow, woken: datetime | None, at: datetime) -> bool:
+    """Tell whether a WAITING saga is due at `at`: made due (a message, a decision, a cancel), or by its wait's end."""
+    if woken is not None and woken <= at:
+        return True
+    wake = wake_time(saga)
+    if wake is not None and wake <= at:
+        return True
+    # A saga waiting since before wake times (or claimed, and let go by a worker that died): looked at once.
+    return saga.owner is not None and saga.lease_expires_at is not None and saga.lease_expires_at < at

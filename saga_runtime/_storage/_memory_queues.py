@@ -98,6 +98,7 @@ class MemoryQueueControl:
             running,
             key_running,
             recent,
+            entry.not_before,
         )
 
     async def note_queue_limits(self, queue: Queue, at: datetime) -> None:

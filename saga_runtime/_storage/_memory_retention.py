@@ -58,6 +58,7 @@ class MemoryRetention:
     _imported: dict[str, dict[str, StepRow]]
     _queued: dict[str, QueueEntry]
     _started: dict[str, datetime]
+    _woken: dict[str, datetime]
     _cancels: dict[str, str]
     _cancel_seen: dict[str, str]
     _holds: dict[str, SagaHold]
@@ -167,6 +168,9 @@ class MemoryRetention:
         if message_id in messages:
             return False
         messages[message_id] = (topic, json.loads(canonical_json(body)), sent_at)  # its own copy, as stored
+        saga = self._sagas.get(saga_id)
+        if saga is not None and saga.status is SagaStatus.WAITING:
+            self._woken[saga_id] = sent_at  # due at once
         return True
 
     async def load_messages(self, saga_id: str) -> list[tuple[str, str, Any, datetime]]:

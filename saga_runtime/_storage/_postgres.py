@@ -170,6 +170,7 @@ _ARRAY_TYPES = {
     "updated_at": "timestamptz",
     "finished_at": "timestamptz",
     "purged_at": "timestamptz",
+    "wake_at": "timestamptz",
     "started_at": "timestamptz",
     "compensated_at": "timestamptz",
 }

@@ -63,7 +63,8 @@ class QueueControlQueries:
             dialect,
             "SELECT s.queue, q.state, s.queue_key, q.concurrency, q.key_concurrency, q.rate_limit, q.rate_per, "
             f"(SELECT COUNT(*) FROM sagas r WHERE r.queue = s.queue AND {live}), "
-            f"(SELECT COUNT(*) FROM sagas r WHERE r.queue = s.queue AND r.queue_key = s.queue_key AND {live}) "
+            f"(SELECT COUNT(*) FROM sagas r WHERE r.queue = s.queue AND r.queue_key = s.queue_key AND {live}), "
+            "s.not_before "
             "FROM sagas s LEFT JOIN queue_states q ON q.name = s.queue WHERE s.saga_id = ? AND s.queue IS NOT NULL",
         )
         clocks = {"sqlite": None, "postgresql": "SELECT clock_timestamp()", "mysql": "SELECT UTC_TIMESTAMP(6)"}
@@ -162,7 +163,7 @@ class SQLQueueControl:
         records = await self._fetch("saga_queue_state", qc.saga_state, (*_LIVE, *_LIVE, saga_id))
         if not records:
             return None
-        name, state, key, concurrency, per_key, rate, per, running, key_running = records[0]
+        name, state, key, concurrency, per_key, rate, per, running, key_running, not_before = records[0]
         recent = 0
         if rate is not None and per is not None:  # the claim's window: on the database's clock
             clock = now() if qc.clock is None else codec.time_out((await self._fetch("clock", qc.clock, ()))[0][0])
@@ -180,6 +181,7 @@ class SQLQueueControl:
             int(running),
             int(key_running),
             recent,
+            codec.time_out(not_before),
         )
 
     async def note_queue_limits(self, queue: Queue, at: datetime) -> None:

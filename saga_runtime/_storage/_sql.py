@@ -327,6 +327,17 @@ def _schema_children(dialect: DialectName) -> list[str]:
     return [f"ALTER TABLE sagas ADD COLUMN parent_id {_TYPES[dialect]['id']}"]
 
 
+def _schema_wake_at(dialect: DialectName) -> list[str]:
+    # When a WAITING saga is due to be looked at (its sleep's end, its recv's deadline; a message, a decision or a
+    # cancel: at once), indexed with its status: an idle worker asks only for the sagas due now. Sagas waiting
+    # already are due at once (a worker looks at each once, and writes its real wake time).
+    return [
+        f"ALTER TABLE sagas ADD COLUMN wake_at {_TYPES[dialect]['time']}",
+        "CREATE INDEX sagas_wake ON sagas (status, wake_at)",
+        "UPDATE sagas SET wake_at = updated_at WHERE status = 'WAITING'",
+    ]
+
+
 def _schema_messages(dialect: DialectName) -> list[str]:
     # Messages sent to saga functions (API.md §18): one row each, its id the sender's idempotency key (or a random
     # one), so a key used again stores nothing. A saga receives one by recording its id in its (sealed) history.
@@ -387,6 +398,7 @@ MIGRATIONS: list[Migration] = [
     Migration(12, "a cancel request taken in by the saga's owner", _schema_cancel_seen),
     Migration(13, "why a saga waits: a worker's note", _schema_waiting),
     Migration(14, "child sagas: a saga's parent", _schema_children),
+    Migration(15, "when a waiting saga is due (indexed)", _schema_wake_at),
     Migration(16, "how a saga ended, indexed", _schema_end_reason),
 ]
 #: The version from which saga rows carry a seal (one written before, untouched since, has none).
@@ -591,6 +603,8 @@ class Queries:
             "UPDATE sagas SET cancel_request = ? WHERE saga_id = ? AND status IN (?, ?, ?) AND cancel_request IS NULL",
         )
         self.cancel_request = q(dialect, "SELECT cancel_request FROM sagas WHERE saga_id = ?")
+        # A message, a decision or a cancel makes a WAITING saga due (params: when, saga_id, WAITING).
+        self.wake = q(dialect, "UPDATE sagas SET wake_at = ? WHERE saga_id = ? AND status = ?")
         self.note_waiting = q(
             dialect,
             "UPDATE sagas SET waiting_for = ? WHERE saga_id = ? AND owner IS NULL AND status IN (?, ?, ?, ?)",

@@ -62,9 +62,12 @@ class _Statements:
         # Messages (API.md §18): a key used again stores nothing.
         absent = "ON DUPLICATE KEY UPDATE saga_id = saga_id" if dialect == "mysql" else "ON CONFLICT DO NOTHING"
         put = f"INSERT INTO messages (saga_id, message_id, topic, body, sent_at) VALUES (?, ?, ?, ?, ?) {absent}"
-        if dialect == "postgresql":  # workers LISTENing are told at once (payload "message:<saga id>")
+        # A message stored makes its saga due at once if it waits (params: sent_at, saga_id).
+        self.wake = q(dialect, "UPDATE sagas SET wake_at = ? WHERE saga_id = ? AND status = 'WAITING'")
+        if dialect == "postgresql":  # workers LISTENing are told at once (payload "message:<saga id>"); one statement
             put = (
-                f"WITH m AS ({put} RETURNING saga_id) "
+                f"WITH m AS ({put} RETURNING saga_id, sent_at), w AS (UPDATE sagas SET wake_at = m.sent_at FROM m "
+                "WHERE sagas.saga_id = m.saga_id AND sagas.status = 'WAITING') "
                 f"SELECT pg_notify('{QUEUED_CHANNEL}', 'message:' || saga_id) FROM m"
             )
         self.put_message = q(dialect, put)
@@ -204,10 +207,14 @@ class SQLRetention:
         text = canonical_json(body)
 
         async def once() -> bool:
-            async with self._transaction(begin=False) as tx:
-                if self._dialect.name == "postgresql":
+            if self._dialect.name == "postgresql":
+                async with self._transaction(begin=False) as tx:
                     return bool(await tx.fetch(st.put_message, (saga_id, message_id, topic, text, sent)))
-                return await tx.execute(st.put_message, (saga_id, message_id, topic, text, sent)) > 0
+            async with self._transaction(begin=True) as tx:
+                if await tx.execute(st.put_message, (saga_id, message_id, topic, text, sent)) > 0:
+                    await tx.execute(st.wake, (sent, saga_id))
+                    return True
+                return False
 
         return await self._retrying("put_message", once)
 

@@ -770,6 +770,7 @@ class SQLStore(StoreBase, SQLRetention, SQLSchedules, SQLQueueControl):
             (q.cancel_asked, (saga_id, reason)),
         )
         if asked:
+            await self.wake_saga(saga_id, now())  # a WAITING one is due at once, to compensate
             await self.notify_workers()  # the workers that can act on it hear of it at once
         return asked
 
@@ -849,9 +850,25 @@ class SQLStore(StoreBase, SQLRetention, SQLSchedules, SQLQueueControl):
         stamp = time_in(row.decided_at)
         params = (row.decision, row.decided_by, stamp, row.note, row.hash, row.saga_id, row.step_id, stamp)
         lost_try = (aq.decided_as, (row.saga_id, row.step_id, row.hash))
-        return await self._conditional_update(
+        if aq.decide_wake is not None:  # one statement: decided and due at once
+            tries = 0
+            sql, wake_params = aq.decide_wake[by_deadline], (*params, stamp or time_in(now()))
+
+            async def once() -> bool:
+                nonlocal tries
+                tries += 1
+                async with self._transaction(begin=False) as tx:
+                    if await tx.fetch(sql, wake_params):
+                        return True
+                    return tries > 1 and int((await tx.fetch(*lost_try))[0][0]) == 1
+
+            return await self._retrying("decide_approval", once)
+        decided = await self._conditional_update(
             "decide_approval", aq.expire if by_deadline else aq.decide, params, lost_try
         )
+        if decided:
+            await self.wake_saga(row.saga_id, row.decided_at or now())  # due at once (if it waits)
+        return decided
 
     async def list_approvals(self, *, due: datetime | None = None, limit: int = 100) -> list[ApprovalRow]:
         """Return undecided requests of WAITING sagas, oldest first (with `due`: those past their deadline)."""
@@ -868,20 +885,44 @@ class SQLStore(StoreBase, SQLRetention, SQLSchedules, SQLQueueControl):
         """Return WAITING plan (or saga function) sagas whose requests are all decided, unowned or lease expired."""
         self._check_open()
         aq = self._approval_queries
-        records = await self._fetch(
-            "waiting_sagas", aq.ready, (aq.waiting, *self._codec.now_in(now), int(limit), int(offset))
-        )
+        codec = self._codec
+        params = (aq.waiting, codec.time_in(now), *codec.now_in(now), int(limit), int(offset))
+        records = await self._fetch("waiting_sagas", aq.ready, params)
         return [self._codec.id_out(record[0]) for record in records]
 
-    async def claim_waiting(self, saga_id: str, owner: str, lease_expires_at: datetime, now: datetime) -> bool:
-        """Give a WAITING saga nobody else holds to `owner`: one conditional UPDATE; return whether it now does."""
+    async def wake_saga(self, saga_id: str, at: datetime) -> bool:
+        """Make a WAITING saga due at `at` (its `wake_at`): one UPDATE; return whether it waits."""
+        self._check_open()
+        params = (self._codec.time_in(at), saga_id, SagaStatus.WAITING.value)
+
+        async def once() -> bool:
+            async with self._transaction(begin=False) as tx:
+                return await tx.execute(self._queries.wake, params) == 1
+
+        return await self._retrying("wake_saga", once)
+
+    async def claim_waiting(
+        self, saga_id: str, owner: str, lease_expires_at: datetime, now: datetime
+    ) -> tuple[SagaRow, list[StepRow]] | None:
+        """Give a WAITING saga nobody else holds to `owner` and return it as claimed, with its steps; else None.
+
+        PostgreSQL: one statement (the conditional UPDATE and the read); the others: the UPDATE, then the read.
+        """
         self._check_open()
         aq, codec = self._approval_queries, self._codec
         lease = codec.lease_in(lease_expires_at, now)
-        params = (owner, lease, codec.time_in(now), saga_id, aq.waiting, owner, *codec.now_in(now))
-        return await self._conditional_update(
+        at, until = codec.time_in(now), codec.time_in(lease_expires_at)
+        params = (owner, lease, at, until, saga_id, aq.waiting, owner, *codec.now_in(now))
+        if aq.claim_load is not None:  # a retried try wins again: the saga is `owner`'s already
+            return codec.rows_of_load(await self._fetch("claim_waiting", aq.claim_load, params))
+        if not await self._conditional_update(
             "claim_waiting", aq.claim, params, (aq.holds, (saga_id, owner, aq.waiting))
-        )
+        ):
+            return None
+        claimed = await self.load_saga(saga_id)
+        if claimed is None or claimed[0].owner != owner or claimed[0].status is not SagaStatus.WAITING:
+            return None  # taken over meanwhile (its lease ran out at once)
+        return claimed
 
     async def _fetch(self, what: str, sql: str, params: Sequence[Any]) -> Sequence[Sequence[Any]]:
         """Run one query on its own (autocommit), retried after a lost connection; return its records."""
