@@ -13,8 +13,10 @@ started per second (first start to last). Its floor is the raw driver's autocomm
 second on one connection (benchmarks/_floors.py); `ratio` is claims/s over raw commits/s.
 
 Scaling: `SCALE` queued 10-step sagas of 10 ms sleep steps, then 1, 2 or 4 worker processes serving the queue
-with `concurrency=25` each start them all (PostgreSQL only). Reported: sagas finished per second, from the first
-saga's first step starting to the last saga's last step ending, and `speedup` over one worker's in the same run.
+with `concurrency=25` each start them all (PostgreSQL only), each level twice, there and back (1, 2, 4, 4, 2, 1:
+the machine's drifting load weighs on every level alike; each figure is the mean of a level's two turns).
+Reported: sagas finished per second, from the first saga's first step starting to the last saga's last step
+ending, and `speedup` over one worker's in the same run.
 Beside it, what a saga costs: the CPU seconds the worker processes and the database's backends (the server
 processes serving the run's database, from pg_stat_activity, read from /proc) used per saga while the run was
 steady (from a quarter of the sagas finished to three quarters: a worker's start, its pool's first connections and
@@ -22,6 +24,9 @@ statements are a cost per worker, not per saga; the whole run's figure is beside
 in the same run (the target: adding workers adds no cost per saga; on 2 cores more workers
 cannot add speed, as the `cpu share` shows: their CPU over the cores this process may run on times the wall time,
 1.0 being every core busy with them); and how busy the whole machine was (/proc/stat, other programs included).
+What the database did per saga is beside it: its transactions (every statement a worker sends outside a claim's
+transaction is one; pg_stat_database, read from another database) and the backends serving the run (each worker's
+pool and listening connection, and this process's), so a cost per worker shows as more of one or the other.
 
 Idle: 4 worker processes serving the queue with nothing to do, for `IDLE_SECONDS`: the database's transactions per
 second in all (pg_stat_database's commits and rollbacks of the run's database, read from another database).
@@ -249,6 +254,8 @@ class Fleet:
     cpu_ratio: float | None = None
     steady_cpu_ms: float | None = None
     idle_transactions_per_s: float | None = None
+    transactions_per_saga: float | None = None
+    backends: int | None = None
     skipped: str | None = None
 
     @property
@@ -284,6 +291,8 @@ class Fleet:
             "cpu ms per saga, whole run": None if self.cpu_per_saga_ms is None else r(self.cpu_per_saga_ms),
             CPU_RATIO: r(self.cpu_ratio),
             IDLE: r(self.idle_transactions_per_s),
+            "db transactions per saga": r(self.transactions_per_saga),
+            "db backends": self.backends,
             "cpu: workers s": None if self.cpu is None else r(self.cpu.workers_s),
             "cpu: postgres s": None if self.cpu is None else r(self.cpu.database_s),
             "cpu: wall s x cores": None if self.cpu is None else f"{self.cpu.wall_s:.2f} x {self.cpu.cores}",
@@ -380,20 +389,32 @@ async def _claims(url: str, count: int, folder: Path) -> float:
     return (count - 1) / (starts[-1] - starts[0])
 
 
-async def _scale(url: str, workers: int, count: int, folder: Path) -> tuple[float, Cpu, float | None]:
+@dataclass
+class Scaled:
+    """One scaling run: its rate, CPU, steady CPU per saga, and what the database did per saga."""
+
+    rate: float
+    cpu: Cpu
+    per_saga_ms: float | None
+    transactions_per_saga: float | None  # the run database's commits and rollbacks (each statement of a worker)
+    backends: int  # the database's backends at the end (each worker's pool and its listening connection)
+
+
+async def _scale(url: str, workers: int, count: int, folder: Path, turn: int = 0) -> Scaled:
     """Return the 10-step sagas per second `workers` workers (25 at a time each) finish of `count` queued ones,
     the CPU they and the database used meanwhile, and the CPU ms per saga of the steady part of the run (from a
     quarter of the sagas finished to three quarters: each worker's start, its pool's first connections and
     statements, and the stragglers at the end are a cost per worker, not per saga)."""
-    marks = folder / f"marks-scale-{workers}.txt"
+    marks = folder / f"marks-scale-{workers}-{turn}.txt"
     plan = [{"tool": "Nap", "args": {"n": n, "last": 9}} for n in range(10)]
     async with open_store(url) as store:
         executor = SagaExecutor(registry, store=store)
         for first in range(0, count, 50):
-            ids = [f"scale-{workers}-{n}" for n in range(first, min(count, first + 50))]
+            ids = [f"scale-{workers}-{turn}-{n}" for n in range(first, min(count, first + 50))]
             await asyncio.gather(*(executor.submit(plan, saga_id=saga_id, queue="bench") for saga_id in ids))
         async with _workers(url, workers, marks, concurrency=25, settle=0.0) as pids:
             meter = CpuMeter(pids, await _backends(url))  # from "go": the queue is full, so they start at once
+            transactions = await _transactions(url)
             steady: tuple[CpuMeter, int] | None = None
             per_saga = None
             deadline = time.monotonic() + 180
@@ -409,7 +430,10 @@ async def _scale(url: str, workers: int, count: int, folder: Path) -> tuple[floa
                 window = steady[0].stop(await _backends(url))
                 if window.workers_s is not None and window.database_s is not None:
                     per_saga = (window.workers_s + window.database_s) / (ended - steady[1]) * 1000
-            cpu = meter.stop(await _backends(url))
+            backends = await _backends(url)
+            cpu = meter.stop(backends)
+            await asyncio.sleep(1.0)  # backends report their counts at most once a second
+            transactions = await _transactions(url) - transactions
     if per_saga is None and cpu.workers_s is not None and cpu.database_s is not None:
         per_saga = (cpu.workers_s + cpu.database_s) / count * 1000  # too quick for a steady part: the whole run
     # A Mark line ("id at") of an earlier workload's saga that a stopped worker left to recovery is not counted.
@@ -417,7 +441,43 @@ async def _scale(url: str, workers: int, count: int, folder: Path) -> tuple[floa
     starts = [float(at) for _, kind, at in lines if kind == "start"]
     ends = [float(at) for _, kind, at in lines if kind == "end"]
     assert len(ends) == count, (len(ends), count)
-    return count / (max(ends) - min(starts)), cpu, per_saga
+    return Scaled(count / (max(ends) - min(starts)), cpu, per_saga, transactions / count, len(backends))
+
+
+async def _scaled(url: str, levels: list[int], count: int, folder: Path) -> list[Scaled]:
+    """Scale at each of `levels`, there and back (1, 2, 4, 4, 2, 1): a machine whose load drifts meanwhile weighs
+    on every level alike. Each level's figures are the mean of its two turns (one turn for a single level)."""
+    turns: dict[int, list[Scaled]] = {workers: [] for workers in levels}
+    order = [*levels, *reversed(levels)] if len(levels) > 1 else levels
+    for turn, workers in enumerate(order):
+        turns[workers].append(await _scale(url, workers, count, folder, turn))
+    return [_mean(turns[workers]) for workers in levels]
+
+
+def _mean(runs: list[Scaled]) -> Scaled:
+    """Return one level's turns as one: each figure their mean (the steady CPU of the turns that had one)."""
+    if len(runs) == 1:
+        return runs[0]
+
+    def mean(values: list[float | None]) -> float | None:
+        known = [value for value in values if value is not None]
+        return sum(known) / len(known) if known else None
+
+    cpus = [run.cpu for run in runs]
+    cpu = Cpu(
+        sum(c.wall_s for c in cpus) / len(cpus),
+        cpus[0].cores,
+        None if any(c.workers_s is None for c in cpus) else mean([c.workers_s for c in cpus]),
+        None if any(c.database_s is None for c in cpus) else mean([c.database_s for c in cpus]),
+        mean([c.machine_busy for c in cpus]),
+    )
+    return Scaled(
+        mean([run.rate for run in runs]) or 0.0,
+        cpu,
+        mean([run.per_saga_ms for run in runs]),
+        mean([run.transactions_per_saga for run in runs]),
+        max(run.backends for run in runs),
+    )
 
 
 def _ends(marks: Path) -> int:
@@ -506,10 +566,16 @@ async def _store(
     results[0].claims_per_s = await _claims(url, claims, folder)
     results[0].raw_commits_per_s = await _raw_commits(kind, url, folder / "raw.db")
     if kind == "postgresql":
-        scaled = [await _scale(url, result.workers, scale, folder) for result in results]
-        for result, (rate, cpu, per_saga) in zip(results, scaled, strict=True):
-            result.sagas_per_s, result.speedup, result.cpu, result.scaled = rate, rate / scaled[0][0], cpu, scale
-            result.steady_cpu_ms = per_saga
+        scaled = await _scaled(url, [result.workers for result in results], scale, folder)
+        for result, run in zip(results, scaled, strict=True):
+            result.sagas_per_s, result.speedup, result.cpu, result.scaled = (
+                run.rate,
+                run.rate / scaled[0].rate,
+                run.cpu,
+                scale,
+            )
+            result.steady_cpu_ms = run.per_saga_ms
+            result.transactions_per_saga, result.backends = run.transactions_per_saga, run.backends
             one, this = results[0].steady_cpu_ms, result.steady_cpu_ms
             result.cpu_ratio = None if not one or this is None else this / one
         results[0].idle_transactions_per_s = await _idle(url, 4, idle_seconds, folder)
