@@ -24,6 +24,7 @@ from saga_runtime._engine import (
     Drives,
     EngineConfig,
     SagaEngine,
+    journal,
     receive,
 )
 from saga_runtime._exceptions import (
@@ -154,7 +155,7 @@ class DynamicSaga:
             self._adopt_record(*stored)
             await self._read_requests()
             return self
-        existing = await store.create_saga(row.copy(), [])
+        existing = await journal.create(store, row.copy(), [])
         if existing is None:
             engine = await self._go_live(drives.claim(row, take="new"))
             engine.emit("saga_started")

@@ -14,9 +14,10 @@ from typing import Any
 
 import anyio
 
+from saga_runtime._engine import _journal
 from saga_runtime._engine._cancellation import CANCELLED, WorkerStopped
 from saga_runtime._engine._config import EngineConfig
-from saga_runtime._engine._journal_rows import asleep, noted, returned, sleeps_of, slept
+from saga_runtime._engine._journal import asleep, noted, returned, sleeps_of, slept
 from saga_runtime._engine._saga import SagaEngine
 from saga_runtime._exceptions import SagaError, SagaFailedError, describe
 from saga_runtime._records import SagaResult, SagaRow, SagaStatus, StepRow, StepStatus, now, result_from_rows
@@ -299,4 +300,4 @@ async def send(config: EngineConfig, saga_id: str, topic: str, message: Any, key
     status = stored[0].status
     if status not in (SagaStatus.QUEUED, SagaStatus.RUNNING, SagaStatus.WAITING):
         raise SagaError(f"saga {saga_id!r} is {status.value}: it receives no more messages")
-    return await store.put_message(saga_id, key or uuid.uuid4().hex, topic, message, now())
+    return await _journal.post(store, saga_id, key or uuid.uuid4().hex, topic, message, now())

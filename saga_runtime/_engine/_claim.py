@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from saga_runtime._engine._cancellation import Shelters
 from saga_runtime._engine._config import EngineConfig
-from saga_runtime._engine._journal_rows import take_over, took_over
+from saga_runtime._engine._journal import ClaimKind, take_over, took_over
 from saga_runtime._engine._saga import SagaEngine
 from saga_runtime._engine._session import Claims, Session
 from saga_runtime._exceptions import SagaInProgressError
@@ -90,7 +90,7 @@ class Claim:
         self._held = True
         before = self.saga.owner
         try:
-            if self._take != "new" and not await drives.claims.take(self.saga, self._store_claim()):
+            if self._take != "new" and not await drives.claims.take(self.saga, self._claim_kind()):
                 self._let_go()
                 return None
             if self._reread:
@@ -119,11 +119,10 @@ class Claim:
             self._held = False
             self._drives._driving.discard(self.saga.saga_id)
 
-    def _store_claim(self) -> Any:
-        store = self._drives.config.store
+    def _claim_kind(self) -> ClaimKind:
         if self._take in ("orphan", "queued"):
-            return store.claim_saga
-        return store.claim_waiting if self._take == "waiting" else store.reopen_compensation
+            return "live"
+        return "waiting" if self._take == "waiting" else "reopen"
 
     def start(
         self,
