@@ -31,7 +31,7 @@ from saga_runtime import (
     StepFailedError,
     StepStatus,
 )
-from saga_runtime._storage import sagas
+from saga_runtime._storage import sagas as stored
 from saga_runtime.integrations._common import missing_extra, schema_of
 
 try:
@@ -238,7 +238,7 @@ class _Sagas:
             driver = self.held.get(saga_id)
             if driver is not None and not driver.ended:
                 return driver
-            record = await sagas.get_saga(self.executor.store, saga_id)
+            record = await stored.get_saga(self.executor.store, saga_id)
             if record is not None:
                 _check_enterable(record, waiting_call)
             tasks, started = ctx.request_context.lifespan_context[_DRIVERS_KEY]
@@ -336,7 +336,7 @@ class _Sagas:
             return _error(
                 None, f"saga_{kind}: which saga? Give its id in the call's _meta ({META_KEY!r}) or use a session"
             )
-        if saga_id not in self.held and await sagas.get_saga(self.executor.store, saga_id) is None:
+        if saga_id not in self.held and await stored.get_saga(self.executor.store, saga_id) is None:
             return _ended(saga_id, kind, None)
         try:
             driver = await self.driver(ctx, saga_id, waiting_call=kind if kind == "rollback" else None)
