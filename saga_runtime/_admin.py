@@ -12,7 +12,7 @@ from typing import Any
 
 import anyio
 
-from saga_runtime._engine import Actions, Drives, EngineConfig, SagaHook
+from saga_runtime._engine import Actions, Drives, EngineConfig, SagaHook, journal
 from saga_runtime._exceptions import SagaError
 from saga_runtime._planner import RegistryPlanner, replay
 from saga_runtime._records import (
@@ -36,7 +36,7 @@ from saga_runtime._records import (
     now,
     summary_from_rows,
 )
-from saga_runtime._storage import SagaStore, waiting_counts
+from saga_runtime._storage import SagaStore, retention, sagas, waiting_counts
 from saga_runtime._tools import Resources, ToolRegistry
 
 __all__ = ["BulkSummary", "SagaAdmin"]
@@ -139,7 +139,7 @@ class SagaAdmin:
 
     async def get_saga(self, saga_id: str) -> SagaResult | None:
         """Return a stored saga's result (its steps and approvals), or None."""
-        return await self.store.get_saga(saga_id)
+        return await sagas.get_saga(self.store, saga_id)
 
     async def list_sagas(
         self,
@@ -153,7 +153,7 @@ class SagaAdmin:
         """Return summaries of stored sagas, newest first, optionally only those with `status`, of `queue`, and
         ended for `reason` (`SagaResult.end_reason`)."""
         if queue is None:
-            return await self.store.list_sagas(status, limit, offset, reason=reason)
+            return await sagas.list_sagas(self.store, status, limit, offset, reason=reason)
         if reason is not None and reason not in END_REASONS:
             raise ValueError(f"reason must be one of {list(END_REASONS)}, got {reason!r}")
         wanted = None if status is None else SagaStatus(status)
@@ -181,7 +181,7 @@ class SagaAdmin:
 
     async def _set_queue(self, name: str, state: QueueState) -> QueueInfo:
         name = _queue_name(name)
-        await self.store.set_queue_state(name, state, now())
+        await journal.set_queue_state(self.store, name, state, now())
         return next(info for info in await self.store.queue_infos() if info.name == name)
 
     async def waiting_counts(self) -> dict[str, int]:
@@ -190,11 +190,11 @@ class SagaAdmin:
 
     async def verify_saga(self, saga_id: str) -> VerifyResult:
         """Check a stored saga's hash chain; falsy, naming the broken records, if altered."""
-        return await self.store.verify_saga(saga_id)
+        return await sagas.verify_saga(self.store, saga_id)
 
     async def export_saga(self, saga_id: str) -> dict[str, Any]:
         """Return a saga as a JSON-able, versioned document; raise `KeyError` if it is not stored."""
-        return await self.store.export_saga(saga_id)
+        return await sagas.export_saga(self.store, saga_id)
 
     async def replay(self, saga_id: str) -> SagaResult:
         """Rebuild a saga from its records, calling no tool; raise `ReplayDivergenceError` if they disagree."""
@@ -212,21 +212,21 @@ class SagaAdmin:
         limit: int | None = None,
     ) -> PurgeReport:
         """Purge terminal sagas finished over `older_than` ago to tombstones, as `store.purge` does."""
-        return await self.store.purge(
-            older_than=older_than, statuses=statuses, archive=archive, dry_run=dry_run, limit=limit
+        return await retention.purge(
+            self.store, older_than=older_than, statuses=statuses, archive=archive, dry_run=dry_run, limit=limit
         )
 
     async def hold(self, saga_id: str, *, reason: str) -> None:
         """Hold a saga: never purged until released; raise `KeyError` if no saga has the id."""
-        await self.store.hold(saga_id, reason=reason)
+        await retention.hold(self.store, saga_id, reason)
 
     async def unhold(self, saga_id: str) -> bool:
         """Release a saga's hold; return whether it was held."""
-        return await self.store.unhold(saga_id)
+        return await retention.unhold(self.store, saga_id)
 
     async def holds(self) -> list[SagaHold]:
         """Return every hold, oldest first."""
-        return await self.store.holds()
+        return await self.store.list_holds()
 
     # -- approvals ---------------------------------------------------------------------------------------------
 
@@ -318,7 +318,7 @@ class SagaAdmin:
         ids: list[str] = []
         offset = 0
         while True:
-            page = await self.store.list_sagas(status, _PAGE, offset)
+            page = await sagas.list_sagas(self.store, status, _PAGE, offset)
             ids += [s.saga_id for s in page if since is None or (s.finished_at or s.updated_at) >= since]
             if len(page) < _PAGE:
                 return list(dict.fromkeys(ids))  # once, even if listed on two pages

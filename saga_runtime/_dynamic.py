@@ -24,6 +24,7 @@ from saga_runtime._engine import (
     Drives,
     EngineConfig,
     SagaEngine,
+    journal,
     receive,
 )
 from saga_runtime._exceptions import (
@@ -60,6 +61,7 @@ from saga_runtime._records import (
     to_json_value,
 )
 from saga_runtime._starting import checked_json, child_call, target
+from saga_runtime._storage import sagas
 from saga_runtime._tools import CHILD_TOOL, ToolRegistry
 
 __all__ = ["DynamicSaga"]
@@ -155,7 +157,7 @@ class DynamicSaga:
             self._adopt_record(*stored)
             await self._read_requests()
             return self
-        existing = await store.create_saga(row.copy(), [])
+        existing = await journal.create(store, row.copy(), [])
         if existing is None:
             engine = await self._go_live(drives.claim(row, take="new"))
             engine.emit("saga_started")
@@ -655,7 +657,7 @@ class DynamicSaga:
                 )
         json_args = call_args(self._registry.get(CHILD_TOOL), call, self._config.keyring, what="the child saga")
         await self._run_calls([(CHILD_TOOL, json_args, step_id)], join="all", k=None, return_exceptions=False)
-        result = await self._store.get_saga(child_id)
+        result = await sagas.get_saga(self._store, child_id)
         if result is None:
             raise SagaNotFoundError(
                 f"child saga {child_id!r} of {self.saga_id!r} is not in {self._store.url}", saga_id=child_id

@@ -8,7 +8,7 @@ import anyio
 
 from saga_runtime._exceptions import SagaNotFoundError
 from saga_runtime._records import SagaResult, SagaStatus
-from saga_runtime._storage import SagaStore
+from saga_runtime._storage import SagaStore, sagas
 
 __all__ = ["SagaHandle"]
 
@@ -34,7 +34,7 @@ class SagaHandle:
         return (await self._result()).status
 
     async def _result(self) -> SagaResult:
-        result = await self._store.get_saga(self.saga_id)
+        result = await sagas.get_saga(self._store, self.saga_id)
         if result is None:
             raise SagaNotFoundError(f"no saga {self.saga_id!r} in {self._store.url}", saga_id=self.saga_id)
         return result

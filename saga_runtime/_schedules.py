@@ -17,6 +17,7 @@ from typing import Any
 
 import anyio
 
+from saga_runtime._engine import journal
 from saga_runtime._exceptions import IdempotencyConflictError, PlanValidationError, ResultNotStorableError, StoreError
 from saga_runtime._planning import MAX_ID_BYTES, build_plan, valid_id
 from saga_runtime._records import Queue, Schedule, SecretKeyring, Timing, now, tick_id, to_json_value
@@ -82,7 +83,7 @@ class Schedules:
             queue=queue,
             next_tick=timing.first_after(now()),
         )
-        await self.store.put_schedule(schedule)
+        await journal.put_schedule(self.store, schedule)
         return schedule
 
     def _target(
@@ -137,20 +138,20 @@ class Schedules:
 
     async def pause(self, name: str) -> Schedule:
         """Pause a schedule: it submits nothing until resumed. Return it as it stands."""
-        if not await self.store.pause_schedule(name):
+        if not await journal.pause_schedule(self.store, name):
             raise KeyError(_unknown(name, self.store))
         return await self.get(name)
 
     async def resume(self, name: str) -> Schedule:
         """Resume a paused schedule from its next tick to come (the ticks missed while paused are not submitted)."""
         schedule = await self.get(name)
-        if not await self.store.resume_schedule(name, schedule.timing().first_after(now())):
+        if not await journal.resume_schedule(self.store, name, schedule.timing().first_after(now())):
             raise KeyError(_unknown(name, self.store))
         return await self.get(name)
 
     async def delete(self, name: str) -> None:
         """Delete a schedule (the sagas it submitted stay)."""
-        if not await self.store.delete_schedule(name):
+        if not await journal.delete_schedule(self.store, name):
             raise KeyError(_unknown(name, self.store))
 
     # -- the worker's side -------------------------------------------------------------------------------------
@@ -182,7 +183,7 @@ class Schedules:
                 self._warn(schedule, tick, f"cannot submit {saga_id!r} here: {exc}")
                 continue
             self._warned.pop(schedule.name, None)
-            if await self.store.advance_schedule(schedule.name, schedule.next_tick, following, tick):
+            if await journal.advance_schedule(self.store, schedule.name, schedule.next_tick, following, tick):
                 moved.append(saga_id)
         return moved
 

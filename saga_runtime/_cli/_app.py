@@ -49,7 +49,7 @@ from saga_runtime._exceptions import (
 )
 from saga_runtime._executor import SagaExecutor
 from saga_runtime._records import END_REASONS, SagaResult, SagaStatus
-from saga_runtime._storage import SagaStore
+from saga_runtime._storage import SagaStore, sagas
 
 __all__ = ["ExitCode", "app", "run"]
 
@@ -101,7 +101,7 @@ def list_command(
 
     async def work(store: SagaStore) -> ExitCode:
         if queue is None:
-            summaries = await store.list_sagas(wanted, limit=limit, offset=offset, reason=reason)
+            summaries = await sagas.list_sagas(store, wanted, limit=limit, offset=offset, reason=reason)
         else:
             admin = SagaAdmin(store)
             summaries = await admin.list_sagas(wanted, limit=limit, offset=offset, queue=queue, reason=reason)
@@ -152,7 +152,7 @@ def export(
     """Export a saga as a versioned JSON document (to stdout, or to a file), for `import` into any store."""
 
     async def work(store: SagaStore) -> ExitCode:
-        document = await store.export_saga(saga_id)
+        document = await sagas.export_saga(store, saga_id)
         if output is None:
             _json(document)
             return ExitCode.OK
@@ -185,7 +185,7 @@ def verify(
     assert saga_id is not None
 
     async def work(store: SagaStore) -> ExitCode:
-        verdict = await store.verify_saga(saga_id)
+        verdict = await sagas.verify_saga(store, saga_id)
         if as_json:
             _json(
                 {
@@ -258,7 +258,7 @@ def import_command(
         ) as progress:
             task = progress.add_task("import", total=len(documents))
             for document in documents:
-                await store.import_saga(document)
+                await sagas.import_saga(store, document)
                 progress.advance(task)
         steps = sum(len(d.get("steps", [])) for d in documents)
         _stdout().print(f"imported {len(documents)} saga(s), {steps} steps, into {store.url}")
@@ -578,7 +578,9 @@ def worker(
             health = (
                 None
                 if health_port is None
-                else HealthServer(health_port, store_probe(store.get_saga), host=health_host)
+                else HealthServer(
+                    health_port, store_probe(lambda saga_id: sagas.get_saga(store, saga_id)), host=health_host
+                )
             )
         except OSError as exc:  # the port is taken, or not ours to bind
             raise CliError(f"--health-port {health_port}: cannot listen: {exc}", ExitCode.USAGE) from None

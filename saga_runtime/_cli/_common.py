@@ -29,7 +29,7 @@ from saga_runtime._exceptions import (
     StoreError,
 )
 from saga_runtime._records import SagaResult, SagaStatus
-from saga_runtime._storage import DEFAULT_URL, ENV_VAR, SagaStore, open_store, redact_url
+from saga_runtime._storage import DEFAULT_URL, ENV_VAR, SagaStore, open_store, redact_url, sagas
 from saga_runtime._tools import ToolRegistry
 
 PROG = "saga-runtime"
@@ -165,7 +165,7 @@ def _main(
 
 
 async def _get(store: SagaStore, saga_id: str) -> SagaResult:
-    result = await store.get_saga(saga_id)
+    result = await sagas.get_saga(store, saga_id)
     if result is None:
         raise KeyError(f"no saga {saga_id!r} in {store.url}")
     return result

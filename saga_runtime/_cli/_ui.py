@@ -6,7 +6,7 @@ import asyncio
 import sys
 from typing import Any
 
-from saga_runtime._storage import open_store, redact_url
+from saga_runtime._storage import open_store, redact_url, sagas
 from saga_runtime._tools import ToolRegistry
 
 __all__ = ["TOKEN_VAR", "UI_INSTALL_HINT", "UiError", "serve"]
@@ -72,4 +72,4 @@ def serve(
 async def _count(url: str, signing_key: str | None) -> int:
     extra: dict[str, Any] = {} if signing_key is None else {"signing_key": signing_key}
     async with open_store(url, **extra) as store:
-        return len(await store.list_sagas(limit=100))
+        return len(await sagas.list_sagas(store, limit=100))

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from saga_runtime._admin import SagaAdmin
 from saga_runtime._exceptions import ApprovalError, SagaError, SagaInProgressError, StoreError
 from saga_runtime._records import ApprovalRequest, QueueInfo, SagaResult, SagaStatus, SagaSummary, VerifyResult
-from saga_runtime._storage import SagaStore
+from saga_runtime._storage import SagaStore, sagas
 
 __all__ = ["ACTIONS", "CANCELLABLE", "QUEUE_ACTIONS", "ActionRefused", "Console", "Outcome"]
 
@@ -72,11 +72,11 @@ class Console:
                 found = [s for s in found if search in s.saga_id][offset:]
             return found[:limit], len(found) > limit
         if not search:
-            found = await self.store.list_sagas(status, limit=limit + 1, offset=offset, reason=reason)
+            found = await sagas.list_sagas(self.store, status, limit=limit + 1, offset=offset, reason=reason)
             return found[:limit], len(found) > limit
-        listed = await self.store.list_sagas(status, limit=_SEARCH_DEPTH, reason=reason)
+        listed = await sagas.list_sagas(self.store, status, limit=_SEARCH_DEPTH, reason=reason)
         matches = [s for s in listed if search in s.saga_id]
-        exact = await self.store.get_saga(search)
+        exact = await sagas.get_saga(self.store, search)
         if exact is not None and (status is None or exact.status is status) and reason in (None, exact.end_reason):
             if all(s.saga_id != search for s in matches):
                 matches.insert(0, await self._summary_of(exact))
@@ -101,10 +101,10 @@ class Console:
 
     async def saga(self, saga_id: str) -> tuple[SagaResult, VerifyResult] | None:
         """Return a saga's record and the verdict of its hash chain, or None if the store has no such saga."""
-        result = await self.store.get_saga(saga_id)
+        result = await sagas.get_saga(self.store, saga_id)
         if result is None:
             return None
-        return result, await self.store.verify_saga(saga_id)
+        return result, await sagas.verify_saga(self.store, saga_id)
 
     async def pending(self, limit: int = 100) -> list[ApprovalRequest]:
         """Return the requests waiting for a decision, oldest first, across sagas."""
@@ -136,7 +136,7 @@ class Console:
         if not saga_id:
             raise ActionRefused("the saga id is missing", 400)
         try:
-            if await self.store.get_saga(saga_id) is None:
+            if await sagas.get_saga(self.store, saga_id) is None:
                 raise ActionRefused(f"no saga {saga_id!r} in the store", 404)
             if action in ("approve", "reject"):
                 return await self._decide(action, saga_id, step_id, by, note, args_digest)

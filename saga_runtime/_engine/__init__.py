@@ -11,6 +11,7 @@ record); `Recovery` (`_recovery`) and `Actions` (`_actions`) are what front door
 `Decisions` (`_approvals`) hold steps that need a person's decision, and record the decisions.
 """
 
+from saga_runtime._engine import _journal as journal
 from saga_runtime._engine._actions import Actions
 from saga_runtime._engine._approvals import HOLDABLE, Decisions
 from saga_runtime._engine._budget import Account, Budget
@@ -21,7 +22,7 @@ from saga_runtime._engine._claim import Claim, Drives
 from saga_runtime._engine._config import EngineConfig
 from saga_runtime._engine._driver import Planner, PlanShape, drive_plan
 from saga_runtime._engine._events import EventKind, LoggingHook, SagaEvent, SagaHook
-from saga_runtime._engine._journal_rows import adopted, asleep, take_over
+from saga_runtime._engine._journal import adopted, asleep, take_over
 from saga_runtime._engine._lineage import through_parent
 from saga_runtime._engine._saga import RUNNABLE, SagaEngine
 from saga_runtime._engine._transitions import TransitionError
@@ -54,6 +55,7 @@ __all__ = [
     "drive_calls",
     "drive_plan",
     "driving",
+    "journal",
     "receive",
     "run_child",
     "send",

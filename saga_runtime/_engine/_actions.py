@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 
+from saga_runtime._engine import _journal
 from saga_runtime._engine._approvals import Decisions
 from saga_runtime._engine._calls import CallBody
 from saga_runtime._engine._claim import Drives
@@ -82,7 +83,7 @@ class Actions:
         # Only the first group's intents go with the saga: a step's row is first written at its intent.
         announced = engine.journal.announced
         created = saga.copy()
-        existing = await store.create_saga(created, [row.copy() for row in steps if row.step_id in announced])
+        existing = await _journal.create(store, created, [row.copy() for row in steps if row.step_id in announced])
         if existing is None:
             engine.journal.stored_as(created)
             logger.debug("saga %s: started by %s, %d steps", saga.saga_id, drives.config.executor_id, len(steps))
@@ -160,15 +161,15 @@ class Actions:
         saga = stored[0]
         asked = now()
         note = cancel_note(asked, by or config.executor_id, reason)
-        if saga.status is SagaStatus.QUEUED and await store.cancel_queued(
-            saga_id, f"{why} (before it started)", asked, cancel_entry(read_note(note, at=asked), "cancelled")
+        if saga.status is SagaStatus.QUEUED and await _journal.cancel_queued(
+            store, saga, f"{why} (before it started)", asked, cancel_entry(read_note(note, at=asked), "cancelled")
         ):
             self._told(saga, why)
             return await self._stored_result(saga_id)
         status = (await self._stored_result(saga_id)).status
         if status.is_terminal or status is SagaStatus.PARKED:
             return await self._stored_result(saga_id)
-        if await store.request_cancel(saga_id, note):
+        if await _journal.ask_cancel(store, saga_id, note):
             self._told(stored[0], why)
         if status is SagaStatus.WAITING:
             undecided = [row for row in await store.load_approvals(saga_id) if row.decision is None]
@@ -218,8 +219,8 @@ class Actions:
                 )
             return await self._give_up(saga_id, missing)
         # One conditional change in the store: of two operators unparking at once, one gets the error below.
-        if stored[0].status is not SagaStatus.PARKED or not await store.unpark_saga(
-            saga_id, now(), compensate=compensate
+        if stored[0].status is not SagaStatus.PARKED or not await _journal.unpark(
+            store, stored[0], compensate=compensate, at=now()
         ):
             stored = await store.load_saga(saga_id)
             status = "gone" if stored is None else stored[0].status.value

@@ -16,9 +16,9 @@ import logging
 from collections.abc import Sequence
 from datetime import timedelta
 
+from saga_runtime._engine import _journal
 from saga_runtime._engine._events import SagaEvent, emit
-from saga_runtime._engine._journal import EngineConfig, Journal
-from saga_runtime._engine._journal_rows import decided
+from saga_runtime._engine._journal import EngineConfig, Journal, decided
 from saga_runtime._exceptions import ApprovalError, ReplayDivergenceError
 from saga_runtime._records import (
     DEADLINE,
@@ -121,7 +121,7 @@ class Gate:
             new.append(request)
         if new:
             await journal.flush()  # the steps are stored before the requests that name them
-            added = set(await journal.store.request_approvals(new))
+            added = set(await _journal.request_approvals(journal.store, new))
             self._keep([request for request in new if request.step_id in added])
             if len(added) < len(new):  # another executor recorded some meanwhile: theirs stand
                 self._loaded = False
@@ -155,7 +155,7 @@ class Gate:
         store = self._journal.store
         for request in [row for row in self.rows.values() if row.decision is None]:
             row = decided(request, REJECTED, by, note)
-            if await store.decide_approval(row):
+            if await _journal.decide(store, row):
                 self._keep([row])
                 tell(self._journal.config, self._journal.saga, row)
 
@@ -163,7 +163,7 @@ class Gate:
         """Reject a request whose deadline passed (one conditional update; a decision made first stands)."""
         store = self._journal.store
         row = decided(request, REJECTED, DEADLINE, None)
-        if await store.decide_approval(row, by_deadline=True):
+        if await _journal.decide(store, row, by_deadline=True):
             self._keep([row])
             tell(self._journal.config, self._journal.saga, row)
             return
@@ -244,7 +244,7 @@ class Decisions:
         row = decided(request, decision, by, note)
         if request.deadline is not None and request.deadline <= (row.decided_at or now()):
             raise self._too_late(request)
-        if not await store.decide_approval(row):
+        if not await _journal.decide(store, row):
             stored = next((r for r in await store.load_approvals(saga_id) if r.step_id == step_id), request)
             if stored.decision is None:
                 raise self._too_late(request)
@@ -259,7 +259,7 @@ class Decisions:
         done = 0
         for request in await store.list_approvals(due=now(), limit=limit):
             row = decided(request, REJECTED, DEADLINE, None)
-            if await store.decide_approval(row, by_deadline=True):
+            if await _journal.decide(store, row, by_deadline=True):
                 done += 1
                 logger.info("saga %s: step %s rejected, its deadline passed", row.saga_id, row.step_id)
                 loaded = await store.load_saga(row.saga_id)

@@ -14,9 +14,10 @@ from typing import Any
 
 import anyio
 
+from saga_runtime._engine import _journal
 from saga_runtime._engine._cancellation import CANCELLED, WorkerStopped
 from saga_runtime._engine._config import EngineConfig
-from saga_runtime._engine._journal_rows import asleep, noted, returned, sleeps_of, slept
+from saga_runtime._engine._journal import asleep, noted, returned, sleeps_of, slept
 from saga_runtime._engine._notices import changed
 from saga_runtime._engine._saga import SagaEngine
 from saga_runtime._exceptions import SagaError, SagaFailedError, describe
@@ -130,7 +131,7 @@ class CallDriver:
         store, saga_id = engine.config.store, engine.saga.saga_id
         try:
             if await due(store, engine.saga):
-                await store.wake_saga(saga_id, now())
+                await _journal.wake(store, saga_id, now())
         except Exception as exc:  # an operator's look, or the next message's wakeup, finds it
             logger.warning("saga %s: could not look for its messages once waiting: %s", saga_id, exc)
         raise Released
@@ -331,4 +332,4 @@ async def send(config: EngineConfig, saga_id: str, topic: str, message: Any, key
     status = stored[0].status
     if status not in (SagaStatus.QUEUED, SagaStatus.RUNNING, SagaStatus.WAITING):
         raise SagaError(f"saga {saga_id!r} is {status.value}: it receives no more messages")
-    return await store.put_message(saga_id, key or uuid.uuid4().hex, topic, message, now())
+    return await _journal.post(store, saga_id, key or uuid.uuid4().hex, topic, message, now())

@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from saga_runtime._engine import _journal
 from saga_runtime._engine._claim import DRIVING, Drives
 from saga_runtime._engine._driver import drive
-from saga_runtime._engine._journal_rows import reopened_by_parent
 from saga_runtime._engine._saga import SagaEngine
 from saga_runtime._exceptions import IdempotencyConflictError, SagaError
 from saga_runtime._records import SagaResult, SagaRow, SagaStatus, StepRow, now, result_from_rows, same_work
@@ -114,8 +114,8 @@ async def _drive(
         engine = drives.claims.start_plan(row, steps, announce=announce)
         created = row.copy()
         announced = engine.journal.announced
-        existing = await drives.config.store.create_saga(
-            created, [step.copy() for step in steps if step.step_id in announced]
+        existing = await _journal.create(
+            drives.config.store, created, [step.copy() for step in steps if step.step_id in announced]
         )
         if existing is not None:
             return None  # stored meanwhile: looked at again
@@ -162,9 +162,9 @@ async def undo_child(drives: Drives, saga_id: str, parent_id: str) -> None:
 async def _reopen_and_compensate(drives: Drives, saga: SagaRow, rows: list[StepRow], why: str) -> SagaResult | None:
     """Move a SUCCESS child to COMPENSATING under this executor's lease, and compensate it."""
     config = drives.config
-    reopened_by_parent(saga, config.executor_id, drives.claims.lease_until(now()), why)
-    # Written as a whole: a finished saga has no owner whose write this could race but its parent's driver (this).
-    await config.store.save(saga.copy(), [])
+    # Written only where the child is still SUCCESS: its parent's driver (this) is the one that may reopen it.
+    if not await _journal.reopen_child(config.store, saga, config.executor_id, drives.claims.lease_until(now()), why):
+        return None  # moved meanwhile: looked at again
     logger.info("saga %s: a SUCCESS child, compensated as a whole: %s", saga.saga_id, why)
     async with drives.claim(saga, rows, take="new") as held:
         if held is None:

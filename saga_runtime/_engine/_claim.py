@@ -7,15 +7,14 @@ drives a saga through `async with drives.claim(...) as held:`; nothing else touc
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 from contextvars import ContextVar
-from datetime import datetime
 from types import TracebackType
 from typing import Any, Literal
 
 from saga_runtime._engine._cancellation import Shelters
 from saga_runtime._engine._config import EngineConfig
-from saga_runtime._engine._journal_rows import take_over, took_over
+from saga_runtime._engine._journal import ClaimKind, take_over, took_over
 from saga_runtime._engine._saga import SagaEngine
 from saga_runtime._engine._session import Claims, Session
 from saga_runtime._exceptions import SagaInProgressError
@@ -118,7 +117,7 @@ class Claim:
             raise
         before = self.saga.owner
         try:
-            if self._take != "new" and not await drives.claims.take(self.saga, self._store_claim()):
+            if self._take != "new" and not await drives.claims.take(self.saga, self._claim_kind()):
                 self._let_go()
                 return None
             if self._reread:
@@ -147,11 +146,10 @@ class Claim:
             self._held = False
             self._drives._driving.discard(self._saga_id)
 
-    def _store_claim(self) -> Any:
-        store = self._drives.config.store
-        if self._take == "waiting":
-            return _claimed_waiting(store)
-        return store.claim_saga if self._take in ("orphan", "queued") else store.reopen_compensation
+    def _claim_kind(self) -> ClaimKind:
+        if self._take in ("orphan", "queued"):
+            return "live"
+        return "waiting" if self._take == "waiting" else "reopen"
 
     def start(
         self,
@@ -227,12 +225,3 @@ class Claim:
 
     def __repr__(self) -> str:
         return f"Claim({self.saga.saga_id!r}, session={self.session is not None})"
-
-
-def _claimed_waiting(store: Any) -> Callable[[str, str, datetime, datetime], Awaitable[bool]]:
-    """Return the store's claim of a WAITING saga as a yes or no (the rows it reads are the caller's already)."""
-
-    async def claim(saga_id: str, owner: str, lease_expires_at: datetime, at: datetime) -> bool:
-        return await store.claim_waiting(saga_id, owner, lease_expires_at, at) is not None
-
-    return claim

@@ -10,12 +10,12 @@ from typing import Any
 import anyio
 
 from saga_runtime._engine._cancellation import shielded, shielded_inline
-from saga_runtime._engine._journal import Journal
+from saga_runtime._engine._journal import Journal, inline_writer
 from saga_runtime._engine._notices import changed
 from saga_runtime._engine._transitions import TransitionError
 from saga_runtime._exceptions import StoreError
 from saga_runtime._records import SagaResult, SagaStatus, StepStatus, result_from_rows
-from saga_runtime._storage import MemoryStore, SagaStore
+from saga_runtime._storage import SagaStore
 
 __all__ = ["final_write_bound", "write_end", "writes_pause"]
 
@@ -69,8 +69,8 @@ async def _bounded(journal: Journal, write: Coroutine[Any, Any, None]) -> None:
 
 
 def writes_pause(store: SagaStore) -> bool:
-    """Tell whether a write to `store` may pause: anything but the memory store itself (not a subclass, unpatched)."""
-    return type(store) is not MemoryStore or "save" in vars(store)
+    """Tell whether a write to `store` may pause: any store that does not declare it writes inline."""
+    return inline_writer(store) is None
 
 
 def final_write_bound(store: SagaStore) -> float:

@@ -10,31 +10,70 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from time import monotonic
-from typing import Any
+from typing import Any, Literal
 
 from saga_runtime._engine._cancellation import CancelTaken, Fence
 from saga_runtime._engine._clock import LeaseClock
 from saga_runtime._engine._config import EngineConfig
 from saga_runtime._engine._events import EventKind, emit, event_of
-from saga_runtime._engine._journal_rows import ended, note_cancel, rejection_of
 from saga_runtime._engine._transitions import saga_to, step_to
 from saga_runtime._exceptions import LeaseLostError, StoreError
 from saga_runtime._records import (
+    REJECTED,
     ApprovalRow,
+    CancelOutcome,
+    Queue,
+    QueueEntry,
+    QueueState,
     SagaRow,
     SagaStatus,
+    Schedule,
     StepRow,
     StepStatus,
+    TakeoverReason,
+    cancel_entry,
+    end_entry,
+    end_reason_of,
     extend_head,
     identity_hash,
+    note_reason,
     now,
+    output_entry,
+    read_note,
+    release_entry,
+    released_by,
+    standing_of,
+    takeover_entry,
 )
-from saga_runtime._storage import inline_store
+from saga_runtime._storage import InlineWrite, SagaStore
 
-__all__ = ["EngineConfig", "Journal", "seq_of"]
+__all__ = [
+    "WAITS_FOR_TOOLS",
+    "EngineConfig",
+    "Journal",
+    "adopted",
+    "asleep",
+    "cancel_noted",
+    "decided",
+    "ended",
+    "inline_writer",
+    "let_go",
+    "note_cancel",
+    "noted",
+    "park",
+    "rejection_of",
+    "reopened_by_parent",
+    "returned",
+    "seq_of",
+    "sleeps_of",
+    "slept",
+    "take_over",
+    "took_over",
+    "waits_for_tools",
+]
 
 logger = logging.getLogger("saga_runtime")
 
@@ -64,9 +103,10 @@ class Journal:
         # The lease holder, when the engine holds one: every write is then owner-conditional.
         self.owner = owner
         self.rows: dict[str, StepRow] = {row.step_id: row for row in steps}
-        # A store that links the rows it seals (the memory store, sealing when a saga is read) gets them unlinked.
-        inline = inline_store(self.store)
-        self._links: dict[int, str] | None = None if inline is not None and inline.links_rows else {}
+        # A store that writes inline (the memory store) links the rows it seals (when a saga is read): it gets them
+        # unlinked.
+        inline = inline_writer(self.store)
+        self._links: dict[int, str] | None = None if inline is not None else {}
         self._by_seq: dict[int, StepRow] = {} if self._links is None else {row.seq: row for row in steps}
         # Steps whose first attempt was committed RUNNING with the saga itself (write-ahead done).
         self.announced = {row.step_id for row in announced}
@@ -80,7 +120,7 @@ class Journal:
         # asyncio.Lock: it does not yield to the loop when nobody holds it. A store whose write never pauses
         # (`writes_inline`: the memory store) is written in the calling code, without it.
         self._write_lock = asyncio.Lock()
-        self._write_now = inline.write if inline is not None and inline.writes_inline else None
+        self._write_now = inline
         self.guard = Fence(saga.saga_id)
         self.lease = LeaseClock(config.lease_timeout, saga.lease_expires_at if owner is not None else None)
         self._keep_margin = config.lease_timeout * _LEASE_MARGIN
@@ -490,6 +530,378 @@ class Journal:
             )
 
 
+def inline_writer(store: SagaStore) -> InlineWrite | None:
+    """Return the function `store` declares it writes with inline (`writes_inline`), or None.
+
+    One bound to another object (a wrapper handing on another store's members) would write past the wrapper, and
+    is not used.
+    """
+    write = store.writes_inline
+    return write if write is not None and getattr(write, "__self__", None) is store else None
+
+
 def seq_of(row: StepRow) -> int:
     """Return a row's position in its saga (a sort key)."""
     return row.seq
+
+
+# -- the record of a saga no journal holds yet: take over, release, park, history; approval decisions ----------
+# Claims use these before (or after) an engine drives the saga; like the Journal, nothing else assigns these fields.
+
+#: How the error of a live saga nobody can drive for lack of its tools begins (cleared when a worker takes it).
+WAITS_FOR_TOOLS = "waits for a worker that has its tool(s) "
+
+
+def adopted(saga: SagaRow, parent_id: str) -> None:
+    """Make a new saga (not yet stored) a child of `parent_id`: one step of it (`saga.child()`)."""
+    saga.parent_id = parent_id
+
+
+def reopened_by_parent(saga: SagaRow, owner: str, expires: datetime, why: str) -> None:
+    """Move a SUCCESS child saga to COMPENSATING under `owner`'s lease (its parent compensates): a child's move only
+    (`_transitions.CHILD_MOVES`); its error says why, and it is no longer finished."""
+    saga_to(saga, SagaStatus.COMPENSATING)
+    saga.error, saga.finished_at = why, None
+    take_over(saga, owner, expires, now())
+
+
+def take_over(saga: SagaRow, owner: str, expires: datetime, at: datetime | None = None) -> None:
+    """Note that `owner` holds the saga's lease until `expires` (the store said so)."""
+    saga.owner, saga.lease_expires_at = owner, expires
+    saga.waiting_for = None  # it moves now
+    if saga.error is not None and saga.error.startswith(WAITS_FOR_TOOLS):
+        saga.error = None  # a worker with the tools drives it now
+    if at is not None:
+        saga.updated_at = at
+
+
+def let_go(saga: SagaRow, *, uncount: bool = False, by: str | None = None) -> None:
+    """Give the saga's lease up (no owner); `uncount` takes back the recovery attempt its claim counted.
+
+    `by`: the executor letting it go stops (a worker's stop), noted in its history: the next takeover names it.
+    """
+    if by is not None:
+        saga.history = [*saga.history, release_entry(now(), by)]
+    saga.owner, saga.lease_expires_at = None, None
+    if uncount:
+        saga.recovery_attempts = max(0, saga.recovery_attempts - 1)
+    saga.updated_at = now()
+
+
+def waits_for_tools(saga: SagaRow, missing: list[str], note: dict[str, Any] | None = None) -> None:
+    """Say in the saga's error which tools it waits for, and the operator's way out; `note`: why it waits."""
+    saga.waiting_for = note
+    saga.error = (
+        f"{WAITS_FOR_TOOLS}{', '.join(missing)} (missing or renamed): register them, or give up on it with "
+        f"unpark({saga.saga_id!r}, compensate=True)"
+    )
+
+
+def park(saga: SagaRow, why: str) -> None:
+    """Make the saga PARKED for an operator, saying why."""
+    saga.parked_from = saga.status
+    saga_to(saga, SagaStatus.PARKED)
+    saga.error = f"parked: {why}; fix the cause, then executor.unpark({saga.saga_id!r})"
+
+
+def decided(request: ApprovalRow, decision: str, by: str, note: str | None) -> ApprovalRow:
+    """Return a copy of `request` holding a decision made now, unsealed (the store seals it as it records it)."""
+    row = request.copy()
+    row.decision, row.decided_by, row.decided_at, row.note, row.hash = decision, by, now(), note, None
+    return row
+
+
+def took_over(saga: SagaRow, by: str, from_owner: str | None, at: datetime) -> None:
+    """Add to the saga's history that `by` took it over from `from_owner` (None: it had been released, by whom its
+    history says)."""
+    reason: TakeoverReason
+    if from_owner is None:
+        reason, from_owner = "released", released_by(saga.history)
+    else:
+        reason = "restart" if from_owner == by else "lease expired"
+    saga.history = [*saga.history, takeover_entry(at, by, from_owner, reason)]
+
+
+def ended(saga: SagaRow, status: SagaStatus, rows: Iterable[StepRow], cause: str | None) -> None:
+    """Add to the history of a saga that did not succeed how it ended and which effects stand (decided once).
+
+    `cause`: the class name of the exception that failed it, when known (see saga_runtime._records._outcome).
+    """
+    rows = list(rows)
+    saga.history = [
+        *saga.history,
+        end_entry(end_reason_of(status, rows, saga.history, cause), standing_of(status, rows)),
+    ]
+
+
+def note_cancel(saga: SagaRow, request: str) -> tuple[bool, str | None]:
+    """Record an operator's cancel request (its stored note) in the saga's history with what came of it; return
+    whether it was added, and why the saga stops (None: it does not).
+
+    Only a RUNNING (or WAITING) saga stops: a compensating one goes on undoing, and one whose SUCCESS is being
+    written ends so, the cancel recorded as ignored.
+    """
+    note = read_note(request, at=now())
+    status = saga.status
+    outcome: CancelOutcome = (
+        "cancelled"
+        if status is SagaStatus.RUNNING or status is SagaStatus.WAITING
+        else "ignored"
+        if status is SagaStatus.SUCCESS
+        else "compensating"
+    )
+    added = cancel_noted(saga, note, outcome)
+    if added:
+        logger.warning("saga %s: cancel requested (%s): %s", saga.saga_id, note_reason(note), outcome)
+    return added, note_reason(note) if outcome == "cancelled" else None
+
+
+def rejection_of(approvals: list[ApprovalRow], step_id: str) -> str | None:
+    """Return the words a step rejected by a decision is recorded with (who, and why), or None if it was not."""
+    for request in approvals:
+        if request.step_id == step_id and request.decision == REJECTED:
+            return f"rejected by {request.decided_by}" + (f": {request.note}" if request.note else "")
+    return None
+
+
+def cancel_noted(saga: SagaRow, note: dict[str, Any], outcome: CancelOutcome) -> bool:
+    """Add an operator's cancel and what came of it to the saga's history, once; return whether it was added."""
+    if any(entry.get("kind") == "cancel" for entry in saga.history):
+        return False
+    saga.history = [*saga.history, cancel_entry(note, outcome)]
+    return True
+
+
+def returned(saga: SagaRow, output: Any) -> None:
+    """Add a saga function's return value (a JSON value) to its history; written (sealed) with its end."""
+    saga.history = [*saga.history, output_entry(output)]
+
+
+def slept(saga: SagaRow, position: int, wake_at: datetime) -> None:
+    """Add a saga function's sleep to its history, at its position among the saga's waits (sealed with the row)."""
+    saga.history = [*saga.history, {"kind": "sleep", "position": position, "wake_at": wake_at.isoformat()}]
+
+
+def sleeps_of(saga: SagaRow) -> list[datetime]:
+    """Return the wake times of a saga's recorded sleeps, by position."""
+    return [datetime.fromisoformat(entry["wake_at"]) for entry in saga.history if entry.get("kind") == "sleep"]
+
+
+def asleep(saga: SagaRow, at: datetime) -> bool:
+    """Tell whether a WAITING saga waits for its last sleep to end (rather than for a decision)."""
+    wakes = sleeps_of(saga)
+    return bool(wakes) and wakes[-1] > at
+
+
+def noted(saga: SagaRow, entry: dict[str, Any]) -> None:
+    """Add an entry (a saga function's wait: a recv begun or received) to the saga's history, sealed with the row."""
+    saga.history = [*saga.history, entry]
+
+
+# -- store writes: the journal module is their only caller (tests/engine/test_journal.py holds that) -------------
+# A Journal writes the saga it drives (`flush`); these are the intents on a saga no journal drives yet, or no
+# longer: its creation, the claims, a give-back, an operator's unpark, retry or cancel, a decision, a message, and
+# the rows beside a saga (queue state, schedules). Each status change goes through the transition table and is one
+# conditional write of the store (`change_saga`: the stored status, and owner, as read); nothing else calls a
+# store's writes.
+
+#: How a saga is claimed: live (RUNNING or COMPENSATING, its owner gone), WAITING with its decisions made, or
+#: COMPENSATION_FAILED reopened for an operator's retry.
+ClaimKind = Literal["live", "waiting", "reopen"]
+
+
+async def create(store: SagaStore, saga: SagaRow, steps: Sequence[StepRow]) -> tuple[SagaRow, list[StepRow]] | None:
+    """Store a new saga with its first step rows (snapshots); return None, or what is stored under its id."""
+    return await store.create_saga(saga, steps)
+
+
+async def enqueue(
+    store: SagaStore, saga: SagaRow, steps: Sequence[StepRow], entry: QueueEntry
+) -> tuple[SagaRow, list[StepRow]] | None:
+    """Store a new QUEUED saga in `entry`'s queue; return None, or what is stored under its id."""
+    return await store.enqueue(saga, steps, entry)
+
+
+async def claim(store: SagaStore, saga: SagaRow, owner: str, expires: datetime, at: datetime, how: ClaimKind) -> bool:
+    """Make `owner` hold `saga` until `expires` (see `ClaimKind`); return whether it does. Reopened, the saga is
+    COMPENSATING: the transition table's move, written where the stored saga is still COMPENSATION_FAILED."""
+    if how == "live":
+        return await store.claim_saga(saga.saga_id, owner, expires, at)
+    if how == "waiting":
+        return await store.claim_waiting(saga.saga_id, owner, expires, at) is not None
+    row = saga.copy()
+    saga_to(row, SagaStatus.COMPENSATING)
+    row.finished_at, row.updated_at = None, at
+    row.owner, row.lease_expires_at = owner, expires
+    return await store.change_saga(row, status=SagaStatus.COMPENSATION_FAILED)
+
+
+async def claim_waiting(
+    store: SagaStore, saga_id: str, owner: str, expires: datetime, at: datetime
+) -> tuple[SagaRow, list[StepRow]] | None:
+    """Make `owner` hold the WAITING saga `saga_id` until `expires` if nobody else does; return its rows as claimed."""
+    return await store.claim_waiting(saga_id, owner, expires, at)
+
+
+async def reopen_child(store: SagaStore, saga: SagaRow, owner: str, expires: datetime, why: str) -> bool:
+    """Move a SUCCESS child saga to COMPENSATING under `owner`'s lease (its parent compensates it), written only
+    where the stored child is still SUCCESS; return whether it was."""
+    reopened_by_parent(saga, owner, expires, why)
+    return await store.change_saga(saga.copy(), status=SagaStatus.SUCCESS)
+
+
+async def wake(store: SagaStore, saga_id: str, at: datetime) -> bool:
+    """Make a WAITING saga due at `at` (what it waits for may be there); return whether it waits."""
+    return await store.wake_saga(saga_id, at)
+
+
+async def claim_expired(
+    store: SagaStore, owner: str, expires: datetime, at: datetime, limit: int
+) -> list[tuple[SagaRow, list[StepRow]]]:
+    """Take over up to `limit` live sagas whose lease expired; return them as they were before."""
+    return await store.claim_expired(owner, expires, at, limit)
+
+
+async def claim_queued(
+    store: SagaStore,
+    owner: str,
+    expires: datetime,
+    at: datetime,
+    queue: Queue,
+    limit: int,
+    fits: Callable[[SagaRow], bool] | None,
+) -> list[tuple[SagaRow, list[StepRow]]]:
+    """Start up to `limit` QUEUED sagas of `queue` under `owner`'s lease; return them as started."""
+    return await store.claim_queued(owner, expires, at, queue, limit, fits)
+
+
+async def renew(store: SagaStore, owner: str, saga_ids: Sequence[str], expires: datetime, at: datetime) -> set[str]:
+    """Extend the leases `owner` holds on `saga_ids`; return the ids it still owns."""
+    return await store.renew_leases(owner, saga_ids, expires, at)
+
+
+async def release(store: SagaStore, saga: SagaRow, owner: str | None) -> bool:
+    """Write a saga given up (or parked) by `owner` (None: unconditionally); return whether it was written.
+
+    A write refused for a cancel request not taken in is written again once taken in (the next owner takes it in
+    anew); refused because another executor owns the saga now, it is left as it is.
+    """
+    for _ in range(2):
+        try:
+            await store.save(saga.copy(), [], owner=owner)
+            return True
+        except LeaseLostError:
+            if owner is None or await store.take_cancel(saga.saga_id, owner) is None:
+                break
+    return False
+
+
+async def take_cancel(store: SagaStore, saga_id: str, owner: str) -> str | None:
+    """Take in the cancel request of a saga `owner` holds (its writes pass again); return it, or None."""
+    return await store.take_cancel(saga_id, owner)
+
+
+async def ask_cancel(store: SagaStore, saga_id: str, note: str) -> bool:
+    """Record an operator's request to cancel a live or waiting saga (once); return whether it did."""
+    return await store.request_cancel(saga_id, note)
+
+
+async def cancel_queued(store: SagaStore, saga: SagaRow, error: str, at: datetime, entry: dict[str, Any]) -> bool:
+    """End a QUEUED saga COMPENSATED before it ran (`entry`, the cancel, in its history); return whether it did."""
+    row = saga.copy()
+    saga_to(row, SagaStatus.COMPENSATED)
+    row.error, row.updated_at, row.finished_at = error, at, at
+    row.owner, row.lease_expires_at = None, None
+    row.history = [*row.history, entry]
+    return await store.change_saga(row, status=SagaStatus.QUEUED)
+
+
+def unparked_status(saga: SagaRow, compensate: bool) -> tuple[SagaStatus, str | None]:
+    """Return the status and error a PARKED saga is unparked with.
+
+    Unparked, it goes on from where it was parked (its error cleared); with `compensate`, an operator gave up on
+    it: it is undone from the next owner on, and its error says why it was parked.
+    """
+    if compensate:
+        return SagaStatus.COMPENSATING, f"an operator chose to compensate it after it was parked ({saga.error})"
+    return saga.parked_from or SagaStatus.RUNNING, None
+
+
+async def unpark(store: SagaStore, saga: SagaRow, *, compensate: bool, at: datetime) -> bool:
+    """Make a PARKED saga live again (or COMPENSATING), unowned, its recovery attempts back to 0; return whether
+    it did: of two operators at once only one does. Idle workers hear of it at once."""
+    row = saga.copy()
+    status, row.error = unparked_status(saga, compensate)
+    saga_to(row, status)
+    row.parked_from, row.recovery_attempts = None, 0
+    row.owner, row.lease_expires_at, row.updated_at = None, None, at
+    if not await store.change_saga(row, status=SagaStatus.PARKED):
+        return False
+    await store.notify_workers()  # live again and unowned: an idle worker's recovery takes it at once
+    return True
+
+
+async def requeue(store: SagaStore, saga: SagaRow, owner: str, at: datetime) -> bool:
+    """Put a saga `owner` started from its queue back QUEUED, unowned and not counted as started; return whether it
+    did (only while it is RUNNING under `owner`)."""
+    row = saga.copy()
+    saga_to(row, SagaStatus.QUEUED)
+    row.owner, row.lease_expires_at, row.updated_at = None, None, at
+    return await store.change_saga(row, status=SagaStatus.RUNNING, owner=owner)
+
+
+async def note_waiting(store: SagaStore, saga_id: str, note: dict[str, Any]) -> bool:
+    """Note on a saga nobody drives why it does not move (unsealed); return whether it did."""
+    return await store.note_waiting(saga_id, note)
+
+
+async def request_approvals(store: SagaStore, rows: Sequence[ApprovalRow]) -> list[str]:
+    """Record the approval requests not recorded yet; return the step ids recorded."""
+    return await store.request_approvals(rows)
+
+
+async def decide(store: SagaStore, row: ApprovalRow, *, by_deadline: bool = False) -> bool:
+    """Record the decision `row` holds (see `decided`), once; return whether it was recorded."""
+    return await store.decide_approval(row, by_deadline=by_deadline)
+
+
+async def post(store: SagaStore, saga_id: str, message_id: str, topic: str, body: Any, at: datetime) -> bool:
+    """Store a message for a saga unless its id is taken there; return whether it was."""
+    return await store.put_message(saga_id, message_id, topic, body, at)
+
+
+async def set_queue_state(store: SagaStore, name: str, state: QueueState, at: datetime) -> None:
+    """Store an operator's state of queue `name` (active, paused, draining)."""
+    await store.set_queue_state(name, state, at)
+
+
+async def note_queue_limits(store: SagaStore, queue: Queue, at: datetime) -> None:
+    """Record the limits a worker serves `queue` with."""
+    await store.note_queue_limits(queue, at)
+
+
+async def put_schedule(store: SagaStore, schedule: Schedule) -> None:
+    """Store a schedule, replacing the one of the same name."""
+    await store.put_schedule(schedule)
+
+
+async def pause_schedule(store: SagaStore, name: str) -> bool:
+    """Pause a schedule; return False if none has the name."""
+    return await store.pause_schedule(name)
+
+
+async def resume_schedule(store: SagaStore, name: str, next_tick: datetime) -> bool:
+    """Resume a paused schedule from `next_tick`; return False if none has the name."""
+    return await store.resume_schedule(name, next_tick)
+
+
+async def delete_schedule(store: SagaStore, name: str) -> bool:
+    """Delete a schedule; return whether one had the name."""
+    return await store.delete_schedule(name)
+
+
+async def advance_schedule(
+    store: SagaStore, name: str, expected: datetime, next_tick: datetime, last_tick: datetime
+) -> bool:
+    """Move a schedule's next tick on from `expected`, once fleet-wide; return whether this call did."""
+    return await store.advance_schedule(name, expected, next_tick, last_tick)

@@ -9,6 +9,7 @@ from datetime import timedelta
 
 import anyio
 
+from saga_runtime._engine import _journal
 from saga_runtime._engine._journal import Journal
 from saga_runtime._exceptions import describe
 from saga_runtime._records import SagaStatus, now
@@ -81,7 +82,7 @@ class LeaseKeeper:
             try:
                 # Bounded: a store retrying a lost connection must not outlast the lease it is renewing.
                 with anyio.fail_after(self._interval):
-                    held = await config.store.renew_leases(config.executor_id, [saga.saga_id], expires, renewed_at)
+                    held = await _journal.renew(config.store, config.executor_id, [saga.saga_id], expires, renewed_at)
             except Exception as exc:
                 logger.warning("saga %s: could not renew its lease, trying again: %s", saga.saga_id, describe(exc))
                 if journal.lease.left() <= 0 and not self._lapsed and not _finished(journal):
@@ -121,7 +122,7 @@ class LeaseKeeper:
             return
         try:
             with anyio.fail_after(self._interval):
-                reason = await self._journal.config.store.take_cancel(saga.saga_id, owner)
+                reason = await _journal.take_cancel(self._journal.config.store, saga.saga_id, owner)
         except Exception as exc:
             logger.warning("saga %s: could not read its cancel request: %s", saga.saga_id, describe(exc))
             return

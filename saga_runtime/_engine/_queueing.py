@@ -14,6 +14,7 @@ import anyio
 import anyio.lowlevel
 from anyio.abc import TaskGroup
 
+from saga_runtime._engine import _journal
 from saga_runtime._engine._cancellation import Shelters
 from saga_runtime._engine._claim import Drives
 from saga_runtime._engine._events import SagaEvent, emit
@@ -55,7 +56,7 @@ class Queues:
         """Store a new QUEUED saga; the same id with the same plan stores nothing; another plan raises."""
         config = self._drives.config
         Journal(config, saga, steps).link_all()
-        existing = await config.store.enqueue(saga.copy(), [row.copy() for row in steps], entry)
+        existing = await _journal.enqueue(config.store, saga.copy(), [row.copy() for row in steps], entry)
         if existing is None:
             logger.debug("saga %s: queued in %r", saga.saga_id, entry.queue)
             if config.hooks:
@@ -85,8 +86,14 @@ class Queues:
             return not lacks
 
         started = now()
-        claimed = await drives.config.store.claim_queued(
-            drives.config.executor_id, drives.claims.lease_until(started), started, queue, limit, fits
+        claimed = await _journal.claim_queued(
+            drives.config.store,
+            drives.config.executor_id,
+            drives.claims.lease_until(started),
+            started,
+            queue,
+            limit,
+            fits,
         )
         for saga_id, lacks in lacking.items():
             await self._left(saga_id, lacks)
@@ -108,7 +115,7 @@ class Queues:
         store = self._drives.config.store
         for queue in queues:
             try:
-                await store.note_queue_limits(queue, now())
+                await _journal.note_queue_limits(store, queue, now())
             except StoreError as exc:  # shown, not obeyed: never a reason not to serve
                 logger.warning("queue %r: could not record its limits: %s", queue.name, exc)
 

@@ -12,13 +12,14 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 
+from saga_runtime._engine import _journal
 from saga_runtime._engine._approvals import Decisions
 from saga_runtime._engine._calls import awaited_topic, due, due_with
 from saga_runtime._engine._cancellation import Shelters
 from saga_runtime._engine._claim import Claim, Drives
 from saga_runtime._engine._driver import Planner, drive, work_of
 from saga_runtime._engine._events import SagaEvent, emit
-from saga_runtime._engine._journal_rows import waits_for_tools
+from saga_runtime._engine._journal import waits_for_tools
 from saga_runtime._engine._lineage import through_parent
 from saga_runtime._engine._saga import SagaEngine
 from saga_runtime._engine._versions import unfit, unfit_note
@@ -97,7 +98,7 @@ class Recovery:
         """Note on a saga left undriven what this executor lacks to run it (its `waiting_for`); never raises."""
         config = self._drives.config
         try:
-            await config.store.note_waiting(saga_id, unfit_note(lacking, by=config.executor_id))
+            await _journal.note_waiting(config.store, saga_id, unfit_note(lacking, by=config.executor_id))
         except Exception as exc:  # a note never stops a worker
             logger.warning("saga %s: could not note why it waits: %s", saga_id, exc)
 
@@ -111,8 +112,8 @@ class Recovery:
         passed_over: set[str] = set()
         while True:
             started = now()
-            claimed = await config.store.claim_expired(
-                config.executor_id, self._drives.claims.lease_until(started), started, limit
+            claimed = await _journal.claim_expired(
+                config.store, config.executor_id, self._drives.claims.lease_until(started), started, limit
             )
             fresh: list[tuple[SagaRow, list[StepRow]]] = []
             for saga, rows in claimed:
@@ -392,7 +393,7 @@ class Recovery:
                     r.decision is not None for r in await store.load_approvals(saga.saga_id)
                 )
             if ready:
-                await store.wake_saga(saga.saga_id, now())
+                await _journal.wake(store, saga.saga_id, now())
         except StoreError as exc:  # its next message or decision makes it due again
             logger.warning("saga %s: could not look at it again once let go: %s", saga.saga_id, exc)
 

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
+from saga_runtime._engine import _journal
 from saga_runtime._engine._approvals import Gate
 from saga_runtime._engine._budget import Account, Budget
 from saga_runtime._engine._cancellation import Shelters, shielded
@@ -237,7 +238,7 @@ class SagaEngine:
         saga_id = self.saga.saga_id
         try:
             if all(row.decision is not None for row in await store.load_approvals(saga_id)):
-                await store.wake_saga(saga_id, now())
+                await _journal.wake(store, saga_id, now())
         except Exception as exc:  # its decision's own wakeup, or an operator's look, finds it
             logger.warning("saga %s: could not check its decisions once waiting: %s", saga_id, exc)
         return result

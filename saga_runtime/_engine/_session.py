@@ -10,16 +10,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Awaitable, Callable, Sequence
-from datetime import datetime, timedelta
+from collections.abc import Sequence
+from datetime import timedelta
 from types import TracebackType
 from typing import Any
 
 import anyio
 
+from saga_runtime._engine import _journal
 from saga_runtime._engine._cancellation import cancel_requests
 from saga_runtime._engine._config import EngineConfig
-from saga_runtime._engine._journal_rows import let_go, park, take_over
+from saga_runtime._engine._journal import ClaimKind, let_go, park, take_over
 from saga_runtime._engine._lease import LeaseKeeper
 from saga_runtime._engine._saga import SagaEngine
 from saga_runtime._exceptions import LeaseLostError
@@ -100,11 +101,11 @@ class Claims:
         engine.detached = detached
         return engine
 
-    async def take(self, saga: SagaRow, claim: Callable[[str, str, datetime, datetime], Awaitable[bool]]) -> bool:
-        """Ask the store (`claim`, e.g. `store.claim_saga`) for the saga under this executor's lease; say if given."""
+    async def take(self, saga: SagaRow, how: ClaimKind) -> bool:
+        """Claim the saga (as `how` says) under this executor's lease; say if given."""
         started = now()
         expires = self.lease_until(started)
-        if not await claim(saga.saga_id, self.config.executor_id, expires, started):
+        if not await _journal.claim(self.config.store, saga, self.config.executor_id, expires, started, how):
             return False
         take_over(saga, self.config.executor_id, expires)
         return True
@@ -113,7 +114,7 @@ class Claims:
         """Ask the store for the WAITING saga `saga_id` under this executor's lease; return its rows as claimed."""
         started = now()
         expires = self.lease_until(started)
-        claimed = await self.config.store.claim_waiting(saga_id, self.config.executor_id, expires, started)
+        claimed = await _journal.claim_waiting(self.config.store, saga_id, self.config.executor_id, expires, started)
         if claimed is None:
             return None
         take_over(claimed[0], self.config.executor_id, expires)  # the lease clock counts from this claim's
@@ -137,16 +138,9 @@ class Claims:
         return await self._write_release(saga, owner)
 
     async def _write_release(self, saga: SagaRow, owner: str | None) -> bool:
-        store = self.config.store
         with anyio.move_on_after(_RELEASE_BOUND, shield=True):
-            for _ in range(2):
-                try:
-                    await store.save(saga.copy(), [], owner=owner)
-                    return True
-                except LeaseLostError:
-                    # Refused for a cancel request not taken in? Then taken in (the next owner takes it in anew).
-                    if owner is None or await store.take_cancel(saga.saga_id, owner) is None:
-                        break
+            if await _journal.release(self.config.store, saga, owner):
+                return True
             logger.info("saga %s: not released, another executor owns it now", saga.saga_id)
         return False
 

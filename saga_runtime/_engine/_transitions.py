@@ -15,20 +15,20 @@ _S = SagaStatus
 _T = StepStatus
 
 #: Saga statuses and those that may follow each. A live status may follow itself (a resumed saga goes on as it
-#: was); COMPENSATION_FAILED reopens to COMPENSATING when an operator retries its compensations; PARKED is left
-#: by the store's own conditional `unpark_saga`, never by the engine. A RUNNING saga WAITs before a group holding
-#: a step that needs a person's decision, and runs on (or, a dynamic saga whose code gives up, compensates) once
-#: an executor claims it again. A QUEUED saga is started by a worker (RUNNING) or cancelled before it ran
-#: (COMPENSATED: nothing to undo).
+#: was); COMPENSATION_FAILED reopens to COMPENSATING when an operator retries its compensations; PARKED goes on
+#: (RUNNING or COMPENSATING) when an operator unparks it. A RUNNING saga WAITs before a group holding a step that
+#: needs a person's decision, and runs on (or, a dynamic saga whose code gives up, compensates) once an executor
+#: claims it again. A QUEUED saga is started by a worker (RUNNING), given back to its queue by a worker that lacks
+#: its tools (QUEUED again), or cancelled before it ran (COMPENSATED: nothing to undo).
 SAGA_MOVES: dict[SagaStatus, frozenset[SagaStatus]] = {
-    _S.RUNNING: frozenset({_S.RUNNING, _S.COMPENSATING, _S.SUCCESS, _S.PARKED, _S.WAITING}),
+    _S.RUNNING: frozenset({_S.RUNNING, _S.COMPENSATING, _S.SUCCESS, _S.PARKED, _S.WAITING, _S.QUEUED}),
     _S.WAITING: frozenset({_S.RUNNING, _S.COMPENSATING}),
     _S.QUEUED: frozenset({_S.RUNNING, _S.COMPENSATED}),
     _S.COMPENSATING: frozenset({_S.COMPENSATING, _S.COMPENSATED, _S.COMPENSATION_FAILED, _S.PARKED}),
     _S.COMPENSATION_FAILED: frozenset({_S.COMPENSATING}),
     _S.SUCCESS: frozenset(),
     _S.COMPENSATED: frozenset(),
-    _S.PARKED: frozenset(),
+    _S.PARKED: frozenset({_S.RUNNING, _S.COMPENSATING}),
 }
 
 #: What a child saga (`saga.child()`, one with a parent) may do besides: a SUCCESS child is undone as a whole when

@@ -29,6 +29,7 @@ from saga_runtime._llm._model_retry import DEFAULT_MODEL_RETRY, call_with_retry
 from saga_runtime._llm._prices import Price, PriceTable
 from saga_runtime._planning import PlanPolicy, TokenUsage
 from saga_runtime._records import SagaResult, canonical_json, is_envelope, now, reveal
+from saga_runtime._storage import sagas
 from saga_runtime._tools import RetryPolicy, ToolRegistry
 
 if TYPE_CHECKING:
@@ -159,7 +160,7 @@ class LLMRunner:
         if saga is not None:
             return await self._run_in(saga, recorded_prompt, saga_id, budget, max_turns, options)
         if saga_id is not None:
-            stored = await self.executor.store.get_saga(saga_id)
+            stored = await sagas.get_saga(self.executor.store, saga_id)
             if stored is not None and stored.status.is_terminal:
                 return stored  # the saga id is the idempotency key
             if stored is not None and (

@@ -35,7 +35,11 @@ from saga_runtime._records import (
 if TYPE_CHECKING:
     from saga_runtime._storage._archive import Archive
 
-__all__ = ["InlineStore", "SagaStore", "inline_store", "key_full", "queue_allowance", "same_rows", "unparked_status"]
+__all__ = ["InlineWrite", "SagaStore", "Store", "key_full", "queue_allowance", "same_rows"]
+
+
+#: What a store whose writes never pause does in place of `save`: (saga, steps, owner, reseal), no await.
+InlineWrite = Callable[[SagaRow | None, Sequence[StepRow], str | None, bool], None]
 
 
 @runtime_checkable
@@ -67,12 +71,15 @@ class SagaStore(Protocol):
         ...
 
     @property
-    def signing_key(self) -> bytes | None:
-        """Return the key the saga records are signed with (HMAC-SHA-256), or None for plain SHA-256 seals."""
+    def writes_inline(self) -> InlineWrite | None:
+        """Return the function doing `save`'s work in the calling code, if this store's writes never pause (no lock,
+        no await: the memory store); else None. Declared by the store itself, never probed: the engine then writes
+        through it, and hands the store its step rows unlinked (`prev_hash` None: the store links them)."""
         ...
 
-    async def verify_saga(self, saga_id: str) -> VerifyResult:
-        """Check a stored saga's hash chain; the result is falsy, naming the broken records, if one was altered."""
+    @property
+    def signing_key(self) -> bytes | None:
+        """Return the key the saga records are signed with (HMAC-SHA-256), or None for plain SHA-256 seals."""
         ...
 
     async def create_saga(self, saga: SagaRow, steps: Sequence[StepRow]) -> tuple[SagaRow, list[StepRow]] | None:
@@ -133,21 +140,15 @@ class SagaStore(Protocol):
         """
         ...
 
-    async def reopen_compensation(self, saga_id: str, owner: str, lease_expires_at: datetime, now: datetime) -> bool:
-        """Make a COMPENSATION_FAILED saga COMPENSATING under `owner` (leased); atomic; return whether it did.
+    async def change_saga(self, saga: SagaRow, *, status: SagaStatus, owner: str | None = None) -> bool:
+        """Write the saga row `saga` (sealed anew) only if the stored one is in `status`; atomic; return if it did.
 
-        The claim of `executor.retry_compensation()`: one conditional change, so of two callers at once (two
-        operators, two processes) only one reopens the saga; the other gets False. Any other status: False.
-        """
-        ...
-
-    async def unpark_saga(self, saga_id: str, now: datetime, *, compensate: bool = False) -> bool:
-        """Make a PARKED saga live again (the status it was parked from), unowned; atomic; return whether it did.
-
-        Its recovery attempts go back to 0 and its error is cleared; with `compensate`, it becomes COMPENSATING
-        instead (an operator gave up on it: it is undone), its error saying so. One conditional change, so of two
-        operators at once only one unparks the saga (the other gets False), and neither rewrites what a recovery
-        that took the saga over in between has written. Any other status: False.
+        The one conditional write of a status change the journal makes on a saga no engine drives (an operator's
+        unpark, retry or cancel of a queued saga, a worker giving a saga back to its queue): the stored row is
+        checked and replaced in one transaction (locked where the database needs it), so of two writers at once
+        only one wins (the other gets False). With `owner`, the stored saga must be owned by `owner` too. A
+        tombstone never changes. A row written QUEUED is no longer counted as started in its queue's rate window.
+        Retried after a lost connection, a try finding `saga` stored (the lost try's commit) answers True.
         """
         ...
 
@@ -255,18 +256,6 @@ class SagaStore(Protocol):
         DECISION_WAKE). Polling stores: nothing to do, their workers look every interval."""
         ...
 
-    async def cancel_queued(self, saga_id: str, error: str, now: datetime, entry: dict[str, Any]) -> bool:
-        """End a QUEUED saga COMPENSATED (nothing ran) with `error`, `entry` (the cancel) added to its history and
-        sealed with it; atomic; return whether it did."""
-        ...
-
-    async def requeue(self, saga_id: str, owner: str, now: datetime) -> bool:
-        """Put a saga `owner` started from its queue back QUEUED, unowned and not counted as started; atomic.
-
-        Only while it is RUNNING under `owner` (a worker that lacks its tools gives it back); return whether it did.
-        """
-        ...
-
     async def request_cancel(self, saga_id: str, reason: str) -> bool:
         """Record a request to cancel a RUNNING, COMPENSATING or WAITING saga (once); return whether it did."""
         ...
@@ -289,10 +278,6 @@ class SagaStore(Protocol):
         not taken in, so an owner learns of a cancel at its next write. Taken in, its writes pass again; a claim of
         the saga (a new owner, or the same after a restart) must take it in anew.
         """
-        ...
-
-    async def get_saga(self, saga_id: str) -> SagaResult | None:
-        """Return the result of a stored saga, or None."""
         ...
 
     # -- approvals: requests for a person's decision, each decided once ---------------------------------------------
@@ -343,20 +328,6 @@ class SagaStore(Protocol):
         The claim of `approve()` and recovery going on with a decided saga: of two at once only one wins. The
         status stays WAITING: the new owner's engine moves it on (through its transition table) and writes it.
         """
-        ...
-
-    async def list_sagas(
-        self, status: SagaStatus | str | None = None, limit: int = 100, offset: int = 0, *, reason: str | None = None
-    ) -> list[SagaSummary]:
-        """Return summaries of stored sagas, newest first, optionally only those with `status` and end `reason`."""
-        ...
-
-    async def export_saga(self, saga_id: str) -> dict[str, Any]:
-        """Return a saga as a JSON-able, versioned document; raise `KeyError` if it is not stored."""
-        ...
-
-    async def import_saga(self, data: Mapping[str, Any]) -> None:
-        """Store an exported saga; the same content again is a no-op, other content under its id a conflict."""
         ...
 
     # -- retention (API.md §14): the primitives (saga_runtime._storage._retention builds purge on them) ----------
@@ -440,7 +411,39 @@ class SagaStore(Protocol):
         """Delete a schedule; return whether one had the name."""
         ...
 
-    # -- retention (API.md §14): the public methods, on every store from StoreBase ----------------------------
+    async def close(self) -> None:
+        """Release the store's connections; the store cannot be used afterwards."""
+        ...
+
+
+class Store(SagaStore, Protocol):
+    """A store as `open_store` gives it: the primitives, and the conveniences every built-in store offers.
+
+    The conveniences are functions over the primitives (saga_runtime._storage._reading and _retention), offered as
+    methods by `StoreBase`; a store of your own implements `SagaStore` and may subclass `StoreBase` for them.
+    """
+
+    async def get_saga(self, saga_id: str) -> SagaResult | None:
+        """Return the result of a stored saga, or None."""
+        ...
+
+    async def verify_saga(self, saga_id: str) -> VerifyResult:
+        """Check a stored saga's hash chain; the result is falsy, naming the broken records, if one was altered."""
+        ...
+
+    async def list_sagas(
+        self, status: SagaStatus | str | None = None, limit: int = 100, offset: int = 0, *, reason: str | None = None
+    ) -> list[SagaSummary]:
+        """Return summaries of stored sagas, newest first, optionally only those with `status` and end `reason`."""
+        ...
+
+    async def export_saga(self, saga_id: str) -> dict[str, Any]:
+        """Return a saga as a JSON-able, versioned document; raise `KeyError` if it is not stored."""
+        ...
+
+    async def import_saga(self, data: Mapping[str, Any]) -> None:
+        """Store an exported saga; the same content again is a no-op, other content under its id a conflict."""
+        ...
 
     async def purge(
         self,
@@ -466,59 +469,12 @@ class SagaStore(Protocol):
         """Return every hold, oldest first."""
         ...
 
-    async def close(self) -> None:
-        """Release the store's connections; the store cannot be used afterwards."""
-        ...
-
-
-def unparked_status(saga: SagaRow, compensate: bool) -> tuple[SagaStatus, str | None]:
-    """Return the status and error a PARKED saga is unparked with (every store alike).
-
-    Unparked, it goes on from where it was parked (its error cleared); with `compensate`, an operator gave up on
-    it: it is undone from the next owner on, and its error says why it was parked.
-    """
-    if compensate:
-        return SagaStatus.COMPENSATING, f"an operator chose to compensate it after it was parked ({saga.error})"
-    return saga.parked_from or SagaStatus.RUNNING, None
-
 
 def queue_allowance(queue: Queue, running: int, limit: int) -> int:
     """Return how many sagas of `queue` may start now, `running` of them running (at most `limit`)."""
     if queue.concurrency is not None:
         return max(0, min(limit, queue.concurrency - running))
     return max(0, limit)
-
-
-class InlineStore:
-    """What a store whose writes never pause may offer besides `SagaStore`, declared by subclassing (the memory store).
-
-    Declared, not probed: a wrapper that hands another store's methods on (`__getattr__`) is not one, so the
-    engine never writes past the wrapper. `writes_inline`: `write` is the store's `save`, done in the calling
-    code (no lock, no await). `links_rows`: the store links the step rows it seals, so it is handed them unlinked.
-    """
-
-    __slots__ = ()
-
-    @property
-    def writes_inline(self) -> bool:
-        """Tell whether `write` may stand for `save`."""
-        return False
-
-    @property
-    def links_rows(self) -> bool:
-        """Tell whether the store links the step rows it is handed unlinked (`prev_hash` None)."""
-        return False
-
-    def write(
-        self, saga: SagaRow | None, steps: Sequence[StepRow], owner: str | None = None, reseal: bool = True
-    ) -> None:
-        """Do what `save` does, without pausing."""
-        raise NotImplementedError
-
-
-def inline_store(store: SagaStore) -> InlineStore | None:
-    """Return `store` if it is an `InlineStore`, else None."""
-    return store if isinstance(store, InlineStore) else None
 
 
 def key_full(queue: Queue, key: str | None, running: dict[str | None, int]) -> bool:

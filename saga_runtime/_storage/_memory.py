@@ -23,7 +23,7 @@ from saga_runtime._records import (
     now,
     wake_time,
 )
-from saga_runtime._storage._base import InlineStore, key_full, queue_allowance, unparked_status
+from saga_runtime._storage._base import InlineWrite, key_full, queue_allowance
 from saga_runtime._storage._batch import lease_lost
 from saga_runtime._storage._keys import signing_key_bytes
 from saga_runtime._storage._memory_queues import MemoryQueueControl
@@ -40,7 +40,7 @@ _UNDRIVEN = frozenset({SagaStatus.RUNNING, SagaStatus.COMPENSATING, SagaStatus.Q
 _CANCELLABLE = _LIVE | {SagaStatus.WAITING}
 
 
-class MemoryStore(StoreBase, MemoryRetention, MemorySchedules, MemoryQueueControl, InlineStore):
+class MemoryStore(StoreBase, MemoryRetention, MemorySchedules, MemoryQueueControl):
     """Keep sagas in this process's memory: fast, private to the store object, gone when the process ends.
 
     Rows are sealed (and step rows linked) when the saga is first read (loaded, verified, exported, claimed,
@@ -54,11 +54,6 @@ class MemoryStore(StoreBase, MemoryRetention, MemorySchedules, MemoryQueueContro
 
     #: No connection to lose: nothing is retried.
     retry_for = 0.0
-
-    @property
-    def links_rows(self) -> bool:
-        """Tell that the engine hands step rows unlinked (`prev_hash` None): the store links them as it seals them."""
-        return True
 
     def __init__(self, *, signing_key: bytes | str | None = None, keep: int | None = None) -> None:
         self._sagas: dict[str, SagaRow] = {}
@@ -131,9 +126,13 @@ class MemoryStore(StoreBase, MemoryRetention, MemorySchedules, MemoryQueueContro
         return None
 
     @property
-    def writes_inline(self) -> bool:
-        """Tell whether `write` is this store's `save` (not for a subclass or an instance that changed `save`)."""
-        return type(self).save is MemoryStore.save and "save" not in vars(self)
+    def writes_inline(self) -> InlineWrite | None:
+        """Return `write`, this store's `save` done inline (not for a subclass or an instance that changed `save`).
+
+        Handed step rows unlinked, the store links them as it seals them (when the saga is first read); a row
+        given linked is kept as it is.
+        """
+        return self.write if type(self).save is MemoryStore.save and "save" not in vars(self) else None
 
     async def save(
         self, saga: SagaRow | None, steps: Sequence[StepRow], *, owner: str | None = None, reseal: bool = True
@@ -313,44 +312,20 @@ class MemoryStore(StoreBase, MemoryRetention, MemorySchedules, MemoryQueueContro
             self._cancel_seen.pop(saga_id, None)  # a new hold: a cancel is taken in anew
         return free
 
-    async def reopen_compensation(self, saga_id: str, owner: str, lease_expires_at: datetime, now: datetime) -> bool:
-        """Make a COMPENSATION_FAILED saga COMPENSATING under `owner`; return whether it did."""
+    async def change_saga(self, saga: SagaRow, *, status: SagaStatus, owner: str | None = None) -> bool:
+        """Keep `saga` (a snapshot) only if the stored row is in `status` (and `owner`'s, if given); say if it did."""
         self._check_open()
-        saga = self._sagas.get(saga_id)
-        if saga is None or saga.status is not SagaStatus.COMPENSATION_FAILED or saga.purged_at is not None:
+        stored = self._sagas.get(saga.saga_id)
+        if stored is None or stored.status is not status or stored.purged_at is not None:
             return False
-        reopened = replace(
-            saga,
-            status=SagaStatus.COMPENSATING,
-            owner=owner,
-            lease_expires_at=lease_expires_at,
-            updated_at=now,
-            finished_at=None,
-        )
-        self._sealing.saga(reopened)
-        self._sagas[saga_id] = reopened
-        return True
-
-    async def unpark_saga(self, saga_id: str, now: datetime, *, compensate: bool = False) -> bool:
-        """Make a PARKED saga live again, unowned, its recovery attempts reset; return whether it did."""
-        self._check_open()
-        saga = self._sagas.get(saga_id)
-        if saga is None or saga.status is not SagaStatus.PARKED:
+        if owner is not None and stored.owner != owner:
             return False
-        status, error = unparked_status(saga, compensate)
-        unparked = replace(
-            saga,
-            status=status,
-            parked_from=None,
-            recovery_attempts=0,
-            error=error,
-            owner=None,
-            lease_expires_at=None,
-            updated_at=now,
-        )
-        self._sealing.saga(unparked)
-        self._sagas[saga_id] = unparked
-        await self.notify_workers()  # live again and unowned: an idle worker's recovery takes it at once
+        self._sagas[saga.saga_id] = saga
+        self._unsealed_sagas.add(saga.saga_id)  # sealed when first read
+        if saga.status is SagaStatus.QUEUED:
+            self._started.pop(saga.saga_id, None)  # given back to its queue: not counted as started
+        if self._keep is not None and saga.status.is_terminal:
+            self._ended(saga)
         return True
 
     async def renew_leases(
@@ -463,39 +438,6 @@ class MemoryStore(StoreBase, MemoryRetention, MemorySchedules, MemoryQueueContro
             for saga_id, entry in self._queued.items()
             if entry.queue == queue and self._sagas[saga_id].status is SagaStatus.QUEUED
         )
-
-    async def cancel_queued(self, saga_id: str, error: str, now: datetime, entry: dict[str, Any]) -> bool:
-        """End a QUEUED saga COMPENSATED with `error`, `entry` in its history; return whether it did."""
-        self._check_open()
-        saga = self._sagas.get(saga_id)
-        if saga is None or saga.status is not SagaStatus.QUEUED:
-            return False
-        ended = replace(
-            saga,
-            status=SagaStatus.COMPENSATED,
-            error=error,
-            updated_at=now,
-            finished_at=now,
-            history=[*saga.history, entry],
-        )
-        self._sealing.saga(ended)
-        self._sagas[saga_id] = ended
-        self._seal(saga_id)
-        if self._keep is not None:
-            self._ended(ended)
-        return True
-
-    async def requeue(self, saga_id: str, owner: str, now: datetime) -> bool:
-        """Put a saga `owner` started from its queue back QUEUED; return whether it did."""
-        self._check_open()
-        saga = self._sagas.get(saga_id)
-        if saga is None or saga.status is not SagaStatus.RUNNING or saga.owner != owner or saga_id not in self._queued:
-            return False
-        back = replace(saga, status=SagaStatus.QUEUED, owner=None, lease_expires_at=None, updated_at=now)
-        self._sealing.saga(back)
-        self._sagas[saga_id] = back
-        self._started.pop(saga_id, None)
-        return True
 
     async def request_cancel(self, saga_id: str, reason: str) -> bool:
         """Record a request to cancel a live or waiting saga, once; return whether it did."""

@@ -10,7 +10,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from saga_runtime._exceptions import StoreError
-from saga_runtime._storage._base import SagaStore
+from saga_runtime._storage._base import Store
 from saga_runtime._storage._keys import signing_key_bytes
 
 __all__ = ["DEFAULT_URL", "ENV_VAR", "StoreOpener", "open_store", "redact_url"]
@@ -38,7 +38,7 @@ def redact_url(url: str) -> str:
     return parts._replace(netloc=netloc).geturl()
 
 
-async def _open(url: str | None, options: dict[str, Any]) -> SagaStore:
+async def _open(url: str | None, options: dict[str, Any]) -> Store:
     url = url or os.environ.get(ENV_VAR) or DEFAULT_URL
     scheme = urlsplit(url).scheme.lower().split("+", 1)[0]
     if scheme not in _DIALECTS:
@@ -66,11 +66,11 @@ async def _open(url: str | None, options: dict[str, Any]) -> SagaStore:
             query.pop("keep", None)
         if query:
             raise ValueError(f"the memory store's URL takes only ?keep=N, not {sorted(query)}")
-        store: SagaStore = module.MemoryStore(signing_key=key, keep=keep)
+        store: Store = module.MemoryStore(signing_key=key, keep=keep)
         return store
     opened = await module.open_sql(url, **options)
     opened.use_signing_key(key)
-    result: SagaStore = opened
+    result: Store = opened
     return result
 
 
@@ -80,12 +80,12 @@ class StoreOpener:
     def __init__(self, url: str | None, options: dict[str, Any]) -> None:
         self._url = url
         self._options = options
-        self._store: SagaStore | None = None
+        self._store: Store | None = None
 
-    def __await__(self) -> Generator[Any, None, SagaStore]:
+    def __await__(self) -> Generator[Any, None, Store]:
         return _open(self._url, self._options).__await__()
 
-    async def __aenter__(self) -> SagaStore:
+    async def __aenter__(self) -> Store:
         self._store = await _open(self._url, self._options)
         return self._store
 

@@ -40,7 +40,7 @@ from saga_runtime._records import (
     now,
 )
 from saga_runtime._storage._approval_sql import approval_params, approval_row
-from saga_runtime._storage._base import key_full, queue_allowance, same_rows, unparked_status
+from saga_runtime._storage._base import key_full, queue_allowance, same_rows
 from saga_runtime._storage._batch import Batcher, Outcome, Write, lease_lost
 from saga_runtime._storage._dialect import Dialect
 from saga_runtime._storage._queue_sql import SQLQueueControl, held_back
@@ -202,6 +202,11 @@ class SQLStore(StoreBase, SQLRetention, SQLSchedules, SQLQueueControl):
     def _check_open(self) -> None:
         if self._closed:
             raise StoreError(f"the store {self._url} is closed; open a new one with open_store()", url=self._url)
+
+    @property
+    def writes_inline(self) -> None:
+        """Return None: a database write pauses (its commit is awaited)."""
+        return None
 
     @property
     def retry_for(self) -> float:
@@ -420,58 +425,15 @@ class SQLStore(StoreBase, SQLRetention, SQLSchedules, SQLQueueControl):
 
         return await self._retrying("claim_saga", claim)
 
-    async def reopen_compensation(self, saga_id: str, owner: str, lease_expires_at: datetime, now: datetime) -> bool:
-        """Make a COMPENSATION_FAILED saga COMPENSATING under `owner` (leased); atomic; return whether it did.
+    async def change_saga(self, saga: SagaRow, *, status: SagaStatus, owner: str | None = None) -> bool:
+        """Write `saga` (re-sealed) only if the stored row is in `status` (and `owner`'s, if given); say if it did.
 
-        One conditional change (the row locked, read, re-sealed and written in one transaction), so of two callers
-        at once only one wins. Retried after a lost connection, a try finding the saga already reopened by `owner`
-        (the lost try's commit) answers True.
-        """
-
-        def reopen(saga: SagaRow) -> None:
-            saga.status, saga.finished_at = SagaStatus.COMPENSATING, None
-            saga.owner, saga.lease_expires_at, saga.updated_at = owner, lease_expires_at, now
-
-        def reopened(saga: SagaRow) -> bool:
-            return saga.owner == owner and saga.status.value in LIVE_STATUSES
-
-        return await self._conditional("reopen_compensation", saga_id, SagaStatus.COMPENSATION_FAILED, reopen, reopened)
-
-    async def unpark_saga(self, saga_id: str, now: datetime, *, compensate: bool = False) -> bool:
-        """Make a PARKED saga live again, unowned, its recovery attempts reset; atomic; return whether it did.
-
-        One conditional change, so of two callers at once only one wins. Retried after a lost connection, a try
-        finding the saga last written at `now` (the lost try's commit) answers True.
-        """
-
-        def unpark(saga: SagaRow) -> None:
-            saga.status, saga.error = unparked_status(saga, compensate)
-            saga.parked_from, saga.recovery_attempts = None, 0
-            saga.owner, saga.lease_expires_at, saga.updated_at = None, None, now
-
-        def unparked(saga: SagaRow) -> bool:
-            return saga.updated_at == now
-
-        if not await self._conditional("unpark_saga", saga_id, SagaStatus.PARKED, unpark, unparked):
-            return False
-        await self.notify_workers()  # live again and unowned: an idle worker's recovery takes it at once
-        return True
-
-    async def _conditional(
-        self,
-        what: str,
-        saga_id: str,
-        status: SagaStatus,
-        change: Callable[[SagaRow], None],
-        lost_try: Callable[[SagaRow], bool],
-    ) -> bool:
-        """Apply `change` to a saga in `status`, re-sealed, in one transaction; return whether it changed it.
-
-        The row is read under a lock, so nobody writes it between the read and the write. Retried after a lost
-        connection, a try finding the saga in another status asks `lost_try` whether it is the lost try's commit.
+        The row is read under a lock, so nobody writes it between the check and the write. Retried after a lost
+        connection, a try finding `saga` stored (its status, owner and time) answers True: the lost try's commit.
         """
         self._check_open()
         q, codec = self._queries, self._codec
+        saga_id = saga.saga_id
         tries = 0
 
         async def once() -> bool:
@@ -481,20 +443,29 @@ class SQLStore(StoreBase, SQLRetention, SQLSchedules, SQLQueueControl):
                 records = await tx.fetch(q.lock_saga, (saga_id,))
                 if not records:
                     return False
-                saga = codec.saga_row(records[0])
-                if saga.purged_at is not None:  # a tombstone never changes again (API.md §14)
+                stored = codec.saga_row(records[0])
+                if stored.purged_at is not None:  # a tombstone never changes again (API.md §14)
                     return False
-                if saga.status is not status:
-                    return tries > 1 and lost_try(saga)
-                change(saga)
-                self._sealing.saga(saga)
-                params = codec.saga_params(saga)
-                return await tx.execute(q.rewrite_saga, (*params[1:], saga_id, status.value)) == 1
+                if stored.status is not status or (owner is not None and stored.owner != owner):
+                    return tries > 1 and (stored.status, stored.owner, stored.updated_at) == (
+                        saga.status,
+                        saga.owner,
+                        saga.updated_at,
+                    )
+                row = saga.copy()
+                self._sealing.saga(row)
+                params = codec.saga_params(row)
+                if await tx.execute(q.rewrite_saga, (*params[1:], saga_id, status.value)) != 1:
+                    return False
+                if row.status is SagaStatus.QUEUED:
+                    await tx.execute(q.unstart, (saga_id,))  # back in its queue: not counted as started
+                saga.seal = row.seal
+                return True
 
         busy = 0
         while True:
             try:
-                return await self._retrying(what, once)
+                return await self._retrying("change_saga", once)
             except StoreBusyError:  # a deadlock victim (MySQL: a claim's locking scan): rolled back, so try again
                 busy += 1
                 if busy >= _BUSY_TRIES:
@@ -724,39 +695,6 @@ class SQLStore(StoreBase, SQLRetention, SQLSchedules, SQLQueueControl):
         self._check_open()
         records = await self._fetch("queue_depth", self._queries.queue_depth, (queue, SagaStatus.QUEUED.value))
         return int(records[0][0])
-
-    async def cancel_queued(self, saga_id: str, error: str, now: datetime, entry: dict[str, Any]) -> bool:
-        """End a QUEUED saga COMPENSATED with `error`, `entry` in its history (one conditional change, re-sealed);
-        return whether it did."""
-
-        def cancel(saga: SagaRow) -> None:
-            saga.status, saga.error, saga.updated_at, saga.finished_at = SagaStatus.COMPENSATED, error, now, now
-            saga.history = [*saga.history, entry]
-
-        def cancelled(saga: SagaRow) -> bool:
-            return saga.status is SagaStatus.COMPENSATED and saga.finished_at == now
-
-        return await self._conditional("cancel_queued", saga_id, SagaStatus.QUEUED, cancel, cancelled)
-
-    async def requeue(self, saga_id: str, owner: str, now: datetime) -> bool:
-        """Put a saga `owner` started from its queue back QUEUED (re-sealed, one transaction); return whether it did."""
-        self._check_open()
-        q, codec = self._queries, self._codec
-
-        async def once() -> bool:
-            async with self._transaction(begin=True) as tx:
-                records = await tx.fetch(q.lock_saga, (saga_id,))
-                saga = codec.saga_row(records[0]) if records else None
-                if saga is None or saga.status is not SagaStatus.RUNNING or saga.owner != owner:
-                    return False
-                if await tx.execute(q.unstart, (saga_id,)) != 1:
-                    return False  # not started from a queue
-                saga.status, saga.owner, saga.lease_expires_at, saga.updated_at = SagaStatus.QUEUED, None, None, now
-                self._sealing.saga(saga)
-                params = codec.saga_params(saga)
-                return await tx.execute(q.rewrite_saga, (*params[1:], saga_id, SagaStatus.RUNNING.value)) == 1
-
-        return await self._retrying("requeue", once)
 
     async def request_cancel(self, saga_id: str, reason: str) -> bool:
         """Record a request to cancel a live or waiting saga, once; return whether it did."""

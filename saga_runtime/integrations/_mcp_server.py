@@ -35,6 +35,7 @@ from saga_runtime import (
 )
 from saga_runtime._published import follow, published
 from saga_runtime._records import SagaRow
+from saga_runtime._storage import sagas as stored
 from saga_runtime._tools import SagaFunction
 from saga_runtime.integrations._common import missing_extra, schema_of
 
@@ -242,7 +243,7 @@ class _Sagas:
             driver = self.held.get(saga_id)
             if driver is not None and not driver.ended:
                 return driver
-            record = await self.executor.store.get_saga(saga_id)
+            record = await stored.get_saga(self.executor.store, saga_id)
             if record is not None:
                 _check_enterable(record, waiting_call)
             tasks, started = ctx.request_context.lifespan_context[_DRIVERS_KEY]
@@ -340,7 +341,7 @@ class _Sagas:
             return _error(
                 None, f"saga_{kind}: which saga? Give its id in the call's _meta ({META_KEY!r}) or use a session"
             )
-        if saga_id not in self.held and await self.executor.store.get_saga(saga_id) is None:
+        if saga_id not in self.held and await stored.get_saga(self.executor.store, saga_id) is None:
             return _ended(saga_id, kind, None)
         try:
             driver = await self.driver(ctx, saga_id, waiting_call=kind if kind == "rollback" else None)

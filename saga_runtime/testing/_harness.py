@@ -21,7 +21,7 @@ from saga_runtime._exceptions import PlanValidationError
 from saga_runtime._executor import SagaExecutor
 from saga_runtime._planning import build_plan
 from saga_runtime._records import SagaResult, SagaStatus, StepStatus
-from saga_runtime._storage import SagaStore, open_store
+from saga_runtime._storage import SagaStore, open_store, sagas
 from saga_runtime._tools import ToolRegistry
 from saga_runtime.testing._ledger import Ledger, instrument, load_registry, read_calls
 from saga_runtime.testing._reports import CrashPoint, CrashReport, PointReport, ToolCall
@@ -134,13 +134,13 @@ async def _recover_all(
         while pending:
             await executor.recover()
             for saga_id in sorted(pending):
-                result = results[saga_id] = await store.get_saga(saga_id)
+                result = results[saga_id] = await sagas.get_saga(store, saga_id)
                 if result is not None and (result.status.is_terminal or result.status is SagaStatus.PARKED):
                     pending.discard(saga_id)
             if pending:
                 await anyio.sleep(pause)
     for saga_id in pending:  # what the timeout left: read once more
-        results[saga_id] = await store.get_saga(saga_id)
+        results[saga_id] = await sagas.get_saga(store, saga_id)
     return results
 
 
@@ -209,7 +209,7 @@ async def check_crash_points(
         crashed: dict[CrashPoint, bool] = {}
         at_crash: dict[CrashPoint, SagaResult | None] = {}
         async with open_store(url) as store:
-            probe = await store.get_saga(probe_id)
+            probe = await sagas.get_saga(store, probe_id)
             if probe is None:
                 raise RuntimeError(f"the probe run left no saga {probe_id!r} in {store.url}")
             limiter = anyio.CapacityLimiter(max(1, concurrency))
@@ -221,7 +221,7 @@ async def check_crash_points(
                 crashed[point] = _killed(code)
                 if code not in (0,) and not crashed[point]:
                     notes[point] = f"the run exited with code {code}: {errors.strip()[-2000:]}"
-                at_crash[point] = await store.get_saga(saga_ids[point])
+                at_crash[point] = await sagas.get_saga(store, saga_ids[point])
 
             async with anyio.create_task_group() as tg:
                 for point in points:
@@ -242,8 +242,8 @@ async def check_crash_points(
                 found = _problems(tools, crashed[point], at_crash[point], finals[saga_id], calls)
                 if point in notes:
                     found.insert(0, notes[point])
-                if finals[saga_id] is not None and not await store.verify_saga(saga_id):
-                    found.append(f"the saga's hash chain does not verify: {await store.verify_saga(saga_id)!r}")
+                if finals[saga_id] is not None and not await sagas.verify_saga(store, saga_id):
+                    found.append(f"the saga's hash chain does not verify: {await sagas.verify_saga(store, saga_id)!r}")
                 reports.append(
                     PointReport(
                         point, saga_id, crashed[point], at_crash[point], finals[saga_id], tuple(calls), tuple(found)

@@ -7,11 +7,12 @@ import dataclasses
 from pathlib import Path
 
 from saga_runtime._records import ApprovalRow, SagaRow, StepRow
+from saga_runtime._storage import SagaStore
 
 PACKAGE = Path(__file__).resolve().parents[2] / "saga_runtime"
 FIELDS = frozenset(f.name for row in (SagaRow, StepRow, ApprovalRow) for f in dataclasses.fields(row))
 # The journal, the transition table it applies, and the records layer that defines, seals and codes rows.
-OWNERS = ("_engine/_journal.py", "_engine/_journal_rows.py", "_engine/_transitions.py", "_records/")
+OWNERS = ("_engine/_journal.py", "_engine/_transitions.py", "_records/")
 # The stores write rows they are handed; their own code is guarded by the store contract tests.
 EXEMPT = ("_storage/",)
 
@@ -53,3 +54,89 @@ def test_the_guard_sees_a_record_assignment() -> None:
     """The guard is not blind: an assignment such as the old engine's `row.attempts += 1` is found."""
     tree = ast.parse("row.attempts += 1\nsaga.owner, saga.lease_expires_at = None, None\nself.status = 1\n")
     assert [target for _, target in _assignments(tree)] == ["row.attempts", "saga.owner", "saga.lease_expires_at"]
+
+
+# -- store writes: the journal module is their only caller --------------------------------------------------------
+
+# What a store offers that changes nothing stored: reads, and how the store is (the rest of its members write).
+STORE_READS = frozenset(
+    {
+        "url",
+        "retry_for",
+        "sealed_since",
+        "signing_key",
+        "load_saga",
+        "list_rows",
+        "load_approvals",
+        "list_approvals",
+        "waiting_sagas",
+        "load_messages",
+        "cancel_request",
+        "queue_wakeups",
+        "queue_depth",
+        "queue_state",
+        "saga_queue_state",
+        "queue_infos",
+        "list_queue_rows",
+        "notify_workers",
+        "purge_batch_size",
+        "purge_candidates",
+        "list_holds",
+        "load_schedules",
+        "due_schedules",
+        "close",
+    }
+)
+STORE_WRITES = frozenset(name for name in vars(SagaStore) if not name.startswith("_")) - STORE_READS | {"write"}
+# The journal is their one caller; the stores' own functions over their primitives (retention, import) are the stores'.
+WRITERS = ("_engine/_journal.py", "_storage/")
+
+
+def store_writes(tree: ast.AST) -> list[tuple[int, str]]:
+    """Return each use of a store's write (`<...>store.<write>`, called or handed on) in a module's tree."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in STORE_WRITES:
+            receiver = ast.unparse(node.value)
+            if receiver == "store" or receiver.endswith((".store", "_store")):
+                found.append((node.lineno, ast.unparse(node)))
+    return found
+
+
+def test_every_store_member_is_a_read_or_a_write() -> None:
+    """The guard knows the store protocol: every read it exempts is a member, and the protocol has writes."""
+    members = {name for name in vars(SagaStore) if not name.startswith("_")}
+    assert members >= STORE_READS, STORE_READS - members
+    assert {"save", "create_saga", "change_saga", "claim_saga"} <= STORE_WRITES
+
+
+def test_only_the_journal_calls_a_store_write() -> None:
+    """No module but the journal calls (or hands on) a store's write: every change to what is stored is its intent."""
+    offenders = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        name = path.relative_to(PACKAGE).as_posix()
+        if name.startswith(WRITERS):
+            continue
+        offenders += [f"{name}:{line}: {use}" for line, use in store_writes(ast.parse(path.read_text()))]
+    assert offenders == [], "\n".join(offenders)
+
+
+def test_the_store_write_guard_sees_a_write() -> None:
+    """The guard is not blind: the old front doors' writes are found, called or handed on; reads and others are not."""
+    tree = ast.parse(
+        "await store.change_saga(row, status=s)\n"
+        "await self.store.set_queue_state(n, s, at)\n"
+        "await config.store.claim_expired(o, e, at, 10)\n"
+        "claim = store.claim_saga\n"
+        "await self._store.save(row, [])\n"
+        "await store.load_saga(i)\n"
+        "journal.hold(row)\n"
+        "sys.stdout.write(text)\n"
+    )
+    assert sorted(use for _, use in store_writes(tree)) == [
+        "config.store.claim_expired",
+        "self._store.save",
+        "self.store.set_queue_state",
+        "store.change_saga",
+        "store.claim_saga",
+    ]

@@ -9,7 +9,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "saga_runtime"
 CLAIM = PACKAGE / "_engine" / "_claim.py"
 SESSION = PACKAGE / "_engine" / "_session.py"
 # The store's claims: a front door reaching for one is running its own claim sequence.
-STORE_CLAIMS = {"claim_saga", "claim_waiting", "reopen_compensation", "claim_expired"}
+STORE_CLAIMS = {"claim_saga", "claim_waiting", "change_saga", "claim_expired"}
 
 
 def _sources() -> list[Path]:

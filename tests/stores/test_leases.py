@@ -14,8 +14,9 @@ from datetime import datetime, timedelta
 
 import pytest
 
+from saga_runtime._engine import journal
 from saga_runtime._records import SagaRow, SagaStatus, now
-from saga_runtime._storage import SagaStore
+from saga_runtime._storage import SagaStore, sagas
 
 from .conftest import SLACK, Stores, local_clock, make_saga, make_steps
 
@@ -337,13 +338,20 @@ async def test_claim_expired_under_contention_is_disjoint_and_complete(stores: S
         assert loaded[0].recovery_attempts == 0, saga_id
 
 
-# -- reopen_compensation (retry_compensation's claim) ----------------------------------------------------------
+# -- reopening (retry_compensation's claim): the journal's intent, one conditional write ------------------------
+
+
+async def stored_row(store: SagaStore, saga_id: str) -> SagaRow:
+    """Return a stored saga's row (or, for an id not stored, a row of that id)."""
+    loaded = await store.load_saga(saga_id)
+    return loaded[0] if loaded is not None else make_saga(saga_id, created_at=NOW, full=False)
 
 
 async def test_reopen_compensation_gives_a_failed_compensation_to_one_caller(store: SagaStore) -> None:
-    """reopen_compensation makes a COMPENSATION_FAILED saga COMPENSATING under its caller, once: a second gets False."""
+    """Reopening makes a COMPENSATION_FAILED saga COMPENSATING under its caller, once: a second gets False."""
     await put(store, "s", owner="gone", lease=None, status=SagaStatus.COMPENSATION_FAILED)
-    results = await asyncio.gather(*(store.reopen_compensation("s", who, LATER, NOW) for who in ("me", "you")))
+    row = await stored_row(store, "s")
+    results = await asyncio.gather(*(journal.claim(store, row, who, LATER, NOW, "reopen") for who in ("me", "you")))
     assert sorted(results) == [False, True]
     winner = "me" if results[0] else "you"
     loaded = await store.load_saga("s")
@@ -357,14 +365,18 @@ async def test_reopen_compensation_gives_a_failed_compensation_to_one_caller(sto
     "status", [SagaStatus.RUNNING, SagaStatus.COMPENSATING, SagaStatus.SUCCESS, SagaStatus.COMPENSATED]
 )
 async def test_reopen_compensation_refuses_any_other_status(store: SagaStore, status: SagaStatus) -> None:
-    """reopen_compensation changes nothing of a saga that is not COMPENSATION_FAILED, nor of a missing one."""
+    """Reopening (a stale read saying COMPENSATION_FAILED) changes nothing of a saga in another status, nor of a
+    missing one."""
     await put(store, "s", owner="other", lease=FUTURE, status=status)
-    assert await store.reopen_compensation("s", "me", LATER, NOW) is False
-    assert await store.reopen_compensation("missing", "me", LATER, NOW) is False
+    for saga_id in ("s", "missing"):
+        stale = await stored_row(store, saga_id)
+        stale.status = SagaStatus.COMPENSATION_FAILED
+        assert await journal.claim(store, stale, "me", LATER, NOW, "reopen") is False
+    assert await store.load_saga("missing") is None
     await assert_lease(store, "s", "other", FUTURE)
 
 
-# -- unpark_saga ----------------------------------------------------------------------------------------------
+# -- unpark: the journal's intent, one conditional write ----------------------------------------------------------
 
 
 async def parked(store: SagaStore, saga_id: str, parked_from: SagaStatus | None) -> None:
@@ -378,9 +390,12 @@ async def parked(store: SagaStore, saga_id: str, parked_from: SagaStatus | None)
 async def test_unpark_makes_a_parked_saga_live_again_for_one_caller(
     store: SagaStore, parked_from: SagaStatus | None
 ) -> None:
-    """unpark_saga restores the status a saga was parked from, unowned and uncounted, once: a second gets False."""
+    """Unparking restores the status a saga was parked from, unowned and uncounted, once: a second gets False."""
     await parked(store, "s", parked_from)
-    results = await asyncio.gather(store.unpark_saga("s", NOW), store.unpark_saga("s", LATER))
+    row = await stored_row(store, "s")
+    results = await asyncio.gather(
+        journal.unpark(store, row, compensate=False, at=NOW), journal.unpark(store, row, compensate=False, at=LATER)
+    )
     assert sorted(results) == [False, True]
     loaded = await store.load_saga("s")
     assert loaded is not None
@@ -394,11 +409,12 @@ async def test_unpark_makes_a_parked_saga_live_again_for_one_caller(
 async def test_a_late_unpark_leaves_a_saga_a_recovery_took_over_alone(store: SagaStore) -> None:
     """An unpark acting on a stale read (the saga unparked and claimed since) changes nothing of the claimer's."""
     await parked(store, "s", SagaStatus.RUNNING)
-    assert await store.unpark_saga("s", NOW) is True
+    stale = await stored_row(store, "s")
+    assert await journal.unpark(store, stale, compensate=False, at=NOW) is True
     [(claimed, _)] = await store.claim_expired("worker", FUTURE, NOW)
     claimed.status, claimed.owner, claimed.lease_expires_at = SagaStatus.COMPENSATING, "worker", FUTURE
     await store.save(claimed.copy(), [], owner="worker")
-    assert await store.unpark_saga("s", LATER) is False
+    assert await journal.unpark(store, stale, compensate=False, at=LATER) is False
     loaded = await store.load_saga("s")
     assert loaded is not None
     assert (loaded[0].status, loaded[0].owner) == (SagaStatus.COMPENSATING, "worker")
@@ -409,8 +425,57 @@ async def test_a_late_unpark_leaves_a_saga_a_recovery_took_over_alone(store: Sag
     "status", [SagaStatus.RUNNING, SagaStatus.COMPENSATING, SagaStatus.SUCCESS, SagaStatus.COMPENSATION_FAILED]
 )
 async def test_unpark_refuses_any_other_status(store: SagaStore, status: SagaStatus) -> None:
-    """unpark_saga changes nothing of a saga that is not PARKED, nor of a missing one."""
+    """Unparking (a stale read saying PARKED) changes nothing of a saga in another status, nor of a missing one."""
     await put(store, "s", owner="other", lease=FUTURE, status=status)
-    assert await store.unpark_saga("s", NOW) is False
-    assert await store.unpark_saga("missing", NOW) is False
+    for saga_id in ("s", "missing"):
+        stale = await stored_row(store, saga_id)
+        stale.status, stale.parked_from = SagaStatus.PARKED, SagaStatus.RUNNING
+        assert await journal.unpark(store, stale, compensate=False, at=NOW) is False
+    assert await store.load_saga("missing") is None
     await assert_lease(store, "s", "other", FUTURE)
+
+
+# -- change_saga: the store's conditional write of a status change ------------------------------------------------
+
+
+async def test_change_saga_writes_only_over_the_expected_status_and_owner(store: SagaStore) -> None:
+    """change_saga writes the row (sealed) only where the stored saga is in the expected status (and owner)."""
+    await put(store, "s", owner="me", lease=FUTURE, steps=0)
+    before = await stored_row(store, "s")
+    moved = before.copy()
+    moved.status, moved.owner, moved.lease_expires_at, moved.updated_at = SagaStatus.QUEUED, None, None, LATER
+    assert await store.change_saga(moved.copy(), status=SagaStatus.COMPENSATING) is False
+    assert await store.change_saga(moved.copy(), status=SagaStatus.RUNNING, owner="you") is False
+    assert (await stored_row(store, "s")).status is SagaStatus.RUNNING
+    assert await store.change_saga(moved.copy(), status=SagaStatus.RUNNING, owner="me") is True
+    stored = await stored_row(store, "s")
+    assert (stored.status, stored.owner, stored.updated_at) == (SagaStatus.QUEUED, None, LATER)
+    assert stored.seal is not None
+    assert stored.seal != before.seal
+    assert await sagas.verify_saga(store, "s")
+    assert await store.change_saga(moved.copy(), status=SagaStatus.RUNNING) is False  # moved on already
+
+
+async def test_requeue_gives_a_started_saga_back_to_its_owner_only(store: SagaStore) -> None:
+    """A worker gives a saga it runs back QUEUED, unowned; a stale owner's give-back changes nothing."""
+    await put(store, "s", owner="me", lease=FUTURE)
+    row = await stored_row(store, "s")
+    assert await journal.requeue(store, row, "you", NOW) is False
+    assert await journal.requeue(store, row, "me", NOW) is True
+    stored = await stored_row(store, "s")
+    assert (stored.status, stored.owner, stored.lease_expires_at) == (SagaStatus.QUEUED, None, None)
+
+
+async def test_cancel_queued_ends_a_queued_saga_once(store: SagaStore) -> None:
+    """A QUEUED saga's cancel ends it COMPENSATED with its entry in the history, once; a started one is left."""
+    await put(store, "q", owner=None, lease=None, status=SagaStatus.QUEUED)
+    await put(store, "r", owner="me", lease=FUTURE)
+    entry = {"kind": "cancel", "outcome": "cancelled"}
+    queued, running = await stored_row(store, "q"), await stored_row(store, "r")
+    assert await journal.cancel_queued(store, queued, "cancelled", NOW, entry) is True
+    assert await journal.cancel_queued(store, queued, "cancelled", LATER, entry) is False
+    stored = await stored_row(store, "q")
+    assert (stored.status, stored.error, stored.history[-1]) == (SagaStatus.COMPENSATED, "cancelled", entry)
+    running.status = SagaStatus.QUEUED  # a stale read
+    assert await journal.cancel_queued(store, running, "cancelled", NOW, entry) is False
+    assert (await stored_row(store, "r")).status is SagaStatus.RUNNING

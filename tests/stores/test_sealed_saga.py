@@ -180,16 +180,23 @@ async def test_numbers_round_trip_exactly_and_verify(store: SagaStore) -> None:
 
 async def test_operator_changes_reseal_the_saga_row(store: SagaStore) -> None:
     """Reopening a COMPENSATION_FAILED saga and unparking a PARKED one leave records that verify."""
+    from saga_runtime._engine import journal
     from saga_runtime._records import now
 
     failed = make_saga("failed", status=SagaStatus.COMPENSATION_FAILED, full=False)
     parked = make_saga("parked", status=SagaStatus.PARKED)
+    parked.parked_from = SagaStatus.COMPENSATING  # (what a saga is parked from)
     for saga in (failed, parked):
         assert await store.create_saga(saga, []) is None
         assert await store.verify_saga(saga.saga_id)
     t = now()
-    assert await store.reopen_compensation("failed", "op", t, t)
-    assert await store.unpark_saga("parked", t)
+    rows = {}
+    for saga_id in ("failed", "parked"):
+        loaded = await store.load_saga(saga_id)
+        assert loaded is not None
+        rows[saga_id] = loaded[0]
+    assert await journal.claim(store, rows["failed"], "op", t, t, "reopen")
+    assert await journal.unpark(store, rows["parked"], compensate=False, at=t)
     for saga_id in ("failed", "parked"):
         verdict = await store.verify_saga(saga_id)
         assert verdict, verdict.problems
