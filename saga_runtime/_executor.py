@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 
 from saga_runtime._dynamic import DynamicSaga
-from saga_runtime._engine import Actions, Budget, Drives, EngineConfig, SagaHook, Shelters, send
+from saga_runtime._engine import Actions, Budget, Drives, EngineConfig, Looks, SagaHook, Shelters, send
 from saga_runtime._exceptions import PlanValidationError, StoreError
 from saga_runtime._handle import SagaHandle
 from saga_runtime._planner import RegistryPlanner, replay
@@ -440,28 +440,36 @@ class SagaExecutor:
                 sample(queue, depth)
 
         shelters = Shelters()  # this serve's own: another serve() of this executor is not stopped with it
+        every = 0.5 if interval is None else interval
+        # One look at the store each `every` tells the idle loops below which would find something (one query
+        # instead of one per loop: 4 idle workers cost the database a few transactions a second in all).
+        looks = Looks(self.store, [queue.name for queue in served], every)
         async with anyio.create_task_group() as tg:
             pause = self.lease_timeout / 2 if interval is None else interval
+            tg.start_soon(looks.run)
             tg.start_soon(self._recover_rounds, pause, limit, shelters)
-            tg.start_soon(self._schedules.serve, 0.5 if interval is None else interval)
+            tg.start_soon(self._schedules.serve, every, looks)
             waiting = [getattr(hook, "observe_waiting", None) for hook in self.hooks]
             if any(callable(sample) for sample in waiting):
                 tg.start_soon(self._sample_waiting, [sample for sample in waiting if callable(sample)])
             # Waiting saga functions go on once due: told of a message at once (PostgreSQL), else within the
             # interval (half a second by default, not the recovery rounds' half lease).
             told = _Told()  # sagas a message was sent to, as the store tells (PostgreSQL)
-            tg.start_soon(self._wake_rounds, 0.5 if interval is None and pause > 0.5 else None, limit, shelters, told)
+            tg.start_soon(
+                self._wake_rounds, 0.5 if interval is None and pause > 0.5 else None, limit, shelters, told, looks
+            )
             tg.start_soon(
                 partial(
                     self._actions.queues.serve,
                     served,
                     concurrency=concurrency,
-                    interval=0.5 if interval is None else interval,
+                    interval=every,
                     limit=limit,
                     task_group=tg,
                     shelters=shelters,
                     on_depth=on_depth if samplers else None,
                     on_message=told.tell,
+                    looks=looks,
                 )
             )
             try:
@@ -524,10 +532,16 @@ class SagaExecutor:
                     sample(counts)
             await anyio.sleep(_WAITING_SAMPLE)
 
-    async def _wake_rounds(self, pause: float | None, limit: int, shelters: Shelters, told: _Told) -> None:
-        """Go on with waiting saga functions: those a message was sent to (`told`, as the queue loop hears it) at
-        once, and every due one each `pause` (None: the recovery rounds do)."""
+    async def _wake_rounds(
+        self, pause: float | None, limit: int, shelters: Shelters, told: _Told, looks: Looks
+    ) -> None:
+        """Go on with waiting sagas: those a message was sent to (`told`, as the queue loop hears it) at once, and
+        every due one each `pause` (None: the recovery rounds do) once `looks` finds one (or a deadline passed)."""
         recovery = self._actions.recovery
+        if pause is not None:
+            looks.listen("waiting", told.poke)
+            looks.listen("approvals", told.poke)
+            pause = looks.wait_for(pause)
         while True:
             with anyio.move_on_after(math.inf if pause is None else pause):
                 await told.heard.wait()
@@ -563,6 +577,10 @@ class _Told:
 
     def tell(self, saga_id: str) -> None:
         self.saga_ids.append(saga_id)
+        self.heard.set()
+
+    def poke(self) -> None:
+        """Wake the wake rounds with no saga named: they look for every due one."""
         self.heard.set()
 
     def take(self) -> list[str]:

@@ -17,7 +17,7 @@ from typing import Any
 
 import anyio
 
-from saga_runtime._engine import journal
+from saga_runtime._engine import Looks, journal
 from saga_runtime._exceptions import IdempotencyConflictError, PlanValidationError, ResultNotStorableError, StoreError
 from saga_runtime._planning import MAX_ID_BYTES, build_plan, valid_id
 from saga_runtime._records import Queue, Schedule, SecretKeyring, Timing, now, tick_id, to_json_value
@@ -192,8 +192,18 @@ class Schedules:
             self._warned[schedule.name] = tick
             logger.warning("schedule %r: %s; left for another worker", schedule.name, message)
 
-    async def serve(self, interval: float) -> None:
-        """Submit due ticks every `interval` seconds, until cancelled; a round that failed is logged and tried again."""
+    async def serve(self, interval: float, looks: Looks | None = None) -> None:
+        """Submit due ticks every `interval` seconds (with `looks`: once they find one due), until cancelled; a round
+        that failed is logged and tried again."""
+        due = anyio.Event()
+        pause = interval
+        if looks is not None:
+
+            def looked() -> None:
+                due.set()
+
+            looks.listen("schedules", looked)
+            pause = looks.wait_for(interval)
         while True:
             try:
                 await self.submit_due()
@@ -201,7 +211,9 @@ class Schedules:
                 logger.warning("schedules round failed, trying again in %gs: %s", interval, exc)
             except Exception:
                 logger.exception("schedules round failed unexpectedly, trying again in %gs", interval)
-            await anyio.sleep(interval)
+            with anyio.move_on_after(pause):
+                await due.wait()
+            due = anyio.Event()
 
 
 def _unknown(name: str, store: SagaStore) -> str:

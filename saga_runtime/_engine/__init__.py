@@ -24,6 +24,7 @@ from saga_runtime._engine._driver import Planner, PlanShape, drive_plan
 from saga_runtime._engine._events import EventKind, LoggingHook, SagaEvent, SagaHook
 from saga_runtime._engine._journal import adopted, asleep, take_over
 from saga_runtime._engine._lineage import through_parent
+from saga_runtime._engine._looks import Looks
 from saga_runtime._engine._saga import RUNNABLE, SagaEngine
 from saga_runtime._engine._transitions import TransitionError
 
@@ -42,6 +43,7 @@ __all__ = [
     "EngineConfig",
     "EventKind",
     "LoggingHook",
+    "Looks",
     "PlanShape",
     "Planner",
     "Released",

@@ -19,6 +19,7 @@ from saga_runtime._engine._cancellation import Shelters
 from saga_runtime._engine._claim import Drives
 from saga_runtime._engine._events import SagaEvent, emit
 from saga_runtime._engine._journal import Journal
+from saga_runtime._engine._looks import Looks
 from saga_runtime._engine._recovery import Recovery
 from saga_runtime._exceptions import IdempotencyConflictError, StoreError
 from saga_runtime._records import (
@@ -138,11 +139,13 @@ class Queues:
         shelters: Shelters,
         on_depth: Callable[[str, int], None] | None = None,
         on_message: Callable[[str], None] | None = None,
+        looks: Looks | None = None,
     ) -> None:
         """Start queued sagas of `queues` (at most `concurrency` driven at once here) until cancelled.
 
         `shelters`: this serve's (its stop lets the running calls return); `on_depth(queue, depth)` is told how many
-        sagas wait in each queue, once per round; `on_message(saga_id)` of each message a store tells of.
+        sagas wait in each queue, once per round; `on_message(saga_id)` of each message a store tells of. With `looks`,
+        an idle round waits for them to find a queued saga (or a submit heard) instead of looking every `interval`.
         """
         running = 0
         freed = anyio.Event()
@@ -168,7 +171,17 @@ class Queues:
                 freed.set()
 
         task_group.start_soon(self._note_limits, queues)  # shown by queues(); never holds the start up
+
+        def looked() -> None:
+            woken.set()
+
+        idle_wait = interval
         async with self._drives.config.store.queue_wakeups(wake) as heard:
+            if looks is not None:
+                idle_wait = looks.wait_for(interval)
+                looks.listen("queued", looked)
+                if not heard:  # no notifications here: an unparked or orphaned saga is told of by the looks
+                    looks.listen("orphans", self._recovery.nudge)
             while True:
                 woken = anyio.Event()  # before the claim: a submit made during it still wakes the wait below
                 started = 0
@@ -193,7 +206,7 @@ class Queues:
                     await anyio.lowlevel.checkpoint()  # let the started sagas begin before the next claim
                     continue
                 freed = anyio.Event()
-                with anyio.move_on_after(interval) as idle:
+                with anyio.move_on_after(idle_wait) as idle:
                     if concurrency is not None and running >= concurrency:
                         await freed.wait()
                     else:

@@ -26,6 +26,9 @@ __all__ = [
 #: A queue's state, set by an operator and stored (no row: active). Paused and draining both start nothing new;
 #: what runs goes on. A drain is the step before taking a queue out of service: it reads "drained" once idle.
 QueueState = Literal["active", "paused", "draining"]
+# What an idle worker's looks may find (`SagaStore.due_work`): a queued saga to start, a schedule's tick to submit,
+# an approval past its deadline to reject, a waiting saga to go on with, a live saga whose lease ran out.
+DueWork = Literal["queued", "schedules", "approvals", "waiting", "orphans"]
 ACTIVE: QueueState = "active"
 PAUSED: QueueState = "paused"
 DRAINING: QueueState = "draining"

@@ -155,3 +155,25 @@ def approval_row(codec: RowCodec, r: Sequence[Any]) -> ApprovalRow:
         prev_hash=r[12],
         hash=r[13],
     )
+
+
+def due_work_sql(dialect: DialectName, queues: int) -> str:
+    """Return the one query of an idle worker's looks (`SagaStore.due_work`): whether a QUEUED saga of `queues`
+    queues may start, a schedule is due, a request passed its deadline, a waiting saga is ready, each an EXISTS on
+    the index its own look uses, and whether a live saga's lease ran out. Params: the queue names, the clock's; the
+    clock's; WAITING, now; WAITING, now, the clock's; the clock's."""
+    clock = NOW_SQL[dialect]
+    marks = ", ".join("?" for _ in range(max(queues, 1)))
+    looks = (
+        f"SELECT 1 FROM sagas WHERE status = 'QUEUED' AND queue IN ({marks}) "
+        f"AND (not_before IS NULL OR not_before <= {clock})",
+        f"SELECT 1 FROM schedules WHERE paused = 0 AND next_tick <= {clock}",
+        "SELECT 1 FROM approvals a JOIN sagas s ON s.saga_id = a.saga_id WHERE a.decision IS NULL AND s.status = ? "
+        "AND a.deadline IS NOT NULL AND a.deadline <= ?",
+        "SELECT 1 FROM sagas s WHERE s.status = ? AND s.wake_at <= ? AND (s.kind = 'plan' OR s.plan IS NOT NULL) "
+        f"AND (s.owner IS NULL OR s.lease_expires_at IS NULL OR s.lease_expires_at < {clock}) "
+        "AND NOT EXISTS (SELECT 1 FROM approvals a WHERE a.saga_id = s.saga_id AND a.decision IS NULL)",
+        "SELECT 1 FROM sagas WHERE status IN ('RUNNING', 'COMPENSATING') "
+        f"AND (lease_expires_at IS NULL OR lease_expires_at < {clock})",
+    )
+    return _placeholders(dialect, "SELECT " + ", ".join(f"EXISTS ({look})" for look in looks))

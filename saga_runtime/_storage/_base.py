@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from saga_runtime._records import (
     ApprovalRow,
+    DueWork,
     EndReason,
     PurgeReport,
     Queue,
@@ -311,6 +312,13 @@ class SagaStore(Protocol):
     async def waiting_sagas(self, now: datetime, limit: int = 100, offset: int = 0) -> list[str]:
         """Return the ids of WAITING plan sagas (and saga functions) due by `now` (their wait's end, or made due:
         `wake_saga`), whose requests are all decided, unowned or whose lease expired; an indexed query."""
+        ...
+
+    async def due_work(self, now: datetime, queues: Sequence[str]) -> frozenset[DueWork]:
+        """Tell which of an idle worker's looks would find something now, in one query: "queued" (a QUEUED saga of
+        `queues` whose start time passed), "schedules" (an unpaused schedule due), "approvals" (a request past its
+        deadline), "waiting" (a saga `waiting_sagas` lists), "orphans" (a live saga whose lease ran out). A limit may
+        still hold a queued saga back."""
         ...
 
     async def wake_saga(self, saga_id: str, at: datetime) -> bool:

@@ -11,6 +11,7 @@ from typing import Any
 from saga_runtime._exceptions import StoreError
 from saga_runtime._records import (
     ApprovalRow,
+    DueWork,
     EndReason,
     Queue,
     QueueEntry,
@@ -547,6 +548,31 @@ class MemoryStore(StoreBase, MemoryRetention, MemorySchedules, MemoryQueueContro
         ]
         ready.sort(key=lambda saga: (saga.created_at, saga.saga_id))
         return [saga.saga_id for saga in ready[offset : offset + limit]]
+
+    async def due_work(self, now: datetime, queues: Sequence[str]) -> frozenset[DueWork]:
+        """Tell which of an idle worker's looks would find something now."""
+        self._check_open()
+        found: set[DueWork] = set()
+        names = set(queues)
+        if any(
+            entry.queue in names
+            and (entry.not_before is None or entry.not_before <= now)
+            and self._sagas[saga_id].status is SagaStatus.QUEUED
+            for saga_id, entry in self._queued.items()
+        ):
+            found.add("queued")
+        if (await self.due_schedules(now, 1))[1]:
+            found.add("schedules")
+        if await self.list_approvals(due=now, limit=1):
+            found.add("approvals")
+        if await self.waiting_sagas(now, 1):
+            found.add("waiting")
+        if any(
+            saga.status in _LIVE and (saga.lease_expires_at is None or saga.lease_expires_at < now)
+            for saga in self._sagas.values()
+        ):
+            found.add("orphans")
+        return frozenset(found)
 
     async def claim_waiting(
         self, saga_id: str, owner: str, lease_expires_at: datetime, now: datetime

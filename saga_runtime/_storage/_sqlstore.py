@@ -31,6 +31,7 @@ import anyio
 from saga_runtime._exceptions import StoreBusyError, StoreConnectionError, StoreError
 from saga_runtime._records import (
     ApprovalRow,
+    DueWork,
     EndReason,
     Queue,
     QueueEntry,
@@ -39,7 +40,7 @@ from saga_runtime._records import (
     StepRow,
     now,
 )
-from saga_runtime._storage._approval_sql import approval_params, approval_row
+from saga_runtime._storage._approval_sql import approval_params, approval_row, due_work_sql
 from saga_runtime._storage._base import key_full, queue_allowance, same_rows
 from saga_runtime._storage._batch import Batcher, Outcome, Write, lease_lost
 from saga_runtime._storage._dialect import Dialect
@@ -64,6 +65,7 @@ logger = logging.getLogger("saga_runtime")
 
 # Ids per `IN (...)` list: well under every driver's limit on parameters of one statement.
 _IN_CHUNK = 500
+_DUE_WORK: tuple[DueWork, ...] = ("queued", "schedules", "approvals", "waiting", "orphans")  # due_work's columns
 # Queued sagas a claim passes over at most (refused by the worker, or of a key filled by the claim itself).
 _PASS_OVER_MAX = 1000
 _PAGE_MIN = 64  # sagas a page past them reads at least
@@ -141,6 +143,7 @@ class SQLStore(StoreBase, SQLRetention, SQLSchedules, SQLQueueControl):
         self._url = dialect.url
         self._queries = dialect.queries
         self._approval_queries = dialect.approval_queries
+        self._due_sql: dict[int, str] = {}  # due_work's query by the number of queues it looks in
         self._codec = dialect.codec
         self._closed = False
         self._retry_for = dialect.retry_for
@@ -827,6 +830,19 @@ class SQLStore(StoreBase, SQLRetention, SQLSchedules, SQLQueueControl):
         params = (aq.waiting, codec.time_in(now), *codec.now_in(now), int(limit), int(offset))
         records = await self._fetch("waiting_sagas", aq.ready, params)
         return [self._codec.id_out(record[0]) for record in records]
+
+    async def due_work(self, now: datetime, queues: Sequence[str]) -> frozenset[DueWork]:
+        """Tell which of an idle worker's looks would find something now: one statement of five EXISTS."""
+        self._check_open()
+        codec, waiting = self._codec, self._approval_queries.waiting
+        names = tuple(queues) or ("",)
+        sql = self._due_sql.get(len(names))
+        if sql is None:
+            sql = self._due_sql[len(names)] = due_work_sql(self._dialect.name, len(names))
+        clock, at = codec.now_in(now), codec.time_in(now)
+        params = (*names, *clock, *clock, waiting, at, waiting, at, *clock, *clock)
+        found = (await self._fetch("due_work", sql, params))[0]
+        return frozenset(kind for kind, yes in zip(_DUE_WORK, found, strict=True) if yes)
 
     async def wake_saga(self, saga_id: str, at: datetime) -> bool:
         """Make a WAITING saga due at `at` (its `wake_at`): one UPDATE; return whether it waits."""

@@ -70,6 +70,7 @@ STORE_READS = frozenset(
         "load_approvals",
         "list_approvals",
         "waiting_sagas",
+        "due_work",
         "load_messages",
         "cancel_request",
         "queue_wakeups",

@@ -1,0 +1,64 @@
+"""An idle worker's one look at the store: which of its loops would find something now.
+
+A worker that serves queues keeps several loops (queued sagas, schedules, approval deadlines, waiting sagas,
+recovery). Each used to ask the store every `interval`, found nothing most of the time, and so cost the database
+a transaction per loop and interval while idle. `Looks` asks once per interval (`SagaStore.due_work`, one query)
+and tells only the loops that would find something; a loop also goes on when told directly (a submit, a message
+or a decision heard), and by itself after `FALLBACK` seconds whatever the looks say.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Sequence
+
+import anyio
+
+from saga_runtime._exceptions import StoreError
+from saga_runtime._records import DueWork, now
+from saga_runtime._storage import SagaStore
+
+__all__ = ["FALLBACK", "Looks"]
+
+logger = logging.getLogger("saga_runtime")
+
+# Seconds a loop told nothing waits before it looks by itself anyway (a look that went wrong is not waited on).
+FALLBACK = 30.0
+_EVERY: tuple[DueWork, ...] = ("queued", "schedules", "approvals", "waiting", "orphans")
+
+
+class Looks:
+    """One look at the store every `interval` seconds, telling the loops listening for what it found."""
+
+    __slots__ = ("_interval", "_queues", "_store", "_told")
+
+    def __init__(self, store: SagaStore, queues: Sequence[str], interval: float) -> None:
+        self._store = store
+        self._queues = tuple(queues)
+        self._interval = interval
+        self._told: dict[DueWork, list[Callable[[], None]]] = {}
+
+    def listen(self, kind: DueWork, tell: Callable[[], None]) -> None:
+        """Call `tell()` after each look that finds `kind` of work."""
+        self._told.setdefault(kind, []).append(tell)
+
+    def wait_for(self, told: float) -> float:
+        """Return how long a loop listening here waits for a word before it looks by itself (`told`: how long it
+        would wait with no looks: its interval)."""
+        return max(told, FALLBACK) if math.isfinite(told) else told
+
+    async def run(self) -> None:
+        """Look every interval until cancelled; a look that fails tells every loop (each looks for itself)."""
+        while True:
+            await anyio.sleep(self._interval)
+            if not self._told:
+                continue
+            try:
+                found = await self._store.due_work(now(), self._queues)
+            except StoreError as exc:
+                logger.warning("looking for due work failed, every loop looks for itself: %s", exc)
+                found = frozenset(_EVERY)
+            for kind in found:
+                for tell in self._told.get(kind, ()):
+                    tell()
