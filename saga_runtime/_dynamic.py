@@ -621,6 +621,7 @@ class DynamicSaga:
             return
         if self._function is not None and remaining > self._config.wait_threshold:
             await driver.release()  # WAITING until due: this code stops here, and runs again from its record
+        await driver.settle()
         while remaining > 0:
             await anyio.sleep(min(remaining, WAIT_POLL))
             self._check_not_cancelled()  # an operator's cancel, taken in meanwhile, ends the wait
