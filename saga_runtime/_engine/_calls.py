@@ -100,6 +100,21 @@ class CallDriver:
             # record: run again under their keys, as any call of unknown outcome.
         return ok, refused
 
+    async def run_new(self, row: StepRow) -> None:
+        """Run a call new to the saga that needs no decision, as a group of its own: `feed((row,), join="all")`
+        without what only a group, a recorded call or a decision needs."""
+        engine = self.engine
+        if engine.shelters is not None and engine.shelters.stopping:
+            await engine.flush()  # its worker stops: what ran is recorded, and nothing more starts
+            raise WorkerStopped
+        engine.add_step(row)
+        ok = await engine.run_group((row,))
+        engine.forgive()  # the calling code decides whether a failure ends the saga
+        if ok and self.defers and row.status is StepStatus.SUCCESS:
+            return  # written with the saga's next write (see `feed`)
+        await engine.compensate_unknown((row,))
+        await engine.flush()  # durable before the caller sees a result
+
     async def settle(self) -> None:
         """Write what the saga's code has seen and the store has not (a saga function's last successes) before a
         wait in this process: the wait is not spent on calls whose outcome a crash would lose."""
