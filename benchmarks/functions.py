@@ -7,9 +7,10 @@ Four workloads, each against a floor measured in the same run:
 - Resume (PostgreSQL): `ORPHANS` (1,000) orphaned 10-call plans, then as many orphaned 10-call saga functions, are
   written straight into the store as a dead executor leaves them (four calls SUCCESS, the fifth of unknown outcome,
   lease long expired; a plan has its five last steps pending, a function has not made those calls yet), and one
-  executor's `recover()` drives each batch to SUCCESS. Reported: sagas per second of each, `ratio` the function's
-  over the plan's, and how many recorded calls a tool was called for again (counted by idempotency key: a call
-  recorded SUCCESS is served from the record, never run again; the unknown one runs again once, under its key).
+  executor's `recover()` drives each batch to SUCCESS, each batch in a database of its own. Reported: sagas per
+  second of each, `ratio` the function's over the plan's, and how many recorded calls a tool was called for again
+  (counted by idempotency key: a call recorded SUCCESS is served from the record, never run again; the unknown one
+  runs again once, under its key).
 - Wake-up (PostgreSQL): a saga function waits in `saga.recv("go")` (no timeout: released, WAITING, no lease); an
   idle worker process serves the store; this process sends the message and the tool of the function's next call
   notes when it starts. Reported: p50 and p99 of send -> next call start; the floor is the raw driver's NOTIFY ->
@@ -313,8 +314,10 @@ async def _recover(url: str, count: int, function: bool) -> tuple[float, int, in
 
 async def _resume(count: int) -> list[Resume]:
     try:
+        # Each kind in a database of its own: the second does not inherit the first's dead rows (and vacuum).
         async with database("postgresql") as url:
             plan_rate, plan_again, plan_unknown = await _recover(url, count, function=False)
+        async with database("postgresql") as url:
             fn_rate, fn_again, fn_unknown = await _recover(url, count, function=True)
     except Unreachable as exc:
         return [Resume("plan", skipped=str(exc)), Resume("saga function", skipped=str(exc))]

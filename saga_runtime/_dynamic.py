@@ -41,7 +41,7 @@ from saga_runtime._exceptions import (
     StepFailedError,
     UnknownToolError,
 )
-from saga_runtime._planning import MAX_ID_BYTES, Step, call_args, valid_id
+from saga_runtime._planning import MAX_ID_BYTES, Step, call_args, stored_as_is, valid_id
 from saga_runtime._records import (
     ApprovalRow,
     SagaResult,
@@ -307,8 +307,55 @@ class DynamicSaga:
 
         A failure raises `StepFailedError` after retries (an unknown outcome is compensated first).
         """
-        (result,) = await self.group([(tool, args)])
-        return result
+        row = self._new_call(tool, args)
+        if row is None:  # anything but a new plain call, live: the group of one does it (and says what is wrong)
+            (result,) = await self.group([(tool, args)])
+            return result
+        driver = self._driver
+        assert driver is not None
+        await driver.run_new(row)
+        return self._outcome(row)
+
+    def _new_call(self, tool: str, args: dict[str, Any]) -> StepRow | None:
+        """Return the row of a live saga's next call when it is new and plain (what `group` would build for it:
+        arguments validated once, stored as they are; no decision to wait for), else None."""
+        engine, driver = self._engine, self._driver
+        if (
+            engine is None
+            or driver is None
+            or self._closed
+            or driver.diverged is not None
+            or self._waiting is not None
+            or engine.verdict.halted is not None
+            or self._next_seq < len(self._record)
+            or type(tool) is not str
+            or tool in self._approval_required
+        ):
+            return None
+        spec = self._registry.find(tool)
+        if spec is None or spec.approval or spec.secrets or not stored_as_is(args):
+            return None
+        seq = self._next_seq
+        step_id = f"{tool}-{seq}"
+        if step_id in engine.rows or engine.gate.request_of(step_id) is not None:
+            return None
+        try:
+            kwargs = spec.validate_args(args)
+        except pydantic.ValidationError:
+            return None
+        row = StepRow(
+            self.saga_id,
+            seq,
+            step_id,
+            self._next_group,
+            tool,
+            dict(args),
+            idempotency_key(self.saga_id, step_id),
+            tool_version=spec.version,
+        )
+        self._next_seq, self._next_group = seq + 1, self._next_group + 1
+        engine.validated(row, kwargs)
+        return row
 
     async def group(
         self,
@@ -333,7 +380,7 @@ class DynamicSaga:
 
     async def _run_calls(
         self,
-        prepared: list[tuple[str, dict[str, Any], str | None]],
+        prepared: list[tuple[str, dict[str, Any], str | None, dict[str, Any] | None]],
         *,
         join: str,
         k: int | None,
@@ -343,7 +390,7 @@ class DynamicSaga:
         engine = self._engine
         if engine is not None and engine.verdict.halted is not None:
             # An operator's cancel was taken in (the code caught the cut call's error): nothing more runs.
-            tool, _, given = prepared[0]
+            tool, _, given, _ = prepared[0]
             why = f"not run: {engine.verdict.halted}"
             raise StepFailedError(
                 f"saga {self.saga_id!r}: call #{self._next_seq + 1} ({tool}) was {why}",
@@ -363,7 +410,7 @@ class DynamicSaga:
         group = self._next_group
         # All checked before any is added: a refused group leaves no row.
         try:
-            rows = [self._recorded_or_new(first + i, group, *call) for i, call in enumerate(prepared)]
+            rows = [self._recorded_or_new(first + i, group, *call[:3]) for i, call in enumerate(prepared)]
         except ReplayDivergenceError as exc:
             if self._function is not None and self._driver is not None:
                 self._driver.diverged = exc  # recorded as the saga's failure, whatever the code does with it
@@ -373,6 +420,9 @@ class DynamicSaga:
         driver, engine = self._driver, self._engine
         ok = True
         if driver is not None and engine is not None:
+            for row, (_, args, _, kwargs) in zip(rows, prepared, strict=True):
+                if kwargs is not None and row.args is args:  # a new call: its arguments validated once
+                    engine.validated(row, kwargs)
             keep_going = join == "all" and return_exceptions
             ok, refused = await driver.feed(
                 rows, join=join, needed=needed, gated=self._gated(engine, rows), keep_going=keep_going
@@ -470,7 +520,7 @@ class DynamicSaga:
             error_type=culprit.error_type,
         )
 
-    def _prepare(self, calls: Sequence[Call]) -> list[tuple[str, dict[str, Any], str | None]]:
+    def _prepare(self, calls: Sequence[Call]) -> list[tuple[str, dict[str, Any], str | None, dict[str, Any] | None]]:
         if isinstance(calls, str | bytes | Mapping) or not calls:
             raise PlanValidationError(
                 ["saga.group() takes a non-empty list of (tool, args) pairs"], saga_id=self.saga_id
@@ -507,15 +557,15 @@ class DynamicSaga:
                 )
                 continue
             try:
-                json_args = call_args(registry.get(name), args, self._config.keyring, what=label)
+                json_args, kwargs = call_args(registry.get(name), args, self._config.keyring, what=label)
             except pydantic.ValidationError as exc:
                 problems.extend(f"{label}: {error['loc']}: {error['msg']}" for error in exc.errors(include_url=False))
                 continue
             except (ResultNotStorableError, SecretKeyError) as exc:
                 problems.append(f"{label}: {exc}")
                 continue
-            prepared.append((name, json_args, step_id))
-        ids = [step_id for _, _, step_id in prepared if step_id is not None]
+            prepared.append((name, json_args, step_id, kwargs))
+        ids = [step_id for _, _, step_id, _ in prepared if step_id is not None]
         if len(ids) != len(set(ids)):
             problems.append(f"the group gives one step_id to several calls: {sorted(ids)}")
         if problems:
@@ -655,8 +705,8 @@ class DynamicSaga:
                     f"saga {child_id!r} exists and is not a child of {self.saga_id!r}: give the child another saga_id",
                     saga_id=child_id,
                 )
-        json_args = call_args(self._registry.get(CHILD_TOOL), call, self._config.keyring, what="the child saga")
-        await self._run_calls([(CHILD_TOOL, json_args, step_id)], join="all", k=None, return_exceptions=False)
+        json_args, kwargs = call_args(self._registry.get(CHILD_TOOL), call, self._config.keyring, what="the child saga")
+        await self._run_calls([(CHILD_TOOL, json_args, step_id, kwargs)], join="all", k=None, return_exceptions=False)
         result = await sagas.get_saga(self._store, child_id)
         if result is None:
             raise SagaNotFoundError(
@@ -688,6 +738,7 @@ class DynamicSaga:
             return
         if self._function is not None and remaining > self._config.wait_threshold:
             await driver.release()  # WAITING until due: this code stops here, and runs again from its record
+        await driver.settle()
         while remaining > 0:
             await anyio.sleep(min(remaining, WAIT_POLL))
             self._check_not_cancelled()  # an operator's cancel, taken in meanwhile, ends the wait

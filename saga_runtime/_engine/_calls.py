@@ -42,10 +42,13 @@ _NO_OUTPUT: Any = object()
 class CallDriver:
     """The driver a dynamic saga feeds one call group at a time, and ends once its code is done."""
 
-    __slots__ = ("diverged", "engine", "waiting")
+    __slots__ = ("defers", "diverged", "engine", "waiting")
 
-    def __init__(self, engine: SagaEngine) -> None:
+    def __init__(self, engine: SagaEngine, *, defers: bool = False) -> None:
         self.engine = engine
+        # A saga function's driver: a call's success is written with the saga's next write (the next call's intent,
+        # a wait, a publication, its end), not on its own; see `feed`.
+        self.defers = defers
         self.waiting: SagaResult | None = None  # set once a call waits for a person's decision (the saga WAITs)
         self.diverged: BaseException | None = None  # code that left its record: the saga fails, whatever it does
 
@@ -91,8 +94,33 @@ class CallDriver:
             ok = await engine.run_group(runnable, join=join, needed=needed)
             engine.forgive()  # the calling code decides whether a failure ends the saga
             await engine.compensate_unknown(rows, successes=join != "all" and not ok)
-            await engine.flush()  # durable before the caller sees a result
+            if not (self.defers and ok and all(row.status is StepStatus.SUCCESS for row in runnable)):
+                await engine.flush()  # durable before the caller sees a result
+            # A saga function's successes are not written on their own: the code that sees them is run again over
+            # the record, and nothing it does is lasting before the saga's next write, which carries them (the next
+            # call's intent, a wait, a publication, its end). A crash before it leaves the calls RUNNING in the
+            # record: run again under their keys, as any call of unknown outcome.
         return ok, refused
+
+    async def run_new(self, row: StepRow) -> None:
+        """Run a call new to the saga that needs no decision, as a group of its own: `feed((row,), join="all")`
+        without what only a group, a recorded call or a decision needs."""
+        engine = self.engine
+        if engine.shelters is not None and engine.shelters.stopping:
+            await engine.flush()  # its worker stops: what ran is recorded, and nothing more starts
+            raise WorkerStopped
+        engine.add_step(row)
+        ok = await engine.run_group((row,))
+        engine.forgive()  # the calling code decides whether a failure ends the saga
+        if ok and self.defers and row.status is StepStatus.SUCCESS:
+            return  # written with the saga's next write (see `feed`)
+        await engine.compensate_unknown((row,))
+        await engine.flush()  # durable before the caller sees a result
+
+    async def settle(self) -> None:
+        """Write what the saga's code has seen and the store has not (a saga function's last successes) before a
+        wait in this process: the wait is not spent on calls whose outcome a crash would lose."""
+        await self.engine.flush()
 
     async def sleep_until(self, position: int, seconds: float) -> datetime:
         """Return when the saga's sleep at `position` (among its sleeps) ends: recorded, or now + `seconds`,
@@ -194,7 +222,7 @@ async def _drive_calls(engine: SagaEngine, body: CallBody, what: str) -> SagaRes
         for row in rows
     ):
         await engine.gate.load()  # its requests, decided in an earlier run or not
-    driver = CallDriver(engine)
+    driver = CallDriver(engine, defers=True)
     result: SagaResult | None
     try:
         output = await body(driver, engine)
@@ -242,6 +270,7 @@ async def receive(driver: CallDriver, position: int, topic: str, seconds: float 
         await engine.flush()  # the deadline is durable before the wait starts
     else:
         deadline = None if begun.get("deadline") is None else datetime.fromisoformat(begun["deadline"])
+        await driver.settle()
     while True:
         if engine.verdict.halted is not None:  # an operator's cancel, taken in meanwhile, ends the wait
             raise SagaFailedError(

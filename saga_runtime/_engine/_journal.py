@@ -216,8 +216,10 @@ class Journal:
         self.rows[row.step_id] = row
         if self._links is not None:
             self._by_seq[row.seq] = row
-        self.saga.plan_hash = extend_head(self.saga.plan_hash, row)  # the chain head seals the list of calls
-        self._saga_dirty = True
+            # The chain head seals the list of calls: written with the row. (A store that links the rows it seals
+            # chains the head over them as it seals them: `writes_inline`.)
+            self.saga.plan_hash = extend_head(self.saga.plan_hash, row)
+            self._saga_dirty = True
         self._dirty[row.step_id] = row
 
     # -- undo intents ------------------------------------------------------------------------------------------------

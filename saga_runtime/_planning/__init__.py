@@ -12,6 +12,7 @@ from saga_runtime._planning._plan import (
     Step,
     call_args,
     has_refs,
+    stored_as_is,
     valid_id,
 )
 from saga_runtime._planning._policy import PlanPolicy
@@ -35,6 +36,7 @@ __all__ = [
     "plan_from_anthropic",
     "plan_from_openai",
     "resolve_refs",
+    "stored_as_is",
     "usage_from_anthropic",
     "usage_from_openai",
     "valid_id",

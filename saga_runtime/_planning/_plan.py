@@ -38,6 +38,7 @@ __all__ = [
     "Step",
     "call_args",
     "has_refs",
+    "stored_as_is",
     "valid_id",
 ]
 
@@ -501,16 +502,53 @@ def _check_step(
     return PlannedStep(draft.id, str(tool), dict(args), draft.group, bool(deferred), kwargs, gated, str(version))
 
 
-def call_args(spec: ToolSpec, args: Mapping[str, Any], keyring: SecretKeyring | None, *, what: str) -> dict[str, Any]:
-    """Return the arguments of one call as stored (JSON, secrets encrypted), once `execute` would accept them.
+def call_args(
+    spec: ToolSpec, args: Mapping[str, Any], keyring: SecretKeyring | None, *, what: str
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """Return the arguments of one call as stored (JSON, secrets encrypted), once `execute` would accept them, and
+    `execute`'s kwargs when they are those of the stored arguments (else None: validated from the record).
 
     Raise `pydantic.ValidationError` for bad arguments, `ResultNotStorableError` for values that are not JSON,
     `SecretKeyError` for a secret this executor has no key to encrypt.
     """
+    if not spec.secrets and stored_as_is(args):
+        # JSON scalars every store keeps (no secret among them): stored as they are, validated once.
+        return dict(args), spec.validate_args(args)
     plain = _unwrapped(args, spec.name)
     spec.validate_args(plain)
     stored = to_json_value(plain, what="the arguments", tool_name=spec.name)
-    return dict(conceal(stored, spec.secrets, keyring, what=what))
+    return dict(conceal(stored, spec.secrets, keyring, what=what)), None
+
+
+def stored_as_is(args: Any) -> bool:
+    """Tell whether a call's `args` are stored as they are: a dict of ASCII names to JSON scalars that storing
+    leaves unchanged (ASCII text without NUL, 64-bit integers, finite floats, booleans, None), well within the size
+    one stored value may take. Anything else is converted (`to_json_value`), and checked there."""
+    if type(args) is not dict:
+        return False
+    chars = 0
+    for name, value in args.items():
+        if type(name) is not str or not name.isascii() or "\x00" in name:
+            return False
+        kind = type(value)
+        if kind is str:
+            if not value.isascii() or "\x00" in value:
+                return False
+            chars += len(value)
+        elif kind is int:
+            if not MIN_JSON_INT <= value <= MAX_JSON_INT:
+                return False
+        elif kind is float:
+            if value - value != 0.0:  # NaN and infinities are stored as null
+                return False
+        elif value is not None and kind is not bool:
+            return False
+        chars += len(name) + 32  # (quotes, separators, a number's digits)
+    return chars <= _AS_IS_CHARS
+
+
+# What `stored_as_is` takes: its JSON fits the bound of one stored value whatever it holds.
+_AS_IS_CHARS = MAX_JSON_BYTES // 6
 
 
 def _check_rules(plan: Plan, registry: ToolRegistry, policy: PlanPolicy | None, problems: list[str]) -> None:

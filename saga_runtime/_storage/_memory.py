@@ -20,6 +20,7 @@ from saga_runtime._records import (
     SagaStatus,
     Schedule,
     StepRow,
+    chain_head,
     end_of,
     now,
     wake_time,
@@ -271,18 +272,24 @@ class MemoryStore(StoreBase, MemoryRetention, MemorySchedules, MemoryQueueContro
             keys[row.idempotency_key] = (saga_id, step_id)
 
     def _seal(self, saga_id: str) -> None:
-        """Seal what of a saga was written unsealed and is still stored: its step rows (linked first) and its row."""
+        """Seal what of a saga was written unsealed and is still stored: its step rows (linked first) and its row
+        (a dynamic saga's first chained: its head, `plan_hash`, over the calls stored)."""
+        saga = self._sagas.get(saga_id)
+        written = saga_id in self._unsealed or saga_id in self._unsealed_sagas
         if saga_id in self._unsealed:
             self._unsealed.discard(saga_id)
             stored = self._steps.get(saga_id, {})
             imported = self._imported.get(saga_id, {})
             rows = [row for row in stored.values() if row.hash is None and imported.get(row.step_id) is not row]
-            saga = self._sagas.get(saga_id)
             if rows and saga is not None:
                 self._sealing.link_and_seal(saga, rows, stored.values())
+        if saga is not None and saga.kind == "dynamic" and written:
+            head = chain_head(sorted(self._steps.get(saga_id, {}).values(), key=lambda row: row.seq))
+            if head != saga.plan_hash:  # its calls were handed unchained (see `links_rows`)
+                saga.plan_hash = head
+                self._unsealed_sagas.add(saga_id)
         if saga_id in self._unsealed_sagas:
             self._unsealed_sagas.discard(saga_id)
-            saga = self._sagas.get(saga_id)
             if saga is not None:
                 self._sealing.saga(saga)
 
