@@ -270,7 +270,6 @@ async def receive(driver: CallDriver, position: int, topic: str, seconds: float 
         await engine.flush()  # the deadline is durable before the wait starts
     else:
         deadline = None if begun.get("deadline") is None else datetime.fromisoformat(begun["deadline"])
-        await driver.settle()
     while True:
         if engine.verdict.halted is not None:  # an operator's cancel, taken in meanwhile, ends the wait
             raise SagaFailedError(
@@ -295,6 +294,7 @@ async def receive(driver: CallDriver, position: int, topic: str, seconds: float 
             return value
         if releasable and (remaining is None or remaining > engine.config.wait_threshold):
             await driver.release()  # WAITING until a message arrives or the timeout passes
+        await driver.settle()  # a wait in this process: what the code has seen is written first (nothing if all is)
         await anyio.sleep(WAIT_POLL if remaining is None else min(WAIT_POLL, remaining))
 
 
