@@ -447,7 +447,7 @@ class SagaExecutor:
         async with anyio.create_task_group() as tg:
             pause = self.lease_timeout / 2 if interval is None else interval
             tg.start_soon(looks.run)
-            tg.start_soon(self._recover_rounds, pause, limit, shelters)
+            tg.start_soon(self._recover_rounds, pause, limit, shelters, looks)
             tg.start_soon(self._schedules.serve, every, looks)
             waiting = [getattr(hook, "observe_waiting", None) for hook in self.hooks]
             if any(callable(sample) for sample in waiting):
@@ -554,16 +554,21 @@ class SagaExecutor:
             except Exception as exc:  # the next round tries again
                 logger.warning("going on with waiting sagas failed: %s", exc)
 
-    async def _recover_rounds(self, pause: float, limit: int, shelters: Shelters) -> None:
+    async def _recover_rounds(self, pause: float, limit: int, shelters: Shelters, looks: Looks) -> None:
+        """Recover every `pause` (or when nudged: a decision, unpark or retry heard, API.md §19); a round the last
+        look found nothing for (no orphan, no waiting saga due, no deadline passed) asks the store nothing."""
+        recovery = self._actions.recovery
+        nudged = True
         while True:
             try:
                 await self._resources.enter()
-                await self._actions.recovery.recover(limit, shelters)
+                if nudged or not looks.quiet(("orphans", "waiting", "approvals")):
+                    await recovery.recover(limit, shelters)
             except StoreError as exc:
                 logger.warning("recovery round failed, trying again in %gs: %s", pause, exc)
             except Exception:
                 logger.exception("recovery round failed unexpectedly, trying again in %gs", pause)
-            await self._actions.recovery.rest(pause)  # or less: a decision, unpark or retry heard (API.md §19)
+            nudged = await recovery.rest(pause)
 
 
 class _Told:

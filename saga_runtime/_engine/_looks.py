@@ -31,13 +31,15 @@ _EVERY: tuple[DueWork, ...] = ("queued", "schedules", "approvals", "waiting", "o
 class Looks:
     """One look at the store every `interval` seconds, telling the loops listening for what it found."""
 
-    __slots__ = ("_interval", "_queues", "_store", "_told")
+    __slots__ = ("_found", "_interval", "_looked_at", "_queues", "_store", "_told")
 
     def __init__(self, store: SagaStore, queues: Sequence[str], interval: float) -> None:
         self._store = store
         self._queues = tuple(queues)
         self._interval = interval
         self._told: dict[DueWork, list[Callable[[], None]]] = {}
+        self._found: frozenset[DueWork] = frozenset(_EVERY)
+        self._looked_at = -math.inf  # monotonic time of the last look that answered
 
     def listen(self, kind: DueWork, tell: Callable[[], None]) -> None:
         """Call `tell()` after each look that finds `kind` of work."""
@@ -47,6 +49,12 @@ class Looks:
         """Return how long a loop listening here waits for a word before it looks by itself (`told`: how long it
         would wait with no looks: its interval)."""
         return max(told, FALLBACK) if math.isfinite(told) else told
+
+    def quiet(self, kinds: tuple[DueWork, ...]) -> bool:
+        """Tell whether the last look, taken within two intervals, found none of `kinds` (a round that would look
+        for them may be skipped: the next look tells of what comes meanwhile)."""
+        recent = anyio.current_time() - self._looked_at <= 2 * self._interval
+        return recent and not self._found.intersection(kinds)
 
     async def run(self) -> None:
         """Look every interval until cancelled; a look that fails tells every loop (each looks for itself)."""
@@ -59,6 +67,9 @@ class Looks:
             except StoreError as exc:
                 logger.warning("looking for due work failed, every loop looks for itself: %s", exc)
                 found = frozenset(_EVERY)
+            else:
+                self._looked_at = anyio.current_time()
+            self._found = found
             for kind in found:
                 for tell in self._told.get(kind, ()):
                     tell()

@@ -74,15 +74,16 @@ class Recovery:
         except StoreError as exc:  # what was recorded stands; workers find it within their interval
             logger.warning("could not wake the workers (they poll instead): %s", exc)
 
-    async def rest(self, seconds: float) -> None:
-        """Wait `seconds` before the next round, or less when nudged."""
+    async def rest(self, seconds: float) -> bool:
+        """Wait `seconds` before the next round, or less when nudged; return whether it was nudged."""
         if not self._nudged:
             self._resting = resting = anyio.Event()
             with anyio.move_on_after(seconds):
                 await resting.wait()
             self._resting = None
-        self._nudged = False
+        nudged, self._nudged = self._nudged, False
         await anyio.lowlevel.checkpoint()
+        return nudged
 
     def missing_tools(self, saga: SagaRow, rows: list[StepRow]) -> list[str]:
         """Return the tools of a saga's steps (those never started included) this executor's registry lacks, or
