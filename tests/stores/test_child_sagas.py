@@ -299,3 +299,27 @@ async def test_recovery_compensating_a_dead_dynamic_saga_undoes_its_child(store:
     assert child is not None
     assert child.status is SagaStatus.COMPENSATED
     assert calls == ["own", "a", "b", "undo b", "undo a", "undo own"]
+
+
+async def test_a_purge_keeps_a_success_child_while_its_parent_may_still_undo_it(store: SagaStore) -> None:
+    """A purge leaves a SUCCESS child whose parent is live (here WAITING): the parent failing later undoes the
+    child's calls; once the parent has ended, the child is purged."""
+    calls: list[str] = []
+    registry = make_registry(calls, set(), asyncio.Event())
+
+    @registry.saga
+    async def holds_on(saga: DynamicSaga) -> str:
+        await saga.child("pick", args={"items": ["a"]})
+        if await saga.recv("verdict", timeout=3600) == "fail":
+            raise RuntimeError("the parent fails after its child")
+        return "kept"
+
+    executor = SagaExecutor(registry, store=store, wait_threshold=0.05)
+    waiting = await executor.run(holds_on, saga_id="h-1")
+    assert waiting.status is SagaStatus.WAITING
+    assert (await store.purge(older_than=0)).saga_ids == []
+    await executor.send("h-1", "verdict", "fail")
+    (result,) = await executor.recover()
+    assert (result.saga_id, result.status) == ("h-1", SagaStatus.COMPENSATED)
+    assert calls == ["a", "undo a"]
+    assert sorted((await store.purge(older_than=0)).saga_ids) == ["h-1", "h-1/pick-0"]
