@@ -13,6 +13,7 @@ from saga_runtime import (
     IdempotencyConflictError,
     PlanValidationError,
     SagaExecutor,
+    SagaInProgressError,
     SagaStatus,
     StepContext,
     StepFailedError,
@@ -323,3 +324,28 @@ async def test_a_purge_keeps_a_success_child_while_its_parent_may_still_undo_it(
     assert (result.saga_id, result.status) == ("h-1", SagaStatus.COMPENSATED)
     assert calls == ["a", "undo a"]
     assert sorted((await store.purge(older_than=0)).saga_ids) == ["h-1", "h-1/pick-0"]
+
+
+async def test_running_a_live_child_by_its_id_is_refused_its_parent_drives_it(store: SagaStore) -> None:
+    """`executor.run()` of a live child's function, arguments and id (its parent's worker stopped) raises
+    SagaInProgressError and drives nothing; the parent's recovery then resumes the child, each call once."""
+    calls: list[str] = []
+    hang = {"b"}
+    started = asyncio.Event()
+    registry = make_registry(calls, hang, started)
+    first = SagaExecutor(registry, store=store, compensation_timeout=0.2, lease_timeout=60)
+    await first.submit("order", args={"items": ["a", "b", "c"]}, saga_id="o-5")
+    worker = asyncio.create_task(first.serve(interval=0.02))
+    await asyncio.wait_for(started.wait(), 20)
+    worker.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await worker
+    other = SagaExecutor(registry, store=store)
+    with pytest.raises(SagaInProgressError, match="driven through its parent"):
+        await other.run("pick", args={"items": ["a", "b", "c"]}, saga_id="o-5/pick-1")
+    assert calls == ["top", "a"]
+    (result,) = await other.recover()
+    assert (result.saga_id, result.status) == ("o-5", SagaStatus.SUCCESS)
+    assert calls == ["top", "a", "b", "c", "plan"]
+    again = await other.run("pick", args={"items": ["a", "b", "c"]}, saga_id="o-5/pick-1")
+    assert (again.status, again.parent_id) == (SagaStatus.SUCCESS, "o-5")  # ended: its record, as for any saga
