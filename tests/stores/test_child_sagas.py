@@ -4,6 +4,7 @@ back, a SUCCESS child is undone as a whole when its parent compensates, and a ch
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import pytest
@@ -349,3 +350,53 @@ async def test_running_a_live_child_by_its_id_is_refused_its_parent_drives_it(st
     assert calls == ["top", "a", "b", "c", "plan"]
     again = await other.run("pick", args={"items": ["a", "b", "c"]}, saga_id="o-5/pick-1")
     assert (again.status, again.parent_id) == (SagaStatus.SUCCESS, "o-5")  # ended: its record, as for any saga
+
+
+async def test_a_child_that_could_not_undo_its_effects_leaves_its_parent_compensation_failed(store: SagaStore) -> None:
+    """A child ending COMPENSATION_FAILED (a refund refused) makes its compensating parent COMPENSATION_FAILED, not
+    COMPENSATED, even when the parent caught the child's failure; once the child's compensation is retried, the
+    parent's retry ends it COMPENSATED, each refund made once."""
+    calls: list[str] = []
+    refusing = {"stuck"}
+    registry = ToolRegistry()
+
+    @registry.tool
+    class Pay:
+        async def execute(self, item: str, ctx: StepContext) -> dict[str, str]:
+            if item == "bad":
+                raise RuntimeError("declined")
+            calls.append(item)
+            return {"item": item}
+
+        async def compensate(self, result: Any, ctx: StepContext) -> None:
+            if ctx.args["item"] in refusing:
+                raise RuntimeError("refund refused")
+            calls.append(f"undo {ctx.args['item']}")
+
+    @registry.saga
+    async def kid(saga: DynamicSaga) -> None:
+        await saga.call("Pay", item="stuck")
+        await saga.call("Pay", item="bad")
+
+    @registry.saga
+    async def dad(saga: DynamicSaga) -> None:
+        await saga.call("Pay", item="own")
+        with contextlib.suppress(StepFailedError):
+            await saga.child(kid)
+        raise RuntimeError("the parent fails later")
+
+    executor = SagaExecutor(registry, store=store)
+    result = await executor.run(dad, saga_id="d-1")
+    child = await store.get_saga("d-1/kid-1")
+    assert child is not None
+    assert child.status is SagaStatus.COMPENSATION_FAILED
+    assert result.status is SagaStatus.COMPENSATION_FAILED
+    assert result.step("kid-1").status is StepStatus.COMPENSATION_FAILED
+    assert calls == ["own", "stuck", "undo own"]
+    refusing.clear()
+    assert (await executor.retry_compensation("d-1/kid-1")).status is SagaStatus.COMPENSATED
+    retried = await executor.retry_compensation("d-1")
+    assert retried.status is SagaStatus.COMPENSATED
+    assert calls == ["own", "stuck", "undo own", "undo stuck"]
+    for saga_id in ("d-1", "d-1/kid-1"):
+        assert await store.verify_saga(saga_id)
