@@ -18,9 +18,16 @@ from saga_runtime._planner import RegistryPlanner
 from saga_runtime._planning import build_plan
 from saga_runtime._records import SagaStatus
 from saga_runtime._starting import function_saga, new_plan_saga
-from saga_runtime._tools import BUILTIN_TOOLS, CHILD_TOOL, StepContext, build_spec
+from saga_runtime._tools import BUILTIN_TOOLS, CHILD_NOT_UNDONE, CHILD_TOOL, StepContext, build_spec
 
 __all__: list[str] = []  # registers the built-in tool "saga.child" when imported
+
+
+class ChildNotUndoneError(SagaFailedError):
+    """A child saga ended with effects standing: its parent's compensation still reaches its step, and says so."""
+
+
+assert ChildNotUndoneError.__name__ == CHILD_NOT_UNDONE
 
 
 class _ChildSaga:
@@ -52,6 +59,12 @@ class _ChildSaga:
             announce = not (planned.groups and any(step.approval for step in planned.groups[0]))
         adopted(row, ctx.saga_id)
         result = await run_child(drives.actions, work, row, steps, announce=announce)
+        if result.status in (SagaStatus.COMPENSATION_FAILED, SagaStatus.PARKED):
+            raise ChildNotUndoneError(
+                f"child saga {saga_id!r} ended {result.status.value}, its effects not all undone: {result.error}",
+                saga_id=saga_id,
+                status=result.status.value,
+            )
         if result.status is not SagaStatus.SUCCESS:
             raise SagaFailedError(
                 f"child saga {saga_id!r} ended {result.status.value}: {result.error}",

@@ -93,6 +93,15 @@ class Actions:
             if self._finished(saga, stored, rows) or stored.status is SagaStatus.WAITING:
                 # Finished, or waiting for a decision: the stored result, and no tool called.
                 return result_from_rows(stored, rows, await self.approvals_of(stored))
+            if stored.parent_id is not None and stored.parent_id != saga.parent_id:
+                # A live child is driven through its parent only (saga_runtime._engine._children).
+                raise SagaInProgressError(
+                    f"saga {saga.saga_id!r} is a child of saga {stored.parent_id!r}, driven through its parent only: "
+                    "run its parent, or wait for it",
+                    saga_id=saga.saga_id,
+                    owner=stored.owner,
+                    lease_expires_at=stored.lease_expires_at,
+                )
             claim = drives.claim(stored, rows, take="orphan")
         async with claim as held:
             if held is None:

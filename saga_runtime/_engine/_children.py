@@ -149,6 +149,8 @@ async def undo_child(drives: Drives, saga_id: str, parent_id: str) -> None:
         status = saga.status
         if status is SagaStatus.COMPENSATED:
             return
+        if saga.purged_at is not None:  # its steps are gone: nothing left to undo them by
+            raise SagaError(f"child saga {saga_id!r} was purged while {status.value}: its effects cannot be undone")
         if status in (SagaStatus.COMPENSATION_FAILED, SagaStatus.PARKED):
             raise SagaError(f"child saga {saga_id!r} is {status.value}: its effects are not all undone ({saga.error})")
         if status is SagaStatus.SUCCESS:

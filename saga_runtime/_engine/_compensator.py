@@ -20,7 +20,7 @@ from saga_runtime._engine._reconcile import reconcile
 from saga_runtime._engine._verdict import Verdict
 from saga_runtime._exceptions import describe
 from saga_runtime._records import SagaResult, SagaStatus, StepRow, StepStatus, own_copy
-from saga_runtime._tools import ToolRegistry, ToolSpec
+from saga_runtime._tools import CHILD_NOT_UNDONE, CHILD_TOOL, ToolRegistry, ToolSpec
 
 __all__ = ["UNKNOWN", "Compensator"]
 
@@ -46,6 +46,8 @@ class Compensator:
 
     def needs(self, row: StepRow) -> bool:
         """Tell whether a step must be undone when the saga compensates: done or in doubt, and undoable."""
+        if row.status is StepStatus.FAILED and row.tool_name == CHILD_TOOL and row.error_type == CHILD_NOT_UNDONE:
+            return True  # a child saga that failed with effects standing: undone (or said not to be) as a whole
         if not (row.status is StepStatus.SUCCESS or (row.status in UNKNOWN and not row.reconciled)):
             return False
         spec = self._registry.find(row.tool_name)

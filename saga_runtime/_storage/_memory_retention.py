@@ -24,7 +24,7 @@ from saga_runtime._records import (
     now,
 )
 from saga_runtime._storage._archive import Archive
-from saga_runtime._storage._retention import DEFAULT_PURGE_STATUSES, tombstone
+from saga_runtime._storage._retention import DEFAULT_PURGE_STATUSES, keeps_child, tombstone
 
 __all__ = ["MemoryRetention", "keep_option"]
 
@@ -87,6 +87,7 @@ class MemoryRetention:
             and saga.finished_at < cutoff
             and saga.saga_id not in self._holds
             and saga.saga_id not in self._purging
+            and not keeps_child(self._sagas.get(saga.parent_id) if saga.parent_id else None)
         ]
 
     async def purge_candidates(

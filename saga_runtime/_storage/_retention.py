@@ -25,6 +25,7 @@ __all__ = [
     "ArchiveTarget",
     "check_statuses",
     "hold",
+    "keeps_child",
     "purge",
     "tombstone",
     "unhold",
@@ -32,6 +33,17 @@ __all__ = [
 
 #: COMPENSATION_FAILED needs an operator: purged only when named.
 DEFAULT_PURGE_STATUSES = (SagaStatus.SUCCESS, SagaStatus.COMPENSATED)
+
+
+def keeps_child(parent: SagaRow | None) -> bool:
+    """Tell whether a child saga's parent may still undo it (API.md §18), so the child is not purged: unless the
+    parent is gone, purged, COMPENSATED, or SUCCESS and no child itself (a SUCCESS child may be undone with its own
+    parent). A child's record is what its parent's compensation undoes: purged, its effects would stand."""
+    if parent is None or parent.purged_at is not None:
+        return False
+    return not (
+        parent.status is SagaStatus.COMPENSATED or (parent.status is SagaStatus.SUCCESS and parent.parent_id is None)
+    )
 
 
 def tombstone(saga: SagaRow, at: datetime, key: bytes | None) -> SagaRow:

@@ -47,6 +47,9 @@ class _Statements:
         self._candidates = (
             f"SELECT {saga_cols} FROM sagas s WHERE s.status IN (*) AND s.purged_at IS NULL AND s.finished_at < ? "
             "AND NOT EXISTS (SELECT 1 FROM holds h WHERE h.saga_id = s.saga_id) "
+            # A child saga stays while its parent may still undo it (see `keeps_child`).
+            "AND NOT EXISTS (SELECT 1 FROM sagas p WHERE p.saga_id = s.parent_id AND p.purged_at IS NULL "
+            "AND NOT (p.status = 'COMPENSATED' OR (p.status = 'SUCCESS' AND p.parent_id IS NULL))) "
             "ORDER BY s.finished_at, s.saga_id LIMIT ?"
         )
         self.exists = q(

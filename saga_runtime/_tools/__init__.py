@@ -3,7 +3,13 @@
 from saga_runtime._tools._context import StepContext
 from saga_runtime._tools._functions import SagaFunction
 from saga_runtime._tools._lifespan import Resources
-from saga_runtime._tools._registry import BUILTIN_TOOLS, CHILD_TOOL, ToolRegistry, unknown_tool_message
+from saga_runtime._tools._registry import (
+    BUILTIN_TOOLS,
+    CHILD_NOT_UNDONE,
+    CHILD_TOOL,
+    ToolRegistry,
+    unknown_tool_message,
+)
 from saga_runtime._tools._retry import RetryPolicy
 from saga_runtime._tools._secrets import Secret, secret_paths, unwrap_secrets
 from saga_runtime._tools._spec import RetryScope, ToolSpec, build_spec
@@ -11,6 +17,7 @@ from saga_runtime._tools._versions import NOT_DONE, NotDone
 
 __all__ = [
     "BUILTIN_TOOLS",
+    "CHILD_NOT_UNDONE",
     "CHILD_TOOL",
     "NOT_DONE",
     "NotDone",

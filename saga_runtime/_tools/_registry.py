@@ -13,10 +13,14 @@ from saga_runtime._tools._retry import RetryPolicy
 from saga_runtime._tools._schemas import anthropic_tool, openai_tools
 from saga_runtime._tools._spec import RetryScope, ToolSpec, build_spec
 
-__all__ = ["BUILTIN_TOOLS", "CHILD_TOOL", "ToolRegistry"]
+__all__ = ["BUILTIN_TOOLS", "CHILD_NOT_UNDONE", "CHILD_TOOL", "ToolRegistry"]
 
 #: The tool a child saga's step calls (saga_runtime._children).
 CHILD_TOOL = "saga.child"
+
+#: The error a child saga's step fails with when the child ended with effects standing (COMPENSATION_FAILED or
+#: PARKED): the parent's compensation still undoes that step (saga_runtime._children).
+CHILD_NOT_UNDONE = "ChildNotUndoneError"
 
 #: Tools every registry has without registering them, by a name no registered tool can take (it holds a '.'):
 #: "saga.child", the step a child saga runs as (saga_runtime._children). Found by `get`/`find`, never listed,

@@ -4,6 +4,7 @@ back, a SUCCESS child is undone as a whole when its parent compensates, and a ch
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from saga_runtime import (
     IdempotencyConflictError,
     PlanValidationError,
     SagaExecutor,
+    SagaInProgressError,
     SagaStatus,
     StepContext,
     StepFailedError,
@@ -299,3 +301,102 @@ async def test_recovery_compensating_a_dead_dynamic_saga_undoes_its_child(store:
     assert child is not None
     assert child.status is SagaStatus.COMPENSATED
     assert calls == ["own", "a", "b", "undo b", "undo a", "undo own"]
+
+
+async def test_a_purge_keeps_a_success_child_while_its_parent_may_still_undo_it(store: SagaStore) -> None:
+    """A purge leaves a SUCCESS child whose parent is live (here WAITING): the parent failing later undoes the
+    child's calls; once the parent has ended, the child is purged."""
+    calls: list[str] = []
+    registry = make_registry(calls, set(), asyncio.Event())
+
+    @registry.saga
+    async def holds_on(saga: DynamicSaga) -> str:
+        await saga.child("pick", args={"items": ["a"]})
+        if await saga.recv("verdict", timeout=3600) == "fail":
+            raise RuntimeError("the parent fails after its child")
+        return "kept"
+
+    executor = SagaExecutor(registry, store=store, wait_threshold=0.05)
+    waiting = await executor.run(holds_on, saga_id="h-1")
+    assert waiting.status is SagaStatus.WAITING
+    assert (await store.purge(older_than=0)).saga_ids == []
+    await executor.send("h-1", "verdict", "fail")
+    (result,) = await executor.recover()
+    assert (result.saga_id, result.status) == ("h-1", SagaStatus.COMPENSATED)
+    assert calls == ["a", "undo a"]
+    assert sorted((await store.purge(older_than=0)).saga_ids) == ["h-1", "h-1/pick-0"]
+
+
+async def test_running_a_live_child_by_its_id_is_refused_its_parent_drives_it(store: SagaStore) -> None:
+    """`executor.run()` of a live child's function, arguments and id (its parent's worker stopped) raises
+    SagaInProgressError and drives nothing; the parent's recovery then resumes the child, each call once."""
+    calls: list[str] = []
+    hang = {"b"}
+    started = asyncio.Event()
+    registry = make_registry(calls, hang, started)
+    first = SagaExecutor(registry, store=store, compensation_timeout=0.2, lease_timeout=60)
+    await first.submit("order", args={"items": ["a", "b", "c"]}, saga_id="o-5")
+    worker = asyncio.create_task(first.serve(interval=0.02))
+    await asyncio.wait_for(started.wait(), 20)
+    worker.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await worker
+    other = SagaExecutor(registry, store=store)
+    with pytest.raises(SagaInProgressError, match="driven through its parent"):
+        await other.run("pick", args={"items": ["a", "b", "c"]}, saga_id="o-5/pick-1")
+    assert calls == ["top", "a"]
+    (result,) = await other.recover()
+    assert (result.saga_id, result.status) == ("o-5", SagaStatus.SUCCESS)
+    assert calls == ["top", "a", "b", "c", "plan"]
+    again = await other.run("pick", args={"items": ["a", "b", "c"]}, saga_id="o-5/pick-1")
+    assert (again.status, again.parent_id) == (SagaStatus.SUCCESS, "o-5")  # ended: its record, as for any saga
+
+
+async def test_a_child_that_could_not_undo_its_effects_leaves_its_parent_compensation_failed(store: SagaStore) -> None:
+    """A child ending COMPENSATION_FAILED (a refund refused) makes its compensating parent COMPENSATION_FAILED, not
+    COMPENSATED, even when the parent caught the child's failure; once the child's compensation is retried, the
+    parent's retry ends it COMPENSATED, each refund made once."""
+    calls: list[str] = []
+    refusing = {"stuck"}
+    registry = ToolRegistry()
+
+    @registry.tool
+    class Pay:
+        async def execute(self, item: str, ctx: StepContext) -> dict[str, str]:
+            if item == "bad":
+                raise RuntimeError("declined")
+            calls.append(item)
+            return {"item": item}
+
+        async def compensate(self, result: Any, ctx: StepContext) -> None:
+            if ctx.args["item"] in refusing:
+                raise RuntimeError("refund refused")
+            calls.append(f"undo {ctx.args['item']}")
+
+    @registry.saga
+    async def kid(saga: DynamicSaga) -> None:
+        await saga.call("Pay", item="stuck")
+        await saga.call("Pay", item="bad")
+
+    @registry.saga
+    async def dad(saga: DynamicSaga) -> None:
+        await saga.call("Pay", item="own")
+        with contextlib.suppress(StepFailedError):
+            await saga.child(kid)
+        raise RuntimeError("the parent fails later")
+
+    executor = SagaExecutor(registry, store=store)
+    result = await executor.run(dad, saga_id="d-1")
+    child = await store.get_saga("d-1/kid-1")
+    assert child is not None
+    assert child.status is SagaStatus.COMPENSATION_FAILED
+    assert result.status is SagaStatus.COMPENSATION_FAILED
+    assert result.step("kid-1").status is StepStatus.COMPENSATION_FAILED
+    assert calls == ["own", "stuck", "undo own"]
+    refusing.clear()
+    assert (await executor.retry_compensation("d-1/kid-1")).status is SagaStatus.COMPENSATED
+    retried = await executor.retry_compensation("d-1")
+    assert retried.status is SagaStatus.COMPENSATED
+    assert calls == ["own", "stuck", "undo own", "undo stuck"]
+    for saga_id in ("d-1", "d-1/kid-1"):
+        assert await store.verify_saga(saga_id)
