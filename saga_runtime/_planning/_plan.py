@@ -133,9 +133,9 @@ class Plan:
     groups: tuple[tuple[PlannedStep, ...], ...]
     joins: tuple[Join, ...] = ()
 
-    @property
+    @functools.cached_property
     def steps(self) -> list[PlannedStep]:
-        """Return every step in plan order."""
+        """Return every step in plan order (one list per plan, shared by its `fresh` copies: read it only)."""
         return [step for group in self.groups for step in group]
 
     def join_of(self, group: int) -> Join:
@@ -205,7 +205,7 @@ class Plan:
         """
         copy = Plan(self.groups, self.joins)
         known = vars(copy)  # the cached properties' values, as functools.cached_property keeps them
-        known["encoded"], known["digest"] = self.encoded, self.digest
+        known["encoded"], known["digest"], known["steps"] = self.encoded, self.digest, self.steps
         known["step_args"] = [_own_args(args) for args in self.step_args]
         return copy
 
