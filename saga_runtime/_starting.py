@@ -113,9 +113,10 @@ def new_plan_saga(
     planned_steps = planned.steps
     keys = idempotency_keys(saga_id, [step.step_id for step in planned_steps])
     # Positional: saga_id, seq, step_id, group, tool_name, args, idempotency_key (faster, on the hot path).
+    # Each row's arguments are the plan's own (a fresh plan's copies, which its stored JSON holds too).
     steps = [
-        StepRow(saga_id, seq, step.step_id, step.group, step.tool_name, step.args, key, tool_version=step.version)
-        for seq, (step, key) in enumerate(zip(planned_steps, keys, strict=True))
+        StepRow(saga_id, seq, step.step_id, step.group, step.tool_name, args, key, tool_version=step.version)
+        for seq, (step, args, key) in enumerate(zip(planned_steps, planned.step_args, keys, strict=True))
     ]
     return saga, steps
 

@@ -68,7 +68,8 @@ class Compensator:
         journal.check_fence()
         with anyio.move_on_after(self._timeout) as scope:
             journal.begin_compensation(self._verdict.reason or "the saga was cancelled by its caller")
-            await journal.flush()
+            if not journal.wrote_now():
+                await journal.flush()
             groups: dict[int, list[StepRow]] = {}
             for row in sorted((row for row in journal.rows.values() if self.needs(row)), key=seq_of):
                 groups.setdefault(row.group, []).append(row)
@@ -175,7 +176,8 @@ class Compensator:
             journal.begin_undo(row)
             try:
                 journal.keep_lease()
-                await journal.flush()  # write ahead: the compensation attempt is recorded before it runs
+                if not journal.wrote_now():  # write ahead: the compensation attempt is recorded before it runs
+                    await journal.flush()
                 journal.check_fence()  # fenced meanwhile (the flush may have waited): it does not start
                 if journal.lease_short():
                     await journal.confirm_lease()  # frozen or cut off since: confirmed (or fenced) first

@@ -8,7 +8,7 @@ successes fail the saga).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from typing import Any
 
 import pydantic
@@ -88,8 +88,10 @@ class GroupRunner:
             return None
         return row, spec, kwargs
 
-    async def run(self, rows: Sequence[StepRow], *, join: str = "all", needed: int | None = None) -> bool:
-        """Run the steps of one group concurrently; return whether the saga can go on.
+    def run(
+        self, rows: Sequence[StepRow], *, join: str = "all", needed: int | None = None
+    ) -> Coroutine[Any, Any, bool]:
+        """Run the steps of one group concurrently; return whether the saga can go on (await it).
 
         `rows` are the group's steps; those not yet done (never started, or of unknown outcome) run. They are
         committed RUNNING (attempt n) with the outcomes of earlier groups in one write before any of them starts.
@@ -99,7 +101,10 @@ class GroupRunner:
         end; the group fails, failing the saga, with fewer than `needed` successes).
         """
         if len(rows) == 1 and join == "all" and rows[0].status is StepStatus.PENDING:
-            return await self._run_one(rows[0])  # the sequential case: nothing in doubt, no siblings
+            return self._run_one(rows[0])  # the sequential case: nothing in doubt, no siblings (no coroutine more)
+        return self._run(rows, join, needed)
+
+    async def _run(self, rows: Sequence[StepRow], join: str, needed: int | None) -> bool:
         journal = self._journal
         for row in rows:  # outcomes in doubt from before: settled by reconcile, if the tool has one, first
             if row.status in UNKNOWN and not (
@@ -177,7 +182,8 @@ class GroupRunner:
         journal.start(row, now(), call[1].version)
         journal.keep_lease()  # never start on an almost expired lease: extend it in the same write
         try:
-            await journal.flush(ahead=True)
+            if not journal.wrote_now():
+                await journal.flush(ahead=True)
         except BaseException as exc:
             journal.restore(row, status, attempts, started_at)  # never written: never ran
             if isinstance(exc, CancelTaken):  # an operator's cancel: nothing starts, the saga compensates
@@ -234,7 +240,8 @@ class GroupRunner:
         if calls:
             journal.keep_lease()  # never start on an almost expired lease: extend it in the same write
         try:
-            await journal.flush(ahead=True)
+            if not journal.wrote_now():
+                await journal.flush(ahead=True)
         except BaseException as exc:
             for (row, _, _), (status, attempts, started_at) in zip(calls, before, strict=True):
                 journal.restore(row, status, attempts, started_at)  # never written: never ran

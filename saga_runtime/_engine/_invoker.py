@@ -22,7 +22,7 @@ __all__ = ["AttemptTimeout", "Invoker"]
 class Invoker:
     """Invoke tool methods for one saga (see the module docstring)."""
 
-    __slots__ = ("_call_limiter", "_charge", "_keyring", "_resources", "_thread_limiter")
+    __slots__ = ("_call_limiter", "_charge", "_keyring", "_resources", "_thread_limiter", "direct_ok")
 
     def __init__(
         self,
@@ -37,6 +37,8 @@ class Invoker:
         self._charge = charge
         self._keyring = keyring  # opens the secrets of `ctx.args`
         self._resources = resources  # what the lifespan yielded: `ctx.state`
+        # No layer of the invoker's is needed (see `direct`) for an async method taking no context, without timeout.
+        self.direct_ok = call_limiter is None
 
     def direct(self, is_async: bool, ctx_params: tuple[str, ...], spec: ToolSpec) -> bool:
         """Tell whether a tool method can be awaited as it is: what `invoke` would do, without its layers."""

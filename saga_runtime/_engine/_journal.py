@@ -125,6 +125,7 @@ class Journal:
         self.lease = LeaseClock(config.lease_timeout, saga.lease_expires_at if owner is not None else None)
         self._keep_margin = config.lease_timeout * _LEASE_MARGIN
         self._invoke_margin = config.lease_timeout * _INVOKE_MARGIN
+        self._lease_span = timedelta(seconds=config.lease_timeout)  # what a write extends the lease by
         # The saga's approval requests as last known (kept by the Gate; part of its result).
         self.approvals: list[ApprovalRow] = []
         # Told why the saga stops, when a write the store refused took in an operator's cancel (see `flush`).
@@ -415,16 +416,60 @@ class Journal:
                 self.fence(lost=True)
                 raise
 
+    def wrote_now(self) -> bool:
+        """Write what changed now, in the calling code, when the store writes inline and takes it; tell whether it did.
+
+        False: `await flush()` must (the store pauses, or it refused the write: `flush` takes a cancel in, or fences).
+        A coroutine less for each write of a saga in memory.
+        """
+        if self._write_now is None:
+            return False
+        try:
+            self._write_inline()
+        except LeaseLostError:
+            return False  # nothing written: flush() goes over it again, taking a cancel in or fencing
+        return True
+
     def _write_inline(self) -> None:
-        """`flush` to a store that writes in the calling code (`writes_inline`): no lock, no await."""
-        batch, write = self._batch(), self._write_now
-        if batch is not None and write is not None:
-            try:
-                write(batch[0], batch[1], self.owner, batch[3])
-            except BaseException:
-                self._unwritten(batch)
-                raise
-            self._written(batch)
+        """`flush` to a store that writes in the calling code (`writes_inline`): no lock, no await.
+
+        What `_batch`, the write and `_written` do, in one pass: the rows stay dirty until the store took them, so
+        a refused write leaves everything to write again (what `_unwritten` puts back).
+        """
+        guard = self.guard
+        if guard.fenced:
+            raise guard.error()
+        dirty = self._dirty
+        saga_dirty = self._saga_dirty
+        if not dirty and not saga_dirty and not self._saga_touched:
+            return
+        links = self._links
+        steps = []
+        for row in dirty.values():
+            if row.hash is not None:
+                row.hash = None  # the store seals it afresh (and links it, unless linked here)
+            if links is not None:
+                row.prev_hash = links.get(row.seq) or self._link(row)
+            steps.append(row.copy())
+        saga = None
+        sent = 0.0
+        if saga_dirty or self._saga_touched:
+            saga = self.saga.copy()
+            saga.updated_at = at = now()
+            if saga.status is SagaStatus.RUNNING or saga.status is SagaStatus.COMPENSATING:
+                saga.lease_expires_at = at + self._lease_span
+                sent = monotonic()
+        write = self._write_now
+        assert write is not None
+        write(saga, steps, self.owner, saga_dirty or not self._seal_known)
+        dirty.clear()
+        if saga is not None:
+            self._saga_dirty = self._saga_touched = False
+            mine = self.saga
+            mine.updated_at, mine.lease_expires_at, mine.seal = saga.updated_at, saga.lease_expires_at, saga.seal
+            self._seal_known = True
+            if sent and self.owner is not None:
+                self.lease.confirmed(sent)
 
     def _batch(self) -> tuple[SagaRow | None, list[StepRow], float, bool] | None:
         """Take what is to write: (saga row copy or None, step row copies, lease mark, reseal); None: nothing."""
@@ -448,7 +493,7 @@ class Journal:
             saga = self.saga.copy()
             saga.updated_at = now()
             if saga.status in (SagaStatus.RUNNING, SagaStatus.COMPENSATING):
-                saga.lease_expires_at = saga.updated_at + timedelta(seconds=self.config.lease_timeout)
+                saga.lease_expires_at = saga.updated_at + self._lease_span
                 sent = self.lease.mark()
             self._saga_dirty = self._saga_touched = False
         return saga, steps, sent, reseal

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -220,9 +220,12 @@ class SagaEngine:
         end = write_end(self.journal, status, self.verdict.reason, self.verdict.cause)
         return await (shielded(end) if writes_pause(self.config.store) else end)  # see write_end
 
-    async def run_group(self, rows: Sequence[StepRow], *, join: str = "all", needed: int | None = None) -> bool:
-        """Run the steps of one group concurrently; return whether the saga can go on (see `GroupRunner.run`)."""
-        return await self._groups.run(rows, join=join, needed=needed)
+    def run_group(
+        self, rows: Sequence[StepRow], *, join: str = "all", needed: int | None = None
+    ) -> Coroutine[Any, Any, bool]:
+        """Run the steps of one group concurrently; return whether the saga can go on (await it; see
+        `GroupRunner.run`: its coroutine, no layer of its own)."""
+        return self._groups.run(rows, join=join, needed=needed)
 
     # -- approvals -----------------------------------------------------------------------------------------------------
 

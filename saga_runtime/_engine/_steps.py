@@ -49,6 +49,15 @@ class _StepFailed:
         self.attempts = attempts
 
 
+class _Raised:
+    """Internal: what the first attempt, run by `StepRunner.run`, raised (handed to `_attempts`)."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
 class _WriteFailed(Exception):
     """Internal: a write-ahead record could not be written, so the attempt it announced must not run."""
 
@@ -71,7 +80,27 @@ class StepRunner:
         """Run a step announced RUNNING to its outcome; cancel `siblings` when it fails the group."""
         journal = self._journal
         try:
-            value = await self._attempts(row, spec, kwargs)
+            if (
+                spec.execute_is_async
+                and not spec.execute_ctx_params
+                and spec.timeout is None
+                and self._invoker.direct_ok
+                and not journal.config.hooks
+                and not journal.lease_short()
+            ):
+                # The first attempt of a tool awaited as it is, in this coroutine (no layer of `_attempts`): what
+                # `_attempts` does for it; anything else about it (a failure, a result to check) goes on there.
+                try:
+                    raw = await spec.execute(**own_values(kwargs))
+                except Exception as exc:
+                    value = await self._attempts(row, spec, kwargs, _Raised(exc))
+                else:
+                    if spec.validate_result is None and (spec.result_adapter is None or type(raw) is spec.result_exact):
+                        value = raw
+                    else:
+                        value = await self._attempts(row, spec, kwargs, raw)
+            else:
+                value = await self._attempts(row, spec, kwargs)
         except CANCELLED:
             if row.status is StepStatus.RUNNING:
                 why = self._verdict.why_cancelled(row)
@@ -86,7 +115,10 @@ class StepRunner:
             _cancel(siblings)
             return
         if type(value) is _StepFailed:
-            await self._on_failure(row, spec, value, siblings, join)
+            try:
+                await self._on_failure(row, spec, value, siblings, join)
+            finally:
+                del value  # its error's traceback may hold this frame (the first attempt ran here): no cycle
             return
         try:
             result = to_json_value(value, what="the result", tool_name=spec.name)
@@ -129,10 +161,11 @@ class StepRunner:
         finally:
             verdict.running = None
 
-    async def _attempts(self, row: StepRow, spec: ToolSpec, kwargs: dict[str, Any]) -> Any:
+    async def _attempts(self, row: StepRow, spec: ToolSpec, kwargs: dict[str, Any], first: Any = _NOTHING) -> Any:
         # The retry policy counts row.attempts, every attempt recorded for the step, this one included: its budget
         # spans recoveries. A step resumed with an unknown outcome (recorded RUNNING) always runs once more with
         # its key, even past max_attempts: that run is how its outcome is learned; it is not retried beyond it.
+        # `first`: how the first attempt, run by `run` already, ended (its raw result, or `_Raised`).
         journal = self._journal
         direct = self._invoker.direct(spec.execute_is_async, spec.execute_ctx_params, spec)
         failed: _StepFailed | None = None
@@ -153,7 +186,9 @@ class StepRunner:
                 except Exception as exc:
                     raise _WriteFailed(f"attempt {row.attempts} could not be recorded: {describe(exc)}") from exc
                 failed = None
-            if journal.lease_short():
+            if first is not _NOTHING:
+                pass  # the first attempt ran (see `run`): its outcome is taken below
+            elif journal.lease_short():
                 # This process was frozen, or cut off from the store, since the intent was written: no tool starts
                 # before the store confirms the saga is still this executor's.
                 try:
@@ -161,11 +196,20 @@ class StepRunner:
                 except Exception as exc:
                     raise _WriteFailed(f"attempt {row.attempts} could not confirm the lease: {describe(exc)}") from exc
             attempt = row.attempts
-            if journal.config.hooks:
+            if journal.config.hooks and first is _NOTHING:
                 journal.emit("attempt_started", row)
             raw: Any = _NOTHING
-            given = own_values(kwargs)  # each attempt gets arguments of its own, never the record's objects
             try:
+                if first is not _NOTHING:
+                    raw, first = first, _NOTHING
+                    if type(raw) is _Raised:
+                        error, raw = raw.error, _NOTHING
+                        try:
+                            raise error
+                        finally:
+                            del error  # (no cycle through this frame: see _StepFailed)
+                    return await self._checked(row, spec, raw)
+                given = own_values(kwargs)  # each attempt gets arguments of its own, never the record's objects
                 if direct:
                     raw = await spec.execute(**given)
                 else:

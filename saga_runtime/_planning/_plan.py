@@ -103,11 +103,12 @@ class Join:
 _ALL = Join()
 
 
-def _step_json(step: PlannedStep) -> dict[str, Any]:
-    """Return a step as a stored plan holds it (marked when it waits for a person's decision, or versioned)."""
+def _step_json(step: PlannedStep, args: dict[str, Any]) -> dict[str, Any]:
+    """Return a step, with `args`, as a stored plan holds it (marked when it waits for a person's decision, or
+    versioned)."""
     if not step.approval and step.version == "1":
-        return {"id": step.step_id, "tool": step.tool_name, "args": step.args}
-    out: dict[str, Any] = {"id": step.step_id, "tool": step.tool_name, "args": step.args}
+        return {"id": step.step_id, "tool": step.tool_name, "args": args}
+    out: dict[str, Any] = {"id": step.step_id, "tool": step.tool_name, "args": args}
     if step.approval:
         out["approval"] = True
     if step.version != "1":
@@ -133,9 +134,9 @@ class Plan:
     groups: tuple[tuple[PlannedStep, ...], ...]
     joins: tuple[Join, ...] = ()
 
-    @property
+    @functools.cached_property
     def steps(self) -> list[PlannedStep]:
-        """Return every step in plan order."""
+        """Return every step in plan order (one list per plan, shared by its `fresh` copies: read it only)."""
         return [step for group in self.groups for step in group]
 
     def join_of(self, group: int) -> Join:
@@ -151,13 +152,20 @@ class Plan:
         return self._json
 
     @functools.cached_property
+    def step_args(self) -> list[dict[str, Any]]:
+        """Return each step's JSON arguments, in plan order: what its row and the stored plan hold (a `fresh`
+        copy's own)."""
+        return [step.args for group in self.groups for step in group]
+
+    @functools.cached_property
     def _json(self) -> list[Any]:
         # Built once per plan: its digest and the saga row read the same JSON (which nobody mutates).
+        args = iter(self.step_args)
         if not self.joins:  # every group joins `all`: plain lists
-            return [[_step_json(s) for s in group] for group in self.groups]
+            return [[_step_json(s, next(args)) for s in group] for group in self.groups]
         out: list[Any] = []
         for g, group in enumerate(self.groups):
-            steps = [_step_json(s) for s in group]
+            steps = [_step_json(s, next(args)) for s in group]
             join = self.join_of(g)
             if join == _ALL:
                 out.append(steps)
@@ -190,14 +198,16 @@ class Plan:
         return hashlib.sha256(canonical_json(mask_secrets(plan) if secret else plan).encode()).hexdigest()
 
     def fresh(self) -> Plan:
-        """Return a copy holding argument dicts of its own, its JSON's text and digest kept.
+        """Return a copy holding argument dicts of its own (`step_args`, its JSON's), its text and digest kept.
 
         For a plan built once and run by many sagas: a saga's records, and what its tools are handed, are its own.
-        Only for plans whose kwargs hold no container (`reusable`): they are shared.
+        Its planned steps are shared (nothing changes a planned step); only for plans whose kwargs hold no
+        container (`reusable`): they are shared too.
         """
-        copy = Plan(tuple([tuple(map(_fresh_step, group)) for group in self.groups]), self.joins)
+        copy = Plan(self.groups, self.joins)
         known = vars(copy)  # the cached properties' values, as functools.cached_property keeps them
-        known["encoded"], known["digest"] = self.encoded, self.digest
+        known["encoded"], known["digest"], known["steps"] = self.encoded, self.digest, self.steps
+        known["step_args"] = [_own_args(args) for args in self.step_args]
         return copy
 
     @property
@@ -228,13 +238,10 @@ def _json_copy(value: Any) -> Any:
     return value
 
 
-def _fresh_step(step: PlannedStep) -> PlannedStep:
-    # The kwargs (immutable values only) are shared: nothing changes them, and each attempt gets its own.
-    args = step.args
-    args = dict(args) if _SHARED.issuperset(map(type, args.values())) else _json_copy(args)
-    return PlannedStep(
-        step.step_id, step.tool_name, args, step.group, step.refs, step.kwargs, step.approval, step.version
-    )
+def _own_args(args: dict[str, Any]) -> dict[str, Any]:
+    # A copy of JSON arguments (the kwargs, immutable values only, are shared: nothing changes them, and each
+    # attempt gets its own).
+    return dict(args) if _SHARED.issuperset(map(type, args.values())) else _json_copy(args)
 
 
 #: The longest step id, in UTF-8 bytes (every store keeps ids of this size as they are).

@@ -161,35 +161,41 @@ class MemoryStore(StoreBase, MemoryRetention, MemorySchedules, MemoryQueueContro
     def _wrote_steps(self, saga: SagaRow | None, steps: Sequence[StepRow], owner: str) -> bool:
         """Check and write the step rows of an owner-conditional write of one stored saga, each row keeping its
         step's key or taking a key nobody holds; False, having written nothing, for any other (see `_write`)."""
-        if saga is None and not steps:
+        if saga is not None:
+            saga_id = saga.saga_id
+        elif steps:
+            saga_id = steps[0].saga_id
+        else:
             return False
-        saga_id = saga.saga_id if saga is not None else steps[0].saga_id
         rows = self._steps.get(saga_id)
         if rows is None:
             return False
         keys = self._keys
-        fresh = 0
+        fresh: list[StepRow] | None = None  # rows new to the store
         for row in steps:
             old = rows.get(row.step_id)
-            if row.saga_id != saga_id or old is row:
-                return False
-            if old is None or old.idempotency_key != row.idempotency_key:
-                if old is not None or row.idempotency_key in keys:
+            if old is None:
+                if row.saga_id != saga_id or row.idempotency_key in keys:
                     return False
-                fresh += 1
+                if fresh is None:
+                    fresh = [row]
+                else:
+                    fresh.append(row)
+            elif old is row or old.idempotency_key != row.idempotency_key or row.saga_id != saga_id:
+                return False
         stored = self._sagas.get(saga_id)
         if stored is None or stored.owner != owner:
             raise lease_lost(saga_id, owner, self.url)
         if self._cancels and saga_id in self._cancels and self._cancel_seen.get(saga_id) != owner:
             raise lease_lost(saga_id, owner, self.url)  # a cancel its owner has not taken in (see take_cancel)
-        if fresh > 1 and len({row.idempotency_key for row in steps}) != len(steps):
-            return False  # two new rows taking one key: refused by `_write`
-        for row in steps:
-            step_id = row.step_id
-            if fresh and step_id not in rows:
-                keys[row.idempotency_key] = (saga_id, step_id)
-            rows[step_id] = row
+        if fresh is not None:
+            if len(fresh) > 1 and len({row.idempotency_key for row in fresh}) != len(fresh):
+                return False  # two new rows taking one key: refused by `_write`
+            for row in fresh:
+                keys[row.idempotency_key] = (saga_id, row.step_id)
         if steps:
+            for row in steps:
+                rows[row.step_id] = row
             self._unsealed.add(saga_id)
         return True
 

@@ -88,7 +88,9 @@ def test_equal_plans_share_their_validation(monkeypatch: pytest.MonkeyPatch) -> 
     assert second == first
     assert second.digest == first.digest
     assert second.to_json() == first.to_json()
-    assert second.groups[0][0].args is not first.groups[0][0].args
+    assert second.step_args[0] is not first.step_args[0]  # what its first row and its stored JSON hold
+    assert second.to_json()[0][0]["args"] is second.step_args[0]
+    assert second.to_json()[0][0]["args"] is not first.to_json()[0][0]["args"]
     assert second.groups[0][0].kwargs == {"n": 5}
 
 
