@@ -67,7 +67,8 @@ from saga_runtime._records import (
     VerifyResult,
     verify_export,
 )
-from saga_runtime._storage import MemoryStore, SagaStore, open_store
+from saga_runtime._storage import MemoryStore, open_store
+from saga_runtime._storage import Store as SagaStore  # the primitives and the conveniences every store offers
 from saga_runtime._tools import NOT_DONE, RetryPolicy, Secret, StepContext, ToolRegistry, ToolSpec
 
 __version__ = "0.1.0"

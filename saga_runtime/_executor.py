@@ -10,7 +10,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import anyio
 
@@ -41,7 +41,7 @@ from saga_runtime._starting import (
     served_queues,
     target,
 )
-from saga_runtime._storage import MemoryStore, SagaStore, waiting_counts
+from saga_runtime._storage import MemoryStore, SagaStore, Store, waiting_counts
 from saga_runtime._tools import Resources, ToolRegistry
 
 __all__ = ["SagaExecutor"]
@@ -104,7 +104,8 @@ class SagaExecutor:
             if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
                 raise ValueError(f"{name} must be a positive int, got {limit!r}")
         self.registry = registry
-        self.store: SagaStore = store if store is not None else MemoryStore()
+        # Every built-in store (and one built on StoreBase) also offers the conveniences users call on it.
+        self.store: Store = cast("Store", store) if store is not None else MemoryStore()
         self.executor_id = executor_id or f"executor-{uuid.uuid4().hex[:12]}"
         self._stable_id = bool(executor_id)
         self.lease_timeout = float(lease_timeout)

@@ -341,8 +341,10 @@ class Recovery:
             if function is None and saga.kind != "plan":
                 await held.release()  # a dynamic saga's code goes on when entered again
                 return None
-            if not look and not await self._fit(saga, held.rows):
-                await self._let_go(held, due_for_others=True)
+            lacking = [] if look else self.lacking(saga, held.rows)
+            if lacking:
+                await self._let_go(held, due_for_others=True)  # its release first: the note is written after it
+                await self._note_unfit(saga.saga_id, lacking)
                 return None
             cancel = None
             messages: Sequence[tuple[str, str, Any, datetime]] | None = None
@@ -402,13 +404,15 @@ class Recovery:
         """Tell whether this executor has every tool a saga needs; if not, note it and warn of it once."""
         lacking = self.lacking(saga, rows)
         if lacking:
-            missing = [text for _, text in lacking]
-            if self._warn_once(
-                saga.saga_id, missing, f"decided, left for a worker that has its tool(s) {', '.join(missing)}"
-            ):
-                await self.note_lacking(saga.saga_id, lacking)
+            await self._note_unfit(saga.saga_id, lacking)
             return False
         return True
+
+    async def _note_unfit(self, saga_id: str, lacking: list[tuple[WaitingKind, str]]) -> None:
+        """Warn once of the tools (or versions) a saga needs and this executor lacks, and note it on the saga."""
+        missing = [text for _, text in lacking]
+        if self._warn_once(saga_id, missing, f"decided, left for a worker that has its tool(s) {', '.join(missing)}"):
+            await self.note_lacking(saga_id, lacking)
 
 
 def _gated(saga: SagaRow, rows: list[StepRow]) -> bool:

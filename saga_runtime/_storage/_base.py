@@ -424,11 +424,13 @@ class SagaStore(Protocol):
         ...
 
 
+@runtime_checkable
 class Store(SagaStore, Protocol):
     """A store as `open_store` gives it: the primitives, and the conveniences every built-in store offers.
 
     The conveniences are functions over the primitives (saga_runtime._storage._reading and _retention), offered as
-    methods by `StoreBase`; a store of your own implements `SagaStore` and may subclass `StoreBase` for them.
+    methods by `StoreBase`; a store of your own implements the primitives and subclasses `StoreBase` for them.
+    This is the public `saga_runtime.SagaStore`: what users hold (`open_store`, `executor.store`) and call.
     """
 
     async def get_saga(self, saga_id: str) -> SagaResult | None:
