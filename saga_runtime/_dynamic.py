@@ -62,7 +62,7 @@ from saga_runtime._records import (
 )
 from saga_runtime._starting import checked_json, child_call, target
 from saga_runtime._storage import sagas
-from saga_runtime._tools import CHILD_TOOL, ToolRegistry
+from saga_runtime._tools import BUILTIN_TOOLS, CHILD_TOOL, ToolRegistry, builtin_tool_message
 
 __all__ = ["DynamicSaga"]
 
@@ -332,7 +332,7 @@ class DynamicSaga:
             or tool in self._approval_required
         ):
             return None
-        spec = self._registry.find(tool)
+        spec = None if tool in BUILTIN_TOOLS else self._registry.find(tool)  # (the group refuses a built-in one)
         if spec is None or spec.approval or spec.secrets or not stored_as_is(args):
             return None
         seq = self._next_seq
@@ -543,6 +543,9 @@ class DynamicSaga:
                 problems.append(f"call #{i + 1}: expected (tool, args), (tool, args, step_id) or a Step, got {call!r}")
                 continue
             label = f"call #{i + 1} ({name!r})"
+            if isinstance(name, str) and name in BUILTIN_TOOLS:
+                problems.append(f"{label}: {builtin_tool_message(name)}")
+                continue
             if not isinstance(name, str) or name not in registry:
                 unknown = True
                 problems.append(f"{label}: unknown tool (available: {', '.join(registry.names()) or 'none'})")

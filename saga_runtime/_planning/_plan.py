@@ -27,7 +27,14 @@ from saga_runtime._records import (
     reveal,
     to_json_value,
 )
-from saga_runtime._tools import ToolRegistry, ToolSpec, unknown_tool_message, unwrap_secrets
+from saga_runtime._tools import (
+    BUILTIN_TOOLS,
+    ToolRegistry,
+    ToolSpec,
+    builtin_tool_message,
+    unknown_tool_message,
+    unwrap_secrets,
+)
 
 __all__ = [
     "JOINS",
@@ -474,6 +481,9 @@ def _check_step(
                     f"{_label(draft)}: argument {name!r}: $ref to {target!r} in group {group_of[target]}; a $ref "
                     "may only point to a step of an earlier group"
                 )
+    if isinstance(tool, str) and tool in BUILTIN_TOOLS:  # recorded by its own front door only (`saga.child()`)
+        problems.append(f"{_label(draft)}: {builtin_tool_message(tool)}")
+        return None
     spec = registry.find(tool)
     if spec is None:
         unknown.append(tool)
@@ -677,7 +687,7 @@ def _fast_plan(raw: Any, registry: ToolRegistry, policy: PlanPolicy | None) -> P
             if step_id in group_of:
                 return None
             group_of[step_id] = g
-            spec = find(tool)
+            spec = None if tool in BUILTIN_TOOLS else find(tool)  # (a built-in one: the full walk refuses it)
             if spec is None or spec.secrets or spec.approval or (spec.irreversible and g != last):
                 return None  # (a tool with secrets or gated by a person: the full walk encrypts, records them)
             if _plain(args):

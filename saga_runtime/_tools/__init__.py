@@ -8,6 +8,7 @@ from saga_runtime._tools._registry import (
     CHILD_NOT_UNDONE,
     CHILD_TOOL,
     ToolRegistry,
+    builtin_tool_message,
     unknown_tool_message,
 )
 from saga_runtime._tools._retry import RetryPolicy
@@ -30,6 +31,7 @@ __all__ = [
     "ToolRegistry",
     "ToolSpec",
     "build_spec",
+    "builtin_tool_message",
     "secret_paths",
     "unknown_tool_message",
     "unwrap_secrets",

@@ -13,7 +13,7 @@ from saga_runtime._tools._retry import RetryPolicy
 from saga_runtime._tools._schemas import anthropic_tool, openai_tools
 from saga_runtime._tools._spec import RetryScope, ToolSpec, build_spec
 
-__all__ = ["BUILTIN_TOOLS", "CHILD_NOT_UNDONE", "CHILD_TOOL", "ToolRegistry"]
+__all__ = ["BUILTIN_TOOLS", "CHILD_NOT_UNDONE", "CHILD_TOOL", "ToolRegistry", "builtin_tool_message"]
 
 #: The tool a child saga's step calls (saga_runtime._children).
 CHILD_TOOL = "saga.child"
@@ -23,8 +23,9 @@ CHILD_TOOL = "saga.child"
 CHILD_NOT_UNDONE = "ChildNotUndoneError"
 
 #: Tools every registry has without registering them, by a name no registered tool can take (it holds a '.'):
-#: "saga.child", the step a child saga runs as (saga_runtime._children). Found by `get`/`find`, never listed,
-#: exported to a model or callable by `saga.call`.
+#: "saga.child", the step a child saga runs as (saga_runtime._children). Found by `get`/`find` (the engine runs and
+#: undoes the steps recorded with it), never listed or exported to a model; a plan step, `saga.call` or an MCP server
+#: naming it is refused (`builtin_tool_message`): only `saga.child()` records such a step.
 BUILTIN_TOOLS: dict[str, ToolSpec] = {}
 
 T = TypeVar("T", bound=type)
@@ -257,6 +258,14 @@ class ToolRegistry:
 
     def __repr__(self) -> str:
         return f"ToolRegistry({self.names()!r})"
+
+
+def builtin_tool_message(name: str) -> str:
+    """Return why a built-in tool (`BUILTIN_TOOLS`) cannot be named as a tool: only its own front door runs it."""
+    return (
+        f"{name!r} is built in, the step a child saga runs as, not a tool to call: run a child saga with "
+        "`await saga.child(fn_or_plan, args=...)` in a saga function or a dynamic saga"
+    )
 
 
 def unknown_tool_message(name: object, available: list[str]) -> str:

@@ -26,7 +26,7 @@ from saga_runtime._exceptions import (
 from saga_runtime._llm._prices import Price, PriceTable
 from saga_runtime._planning import TokenUsage
 from saga_runtime._records import is_envelope, reveal
-from saga_runtime._tools import ToolSpec
+from saga_runtime._tools import BUILTIN_TOOLS, ToolSpec, builtin_tool_message
 from saga_runtime._tools._schemas import plain_schema
 
 __all__ = ["ENDS_RUN", "ModelRecord", "call_step", "ends_run", "missing_extra", "specs_of"]
@@ -52,11 +52,15 @@ def missing_extra(framework: str, extra: str) -> ImportError:
 
 
 def specs_of(saga: DynamicSaga, names: Iterable[str] | None) -> list[ToolSpec]:
-    """Return the specs of the saga's registry, or of `names`."""
+    """Return the specs of the saga's registry, or of `names` (a built-in tool, "saga.child": `ValueError`)."""
     registry = saga.registry
     if names is None:
         return list(registry)
-    return [registry.get(name) for name in names]
+    wanted = list(names)
+    for name in wanted:
+        if isinstance(name, str) and name in BUILTIN_TOOLS:
+            raise ValueError(f"{builtin_tool_message(name)} (never given to a model)")
+    return [registry.get(name) for name in wanted]
 
 
 def schema_of(spec: ToolSpec) -> dict[str, Any]:

@@ -36,7 +36,7 @@ from saga_runtime import (
 from saga_runtime._published import follow, published
 from saga_runtime._records import SagaRow
 from saga_runtime._storage import sagas as stored
-from saga_runtime._tools import SagaFunction
+from saga_runtime._tools import BUILTIN_TOOLS, SagaFunction, builtin_tool_message
 from saga_runtime.integrations._common import missing_extra, schema_of
 
 try:
@@ -505,12 +505,16 @@ def saga_mcp_server(executor: SagaExecutor, *, names: Iterable[str] | None = Non
 
     A saga function's call runs it as a saga of its own, its output the call's result; each value it writes to a
     stream is reported as a progress notification when the client asked for progress (a `progressToken`).
-    `names`: the tools and saga functions to offer (all by default).
+    `names`: the tools and saga functions to offer (all by default); a built-in tool ("saga.child") raises
+    `ValueError`: it is never offered.
     Run it as any `MCPServer` (`run_stdio_async()`, `streamable_http_app()`, `Client(server)`).
     """
     sagas = _Sagas(executor)
     registry = executor.registry
     wanted = None if names is None else list(names)
+    for tool in wanted or ():
+        if isinstance(tool, str) and tool in BUILTIN_TOOLS:
+            raise ValueError(f"{builtin_tool_message(tool)} (an MCP server never offers it)")
     functions = [
         function
         for function in (registry.function(name) for name in registry.function_names())

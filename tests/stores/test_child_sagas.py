@@ -400,3 +400,53 @@ async def test_a_child_that_could_not_undo_its_effects_leaves_its_parent_compens
     assert calls == ["own", "stuck", "undo own", "undo stuck"]
     for saga_id in ("d-1", "d-1/kid-1"):
         assert await store.verify_saga(saga_id)
+
+
+async def test_the_built_in_child_tool_is_refused_outside_saga_child(store: SagaStore) -> None:
+    """A plan step, a `saga.call` or an MCP server naming "saga.child" is refused, naming the step, nothing stored
+    and nothing run; model tool lists never hold it."""
+    calls: list[str] = []
+    registry = make_registry(calls, set(), asyncio.Event())
+    executor = SagaExecutor(registry, store=store)
+    child_args = {"saga_id": "sneaky", "plan": [{"id": "p", "tool": "Reserve", "args": {"item": "x"}}]}
+    plan = [
+        {"id": "ok", "tool": "Reserve", "args": {"item": "a"}},
+        {"id": "sneak", "tool": "saga.child", "args": child_args},
+    ]
+    for attempt in (
+        lambda: executor.run(plan, saga_id="p-1"),
+        lambda: executor.submit(plan, saga_id="p-2"),
+        lambda: executor.run(plan[1:]),  # alone: the plan's fast validation refuses it too
+    ):
+        with pytest.raises(PlanValidationError, match="step 'sneak'.*'saga.child' is built in") as caught:
+            await attempt()
+        assert not isinstance(caught.value, StepFailedError)
+    errors: list[str] = []
+
+    @registry.saga
+    async def careless(saga: DynamicSaga) -> None:
+        for attempt in (
+            lambda: saga.call("saga.child", **child_args),
+            lambda: saga.group([("saga.child", child_args)]),
+            lambda: saga.child([plan[1]]),
+        ):
+            try:
+                await attempt()
+            except PlanValidationError as exc:
+                errors.append(str(exc))
+
+    result = await executor.run(careless, saga_id="c-2")
+    assert result.status is SagaStatus.SUCCESS
+    assert result.steps == []
+    assert len(errors) == 3
+    assert all("'saga.child' is built in" in error for error in errors), errors
+    assert calls == []
+    assert [s.saga_id for s in await store.list_sagas()] == ["c-2"]
+    assert "saga.child" not in {tool["function"]["name"] for tool in registry.to_openai_tools()}
+    assert "saga.child" not in {tool["name"] for tool in registry.to_anthropic_tools()}
+    pytest.importorskip("mcp", reason="the mcp extra is not installed")
+    from saga_runtime.integrations.mcp import saga_mcp_server
+
+    with pytest.raises(ValueError, match="'saga.child' is built in"):
+        saga_mcp_server(executor, names=["Reserve", "saga.child"])
+    assert saga_mcp_server(executor, names=["Reserve"]) is not None
