@@ -418,7 +418,7 @@ async def test_the_built_in_child_tool_is_refused_outside_saga_child(store: Saga
         lambda: executor.submit(plan, saga_id="p-2"),
         lambda: executor.run(plan[1:]),  # alone: the plan's fast validation refuses it too
     ):
-        with pytest.raises(PlanValidationError, match="step 'sneak'.*'saga.child' is built in") as caught:
+        with pytest.raises(PlanValidationError, match=r"step 'sneak'.*'saga\.child' is built in") as caught:
             await attempt()
         assert not isinstance(caught.value, StepFailedError)
     errors: list[str] = []
@@ -447,6 +447,6 @@ async def test_the_built_in_child_tool_is_refused_outside_saga_child(store: Saga
     pytest.importorskip("mcp", reason="the mcp extra is not installed")
     from saga_runtime.integrations.mcp import saga_mcp_server
 
-    with pytest.raises(ValueError, match="'saga.child' is built in"):
+    with pytest.raises(ValueError, match=r"'saga\.child' is built in"):
         saga_mcp_server(executor, names=["Reserve", "saga.child"])
     assert saga_mcp_server(executor, names=["Reserve"]) is not None
