@@ -14,6 +14,7 @@ from saga_runtime._engine._calls import CallBody
 from saga_runtime._engine._claim import Drives
 from saga_runtime._engine._driver import Planner, PlanShape, drive
 from saga_runtime._engine._events import SagaEvent, emit
+from saga_runtime._engine._notices import changed
 from saga_runtime._engine._queueing import Queues
 from saga_runtime._engine._recovery import Recovery
 from saga_runtime._exceptions import (
@@ -151,6 +152,7 @@ class Actions:
     ) -> SagaResult:
         """Record a decision; with `resume`, go on with a decided plan saga here; return the saga as it stands."""
         saga, requests = await self._decisions.decide(saga_id, step_id, decision, by=by, note=note, digest=digest)
+        changed(self._drives.config.store, saga_id)  # a waiting child's parent in this process looks at once
         resumable = saga.kind == "plan" or function_of(saga.plan) is not None  # (a saga function resumes too)
         if resume and resumable and all(request.decision is not None for request in requests):
             result = await self.recovery.go_on(saga_id, look=False)
@@ -180,6 +182,7 @@ class Actions:
             return await self._stored_result(saga_id)
         if await _journal.ask_cancel(store, saga_id, note):
             self._told(stored[0], why)
+            changed(store, saga_id)  # a waiting child's parent in this process looks at once
         if status is SagaStatus.WAITING:
             undecided = [row for row in await store.load_approvals(saga_id) if row.decision is None]
             for index, request in enumerate(undecided):

@@ -361,4 +361,7 @@ async def send(config: EngineConfig, saga_id: str, topic: str, message: Any, key
     status = stored[0].status
     if status not in (SagaStatus.QUEUED, SagaStatus.RUNNING, SagaStatus.WAITING):
         raise SagaError(f"saga {saga_id!r} is {status.value}: it receives no more messages")
-    return await _journal.post(store, saga_id, key or uuid.uuid4().hex, topic, message, now())
+    posted = await _journal.post(store, saga_id, key or uuid.uuid4().hex, topic, message, now())
+    if posted:
+        changed(store, saga_id)  # a waiting child's parent in this process looks at once
+    return posted

@@ -9,8 +9,9 @@ parent is gone or ended (it cannot come to that through the engine: a parent's s
 is recovered as any saga.
 
 The step runs the child to its end (a WAITING child is gone on with here once due: the parent holds its lease and
-its worker slot meanwhile); its compensation moves a SUCCESS child to COMPENSATING (allowed for a child only, see
-`_transitions.CHILD_MOVES`) and undoes its steps in reverse, or drives a live one to compensate.
+its worker slot meanwhile, and looks at the child cheaply, see `_next_look`); its compensation moves a SUCCESS
+child to COMPENSATING (allowed for a child only, see `_transitions.CHILD_MOVES`) and undoes its steps in reverse,
+or drives a live one to compensate.
 """
 
 from __future__ import annotations
@@ -23,9 +24,19 @@ import anyio
 from saga_runtime._engine import _journal
 from saga_runtime._engine._claim import DRIVING, Drives
 from saga_runtime._engine._driver import drive
+from saga_runtime._engine._notices import watching
 from saga_runtime._engine._saga import SagaEngine
 from saga_runtime._exceptions import IdempotencyConflictError, SagaError
-from saga_runtime._records import SagaResult, SagaRow, SagaStatus, StepRow, now, result_from_rows, same_work
+from saga_runtime._records import (
+    SagaResult,
+    SagaRow,
+    SagaStatus,
+    StepRow,
+    now,
+    result_from_rows,
+    same_work,
+    wake_time,
+)
 
 if TYPE_CHECKING:
     from saga_runtime._engine._actions import Actions
@@ -37,8 +48,14 @@ __all__ = ["DRIVING", "driving", "run_child", "undo_child"]
 logger = logging.getLogger("saga_runtime")
 
 # How often a child's step looks again at a child held elsewhere (an old owner's lease running out, a recovery
-# giving it back) or waiting (until it is due).
+# giving it back).
 _POLL = 0.1
+# A WAITING child (a long sleep, a recv, a decision: for days, maybe) is looked at, reading only, after a pause that
+# starts at _FIRST_LOOK and doubles while it waits on, up to _MOST_LOOK; at once when it is made due in this process
+# (a message, a decision or a cancel for it: `_notices`), and when its wake time comes (a sleep's end, a recv's
+# deadline). Made due by another process, it is seen within _MOST_LOOK.
+_FIRST_LOOK = 0.1
+_MOST_LOOK = 2.0
 
 
 def driving() -> Drives:
@@ -70,33 +87,52 @@ async def run_child(
     """
     drives: Drives = actions.drives
     store = drives.config.store
+    recovery = actions.recovery
     parent_id = row.parent_id
     assert parent_id is not None
-    while True:
-        stored = await store.load_saga(row.saga_id)
-        if stored is not None:
-            saga = stored[0]
-            _check_parent(saga, parent_id)
-            if not same_work(saga, row):
-                raise IdempotencyConflictError(
-                    f"saga {row.saga_id!r} already exists with other work (another function, arguments or plan); "
-                    "a child's saga_id names one piece of work",
-                    saga_id=row.saga_id,
-                )
-            if saga.status.is_terminal or saga.status is SagaStatus.PARKED:
-                return result_from_rows(*stored)  # its tools are not called again
-            if saga.status is SagaStatus.WAITING:
-                if await actions.recovery.go_on(row.saga_id, detached=True, parent=parent_id) is None:
-                    await anyio.sleep(_POLL)  # not due yet, or undecided: looked at again
-                continue
-        result = await _drive(actions, work, row.copy(), [step.copy() for step in steps], stored, announce)
-        if result is None:
-            # Held by an owner whose lease has not run out yet (the parent's earlier driver, gone or finishing it),
-            # or by a recovery about to give it back: it ends, or its lease does, and then it is this one's.
-            await anyio.sleep(_POLL)
-        elif result.status.is_terminal:
-            return result
-        # else WAITING (a long sleep, a message, a decision): gone on with above once due.
+    pause = _FIRST_LOOK
+    with watching(store.url, row.saga_id) as watch:  # before the first read: no notice falls between read and wait
+        while True:
+            stored = await store.load_saga(row.saga_id)
+            if stored is not None:
+                saga = stored[0]
+                _check_parent(saga, parent_id)
+                if not same_work(saga, row):
+                    raise IdempotencyConflictError(
+                        f"saga {row.saga_id!r} already exists with other work (another function, arguments or "
+                        "plan); a child's saga_id names one piece of work",
+                        saga_id=row.saga_id,
+                    )
+                if saga.status.is_terminal or saga.status is SagaStatus.PARKED:
+                    return result_from_rows(*stored)  # its tools are not called again
+                if saga.status is SagaStatus.WAITING:
+                    # Claimed (two writes) only once it may go on: until then each look only reads.
+                    if await recovery.may_go_on(saga, stored[1]) and (
+                        await recovery.go_on(row.saga_id, detached=True, parent=parent_id) is not None
+                    ):
+                        pause = _FIRST_LOOK  # it went on, and ended or waits again
+                        continue
+                    woken = await watch.wait(_next_look(saga, pause))  # not due yet, undecided, or held
+                    pause = _FIRST_LOOK if woken else min(pause * 2, _MOST_LOOK)
+                    continue
+            result = await _drive(actions, work, row.copy(), [step.copy() for step in steps], stored, announce)
+            if result is None:
+                # Held by an owner whose lease has not run out yet (the parent's earlier driver, gone or finishing
+                # it), or by a recovery about to give it back: it ends, or its lease does, and then it is this one's.
+                await anyio.sleep(_POLL)
+            elif result.status.is_terminal:
+                return result
+            # else WAITING (a long sleep, a message, a decision): gone on with above once due.
+
+
+def _next_look(saga: SagaRow, pause: float) -> float:
+    """Return how long a WAITING child's step waits before it looks again: `pause`, or less if its wake time comes
+    sooner (a wake time passed already: `pause`, the child's claim being what it waits for)."""
+    wake = wake_time(saga)
+    if wake is None:
+        return pause
+    left = (wake - now()).total_seconds()
+    return min(pause, left) if left > 0 else pause
 
 
 async def _drive(

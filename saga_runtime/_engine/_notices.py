@@ -1,8 +1,10 @@
-"""In-process notices that a saga published something or ended, so readers in this process wake at once.
+"""In-process notices that a saga published something, ended or was made due, so readers in this process wake at
+once.
 
-A reader (`executor.get_event`, `read_stream`, the console following a saga, an MCP call reporting progress)
-watches `(store URL, saga id)` before it reads the store, and waits on its watch between reads. The engine calls
-`changed()` once a publication or a saga's end is durable. Readers in other processes are never told: they keep
+A reader (`executor.get_event`, `read_stream`, the console following a saga, an MCP call reporting progress, a
+parent's step waiting for its WAITING child) watches `(store URL, saga id)` before it reads the store, and waits on
+its watch between reads. The engine calls `changed()` once a publication, a saga's end, or what may make a waiting
+saga go on (a message, a decision, a cancel request) is durable. Readers in other processes are never told: they keep
 polling the store, which stays the truth (a notice carries no data, and a spurious one costs one read).
 """
 
@@ -78,8 +80,8 @@ def watching(url: str, saga_id: str) -> Iterator[Watch]:
 
 
 def changed(store: SagaStore, saga_id: str) -> None:
-    """Tell this process's readers of a saga of `store` that it published something or ended (nothing to do, and
-    no URL built, while no reader watches any saga)."""
+    """Tell this process's readers of a saga of `store` that it published something, ended or may go on (nothing
+    to do, and no URL built, while no reader watches any saga)."""
     if not _watches:
         return
     watches = _watches.get((store.url, saga_id))

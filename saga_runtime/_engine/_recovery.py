@@ -386,19 +386,20 @@ class Recovery:
         await held.release()
         store, saga = self._drives.config.store, held.saga
         try:
-            if due_for_others:
-                ready = True
-            elif function_of(saga.plan) is not None and await due(store, saga):
-                ready = not _gated(saga, held.rows)
-                ready = ready or all(r.decision is not None for r in await store.load_approvals(saga.saga_id))
-            else:
-                ready = _gated(saga, held.rows) and all(
-                    r.decision is not None for r in await store.load_approvals(saga.saga_id)
-                )
-            if ready:
+            if due_for_others or await self.may_go_on(saga, held.rows):
                 await _journal.wake(store, saga.saga_id, now())
         except StoreError as exc:  # its next message or decision makes it due again
             logger.warning("saga %s: could not look at it again once let go: %s", saga.saga_id, exc)
+
+    async def may_go_on(self, saga: SagaRow, rows: list[StepRow]) -> bool:
+        """Tell, reading only, whether a WAITING saga may go on now: a saga function due (its wake time passed, its
+        message came, or it is cancelled) with its requests decided; a plan whose requests are all decided."""
+        store = self._drives.config.store
+        if function_of(saga.plan) is not None and await due(store, saga):
+            if not _gated(saga, rows):
+                return True
+            return all(r.decision is not None for r in await store.load_approvals(saga.saga_id))
+        return _gated(saga, rows) and all(r.decision is not None for r in await store.load_approvals(saga.saga_id))
 
     async def _fit(self, saga: SagaRow, rows: list[StepRow]) -> bool:
         """Tell whether this executor has every tool a saga needs; if not, note it and warn of it once."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import inspect
 from typing import Any
 
 import pytest
@@ -21,6 +23,7 @@ from saga_runtime import (
     StepStatus,
     ToolRegistry,
 )
+from saga_runtime._engine import _children
 from saga_runtime._storage import SagaStore
 
 from .conftest import Stores
@@ -450,3 +453,114 @@ async def test_the_built_in_child_tool_is_refused_outside_saga_child(store: Saga
     with pytest.raises(ValueError, match=r"'saga\.child' is built in"):
         saga_mcp_server(executor, names=["Reserve", "saga.child"])
     assert saga_mcp_server(executor, names=["Reserve"]) is not None
+
+
+def count_calls(store: SagaStore, calls: list[str]) -> None:
+    """Log each call of the store's public coroutine methods to `calls` (a method calling another counts once)."""
+    depth = [0]
+    for name, method in inspect.getmembers(store, inspect.iscoroutinefunction):
+        if not name.startswith("_"):
+
+            @functools.wraps(method)
+            async def counted(*args: Any, __name: str = name, __method: Any = method, **kwargs: Any) -> Any:
+                if not depth[0]:
+                    calls.append(__name)
+                depth[0] += 1
+                try:
+                    return await __method(*args, **kwargs)
+                finally:
+                    depth[0] -= 1
+
+            setattr(store, name, counted)
+
+
+async def wait_for_status(store: SagaStore, saga_id: str, status: SagaStatus) -> None:
+    """Return once the saga `saga_id` is stored in `status` (within a generous bound)."""
+    for _ in range(1000):
+        saga = await store.get_saga(saga_id)
+        if saga is not None and saga.status is status:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"{saga_id} never came to {status.value}")
+
+
+async def test_a_waiting_childs_parent_reads_the_store_rarely_while_it_waits(store: SagaStore) -> None:
+    """While its child waits for a message, the parent's step only reads the store, a few times in three seconds
+    (it looked ten times a second, claiming the child each time); the message sent, it goes on."""
+    calls: list[str] = []
+    registry = make_registry(calls, set(), asyncio.Event())
+
+    @registry.saga
+    async def listens(saga: DynamicSaga) -> str:
+        message = await saga.recv("go")
+        await saga.call("Reserve", item=message["item"])
+        return str(message["item"])
+
+    @registry.saga
+    async def asks(saga: DynamicSaga) -> Any:
+        return (await saga.child(listens)).output
+
+    executor = SagaExecutor(registry, store=store, wait_threshold=0.05)
+    parent = asyncio.create_task(executor.run(asks, saga_id="a-1"))
+    await wait_for_status(store, "a-1/listens-0", SagaStatus.WAITING)
+    await asyncio.sleep(1.0)  # its looks have grown apart
+    looks: list[str] = []
+    count_calls(store, looks)
+    await asyncio.sleep(3.0)
+    idle = list(looks)
+    assert 0 < len(idle) < 15, idle  # fewer than five a second (was about eighty)
+    assert {"claim_waiting", "save", "change_saga"}.isdisjoint(idle), idle  # nothing written while it waits
+    await executor.send("a-1/listens-0", "go", {"item": "late"})
+    result = await asyncio.wait_for(parent, 20)
+    assert (result.status, result.output) == (SagaStatus.SUCCESS, "late")
+    assert calls == ["late"]
+
+
+async def test_a_waiting_childs_parent_goes_on_at_once_when_its_child_is_due(
+    store: SagaStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the parent's looks at a waiting child a minute apart, it still goes on at once: when the child's sleep
+    ends (its wake time), when a message for it is sent in this process, when its step is approved in it."""
+    monkeypatch.setattr(_children, "_FIRST_LOOK", 60.0)
+    monkeypatch.setattr(_children, "_MOST_LOOK", 60.0)
+    calls: list[str] = []
+    registry = make_registry(calls, set(), asyncio.Event())
+
+    @registry.tool(approval=True)
+    class Ship:
+        async def execute(self, item: str) -> str:
+            calls.append(f"ship {item}")
+            return item
+
+    @registry.saga
+    async def slow(saga: DynamicSaga) -> str:
+        await saga.sleep(1.0)
+        await saga.call("Reserve", item="rested")
+        message = await saga.recv("go")
+        return str(await saga.call("Ship", item=message["item"]))
+
+    @registry.saga
+    async def asks(saga: DynamicSaga) -> Any:
+        return (await saga.child(slow)).output
+
+    executor = SagaExecutor(registry, store=store, wait_threshold=0.05)
+    parent = asyncio.create_task(executor.run(asks, saga_id="a-2"))
+    for _ in range(1000):  # woken by its wake time: the sleep ended, it waits for its message
+        if calls == ["rested"]:
+            break
+        await asyncio.sleep(0.02)
+    else:
+        raise AssertionError(f"the child's sleep was never gone on from: {calls}")
+    await wait_for_status(store, "a-2/slow-0", SagaStatus.WAITING)
+    await executor.send("a-2/slow-0", "go", {"item": "box"})
+    for _ in range(1000):  # woken by the message: it waits for the decision
+        if await executor.pending_approvals():
+            break
+        await asyncio.sleep(0.02)
+    else:
+        raise AssertionError("the child never asked for its approval")
+    (request,) = await executor.pending_approvals()
+    await executor.approve(request.saga_id, request.step_id, by="ops", resume=False)
+    result = await asyncio.wait_for(parent, 20)
+    assert (result.status, result.output) == (SagaStatus.SUCCESS, "box")
+    assert calls == ["rested", "ship box"]
