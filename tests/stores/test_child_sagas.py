@@ -564,3 +564,16 @@ async def test_a_waiting_childs_parent_goes_on_at_once_when_its_child_is_due(
     result = await asyncio.wait_for(parent, 20)
     assert (result.status, result.output) == (SagaStatus.SUCCESS, "box")
     assert calls == ["rested", "ship box"]
+
+
+async def test_framework_adapters_refuse_to_give_the_built_in_child_tool_to_a_model(store: SagaStore) -> None:
+    """`saga_tools(saga, names=[...])` naming "saga.child" raises ValueError; without names it is not listed."""
+    pytest.importorskip("langchain_core", reason="the langchain extra is not installed")
+    from saga_runtime.integrations.langchain import saga_tools
+
+    registry = make_registry([], set(), asyncio.Event())
+    executor = SagaExecutor(registry, store=store)
+    async with executor.saga("tools-1") as saga:
+        with pytest.raises(ValueError, match=r"'saga\.child' is built in"):
+            saga_tools(saga, names=["Reserve", "saga.child"])
+        assert [tool.name for tool in saga_tools(saga)] == ["Reserve"]
