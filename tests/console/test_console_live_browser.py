@@ -69,6 +69,11 @@ def test_a_value_written_after_the_page_opened_appears_without_a_reload(page: An
             result = await SagaExecutor(registry(), store, wait_threshold=120).run("chat", saga_id="chat-1")
             outcome.append(result.status.value)
 
+    async def create() -> None:
+        async with open_store(url):
+            pass  # the file and its schema made first: the thread below and this test then open it at once
+
+    run_sync(create)
     worker = threading.Thread(target=lambda: asyncio.run(run()), name="saga-under-test", daemon=True)
     worker.start()
 
