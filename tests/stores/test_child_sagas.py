@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-import inspect
 from typing import Any
 
 import pytest
+from store_calls import count_calls
 
 from saga_runtime import (
     DynamicSaga,
@@ -453,25 +452,6 @@ async def test_the_built_in_child_tool_is_refused_outside_saga_child(store: Saga
     with pytest.raises(ValueError, match=r"'saga\.child' is built in"):
         saga_mcp_server(executor, names=["Reserve", "saga.child"])
     assert saga_mcp_server(executor, names=["Reserve"]) is not None
-
-
-def count_calls(store: SagaStore, calls: list[str]) -> None:
-    """Log each call of the store's public coroutine methods to `calls` (a method calling another counts once)."""
-    depth = [0]
-    for name, method in inspect.getmembers(store, inspect.iscoroutinefunction):
-        if not name.startswith("_"):
-
-            @functools.wraps(method)
-            async def counted(*args: Any, __name: str = name, __method: Any = method, **kwargs: Any) -> Any:
-                if not depth[0]:
-                    calls.append(__name)
-                depth[0] += 1
-                try:
-                    return await __method(*args, **kwargs)
-                finally:
-                    depth[0] -= 1
-
-            setattr(store, name, counted)
 
 
 async def wait_for_status(store: SagaStore, saga_id: str, status: SagaStatus) -> None:

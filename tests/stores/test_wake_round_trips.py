@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import functools
-import inspect
 from pathlib import Path
-from typing import Any
+
+from store_calls import count_calls
 
 from saga_runtime import DynamicSaga, SagaExecutor, SagaStatus, ToolRegistry, open_store
 
@@ -14,7 +13,6 @@ async def test_a_woken_saga_function_reaches_its_next_call_in_three_store_calls(
     """Told of its message, a worker claims the saga (read as claimed), reads its messages, and writes the message
     received with the next call's intent: three store calls before the tool starts (was ten)."""
     calls: list[str] = []
-    depth = [0]  # a store method calling another of its own counts once
     registry = ToolRegistry()
 
     @registry.tool
@@ -33,20 +31,7 @@ async def test_a_woken_saga_function_reaches_its_next_call_in_three_store_calls(
         sender = SagaExecutor(registry, store, wait_threshold=0.1)
         assert (await sender.run(woken, saga_id="w")).status is SagaStatus.WAITING
         await sender.send("w", "go", {"n": 7})
-        for name, method in inspect.getmembers(served, inspect.iscoroutinefunction):
-            if not name.startswith("_"):
-
-                @functools.wraps(method)
-                async def counted(*args: Any, __name: str = name, __method: Any = method, **kwargs: Any) -> Any:
-                    if not depth[0]:
-                        calls.append(__name)
-                    depth[0] += 1
-                    try:
-                        return await __method(*args, **kwargs)
-                    finally:
-                        depth[0] -= 1
-
-                setattr(served, name, counted)
+        count_calls(served, calls)
         worker = SagaExecutor(registry, served)
         results = await worker.recover()  # goes on with the sagas due: this one, its message stored
     assert [result.status for result in results] == [SagaStatus.SUCCESS]
