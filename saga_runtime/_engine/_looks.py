@@ -62,17 +62,15 @@ class Looks:
             await anyio.sleep(self._interval)
             if not self._told:
                 continue
-            look = getattr(self._store, "due_work", None)
-            if look is None:  # a store of its own written before due_work: every loop looks, as it did
+            try:
+                found = await self._store.due_work(now(), self._queues)
+            except AttributeError:  # a store of its own written before due_work: every loop looks, as it did
+                found = frozenset(_EVERY)
+            except StoreError as exc:
+                logger.warning("looking for due work failed, every loop looks for itself: %s", exc)
                 found = frozenset(_EVERY)
             else:
-                try:
-                    found = await look(now(), self._queues)
-                except StoreError as exc:
-                    logger.warning("looking for due work failed, every loop looks for itself: %s", exc)
-                    found = frozenset(_EVERY)
-                else:
-                    self._looked_at = anyio.current_time()
+                self._looked_at = anyio.current_time()
             self._found = found
             for kind in found:
                 for tell in self._told.get(kind, ()):
