@@ -1,18 +1,14 @@
 """The web console end to end: uvicorn serving a real SQLite store, driven by headless Chromium (Playwright).
 
-The browser is the system's Chromium (Debian's `chromium` package), never one Playwright downloads. Without it
-the tests skip saying how to install it; under CI=true they fail, so CI never passes without running them.
+The browser and page fixtures are the console tests' (conftest.py): the system's Chromium, never a downloaded one.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-from chromium import chromium_path
 from conftest import run_sync
 from console_helpers import SCRIPT_TEXT, copy_store, example, served
 
@@ -21,29 +17,6 @@ from saga_runtime._console import create_app
 from saga_runtime._console._guard import SESSION_COOKIE
 
 TOKEN = "the console token of the test"
-CHROMIUM_HINT = "install Chromium to run the console's browser tests: apt-get install chromium"
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    """Yield a headless Chromium for the module's tests."""
-    path = chromium_path(CHROMIUM_HINT)
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=path, headless=True)
-        yield launched
-        launched.close()
-
-
-@pytest.fixture
-def page(browser: Any) -> Iterator[Any]:
-    """Yield a fresh browser page (its own cookies)."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    context.set_default_timeout(10_000)
-    opened = context.new_page()
-    yield opened
-    context.close()
 
 
 def saga(url: str, saga_id: str) -> Any:

@@ -4,42 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-from chromium import chromium_path
 from conftest import run_sync
 from console_helpers import served
 
 from saga_runtime import DynamicSaga, SagaExecutor, ToolRegistry, open_store
 from saga_runtime._console import create_app
 
-CHROMIUM_HINT = "install Chromium to run the console's browser tests: apt-get install chromium"
 SCRIPT = "<img src=x onerror=window.__pwned=1>"
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    """Yield a headless Chromium for the module's tests."""
-    path = chromium_path(CHROMIUM_HINT)
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=path, headless=True)
-        yield launched
-        launched.close()
-
-
-@pytest.fixture
-def page(browser: Any) -> Iterator[Any]:
-    """Yield a fresh browser page (its own cookies)."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    context.set_default_timeout(15_000)
-    opened = context.new_page()
-    yield opened
-    context.close()
 
 
 def registry() -> ToolRegistry:

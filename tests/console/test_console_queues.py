@@ -1,17 +1,14 @@
 """The console's queues page, driven by headless Chromium: each queue's depth and state, pause, resume, drain.
 
-On a SQLite copy of the example store and on a PostgreSQL database of its own (see test_console_browser.py for
-how Chromium is found).
+On a SQLite copy of the example store and on a PostgreSQL database of its own (Chromium as conftest.py finds it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from chromium import chromium_path
 from conftest import run_sync
 from console_helpers import client, copy_store, example, served
 
@@ -20,28 +17,6 @@ from saga_runtime._console import create_app
 from saga_runtime._console._guard import SESSION_COOKIE
 
 TOKEN = "the console token of the test"
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    """Yield a headless Chromium for the module's tests."""
-    path = chromium_path("install Chromium to run the console's browser tests: apt-get install chromium")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=path, headless=True)
-        yield launched
-        launched.close()
-
-
-@pytest.fixture
-def page(browser: Any) -> Iterator[Any]:
-    """Yield a fresh browser page (its own cookies)."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    context.set_default_timeout(10_000)
-    opened = context.new_page()
-    yield opened
-    context.close()
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
