@@ -141,7 +141,8 @@ class MemoryRetention:
         for row in self._steps.pop(saga_id, {}).values():
             if self._keys.get(row.idempotency_key) == (saga_id, row.step_id):
                 del self._keys[row.idempotency_key]
-        for table in (self._approvals, self._imported, self._queued, self._started, self._cancels, self._cancel_seen):
+        tables = (self._approvals, self._imported, self._queued, self._started, self._cancels, self._cancel_seen)
+        for table in (*tables, self._messages, self._woken):
             table.pop(saga_id, None)
         self._finished.pop(saga_id, None)
         self._unsealed.discard(saga_id)

@@ -246,13 +246,14 @@ class SQLRetention:
 
 
 async def _remove(store: SQLRetention, tx: Any, sagas: Sequence[SagaRow], at: datetime) -> None:
-    """Delete `sagas`' steps and approvals and make tombstones, in the caller's transaction."""
+    """Delete `sagas`' steps, approvals and messages and make tombstones, in the caller's transaction."""
     if not sagas:
         return
     st, codec = _statements(store), store._codec
     ids = [saga.saga_id for saga in sagas]
     await tx.execute(st.delete("steps", len(ids)), ids)
     await tx.execute(st.delete("approvals", len(ids)), ids)
+    await tx.execute(st.delete("messages", len(ids)), ids)
     seals: list[Any] = []
     for saga in sagas:
         seals += (saga.saga_id, tombstone(saga, at, store._signing_key).seal)

@@ -87,6 +87,19 @@ async def test_purge_leaves_a_tombstone_that_never_runs_again(store: SagaStore) 
     assert (await store.purge(older_than=0)).count == 0  # a tombstone is purged once
 
 
+async def test_purge_forgets_a_sagas_messages(store: SagaStore) -> None:
+    """A purged saga's messages go with its steps; another saga's messages stay."""
+    kept, purged = await finished_sagas(store, 2)
+    await store.hold(kept, reason="kept")
+    for saga_id in (kept, purged):
+        assert await store.put_message(saga_id, "m-1", "reply", {"card": "4242"}, now())
+
+    assert (await store.purge(older_than=0)).saga_ids == [purged]
+
+    assert await store.load_messages(purged) == []
+    assert [body for _, _, body, _ in await store.load_messages(kept)] == [{"card": "4242"}]
+
+
 async def test_purge_touches_only_old_terminal_unheld_sagas_of_the_named_statuses(store: SagaStore) -> None:
     """Running, recent, held and COMPENSATION_FAILED sagas stay unless named; COMPENSATED goes by default."""
     old = now() - timedelta(days=40)
