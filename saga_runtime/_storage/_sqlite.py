@@ -251,7 +251,7 @@ async def _connect(path: str, synchronous: str, busy_timeout: float, url: str) -
             # Wait for another process's write lock instead of failing at once.
             await conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
             # WAL: readers never block the writer, and a commit appends to the log instead of rewriting pages.
-            await conn.execute("PRAGMA journal_mode = WAL")
+            await _switch_to_wal(conn, busy_timeout)
             # FULL by default: a commit is on disk when save() returns (see the module docstring).
             await conn.execute(f"PRAGMA synchronous = {synchronous}")
     except BaseException:
@@ -259,6 +259,24 @@ async def _connect(path: str, synchronous: str, busy_timeout: float, url: str) -
             await conn.close()
         raise
     return conn
+
+
+async def _switch_to_wal(conn: aiosqlite.Connection, busy_timeout: float) -> None:
+    """Put the file in WAL mode, waiting up to `busy_timeout` for another process's write to end.
+
+    SQLite answers a journal-mode switch that finds another connection writing with "database is locked" at once,
+    without calling the busy handler: two processes opening a new file together would fail. The switch is tried
+    again until the wait runs out, and then fails as a busy write does.
+    """
+    deadline = anyio.current_time() + busy_timeout
+    while True:
+        try:
+            await conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or anyio.current_time() >= deadline:
+                raise
+        await anyio.sleep(0.01)
 
 
 class SQLiteDialect(Dialect):

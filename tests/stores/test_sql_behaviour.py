@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
+import threading
 from pathlib import Path
 
 import anyio
@@ -33,6 +34,26 @@ async def test_sqlite_write_lock_held_elsewhere_is_busy_then_recovers(tmp_path: 
             other.close()
         await store.save(make_saga("c"), make_steps("c", 2))
         assert await store.load_saga("c") is not None
+
+
+async def test_opening_a_new_sqlite_file_another_process_writes_waits_for_its_write(tmp_path: Path) -> None:
+    """A file another process is writing in rollback-journal mode: opening waits for the write, not failing at once."""
+    path = tmp_path / "shared.db"
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    try:
+        other.execute("CREATE TABLE other_app (x)")
+        other.execute("BEGIN IMMEDIATE")
+        other.execute("INSERT INTO other_app VALUES (1)")
+        with pytest.raises(StoreBusyError, match="busy_timeout"):
+            await open_store(f"sqlite:///{path}", busy_timeout=0.05)
+        ends = threading.Timer(0.3, other.execute, ("COMMIT",))
+        ends.start()
+        async with open_store(f"sqlite:///{path}", busy_timeout=5) as store:
+            await store.create_saga(make_saga("w"), make_steps("w", 1))
+            assert await store.load_saga("w") is not None
+        ends.join()
+    finally:
+        other.close()
 
 
 async def test_cancelled_saves_leave_the_store_usable(stores: Stores, sql_kind: str) -> None:
