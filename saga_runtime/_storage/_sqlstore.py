@@ -41,7 +41,7 @@ from saga_runtime._records import (
     now,
 )
 from saga_runtime._storage._approval_sql import approval_params, approval_row, due_work_sql
-from saga_runtime._storage._base import key_full, queue_allowance, same_rows
+from saga_runtime._storage._base import EVERY_CAPABILITY, key_full, queue_allowance, same_rows
 from saga_runtime._storage._batch import Batcher, Outcome, Write, lease_lost
 from saga_runtime._storage._dialect import Dialect
 from saga_runtime._storage._queue_sql import SQLQueueControl, held_back
@@ -137,6 +137,9 @@ class _Start:
 
 class SQLStore(StoreBase, SQLRetention, SQLSchedules, SQLQueueControl):
     """A SagaStore on a SQL database; its dialect brings the driver, connections, statements and error table."""
+
+    #: Queues, cancels, waits, messages, retention, schedules and due work, on every database alike.
+    capabilities = EVERY_CAPABILITY
 
     def __init__(self, dialect: Dialect) -> None:
         self._dialect = dialect

@@ -5,12 +5,14 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+import typing
 from pathlib import Path
 
 import pytest
 
 import saga_runtime
-from saga_runtime._storage import MemoryStore, SagaStore, Store
+from saga_runtime._storage import EVERY_CAPABILITY, MemoryStore, SagaStore, Store, has, queues_of
+from saga_runtime._storage import _base as base
 from saga_runtime._storage._batch import Batcher
 from saga_runtime._storage._dialect import Dialect
 from saga_runtime._storage._reading import StoreBase
@@ -84,6 +86,56 @@ def test_get_verify_export_import_list_are_written_once() -> None:
     for name in BUILT_ON_PRIMITIVES:  # offered by the store type open_store returns, not asked of a store's own code
         assert name in {member for member, _ in inspect.getmembers(Store)}
         assert name not in {member for member, _ in inspect.getmembers(SagaStore)}
+
+
+#: The capability protocols, by what a store declares to offer each.
+CAPABILITY_PROTOCOLS = {
+    "queues": base.QueueStore,
+    "cancels": base.CancelStore,
+    "waits": base.WaitStore,
+    "messages": base.MessageStore,
+    "retention": base.RetentionStore,
+    "schedules": base.ScheduleStore,
+    "due_work": base.DueWorkStore,
+}
+
+
+def _members(protocol: type) -> set[str]:
+    """Return the members a protocol asks of a store (as isinstance() checks them)."""
+    return set(typing._get_protocol_attrs(protocol))  # type: ignore[attr-defined]
+
+
+def test_the_core_protocol_is_the_journals_primitives() -> None:
+    """SagaStore asks 16 members at most; every other member is a declared capability's, each named once."""
+    core = _members(SagaStore)
+    assert len(core) <= 16, sorted(core)
+    assert set(CAPABILITY_PROTOCOLS) == EVERY_CAPABILITY
+    seen = set(core)
+    for protocol in CAPABILITY_PROTOCOLS.values():
+        assert not _members(protocol) & seen, _members(protocol) & seen
+        seen |= _members(protocol)
+    assert _members(Store) - seen == set(BUILT_ON_PRIMITIVES)
+
+
+def test_every_built_in_store_declares_every_capability() -> None:
+    """Memory and the SQL store declare every capability and implement each capability's members."""
+    for cls in _store_classes():
+        assert cls.capabilities == EVERY_CAPABILITY, cls
+        for protocol in CAPABILITY_PROTOCOLS.values():
+            assert _members(protocol) <= set(dir(cls)), (cls, _members(protocol) - set(dir(cls)))
+
+
+async def test_a_capability_not_declared_is_refused_by_name() -> None:
+    """Asking a store for a capability it does not declare raises StoreError naming it; nothing is probed."""
+
+    class Plain(MemoryStore):
+        capabilities = frozenset()
+
+    store = Plain()
+    assert not has(store, "queues")
+    with pytest.raises(saga_runtime.StoreError, match="does not keep queues"):
+        queues_of(store)
+    await store.close()
 
 
 async def test_a_memory_store_is_a_sagastore() -> None:
