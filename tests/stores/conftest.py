@@ -12,8 +12,11 @@ import pytest
 
 from saga_runtime._records import SagaRow, SagaStatus, StepRow, StepStatus, idempotency_key
 from saga_runtime._storage import SagaStore, open_store
+from saga_runtime.examples.dict_store import DictStore
 
 KINDS = ("memory", "sqlite", "postgresql", "mysql")
+# The example store of your own (saga_runtime/examples/dict_store.py, docs/guides/custom-store.md): the core only.
+EXAMPLE_KIND = "dict"
 SQL_KINDS = ("sqlite", "postgresql", "mysql")
 T0 = datetime(2024, 5, 17, 9, 30, 15, 123456, tzinfo=UTC)
 # The plan hash of rows tests write by hand (make_saga): not the engine's, so its invariants are not checked.
@@ -67,6 +70,10 @@ class Stores:
 
     async def open(self, kind: str, url: str | None = None, *, wipe: bool = False, **options: Any) -> SagaStore:
         """Open a store of `kind` (at `url`, else the shared database), closed when the test ends."""
+        if kind == EXAMPLE_KIND:
+            example: SagaStore = DictStore()
+            self._opened.append(example)
+            return example
         store = await open_store(url or self.url(kind), **options)
         self._opened.append(store)
         if wipe and kind in ("postgresql", "mysql"):
@@ -190,7 +197,7 @@ class Near:
 
 def local_clock(store: SagaStore) -> bool:
     """Tell whether a store keeps its writers' lease times as given (memory, SQLite: one machine's clock)."""
-    return store.url.startswith(("memory:", "sqlite:"))
+    return store.url.startswith(("memory:", "sqlite:", "dict:"))
 
 
 def as_stored(store: SagaStore, saga: SagaRow) -> SagaRow:
