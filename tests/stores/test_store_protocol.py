@@ -17,6 +17,7 @@ from saga_runtime._storage._batch import Batcher
 from saga_runtime._storage._dialect import Dialect
 from saga_runtime._storage._reading import StoreBase
 from saga_runtime._storage._sqlstore import SQLStore
+from saga_runtime.examples.dict_store import DictStore
 
 PACKAGE = Path(saga_runtime.__file__).parent
 BUILT_ON_PRIMITIVES = (
@@ -150,3 +151,49 @@ def test_the_batcher_takes_one_flush_coroutine() -> None:
     """The group commit is given one flush coroutine and its slots: no other callback into the store."""
     assert list(inspect.signature(Batcher).parameters) == ["flush", "slots"]
     assert list(inspect.signature(Batcher.close).parameters) == ["self", "error"]
+
+
+def test_the_docs_show_the_example_store_the_tests_run() -> None:
+    """The custom-store page's code is saga_runtime/examples/dict_store.py, the file the contract suite runs."""
+    page = (PACKAGE.parent / "docs" / "how-to" / "custom-store.md").read_text()
+    assert (PACKAGE / "examples" / "dict_store.py").read_text() in page
+
+
+def test_the_example_store_implements_the_primitives_only() -> None:
+    """The example store has every core member, declares no capability, and has no capability's own member."""
+    store = DictStore()
+    assert _members(SagaStore) <= set(dir(store))
+    assert isinstance(store, SagaStore)
+    assert store.capabilities == frozenset()
+    for protocol in CAPABILITY_PROTOCOLS.values():  # StoreBase's queue_wakeups aside (it yields False: no wakeups)
+        assert not _members(protocol) & set(dir(store)) - {"queue_wakeups"}, protocol
+
+
+async def test_a_store_of_your_own_runs_sagas_and_refuses_what_it_does_not_declare() -> None:
+    """On the example store a plan runs to SUCCESS (verified) and is compensated on failure; submit needs queues."""
+    registry = saga_runtime.ToolRegistry()
+    undone: list[str] = []
+
+    @registry.tool
+    class Book:
+        async def execute(self, what: str) -> str:
+            if what == "boom":
+                raise RuntimeError("boom")
+            return what
+
+        async def compensate(self, result: str) -> None:
+            undone.append(result)
+
+    store = DictStore()
+    executor = saga_runtime.SagaExecutor(registry, store=store)
+    done = await executor.run([{"tool": "Book", "args": {"what": "seat"}}], saga_id="ok")
+    assert done.status is saga_runtime.SagaStatus.SUCCESS
+    assert await store.verify_saga("ok")
+    failed = await executor.run(
+        [{"tool": "Book", "args": {"what": "room"}}, {"tool": "Book", "args": {"what": "boom"}}], saga_id="undo"
+    )
+    assert failed.status is saga_runtime.SagaStatus.COMPENSATED
+    assert undone == ["room"]
+    with pytest.raises(saga_runtime.StoreError, match="does not keep queues"):
+        await executor.submit([{"tool": "Book", "args": {"what": "later"}}], saga_id="queued")
+    await store.close()
