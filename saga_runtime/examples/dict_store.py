@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 
 from saga_runtime import LeaseLostError, SagaExecutor, StoreError, ToolRegistry
@@ -108,8 +109,7 @@ class DictStore(StoreBase):
         return [(saga.copy(), len(self.steps.get(saga.saga_id, {}))) for saga in rows[offset : offset + limit]]
 
     def _lease(self, saga_id: str, owner: str, expires: datetime) -> None:
-        self.sagas[saga_id] = saga = self.sagas[saga_id].copy()
-        saga.owner, saga.lease_expires_at = owner, expires
+        self.sagas[saga_id] = replace(self.sagas[saga_id], owner=owner, lease_expires_at=expires)
 
     async def claim_saga(self, saga_id: str, owner: str, lease_expires_at: datetime, now: datetime) -> bool:
         self._open()
