@@ -52,8 +52,8 @@ from saga_runtime._storage._sql import (
     MIGRATIONS,
     SAGA_COLUMNS,
     SEALED_SAGAS_VERSION,
-    VERSION_TABLE_DDL,
     schema_too_new,
+    version_table_ddl,
 )
 from saga_runtime._storage._sql_retention import SQLRetention
 from saga_runtime._storage._sql_schedules import SQLSchedules
@@ -261,13 +261,13 @@ class SQLStore(StoreBase, SQLRetention, SQLSchedules, SQLQueueControl):
             if exists:
                 found = int((await tx.fetch(q.read_version))[0][0] or 0)
             else:
-                await tx.execute(VERSION_TABLE_DDL[self._dialect.name])
+                await tx.execute(version_table_ddl(self._dialect.flavour))
             latest = MIGRATIONS[-1].version
             if found > latest:
                 raise schema_too_new(found, latest, self._url)
             for migration in MIGRATIONS:
                 if migration.version > found:
-                    for statement in migration.statements(self._dialect.name):
+                    for statement in migration.statements(self._dialect.flavour):
                         await tx.execute(statement)
                     await tx.execute(
                         q.record_version,
@@ -611,7 +611,7 @@ class SQLStore(StoreBase, SQLRetention, SQLSchedules, SQLQueueControl):
         async def claim() -> list[tuple[SagaRow, list[StepRow]]]:
             async with self._dialect.claim_transaction() as tx:
                 # An operator's pause or drain (API.md §19): nothing new starts.
-                if await held_back(tx, self._dialect.name, queue.name):
+                if await held_back(tx, self._dialect.flavour, queue.name):
                     return []
                 running: dict[str | None, int] = {}
                 if limited:
@@ -841,7 +841,7 @@ class SQLStore(StoreBase, SQLRetention, SQLSchedules, SQLQueueControl):
         names = tuple(queues) or ("",)
         sql = self._due_sql.get(len(names))
         if sql is None:
-            sql = self._due_sql[len(names)] = due_work_sql(self._dialect.name, len(names))
+            sql = self._due_sql[len(names)] = due_work_sql(self._dialect.flavour, len(names))
         clock, at = codec.now_in(now), codec.time_in(now)
         params = (*names, *clock, *clock, waiting, at, waiting, at, *clock, *clock)
         found = (await self._fetch("due_work", sql, params))[0]

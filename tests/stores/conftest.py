@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import sqlite3
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -12,6 +13,7 @@ import pytest
 
 from saga_runtime._records import SagaRow, SagaStatus, StepRow, StepStatus, idempotency_key
 from saga_runtime._storage import SagaStore, open_store
+from saga_runtime._storage._flavour import Flavour
 from saga_runtime.examples.dict_store import DictStore
 
 KINDS = ("memory", "sqlite", "postgresql", "mysql")
@@ -24,6 +26,13 @@ RAW_PLAN_HASH = "ab" * 32
 # How far a lease stored on a database's clock may end from where it was asked to (its clock and the machine's
 # are the same here; the time between writing and reading it is not).
 SLACK = timedelta(seconds=60)
+
+
+def flavour_of(kind: str) -> Flavour:
+    """Return the SQL flavour the dialect module of `kind` (sqlite, postgresql, mysql) declares."""
+    module = {"sqlite": "_sqlite", "postgresql": "_postgres", "mysql": "_mysql"}[kind]
+    flavour: Flavour = importlib.import_module(f"saga_runtime._storage.{module}").FLAVOUR
+    return flavour
 
 
 class Stores:

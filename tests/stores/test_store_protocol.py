@@ -197,3 +197,59 @@ async def test_a_store_of_your_own_runs_sagas_and_refuses_what_it_does_not_decla
     with pytest.raises(saga_runtime.StoreError, match="does not keep queues"):
         await executor.submit([{"tool": "Book", "args": {"what": "later"}}], saga_id="queued")
     await store.close()
+
+
+#: The SQL modules every database shares: they build statements and values from a dialect's flavour.
+SHARED_SQL_MODULES = (
+    "_sql.py",
+    "_sql_retention.py",
+    "_sql_schedules.py",
+    "_queue_sql.py",
+    "_approval_sql.py",
+    "_codec.py",
+    "_sqlstore.py",
+    "_sqlwrite.py",
+    "_batch.py",
+    "_dialect.py",
+    "_flavour.py",
+)
+DATABASE_NAMES = {"sqlite", "postgresql", "postgres", "mysql", "mariadb"}
+
+
+def name_branches(tree: ast.AST) -> list[str]:
+    """Return each branch on a database's name in a module: a comparison with one, a table keyed by them, or a
+    lookup by a dialect's `name` (naming it in a message or a repr is no branch)."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            if any(isinstance(o, ast.Constant) and o.value in DATABASE_NAMES for o in operands):
+                found.append(ast.unparse(node))
+        elif isinstance(node, ast.Dict):
+            if any(isinstance(k, ast.Constant) and k.value in DATABASE_NAMES for k in node.keys):
+                found.append(ast.unparse(node)[:60])
+        elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Attribute) and node.slice.attr == "name":
+            found.append(ast.unparse(node))
+    return found
+
+
+def test_shared_sql_modules_never_branch_on_the_database_name() -> None:
+    """Each dialect's flavour declares what its SQL differs in; the shared SQL modules never ask which database."""
+    branches = []
+    for module in SHARED_SQL_MODULES:
+        tree = ast.parse((PACKAGE / "_storage" / module).read_text())
+        branches += [f"{module}: {branch}" for branch in name_branches(tree)]
+    assert branches == []
+
+
+def test_the_name_branch_guard_sees_a_branch() -> None:
+    """The guard is not blind: the old shared modules' comparisons, tables and lookups by name are found."""
+    tree = ast.parse(
+        'x = " ENGINE=InnoDB" if dialect == "mysql" else ""\n'
+        'clocks = {"sqlite": None, "postgresql": "SELECT clock_timestamp()"}\n'
+        "found = _CACHE[store._dialect.name]\n"
+        'if self._dialect.name == "postgresql": pass\n'
+        "x = dialect.lock_row\n"
+        'log(f"{self._dialect.name} {url}")\n'
+    )
+    assert len(name_branches(tree)) == 4
