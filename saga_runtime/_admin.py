@@ -36,7 +36,7 @@ from saga_runtime._records import (
     now,
     summary_from_rows,
 )
-from saga_runtime._storage import SagaStore, retention, sagas, waiting_counts
+from saga_runtime._storage import SagaStore, queues_of, retention, sagas, waiting_counts
 from saga_runtime._tools import Resources, ToolRegistry
 
 __all__ = ["BulkSummary", "SagaAdmin"]
@@ -157,7 +157,7 @@ class SagaAdmin:
         if reason is not None and reason not in END_REASONS:
             raise ValueError(f"reason must be one of {list(END_REASONS)}, got {reason!r}")
         wanted = None if status is None else SagaStatus(status)
-        rows = await self.store.list_queue_rows(_queue_name(queue), wanted, int(limit), int(offset))
+        rows = await queues_of(self.store).list_queue_rows(_queue_name(queue), wanted, int(limit), int(offset))
         summaries = [summary_from_rows(saga, count) for saga, count in rows]
         return [s for s in summaries if reason is None or s.end_reason == reason]
 
@@ -165,7 +165,7 @@ class SagaAdmin:
 
     async def queues(self) -> list[QueueInfo]:
         """Return each queue holding sagas not finished, or paused, drained or served: counts, state, limits."""
-        return await self.store.queue_infos()
+        return await queues_of(self.store).queue_infos()
 
     async def pause_queue(self, name: str) -> QueueInfo:
         """Pause queue `name`: no worker starts its sagas (what runs goes on) until `resume_queue`; stored."""
@@ -182,7 +182,7 @@ class SagaAdmin:
     async def _set_queue(self, name: str, state: QueueState) -> QueueInfo:
         name = _queue_name(name)
         await journal.set_queue_state(self.store, name, state, now())
-        return next(info for info in await self.store.queue_infos() if info.name == name)
+        return next(info for info in await queues_of(self.store).queue_infos() if info.name == name)
 
     async def waiting_counts(self) -> dict[str, int]:
         """Return how many sagas wait for each kind of thing (`SagaResult.waiting_for["kind"]`), as sampled."""
@@ -226,7 +226,7 @@ class SagaAdmin:
 
     async def holds(self) -> list[SagaHold]:
         """Return every hold, oldest first."""
-        return await self.store.list_holds()
+        return await retention.holds(self.store)
 
     # -- approvals ---------------------------------------------------------------------------------------------
 

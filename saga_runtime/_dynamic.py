@@ -61,7 +61,7 @@ from saga_runtime._records import (
     to_json_value,
 )
 from saga_runtime._starting import checked_json, child_call, target
-from saga_runtime._storage import sagas
+from saga_runtime._storage import approvals_of, sagas
 from saga_runtime._tools import BUILTIN_TOOLS, CHILD_TOOL, ToolRegistry, builtin_tool_message
 
 __all__ = ["DynamicSaga"]
@@ -192,7 +192,7 @@ class DynamicSaga:
     async def _read_requests(self) -> None:
         """Read the approval requests of a saga served from its record."""
         if any(row.status in (StepStatus.REJECTED, StepStatus.WAITING) for row in self._record):
-            self._requests = {row.step_id: row for row in await self._store.load_approvals(self.saga_id)}
+            self._requests = {row.step_id: row for row in await approvals_of(self._store, self.saga_id)}
 
     async def _go_live(self, claim: Claim, *, reentered: bool = False, waited: bool = False) -> SagaEngine:
         """Claim the saga and run calls live; the claim is left in __aexit__, in the same task."""

@@ -21,7 +21,7 @@ from saga_runtime._engine import Looks, journal
 from saga_runtime._exceptions import IdempotencyConflictError, PlanValidationError, ResultNotStorableError, StoreError
 from saga_runtime._planning import MAX_ID_BYTES, build_plan, valid_id
 from saga_runtime._records import Queue, Schedule, SecretKeyring, Timing, now, tick_id, to_json_value
-from saga_runtime._storage import SagaStore
+from saga_runtime._storage import SagaStore, schedules_of
 from saga_runtime._tools import ToolRegistry
 
 __all__ = ["Schedules"]
@@ -127,11 +127,11 @@ class Schedules:
 
     async def all(self) -> list[Schedule]:
         """Return every schedule, by name."""
-        return await self.store.load_schedules()
+        return await schedules_of(self.store).load_schedules()
 
     async def get(self, name: str) -> Schedule:
         """Return the schedule `name`; raise KeyError naming it if there is none."""
-        found = await self.store.load_schedules(name)
+        found = await schedules_of(self.store).load_schedules(name)
         if not found:
             raise KeyError(_unknown(name, self.store))
         return found[0]
@@ -163,7 +163,7 @@ class Schedules:
         """
         if self.submit is None:
             raise TypeError("submitting due ticks needs an executor's submit()")
-        at, due = await self.store.due_schedules(now(), limit + len(self._warned))
+        at, due = await schedules_of(self.store).due_schedules(now(), limit + len(self._warned))
         moved: list[str] = []
         for schedule in due:
             try:

@@ -41,6 +41,7 @@ from saga_runtime._records import (
     result_from_rows,
     same_work,
 )
+from saga_runtime._storage import approvals_of
 
 __all__ = ["Actions"]
 
@@ -133,7 +134,7 @@ class Actions:
         """Return a stored saga's approval rows (none to read for a plan without a step needing approval)."""
         if saga.kind == "plan" and not gated_steps(saga.plan):
             return []
-        return await self._drives.config.store.load_approvals(saga.saga_id)
+        return await approvals_of(self._drives.config.store, saga.saga_id)
 
     async def pending(self, limit: int) -> list[ApprovalRequest]:
         """Return the undecided approval requests of waiting sagas, oldest first."""
@@ -184,7 +185,7 @@ class Actions:
             self._told(stored[0], why)
             changed(store, saga_id)  # a waiting child's parent in this process looks at once
         if status is SagaStatus.WAITING:
-            undecided = [row for row in await store.load_approvals(saga_id) if row.decision is None]
+            undecided = [row for row in await approvals_of(store, saga_id) if row.decision is None]
             for index, request in enumerate(undecided):
                 try:
                     await self.decide(
@@ -209,7 +210,7 @@ class Actions:
         store = self._drives.config.store
         stored = await store.load_saga(saga_id)
         assert stored is not None  # sagas are never deleted
-        return result_from_rows(*stored, await store.load_approvals(saga_id))
+        return result_from_rows(*stored, await approvals_of(store, saga_id))
 
     async def unpark(self, saga_id: str, *, compensate: bool, tools: bool = True) -> SagaResult | None:
         """Make a PARKED saga live again, or compensating; compensate it here if this executor has its tools.

@@ -34,6 +34,7 @@ from saga_runtime._records import (
     mask_secrets,
     now,
 )
+from saga_runtime._storage import SagaStore, approvals_of, has, waits_of
 
 __all__ = ["HOLDABLE", "Decisions", "Gate", "decided"]
 
@@ -66,7 +67,7 @@ class Gate:
         if self._loaded:
             return
         journal = self._journal
-        self._keep(await journal.store.load_approvals(journal.saga.saga_id))
+        self._keep(await approvals_of(journal.store, journal.saga.saga_id))
 
     def known(self, rows: Sequence[ApprovalRow]) -> None:
         """Take the saga's requests as just read from the store (`load` then reads nothing)."""
@@ -216,7 +217,7 @@ class Decisions:
         if loaded is None:
             raise ApprovalError(f"no saga {saga_id!r} in {store.url}", saga_id=saga_id, step_id=step_id)
         saga = loaded[0]
-        requests = await store.load_approvals(saga_id)
+        requests = await approvals_of(store, saga_id)
         request = next((row for row in requests if row.step_id == step_id), None)
         if request is None:
             waiting = [row.step_id for row in requests if row.decision is None]
@@ -245,7 +246,7 @@ class Decisions:
         if request.deadline is not None and request.deadline <= (row.decided_at or now()):
             raise self._too_late(request)
         if not await _journal.decide(store, row):
-            stored = next((r for r in await store.load_approvals(saga_id) if r.step_id == step_id), request)
+            stored = next((r for r in await approvals_of(store, saga_id) if r.step_id == step_id), request)
             if stored.decision is None:
                 raise self._too_late(request)
             raise self._decided_already(stored)
@@ -257,7 +258,7 @@ class Decisions:
         """Reject every waiting request whose deadline passed (decided_by "deadline"); return how many it did."""
         store = self._config.store
         done = 0
-        for request in await store.list_approvals(due=now(), limit=limit):
+        for request in await due_approvals(store, limit):
             row = decided(request, REJECTED, DEADLINE, None)
             if await _journal.decide(store, row, by_deadline=True):
                 done += 1
@@ -269,7 +270,9 @@ class Decisions:
 
     async def pending(self, limit: int = 100) -> list[ApprovalRequest]:
         """Return the undecided requests of waiting sagas, oldest first."""
-        return [approval_request(row) for row in await self._config.store.list_approvals(limit=limit)]
+        store = self._config.store
+        pending = await waits_of(store).list_approvals(limit=limit) if has(store, "waits") else []
+        return [approval_request(row) for row in pending]
 
     @staticmethod
     def _decided_already(request: ApprovalRow) -> ApprovalError:
@@ -292,3 +295,8 @@ class Decisions:
             saga_id=request.saga_id,
             step_id=request.step_id,
         )
+
+
+async def due_approvals(store: SagaStore, limit: int) -> list[ApprovalRow]:
+    """Return the undecided requests whose deadline passed (none on a store that keeps no waits)."""
+    return await waits_of(store).list_approvals(due=now(), limit=limit) if has(store, "waits") else []

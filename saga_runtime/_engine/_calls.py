@@ -22,6 +22,7 @@ from saga_runtime._engine._notices import changed
 from saga_runtime._engine._saga import SagaEngine
 from saga_runtime._exceptions import SagaError, SagaFailedError, describe
 from saga_runtime._records import SagaResult, SagaRow, SagaStatus, StepRow, StepStatus, now, result_from_rows
+from saga_runtime._storage import cancel_requested, messages_for
 
 __all__ = ["CallBody", "CallDriver", "Released", "awaited_topic", "drive_calls", "due", "due_with", "receive", "send"]
 
@@ -303,7 +304,7 @@ async def _unreceived(
 ) -> tuple[str, Any] | None:
     """Return the oldest message on `topic` this saga has not received, as (id, value); one sent after the recv's
     `deadline` is for a later recv (the timed-out one returns None, whenever its worker looks)."""
-    return _first_unreceived(saga, await store.load_messages(saga.saga_id), topic, deadline)
+    return _first_unreceived(saga, await messages_for(store, saga.saga_id), topic, deadline)
 
 
 def _first_unreceived(
@@ -320,7 +321,7 @@ def _first_unreceived(
 async def due(store: Any, saga: SagaRow) -> bool:
     """Tell whether a WAITING saga function may go on: not asleep, nor waiting for a message that has not come
     before its recv's deadline."""
-    if await store.cancel_request(saga.saga_id) is not None:
+    if await cancel_requested(store, saga.saga_id) is not None:
         return True  # cancelled: it goes on to compensate, whatever it waits for
     return due_with(saga, await _awaited(store, saga))
 
@@ -339,7 +340,7 @@ def awaited_topic(saga: SagaRow) -> str | None:
 
 async def _awaited(store: Any, saga: SagaRow) -> Sequence[tuple[str, str, Any, datetime]]:
     """Return the saga's messages if it waits in a recv (else nothing is read)."""
-    return [] if awaited_topic(saga) is None else await store.load_messages(saga.saga_id)
+    return [] if awaited_topic(saga) is None else await messages_for(store, saga.saga_id)
 
 
 def due_with(saga: SagaRow, messages: Sequence[tuple[str, str, Any, datetime]]) -> bool:

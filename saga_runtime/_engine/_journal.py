@@ -48,7 +48,16 @@ from saga_runtime._records import (
     standing_of,
     takeover_entry,
 )
-from saga_runtime._storage import InlineWrite, SagaStore
+from saga_runtime._storage import (
+    InlineWrite,
+    SagaStore,
+    cancels_of,
+    has,
+    messages_of,
+    queues_of,
+    schedules_of,
+    waits_of,
+)
 
 __all__ = [
     "WAITS_FOR_TOOLS",
@@ -516,9 +525,9 @@ class Journal:
 
     async def _took_cancel(self) -> bool:
         """Take in the cancel request that made the store refuse a write, if that is why; tell whether it was."""
-        if self.on_cancel is None or self.owner is None:
+        if self.on_cancel is None or self.owner is None or not has(self.store, "cancels"):
             return False
-        request = await self.store.take_cancel(self.saga.saga_id, self.owner)
+        request = await cancels_of(self.store).take_cancel(self.saga.saga_id, self.owner)
         if request is None:
             return False
         reason = self.cancelled(request)
@@ -766,7 +775,7 @@ async def enqueue(
     store: SagaStore, saga: SagaRow, steps: Sequence[StepRow], entry: QueueEntry
 ) -> tuple[SagaRow, list[StepRow]] | None:
     """Store a new QUEUED saga in `entry`'s queue; return None, or what is stored under its id."""
-    return await store.enqueue(saga, steps, entry)
+    return await queues_of(store).enqueue(saga, steps, entry)
 
 
 async def claim(store: SagaStore, saga: SagaRow, owner: str, expires: datetime, at: datetime, how: ClaimKind) -> bool:
@@ -775,7 +784,7 @@ async def claim(store: SagaStore, saga: SagaRow, owner: str, expires: datetime, 
     if how == "live":
         return await store.claim_saga(saga.saga_id, owner, expires, at)
     if how == "waiting":
-        return await store.claim_waiting(saga.saga_id, owner, expires, at) is not None
+        return has(store, "waits") and await waits_of(store).claim_waiting(saga.saga_id, owner, expires, at) is not None
     row = saga.copy()
     saga_to(row, SagaStatus.COMPENSATING)
     row.finished_at, row.updated_at = None, at
@@ -787,7 +796,7 @@ async def claim_waiting(
     store: SagaStore, saga_id: str, owner: str, expires: datetime, at: datetime
 ) -> tuple[SagaRow, list[StepRow]] | None:
     """Make `owner` hold the WAITING saga `saga_id` until `expires` if nobody else does; return its rows as claimed."""
-    return await store.claim_waiting(saga_id, owner, expires, at)
+    return await waits_of(store).claim_waiting(saga_id, owner, expires, at)
 
 
 async def reopen_child(store: SagaStore, saga: SagaRow, owner: str, expires: datetime, why: str) -> bool:
@@ -799,7 +808,7 @@ async def reopen_child(store: SagaStore, saga: SagaRow, owner: str, expires: dat
 
 async def wake(store: SagaStore, saga_id: str, at: datetime) -> bool:
     """Make a WAITING saga due at `at` (what it waits for may be there); return whether it waits."""
-    return await store.wake_saga(saga_id, at)
+    return has(store, "waits") and await waits_of(store).wake_saga(saga_id, at)
 
 
 async def claim_expired(
@@ -819,7 +828,7 @@ async def claim_queued(
     fits: Callable[[SagaRow], bool] | None,
 ) -> list[tuple[SagaRow, list[StepRow]]]:
     """Start up to `limit` QUEUED sagas of `queue` under `owner`'s lease; return them as started."""
-    return await store.claim_queued(owner, expires, at, queue, limit, fits)
+    return await queues_of(store).claim_queued(owner, expires, at, queue, limit, fits)
 
 
 async def renew(store: SagaStore, owner: str, saga_ids: Sequence[str], expires: datetime, at: datetime) -> set[str]:
@@ -838,19 +847,21 @@ async def release(store: SagaStore, saga: SagaRow, owner: str | None) -> bool:
             await store.save(saga.copy(), [], owner=owner)
             return True
         except LeaseLostError:
-            if owner is None or await store.take_cancel(saga.saga_id, owner) is None:
+            if owner is None or not has(store, "cancels"):
+                break
+            if await cancels_of(store).take_cancel(saga.saga_id, owner) is None:
                 break
     return False
 
 
 async def take_cancel(store: SagaStore, saga_id: str, owner: str) -> str | None:
     """Take in the cancel request of a saga `owner` holds (its writes pass again); return it, or None."""
-    return await store.take_cancel(saga_id, owner)
+    return await cancels_of(store).take_cancel(saga_id, owner) if has(store, "cancels") else None
 
 
 async def ask_cancel(store: SagaStore, saga_id: str, note: str) -> bool:
     """Record an operator's request to cancel a live or waiting saga (once); return whether it did."""
-    return await store.request_cancel(saga_id, note)
+    return await cancels_of(store).request_cancel(saga_id, note)
 
 
 async def cancel_queued(store: SagaStore, saga: SagaRow, error: str, at: datetime, entry: dict[str, Any]) -> bool:
@@ -884,7 +895,8 @@ async def unpark(store: SagaStore, saga: SagaRow, *, compensate: bool, at: datet
     row.owner, row.lease_expires_at, row.updated_at = None, None, at
     if not await store.change_saga(row, status=SagaStatus.PARKED):
         return False
-    await store.notify_workers()  # live again and unowned: an idle worker's recovery takes it at once
+    if has(store, "queues"):
+        await queues_of(store).notify_workers()  # live again and unowned: an idle worker's recovery takes it at once
     return True
 
 
@@ -899,56 +911,56 @@ async def requeue(store: SagaStore, saga: SagaRow, owner: str, at: datetime) -> 
 
 async def note_waiting(store: SagaStore, saga_id: str, note: dict[str, Any]) -> bool:
     """Note on a saga nobody drives why it does not move (unsealed); return whether it did."""
-    return await store.note_waiting(saga_id, note)
+    return has(store, "waits") and await waits_of(store).note_waiting(saga_id, note)
 
 
 async def request_approvals(store: SagaStore, rows: Sequence[ApprovalRow]) -> list[str]:
     """Record the approval requests not recorded yet; return the step ids recorded."""
-    return await store.request_approvals(rows)
+    return await waits_of(store).request_approvals(rows)
 
 
 async def decide(store: SagaStore, row: ApprovalRow, *, by_deadline: bool = False) -> bool:
     """Record the decision `row` holds (see `decided`), once; return whether it was recorded."""
-    return await store.decide_approval(row, by_deadline=by_deadline)
+    return await waits_of(store).decide_approval(row, by_deadline=by_deadline)
 
 
 async def post(store: SagaStore, saga_id: str, message_id: str, topic: str, body: Any, at: datetime) -> bool:
     """Store a message for a saga unless its id is taken there; return whether it was."""
-    return await store.put_message(saga_id, message_id, topic, body, at)
+    return await messages_of(store).put_message(saga_id, message_id, topic, body, at)
 
 
 async def set_queue_state(store: SagaStore, name: str, state: QueueState, at: datetime) -> None:
     """Store an operator's state of queue `name` (active, paused, draining)."""
-    await store.set_queue_state(name, state, at)
+    await queues_of(store).set_queue_state(name, state, at)
 
 
 async def note_queue_limits(store: SagaStore, queue: Queue, at: datetime) -> None:
     """Record the limits a worker serves `queue` with."""
-    await store.note_queue_limits(queue, at)
+    await queues_of(store).note_queue_limits(queue, at)
 
 
 async def put_schedule(store: SagaStore, schedule: Schedule) -> None:
     """Store a schedule, replacing the one of the same name."""
-    await store.put_schedule(schedule)
+    await schedules_of(store).put_schedule(schedule)
 
 
 async def pause_schedule(store: SagaStore, name: str) -> bool:
     """Pause a schedule; return False if none has the name."""
-    return await store.pause_schedule(name)
+    return await schedules_of(store).pause_schedule(name)
 
 
 async def resume_schedule(store: SagaStore, name: str, next_tick: datetime) -> bool:
     """Resume a paused schedule from `next_tick`; return False if none has the name."""
-    return await store.resume_schedule(name, next_tick)
+    return await schedules_of(store).resume_schedule(name, next_tick)
 
 
 async def delete_schedule(store: SagaStore, name: str) -> bool:
     """Delete a schedule; return whether one had the name."""
-    return await store.delete_schedule(name)
+    return await schedules_of(store).delete_schedule(name)
 
 
 async def advance_schedule(
     store: SagaStore, name: str, expected: datetime, next_tick: datetime, last_tick: datetime
 ) -> bool:
     """Move a schedule's next tick on from `expected`, once fleet-wide; return whether this call did."""
-    return await store.advance_schedule(name, expected, next_tick, last_tick)
+    return await schedules_of(store).advance_schedule(name, expected, next_tick, last_tick)

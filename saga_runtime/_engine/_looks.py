@@ -17,7 +17,7 @@ import anyio
 
 from saga_runtime._exceptions import StoreError
 from saga_runtime._records import DueWork, now
-from saga_runtime._storage import SagaStore
+from saga_runtime._storage import SagaStore, due_work_of, has
 
 __all__ = ["FALLBACK", "Looks"]
 
@@ -62,16 +62,21 @@ class Looks:
             await anyio.sleep(self._interval)
             if not self._told:
                 continue
-            try:
-                found = await self._store.due_work(now(), self._queues)
-            except AttributeError:  # a store of its own written before due_work: every loop looks, as it did
-                found = frozenset(_EVERY)
-            except StoreError as exc:
-                logger.warning("looking for due work failed, every loop looks for itself: %s", exc)
+            if not has(self._store, "due_work"):  # a store that cannot tell (it says so): every loop looks
                 found = frozenset(_EVERY)
             else:
-                self._looked_at = anyio.current_time()
+                found = await self._look()
             self._found = found
             for kind in found:
                 for tell in self._told.get(kind, ()):
                     tell()
+
+    async def _look(self) -> frozenset[DueWork]:
+        """Ask the store once what is due; a look that fails finds everything (each loop looks for itself)."""
+        try:
+            found = await due_work_of(self._store).due_work(now(), self._queues)
+        except StoreError as exc:
+            logger.warning("looking for due work failed, every loop looks for itself: %s", exc)
+            return frozenset(_EVERY)
+        self._looked_at = anyio.current_time()
+        return found

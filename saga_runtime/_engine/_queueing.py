@@ -34,6 +34,7 @@ from saga_runtime._records import (
     now,
     same_work,
 )
+from saga_runtime._storage import queues_of
 
 __all__ = ["Queues"]
 
@@ -124,7 +125,7 @@ class Queues:
         store = self._drives.config.store
         for queue in queues:
             try:
-                on_depth(queue.name, await store.queue_depth(queue.name))
+                on_depth(queue.name, await queues_of(store).queue_depth(queue.name))
             except Exception as exc:  # a metric never stops a worker
                 logger.warning("queue %r: could not sample its depth: %s", queue.name, exc)
 
@@ -176,7 +177,7 @@ class Queues:
             woken.set()
 
         idle_wait = interval
-        async with self._drives.config.store.queue_wakeups(wake) as heard:
+        async with queues_of(self._drives.config.store).queue_wakeups(wake) as heard:
             if looks is not None:
                 idle_wait = looks.wait_for(interval)
                 looks.listen("queued", looked)

@@ -35,6 +35,7 @@ from saga_runtime._records import (
     now,
     saga_wake,
 )
+from saga_runtime._storage import approvals_of, cancel_requested, has, messages_for, queues_of, waits_of
 
 __all__ = ["Recovery"]
 
@@ -70,7 +71,9 @@ class Recovery:
         """Wake idle workers to go on with what was just made ready (PostgreSQL: NOTIFY; memory: its own): the
         saga `saga_id` (they go straight to it), else whatever their recovery finds."""
         try:
-            await self._drives.config.store.notify_workers("" if saga_id is None else saga_wake(saga_id))
+            store = self._drives.config.store
+            if has(store, "queues"):
+                await queues_of(store).notify_workers("" if saga_id is None else saga_wake(saga_id))
         except StoreError as exc:  # what was recorded stands; workers find it within their interval
             logger.warning("could not wake the workers (they poll instead): %s", exc)
 
@@ -283,8 +286,12 @@ class Recovery:
     async def go_on_waiting(self, limit: int, shelters: Shelters | None = None) -> list[SagaResult]:
         """Reject the requests whose deadline passed; go on with each WAITING saga whose requests are decided."""
         await self._decisions.expire_due(limit)
-        results, offset = [], 0
-        while page := await self._drives.config.store.waiting_sagas(now(), limit, offset):
+        results: list[SagaResult] = []
+        offset = 0
+        store = self._drives.config.store
+        if not has(store, "waits"):
+            return results
+        while page := await waits_of(store).waiting_sagas(now(), limit, offset):
             for saga_id in page:
                 try:
                     # Listed as due (its wake time passed, or a message, decision or cancel came): claimed at once.
@@ -349,17 +356,17 @@ class Recovery:
             cancel = None
             messages: Sequence[tuple[str, str, Any, datetime]] | None = None
             if function is not None:
-                messages = None if awaited_topic(saga) is None else await store.load_messages(saga_id)
+                messages = None if awaited_topic(saga) is None else await messages_for(store, saga_id)
                 # Due by a message for its recv, an operator's cancel is not read here: the saga's first write
                 # (before any tool starts) is refused for it, and the engine takes it in then.
                 if not due_with(saga, messages or []):
-                    cancel = await store.cancel_request(saga_id)
+                    cancel = await cancel_requested(store, saga_id)
                     if cancel is None:  # not due: it waits on
                         await self._let_go(held)
                         return None
             else:
-                cancel = await store.cancel_request(saga_id)
-            approvals = await store.load_approvals(saga_id) if _gated(saga, held.rows) else None
+                cancel = await cancel_requested(store, saga_id)
+            approvals = await approvals_of(store, saga_id) if _gated(saga, held.rows) else None
             if approvals is not None and any(request.decision is None for request in approvals):
                 await self._let_go(held)  # decided meanwhile the other way round
                 return None
@@ -398,8 +405,8 @@ class Recovery:
         if function_of(saga.plan) is not None and await due(store, saga):
             if not _gated(saga, rows):
                 return True
-            return all(r.decision is not None for r in await store.load_approvals(saga.saga_id))
-        return _gated(saga, rows) and all(r.decision is not None for r in await store.load_approvals(saga.saga_id))
+            return all(r.decision is not None for r in await approvals_of(store, saga.saga_id))
+        return _gated(saga, rows) and all(r.decision is not None for r in await approvals_of(store, saga.saga_id))
 
     async def _fit(self, saga: SagaRow, rows: list[StepRow]) -> bool:
         """Tell whether this executor has every tool a saga needs; if not, note it and warn of it once."""
@@ -430,6 +437,6 @@ async def _count_attempt(engine: SagaEngine) -> None:
 
 async def _honour_cancel(engine: SagaEngine) -> None:
     """Tell a saga driven again of an operator's cancel request stored meanwhile."""
-    request = await engine.config.store.cancel_request(engine.saga.saga_id)
+    request = await cancel_requested(engine.config.store, engine.saga.saga_id)
     if request is not None:
         engine.cancel(request)

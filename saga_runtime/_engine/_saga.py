@@ -38,6 +38,7 @@ from saga_runtime._records import (
     now,
     result_from_rows,
 )
+from saga_runtime._storage import approvals_of
 
 __all__ = ["RUNNABLE", "EngineConfig", "SagaEngine"]
 
@@ -240,7 +241,7 @@ class SagaEngine:
         store = self.config.store
         saga_id = self.saga.saga_id
         try:
-            if all(row.decision is not None for row in await store.load_approvals(saga_id)):
+            if all(row.decision is not None for row in await approvals_of(store, saga_id)):
                 await _journal.wake(store, saga_id, now())
         except Exception as exc:  # its decision's own wakeup, or an operator's look, finds it
             logger.warning("saga %s: could not check its decisions once waiting: %s", saga_id, exc)

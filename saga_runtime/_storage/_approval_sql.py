@@ -10,7 +10,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from saga_runtime._records import ApprovalRow, SagaStatus
-from saga_runtime._storage._codec import LEASE_SQL, NOW_SQL, SAGA_COLUMNS, STEP_COLUMNS, DialectName, RowCodec
+from saga_runtime._storage._codec import SAGA_COLUMNS, STEP_COLUMNS, RowCodec
+from saga_runtime._storage._flavour import Flavour
 from saga_runtime._storage._sql import _placeholders
 
 __all__ = ["APPROVAL_COLUMNS", "ApprovalQueries", "approval_params", "approval_row"]
@@ -38,12 +39,12 @@ _WAITING = SagaStatus.WAITING.value
 class ApprovalQueries:
     """The statements on the approvals table of one dialect."""
 
-    def __init__(self, dialect: DialectName) -> None:
+    def __init__(self, dialect: Flavour) -> None:
         q = _placeholders
-        clock = NOW_SQL[dialect]  # leases use the database's clock
+        clock = dialect.now_sql  # leases use the database's clock
         columns = ", ".join(APPROVAL_COLUMNS)
         marks = ", ".join("?" * len(APPROVAL_COLUMNS))
-        absent = "ON DUPLICATE KEY UPDATE saga_id = saga_id" if dialect == "mysql" else "ON CONFLICT DO NOTHING"
+        absent = dialect.insert_ignore("saga_id", None)
         # Affects 0 rows if recorded already.
         self.insert = q(dialect, f"INSERT INTO approvals ({columns}) VALUES ({marks}) {absent}")
         self.load = q(dialect, f"SELECT {columns} FROM approvals WHERE saga_id = ? ORDER BY seq")
@@ -54,10 +55,10 @@ class ApprovalQueries:
         # People decide before the deadline, the deadline after. Params: five values, saga_id, step_id, time.
         self.decide = q(dialect, decide + "(deadline IS NULL OR deadline > ?)")
         self.expire = q(dialect, decide + "deadline IS NOT NULL AND deadline <= ?")
-        # PostgreSQL: the decision makes its saga due (wake_at) in the same statement, so in the same commit.
+        # With RETURNING (PostgreSQL): the decision makes its saga due (wake_at) in the same statement and commit.
         # Params: as decide/expire, then the wake time. Returns one row per decision recorded.
         self.decide_wake: dict[bool, str] | None = None
-        if dialect == "postgresql":
+        if dialect.returning:
             wake = (
                 " RETURNING saga_id), w AS (UPDATE sagas SET wake_at = ? FROM d "
                 "WHERE sagas.saga_id = d.saga_id AND sagas.status = 'WAITING') SELECT saga_id FROM d"
@@ -91,15 +92,15 @@ class ApprovalQueries:
         )
         # Due again once the lease runs out (its claimer may die before it writes the saga's next wait).
         claim = (
-            f"UPDATE sagas SET owner = ?, lease_expires_at = {LEASE_SQL[dialect]}, updated_at = ?, wake_at = ? "
+            f"UPDATE sagas SET owner = ?, lease_expires_at = {dialect.lease_sql}, updated_at = ?, wake_at = ? "
             "WHERE saga_id = ? AND status = ? "
             f"AND (owner IS NULL OR owner = ? OR lease_expires_at IS NULL OR lease_expires_at < {clock})"
         )
         self.claim = q(dialect, claim)
-        # PostgreSQL claims and reads the claimed saga with its steps in one statement (one round trip); the
-        # others run the claim, then `Queries.load`, in one transaction.
+        # With RETURNING (PostgreSQL), one statement claims and reads the claimed saga with its steps (one round
+        # trip); the others run the claim, then `Queries.load`, in one transaction.
         self.claim_load: str | None = None
-        if dialect == "postgresql":
+        if dialect.returning:
             step_cols = ", ".join(f"st.{c}" for c in STEP_COLUMNS)
             # Its commit does not wait for the disk (synchronous_commit off for this transaction only): a claim
             # lost with a crash of the server leaves the saga unowned, and the claimer's first write (an
@@ -157,12 +158,12 @@ def approval_row(codec: RowCodec, r: Sequence[Any]) -> ApprovalRow:
     )
 
 
-def due_work_sql(dialect: DialectName, queues: int) -> str:
+def due_work_sql(dialect: Flavour, queues: int) -> str:
     """Return the one query of an idle worker's looks (`SagaStore.due_work`): whether a QUEUED saga of `queues`
     queues may start, a schedule is due, a request passed its deadline, a waiting saga is ready, each an EXISTS on
     the index its own look uses, and whether a live saga's lease ran out. Params: the queue names, the clock's; the
     clock's; WAITING, now; WAITING, now, the clock's; the clock's."""
-    clock = NOW_SQL[dialect]
+    clock = dialect.now_sql
     marks = ", ".join("?" for _ in range(max(queues, 1)))
     looks = (
         f"SELECT 1 FROM sagas WHERE status = 'QUEUED' AND queue IN ({marks}) "

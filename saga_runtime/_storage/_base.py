@@ -1,6 +1,11 @@
-"""The SagaStore protocol: everything the engine asks of a database, and nothing more.
+"""The SagaStore protocol: the journal's primitives every store implements, and the capabilities a store may offer.
 
-Stores know rows (saga_runtime._records), never tools, plans or the engine. Each method is one transaction.
+`SagaStore` is the core a store of your own implements (docs/guides/custom-store.md): create, write under an owner
+condition, read one, list, claim, renew leases, take over orphans. What more a store can do (queues, cancels, waits
+and approvals, messages, retention, schedules, due work) it declares in `capabilities`, each a protocol of its own;
+the engine asks a store for a capability by that declaration (`queues_of(store)`, `has(store, "waits")`), never by
+probing its members. Stores know rows (saga_runtime._records), never tools, plans or the engine. Each method is
+one transaction.
 Rows handed to `create_saga` and `save` are snapshots the caller never touches again: a store may keep them.
 Rows a store returns are fresh copies the caller may change.
 """
@@ -11,8 +16,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, cast, runtime_checkable
 
+from saga_runtime._exceptions import StoreError
 from saga_runtime._records import (
     ApprovalRow,
     DueWork,
@@ -36,19 +42,52 @@ from saga_runtime._records import (
 if TYPE_CHECKING:
     from saga_runtime._storage._archive import Archive
 
-__all__ = ["InlineWrite", "SagaStore", "Store", "key_full", "queue_allowance", "same_rows"]
+__all__ = [
+    "EVERY_CAPABILITY",
+    "CancelStore",
+    "Capability",
+    "DueWorkStore",
+    "InlineWrite",
+    "MessageStore",
+    "QueueStore",
+    "RetentionStore",
+    "SagaStore",
+    "ScheduleStore",
+    "Store",
+    "WaitStore",
+    "cancels_of",
+    "due_work_of",
+    "has",
+    "key_full",
+    "messages_of",
+    "queue_allowance",
+    "queues_of",
+    "retention_of",
+    "same_rows",
+    "schedules_of",
+    "waits_of",
+]
 
 
 #: What a store whose writes never pause does in place of `save`: (saga, steps, owner, reseal), no await.
 InlineWrite = Callable[[SagaRow | None, Sequence[StepRow], str | None, bool], None]
 
+#: What a store may offer beyond the core, each a protocol below: declared in `SagaStore.capabilities`.
+Capability = Literal["queues", "cancels", "waits", "messages", "retention", "schedules", "due_work"]
+#: Every capability: what the built-in stores (memory, SQLite, PostgreSQL, MySQL/MariaDB) declare.
+EVERY_CAPABILITY: frozenset[Capability] = frozenset(
+    ("queues", "cancels", "waits", "messages", "retention", "schedules", "due_work")
+)
+
 
 @runtime_checkable
 class SagaStore(Protocol):
-    """A durable home for sagas; memory, SQLite, PostgreSQL and MySQL/MariaDB implement it alike.
+    """A durable home for sagas: the journal's primitives, which every store implements (memory, SQLite, PostgreSQL,
+    MySQL/MariaDB, and a store of your own).
 
-    The journal's primitives (create, save, load, claims, approvals, `insert_rows`, `list_rows`) are each store's
-    own; get, verify, export, import and list are built on them once (saga_runtime._storage._reading).
+    The primitives (create, save, load, insert, list, claim, change, renew, claim expired) are each store's own; get,
+    verify, export, import and list are built on them once (saga_runtime._storage._reading). What else a store
+    offers it declares in `capabilities` (the protocols below); a store declaring none runs plain sagas to their end.
 
     Leases are judged on one clock. A lease is written as an expiry on the writer's clock (a claim's with the
     writer's `now`); PostgreSQL and MySQL/MariaDB store their own time plus what is left of it, and compare
@@ -81,6 +120,11 @@ class SagaStore(Protocol):
     @property
     def signing_key(self) -> bytes | None:
         """Return the key the saga records are signed with (HMAC-SHA-256), or None for plain SHA-256 seals."""
+        ...
+
+    @property
+    def capabilities(self) -> frozenset[Capability]:
+        """Return what the store offers beyond these primitives; the engine asks for nothing else (`has`)."""
         ...
 
     async def create_saga(self, saga: SagaRow, steps: Sequence[StepRow]) -> tuple[SagaRow, list[StepRow]] | None:
@@ -172,7 +216,16 @@ class SagaStore(Protocol):
         """
         ...
 
-    # -- queues: sagas submitted for a worker to start -----------------------------------------------------------
+    async def close(self) -> None:
+        """Release the store's connections; the store cannot be used afterwards."""
+        ...
+
+
+@runtime_checkable
+class QueueStore(Protocol):
+    """Sagas submitted to queues for workers to start, and an operator's control of the queues (API.md §19).
+
+    A store offering it declares "queues" in its `capabilities`."""
 
     async def enqueue(
         self, saga: SagaRow, steps: Sequence[StepRow], entry: QueueEntry
@@ -217,8 +270,6 @@ class SagaStore(Protocol):
         """Return how many sagas wait QUEUED in `queue`."""
         ...
 
-    # -- queue control (API.md §19): an operator's pause or drain, stored, obeyed by every worker's claim --------
-
     async def set_queue_state(self, name: str, state: QueueState, at: datetime) -> None:
         """Store queue `name`'s state ("active", "paused", "draining"); a claim of a paused or draining queue
         starts nothing (what runs goes on). Wakes the workers that listen."""
@@ -257,15 +308,15 @@ class SagaStore(Protocol):
         DECISION_WAKE). Polling stores: nothing to do, their workers look every interval."""
         ...
 
+
+@runtime_checkable
+class CancelStore(Protocol):
+    """Requests to cancel a saga another process may drive, taken in by its owner at its next write.
+
+    A store offering it declares "cancels" in its `capabilities`."""
+
     async def request_cancel(self, saga_id: str, reason: str) -> bool:
         """Record a request to cancel a RUNNING, COMPENSATING or WAITING saga (once); return whether it did."""
-        ...
-
-    async def note_waiting(self, saga_id: str, note: dict[str, Any]) -> bool:
-        """Note on a saga nobody drives (QUEUED, WAITING, or live without an owner) why it does not move: a worker
-        lacks its tool or version (see saga_runtime._records._outcome). Not sealed; the next write of the row by an
-        engine clears it. Return whether it did.
-        """
         ...
 
     async def cancel_request(self, saga_id: str) -> str | None:
@@ -281,7 +332,12 @@ class SagaStore(Protocol):
         """
         ...
 
-    # -- approvals: requests for a person's decision, each decided once ---------------------------------------------
+
+@runtime_checkable
+class WaitStore(Protocol):
+    """Sagas that wait (for a person's decision, a message, a time): approval requests and the claims of a waiting saga.
+
+    A store offering it declares "waits" in its `capabilities`."""
 
     async def request_approvals(self, rows: Sequence[ApprovalRow], *, seal: bool = True) -> list[str]:
         """Record the approval requests not recorded yet (by saga and step); return the step ids it recorded.
@@ -314,13 +370,6 @@ class SagaStore(Protocol):
         `wake_saga`), whose requests are all decided, unowned or whose lease expired; an indexed query."""
         ...
 
-    async def due_work(self, now: datetime, queues: Sequence[str]) -> frozenset[DueWork]:
-        """Tell which of an idle worker's looks would find something now, in one query: "queued" (a QUEUED saga of
-        `queues` whose start time passed), "schedules" (an unpaused schedule due), "approvals" (a request past its
-        deadline), "waiting" (a saga `waiting_sagas` lists), "orphans" (a live saga whose lease ran out). A limit may
-        still hold a queued saga back."""
-        ...
-
     async def wake_saga(self, saga_id: str, at: datetime) -> bool:
         """Make a WAITING saga due at `at` for `waiting_sagas` (at once: a message, a decision or a cancel it may go
         on with); return whether it waits. A saga's own wait (a sleep's end, a recv's deadline) is written with its
@@ -338,7 +387,34 @@ class SagaStore(Protocol):
         """
         ...
 
-    # -- retention (API.md §14): the primitives (saga_runtime._storage._retention builds purge on them) ----------
+    async def note_waiting(self, saga_id: str, note: dict[str, Any]) -> bool:
+        """Note on a saga nobody drives (QUEUED, WAITING, or live without an owner) why it does not move: a worker
+        lacks its tool or version (see saga_runtime._records._outcome). Not sealed; the next write of the row by an
+        engine clears it. Return whether it did.
+        """
+        ...
+
+
+@runtime_checkable
+class MessageStore(Protocol):
+    """Messages sent to a saga (`executor.send`), each stored once under its id.
+
+    A store offering it declares "messages" in its `capabilities`."""
+
+    async def put_message(self, saga_id: str, message_id: str, topic: str, body: Any, sent_at: datetime) -> bool:
+        """Store a message (a JSON value) for a saga unless `message_id` is taken there; return whether it was."""
+        ...
+
+    async def load_messages(self, saga_id: str) -> list[tuple[str, str, Any, datetime]]:
+        """Return a saga's messages as (message_id, topic, body, sent_at), oldest first."""
+        ...
+
+
+@runtime_checkable
+class RetentionStore(Protocol):
+    """The primitives of retention (API.md §14): saga_runtime._storage._retention builds purge and holds on them.
+
+    A store offering it declares "retention" in its `capabilities`."""
 
     @property
     def purge_batch_size(self) -> int:
@@ -361,14 +437,6 @@ class SagaStore(Protocol):
         """
         ...
 
-    async def put_message(self, saga_id: str, message_id: str, topic: str, body: Any, sent_at: datetime) -> bool:
-        """Store a message (a JSON value) for a saga unless `message_id` is taken there; return whether it was."""
-        ...
-
-    async def load_messages(self, saga_id: str) -> list[tuple[str, str, Any, datetime]]:
-        """Return a saga's messages as (message_id, topic, body, sent_at), oldest first."""
-        ...
-
     async def hold_saga(self, saga_id: str, reason: str, at: datetime) -> bool:
         """Hold a stored saga (a hold again replaces its reason); return False if no saga has the id."""
         ...
@@ -381,7 +449,12 @@ class SagaStore(Protocol):
         """Return every hold, oldest first."""
         ...
 
-    # -- schedules (API.md §18): rows a worker submits a saga from at each tick -----------------------------------
+
+@runtime_checkable
+class ScheduleStore(Protocol):
+    """Schedules (API.md §18): rows a worker submits a saga from at each tick.
+
+    A store offering it declares "schedules" in its `capabilities`."""
 
     async def put_schedule(self, schedule: Schedule) -> None:
         """Store a schedule, replacing the one of the same name whole."""
@@ -419,14 +492,34 @@ class SagaStore(Protocol):
         """Delete a schedule; return whether one had the name."""
         ...
 
-    async def close(self) -> None:
-        """Release the store's connections; the store cannot be used afterwards."""
+
+@runtime_checkable
+class DueWorkStore(Protocol):
+    """One query telling an idle worker which of its looks would find something now.
+
+    A store offering it declares "due_work" in its `capabilities`."""
+
+    async def due_work(self, now: datetime, queues: Sequence[str]) -> frozenset[DueWork]:
+        """Tell which of an idle worker's looks would find something now, in one query: "queued" (a QUEUED saga of
+        `queues` whose start time passed), "schedules" (an unpaused schedule due), "approvals" (a request past its
+        deadline), "waiting" (a saga `waiting_sagas` lists), "orphans" (a live saga whose lease ran out). A limit may
+        still hold a queued saga back."""
         ...
 
 
 @runtime_checkable
-class Store(SagaStore, Protocol):
-    """A store as `open_store` gives it: the primitives, and the conveniences every built-in store offers.
+class Store(
+    SagaStore,
+    QueueStore,
+    CancelStore,
+    WaitStore,
+    MessageStore,
+    RetentionStore,
+    ScheduleStore,
+    DueWorkStore,
+    Protocol,
+):
+    """A store as `open_store` gives it: the primitives, every capability, and the conveniences built on them.
 
     The conveniences are functions over the primitives (saga_runtime._storage._reading and _retention), offered as
     methods by `StoreBase`; a store of your own implements the primitives and subclasses `StoreBase` for them.
@@ -499,3 +592,65 @@ def same_rows(stored: tuple[SagaRow, list[StepRow]], given: tuple[SagaRow, Seque
     if (saga.lease_expires_at is None) == (wanted.lease_expires_at is None):
         saga = replace(saga, lease_expires_at=wanted.lease_expires_at)
     return (saga, steps) == (wanted, sorted(rows, key=lambda row: row.seq))
+
+
+def has(store: SagaStore, capability: Capability) -> bool:
+    """Tell whether `store` declares `capability` (what it offers beyond the primitives)."""
+    return capability in store.capabilities
+
+
+def _lacking(store: SagaStore, capability: Capability) -> StoreError:
+    return StoreError(
+        f"the store at {store.url} does not keep {capability.replace('_', ' ')} (it declares "
+        f"{sorted(store.capabilities) or 'no capability'}); use a store that does, such as open_store('sqlite:///sagas.db')",
+        url=store.url,
+    )
+
+
+def queues_of(store: SagaStore) -> QueueStore:
+    """Return `store` as the queue store it declares it is; raise StoreError if it does not keep queues."""
+    if "queues" not in store.capabilities:
+        raise _lacking(store, "queues")
+    return cast(QueueStore, store)
+
+
+def cancels_of(store: SagaStore) -> CancelStore:
+    """Return `store` as the cancel store it declares it is; raise StoreError if it does not keep cancel requests."""
+    if "cancels" not in store.capabilities:
+        raise _lacking(store, "cancels")
+    return cast(CancelStore, store)
+
+
+def waits_of(store: SagaStore) -> WaitStore:
+    """Return `store` as the wait store it declares it is; raise StoreError if it does not keep waits."""
+    if "waits" not in store.capabilities:
+        raise _lacking(store, "waits")
+    return cast(WaitStore, store)
+
+
+def messages_of(store: SagaStore) -> MessageStore:
+    """Return `store` as the message store it declares it is; raise StoreError if it does not keep messages."""
+    if "messages" not in store.capabilities:
+        raise _lacking(store, "messages")
+    return cast(MessageStore, store)
+
+
+def retention_of(store: SagaStore) -> RetentionStore:
+    """Return `store` as the retention store it declares it is; raise StoreError if it does not purge or hold."""
+    if "retention" not in store.capabilities:
+        raise _lacking(store, "retention")
+    return cast(RetentionStore, store)
+
+
+def schedules_of(store: SagaStore) -> ScheduleStore:
+    """Return `store` as the schedule store it declares it is; raise StoreError if it does not keep schedules."""
+    if "schedules" not in store.capabilities:
+        raise _lacking(store, "schedules")
+    return cast(ScheduleStore, store)
+
+
+def due_work_of(store: SagaStore) -> DueWorkStore:
+    """Return `store` as the due-work store it declares it is; raise StoreError if it does not tell due work."""
+    if "due_work" not in store.capabilities:
+        raise _lacking(store, "due_work")
+    return cast(DueWorkStore, store)

@@ -4,25 +4,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from saga_runtime._exceptions import StoreError
 from saga_runtime._records import SagaRow, SagaStatus, StepRow, StepStatus, end_of, now, wake_time
+from saga_runtime._storage._flavour import Flavour
 
-__all__ = ["LEASE_SQL", "NOW_SQL", "SAGA_COLUMNS", "STEP_COLUMNS", "DialectName", "RowCodec"]
+__all__ = ["SAGA_COLUMNS", "STEP_COLUMNS", "DialectName", "RowCodec"]
 
+#: The databases a dialect module serves (their names: URLs, logs; never a branch of shared code).
 DialectName = Literal["sqlite", "postgresql", "mysql"]
-
-# Leases are judged on one clock: the database's where machines share it, the local one on SQLite (one machine).
-# "Now" in a lease comparison (STABLE on PostgreSQL, so the lease index still serves it), and a lease written:
-# the database's time plus what is left of it by the writer's clock (RowCodec.lease_in), one `?` each.
-NOW_SQL: dict[DialectName, str] = {"sqlite": "?", "postgresql": "now()", "mysql": "UTC_TIMESTAMP(6)"}
-LEASE_SQL: dict[DialectName, str] = {
-    "sqlite": "?",
-    "postgresql": "clock_timestamp() + ?::interval",
-    "mysql": "TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(6))",
-}
 
 # Column order of each table; the Python attribute of `grp` is StepRow.group.
 # The statuses a saga has an end reason in (SUCCESS has none).
@@ -99,17 +91,22 @@ _UNENCODABLE = (TypeError, ValueError, RecursionError)
 
 
 class RowCodec:
-    """Convert rows to SQL parameter values and back, for one dialect.
+    """Convert rows to SQL parameter values and back, for one dialect (its flavour says how values reach its driver).
 
     Times are stored in UTC and come back timezone-aware: fixed-width ISO text on SQLite (so text order is time
-    order), TIMESTAMPTZ on PostgreSQL, naive-UTC DATETIME(6) on MySQL. JSON is stored as text on every database
+    order), TIMESTAMPTZ on PostgreSQL, naive-UTC DATETIME(6) on MySQL. Leases are judged on one clock: the
+    database's where machines share it (a lease written as what is left of it), the local one on SQLite (one
+    machine). JSON is stored as text on every database
     (schema version 3): it comes back exactly as written, so a float stays a float, 1e23 stays 1e23 and -0.0
     keeps its sign (PostgreSQL's JSONB and MySQL's JSON rewrite numbers).
     """
 
-    def __init__(self, dialect: DialectName) -> None:
+    def __init__(self, dialect: Flavour) -> None:
         self.dialect = dialect
-        self._bytes_ids = dialect == "mysql"
+        self._bytes_ids = dialect.ids_as_bytes
+        self._time_value = dialect.time_value
+        self._local_clock = dialect.local_clock
+        self._lease_length = dialect.lease_length
 
     def time_in(self, value: datetime | None) -> Any:
         """Return a time as the driver stores it."""
@@ -117,23 +114,19 @@ class RowCodec:
             return None
         if value.tzinfo is not UTC:
             value = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-        if self.dialect == "sqlite":
-            # "2024-05-17 09:30:15.123456+00:00": fixed width, so text order is time order.
-            return value.isoformat(" ", "microseconds")
-        if self.dialect == "mysql":
-            return value.replace(tzinfo=None)
-        return value
+        return self._time_value(value)
 
     def lease_in(self, expires: datetime | None, since: datetime | None = None) -> Any:
-        """Return a lease running until `expires` by a clock reading `since` (default: now), as LEASE_SQL takes it."""
-        if expires is None or self.dialect == "sqlite":
+        """Return a lease running until `expires` by a clock reading `since` (default: now), as the flavour's
+        `lease_sql` takes it."""
+        if expires is None or self._local_clock:
             return self.time_in(expires)
-        length = expires - (now() if since is None else since)
-        return length if self.dialect == "postgresql" else length // timedelta(microseconds=1)
+        return self._lease_length(expires - (now() if since is None else since))
 
     def now_in(self, now: datetime) -> tuple[Any, ...]:
-        """Return the parameters of NOW_SQL: `now` on SQLite, none where the database reads its own clock."""
-        return (self.time_in(now),) if self.dialect == "sqlite" else ()
+        """Return the parameters of the flavour's `now_sql`: `now` on a local clock, none where the database reads its
+        own."""
+        return (self.time_in(now),) if self._local_clock else ()
 
     def time_out(self, value: Any) -> datetime | None:
         """Return a stored time as a timezone-aware UTC datetime."""

@@ -15,6 +15,7 @@ from typing import ClassVar
 from saga_runtime._storage._approval_sql import ApprovalQueries
 from saga_runtime._storage._batch import Outcome, Write
 from saga_runtime._storage._codec import RowCodec
+from saga_runtime._storage._flavour import Flavour
 from saga_runtime._storage._open import redact_url
 from saga_runtime._storage._outage import Outage
 from saga_runtime._storage._sql import DialectName, Queries
@@ -27,6 +28,8 @@ class Dialect(abc.ABC):
     """One database's statements, codec, connections, batch writer and error table, for `SQLStore`."""
 
     name: ClassVar[DialectName]
+    # What its SQL differs in: every statement and the codec are built from it (never from `name`).
+    flavour: ClassVar[Flavour]
     # The driver errors that are one write's doing (a batch failing with one is written again write by write);
     # None: any error but a lost connection may be.
     write_errors: ClassVar[tuple[type[BaseException], ...] | None] = None
@@ -38,9 +41,9 @@ class Dialect(abc.ABC):
         self.retry_for = retry_for
         # Batches written at once: SQLite has one writer; a pool has more.
         self.writers = writers
-        self.queries = Queries(self.name)
-        self.approval_queries = ApprovalQueries(self.name)
-        self.codec = RowCodec(self.name)
+        self.queries = Queries(self.flavour)
+        self.approval_queries = ApprovalQueries(self.flavour)
+        self.codec = RowCodec(self.flavour)
         # Set by the store as it closes: no connection is kept for later from then on.
         self.closed = False
         # Whether the database answers: an outage is logged once as it starts and once as it ends.

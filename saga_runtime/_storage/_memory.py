@@ -25,7 +25,7 @@ from saga_runtime._records import (
     now,
     wake_time,
 )
-from saga_runtime._storage._base import InlineWrite, key_full, queue_allowance
+from saga_runtime._storage._base import EVERY_CAPABILITY, InlineWrite, key_full, queue_allowance
 from saga_runtime._storage._batch import lease_lost
 from saga_runtime._storage._keys import signing_key_bytes
 from saga_runtime._storage._memory_queues import MemoryQueueControl
@@ -56,6 +56,8 @@ class MemoryStore(StoreBase, MemoryRetention, MemorySchedules, MemoryQueueContro
 
     #: No connection to lose: nothing is retried.
     retry_for = 0.0
+    #: Queues, cancels, waits, messages, retention, schedules and due work: everything the engine may ask.
+    capabilities = EVERY_CAPABILITY
 
     def __init__(self, *, signing_key: bytes | str | None = None, keep: int | None = None) -> None:
         self._sagas: dict[str, SagaRow] = {}

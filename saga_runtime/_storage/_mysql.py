@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
+from datetime import timedelta
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, unquote, urlsplit
 
@@ -33,11 +34,19 @@ import pymysql
 
 from saga_runtime._exceptions import StoreBusyError, StoreConnectionError, StoreError
 from saga_runtime._storage._batch import Outcome, Write
-from saga_runtime._storage._codec import LEASE_SQL
 from saga_runtime._storage._dialect import Dialect
 from saga_runtime._storage._errors import CONNECT_ADVICE, ErrorMap, convert
 from saga_runtime._storage._open import redact_url
-from saga_runtime._storage._sql import SAGA_COLUMNS, STEP_COLUMNS, unasked
+from saga_runtime._storage._sql import (
+    SAGA_COLUMNS,
+    STEP_COLUMNS,
+    Flavour,
+    format_placeholders,
+    insert_ignore_on_duplicate,
+    json_columns_modified,
+    unasked,
+    upsert_on_duplicate,
+)
 from saga_runtime._storage._sqlstore import (
     DEFAULT_RETRY_FOR,
     SQLStore,
@@ -171,7 +180,9 @@ class _MySQLTransaction:
 _SAGAS = ", ".join(SAGA_COLUMNS)
 _STEPS = ", ".join(STEP_COLUMNS)
 # A saga row's lease is what is left of it (RowCodec.lease_in), written on the database's clock.
-_LEASE = LEASE_SQL["mysql"].replace("?", "%s")
+# A lease written: the database's time plus what is left of it by the writer's clock (RowCodec.lease_in).
+_LEASE_SQL = "TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(6))"
+_LEASE = _LEASE_SQL.replace("?", "%s")
 _SAGA_ROW = "(" + ", ".join(_LEASE if c == "lease_expires_at" else "%s" for c in SAGA_COLUMNS) + ")"
 _STEP_ROW = "(" + ", ".join(["%s"] * len(STEP_COLUMNS)) + ")"
 _SAGA_SET = ", ".join(f"{c} = VALUES({c})" for c in SAGA_COLUMNS[1:])
@@ -314,10 +325,53 @@ def _chunks(items: list[_T], split: bool) -> list[list[_T]]:
     return [[item] for item in items] if split else [items]
 
 
+# What MySQL's and MariaDB's SQL differs in (saga_runtime._storage._flavour): the database's clock, ids as bytes
+# (string collations ignore case or trailing spaces), naive UTC times, `%s` placeholders, ON DUPLICATE KEY, no
+# partial index, DDL committing statement by statement.
+FLAVOUR = Flavour(
+    types={
+        "id": "VARBINARY(512)",
+        "short": "VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
+        "text": "LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
+        "json": "JSON",
+        "time": "DATETIME(6)",
+        "int": "INTEGER",
+        "bigint": "BIGINT",
+        "float": "DOUBLE",
+    },
+    table_suffix=" ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
+    placeholders=format_placeholders,
+    now_sql="UTC_TIMESTAMP(6)",
+    lease_sql=_LEASE_SQL,
+    clock_sql="SELECT UTC_TIMESTAMP(6)",
+    lock_row=" FOR UPDATE",
+    # After waiting on a concurrent insert of the same id, read the committed row, not the snapshot.
+    lock_reread=" FOR UPDATE",
+    lock_skip=" FOR UPDATE SKIP LOCKED",
+    # Its locking scans lock rows they then pass over (a recovery scan of the same table), so skipping would start
+    # sagas out of order: it waits for such a row a moment, and re-reads it (no longer QUEUED if taken).
+    lock_queue_scan=" FOR UPDATE",
+    lock_purge_scan=" FOR UPDATE SKIP LOCKED",
+    insert_ignore=insert_ignore_on_duplicate,
+    upsert=upsert_on_duplicate,
+    table_exists="SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?",
+    notifies=False,
+    returning=False,
+    alter_one_column=False,
+    partial_indexes=False,
+    json_as_text=json_columns_modified,
+    time_value=lambda value: value.replace(tzinfo=None),
+    local_clock=False,
+    lease_length=lambda length: length // timedelta(microseconds=1),
+    ids_as_bytes=True,
+)
+
+
 class MySQLDialect(Dialect):
     """Sagas in a MySQL or MariaDB database, through a pool of aiomysql connections."""
 
     name = "mysql"
+    flavour = FLAVOUR
     counts_changed_rows = True
 
     def __init__(self, url: str, pool: Any, database: str, *, retry_for: float = DEFAULT_RETRY_FOR) -> None:

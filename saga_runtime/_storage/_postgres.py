@@ -37,7 +37,18 @@ from saga_runtime._storage._dialect import Dialect
 from saga_runtime._storage._errors import CONNECT_ADVICE, ErrorMap, convert, mapping_errors
 from saga_runtime._storage._open import redact_url
 from saga_runtime._storage._outage import Outage
-from saga_runtime._storage._sql import DECIDED_CHANNEL, QUEUED_CHANNEL, SAGA_COLUMNS, STEP_COLUMNS, unasked
+from saga_runtime._storage._sql import (
+    DECIDED_CHANNEL,
+    QUEUED_CHANNEL,
+    SAGA_COLUMNS,
+    STEP_COLUMNS,
+    Flavour,
+    insert_ignore_on_conflict,
+    json_columns_retyped,
+    numbered_placeholders,
+    unasked,
+    upsert_on_conflict,
+)
 from saga_runtime._storage._sqlstore import (
     DEFAULT_RETRY_FOR,
     SQLStore,
@@ -305,10 +316,51 @@ def _alone_statement(write: Write) -> tuple[str, list[Any]]:
     return _batch_statement(_MODES[mode], checks, bool(write.steps), int(mode is not None), len(write.steps)), params
 
 
+# What PostgreSQL's SQL differs in (saga_runtime._storage._flavour): the database's clock (`now()` is STABLE, so
+# the lease index still serves a comparison), row locks skipping those held, numbered placeholders, NOTIFY and
+# RETURNING, transactional DDL.
+FLAVOUR = Flavour(
+    types={
+        "id": 'TEXT COLLATE "C"',
+        "short": "TEXT",
+        "text": "TEXT",
+        "json": "JSONB",
+        "time": "TIMESTAMPTZ",
+        "int": "INTEGER",
+        "bigint": "BIGINT",
+        "float": "DOUBLE PRECISION",
+    },
+    table_suffix="",
+    placeholders=numbered_placeholders,
+    now_sql="now()",
+    lease_sql="clock_timestamp() + ?::interval",
+    clock_sql="SELECT clock_timestamp()",
+    lock_row=" FOR UPDATE",
+    lock_reread="",
+    lock_skip=" FOR UPDATE SKIP LOCKED",
+    # It locks only the rows it returns and skips those another claimer holds.
+    lock_queue_scan=" FOR UPDATE SKIP LOCKED",
+    lock_purge_scan=" FOR UPDATE OF s SKIP LOCKED",
+    insert_ignore=insert_ignore_on_conflict,
+    upsert=upsert_on_conflict,
+    table_exists="SELECT COUNT(*) FROM pg_catalog.pg_tables WHERE tablename = ? AND schemaname = current_schema()",
+    notifies=True,
+    returning=True,
+    alter_one_column=False,
+    partial_indexes=True,
+    json_as_text=json_columns_retyped,
+    time_value=lambda value: value,
+    local_clock=False,
+    lease_length=lambda length: length,
+    ids_as_bytes=False,
+)
+
+
 class PostgresDialect(Dialect):
     """Sagas in a PostgreSQL database, through a pool of asyncpg connections."""
 
     name = "postgresql"
+    flavour = FLAVOUR
 
     def __init__(self, url: str, pool: Any, *, retry_for: float = DEFAULT_RETRY_FOR) -> None:
         super().__init__(url, retry_for=retry_for, writers=pool.get_max_size())

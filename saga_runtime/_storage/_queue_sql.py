@@ -25,8 +25,9 @@ from saga_runtime._records import (
     SagaStatus,
     now,
 )
-from saga_runtime._storage._codec import SAGA_COLUMNS, DialectName, RowCodec
+from saga_runtime._storage._codec import SAGA_COLUMNS, RowCodec
 from saga_runtime._storage._dialect import Dialect
+from saga_runtime._storage._flavour import Flavour
 from saga_runtime._storage._sql import DECIDED_CHANNEL, QUEUED_CHANNEL, _placeholders
 from saga_runtime._storage._sqlwrite import Transaction
 
@@ -48,13 +49,11 @@ _LIMITS = ("concurrency", "key_concurrency", "rate_limit", "rate_per", "limits_a
 class QueueControlQueries:
     """The queue control statements of one dialect."""
 
-    def __init__(self, dialect: DialectName) -> None:
+    def __init__(self, dialect: Flavour) -> None:
         q = _placeholders
 
         def upsert(columns: Sequence[str]) -> str:
-            if dialect == "mysql":
-                return "ON DUPLICATE KEY UPDATE " + ", ".join(f"{c} = VALUES({c})" for c in columns)
-            return "ON CONFLICT (name) DO UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in columns)
+            return dialect.upsert("name", columns)
 
         self.state = q(dialect, "SELECT state FROM queue_states WHERE name = ?")
         # A queued saga's queue, its state and noted limits, and what they count now (on the queue index).
@@ -67,8 +66,7 @@ class QueueControlQueries:
             "s.not_before "
             "FROM sagas s LEFT JOIN queue_states q ON q.name = s.queue WHERE s.saga_id = ? AND s.queue IS NOT NULL",
         )
-        clocks = {"sqlite": None, "postgresql": "SELECT clock_timestamp()", "mysql": "SELECT UTC_TIMESTAMP(6)"}
-        self.clock = clocks[dialect]
+        self.clock = dialect.clock_sql
         # The starts in a rate window, counted up to the limit, on the (queue, started_at) index (as a claim does).
         self.started = q(
             dialect,
@@ -98,23 +96,28 @@ class QueueControlQueries:
         listed = f"SELECT {saga_cols}, {count} FROM sagas s WHERE s.queue = ?"
         order = "ORDER BY s.created_at DESC, s.saga_id DESC LIMIT ? OFFSET ?"
         self.listed = (q(dialect, f"{listed} {order}"), q(dialect, f"{listed} AND s.status = ? {order}"))
-        self.notify = q(dialect, f"SELECT pg_notify('{QUEUED_CHANNEL}', ?)") if dialect == "postgresql" else None
-        self.notify_decided = f"SELECT pg_notify('{DECIDED_CHANNEL}', '')" if dialect == "postgresql" else None
+        self.notify = q(dialect, f"SELECT pg_notify('{QUEUED_CHANNEL}', ?)") if dialect.notifies else None
+        self.notify_decided = f"SELECT pg_notify('{DECIDED_CHANNEL}', '')" if dialect.notifies else None
 
 
-# Built once per dialect, at import: the hot path only sends them.
-_QUERIES: dict[DialectName, QueueControlQueries] = {
-    name: QueueControlQueries(name) for name in ("sqlite", "postgresql", "mysql")
-}
+# Built once per dialect (by its flavour), at its first use: the hot path only sends them.
+_QUERIES: dict[Flavour, QueueControlQueries] = {}
+
+
+def _of(dialect: Flavour) -> QueueControlQueries:
+    found = _QUERIES.get(dialect)
+    if found is None:
+        found = _QUERIES[dialect] = QueueControlQueries(dialect)
+    return found
 
 
 def _queries(store: SQLQueueControl) -> QueueControlQueries:
-    return _QUERIES[store._dialect.name]
+    return _of(store._dialect.flavour)
 
 
-async def held_back(tx: Transaction, dialect: DialectName, queue: str) -> bool:
+async def held_back(tx: Transaction, dialect: Flavour, queue: str) -> bool:
     """Tell, inside a claim's transaction, whether an operator paused or is draining `queue` (start nothing)."""
-    records = await tx.fetch(_QUERIES[dialect].state, (queue,))
+    records = await tx.fetch(_of(dialect).state, (queue,))
     return bool(records) and records[0][0] in (PAUSED, DRAINING)
 
 

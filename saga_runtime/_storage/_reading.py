@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from saga_runtime._exceptions import IdempotencyConflictError
@@ -27,12 +27,39 @@ from saga_runtime._records import (
 )
 from saga_runtime._storage import _retention
 from saga_runtime._storage._archive import ArchiveTarget
-from saga_runtime._storage._base import same_rows
+from saga_runtime._storage._base import Capability, cancels_of, has, messages_of, queues_of, same_rows, waits_of
 
 if TYPE_CHECKING:
+    from saga_runtime._records import ApprovalRow
     from saga_runtime._storage._base import SagaStore
 
-__all__ = ["StoreBase", "export_saga", "get_saga", "import_saga", "list_sagas", "verify_saga", "waiting_counts"]
+__all__ = [
+    "StoreBase",
+    "approvals_of",
+    "cancel_requested",
+    "export_saga",
+    "get_saga",
+    "import_saga",
+    "list_sagas",
+    "messages_for",
+    "verify_saga",
+    "waiting_counts",
+]
+
+
+async def approvals_of(store: SagaStore, saga_id: str) -> list[ApprovalRow]:
+    """Return a saga's approval rows, in step order: none on a store that keeps no waits."""
+    return await waits_of(store).load_approvals(saga_id) if has(store, "waits") else []
+
+
+async def messages_for(store: SagaStore, saga_id: str) -> list[tuple[str, str, Any, datetime]]:
+    """Return a saga's messages as (message_id, topic, body, sent_at), oldest first: none on a store without them."""
+    return await messages_of(store).load_messages(saga_id) if has(store, "messages") else []
+
+
+async def cancel_requested(store: SagaStore, saga_id: str) -> str | None:
+    """Return the reason of a saga's cancel request, or None (always, on a store that keeps no cancels)."""
+    return await cancels_of(store).cancel_request(saga_id) if has(store, "cancels") else None
 
 
 async def get_saga(store: SagaStore, saga_id: str) -> SagaResult | None:
@@ -40,9 +67,10 @@ async def get_saga(store: SagaStore, saga_id: str) -> SagaResult | None:
     snapshot = await store.load_saga(saga_id)
     if snapshot is None:
         return None
-    result = result_from_rows(*snapshot, await store.load_approvals(saga_id))
-    if result.status is SagaStatus.QUEUED:  # a paused or draining queue is the first reason it does not move
-        standing = await store.saga_queue_state(saga_id)
+    result = result_from_rows(*snapshot, await approvals_of(store, saga_id))
+    # A paused or draining queue is the first reason a queued saga does not move.
+    if result.status is SagaStatus.QUEUED and has(store, "queues"):
+        standing = await queues_of(store).saga_queue_state(saga_id)
         held = None if standing is None else queue_waiting_of(standing)
         if held is not None and (held["kind"] == "queue_paused" or result.waiting_for is None):
             result = result.model_copy(update={"waiting_for": held})
@@ -54,7 +82,7 @@ async def verify_saga(store: SagaStore, saga_id: str) -> VerifyResult:
     snapshot = await store.load_saga(saga_id)
     if snapshot is None:
         raise KeyError(f"no saga {saga_id!r} in {store.url}")
-    approvals = await store.load_approvals(saga_id)
+    approvals = await approvals_of(store, saga_id)
     return verify_rows(*snapshot, store.signing_key, approvals, sealed_since=store.sealed_since)
 
 
@@ -63,7 +91,7 @@ async def export_saga(store: SagaStore, saga_id: str) -> dict[str, Any]:
     snapshot = await store.load_saga(saga_id)
     if snapshot is None:
         raise KeyError(f"no saga {saga_id!r} in {store.url}")
-    return export_rows(*snapshot, await store.load_approvals(saga_id))
+    return export_rows(*snapshot, await approvals_of(store, saga_id))
 
 
 async def import_saga(store: SagaStore, data: Mapping[str, Any]) -> None:
@@ -78,7 +106,8 @@ async def import_saga(store: SagaStore, data: Mapping[str, Any]) -> None:
             "import it into another store or delete the existing one first",
             saga_id=saga.saga_id,
         )
-    await store.request_approvals(approvals, seal=False)  # kept as exported, unsealed ones too
+    if approvals:  # kept as exported, unsealed ones too
+        await waits_of(store).request_approvals(approvals, seal=False)
 
 
 async def list_sagas(
@@ -115,7 +144,12 @@ async def waiting_counts(store: SagaStore, *, page: int = 500) -> dict[str, int]
 
 
 class StoreBase:
-    """The public methods every store builds on its primitives."""
+    """The public methods every store builds on its primitives.
+
+    A store subclassing it declares no capability unless it says so (`capabilities`).
+    """
+
+    capabilities: frozenset[Capability] = frozenset()
 
     @asynccontextmanager
     async def queue_wakeups(self, wake: Callable[[str], None]) -> AsyncIterator[bool]:
@@ -179,4 +213,4 @@ class StoreBase:
 
     async def holds(self: SagaStore) -> list[SagaHold]:
         """Return every hold (saga id, reason, when), oldest first."""
-        return await self.list_holds()
+        return await _retention.holds(self)

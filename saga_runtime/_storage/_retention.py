@@ -15,8 +15,10 @@ from typing import TYPE_CHECKING
 
 from saga_runtime._records import PurgeReport, SagaRow, SagaStatus, now, seal_saga
 from saga_runtime._storage._archive import Archive, ArchiveTarget
+from saga_runtime._storage._base import retention_of
 
 if TYPE_CHECKING:
+    from saga_runtime._records import SagaHold
     from saga_runtime._storage._base import SagaStore
 
 __all__ = [
@@ -25,6 +27,7 @@ __all__ = [
     "ArchiveTarget",
     "check_statuses",
     "hold",
+    "holds",
     "keeps_child",
     "purge",
     "tombstone",
@@ -103,8 +106,9 @@ async def purge(
     wanted = check_statuses(statuses)
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
         raise ValueError(f"limit must be an int >= 0 or None, not {limit!r}")
+    kept = retention_of(store)
     box = None if archive is None else Archive(archive)
-    batch = store.purge_batch_size
+    batch = kept.purge_batch_size
     ids: list[str] = []
     if box is not None:
         box.check(create=not dry_run)  # before the first deletion
@@ -112,10 +116,10 @@ async def purge(
         while limit is None or len(ids) < limit:
             size = batch if limit is None else min(batch, limit - len(ids))
             if dry_run:
-                found = await store.purge_candidates(cutoff, wanted, size, len(ids))
+                found = await kept.purge_candidates(cutoff, wanted, size, len(ids))
                 error = None
             else:
-                found, error = await store.purge_batch(cutoff, wanted, size, box, now())
+                found, error = await kept.purge_batch(cutoff, wanted, size, box, now())
             ids += found
             if error is not None:
                 raise error
@@ -131,10 +135,15 @@ async def hold(store: SagaStore, saga_id: str, reason: str) -> None:
     """Hold a saga from purges until released; raise KeyError if unknown."""
     if not isinstance(reason, str) or not reason.strip():
         raise ValueError("a hold needs a reason (who asked for it, and why)")
-    if not await store.hold_saga(saga_id, reason, now()):
+    if not await retention_of(store).hold_saga(saga_id, reason, now()):
         raise KeyError(f"no saga {saga_id!r} in {store.url}; nothing was held")
 
 
 async def unhold(store: SagaStore, saga_id: str) -> bool:
     """Release a saga's hold; return whether it was held."""
-    return await store.unhold_saga(saga_id)
+    return await retention_of(store).unhold_saga(saga_id)
+
+
+async def holds(store: SagaStore) -> list[SagaHold]:
+    """Return every hold, oldest first."""
+    return await retention_of(store).list_holds()

@@ -6,12 +6,13 @@ only: tool names, step ids, args and results never become SQL text.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from saga_runtime._exceptions import SchemaVersionError, StoreError
 from saga_runtime._records import END_REASONS, SagaStatus
-from saga_runtime._storage._codec import LEASE_SQL, NOW_SQL, SAGA_COLUMNS, STEP_COLUMNS, DialectName, RowCodec
+from saga_runtime._storage._codec import SAGA_COLUMNS, STEP_COLUMNS, DialectName, RowCodec
+from saga_runtime._storage._flavour import Flavour
 
 __all__ = [
     "DECIDED_CHANNEL",
@@ -23,11 +24,16 @@ __all__ = [
     "SEALED_SAGAS_VERSION",
     "STEP_COLUMNS",
     "DialectName",
+    "Flavour",
     "Migration",
     "Queries",
     "RowCodec",
+    "json_columns_modified",
+    "json_columns_retyped",
+    "json_text_already",
     "schema_too_new",
     "unasked",
+    "version_table_ddl",
 ]
 
 # The PostgreSQL channel a submit notifies (its payload the queue's name), so idle workers start it at once.
@@ -44,45 +50,9 @@ def unasked(owner: str, table: str = "") -> str:
     return f"({table}cancel_request IS NULL OR {table}cancel_seen = {owner})"
 
 
-# Column types per dialect. Ids are exact, case- and space-sensitive everywhere: "C" collation on PostgreSQL,
-# bytes on MySQL (its string collations ignore case or trailing spaces), SQLite's default BINARY collation.
-_TYPES: dict[DialectName, dict[str, str]] = {
-    "sqlite": {
-        "id": "TEXT",
-        "short": "TEXT",
-        "text": "TEXT",
-        "json": "TEXT",
-        "time": "TEXT",
-        "int": "INTEGER",
-        "bigint": "INTEGER",
-        "float": "REAL",
-    },
-    "postgresql": {
-        "id": 'TEXT COLLATE "C"',
-        "short": "TEXT",
-        "text": "TEXT",
-        "json": "JSONB",
-        "time": "TIMESTAMPTZ",
-        "int": "INTEGER",
-        "bigint": "BIGINT",
-        "float": "DOUBLE PRECISION",
-    },
-    "mysql": {
-        "id": "VARBINARY(512)",
-        "short": "VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
-        "text": "LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
-        "json": "JSON",
-        "time": "DATETIME(6)",
-        "int": "INTEGER",
-        "bigint": "BIGINT",
-        "float": "DOUBLE",
-    },
-}
-
-
-def _schema_v1(dialect: DialectName) -> list[str]:
-    t = _TYPES[dialect]
-    table_suffix = " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4" if dialect == "mysql" else ""
+def _schema_v1(dialect: Flavour) -> list[str]:
+    t = dialect.types
+    table_suffix = dialect.table_suffix
     return [
         f"""CREATE TABLE sagas (
             saga_id {t["id"]} NOT NULL PRIMARY KEY,
@@ -130,36 +100,44 @@ def _schema_v1(dialect: DialectName) -> list[str]:
     ]
 
 
-def _schema_v2(dialect: DialectName) -> list[str]:
+def _schema_v2(dialect: Flavour) -> list[str]:
     # Recovery counts its claims of a saga, and parks one that failed too often, keeping the status it left.
     # One ALTER where the dialect allows it: MySQL's DDL commits on its own, so one statement is all or nothing.
     # `parked_from` holds a status name, as `status` does (the same type, so every status fits).
-    t = _TYPES[dialect]
+    t = dialect.types
     columns = [f"ADD COLUMN recovery_attempts {t['int']} NOT NULL DEFAULT 0", f"ADD COLUMN parked_from {t['short']}"]
-    if dialect == "sqlite":  # one column per ALTER TABLE; its DDL is transactional anyway
-        return [f"ALTER TABLE sagas {column}" for column in columns]
-    return ["ALTER TABLE sagas " + ", ".join(columns)]
+    return dialect.alter("sagas", columns)
 
 
-def _schema_v3(dialect: DialectName) -> list[str]:
+def _schema_v3(dialect: Flavour) -> list[str]:
     # Saga rows are sealed (a `seal` column), and JSON is stored as text: PostgreSQL's JSONB and MySQL's JSON
     # rewrite numbers (1e16 comes back an int, -0.0 as 0, 1e23 as another float), which broke the seals of records
     # nobody touched. MariaDB's JSON is text already; the change makes its columns plain LONGTEXT like MySQL's.
     # Existing JSON keeps its value (a JSONB document becomes its text); its saga rows stay unsealed (legacy).
-    t = _TYPES[dialect]
-    if dialect == "sqlite":  # JSON is TEXT already
-        return [f"ALTER TABLE sagas ADD COLUMN seal {t['short']}"]
-    if dialect == "postgresql":
-        text = "TEXT"
-        sagas = [f"ALTER COLUMN {c} TYPE {text} USING {c}::text" for c in ("plan", "budget", "metadata")]
-        steps = [f"ALTER COLUMN {c} TYPE {text} USING {c}::text" for c in ("args", "result")]
-        # PostgreSQL's DDL is transactional: the migration is all or nothing.
-        return [
-            "ALTER TABLE sagas " + ", ".join([f"ADD COLUMN seal {t['short']}", *sagas]),
-            "ALTER TABLE steps " + ", ".join(steps),
-        ]
-    # MySQL's DDL commits statement by statement: the steps' change comes first, as it can run twice harmlessly
-    # (should the second statement fail, the next open runs both again).
+    # Each dialect's flavour names which of the three below is its own.
+    return dialect.json_as_text(dialect.types)
+
+
+def json_text_already(t: Mapping[str, str]) -> list[str]:
+    """Migration 3 where JSON is TEXT already: the seal column only."""
+    return [f"ALTER TABLE sagas ADD COLUMN seal {t['short']}"]
+
+
+def json_columns_retyped(t: Mapping[str, str]) -> list[str]:
+    """Migration 3 where DDL is transactional and a column's type changes with a cast (JSONB to its text)."""
+    text = "TEXT"
+    sagas = [f"ALTER COLUMN {c} TYPE {text} USING {c}::text" for c in ("plan", "budget", "metadata")]
+    steps = [f"ALTER COLUMN {c} TYPE {text} USING {c}::text" for c in ("args", "result")]
+    # PostgreSQL's DDL is transactional: the migration is all or nothing.
+    return [
+        "ALTER TABLE sagas " + ", ".join([f"ADD COLUMN seal {t['short']}", *sagas]),
+        "ALTER TABLE steps " + ", ".join(steps),
+    ]
+
+
+def json_columns_modified(t: Mapping[str, str]) -> list[str]:
+    """Migration 3 where DDL commits statement by statement (MySQL): the steps' change comes first, as it can run
+    twice harmlessly (should the second statement fail, the next open runs both again)."""
     text = t["text"]
     return [
         "ALTER TABLE steps " + ", ".join(f"MODIFY {c} {text}" for c in ("args", "result")),
@@ -175,11 +153,11 @@ def _schema_v3(dialect: DialectName) -> list[str]:
     ]
 
 
-def _schema_approvals(dialect: DialectName) -> list[str]:
+def _schema_approvals(dialect: Flavour) -> list[str]:
     # Approval requests live in a table of their own (a step may wait for a person's decision): one row per
     # request, its decision written once by a conditional UPDATE (`decision IS NULL`), sealed like a step row.
-    t = _TYPES[dialect]
-    table_suffix = " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4" if dialect == "mysql" else ""
+    t = dialect.types
+    table_suffix = dialect.table_suffix
     return [
         f"""CREATE TABLE approvals (
             saga_id {t["id"]} NOT NULL,
@@ -203,13 +181,13 @@ def _schema_approvals(dialect: DialectName) -> list[str]:
     ]
 
 
-def _schema_queues(dialect: DialectName) -> list[str]:
+def _schema_queues(dialect: Flavour) -> list[str]:
     # Sagas submitted to a queue: its name (NULL: not queued, or a submit that stopped half-way), the key its
     # key_concurrency counts, the priority (lower first), the earliest start, when a worker started it (the rate
     # windows), and an operator's request to cancel it (its reason). No save writes them: the queue is set once,
     # at submit, the start at its claim. `queue_locks` holds one row per queue, locked by a claim counting limits.
-    t = _TYPES[dialect]
-    table_suffix = " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4" if dialect == "mysql" else ""
+    t = dialect.types
+    table_suffix = dialect.table_suffix
     columns = [
         f"ADD COLUMN queue {t['short']}",
         f"ADD COLUMN queue_key {t['short']}",
@@ -218,11 +196,7 @@ def _schema_queues(dialect: DialectName) -> list[str]:
         f"ADD COLUMN started_at {t['time']}",
         f"ADD COLUMN cancel_request {t['text']}",
     ]
-    alter = (
-        [f"ALTER TABLE sagas {column}" for column in columns]
-        if dialect == "sqlite"
-        else ["ALTER TABLE sagas " + ", ".join(columns)]
-    )
+    alter = dialect.alter("sagas", columns)
     return [
         *alter,
         "CREATE INDEX sagas_queue ON sagas (queue, status, priority, created_at)",
@@ -230,30 +204,28 @@ def _schema_queues(dialect: DialectName) -> list[str]:
     ]
 
 
-def _schema_tool_versions(dialect: DialectName) -> list[str]:
+def _schema_tool_versions(dialect: Flavour) -> list[str]:
     # Each step records the version of its tool, and whether `reconcile` settled its unknown outcome.
-    t = _TYPES[dialect]
+    t = dialect.types
     columns = [
         f"ADD COLUMN tool_version {t['short']} NOT NULL DEFAULT '1'",
         f"ADD COLUMN reconciled {t['int']} NOT NULL DEFAULT 0",
     ]
-    if dialect == "sqlite":
-        return [f"ALTER TABLE steps {column}" for column in columns]
-    return ["ALTER TABLE steps " + ", ".join(columns)]
+    return dialect.alter("steps", columns)
 
 
-def _schema_retention(dialect: DialectName) -> list[str]:
+def _schema_retention(dialect: Flavour) -> list[str]:
     # Retention (API.md §14): a purged saga's row stays as a tombstone (`purged_at` set), so its id never runs
     # again; holds live beside the record. The index gives a purge the oldest finished sagas in order, without a
     # sort of them all per batch (the statuses are filtered on the way).
-    t = _TYPES[dialect]
-    table_suffix = " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4" if dialect == "mysql" else ""
+    t = dialect.types
+    table_suffix = dialect.table_suffix
     return [
         f"ALTER TABLE sagas ADD COLUMN purged_at {t['time']}",
-        # MySQL/MariaDB have no partial index; `purged_at IS NULL` is a lookup on its first column there.
-        "CREATE INDEX sagas_retention ON sagas (purged_at, finished_at, saga_id)"
-        if dialect == "mysql"
-        else "CREATE INDEX sagas_retention ON sagas (finished_at, saga_id) WHERE purged_at IS NULL",
+        # Without partial indexes (MySQL/MariaDB), `purged_at IS NULL` is a lookup on its first column.
+        "CREATE INDEX sagas_retention ON sagas (finished_at, saga_id) WHERE purged_at IS NULL"
+        if dialect.partial_indexes
+        else "CREATE INDEX sagas_retention ON sagas (purged_at, finished_at, saga_id)",
         f"""CREATE TABLE holds (
             saga_id {t["id"]} NOT NULL PRIMARY KEY,
             reason {t["text"]} NOT NULL,
@@ -262,16 +234,16 @@ def _schema_retention(dialect: DialectName) -> list[str]:
     ]
 
 
-def _schema_history(dialect: DialectName) -> list[str]:
+def _schema_history(dialect: Flavour) -> list[str]:
     # A saga's takeovers and its cancel, JSON text written with the (sealed) saga row.
-    return [f"ALTER TABLE sagas ADD COLUMN history {_TYPES[dialect]['text']}"]
+    return [f"ALTER TABLE sagas ADD COLUMN history {dialect.types['text']}"]
 
 
-def _schema_schedules(dialect: DialectName) -> list[str]:
+def _schema_schedules(dialect: Flavour) -> list[str]:
     # Schedules (API.md §18): a worker submits the due tick's saga, then moves `next_tick` on with one conditional
     # update; the index gives the due ones, earliest first. `plan` and `args` are JSON text, as the sagas' columns.
-    t = _TYPES[dialect]
-    table_suffix = " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4" if dialect == "mysql" else ""
+    t = dialect.types
+    table_suffix = dialect.table_suffix
     return [
         f"""CREATE TABLE schedules (
             name {t["id"]} NOT NULL PRIMARY KEY,
@@ -290,18 +262,18 @@ def _schema_schedules(dialect: DialectName) -> list[str]:
     ]
 
 
-def _schema_cancel_seen(dialect: DialectName) -> list[str]:
+def _schema_cancel_seen(dialect: Flavour) -> list[str]:
     # Which owner took in the saga's cancel request. An owner-conditional write is refused while a request is
     # stored that its owner has not taken in: the owner learns of a cancel at its next write, before any tool.
-    return [f"ALTER TABLE sagas ADD COLUMN cancel_seen {_TYPES[dialect]['short']}"]
+    return [f"ALTER TABLE sagas ADD COLUMN cancel_seen {dialect.types['short']}"]
 
 
-def _schema_queue_control(dialect: DialectName) -> list[str]:
+def _schema_queue_control(dialect: Flavour) -> list[str]:
     # An operator's pause or drain of a queue (no row, or "active": it runs), and the limits the last worker
     # serving it was given (so `saga-runtime queues` can show them). A rate window counts a queue's recent starts
     # on (queue, started_at), so a claim's cost stays that of the window as the queue's history grows.
-    t = _TYPES[dialect]
-    table_suffix = " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4" if dialect == "mysql" else ""
+    t = dialect.types
+    table_suffix = dialect.table_suffix
     return [
         f"""CREATE TABLE queue_states (
             name {t["short"]} NOT NULL PRIMARY KEY,
@@ -317,32 +289,32 @@ def _schema_queue_control(dialect: DialectName) -> list[str]:
     ]
 
 
-def _schema_waiting(dialect: DialectName) -> list[str]:
+def _schema_waiting(dialect: Flavour) -> list[str]:
     # Why a saga nobody drives does not move, as the last worker that looked noted it (JSON text; not sealed).
-    return [f"ALTER TABLE sagas ADD COLUMN waiting_for {_TYPES[dialect]['text']}"]
+    return [f"ALTER TABLE sagas ADD COLUMN waiting_for {dialect.types['text']}"]
 
 
-def _schema_children(dialect: DialectName) -> list[str]:
+def _schema_children(dialect: Flavour) -> list[str]:
     # A child saga's parent (`saga.child()`, API.md §18): set once, at its creation; the parent drives it.
-    return [f"ALTER TABLE sagas ADD COLUMN parent_id {_TYPES[dialect]['id']}"]
+    return [f"ALTER TABLE sagas ADD COLUMN parent_id {dialect.types['id']}"]
 
 
-def _schema_wake_at(dialect: DialectName) -> list[str]:
+def _schema_wake_at(dialect: Flavour) -> list[str]:
     # When a WAITING saga is due to be looked at (its sleep's end, its recv's deadline; a message, a decision or a
     # cancel: at once), indexed with its status: an idle worker asks only for the sagas due now. Sagas waiting
     # already are due at once (a worker looks at each once, and writes its real wake time).
     return [
-        f"ALTER TABLE sagas ADD COLUMN wake_at {_TYPES[dialect]['time']}",
+        f"ALTER TABLE sagas ADD COLUMN wake_at {dialect.types['time']}",
         "CREATE INDEX sagas_wake ON sagas (status, wake_at)",
         "UPDATE sagas SET wake_at = updated_at WHERE status = 'WAITING'",
     ]
 
 
-def _schema_messages(dialect: DialectName) -> list[str]:
+def _schema_messages(dialect: Flavour) -> list[str]:
     # Messages sent to saga functions (API.md §18): one row each, its id the sender's idempotency key (or a random
     # one), so a key used again stores nothing. A saga receives one by recording its id in its (sealed) history.
-    t = _TYPES[dialect]
-    table_suffix = " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4" if dialect == "mysql" else ""
+    t = dialect.types
+    table_suffix = dialect.table_suffix
     return [
         f"""CREATE TABLE messages (
             saga_id {t["id"]} NOT NULL,
@@ -356,7 +328,7 @@ def _schema_messages(dialect: DialectName) -> list[str]:
     ]
 
 
-def _schema_end_reason(dialect: DialectName) -> list[str]:
+def _schema_end_reason(dialect: Flavour) -> list[str]:
     # How a saga ended (`SagaResult.end_reason` as a list shows it: the history's last "end" entry, else "failed" or
     # "cancelled"), written with the row, so `list --reason` is a query on its index, not a read of the history.
     # Rows written before are filled in from their history (its compact JSON: `{"kind":"end","reason":...`).
@@ -364,7 +336,7 @@ def _schema_end_reason(dialect: DialectName) -> list[str]:
     fill = "UPDATE sagas SET end_reason = '{reason}' WHERE end_reason IS NULL AND {terminal} AND {where}"
     ended = 'history LIKE \'%"kind":"end","reason":"{reason}"%\''
     return [
-        f"ALTER TABLE sagas ADD COLUMN end_reason {_TYPES[dialect]['short']}",
+        f"ALTER TABLE sagas ADD COLUMN end_reason {dialect.types['short']}",
         "CREATE INDEX sagas_end_reason ON sagas (end_reason, created_at, saga_id)",
         *(fill.format(reason=reason, terminal=terminal, where=ended.format(reason=reason)) for reason in END_REASONS),
         fill.format(reason="cancelled", terminal=terminal, where='history LIKE \'%"kind":"cancel"%\''),
@@ -378,7 +350,7 @@ class Migration:
 
     version: int
     description: str
-    statements: Callable[[DialectName], Sequence[str]]
+    statements: Callable[[Flavour], Sequence[str]]
 
 
 # Ordered by version; a store applies, in one go at open, every migration above the database's version.
@@ -405,14 +377,14 @@ MIGRATIONS: list[Migration] = [
 SEALED_SAGAS_VERSION = 3
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
-VERSION_TABLE_DDL: dict[DialectName, str] = {
-    name: (
+
+def version_table_ddl(dialect: Flavour) -> str:
+    """Return the CREATE TABLE of the schema's version table."""
+    types = dialect.types
+    return (
         f"CREATE TABLE schema_version (version {types['int']} NOT NULL PRIMARY KEY, "
-        f"description {types['short']} NOT NULL, applied_at {types['time']} NOT NULL)"
-        + (" ENGINE=InnoDB DEFAULT CHARSET=utf8mb4" if name == "mysql" else "")
+        f"description {types['short']} NOT NULL, applied_at {types['time']} NOT NULL){dialect.table_suffix}"
     )
-    for name, types in _TYPES.items()
-}
 
 
 def schema_too_new(found: int, supported: int, url: str) -> StoreError:
@@ -426,17 +398,43 @@ def schema_too_new(found: int, supported: int, url: str) -> StoreError:
     )
 
 
-def _placeholders(dialect: DialectName, sql: str) -> str:
+def _placeholders(dialect: Flavour, sql: str) -> str:
     """Return `sql` with its `?` placeholders in the driver's style (`$n` for asyncpg, `%s` for pymysql)."""
-    if dialect == "sqlite":
-        return sql
-    if dialect == "mysql":
-        return sql.replace("?", "%s")
+    return dialect.placeholders(sql)
+
+
+def numbered_placeholders(sql: str) -> str:
+    """Return `sql` with its `?` placeholders numbered (`$1`, `$2`, ...)."""
     parts = sql.split("?")
     return "".join(part + (f"${i}" if i < len(parts) else "") for i, part in enumerate(parts, 1))
 
 
-def _queue_waiting(dialect: DialectName, *, keyed: bool, after: bool) -> str:
+def format_placeholders(sql: str) -> str:
+    """Return `sql` with its `?` placeholders as `%s`."""
+    return sql.replace("?", "%s")
+
+
+def insert_ignore_on_conflict(column: str, target: str | None) -> str:
+    """Return the clause of an INSERT writing nothing where `target` (or any unique key) is taken."""
+    return "ON CONFLICT DO NOTHING" if target is None else f"ON CONFLICT ({target}) DO NOTHING"
+
+
+def insert_ignore_on_duplicate(column: str, target: str | None) -> str:
+    """Return the clause of an INSERT writing nothing where a unique key is taken (`column = column`)."""
+    return f"ON DUPLICATE KEY UPDATE {column} = {column}"
+
+
+def upsert_on_conflict(target: str, columns: Sequence[str]) -> str:
+    """Return the clause of an INSERT rewriting `columns` of the row whose `target` is taken."""
+    return f"ON CONFLICT ({target}) DO UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in columns)
+
+
+def upsert_on_duplicate(target: str, columns: Sequence[str]) -> str:
+    """Return the clause of an INSERT rewriting `columns` of the row whose unique key is taken."""
+    return "ON DUPLICATE KEY UPDATE " + ", ".join(f"{c} = VALUES({c})" for c in columns)
+
+
+def _queue_waiting(dialect: Flavour, *, keyed: bool, after: bool) -> str:
     """Return the scan of a queue's QUEUED sagas due by the claim's clock, in start order.
 
     Params: queue, QUEUED, now; with `keyed`, queue, the live statuses and key_concurrency (keys at their limit,
@@ -459,31 +457,24 @@ def _queue_waiting(dialect: DialectName, *, keyed: bool, after: bool) -> str:
     # PostgreSQL locks only the rows it returns and skips those another claimer holds. MySQL/MariaDB's locking
     # scans lock rows they then pass over (a recovery scan of the same table), so skipping there would start
     # sagas out of order: it waits for such a row a moment, and re-reads it (no longer QUEUED if taken).
-    return sql + {"sqlite": "", "postgresql": " FOR UPDATE SKIP LOCKED", "mysql": " FOR UPDATE"}[dialect]
+    return sql + dialect.lock_queue_scan
 
 
 class Queries:
     """The SQL text of one dialect, built once per store so the hot path only sends it."""
 
-    def __init__(self, dialect: DialectName) -> None:
+    def __init__(self, dialect: Flavour) -> None:
         self.dialect = dialect
         sagas = ", ".join(SAGA_COLUMNS)
         # The lease column (RowCodec.saga_params gives what is left of it) is written on the database's clock.
-        lease, clock = LEASE_SQL[dialect], NOW_SQL[dialect]
+        lease, clock = dialect.lease_sql, dialect.now_sql
         saga_marks = ", ".join(lease if c == "lease_expires_at" else "?" for c in SAGA_COLUMNS)
         saga_sets = ", ".join(f"{c} = {lease if c == 'lease_expires_at' else '?'}" for c in SAGA_COLUMNS[1:])
-        if dialect == "mysql":
-            saga_set = ", ".join(f"{c} = VALUES({c})" for c in SAGA_COLUMNS[1:])
-            saga_upsert = f"ON DUPLICATE KEY UPDATE {saga_set}"
-            # Affected rows is 1 when inserted, 0 when the id was taken (the client never sets FOUND_ROWS).
-            insert_if_absent = "ON DUPLICATE KEY UPDATE saga_id = saga_id"
-            # After waiting on a concurrent insert of the same id, read the committed row, not the snapshot.
-            self.lock_suffix = " FOR UPDATE"
-        else:
-            saga_set = ", ".join(f"{c} = excluded.{c}" for c in SAGA_COLUMNS[1:])
-            saga_upsert = f"ON CONFLICT (saga_id) DO UPDATE SET {saga_set}"
-            insert_if_absent = "ON CONFLICT (saga_id) DO NOTHING"
-            self.lock_suffix = ""
+        saga_upsert = dialect.upsert("saga_id", SAGA_COLUMNS[1:])
+        # MySQL: affected rows is 1 when inserted, 0 when the id was taken (the client never sets FOUND_ROWS).
+        insert_if_absent = dialect.insert_ignore("saga_id", "saga_id")
+        # After waiting on a concurrent insert of the same id, read the committed row, not the snapshot (MySQL).
+        self.lock_suffix = dialect.lock_reread
         q = _placeholders
         self.insert_saga = q(dialect, f"INSERT INTO sagas ({sagas}) VALUES ({saga_marks}) {insert_if_absent}")
         self.upsert_saga = q(dialect, f"INSERT INTO sagas ({sagas}) VALUES ({saga_marks}) {saga_upsert}")
@@ -507,13 +498,7 @@ class Queries:
         self.read_version = "SELECT MAX(version) FROM schema_version"
         self.table_exists = q(
             dialect,
-            {
-                "sqlite": "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = ?",
-                "postgresql": "SELECT COUNT(*) FROM pg_catalog.pg_tables "
-                "WHERE tablename = ? AND schemaname = current_schema()",
-                "mysql": "SELECT COUNT(*) FROM information_schema.tables "
-                "WHERE table_schema = DATABASE() AND table_name = ?",
-            }[dialect],
+            dialect.table_exists,
         )
         self.record_version = q(
             dialect, "INSERT INTO schema_version (version, description, applied_at) VALUES (?, ?, ?)"
@@ -536,7 +521,7 @@ class Queries:
         # (retry_compensation's reopening, unpark), which re-seal the row.
         self.lock_saga = q(
             dialect,
-            f"SELECT {sagas} FROM sagas WHERE saga_id = ?" + ("" if dialect == "sqlite" else " FOR UPDATE"),
+            f"SELECT {sagas} FROM sagas WHERE saga_id = ?" + dialect.lock_row,
         )
         self.rewrite_saga = q(
             dialect,
@@ -550,14 +535,14 @@ class Queries:
         self.expired = q(
             dialect,
             f"SELECT saga_id FROM sagas WHERE {live} AND (lease_expires_at IS NULL OR lease_expires_at < {clock}) "
-            "ORDER BY created_at, saga_id LIMIT ?" + ("" if dialect == "sqlite" else " FOR UPDATE SKIP LOCKED"),
+            "ORDER BY created_at, saga_id LIMIT ?" + dialect.lock_skip,
         )
         # -- queues: set once at submit; a claim counts the queue's limits under its lock row, then starts sagas --
         enqueue = (
             "UPDATE sagas SET queue = ?, queue_key = ?, priority = ?, not_before = ? "
             "WHERE saga_id = ? AND status = ? AND queue IS NULL"
         )
-        if dialect == "postgresql":
+        if dialect.notifies:
             # Idle workers LISTEN: the notification goes out when this statement commits.
             enqueue = (
                 f"WITH queued AS ({enqueue} RETURNING queue) SELECT pg_notify('{QUEUED_CHANNEL}', queue) FROM queued"
@@ -565,13 +550,9 @@ class Queries:
         self.enqueue = q(dialect, enqueue)
         self.queue_lock_insert = q(
             dialect,
-            "INSERT INTO queue_locks (name) VALUES (?) ON DUPLICATE KEY UPDATE name = name"
-            if dialect == "mysql"
-            else "INSERT INTO queue_locks (name) VALUES (?) ON CONFLICT (name) DO NOTHING",
+            f"INSERT INTO queue_locks (name) VALUES (?) {dialect.insert_ignore('name', 'name')}",
         )
-        self.queue_lock = q(
-            dialect, "SELECT name FROM queue_locks WHERE name = ?" + ("" if dialect == "sqlite" else " FOR UPDATE")
-        )
+        self.queue_lock = q(dialect, "SELECT name FROM queue_locks WHERE name = ?" + dialect.lock_row)
         self.queue_running = q(
             dialect, f"SELECT queue_key, COUNT(*) FROM sagas WHERE queue = ? AND {live} GROUP BY queue_key"
         )
@@ -586,8 +567,7 @@ class Queries:
         )
         # A claim's "now" (rate windows, `not_before`, the start it stamps): the database's clock, read once the
         # queue's lock is held, so every worker counts on one clock. SQLite: the one machine's, a parameter.
-        clocks = {"sqlite": None, "postgresql": "SELECT clock_timestamp()", "mysql": "SELECT UTC_TIMESTAMP(6)"}
-        self.queue_clock = clocks[dialect]
+        self.queue_clock = dialect.clock_sql
         self._queue_waiting = {
             (keyed, after): q(dialect, _queue_waiting(dialect, keyed=keyed, after=after))
             for keyed in (False, True)
@@ -620,7 +600,7 @@ class Queries:
             dialect, "SELECT cancel_request FROM sagas WHERE saga_id = ? AND owner = ? AND cancel_seen = ?"
         )
         # PostgreSQL returns the renewed ids with the UPDATE; the others read them back in the same transaction.
-        self.renew_returns = dialect == "postgresql"
+        self.renew_returns = dialect.returning
         self._lease = lease
 
     def queue_waiting(self, *, keyed: bool, after: bool) -> str:

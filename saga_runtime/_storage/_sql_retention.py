@@ -16,8 +16,9 @@ from typing import Any, TypeVar
 from saga_runtime._records import SagaHold, SagaRow, SagaStatus, StepRow, canonical_json, export_rows
 from saga_runtime._storage._approval_sql import APPROVAL_COLUMNS, approval_row
 from saga_runtime._storage._archive import Archive
-from saga_runtime._storage._codec import SAGA_COLUMNS, DialectName, RowCodec
+from saga_runtime._storage._codec import SAGA_COLUMNS, RowCodec
 from saga_runtime._storage._dialect import Dialect
+from saga_runtime._storage._flavour import Flavour
 from saga_runtime._storage._retention import tombstone
 from saga_runtime._storage._sql import QUEUED_CHANNEL, Queries, _placeholders
 from saga_runtime._storage._sqlwrite import Transaction
@@ -25,12 +26,6 @@ from saga_runtime._storage._sqlwrite import Transaction
 __all__ = ["SQLRetention"]
 
 _T = TypeVar("_T")
-
-_LOCK: dict[DialectName, str] = {
-    "sqlite": "",
-    "postgresql": " FOR UPDATE OF s SKIP LOCKED",
-    "mysql": " FOR UPDATE SKIP LOCKED",
-}
 
 
 def _in(count: int) -> str:
@@ -40,7 +35,7 @@ def _in(count: int) -> str:
 class _Statements:
     """The retention statements of one dialect."""
 
-    def __init__(self, dialect: DialectName) -> None:
+    def __init__(self, dialect: Flavour) -> None:
         self.dialect = dialect
         q = _placeholders
         saga_cols = ", ".join(f"s.{c}" for c in SAGA_COLUMNS)
@@ -52,22 +47,16 @@ class _Statements:
             "AND NOT (p.status = 'COMPENSATED' OR (p.status = 'SUCCESS' AND p.parent_id IS NULL))) "
             "ORDER BY s.finished_at, s.saga_id LIMIT ?"
         )
-        self.exists = q(
-            dialect, "SELECT saga_id FROM sagas WHERE saga_id = ?" + ("" if dialect == "sqlite" else " FOR UPDATE")
-        )
-        upsert = (
-            "ON DUPLICATE KEY UPDATE reason = VALUES(reason), held_at = VALUES(held_at)"
-            if dialect == "mysql"
-            else "ON CONFLICT (saga_id) DO UPDATE SET reason = excluded.reason, held_at = excluded.held_at"
-        )
+        self.exists = q(dialect, "SELECT saga_id FROM sagas WHERE saga_id = ?" + dialect.lock_row)
+        upsert = dialect.upsert("saga_id", ("reason", "held_at"))
         self.hold = q(dialect, f"INSERT INTO holds (saga_id, reason, held_at) VALUES (?, ?, ?) {upsert}")
         self.unhold = q(dialect, "DELETE FROM holds WHERE saga_id = ?")
         # Messages (API.md §18): a key used again stores nothing.
-        absent = "ON DUPLICATE KEY UPDATE saga_id = saga_id" if dialect == "mysql" else "ON CONFLICT DO NOTHING"
+        absent = dialect.insert_ignore("saga_id", None)
         put = f"INSERT INTO messages (saga_id, message_id, topic, body, sent_at) VALUES (?, ?, ?, ?, ?) {absent}"
         # A message stored makes its saga due at once if it waits (params: sent_at, saga_id).
         self.wake = q(dialect, "UPDATE sagas SET wake_at = ? WHERE saga_id = ? AND status = 'WAITING'")
-        if dialect == "postgresql":  # workers LISTENing are told at once (payload "message:<saga id>"); one statement
+        if dialect.notifies:  # workers LISTENing are told at once (payload "message:<saga id>"); one statement
             put = (
                 f"WITH m AS ({put} RETURNING saga_id, sent_at), w AS (UPDATE sagas SET wake_at = m.sent_at FROM m "
                 "WHERE sagas.saga_id = m.saga_id AND sagas.status = 'WAITING') "
@@ -83,7 +72,7 @@ class _Statements:
     def candidates(self, statuses: int, *, locked: bool, offset: bool = False) -> str:
         """Return the purgeable-saga scan (params: statuses..., cutoff, limit[, offset])."""
         sql = self._candidates.replace("(*)", _in(statuses)) + (" OFFSET ?" if offset else "")
-        return _placeholders(self.dialect, sql + (_LOCK[self.dialect] if locked else ""))
+        return _placeholders(self.dialect, sql + (self.dialect.lock_purge_scan if locked else ""))
 
     def tombstone(self, count: int) -> str:
         """Return the tombstone UPDATE (params: metadata, purged_at, (id, seal)..., ids...)."""
@@ -210,7 +199,7 @@ class SQLRetention:
         text = canonical_json(body)
 
         async def once() -> bool:
-            if self._dialect.name == "postgresql":
+            if self._dialect.flavour.notifies:  # one statement stores, wakes and notifies
                 async with self._transaction(begin=False) as tx:
                     return bool(await tx.fetch(st.put_message, (saga_id, message_id, topic, text, sent)))
             async with self._transaction(begin=True) as tx:
@@ -261,11 +250,12 @@ async def _remove(store: SQLRetention, tx: Any, sagas: Sequence[SagaRow], at: da
     await tx.execute(st.tombstone(len(ids)), params)
 
 
-_CACHE: dict[DialectName, _Statements] = {}
+_CACHE: dict[Flavour, _Statements] = {}
 
 
 def _statements(store: SQLRetention) -> _Statements:
-    found = _CACHE.get(store._dialect.name)
+    flavour = store._dialect.flavour
+    found = _CACHE.get(flavour)
     if found is None:
-        found = _CACHE[store._dialect.name] = _Statements(store._dialect.name)
+        found = _CACHE[flavour] = _Statements(flavour)
     return found

@@ -1,8 +1,9 @@
 """Schedules on the SQL stores: the `schedules` table (migration 10) and its statements.
 
-"Due" is judged on the database's clock where machines share it (NOW_SQL, as leases are), so a worker whose
-clock runs ahead submits no tick early. Moving a schedule on is one conditional UPDATE (`... AND next_tick = ?`):
-of workers that submitted the same tick, exactly one moves it, and none moves a schedule paused or replaced.
+"Due" is judged on the database's clock where machines share it (the flavour's `now_sql`, as leases are), so a
+worker whose clock runs ahead submits no tick early. Moving a schedule on is one conditional UPDATE
+(`... AND next_tick = ?`): of workers that submitted the same tick, exactly one moves it, and none moves a schedule
+paused or replaced.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from saga_runtime._records import Schedule
-from saga_runtime._storage._codec import NOW_SQL, DialectName, RowCodec
+from saga_runtime._storage._codec import RowCodec
 from saga_runtime._storage._dialect import Dialect
+from saga_runtime._storage._flavour import Flavour
 from saga_runtime._storage._sql import _placeholders
 from saga_runtime._storage._sqlwrite import Transaction
 
@@ -40,18 +42,15 @@ COLUMNS = (
 class _Statements:
     """The schedule statements of one dialect."""
 
-    def __init__(self, dialect: DialectName) -> None:
+    def __init__(self, dialect: Flavour) -> None:
         q = _placeholders
         columns = ", ".join(COLUMNS)
         marks = ", ".join("?" * len(COLUMNS))
-        if dialect == "mysql":
-            upsert = "ON DUPLICATE KEY UPDATE " + ", ".join(f"{c} = VALUES({c})" for c in COLUMNS[1:])
-        else:
-            upsert = "ON CONFLICT (name) DO UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in COLUMNS[1:])
+        upsert = dialect.upsert("name", COLUMNS[1:])
         self.put = q(dialect, f"INSERT INTO schedules ({columns}) VALUES ({marks}) {upsert}")
         self.all = f"SELECT {columns} FROM schedules ORDER BY name"
         self.one = q(dialect, f"SELECT {columns} FROM schedules WHERE name = ?")
-        clock = NOW_SQL[dialect]
+        clock = dialect.now_sql
         self.due = q(
             dialect,
             f"SELECT {columns}, {clock} FROM schedules WHERE paused = 0 AND next_tick <= {clock} "
@@ -183,11 +182,12 @@ class SQLSchedules:
         )
 
 
-_CACHE: dict[DialectName, _Statements] = {}
+_CACHE: dict[Flavour, _Statements] = {}
 
 
 def _statements(store: SQLSchedules) -> _Statements:
-    found = _CACHE.get(store._dialect.name)
+    flavour = store._dialect.flavour
+    found = _CACHE.get(flavour)
     if found is None:
-        found = _CACHE[store._dialect.name] = _Statements(store._dialect.name)
+        found = _CACHE[flavour] = _Statements(flavour)
     return found

@@ -41,7 +41,16 @@ from saga_runtime._storage._batch import Outcome, Write
 from saga_runtime._storage._dialect import Dialect
 from saga_runtime._storage._errors import ErrorMap, convert
 from saga_runtime._storage._open import redact_url
-from saga_runtime._storage._sql import SAGA_COLUMNS, STEP_COLUMNS, Queries, unasked
+from saga_runtime._storage._sql import (
+    SAGA_COLUMNS,
+    STEP_COLUMNS,
+    Flavour,
+    Queries,
+    insert_ignore_on_conflict,
+    json_text_already,
+    unasked,
+    upsert_on_conflict,
+)
 from saga_runtime._storage._sqlstore import DEFAULT_RETRY_FOR, SQLStore, Transaction, retry_for_option, url_option
 
 __all__ = ["ERROR_MAP", "SQLiteDialect", "map_exceptions", "open_sql"]
@@ -279,10 +288,50 @@ async def _switch_to_wal(conn: aiosqlite.Connection, busy_timeout: float) -> Non
         await anyio.sleep(0.01)
 
 
+# What SQLite's SQL differs in (saga_runtime._storage._flavour): the one machine's clock, no row locks (BEGIN
+# IMMEDIATE takes the whole file), text times of fixed width (text order is time order), one column per ALTER.
+FLAVOUR = Flavour(
+    types={
+        "id": "TEXT",
+        "short": "TEXT",
+        "text": "TEXT",
+        "json": "TEXT",
+        "time": "TEXT",
+        "int": "INTEGER",
+        "bigint": "INTEGER",
+        "float": "REAL",
+    },
+    table_suffix="",
+    placeholders=lambda sql: sql,
+    now_sql="?",
+    lease_sql="?",
+    clock_sql=None,
+    lock_row="",
+    lock_reread="",
+    lock_skip="",
+    lock_queue_scan="",
+    lock_purge_scan="",
+    insert_ignore=insert_ignore_on_conflict,
+    upsert=upsert_on_conflict,
+    table_exists="SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = ?",
+    notifies=False,
+    returning=False,
+    alter_one_column=True,
+    partial_indexes=True,
+    json_as_text=json_text_already,
+    # "2024-05-17 09:30:15.123456+00:00": fixed width, so text order is time order.
+    time_value=lambda value: value.isoformat(" ", "microseconds"),
+    local_clock=True,
+    lease_length=lambda length: length,
+    ids_as_bytes=False,
+)
+
+
 class SQLiteDialect(Dialect):
     """Sagas in a SQLite file, in WAL mode, written through one connection."""
 
     name = "sqlite"
+    flavour = FLAVOUR
     write_errors = _WRITE_ERRORS
 
     def __init__(

@@ -41,7 +41,7 @@ from saga_runtime._records import (
     now,
 )
 from saga_runtime._storage._approval_sql import approval_params, approval_row, due_work_sql
-from saga_runtime._storage._base import key_full, queue_allowance, same_rows
+from saga_runtime._storage._base import EVERY_CAPABILITY, key_full, queue_allowance, same_rows
 from saga_runtime._storage._batch import Batcher, Outcome, Write, lease_lost
 from saga_runtime._storage._dialect import Dialect
 from saga_runtime._storage._queue_sql import SQLQueueControl, held_back
@@ -52,8 +52,8 @@ from saga_runtime._storage._sql import (
     MIGRATIONS,
     SAGA_COLUMNS,
     SEALED_SAGAS_VERSION,
-    VERSION_TABLE_DDL,
     schema_too_new,
+    version_table_ddl,
 )
 from saga_runtime._storage._sql_retention import SQLRetention
 from saga_runtime._storage._sql_schedules import SQLSchedules
@@ -137,6 +137,9 @@ class _Start:
 
 class SQLStore(StoreBase, SQLRetention, SQLSchedules, SQLQueueControl):
     """A SagaStore on a SQL database; its dialect brings the driver, connections, statements and error table."""
+
+    #: Queues, cancels, waits, messages, retention, schedules and due work, on every database alike.
+    capabilities = EVERY_CAPABILITY
 
     def __init__(self, dialect: Dialect) -> None:
         self._dialect = dialect
@@ -258,13 +261,13 @@ class SQLStore(StoreBase, SQLRetention, SQLSchedules, SQLQueueControl):
             if exists:
                 found = int((await tx.fetch(q.read_version))[0][0] or 0)
             else:
-                await tx.execute(VERSION_TABLE_DDL[self._dialect.name])
+                await tx.execute(version_table_ddl(self._dialect.flavour))
             latest = MIGRATIONS[-1].version
             if found > latest:
                 raise schema_too_new(found, latest, self._url)
             for migration in MIGRATIONS:
                 if migration.version > found:
-                    for statement in migration.statements(self._dialect.name):
+                    for statement in migration.statements(self._dialect.flavour):
                         await tx.execute(statement)
                     await tx.execute(
                         q.record_version,
@@ -608,7 +611,7 @@ class SQLStore(StoreBase, SQLRetention, SQLSchedules, SQLQueueControl):
         async def claim() -> list[tuple[SagaRow, list[StepRow]]]:
             async with self._dialect.claim_transaction() as tx:
                 # An operator's pause or drain (API.md §19): nothing new starts.
-                if await held_back(tx, self._dialect.name, queue.name):
+                if await held_back(tx, self._dialect.flavour, queue.name):
                     return []
                 running: dict[str | None, int] = {}
                 if limited:
@@ -838,7 +841,7 @@ class SQLStore(StoreBase, SQLRetention, SQLSchedules, SQLQueueControl):
         names = tuple(queues) or ("",)
         sql = self._due_sql.get(len(names))
         if sql is None:
-            sql = self._due_sql[len(names)] = due_work_sql(self._dialect.name, len(names))
+            sql = self._due_sql[len(names)] = due_work_sql(self._dialect.flavour, len(names))
         clock, at = codec.now_in(now), codec.time_in(now)
         params = (*names, *clock, *clock, waiting, at, waiting, at, *clock, *clock)
         found = (await self._fetch("due_work", sql, params))[0]

@@ -1,4 +1,4 @@
-"""An idle worker's one look per interval (SagaStore.due_work), and a store without it."""
+"""An idle worker's one look per interval (SagaStore.due_work), and a store that does not declare it."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 import anyio
 
 from saga_runtime import MemoryStore, SagaExecutor, SagaStatus, ToolRegistry
+from saga_runtime._storage import EVERY_CAPABILITY, Capability
 
 
 def _registry() -> ToolRegistry:
@@ -22,7 +23,9 @@ def _registry() -> ToolRegistry:
 
 
 class _OlderStore:
-    """A store of its own written before `due_work`: every other member is a memory store's."""
+    """A store of its own that declares every capability but `due_work` (and has none): the rest a memory store's."""
+
+    capabilities: frozenset[Capability] = EVERY_CAPABILITY - {"due_work"}
 
     def __init__(self) -> None:
         self._inner = MemoryStore()
@@ -56,7 +59,7 @@ async def test_a_saga_due_later_is_started_once_its_time_comes() -> None:
 
 
 async def test_a_store_without_due_work_is_served_as_before() -> None:
-    """A store with no `due_work` is still served: every loop looks each interval, as before the one look."""
+    """A store not declaring `due_work` is still served: every loop looks each interval, as before the one look."""
     executor = SagaExecutor(_registry(), _OlderStore())  # type: ignore[arg-type]
     await executor.submit([{"tool": "Note", "args": {"n": 1}}], saga_id="later", not_before=0.3)
     assert await _served_until_done(executor, "later") is SagaStatus.SUCCESS

@@ -7,7 +7,7 @@ import dataclasses
 from pathlib import Path
 
 from saga_runtime._records import ApprovalRow, SagaRow, StepRow
-from saga_runtime._storage import SagaStore
+from saga_runtime._storage import Store
 
 PACKAGE = Path(__file__).resolve().parents[2] / "saga_runtime"
 FIELDS = frozenset(f.name for row in (SagaRow, StepRow, ApprovalRow) for f in dataclasses.fields(row))
@@ -65,6 +65,7 @@ STORE_READS = frozenset(
         "retry_for",
         "sealed_since",
         "signing_key",
+        "capabilities",
         "load_saga",
         "list_rows",
         "load_approvals",
@@ -88,27 +89,35 @@ STORE_READS = frozenset(
         "close",
     }
 )
-STORE_WRITES = frozenset(name for name in vars(SagaStore) if not name.startswith("_")) - STORE_READS | {"write"}
+# Every member of the core protocol and of each capability protocol (Store offers them all), conveniences aside.
+MEMBERS = frozenset(
+    name
+    for protocol in Store.__mro__
+    if protocol.__name__.endswith("Store") and protocol is not Store
+    for name in vars(protocol)
+    if not name.startswith("_")
+)
+STORE_WRITES = MEMBERS - STORE_READS | {"write"}
 # The journal is their one caller; the stores' own functions over their primitives (retention, import) are the stores'.
 WRITERS = ("_engine/_journal.py", "_storage/")
 
 
 def store_writes(tree: ast.AST) -> list[tuple[int, str]]:
-    """Return each use of a store's write (`<...>store.<write>`, called or handed on) in a module's tree."""
+    """Return each use of a store's write (`<...>store.<write>`, or on a capability of it, `queues_of(store).<write>`:
+    called or handed on) in a module's tree."""
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and node.attr in STORE_WRITES:
             receiver = ast.unparse(node.value)
-            if receiver == "store" or receiver.endswith((".store", "_store")):
+            if receiver == "store" or receiver.endswith((".store", "_store", "(store)", ".store)", "_store)")):
                 found.append((node.lineno, ast.unparse(node)))
     return found
 
 
 def test_every_store_member_is_a_read_or_a_write() -> None:
     """The guard knows the store protocol: every read it exempts is a member, and the protocol has writes."""
-    members = {name for name in vars(SagaStore) if not name.startswith("_")}
-    assert members >= STORE_READS, STORE_READS - members
-    assert {"save", "create_saga", "change_saga", "claim_saga"} <= STORE_WRITES
+    assert MEMBERS >= STORE_READS, STORE_READS - MEMBERS
+    assert {"save", "create_saga", "change_saga", "claim_saga", "enqueue", "decide_approval"} <= STORE_WRITES
 
 
 def test_only_the_journal_calls_a_store_write() -> None:
@@ -130,14 +139,18 @@ def test_the_store_write_guard_sees_a_write() -> None:
         "await config.store.claim_expired(o, e, at, 10)\n"
         "claim = store.claim_saga\n"
         "await self._store.save(row, [])\n"
+        "await queues_of(self.store).set_queue_state(n, s, at)\n"
+        "await waits_of(store).decide_approval(row)\n"
         "await store.load_saga(i)\n"
         "journal.hold(row)\n"
         "sys.stdout.write(text)\n"
     )
     assert sorted(use for _, use in store_writes(tree)) == [
         "config.store.claim_expired",
+        "queues_of(self.store).set_queue_state",
         "self._store.save",
         "self.store.set_queue_state",
         "store.change_saga",
         "store.claim_saga",
+        "waits_of(store).decide_approval",
     ]

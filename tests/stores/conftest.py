@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import sqlite3
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -12,8 +13,12 @@ import pytest
 
 from saga_runtime._records import SagaRow, SagaStatus, StepRow, StepStatus, idempotency_key
 from saga_runtime._storage import SagaStore, open_store
+from saga_runtime._storage._flavour import Flavour
+from saga_runtime.examples.dict_store import DictStore
 
 KINDS = ("memory", "sqlite", "postgresql", "mysql")
+# The example store of your own (saga_runtime/examples/dict_store.py, docs/guides/custom-store.md): the core only.
+EXAMPLE_KIND = "dict"
 SQL_KINDS = ("sqlite", "postgresql", "mysql")
 T0 = datetime(2024, 5, 17, 9, 30, 15, 123456, tzinfo=UTC)
 # The plan hash of rows tests write by hand (make_saga): not the engine's, so its invariants are not checked.
@@ -21,6 +26,13 @@ RAW_PLAN_HASH = "ab" * 32
 # How far a lease stored on a database's clock may end from where it was asked to (its clock and the machine's
 # are the same here; the time between writing and reading it is not).
 SLACK = timedelta(seconds=60)
+
+
+def flavour_of(kind: str) -> Flavour:
+    """Return the SQL flavour the dialect module of `kind` (sqlite, postgresql, mysql) declares."""
+    module = {"sqlite": "_sqlite", "postgresql": "_postgres", "mysql": "_mysql"}[kind]
+    flavour: Flavour = importlib.import_module(f"saga_runtime._storage.{module}").FLAVOUR
+    return flavour
 
 
 class Stores:
@@ -67,6 +79,10 @@ class Stores:
 
     async def open(self, kind: str, url: str | None = None, *, wipe: bool = False, **options: Any) -> SagaStore:
         """Open a store of `kind` (at `url`, else the shared database), closed when the test ends."""
+        if kind == EXAMPLE_KIND:
+            example: SagaStore = DictStore()
+            self._opened.append(example)
+            return example
         store = await open_store(url or self.url(kind), **options)
         self._opened.append(store)
         if wipe and kind in ("postgresql", "mysql"):
@@ -190,7 +206,7 @@ class Near:
 
 def local_clock(store: SagaStore) -> bool:
     """Tell whether a store keeps its writers' lease times as given (memory, SQLite: one machine's clock)."""
-    return store.url.startswith(("memory:", "sqlite:"))
+    return store.url.startswith(("memory:", "sqlite:", "dict:"))
 
 
 def as_stored(store: SagaStore, saga: SagaRow) -> SagaRow:

@@ -11,6 +11,8 @@ from saga_runtime import StoreError
 from saga_runtime._records import StepRow
 from saga_runtime._storage._codec import RowCodec
 
+from .conftest import flavour_of
+
 VALUES: list[Any] = [
     {"n": 0},
     'quote " and é and \u2028',
@@ -29,7 +31,7 @@ def test_json_text_is_the_standard_compact_text(value: Any) -> None:
     """A value is stored as json.dumps writes it compactly (UTF-8, no spaces), so stored text is unchanged."""
     expected = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     assert RowCodec.json_in(value, "a value") == expected
-    assert RowCodec("postgresql").step_params(_step(value))[9] == expected
+    assert RowCodec(flavour_of("postgresql")).step_params(_step(value))[9] == expected
 
 
 def test_a_result_holding_itself_is_refused_by_name() -> None:
@@ -37,7 +39,7 @@ def test_a_result_holding_itself_is_refused_by_name() -> None:
     cyclic: list[Any] = []
     cyclic.append(cyclic)
     with pytest.raises(StoreError, match=r"step 's0' \(Tool\) of saga 'saga-1'.*Circular reference"):
-        RowCodec("postgresql").step_params(_step(cyclic))
+        RowCodec(flavour_of("postgresql")).step_params(_step(cyclic))
 
 
 @pytest.mark.parametrize("value", [float("nan"), object(), {1j: 2}])

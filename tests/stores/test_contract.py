@@ -1,4 +1,5 @@
-"""The SagaStore contract, pinned on every store: memory, SQLite, PostgreSQL and MySQL/MariaDB."""
+"""The SagaStore contract, pinned on every store: memory, SQLite, PostgreSQL and MySQL/MariaDB, and the example
+store of your own (saga_runtime/examples/dict_store.py), which implements the primitives only."""
 
 from __future__ import annotations
 
@@ -11,7 +12,14 @@ from saga_runtime._exceptions import StoreError
 from saga_runtime._records import SagaStatus, StepStatus, idempotency_key
 from saga_runtime._storage import SagaStore
 
-from .conftest import T0, Stores, as_stored, make_saga, make_steps
+from .conftest import EXAMPLE_KIND, KINDS, T0, Stores, as_stored, make_saga, make_steps
+
+
+@pytest.fixture(params=(*KINDS, EXAMPLE_KIND))
+def kind(request: pytest.FixtureRequest) -> str:
+    """Return each kind of store in turn, the example store of your own among them."""
+    value: str = request.param
+    return value
 
 
 async def test_create_and_load_round_trip_every_field(store: SagaStore) -> None:

@@ -186,7 +186,7 @@ async def test_list_by_reason_reads_the_end_reason_index(stores: Stores, sql_kin
     stamp = "'2020-01-01 00:00:00'"
     values = ", ".join(f"('h{n}', 'plan', 'COMPENSATED', '{{}}', {stamp}, {stamp}, 'failed')" for n in range(5000))
     insert = "INSERT INTO sagas (saga_id, kind, status, metadata, created_at, updated_at, end_reason) VALUES "
-    queries = Queries(store.dialect.name)
+    queries = Queries(store.dialect.flavour)
     explain = "EXPLAIN QUERY PLAN " if sql_kind == "sqlite" else "EXPLAIN "
     async with store._transaction(begin=True) as tx:
         await tx.execute(insert + values)

@@ -291,7 +291,7 @@ async def test_claims_and_queue_counts_read_indexes_not_history(stores: Stores, 
     values = ", ".join(
         f"('h{n}', 'plan', 'SUCCESS', '{{}}', {stamp}, {stamp}, 'bench', 0, {stamp})" for n in range(5000)
     )
-    q, counts = Queries(store.dialect.name), QueueControlQueries(store.dialect.name).counts
+    q, counts = Queries(store.dialect.flavour), QueueControlQueries(store.dialect.flavour).counts
     at = store._codec.time_in(datetime.now(UTC))
     statements = {
         "window": (q.queue_started, ("bench", at, 100)),

@@ -18,13 +18,12 @@ from saga_runtime._storage._sql import (
     SAGA_COLUMNS,
     SCHEMA_VERSION,
     STEP_COLUMNS,
-    VERSION_TABLE_DDL,
-    DialectName,
     RowCodec,
     _placeholders,
+    version_table_ddl,
 )
 
-from .conftest import T0, Stores, as_stored, make_saga, make_steps, sqlite_file, sqlite_query
+from .conftest import T0, Stores, as_stored, flavour_of, make_saga, make_steps, sqlite_file, sqlite_query
 
 _registry = ToolRegistry()
 
@@ -102,7 +101,7 @@ async def _build_v1(
     stores: Stores, kind: str, url: str, rows: list[tuple[SagaRow, list[StepRow]]], version: int = 1
 ) -> None:
     """Create a database of an old `version` at `url` (its DDL and version rows) holding `rows`, with the raw driver."""
-    dialect: DialectName = kind  # type: ignore[assignment]
+    dialect = flavour_of(kind)
     codec = RowCodec(dialect)
     v1_sagas = SAGA_COLUMNS[: SAGA_COLUMNS.index("finished_at" if version == 1 else "parked_from") + 1]
     insert_saga = _placeholders(
@@ -113,7 +112,7 @@ async def _build_v1(
         dialect, f"INSERT INTO steps ({', '.join(v1_steps)}) VALUES ({', '.join('?' * len(v1_steps))})"
     )
     record = _placeholders(dialect, "INSERT INTO schema_version (version, description, applied_at) VALUES (?, ?, ?)")
-    ddl = [VERSION_TABLE_DDL[dialect], *(sql for m in MIGRATIONS[:version] for sql in m.statements(dialect))]
+    ddl = [version_table_ddl(dialect), *(sql for m in MIGRATIONS[:version] for sql in m.statements(dialect))]
     writes: list[tuple[str, tuple[Any, ...]]] = [
         (record, (m.version, m.description, codec.time_in(T0))) for m in MIGRATIONS[:version]
     ]
@@ -208,7 +207,7 @@ async def test_a_database_with_the_version_table_but_no_rows_is_built_from_scrat
 ) -> None:
     """A version table with no row (an interrupted first open) counts as version 0: the schema is created."""
     url = await stores.blank_url(sql_kind)
-    create = VERSION_TABLE_DDL[sql_kind]  # type: ignore[index]
+    create = version_table_ddl(flavour_of(sql_kind))
     if sql_kind == "sqlite":
         sqlite_query(url, create)
     else:

@@ -5,16 +5,19 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+import typing
 from pathlib import Path
 
 import pytest
 
 import saga_runtime
-from saga_runtime._storage import MemoryStore, SagaStore, Store
+from saga_runtime._storage import EVERY_CAPABILITY, MemoryStore, SagaStore, Store, has, queues_of
+from saga_runtime._storage import _base as base
 from saga_runtime._storage._batch import Batcher
 from saga_runtime._storage._dialect import Dialect
 from saga_runtime._storage._reading import StoreBase
 from saga_runtime._storage._sqlstore import SQLStore
+from saga_runtime.examples.dict_store import DictStore
 
 PACKAGE = Path(saga_runtime.__file__).parent
 BUILT_ON_PRIMITIVES = (
@@ -86,6 +89,56 @@ def test_get_verify_export_import_list_are_written_once() -> None:
         assert name not in {member for member, _ in inspect.getmembers(SagaStore)}
 
 
+#: The capability protocols, by what a store declares to offer each.
+CAPABILITY_PROTOCOLS = {
+    "queues": base.QueueStore,
+    "cancels": base.CancelStore,
+    "waits": base.WaitStore,
+    "messages": base.MessageStore,
+    "retention": base.RetentionStore,
+    "schedules": base.ScheduleStore,
+    "due_work": base.DueWorkStore,
+}
+
+
+def _members(protocol: type) -> set[str]:
+    """Return the members a protocol asks of a store (as isinstance() checks them)."""
+    return set(typing._get_protocol_attrs(protocol))  # type: ignore[attr-defined]
+
+
+def test_the_core_protocol_is_the_journals_primitives() -> None:
+    """SagaStore asks 16 members at most; every other member is a declared capability's, each named once."""
+    core = _members(SagaStore)
+    assert len(core) <= 16, sorted(core)
+    assert set(CAPABILITY_PROTOCOLS) == EVERY_CAPABILITY
+    seen = set(core)
+    for protocol in CAPABILITY_PROTOCOLS.values():
+        assert not _members(protocol) & seen, _members(protocol) & seen
+        seen |= _members(protocol)
+    assert _members(Store) - seen == set(BUILT_ON_PRIMITIVES)
+
+
+def test_every_built_in_store_declares_every_capability() -> None:
+    """Memory and the SQL store declare every capability and implement each capability's members."""
+    for cls in _store_classes():
+        assert cls.capabilities == EVERY_CAPABILITY, cls
+        for protocol in CAPABILITY_PROTOCOLS.values():
+            assert _members(protocol) <= set(dir(cls)), (cls, _members(protocol) - set(dir(cls)))
+
+
+async def test_a_capability_not_declared_is_refused_by_name() -> None:
+    """Asking a store for a capability it does not declare raises StoreError naming it; nothing is probed."""
+
+    class Plain(MemoryStore):
+        capabilities = frozenset()
+
+    store = Plain()
+    assert not has(store, "queues")
+    with pytest.raises(saga_runtime.StoreError, match="does not keep queues"):
+        queues_of(store)
+    await store.close()
+
+
 async def test_a_memory_store_is_a_sagastore() -> None:
     """A memory store satisfies the runtime-checkable protocol, its new members included."""
     store = MemoryStore()
@@ -98,3 +151,105 @@ def test_the_batcher_takes_one_flush_coroutine() -> None:
     """The group commit is given one flush coroutine and its slots: no other callback into the store."""
     assert list(inspect.signature(Batcher).parameters) == ["flush", "slots"]
     assert list(inspect.signature(Batcher.close).parameters) == ["self", "error"]
+
+
+def test_the_docs_show_the_example_store_the_tests_run() -> None:
+    """The custom-store page's code is saga_runtime/examples/dict_store.py, the file the contract suite runs."""
+    page = (PACKAGE.parent / "docs" / "how-to" / "custom-store.md").read_text()
+    assert (PACKAGE / "examples" / "dict_store.py").read_text() in page
+
+
+def test_the_example_store_implements_the_primitives_only() -> None:
+    """The example store has every core member, declares no capability, and has no capability's own member."""
+    store = DictStore()
+    assert _members(SagaStore) <= set(dir(store))
+    assert isinstance(store, SagaStore)
+    assert store.capabilities == frozenset()
+    for protocol in CAPABILITY_PROTOCOLS.values():  # StoreBase's queue_wakeups aside (it yields False: no wakeups)
+        assert not _members(protocol) & set(dir(store)) - {"queue_wakeups"}, protocol
+
+
+async def test_a_store_of_your_own_runs_sagas_and_refuses_what_it_does_not_declare() -> None:
+    """On the example store a plan runs to SUCCESS (verified) and is compensated on failure; submit needs queues."""
+    registry = saga_runtime.ToolRegistry()
+    undone: list[str] = []
+
+    @registry.tool
+    class Book:
+        async def execute(self, what: str) -> str:
+            if what == "boom":
+                raise RuntimeError("boom")
+            return what
+
+        async def compensate(self, result: str) -> None:
+            undone.append(result)
+
+    store = DictStore()
+    executor = saga_runtime.SagaExecutor(registry, store=store)
+    done = await executor.run([{"tool": "Book", "args": {"what": "seat"}}], saga_id="ok")
+    assert done.status is saga_runtime.SagaStatus.SUCCESS
+    assert await store.verify_saga("ok")
+    failed = await executor.run(
+        [{"tool": "Book", "args": {"what": "room"}}, {"tool": "Book", "args": {"what": "boom"}}], saga_id="undo"
+    )
+    assert failed.status is saga_runtime.SagaStatus.COMPENSATED
+    assert undone == ["room"]
+    with pytest.raises(saga_runtime.StoreError, match="does not keep queues"):
+        await executor.submit([{"tool": "Book", "args": {"what": "later"}}], saga_id="queued")
+    await store.close()
+
+
+#: The SQL modules every database shares: they build statements and values from a dialect's flavour.
+SHARED_SQL_MODULES = (
+    "_sql.py",
+    "_sql_retention.py",
+    "_sql_schedules.py",
+    "_queue_sql.py",
+    "_approval_sql.py",
+    "_codec.py",
+    "_sqlstore.py",
+    "_sqlwrite.py",
+    "_batch.py",
+    "_dialect.py",
+    "_flavour.py",
+)
+DATABASE_NAMES = {"sqlite", "postgresql", "postgres", "mysql", "mariadb"}
+
+
+def name_branches(tree: ast.AST) -> list[str]:
+    """Return each branch on a database's name in a module: a comparison with one, a table keyed by them, or a
+    lookup by a dialect's `name` (naming it in a message or a repr is no branch)."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            if any(isinstance(o, ast.Constant) and o.value in DATABASE_NAMES for o in operands):
+                found.append(ast.unparse(node))
+        elif isinstance(node, ast.Dict):
+            if any(isinstance(k, ast.Constant) and k.value in DATABASE_NAMES for k in node.keys):
+                found.append(ast.unparse(node)[:60])
+        elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Attribute) and node.slice.attr == "name":
+            found.append(ast.unparse(node))
+    return found
+
+
+def test_shared_sql_modules_never_branch_on_the_database_name() -> None:
+    """Each dialect's flavour declares what its SQL differs in; the shared SQL modules never ask which database."""
+    branches = []
+    for module in SHARED_SQL_MODULES:
+        tree = ast.parse((PACKAGE / "_storage" / module).read_text())
+        branches += [f"{module}: {branch}" for branch in name_branches(tree)]
+    assert branches == []
+
+
+def test_the_name_branch_guard_sees_a_branch() -> None:
+    """The guard is not blind: the old shared modules' comparisons, tables and lookups by name are found."""
+    tree = ast.parse(
+        'x = " ENGINE=InnoDB" if dialect == "mysql" else ""\n'
+        'clocks = {"sqlite": None, "postgresql": "SELECT clock_timestamp()"}\n'
+        "found = _CACHE[store._dialect.name]\n"
+        'if self._dialect.name == "postgresql": pass\n'
+        "x = dialect.lock_row\n"
+        'log(f"{self._dialect.name} {url}")\n'
+    )
+    assert len(name_branches(tree)) == 4
