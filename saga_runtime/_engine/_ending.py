@@ -10,6 +10,7 @@ from typing import Any
 import anyio
 
 from saga_runtime._engine._cancellation import shielded, shielded_inline
+from saga_runtime._engine._events import heard
 from saga_runtime._engine._journal import Journal, inline_writer
 from saga_runtime._engine._notices import changed
 from saga_runtime._engine._transitions import TransitionError
@@ -52,8 +53,9 @@ async def write_end(journal: Journal, status: SagaStatus, error: str | None, cau
     changed(journal.store, saga.saga_id)  # its readers in this process stop now
     result = result_from_rows(saga, list(journal.rows.values()), journal.approvals, complete=True)
     journal.emit("saga_finished", error=saga.error, reason=result.end_reason)
-    log = logger.info if status is SagaStatus.SUCCESS else logger.warning
-    log("saga %s ended %s%s", saga.saga_id, status.value, f": {saga.error}" if saga.error else "")
+    level = logging.INFO if status is SagaStatus.SUCCESS else logging.WARNING
+    if heard(logger, level):  # (a record built for nobody costs as much as a step)
+        logger.log(level, "saga %s ended %s%s", saga.saga_id, status.value, f": {saga.error}" if saga.error else "")
     return result
 
 
