@@ -27,6 +27,7 @@ logger = logging.getLogger("saga_runtime")
 _FINAL_WRITE_MARGIN = 10.0
 # Steps that never ran: a saga holding one has not succeeded.
 _NEVER_RAN = frozenset({StepStatus.PENDING, StepStatus.WAITING})
+_SUCCESS = SagaStatus.SUCCESS  # (a module global: an enum class's attribute is slow to read on Python 3.11)
 
 
 async def write_end(journal: Journal, status: SagaStatus, error: str | None, cause: str | None = None) -> SagaResult:
@@ -38,14 +39,15 @@ async def write_end(journal: Journal, status: SagaStatus, error: str | None, cau
     """
     journal.check_fence()  # another executor owns the saga: its end is not ours to record
     saga = journal.saga
-    if status is SagaStatus.SUCCESS:
+    succeeded = status is _SUCCESS
+    if succeeded:
         left = [row.step_id for row in journal.rows.values() if row.status in _NEVER_RAN]
         if left:  # a bug, never a user's error: a saga that skipped a step must not say it succeeded
             raise TransitionError(
                 f"saga {saga.saga_id!r} cannot end SUCCESS: steps {left} never ran (a bug in saga_runtime: "
                 "please report it)"
             )
-    journal.end(status, error, cause if status is not SagaStatus.SUCCESS else None)
+    journal.end(status, error, cause if not succeeded else None)
     if writes_pause(journal.store):
         await _bounded(journal, journal.flush())
     else:
@@ -53,7 +55,7 @@ async def write_end(journal: Journal, status: SagaStatus, error: str | None, cau
     changed(journal.store, saga.saga_id)  # its readers in this process stop now
     result = result_from_rows(saga, list(journal.rows.values()), journal.approvals, complete=True)
     journal.emit("saga_finished", error=saga.error, reason=result.end_reason)
-    level = logging.INFO if status is SagaStatus.SUCCESS else logging.WARNING
+    level = logging.INFO if succeeded else logging.WARNING
     if heard(logger, level):  # (a record built for nobody costs as much as a step)
         logger.log(level, "saga %s ended %s%s", saga.saga_id, status.value, f": {saga.error}" if saga.error else "")
     return result

@@ -27,6 +27,10 @@ __all__ = ["RUNNABLE", "GroupRunner"]
 #: Steps a forward run (first or resumed) executes: never started, or started with an unknown outcome.
 RUNNABLE = frozenset({StepStatus.PENDING, StepStatus.RUNNING, StepStatus.CANCELLED})
 
+# Statuses read on every step, as module constants: Python 3.11 reads an enum class's attribute through
+# EnumType.__getattr__'s slow hook, a module global at a fraction of its cost.
+_PENDING, _COMPENSATION_FAILED = StepStatus.PENDING, StepStatus.COMPENSATION_FAILED
+
 _Call = tuple[StepRow, ToolSpec, dict[str, Any]]
 
 
@@ -100,7 +104,7 @@ class GroupRunner:
         compensated at once; the group fails only if every step failed), `quorum`/`any` (every step runs to its
         end; the group fails, failing the saga, with fewer than `needed` successes).
         """
-        if len(rows) == 1 and join == "all" and rows[0].status is StepStatus.PENDING:
+        if len(rows) == 1 and join == "all" and rows[0].status is _PENDING:
             return self._run_one(rows[0])  # the sequential case: nothing in doubt, no siblings (no coroutine more)
         return self._run(rows, join, needed)
 
@@ -206,7 +210,7 @@ class GroupRunner:
             verdict.running = None
         if verdict.store_error is not None:
             raise verdict.store_error
-        if row.status is StepStatus.COMPENSATION_FAILED:
+        if row.status is _COMPENSATION_FAILED:
             verdict.fail(row, f"its effect could not be undone: {row.compensation_error}")
         return not verdict.failed
 
