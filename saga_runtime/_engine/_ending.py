@@ -34,7 +34,7 @@ async def write_end(journal: Journal, status: SagaStatus, error: str | None, cau
     """Record the saga's terminal status and return its result; `error` says why it did not succeed, `cause` the
     class name of the exception that failed it (see `Journal.end`).
 
-    Call it shielded (or from shielded work), unless `writes_pause(journal.store)` is False: then it writes in
+    Call it shielded (or from shielded work), unless `journal.writes_inline`: then it writes in
     the calling task while the write does not pause, and shielded from where it does.
     """
     journal.check_fence()  # another executor owns the saga: its end is not ours to record
@@ -48,7 +48,7 @@ async def write_end(journal: Journal, status: SagaStatus, error: str | None, cau
                 "please report it)"
             )
     journal.end(status, error, cause if not succeeded else None)
-    if writes_pause(journal.store):
+    if not journal.writes_inline:
         await _bounded(journal, journal.flush())
     else:
         await shielded_inline(journal.flush(), lambda rest: shielded(_bounded(journal, rest)))

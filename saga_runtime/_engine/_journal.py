@@ -125,7 +125,7 @@ class Journal:
         self._seal_known = False  # the saga row's seal is the one this journal's last write stored
         # asyncio.Lock: it does not yield to the loop when nobody holds it. A store whose write never pauses
         # (`writes_inline`: the memory store) is written in the calling code, without it.
-        self._write_lock = asyncio.Lock()
+        self._write_lock = asyncio.Lock() if inline is None else None
         self._write_now = inline
         self.guard = Fence(saga.saga_id)
         self.lease = LeaseClock(config.lease_timeout, saga.lease_expires_at if owner is not None else None)
@@ -398,7 +398,9 @@ class Journal:
                 if self._write_now is not None:
                     self._write_inline()  # the write never pauses: no other write can be under way (no lock)
                     return
-                async with self._write_lock:
+                lock = self._write_lock
+                assert lock is not None  # (a store that pauses: see __init__)
+                async with lock:
                     batch = self._batch()
                     if batch is not None:
                         try:
@@ -422,6 +424,11 @@ class Journal:
                 )
                 self.fence(lost=True)
                 raise
+
+    @property
+    def writes_inline(self) -> bool:
+        """Tell whether this journal writes in the calling code, never pausing (its store `writes_inline`)."""
+        return self._write_now is not None
 
     def wrote_now(self) -> bool:
         """Write what changed now, in the calling code, when the store writes inline and takes it; tell whether it did.
