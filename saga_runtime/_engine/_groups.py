@@ -8,6 +8,7 @@ successes fail the saga).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Coroutine, Sequence
 from typing import Any
 
@@ -30,6 +31,7 @@ RUNNABLE = frozenset({StepStatus.PENDING, StepStatus.RUNNING, StepStatus.CANCELL
 # Statuses read on every step, as module constants: Python 3.11 reads an enum class's attribute through
 # EnumType.__getattr__'s slow hook, a module global at a fraction of its cost.
 _PENDING, _COMPENSATION_FAILED = StepStatus.PENDING, StepStatus.COMPENSATION_FAILED
+_current_task = asyncio.current_task
 
 _Call = tuple[StepRow, ToolSpec, dict[str, Any]]
 
@@ -199,7 +201,7 @@ class GroupRunner:
             journal.emit("step_started", row)
         # An operator's cancel (Verdict.halt) cancels this task while it runs; that cancel ends here.
         try:
-            verdict.running = current_task()
+            verdict.running = _current_task()  # (asyncio's own: the engine always runs in a task)
             if verdict.halted:
                 verdict.halt(verdict.halted)  # halted while the intent was written
             await self._runner.run(call[0], call[1], call[2], None)
