@@ -93,8 +93,12 @@ class Compensator:
                 journal.saga.saga_id,
                 self._timeout,
             )
-        failed = any(row.status is _COMPENSATION_FAILED for row in journal.rows.values())
-        leftover = [row for row in journal.rows.values() if self.needs(row)]
+        failed, leftover = False, []
+        for row in journal.rows.values():  # (one pass: a step that failed its undo needs none)
+            if row.status is _COMPENSATION_FAILED:
+                failed = True
+            elif self.needs(row):
+                leftover.append(row)
         for row in leftover:
             journal.undo_failed(row, f"compensation did not run: compensation_timeout ({self._timeout:g}s) ran out")
         status = SagaStatus.COMPENSATION_FAILED if failed or leftover else SagaStatus.COMPENSATED
