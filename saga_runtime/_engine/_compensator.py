@@ -29,6 +29,10 @@ logger = logging.getLogger("saga_runtime")
 #: Steps whose outcome is unknown: started, and never recorded as ended (a crash, a cancellation, a timeout).
 UNKNOWN = frozenset({StepStatus.RUNNING, StepStatus.CANCELLED})
 
+# Statuses read on every step (or undo), as module constants: Python 3.11 reads an enum class's attribute through
+# EnumType.__getattr__'s slow hook, a module global at a fraction of its cost.
+_SUCCESS, _FAILED, _COMPENSATION_FAILED = StepStatus.SUCCESS, StepStatus.FAILED, StepStatus.COMPENSATION_FAILED
+
 
 class Compensator:
     """Compensate a saga's steps (see the module docstring)."""
@@ -46,9 +50,9 @@ class Compensator:
 
     def needs(self, row: StepRow) -> bool:
         """Tell whether a step must be undone when the saga compensates: done or in doubt, and undoable."""
-        if row.status is StepStatus.FAILED and row.tool_name == CHILD_TOOL and row.error_type == CHILD_NOT_UNDONE:
+        if row.status is _FAILED and row.tool_name == CHILD_TOOL and row.error_type == CHILD_NOT_UNDONE:
             return True  # a child saga that failed with effects standing: undone (or said not to be) as a whole
-        if not (row.status is StepStatus.SUCCESS or (row.status in UNKNOWN and not row.reconciled)):
+        if not (row.status is _SUCCESS or (row.status in UNKNOWN and not row.reconciled)):
             return False
         spec = self._registry.find(row.tool_name)
         return spec is None or spec.has_compensate  # a missing tool: its effect stays, recorded as such
@@ -89,8 +93,12 @@ class Compensator:
                 journal.saga.saga_id,
                 self._timeout,
             )
-        failed = any(row.status is StepStatus.COMPENSATION_FAILED for row in journal.rows.values())
-        leftover = [row for row in journal.rows.values() if self.needs(row)]
+        failed, leftover = False, []
+        for row in journal.rows.values():  # (one pass: a step that failed its undo needs none)
+            if row.status is _COMPENSATION_FAILED:
+                failed = True
+            elif self.needs(row):
+                leftover.append(row)
         for row in leftover:
             journal.undo_failed(row, f"compensation did not run: compensation_timeout ({self._timeout:g}s) ran out")
         status = SagaStatus.COMPENSATION_FAILED if failed or leftover else SagaStatus.COMPENSATED
@@ -167,7 +175,7 @@ class Compensator:
             return False
         journal = self._journal
         if not known:
-            value = row.result if row.status is StepStatus.SUCCESS else None
+            value = row.result if row.status is _SUCCESS else None
         policy = spec.compensation_retry
         direct = settle and self._invoker.direct(spec.compensate_is_async, spec.compensate_ctx_params, spec)
         attempt = 0

@@ -97,23 +97,27 @@ async def drive(engine: SagaEngine, work: Work, planner: Planner, *, resumed: bo
         engine.fail("its process stopped in the middle of the saga; recovery compensated it")
         return await engine.compensate()
     if not callable(work):
-        return await drive_plan(engine, work, planner)
+        return await drive_plan(engine, work, planner, resumed=resumed)
     if resumed:
         engine.emit("saga_resumed")
     name = engine.saga.plan.get("function") if isinstance(engine.saga.plan, dict) else None
     return await drive_calls(engine, work, what=f"saga function {name!r}")
 
 
-async def drive_plan(engine: SagaEngine, plan: PlanShape, planner: Planner) -> SagaResult:
-    """Run (or resume) a plan saga from wherever its rows stand, to a terminal status or a wait."""
+async def drive_plan(engine: SagaEngine, plan: PlanShape, planner: Planner, *, resumed: bool = True) -> SagaResult:
+    """Run (or resume) a plan saga from wherever its rows stand, to a terminal status or a wait.
+
+    `resumed=False`: nothing of it was recorded before this run (a saga just created, or started from its queue):
+    no recorded outcome to take in before each group.
+    """
     try:
-        return await _drive(engine, plan, planner)
+        return await _drive(engine, plan, planner, resumed)
     finally:
         # Each error's traceback holds the engine: let go of them, so refcounting frees it, not the GC.
         engine.verdict.errors.clear()
 
 
-async def _drive(engine: SagaEngine, plan: PlanShape, planner: Planner) -> SagaResult:
+async def _drive(engine: SagaEngine, plan: PlanShape, planner: Planner, resumed: bool) -> SagaResult:
     if engine.saga.status is SagaStatus.COMPENSATING:
         # The saga's error names why it compensates; a record without one (written by an older version) gets it
         # from its first failed group.
@@ -144,7 +148,8 @@ async def _drive(engine: SagaEngine, plan: PlanShape, planner: Planner) -> SagaR
                 raise WorkerStopped
             join = plan.join_of(g)
             recorded = [by_id[step.step_id] for step in group]
-            engine.adopt(recorded, join.mode)
+            if resumed:  # (a group of a saga run from its start holds only what this run recorded: nothing to adopt)
+                engine.adopt(recorded, join.mode)
             if engine.failed:
                 break
             for step, row in zip(group, recorded, strict=True):

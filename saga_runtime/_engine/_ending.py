@@ -10,6 +10,7 @@ from typing import Any
 import anyio
 
 from saga_runtime._engine._cancellation import shielded, shielded_inline
+from saga_runtime._engine._events import heard
 from saga_runtime._engine._journal import Journal, inline_writer
 from saga_runtime._engine._notices import changed
 from saga_runtime._engine._transitions import TransitionError
@@ -26,34 +27,37 @@ logger = logging.getLogger("saga_runtime")
 _FINAL_WRITE_MARGIN = 10.0
 # Steps that never ran: a saga holding one has not succeeded.
 _NEVER_RAN = frozenset({StepStatus.PENDING, StepStatus.WAITING})
+_SUCCESS = SagaStatus.SUCCESS  # (a module global: an enum class's attribute is slow to read on Python 3.11)
 
 
 async def write_end(journal: Journal, status: SagaStatus, error: str | None, cause: str | None = None) -> SagaResult:
     """Record the saga's terminal status and return its result; `error` says why it did not succeed, `cause` the
     class name of the exception that failed it (see `Journal.end`).
 
-    Call it shielded (or from shielded work), unless `writes_pause(journal.store)` is False: then it writes in
+    Call it shielded (or from shielded work), unless `journal.writes_inline`: then it writes in
     the calling task while the write does not pause, and shielded from where it does.
     """
     journal.check_fence()  # another executor owns the saga: its end is not ours to record
     saga = journal.saga
-    if status is SagaStatus.SUCCESS:
+    succeeded = status is _SUCCESS
+    if succeeded:
         left = [row.step_id for row in journal.rows.values() if row.status in _NEVER_RAN]
         if left:  # a bug, never a user's error: a saga that skipped a step must not say it succeeded
             raise TransitionError(
                 f"saga {saga.saga_id!r} cannot end SUCCESS: steps {left} never ran (a bug in saga_runtime: "
                 "please report it)"
             )
-    journal.end(status, error, cause if status is not SagaStatus.SUCCESS else None)
-    if writes_pause(journal.store):
+    journal.end(status, error, cause if not succeeded else None)
+    if not journal.writes_inline:
         await _bounded(journal, journal.flush())
     else:
         await shielded_inline(journal.flush(), lambda rest: shielded(_bounded(journal, rest)))
     changed(journal.store, saga.saga_id)  # its readers in this process stop now
     result = result_from_rows(saga, list(journal.rows.values()), journal.approvals, complete=True)
     journal.emit("saga_finished", error=saga.error, reason=result.end_reason)
-    log = logger.info if status is SagaStatus.SUCCESS else logger.warning
-    log("saga %s ended %s%s", saga.saga_id, status.value, f": {saga.error}" if saga.error else "")
+    level = logging.INFO if succeeded else logging.WARNING
+    if heard(logger, level):  # (a record built for nobody costs as much as a step)
+        logger.log(level, "saga %s ended %s%s", saga.saga_id, status.value, f": {saga.error}" if saga.error else "")
     return result
 
 

@@ -10,9 +10,32 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from saga_runtime._exceptions import describe
 from saga_runtime._records import SagaRow, StepRow, now
 
-__all__ = ["EventKind", "LoggingHook", "SagaEvent", "SagaHook", "emit"]
+__all__ = ["EventKind", "LoggingHook", "SagaEvent", "SagaHook", "emit", "heard"]
 
 logger = logging.getLogger("saga_runtime")
+
+
+def heard(log: logging.Logger, level: int) -> bool:
+    """Tell whether a record of `level` logged to `log` reaches a handler that does something with it.
+
+    The library's own `NullHandler` hears nothing: with no other handler on the way up, a record would be built
+    (its caller found, its time taken) for nobody, so the engine does not log it. With no handler at all, logging's
+    last resort (stderr) hears it, as `logging` does.
+    """
+    if not log.isEnabledFor(level):
+        return False
+    found = False
+    current: logging.Logger | None = log
+    while current is not None:
+        for handler in current.handlers:
+            found = True
+            if level >= handler.level and type(handler) is not logging.NullHandler:
+                return True
+        if not current.propagate:
+            break
+        current = current.parent
+    return not found and logging.lastResort is not None and level >= logging.lastResort.level
+
 
 EventKind = Literal[
     "saga_started",

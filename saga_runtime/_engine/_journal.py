@@ -92,6 +92,12 @@ _LEASE_MARGIN = 0.25
 _INVOKE_MARGIN = 0.1
 # A step's outcome that counts as progress (CANCELLED: its outcome is unknown).
 _KNOWN = frozenset({StepStatus.SUCCESS, StepStatus.FAILED})
+# Statuses read on every step, as module constants: Python 3.11 reads an enum class's attribute through
+# EnumType.__getattr__'s slow hook, a module global at a fraction of its cost.
+_RUNNING, _SUCCESS, _COMPENSATED = StepStatus.RUNNING, StepStatus.SUCCESS, StepStatus.COMPENSATED
+_WAITING, _SAGA_SUCCESS = StepStatus.WAITING, SagaStatus.SUCCESS
+# The statuses a saga holds its lease in.
+_LIVE = frozenset({SagaStatus.RUNNING, SagaStatus.COMPENSATING})
 
 
 class Journal:
@@ -128,7 +134,7 @@ class Journal:
         self._seal_known = False  # the saga row's seal is the one this journal's last write stored
         # asyncio.Lock: it does not yield to the loop when nobody holds it. A store whose write never pauses
         # (`writes_inline`: the memory store) is written in the calling code, without it.
-        self._write_lock = asyncio.Lock()
+        self._write_lock = asyncio.Lock() if inline is None else None
         self._write_now = inline
         self.guard = Fence(saga.saga_id)
         self.lease = LeaseClock(config.lease_timeout, saga.lease_expires_at if owner is not None else None)
@@ -154,7 +160,7 @@ class Journal:
 
     def start(self, row: StepRow, at: datetime, version: str | None = None) -> None:
         """Start a step's next attempt (a resumed one keeps counting), run by the tool of `version` (recorded)."""
-        step_to(row, StepStatus.RUNNING)
+        step_to(row, _RUNNING)
         if version is not None and row.tool_version != version:
             row.tool_version = version
         if row.reconciled:  # found not done, it runs again: this run tells its outcome
@@ -176,7 +182,7 @@ class Journal:
     def succeed(self, row: StepRow, result: Any) -> None:
         """Record a step's stored result and its success."""
         row.result = result
-        self.finish_step(row, StepStatus.SUCCESS)
+        self.finish_step(row, _SUCCESS)
 
     def reconciled(self, row: StepRow, result: Any, *, done: bool) -> None:
         """Record what `reconcile` found of a step of unknown outcome: done (with `result`), or not done."""
@@ -241,7 +247,7 @@ class Journal:
 
     def undone(self, row: StepRow) -> None:
         """Record a step compensated."""
-        step_to(row, StepStatus.COMPENSATED)
+        step_to(row, _COMPENSATED)
         row.compensated_at = now()
         row.compensation_error = None
         self._dirty[row.step_id] = row
@@ -313,22 +319,23 @@ class Journal:
         """Make the saga terminal (`error`: why it did not succeed; `cause`: the class name of what failed it, see
         `ended`); no step of it reads RUNNING or WAITING after."""
         self.saga_to(status)
-        for row in self.rows.values() if status is not SagaStatus.SUCCESS else ():
-            if row.status is StepStatus.RUNNING:
+        succeeded = status is _SAGA_SUCCESS
+        for row in self.rows.values() if not succeeded else ():
+            if row.status is _RUNNING:
                 self.finish_step(
                     row,
                     StepStatus.CANCELLED,
                     error="its outcome is unknown: nothing could undo it",
                     error_type="Unknown",
                 )
-            elif row.status is StepStatus.WAITING:
+            elif row.status is _WAITING:
                 why = rejection_of(self.approvals, row.step_id)  # rejected (by a cancel, say): REJECTED (API.md §9)
                 if why is None:
                     self.approved(row)  # back to PENDING: it never ran
                 else:
                     self.finish_step(row, StepStatus.REJECTED, error=why, error_type="ApprovalRejected")
         saga = self.saga
-        if status is not SagaStatus.SUCCESS:
+        if not succeeded:
             if saga.error is None:
                 saga.error = error or "the saga was cancelled by its caller"
             ended(saga, status, self.rows.values(), cause)
@@ -400,7 +407,9 @@ class Journal:
                 if self._write_now is not None:
                     self._write_inline()  # the write never pauses: no other write can be under way (no lock)
                     return
-                async with self._write_lock:
+                lock = self._write_lock
+                assert lock is not None  # (a store that pauses: see __init__)
+                async with lock:
                     batch = self._batch()
                     if batch is not None:
                         try:
@@ -424,6 +433,11 @@ class Journal:
                 )
                 self.fence(lost=True)
                 raise
+
+    @property
+    def writes_inline(self) -> bool:
+        """Tell whether this journal writes in the calling code, never pausing (its store `writes_inline`)."""
+        return self._write_now is not None
 
     def wrote_now(self) -> bool:
         """Write what changed now, in the calling code, when the store writes inline and takes it; tell whether it did.
@@ -465,7 +479,7 @@ class Journal:
         if saga_dirty or self._saga_touched:
             saga = self.saga.copy()
             saga.updated_at = at = now()
-            if saga.status is SagaStatus.RUNNING or saga.status is SagaStatus.COMPENSATING:
+            if saga.status in _LIVE:
                 saga.lease_expires_at = at + self._lease_span
                 sent = monotonic()
         write = self._write_now
@@ -501,7 +515,7 @@ class Journal:
             # The new lease goes on the copy; believed only once stored.
             saga = self.saga.copy()
             saga.updated_at = now()
-            if saga.status in (SagaStatus.RUNNING, SagaStatus.COMPENSATING):
+            if saga.status in _LIVE:
                 saga.lease_expires_at = saga.updated_at + self._lease_span
                 sent = self.lease.mark()
             self._saga_dirty = self._saga_touched = False

@@ -14,7 +14,7 @@ from saga_runtime._engine._journal import Journal
 from saga_runtime._exceptions import describe
 from saga_runtime._records import SagaStatus, now
 
-__all__ = ["LeaseKeeper"]
+__all__ = ["LeaseKeeper", "LeaseWheel"]
 
 logger = logging.getLogger("saga_runtime")
 
@@ -22,11 +22,52 @@ logger = logging.getLogger("saga_runtime")
 _CANCELLABLE = (SagaStatus.RUNNING, SagaStatus.COMPENSATING)
 
 
+class LeaseWheel:
+    """When the leases of one executor's sagas are due for renewal, on one event loop: one timer for them all.
+
+    A saga's keeper is added with its due time (a renewal interval from now) and taken out when it stops; most
+    sagas end before their first renewal is due, and then cost an entry in a dict, not a timer each. Every wait is
+    the same interval, so the dict's order (insertion) is the order they fall due: the one timer waits for the
+    first, and the keepers due are told in order.
+    """
+
+    __slots__ = ("_due", "_interval", "_timer", "loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, interval: float) -> None:
+        self.loop = loop
+        self._interval = interval
+        self._due: dict[LeaseKeeper, float] = {}
+        self._timer: asyncio.TimerHandle | None = None
+
+    def add(self, keeper: LeaseKeeper) -> None:
+        """Tell `keeper` (`keeper.due()`) when its renewal is due: an interval from now."""
+        when = self.loop.time() + self._interval
+        self._due[keeper] = when
+        if self._timer is None:
+            self._timer = self.loop.call_at(when, self._tick)
+
+    def discard(self, keeper: LeaseKeeper) -> None:
+        """Take a keeper out: it is not told (the timer, if it was the next, finds nothing due and waits on)."""
+        self._due.pop(keeper, None)
+
+    def _tick(self) -> None:
+        self._timer = None
+        due = self._due
+        now_ = self.loop.time()
+        while due:
+            keeper, when = next(iter(due.items()))
+            if when > now_:
+                self._timer = self.loop.call_at(when, self._tick)
+                return
+            del due[keeper]
+            keeper.due()
+
+
 class LeaseKeeper:
     """Renew one running saga's lease every third of the lease timeout; fence the saga if the lease is lost.
 
-    A timer, not a task, waits between renewals: most sagas end before the first renewal is due, and then cost
-    nothing but the timer. A renewal runs as a task owned by the keeper, and `stop()` cancels and awaits it.
+    No timer of its own, no task, waits between renewals: its executor's `LeaseWheel` tells it when one is due.
+    A renewal runs as a task owned by the keeper, and `stop()` cancels and awaits it.
     A store error only costs one renewal: the lease still has two thirds of its time when the next one is due.
     When the store says another executor owns the saga, the journal is fenced (it writes nothing more) and
     `on_lost` is called, which stops the saga's work instead of racing the new owner. A renewal also reads
@@ -35,15 +76,21 @@ class LeaseKeeper:
     """
 
     def __init__(
-        self, journal: Journal, on_lost: Callable[[], None], *, on_cancel: Callable[[str], None] | None = None
+        self,
+        journal: Journal,
+        on_lost: Callable[[], None],
+        *,
+        on_cancel: Callable[[str], None] | None = None,
+        wheel: LeaseWheel | None = None,
     ) -> None:
         self._journal = journal
         self._on_lost = on_lost
         self._on_cancel = on_cancel
         self._cancelled = False
         self._interval = journal.config.lease_timeout / 3
-        self._loop = asyncio.get_running_loop()
-        self._timer: asyncio.TimerHandle | None = None
+        # The wheel the executor's sagas share on this loop (`Claims.lease_wheel`), or one of its own.
+        self._wheel = wheel if wheel is not None else LeaseWheel(asyncio.get_running_loop(), self._interval)
+        self._loop = self._wheel.loop
         self._renewal: asyncio.Task[None] | None = None
         self._stopped = False
         self._lapsed = False  # the lease ran out unrenewed (told once, until it is renewed again)
@@ -55,11 +102,11 @@ class LeaseKeeper:
         write), whichever comes first.
         """
         self._journal.guard.on_lost = self._on_lost
-        self._timer = self._loop.call_later(self._interval, self._due)
+        self._wheel.add(self)
         return self
 
-    def _due(self) -> None:
-        self._timer = None
+    def due(self) -> None:
+        """Renew the lease now (told by the wheel), in a task of the keeper's."""
         if not self._stopped:
             self._renewal = self._loop.create_task(self._renew())
 
@@ -110,7 +157,7 @@ class LeaseKeeper:
                     journal.fence(lost=True)  # calls on_lost
                     return
         if not self._stopped:
-            self._timer = self._loop.call_later(self._interval, self._due)
+            self._wheel.add(self)
 
     async def _read_cancel(self) -> None:
         """Tell a RUNNING or COMPENSATING saga an operator asked to cancel it (once)."""
@@ -135,8 +182,7 @@ class LeaseKeeper:
         self._stopped = True
         if self._journal.guard.on_lost is self._on_lost:
             self._journal.guard.on_lost = None
-        if self._timer is not None:
-            self._timer.cancel()
+        self._wheel.discard(self)
         renewal = self._renewal
         if renewal is not None and not renewal.done():
             renewal.cancel()

@@ -22,7 +22,7 @@ from saga_runtime._engine._budget import Account, Budget
 from saga_runtime._engine._cancellation import Shelters, shielded
 from saga_runtime._engine._compensator import Compensator
 from saga_runtime._engine._config import EngineConfig
-from saga_runtime._engine._ending import write_end, writes_pause
+from saga_runtime._engine._ending import write_end
 from saga_runtime._engine._groups import RUNNABLE, GroupRunner, succeeded
 from saga_runtime._engine._invoker import Invoker
 from saga_runtime._engine._journal import Journal
@@ -219,7 +219,7 @@ class SagaEngine:
     async def finish(self, status: SagaStatus) -> SagaResult:
         """Record the saga's terminal status and return its result; the record is written even if the caller leaves."""
         end = write_end(self.journal, status, self.verdict.reason, self.verdict.cause)
-        return await (shielded(end) if writes_pause(self.config.store) else end)  # see write_end
+        return await (end if self.journal.writes_inline else shielded(end))  # see write_end
 
     def run_group(
         self, rows: Sequence[StepRow], *, join: str = "all", needed: int | None = None

@@ -21,7 +21,7 @@ from saga_runtime._engine import _journal
 from saga_runtime._engine._cancellation import cancel_requests
 from saga_runtime._engine._config import EngineConfig
 from saga_runtime._engine._journal import ClaimKind, let_go, park, take_over
-from saga_runtime._engine._lease import LeaseKeeper
+from saga_runtime._engine._lease import LeaseKeeper, LeaseWheel
 from saga_runtime._engine._saga import SagaEngine
 from saga_runtime._exceptions import LeaseLostError
 from saga_runtime._records import (
@@ -48,6 +48,15 @@ class Claims:
 
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
+        self._wheel: LeaseWheel | None = None
+
+    def lease_wheel(self) -> LeaseWheel:
+        """Return the wheel the leases of this executor's sagas are renewed by, on the running loop."""
+        loop = asyncio.get_running_loop()
+        wheel = self._wheel
+        if wheel is None or wheel.loop is not loop:
+            wheel = self._wheel = LeaseWheel(loop, self.config.lease_timeout / 3)
+        return wheel
 
     def lease_until(self, start: Any) -> Any:
         """Return when a lease taken at `start` expires."""
@@ -181,7 +190,9 @@ class Session:
         """Start the session in the current task (what `async with` does; for front doors that enter by hand)."""
         self._pending = cancel_requests()
         self._fence.__enter__()
-        self.keeper = LeaseKeeper(self.engine.journal, self._fence.cancel, on_cancel=self.engine.cancel).start()
+        self.keeper = LeaseKeeper(
+            self.engine.journal, self._fence.cancel, on_cancel=self.engine.cancel, wheel=self._claims.lease_wheel()
+        ).start()
 
     async def stop_renewing(self) -> None:
         """Stop renewing the lease (it runs out; the saga stays this executor's until then)."""

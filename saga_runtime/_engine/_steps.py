@@ -13,6 +13,7 @@ import pydantic
 
 from saga_runtime._engine._cancellation import CANCELLED, CancelTaken, Siblings, current_task
 from saga_runtime._engine._compensator import Compensator
+from saga_runtime._engine._events import heard
 from saga_runtime._engine._invoker import AttemptTimeout, Invoker
 from saga_runtime._engine._journal import Journal
 from saga_runtime._engine._reconcile import reconcile
@@ -292,7 +293,8 @@ class StepRunner:
             # COMPENSATION_FAILED, where operators look (list_sagas, retry_compensation), not SUCCESS.
             status = StepStatus.COMPENSATION_FAILED
         self._journal.finish_step(row, status, error=error, error_type=error_type)
-        logger.warning("saga %s: step %s (%s) failed: %s", row.saga_id, row.step_id, row.tool_name, error)
+        if heard(logger, logging.WARNING):  # (a record built for nobody costs more than the rest of the failure)
+            logger.warning("saga %s: step %s (%s) failed: %s", row.saga_id, row.step_id, row.tool_name, error)
         if timed_out and not stuck and spec.reconcile is not None:
             done = await self.reconcile(row, spec)
             if done:  # the effect happened after all: the step succeeded

@@ -257,6 +257,11 @@ class SagaSummary(BaseModel):
 
 _object_setattr = object.__setattr__
 _new = object.__new__
+# The slots every pydantic model has, set through their descriptors: what `object.__setattr__` ends up calling,
+# without looking the name up on the model's class first.
+_set_fields_set = BaseModel.__dict__["__pydantic_fields_set__"].__set__
+_set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
+_set_private = BaseModel.__dict__["__pydantic_private__"].__set__
 
 
 def _construct(model: type[_M], values: dict[str, Any], fields: set[str]) -> _M:
@@ -268,9 +273,9 @@ def _construct(model: type[_M], values: dict[str, Any], fields: set[str]) -> _M:
     """
     instance = _new(model)
     _object_setattr(instance, "__dict__", values)
-    _object_setattr(instance, "__pydantic_fields_set__", fields.copy())
-    _object_setattr(instance, "__pydantic_extra__", None)
-    _object_setattr(instance, "__pydantic_private__", None)
+    _set_fields_set(instance, fields.copy())
+    _set_extra(instance, None)
+    _set_private(instance, None)
     return instance
 
 
@@ -284,7 +289,7 @@ def _step_records(rows: Sequence[StepRow]) -> list[StepRecord]:
     records = []
     # One set for all: every field is set, and pydantic copies it before changing it (a frozen model never does).
     fields = _STEP_FIELDS
-    new, set_ = _new, _object_setattr
+    new, set_, set_fields, set_extra, set_private = _new, _object_setattr, _set_fields_set, _set_extra, _set_private
     for row in rows:
         args = row.args
         if type(args) is not dict or ENVELOPE in args or not _SCALARS.issuperset(map(type, args.values())):
@@ -313,9 +318,9 @@ def _step_records(rows: Sequence[StepRow]) -> list[StepRecord]:
                 "reconciled": row.reconciled,
             },
         )
-        set_(record, "__pydantic_fields_set__", fields)
-        set_(record, "__pydantic_extra__", None)
-        set_(record, "__pydantic_private__", None)
+        set_fields(record, fields)
+        set_extra(record, None)
+        set_private(record, None)
         records.append(record)
     return records
 
