@@ -86,17 +86,6 @@ class StepStatus(StrEnum):
     REJECTED = "REJECTED"
 
 
-# SHA-256 for the idempotency keys (one per step): the interpreter's own, where it has one. The same digest as
-# OpenSSL's (hashlib.sha256), whose context costs more to set up than hashing a key's few bytes.
-try:
-    from _sha2 import sha256 as _sha256  # type: ignore[import-not-found,unused-ignore]  # CPython 3.12+
-except ImportError:
-    try:
-        from _sha256 import sha256 as _sha256  # type: ignore[import-not-found,no-redef,unused-ignore]  # CPython 3.11
-    except ImportError:
-        _sha256 = hashlib.sha256
-
-
 def now() -> datetime:
     """Return the current time, timezone-aware in UTC (every stored time is)."""
     return datetime.now(UTC)
@@ -109,7 +98,7 @@ def idempotency_key(saga_id: str, step_id: str) -> str:
         text = f"[{_ascii(saga_id)}, {_ascii(step_id)}]"
     else:
         text = json.dumps([saga_id, step_id])
-    digest = _sha256(text.encode()).hexdigest()
+    digest = hashlib.sha256(text.encode()).hexdigest()
     return f"sr-{digest[:40]}"
 
 
@@ -118,7 +107,7 @@ def idempotency_keys(saga_id: str, step_ids: list[str]) -> list[str]:
     if type(saga_id) is not str or not all(type(step_id) is str for step_id in step_ids):
         return [idempotency_key(saga_id, step_id) for step_id in step_ids]
     head = f"[{_ascii(saga_id)}, "
-    sha256 = _sha256
+    sha256 = hashlib.sha256
     return [f"sr-{sha256(f'{head}{_ascii(step_id)}]'.encode()).hexdigest()[:40]}" for step_id in step_ids]
 
 
