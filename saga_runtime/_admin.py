@@ -159,7 +159,7 @@ class SagaAdmin:
         wanted = None if status is None else SagaStatus(status)
         rows = await queues_of(self.store).list_queue_rows(_queue_name(queue), wanted, int(limit), int(offset))
         summaries = [summary_from_rows(saga, count) for saga, count in rows]
-        return [s for s in summaries if reason is None or s.end_reason == reason]
+        return await sagas.queue_waits(self.store, [s for s in summaries if reason is None or s.end_reason == reason])
 
     # -- queues (API.md §19) --------------------------------------------------------------------------------------
 

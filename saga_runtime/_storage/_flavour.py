@@ -62,6 +62,9 @@ class Flavour:
     lease_length: Callable[[timedelta], Any]
     #: Ids are sent as bytes (exact comparison where string collations are not).
     ids_as_bytes: bool
+    #: What stands for ` IN (*)`, a list of ids, where the list is one array parameter (one statement whatever its
+    #: length, prepared once per connection); None: one placeholder per id.
+    id_array: str | None = None
 
     def alter(self, table: str, columns: Sequence[str]) -> list[str]:
         """Return the ALTER TABLE statements adding `columns` (one statement, where the database takes several)."""

@@ -24,6 +24,7 @@ import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, suppress
+from datetime import timedelta
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
@@ -187,9 +188,62 @@ _ARRAY_TYPES = {
 }
 
 
-def _columns(rows: Sequence[Sequence[Any]], width: int) -> list[list[Any]]:
-    """Return rows of parameters as one list per column (the arrays the statement unnests)."""
-    return [list(column) for column in zip(*rows, strict=True)] if rows else [[] for _ in range(width)]
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def _int_text(value: Any) -> str | None:
+    return None if value is None else str(int(value))  # a bool as 1 or 0, as the int codec takes it
+
+
+def _float_text(value: Any) -> str | None:
+    return None if value is None else repr(float(value))  # the shortest text that reads back as the same float
+
+
+def _interval_text(value: Any) -> str | None:
+    return None if value is None else f"{value // _MICROSECOND} microseconds"
+
+
+def _time_text(value: Any) -> str | None:
+    return None if value is None else value.isoformat()  # timezone-aware (RowCodec.time_in): an exact instant
+
+
+def _bool_text(value: Any) -> str | None:
+    return None if value is None else "t" if value else "f"
+
+
+# Arrays travel as text[] and are cast by the statement (`$1::text[]::int4[]`): asyncpg has a built-in codec for
+# text[] only, and looks every other array type up in the catalog (a large query, and SET jit around it) on each
+# new connection; with a pool of connections per worker process, that was most of a connection's first writes.
+_TO_TEXT: dict[str, Callable[[Any], str | None]] = {
+    "int4": _int_text,
+    "int8": _int_text,
+    "float8": _float_text,
+    "interval": _interval_text,
+    "timestamptz": _time_text,
+    "bool": _bool_text,
+}
+
+
+def _array(values: Sequence[Any], type_: str) -> list[Any]:
+    """Return `values` as the text[] parameter of an array of `type_` (see _TO_TEXT)."""
+    to_text = _TO_TEXT.get(type_)
+    return list(values) if to_text is None else [to_text(value) for value in values]
+
+
+def _array_type(type_: str) -> str:
+    """Return how the statement reads a text[] parameter as an array of `type_`."""
+    return "text[]" if type_ == "text" else f"text[]::{type_}[]"
+
+
+_SAGA_TYPES = tuple(_ARRAY_TYPES.get(column, "text") for column in SAGA_COLUMNS)
+_STEP_TYPES = tuple(_ARRAY_TYPES.get(column, "text") for column in STEP_COLUMNS)
+
+
+def _columns(rows: Sequence[Sequence[Any]], types: Sequence[str]) -> list[list[Any]]:
+    """Return rows of parameters as one text[] parameter per column (the arrays the statement unnests)."""
+    if not rows:
+        return [[] for _ in types]
+    return [_array(column, type_) for column, type_ in zip(zip(*rows, strict=True), types, strict=True)]
 
 
 def _value(column: str, source: str) -> str:
@@ -212,7 +266,7 @@ def _source(columns: Sequence[str], extra: Sequence[str], first: int, rows: int)
     """
     types = [*(_ARRAY_TYPES.get(c, "text") for c in columns), *extra]
     if not rows:
-        return "unnest(" + ", ".join(f"${first + i}::{t}[]" for i, t in enumerate(types)) + ")", len(types)
+        return "unnest(" + ", ".join(f"${first + i}::{_array_type(t)}" for i, t in enumerate(types)) + ")", len(types)
     width = len(types)
     values = ", ".join(
         "(" + ", ".join(f"${first + r * width + i}::{t}" for i, t in enumerate(types)) + ")" for r in range(rows)
@@ -271,7 +325,8 @@ def _batch_statement(modes: frozenset[str], checks: int, steps: bool, saga_rows:
             passed.append("SELECT w FROM updated")
     if checks:
         parts.append(
-            f"checked AS (SELECT c.w FROM sagas t JOIN unnest(${n}::int4[], ${n + 1}::text[], ${n + 2}::text[]) "
+            f"checked AS (SELECT c.w FROM sagas t JOIN unnest(${n}::{_array_type('int4')}, ${n + 1}::text[], "
+            f"${n + 2}::text[]) "
             f"AS c(w, saga_id, owner) ON t.saga_id = c.saga_id AND t.owner = c.owner AND {unasked('c.owner', 't.')} "
             "FOR UPDATE OF t)"
             if checks > 1
@@ -353,6 +408,9 @@ FLAVOUR = Flavour(
     local_clock=False,
     lease_length=lambda length: length,
     ids_as_bytes=False,
+    # One text[] of the ids: a list of `count` placeholders would be a statement of its own for every count, each
+    # prepared on each connection.
+    id_array=" = ANY(?::text[])",
 )
 
 
@@ -544,20 +602,20 @@ class PostgresDialect(Dialect):
         modes = ["create" if write.create else "upsert" if write.owner is None else "update" for _, write, _ in sagas]
         params = []
         if sagas:
-            params += _columns([row for _, _, row in sagas], len(SAGA_COLUMNS))
-            params += [[i for i, _, _ in sagas], modes, [write.owner for _, write, _ in sagas]]
+            params += _columns([row for _, _, row in sagas], _SAGA_TYPES)
+            params += [[str(i) for i, _, _ in sagas], modes, [write.owner for _, write, _ in sagas]]
         if len(checks) == 1:
             ((i, write),) = checks
             params += [i, write.saga_id, write.owner]
         elif checks:
             params += [
-                [i for i, _ in checks],
+                [str(i) for i, _ in checks],
                 [write.saga_id for _, write in checks],
                 [write.owner for _, write in checks],
             ]
         if steps:
-            params += _columns([row for _, row, _ in steps], len(STEP_COLUMNS))
-            params += [[i for i, _, _ in steps], [gated for _, _, gated in steps]]
+            params += _columns([row for _, row, _ in steps], _STEP_TYPES)
+            params += [[str(i) for i, _, _ in steps], ["t" if gated else "f" for _, _, gated in steps]]
         sql = _batch_statement(frozenset(modes), min(len(checks), 2), bool(steps))
         passed = {record[0] for record in await self._autocommit_fetch(sql, params)}
         outcomes: list[Outcome | Exception] = []

@@ -17,6 +17,7 @@ from saga_runtime._records import (
     SagaStatus,
     SagaSummary,
     VerifyResult,
+    WaitingFor,
     export_rows,
     import_approvals,
     import_rows,
@@ -42,6 +43,7 @@ __all__ = [
     "import_saga",
     "list_sagas",
     "messages_for",
+    "queue_waits",
     "verify_saga",
     "waiting_counts",
 ]
@@ -68,13 +70,36 @@ async def get_saga(store: SagaStore, saga_id: str) -> SagaResult | None:
     if snapshot is None:
         return None
     result = result_from_rows(*snapshot, await approvals_of(store, saga_id))
-    # A paused or draining queue is the first reason a queued saga does not move.
-    if result.status is SagaStatus.QUEUED and has(store, "queues"):
-        standing = await queues_of(store).saga_queue_state(saga_id)
-        held = None if standing is None else queue_waiting_of(standing)
-        if held is not None and (held["kind"] == "queue_paused" or result.waiting_for is None):
-            result = result.model_copy(update={"waiting_for": held})
+    if result.status is SagaStatus.QUEUED:
+        waiting = await _queue_held(store, saga_id, result.waiting_for)
+        if waiting is not result.waiting_for:
+            result = result.model_copy(update={"waiting_for": waiting})
     return result
+
+
+async def _queue_held(store: SagaStore, saga_id: str, waiting: WaitingFor | None) -> WaitingFor | None:
+    """Return why the QUEUED saga `saga_id` does not start: its queue paused or draining first, else what its row
+    says (`waiting`: a worker's note), else its start time or a limit of its queue (`queue_waiting_of`)."""
+    if not has(store, "queues"):
+        return waiting
+    standing = await queues_of(store).saga_queue_state(saga_id)
+    held = None if standing is None else queue_waiting_of(standing)
+    if held is not None and (held["kind"] == "queue_paused" or waiting is None):
+        return held
+    return waiting
+
+
+async def queue_waits(store: SagaStore, summaries: list[SagaSummary]) -> list[SagaSummary]:
+    """Return `summaries` with the QUEUED ones saying what holds them back in their queue, as `get_saga` does (a
+    paused queue, a start time not reached, a key, concurrency or rate limit): one read of each QUEUED saga."""
+    shown = []
+    for summary in summaries:
+        if summary.status is SagaStatus.QUEUED:
+            waiting = await _queue_held(store, summary.saga_id, summary.waiting_for)
+            if waiting is not summary.waiting_for:
+                summary = summary.model_copy(update={"waiting_for": waiting})
+        shown.append(summary)
+    return shown
 
 
 async def verify_saga(store: SagaStore, saga_id: str) -> VerifyResult:
@@ -127,7 +152,7 @@ async def list_sagas(
             raise ValueError(f"reason must be one of {list(END_REASONS)}, got {reason!r}")
         # A filtered query (SQL stores: on the end_reason index), however long the history.
         rows = await store.list_rows(wanted, int(limit), int(offset), reason=reason)
-    return [summary_from_rows(saga, count) for saga, count in rows]
+    return await queue_waits(store, [summary_from_rows(saga, count) for saga, count in rows])
 
 
 async def waiting_counts(store: SagaStore, *, page: int = 500) -> dict[str, int]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from saga_runtime._exceptions import SchemaVersionError, StoreError
 from saga_runtime._records import END_REASONS, SagaStatus
@@ -608,7 +609,13 @@ class Queries:
         return self._queue_waiting[keyed, after]
 
     def _in(self, sql: str, count: int) -> str:
+        if self.dialect.id_array is not None:  # one array of the ids (see `ids`)
+            return _placeholders(self.dialect, sql.replace(" IN (*)", self.dialect.id_array))
         return _placeholders(self.dialect, sql.replace("(*)", "(" + ", ".join("?" * count) + ")"))
+
+    def ids(self, ids: Sequence[str]) -> tuple[Any, ...]:
+        """Return the parameters of the `IN (*)` list of `renew`, `owned`, `take` and `load_many`."""
+        return (list(ids),) if self.dialect.id_array is not None else tuple(ids)
 
     def renew(self, count: int) -> str:
         """Return the UPDATE extending `owner`'s leases on `count` ids (params: lease, owner, live..., ids...)."""

@@ -150,7 +150,7 @@ class SQLRetention:
                 error = None
                 if archive is not None and sagas:
                     ids = [saga.saga_id for saga in sagas]
-                    loaded = codec.rows_of_load_many(await tx.fetch(q.load_many(len(ids)), ids))
+                    loaded = codec.rows_of_load_many(await tx.fetch(q.load_many(len(ids)), q.ids(ids)))
                     steps: dict[str, list[StepRow]] = {saga.saga_id: rows for saga, rows in loaded}
                     approvals: dict[str, list[Any]] = {}
                     for record in await tx.fetch(st.approvals(len(ids)), ids):

@@ -516,13 +516,13 @@ class SQLStore(StoreBase, SQLRetention, SQLSchedules, SQLQueueControl):
             async with self._transaction(begin=not q.renew_returns or len(ids) > _IN_CHUNK) as tx:
                 for start in range(0, len(ids), _IN_CHUNK):
                     chunk = ids[start : start + _IN_CHUNK]
-                    params = (codec.lease_in(lease_expires_at, now), owner, *LIVE_STATUSES, *chunk)
+                    params = (codec.lease_in(lease_expires_at, now), owner, *LIVE_STATUSES, *q.ids(chunk))
                     if q.renew_returns:
                         records = await tx.fetch(q.renew(len(chunk)), params)
                     else:
                         # The rows just updated are locked by this transaction: reading them back is exact.
                         await tx.execute(q.renew(len(chunk)), params)
-                        records = await tx.fetch(q.owned(len(chunk)), (owner, *LIVE_STATUSES, *chunk))
+                        records = await tx.fetch(q.owned(len(chunk)), (owner, *LIVE_STATUSES, *q.ids(chunk)))
                     held.update(codec.id_out(record[0]) for record in records)
             return held
 
@@ -550,8 +550,8 @@ class SQLStore(StoreBase, SQLRetention, SQLSchedules, SQLQueueControl):
                 ids = [codec.id_out(record[0]) for record in records]
                 if not ids:
                     return []
-                taken = codec.rows_of_load_many(await tx.fetch(q.load_many(len(ids)), ids))  # owners before
-                await tx.execute(q.take(len(ids)), (owner, codec.lease_in(lease_expires_at, now), *ids))
+                taken = codec.rows_of_load_many(await tx.fetch(q.load_many(len(ids)), q.ids(ids)))  # owners before
+                await tx.execute(q.take(len(ids)), (owner, codec.lease_in(lease_expires_at, now), *q.ids(ids)))
                 return taken
 
         return await self._retrying("claim_expired", claim)
@@ -633,7 +633,7 @@ class SQLStore(StoreBase, SQLRetention, SQLSchedules, SQLQueueControl):
                 ids = await self._start_queued(tx, queue, start, allowed, running, fits)
                 if not ids:
                     return []
-                return codec.rows_of_load_many(await tx.fetch(q.load_many(len(ids)), ids))
+                return codec.rows_of_load_many(await tx.fetch(q.load_many(len(ids)), q.ids(ids)))
 
         return await self._retrying("claim_queued", claim)
 

@@ -882,6 +882,43 @@ def test_show_says_a_queued_saga_waits_for_its_keys_limit(tmp_path: Path) -> Non
     assert cli("show", "second", "--json", db=url).json()["waiting_for"]["kind"] == "limit"
 
 
+def test_list_says_a_queued_saga_waits_for_a_limit_a_time_or_a_paused_queue(tmp_path: Path) -> None:
+    """`list` (and `list --queue`, and --json) says what `show` says of QUEUED sagas held back in their queue: a
+    key at its limit, a start time not reached, a paused queue; a saga free to start waits for nothing."""
+    url = f"sqlite:///{tmp_path / 'sagas.db'}"
+
+    async def setup() -> None:
+        async with open_store(url) as store:
+            executor = SagaExecutor(registry, store=store)
+            plan = [{"id": "charge", "tool": "Charge", "args": {"amount": 1}}]
+            for saga_id in ("first", "second"):
+                await executor.submit(plan, saga_id=saga_id, queue="pay", key="acct-7")
+            await executor.submit(plan, saga_id="later", queue="pay", not_before=3600)
+            await executor.submit(plan, saga_id="free", queue="pay")
+            await executor.submit(plan, saga_id="stopped", queue="held")
+            queue = Queue("pay", key_concurrency=1)
+            await store.note_queue_limits(queue, now())  # as a worker serving the queue does
+            started = await store.claim_queued("w1", now() + timedelta(minutes=5), now(), queue, 1)
+            assert [saga.saga_id for saga, _ in started] == ["first"]
+
+    run_sync(setup)
+    assert cli("queue", "pause", "held", db=url).code == 0
+    listed = cli("list", db=url)
+    assert listed.code == 0, listed.err
+    rows = {line.split()[0]: line for line in listed.out.splitlines() if line.split()}
+    assert "waits: limit" in rows["second"]
+    assert "waits: time" in rows["later"]
+    assert "waits: queue_paused" in rows["stopped"]
+    assert rows["free"].split()[1:3] == ["QUEUED", "-"]
+    assert rows["first"].split()[1:3] == ["RUNNING", "-"]
+    by_queue = {s["saga_id"]: s["waiting_for"] for s in cli("list", "--queue", "pay", "--json", db=url).json()}
+    assert by_queue["second"]["kind"] == "limit"
+    assert "key 'acct-7'" in by_queue["second"]["detail"]
+    assert by_queue["later"]["kind"] == "time"
+    assert by_queue["free"] is None
+    assert set(by_queue) == {"first", "second", "later", "free"}
+
+
 def test_show_and_list_say_why_a_saga_waits(work_db: str) -> None:
     """A saga waiting for a decision, and a parked one, say so in `show` and in the list's "why" column."""
     shown = cli("show", "wait-1", db=work_db)

@@ -131,3 +131,20 @@ async def test_a_connection_left_in_a_transaction_is_not_kept(stores: Stores) ->
 async def open_store_kept(stores: Stores, url: str) -> Any:
     """Open a PostgreSQL store of at most two connections at `url`."""
     return await stores.open("postgresql", url, min_size=1, max_size=2)
+
+
+async def test_batches_of_writes_make_a_new_connection_look_up_no_type(stores: Stores) -> None:
+    """Batches of several writes (an array per column, of every column type) send only text arrays, which asyncpg
+    knows: a new connection asks the server's catalog for no type (a large query per connection otherwise)."""
+    store = await stores.open("postgresql", await stores.blank_url("postgresql"), min_size=1, max_size=1)
+    sagas = [(make_saga(f"typed-{i}"), make_steps(f"typed-{i}", 3)) for i in range(8)]
+    await asyncio.gather(*(store.create_saga(saga, steps) for saga, steps in sagas))
+    for _, steps in sagas:
+        for row in steps:
+            row.attempts += 1
+    await asyncio.gather(*(store.save(saga, steps, owner="executor-1") for saga, steps in sagas))
+    await asyncio.gather(*(store.save(None, steps[:1], owner="executor-1") for _, steps in sagas))
+    async with store._transaction(begin=False) as tx:  # type: ignore[attr-defined]
+        prepared = [text for (text,) in await tx.fetch("SELECT statement FROM pg_prepared_statements")]
+    assert any("unnest(" in text for text in prepared)  # batches of several writes were written
+    assert not [text for text in prepared if "pg_type" in text]
