@@ -237,6 +237,43 @@ def test_shared_sql_modules_never_branch_on_the_database_name() -> None:
     assert branches == []
 
 
+# Functions only PostgreSQL has: their statements are its dialect module's (its flavour's `notices`, `unsynced_commit`).
+POSTGRESQL_ONLY = ("pg_notify", "set_config")
+
+
+def postgresql_only_text(source: str) -> list[str]:
+    """Return each string literal of a module's source naming a function only PostgreSQL has."""
+    return [
+        node.value
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and any(f"{name}(" in node.value for name in POSTGRESQL_ONLY)
+    ]
+
+
+def test_shared_sql_modules_hold_no_postgresql_only_statement() -> None:
+    """pg_notify and set_config statements live in the PostgreSQL dialect module; the shared SQL modules only place
+    what its flavour supplies."""
+    found = [
+        f"{module}: {text}"
+        for module in SHARED_SQL_MODULES
+        for text in postgresql_only_text((PACKAGE / "_storage" / module).read_text())
+    ]
+    assert found == [], found
+    assert postgresql_only_text((PACKAGE / "_storage" / "_postgres.py").read_text())
+
+
+def test_the_postgresql_text_guard_sees_a_statement() -> None:
+    """The guard is not blind: the old shared modules' notify and set_config texts are found, f-strings too."""
+    source = (
+        "notify = f\"SELECT pg_notify('{CHANNEL}', ?)\"\n"
+        "quick = \"quick AS (SELECT set_config('synchronous_commit', 'off', true)) \"\n"
+        'plain = "SELECT saga_id FROM sagas"\n'
+    )
+    assert len(postgresql_only_text(source)) == 2
+
+
 def test_the_name_branch_guard_sees_a_branch() -> None:
     """The guard is not blind: the old shared modules' comparisons, tables and lookups by name are found."""
     tree = ast.parse(
