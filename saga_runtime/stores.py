@@ -9,7 +9,9 @@ the package than this module and the package root::
     from saga_runtime.stores import SagaRow, SagaStatus, Sealing, StepRow, StoreBase, now
 
 The store's errors are the package root's: `StoreError` (the store cannot do it), `LeaseLostError` (an
-owner-conditional write found another owner).
+owner-conditional write found another owner). This module's `SagaStore` is the core alone, what every store
+implements; the package root's `saga_runtime.SagaStore` is what the built-in stores offer: the core and every
+capability.
 """
 
 from saga_runtime._records import EndReason as _EndReason
