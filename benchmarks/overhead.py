@@ -3,7 +3,9 @@
 Reports, for a successful saga and for one whose last step fails so that nine compensations run, the whole saga's
 microseconds (`saga_us`) and the overhead per step over the floor. The floor (bare awaits) is measured in the same
 process, interleaved with the saga runs. Targets: at most 11 us of overhead per step for the successful saga, at
-most 200 us for the whole failing one.
+most 200 us for the whole failing one; and the store's shape, counted from the code by the guard tests' own
+functions (benchmarks/shape.py): at most 16 members in the core store protocol, no store write called outside the
+journal.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from benchmarks import shape
 from benchmarks._report import Target, value
 from saga_runtime import SagaExecutor, ToolRegistry
 
@@ -24,6 +27,7 @@ FAILING = "10-step saga, last step fails, 9 compensations"
 TARGETS = [
     Target(f"in memory, {SUCCESS}: overhead per step", 11, "us", value("overhead_us_per_step", workload=SUCCESS)),
     Target(f"in memory, {FAILING}: whole saga", 200, "us", value("saga_us", workload=FAILING)),
+    *shape.TARGETS,
 ]
 
 registry = ToolRegistry()

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from benchmarks import shape
 from benchmarks.__main__ import WORKLOADS
 from benchmarks._report import Target, value
 
@@ -139,6 +140,7 @@ def test_quick_benchmarks_run_and_report_every_workload(tmp_path: Path) -> None:
     targets = report["targets"]
     assert [target["target"].split(",")[0] for target in targets] == (
         ["in memory"] * 2
+        + ["store shape"] * 2
         + ["instructions"] * 2
         + ["in memory"]
         + ["durable"] * 7
@@ -153,7 +155,7 @@ def test_quick_benchmarks_run_and_report_every_workload(tmp_path: Path) -> None:
     assert len(measured) >= 3  # the in-memory ones at least: they need no server
     if os.environ.get("CI") == "true":  # every server is up: a target reading a key no row has shows here
         unmeasured = [target["target"] for target in targets if target["status"] == "not measured"]
-        uncounted = [] if valgrind else [target["target"] for target in targets[2:4]]  # no valgrind: skipped
+        uncounted = [] if valgrind else [target["target"] for target in targets[4:6]]  # no valgrind: skipped
         # --quick runs one worker
         four = "fleet, PostgreSQL, 4 workers: CPU per saga (workers + database) over 1 worker's"
         assert unmeasured == [*uncounted, four], unmeasured
@@ -169,3 +171,14 @@ def test_a_lower_bound_target_is_met_at_or_above_its_bound() -> None:
     upper = Target("latency", 15, "ms", value("p50"))
     assert [upper.verdict([{"p50": x}])["status"] for x in (14, 15, 16)] == ["met", "met", "missed"]
     assert upper.verdict([{"p50": 1}])["bound"] == "at most 15 ms"
+
+
+def test_the_store_shape_targets_count_what_the_guard_tests_count() -> None:
+    """The in-memory workload's shape targets print the core protocol's member count and the store-write call
+    sites outside the journal, counted by the guard tests' functions, met at most 16 and 0."""
+    [_, _, members, writes] = WORKLOADS["in memory: overhead over bare awaits"][2]
+    assert members.verdict([])["measured"] == f"{shape.core_members()} members"
+    assert writes.verdict([])["measured"] == f"{len(shape.writes_outside_the_journal())} sites"
+    assert (members.bound, writes.bound) == (16, 0)
+    assert members.verdict([])["status"] == ("met" if shape.core_members() <= 16 else "missed")
+    assert writes.verdict([])["status"] == ("met" if not shape.writes_outside_the_journal() else "missed")

@@ -1,11 +1,15 @@
 """The public façade: `__all__` and the names the package root really exports agree, and the contract is there."""
 
+import ast
 import importlib
+import inspect
+import itertools
 import types
 
 import pytest
 
 import saga_runtime
+from saga_runtime import stores
 
 # The names API.md promises at the package root (the list ../shared/tools/check_contract.py checks).
 CONTRACT = [
@@ -123,3 +127,63 @@ def test_version_is_a_string() -> None:
     """saga_runtime.__version__ is a version string."""
     assert isinstance(saga_runtime.__version__, str)
     assert saga_runtime.__version__.count(".") >= 1
+
+
+# -- saga_runtime.stores: what a store of your own is written with -------------------------------------------------
+
+
+def _attribute_docstrings(module: types.ModuleType) -> dict[str, str]:
+    """Return the names a module assigns at its top level followed by a string (a docstring the reference shows)."""
+    body = ast.parse(inspect.getsource(module)).body
+    return {
+        target.id: after.value.value
+        for node, after in itertools.pairwise(body)
+        if isinstance(node, ast.Assign)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+        and isinstance(after, ast.Expr)
+        and isinstance(after.value, ast.Constant)
+        and isinstance(after.value.value, str)
+    }
+
+
+def test_the_stores_module_exports_exactly_its_public_names() -> None:
+    """saga_runtime.stores' __all__ is sorted, once each, and exactly the public names it binds (no module)."""
+    public = {
+        name
+        for name, value in vars(stores).items()
+        if not name.startswith("_") and not isinstance(value, types.ModuleType)
+    }
+    assert list(stores.__all__) == sorted(set(stores.__all__))
+    assert set(stores.__all__) == public
+    assert not [name for name in stores.__all__ if name.startswith("_")]
+
+
+def test_every_name_of_the_stores_module_has_a_docstring() -> None:
+    """Each name saga_runtime.stores exports is documented: a class or function by its own docstring, a type
+    alias by the docstring that follows it in the module (what the reference page shows)."""
+    aliases = _attribute_docstrings(stores)
+
+    def documented(name: str) -> bool:
+        value = getattr(stores, name)
+        if isinstance(value, type) or inspect.isfunction(value):
+            return bool((inspect.getdoc(value) or "").strip())
+        return bool(aliases.get(name, "").strip())
+
+    undocumented = [name for name in stores.__all__ if not documented(name)]
+    assert undocumented == []
+
+
+def test_the_stores_module_holds_what_a_store_of_your_own_needs() -> None:
+    """The core protocol, the rows, the status enum, the base class, the sealing helper and the clock are public
+    there, and they are the objects the engine uses (no copies)."""
+    from saga_runtime._records import SagaRow, StepRow
+    from saga_runtime._storage import SagaStore
+
+    assert stores.SagaStore is SagaStore
+    assert (stores.SagaRow, stores.StepRow) == (SagaRow, StepRow)
+    assert stores.SagaStatus is saga_runtime.SagaStatus
+    assert stores.StepStatus is saga_runtime.StepStatus
+    assert stores.now().tzinfo is not None
+    assert stores.Sealing().key is None
+    assert stores.StoreBase.capabilities == frozenset()

@@ -65,6 +65,7 @@ ENGINE = PACKAGE / "_engine"
 # Front doors: everything on top of the engine. Each may use the layers below it, never another's private parts.
 FRONT_DOORS = [PACKAGE / "_executor.py", PACKAGE / "_admin.py", PACKAGE / "_planner.py", PACKAGE / "_dynamic.py"]
 FRONT_DOORS += [PACKAGE / "_schedules.py", PACKAGE / "_starting.py", PACKAGE / "_published.py"]
+FRONT_DOORS += [PACKAGE / "stores.py"]  # what a store of your own is written with
 FRONT_DOORS += sorted((PACKAGE / "_llm").glob("*.py"))
 FRONT_DOORS += sorted((PACKAGE / "_cli").glob("*.py")) + sorted((PACKAGE / "integrations").glob("*.py"))
 FRONT_DOORS += sorted((PACKAGE / "_console").glob("*.py"))
@@ -233,3 +234,28 @@ def test_the_cycle_guard_sees_a_cycle() -> None:
     """The guard above finds a cycle of two modules importing each other, and none in a chain."""
     assert _cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b", "a"]]
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+
+# The example store of your own (docs/how-to/custom-store.md): written as a user writes a store.
+STORE_OF_YOUR_OWN = PACKAGE / "examples" / "dict_store.py"
+
+
+def private_imports(path: Path) -> list[str]:
+    """Return the package modules a source file imports that a user could not: any with a private part."""
+    return sorted(module for module in imports_of(path) if any(p.startswith("_") for p in module.split(".")))
+
+
+def test_the_example_store_imports_public_modules_only() -> None:
+    """The example store of your own needs only public names: the package root and saga_runtime.stores."""
+    assert private_imports(STORE_OF_YOUR_OWN) == []
+    assert "saga_runtime.stores" in imports_of(STORE_OF_YOUR_OWN)
+
+
+def test_the_private_import_guard_sees_a_private_import(tmp_path: Path) -> None:
+    """The guard above finds imports of private modules, and lets public ones pass."""
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "from saga_runtime._records import SagaRow\nimport saga_runtime._storage._sealing\n"
+        "from saga_runtime.stores import StoreBase\nfrom saga_runtime import SagaExecutor\n"
+    )
+    assert private_imports(sample) == ["saga_runtime._records", "saga_runtime._storage._sealing"]

@@ -11,8 +11,10 @@ PACKAGE = Path(__file__).resolve().parent.parent / "saga_runtime"
 
 # What computes a seal: the seal functions of the records layer (their format is the record's).
 SEALS = {"seal", "seal_all", "seal_saga", "saga_seal", "Sealer", "seal_approval", "Sealing"}
-# The example store of your own (docs/how-to/custom-store.md): a store, sealing what it writes through `Sealing`.
+# The example store of your own (docs/how-to/custom-store.md): a store, sealing what it writes through `Sealing`,
+# and the public module it imports `Sealing` from (which re-exports it and computes nothing).
 STORE_OF_YOUR_OWN = "examples/dict_store.py"
+STORES_MODULE = "stores.py"
 
 
 def seal_uses(source: str) -> list[str]:
@@ -53,7 +55,7 @@ def test_only_records_and_stores_know_the_seal_functions() -> None:
         path
         for path in sorted(PACKAGE.rglob("*.py"))
         if path.relative_to(PACKAGE).parts[0] not in ("_records", "_storage")
-        and path.relative_to(PACKAGE).as_posix() != STORE_OF_YOUR_OWN
+        and path.relative_to(PACKAGE).as_posix() not in (STORE_OF_YOUR_OWN, STORES_MODULE)
     ]
     violations = violations_in(outside)
     assert not violations, "\n".join(violations)

@@ -102,15 +102,18 @@ class ApprovalQueries:
         self.claim_load: str | None = None
         if dialect.returning:
             step_cols = ", ".join(f"st.{c}" for c in STEP_COLUMNS)
-            # Its commit does not wait for the disk (synchronous_commit off for this transaction only): a claim
-            # lost with a crash of the server leaves the saga unowned, and the claimer's first write (an
-            # owner-conditional one, made durable at once, with the claim before it) is refused.
+            # Its commit does not wait for the disk where the flavour can say so (`unsynced_commit`, for this
+            # transaction only): a claim lost with a crash of the server leaves the saga unowned, and the
+            # claimer's first write (an owner-conditional one, made durable at once, with the claim before it) is
+            # refused.
+            quick = dialect.unsynced_commit
             self.claim_load = q(
                 dialect,
-                f"WITH c AS ({claim} RETURNING {', '.join(SAGA_COLUMNS)}), "
-                "quick AS (SELECT set_config('synchronous_commit', 'off', true)) "
-                f"SELECT {', '.join(f'c.{c}' for c in SAGA_COLUMNS)}, {step_cols} "
-                "FROM c CROSS JOIN quick LEFT JOIN steps st ON st.saga_id = c.saga_id ORDER BY st.seq",
+                f"WITH c AS ({claim} RETURNING {', '.join(SAGA_COLUMNS)})"
+                + (f", quick AS ({quick}) " if quick is not None else " ")
+                + f"SELECT {', '.join(f'c.{c}' for c in SAGA_COLUMNS)}, {step_cols} "
+                + ("FROM c CROSS JOIN quick " if quick is not None else "FROM c ")
+                + "LEFT JOIN steps st ON st.saga_id = c.saga_id ORDER BY st.seq",
             )
         self.holds = q(dialect, "SELECT COUNT(*) FROM sagas WHERE saga_id = ? AND owner = ? AND status = ?")
         self.waiting = _WAITING

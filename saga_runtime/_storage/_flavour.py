@@ -11,7 +11,23 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-__all__ = ["Flavour"]
+__all__ = ["Flavour", "Notices"]
+
+
+@dataclass(frozen=True)
+class Notices:
+    """The statements that tell listening workers at once (PostgreSQL's LISTEN/NOTIFY), built by the dialect whose
+    database has them; the shared SQL modules only place them."""
+
+    #: An UPDATE setting a saga's queue -> one statement doing it and notifying the queue channel (the queue's name).
+    enqueued: Callable[[str], str]
+    #: A message's INSERT (params: saga_id, message_id, topic, body, sent_at; it returns a row if stored) -> one
+    #: statement storing it, making its saga due if WAITING, and notifying the queue channel ("message:<saga id>").
+    message_put: Callable[[str], str]
+    #: Notify the queue channel with a payload (one `?`).
+    queued: str
+    #: Notify the channel of decisions, cancels, unparks, retries and messages (no parameter).
+    decided: str
 
 
 @dataclass(frozen=True, eq=False)
@@ -45,9 +61,12 @@ class Flavour:
     upsert: Callable[[str, Sequence[str]], str]
     #: How many tables a name has in the current schema (one `?`: the table's name).
     table_exists: str
-    #: Whether statements notify listening workers (LISTEN/NOTIFY) and UPDATE ... RETURNING serves.
-    notifies: bool
+    #: The statements notifying listening workers (LISTEN/NOTIFY), where the database has them; else None.
+    notices: Notices | None
+    #: Whether UPDATE ... RETURNING serves.
     returning: bool
+    #: A query making the current transaction's commit not wait for the disk (a claim's: see _approval_sql), or None.
+    unsynced_commit: str | None
     #: ALTER TABLE takes one column at a time (its DDL is transactional anyway).
     alter_one_column: bool
     #: Whether an index may hold only the rows a WHERE picks.
@@ -65,6 +84,11 @@ class Flavour:
     #: What stands for ` IN (*)`, a list of ids, where the list is one array parameter (one statement whatever its
     #: length, prepared once per connection); None: one placeholder per id.
     id_array: str | None = None
+
+    @property
+    def notifies(self) -> bool:
+        """Return whether statements notify listening workers (the flavour has `notices`)."""
+        return self.notices is not None
 
     def alter(self, table: str, columns: Sequence[str]) -> list[str]:
         """Return the ALTER TABLE statements adding `columns` (one statement, where the database takes several)."""

@@ -36,6 +36,7 @@ from saga_runtime._records import DECISION_WAKE
 from saga_runtime._storage._batch import Outcome, Write
 from saga_runtime._storage._dialect import Dialect
 from saga_runtime._storage._errors import CONNECT_ADVICE, ErrorMap, convert, mapping_errors
+from saga_runtime._storage._flavour import Notices
 from saga_runtime._storage._open import redact_url
 from saga_runtime._storage._outage import Outage
 from saga_runtime._storage._sql import (
@@ -374,6 +375,30 @@ def _alone_statement(write: Write) -> tuple[str, list[Any]]:
 # What PostgreSQL's SQL differs in (saga_runtime._storage._flavour): the database's clock (`now()` is STABLE, so
 # the lease index still serves a comparison), row locks skipping those held, numbered placeholders, NOTIFY and
 # RETURNING, transactional DDL.
+def _enqueued(update: str) -> str:
+    """Return the UPDATE setting a saga's queue as one statement notifying the queue channel when it commits."""
+    return f"WITH queued AS ({update} RETURNING queue) SELECT pg_notify('{QUEUED_CHANNEL}', queue) FROM queued"
+
+
+def _message_put(insert: str) -> str:
+    """Return a message's INSERT as one statement storing it, making its saga due if it waits, and notifying."""
+    return (
+        f"WITH m AS ({insert} RETURNING saga_id, sent_at), w AS (UPDATE sagas SET wake_at = m.sent_at FROM m "
+        "WHERE sagas.saga_id = m.saga_id AND sagas.status = 'WAITING') "
+        f"SELECT pg_notify('{QUEUED_CHANNEL}', 'message:' || saga_id) FROM m"
+    )
+
+
+# PostgreSQL's LISTEN/NOTIFY statements: idle workers listening are told when a statement commits.
+NOTICES = Notices(
+    enqueued=_enqueued,
+    message_put=_message_put,
+    queued=f"SELECT pg_notify('{QUEUED_CHANNEL}', ?)",
+    decided=f"SELECT pg_notify('{DECIDED_CHANNEL}', '')",
+)
+# A claim's commit does not wait for the disk: synchronous_commit off for its transaction only.
+UNSYNCED_COMMIT = "SELECT set_config('synchronous_commit', 'off', true)"
+
 FLAVOUR = Flavour(
     types={
         "id": 'TEXT COLLATE "C"',
@@ -399,8 +424,9 @@ FLAVOUR = Flavour(
     insert_ignore=insert_ignore_on_conflict,
     upsert=upsert_on_conflict,
     table_exists="SELECT COUNT(*) FROM pg_catalog.pg_tables WHERE tablename = ? AND schemaname = current_schema()",
-    notifies=True,
+    notices=NOTICES,
     returning=True,
+    unsynced_commit=UNSYNCED_COMMIT,
     alter_one_column=False,
     partial_indexes=True,
     json_as_text=json_columns_retyped,

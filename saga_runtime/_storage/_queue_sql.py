@@ -28,7 +28,7 @@ from saga_runtime._records import (
 from saga_runtime._storage._codec import SAGA_COLUMNS, RowCodec
 from saga_runtime._storage._dialect import Dialect
 from saga_runtime._storage._flavour import Flavour
-from saga_runtime._storage._sql import DECIDED_CHANNEL, QUEUED_CHANNEL, _placeholders
+from saga_runtime._storage._sql import _placeholders
 from saga_runtime._storage._sqlwrite import Transaction
 
 __all__ = ["SQLQueueControl", "held_back"]
@@ -96,8 +96,9 @@ class QueueControlQueries:
         listed = f"SELECT {saga_cols}, {count} FROM sagas s WHERE s.queue = ?"
         order = "ORDER BY s.created_at DESC, s.saga_id DESC LIMIT ? OFFSET ?"
         self.listed = (q(dialect, f"{listed} {order}"), q(dialect, f"{listed} AND s.status = ? {order}"))
-        self.notify = q(dialect, f"SELECT pg_notify('{QUEUED_CHANNEL}', ?)") if dialect.notifies else None
-        self.notify_decided = f"SELECT pg_notify('{DECIDED_CHANNEL}', '')" if dialect.notifies else None
+        notices = dialect.notices
+        self.notify = q(dialect, notices.queued) if notices is not None else None
+        self.notify_decided = notices.decided if notices is not None else None
 
 
 # Built once per dialect (by its flavour), at its first use: the hot path only sends them.

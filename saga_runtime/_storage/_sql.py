@@ -543,11 +543,9 @@ class Queries:
             "UPDATE sagas SET queue = ?, queue_key = ?, priority = ?, not_before = ? "
             "WHERE saga_id = ? AND status = ? AND queue IS NULL"
         )
-        if dialect.notifies:
+        if dialect.notices is not None:
             # Idle workers LISTEN: the notification goes out when this statement commits.
-            enqueue = (
-                f"WITH queued AS ({enqueue} RETURNING queue) SELECT pg_notify('{QUEUED_CHANNEL}', queue) FROM queued"
-            )
+            enqueue = dialect.notices.enqueued(enqueue)
         self.enqueue = q(dialect, enqueue)
         self.queue_lock_insert = q(
             dialect,

@@ -20,7 +20,7 @@ from saga_runtime._storage._codec import SAGA_COLUMNS, RowCodec
 from saga_runtime._storage._dialect import Dialect
 from saga_runtime._storage._flavour import Flavour
 from saga_runtime._storage._retention import tombstone
-from saga_runtime._storage._sql import QUEUED_CHANNEL, Queries, _placeholders
+from saga_runtime._storage._sql import Queries, _placeholders
 from saga_runtime._storage._sqlwrite import Transaction
 
 __all__ = ["SQLRetention"]
@@ -56,12 +56,8 @@ class _Statements:
         put = f"INSERT INTO messages (saga_id, message_id, topic, body, sent_at) VALUES (?, ?, ?, ?, ?) {absent}"
         # A message stored makes its saga due at once if it waits (params: sent_at, saga_id).
         self.wake = q(dialect, "UPDATE sagas SET wake_at = ? WHERE saga_id = ? AND status = 'WAITING'")
-        if dialect.notifies:  # workers LISTENing are told at once (payload "message:<saga id>"); one statement
-            put = (
-                f"WITH m AS ({put} RETURNING saga_id, sent_at), w AS (UPDATE sagas SET wake_at = m.sent_at FROM m "
-                "WHERE sagas.saga_id = m.saga_id AND sagas.status = 'WAITING') "
-                f"SELECT pg_notify('{QUEUED_CHANNEL}', 'message:' || saga_id) FROM m"
-            )
+        if dialect.notices is not None:  # workers LISTENing are told at once (payload "message:<saga id>")
+            put = dialect.notices.message_put(put)
         self.put_message = q(dialect, put)
         self.messages = q(
             dialect,

@@ -15,9 +15,7 @@ from dataclasses import replace
 from datetime import datetime
 
 from saga_runtime import LeaseLostError, SagaExecutor, StoreError, ToolRegistry
-from saga_runtime._records import EndReason, SagaRow, SagaStatus, StepRow, end_of, now
-from saga_runtime._storage._reading import StoreBase
-from saga_runtime._storage._sealing import Sealing
+from saga_runtime.stores import EndReason, SagaRow, SagaStatus, Sealing, StepRow, StoreBase, end_of, now
 
 LIVE = (SagaStatus.RUNNING, SagaStatus.COMPENSATING)
 Rows = tuple[SagaRow, list[StepRow]]

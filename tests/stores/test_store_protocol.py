@@ -5,12 +5,12 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
-import typing
 from pathlib import Path
 
 import pytest
 
 import saga_runtime
+from benchmarks.shape import core_members, protocol_members
 from saga_runtime._storage import EVERY_CAPABILITY, MemoryStore, SagaStore, Store, has, queues_of
 from saga_runtime._storage import _base as base
 from saga_runtime._storage._batch import Batcher
@@ -101,21 +101,16 @@ CAPABILITY_PROTOCOLS = {
 }
 
 
-def _members(protocol: type) -> set[str]:
-    """Return the members a protocol asks of a store (as isinstance() checks them)."""
-    return set(typing._get_protocol_attrs(protocol))  # type: ignore[attr-defined]
-
-
 def test_the_core_protocol_is_the_journals_primitives() -> None:
     """SagaStore asks 16 members at most; every other member is a declared capability's, each named once."""
-    core = _members(SagaStore)
-    assert len(core) <= 16, sorted(core)
+    core = protocol_members(SagaStore)
+    assert core_members() == len(core) <= 16, sorted(core)  # the count `python -m benchmarks` prints
     assert set(CAPABILITY_PROTOCOLS) == EVERY_CAPABILITY
     seen = set(core)
     for protocol in CAPABILITY_PROTOCOLS.values():
-        assert not _members(protocol) & seen, _members(protocol) & seen
-        seen |= _members(protocol)
-    assert _members(Store) - seen == set(BUILT_ON_PRIMITIVES)
+        assert not protocol_members(protocol) & seen, protocol_members(protocol) & seen
+        seen |= protocol_members(protocol)
+    assert protocol_members(Store) - seen == set(BUILT_ON_PRIMITIVES)
 
 
 def test_every_built_in_store_declares_every_capability() -> None:
@@ -123,7 +118,7 @@ def test_every_built_in_store_declares_every_capability() -> None:
     for cls in _store_classes():
         assert cls.capabilities == EVERY_CAPABILITY, cls
         for protocol in CAPABILITY_PROTOCOLS.values():
-            assert _members(protocol) <= set(dir(cls)), (cls, _members(protocol) - set(dir(cls)))
+            assert protocol_members(protocol) <= set(dir(cls)), (cls, protocol_members(protocol) - set(dir(cls)))
 
 
 async def test_a_capability_not_declared_is_refused_by_name() -> None:
@@ -162,11 +157,11 @@ def test_the_docs_show_the_example_store_the_tests_run() -> None:
 def test_the_example_store_implements_the_primitives_only() -> None:
     """The example store has every core member, declares no capability, and has no capability's own member."""
     store = DictStore()
-    assert _members(SagaStore) <= set(dir(store))
+    assert protocol_members(SagaStore) <= set(dir(store))
     assert isinstance(store, SagaStore)
     assert store.capabilities == frozenset()
     for protocol in CAPABILITY_PROTOCOLS.values():  # StoreBase's queue_wakeups aside (it yields False: no wakeups)
-        assert not _members(protocol) & set(dir(store)) - {"queue_wakeups"}, protocol
+        assert not protocol_members(protocol) & set(dir(store)) - {"queue_wakeups"}, protocol
 
 
 async def test_a_store_of_your_own_runs_sagas_and_refuses_what_it_does_not_declare() -> None:
@@ -240,6 +235,43 @@ def test_shared_sql_modules_never_branch_on_the_database_name() -> None:
         tree = ast.parse((PACKAGE / "_storage" / module).read_text())
         branches += [f"{module}: {branch}" for branch in name_branches(tree)]
     assert branches == []
+
+
+# Functions only PostgreSQL has: their statements are its dialect module's (its flavour's `notices`, `unsynced_commit`).
+POSTGRESQL_ONLY = ("pg_notify", "set_config")
+
+
+def postgresql_only_text(source: str) -> list[str]:
+    """Return each string literal of a module's source naming a function only PostgreSQL has."""
+    return [
+        node.value
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and any(f"{name}(" in node.value for name in POSTGRESQL_ONLY)
+    ]
+
+
+def test_shared_sql_modules_hold_no_postgresql_only_statement() -> None:
+    """pg_notify and set_config statements live in the PostgreSQL dialect module; the shared SQL modules only place
+    what its flavour supplies."""
+    found = [
+        f"{module}: {text}"
+        for module in SHARED_SQL_MODULES
+        for text in postgresql_only_text((PACKAGE / "_storage" / module).read_text())
+    ]
+    assert found == [], found
+    assert postgresql_only_text((PACKAGE / "_storage" / "_postgres.py").read_text())
+
+
+def test_the_postgresql_text_guard_sees_a_statement() -> None:
+    """The guard is not blind: the old shared modules' notify and set_config texts are found, f-strings too."""
+    source = (
+        "notify = f\"SELECT pg_notify('{CHANNEL}', ?)\"\n"
+        "quick = \"quick AS (SELECT set_config('synchronous_commit', 'off', true)) \"\n"
+        'plain = "SELECT saga_id FROM sagas"\n'
+    )
+    assert len(postgresql_only_text(source)) == 2
 
 
 def test_the_name_branch_guard_sees_a_branch() -> None:
