@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -96,6 +97,7 @@ def _JSON(value: Any) -> str:
 
 
 _UNENCODABLE = (TypeError, ValueError, RecursionError)
+_TEXTS_KEPT = 1024  # saga rows whose JSON texts are kept (RowCodec._texts): sagas in flight, about
 
 
 class RowCodec:
@@ -110,6 +112,11 @@ class RowCodec:
     def __init__(self, dialect: DialectName) -> None:
         self.dialect = dialect
         self._bytes_ids = dialect == "mysql"
+        # The JSON texts of the saga rows written lately, by saga id: (plan, its text, budget, its text, metadata,
+        # its text, history, its text), the values kept and compared by identity (a row's values are never changed
+        # in place). A saga's row is written again and again with most of them unchanged (a saga function's, at
+        # every call).
+        self._texts: dict[str, tuple[Any, ...]] = {}
 
     def time_in(self, value: datetime | None) -> Any:
         """Return a time as the driver stores it."""
@@ -181,18 +188,36 @@ class RowCodec:
         """Return the parameters of a saga row, in SAGA_COLUMNS order (its lease as LEASE_SQL takes it)."""
         what = f"saga {row.saga_id!r}"
         json_in = self.json_in
+        plan, budget, metadata, history = row.plan, row.budget, row.metadata, row.history
+        known = self._texts.get(row.saga_id)
+        if known is not None and known[0] is plan and known[2] is budget and known[4] is metadata:
+            plan_text, budget_text, metadata_text = known[1], known[3], known[5]
+        else:
+            plan_text = None if plan is None else json_in(plan, f"the plan of {what}")
+            budget_text = None if budget is None else json_in(budget, f"the budget of {what}")
+            metadata_text = json_in(metadata, f"the metadata of {what}")
+        if known is not None and known[6] is history:
+            history_text = known[7]
+        else:
+            history_text = json_in(history, f"the history of {what}") if history else None
+        if known is None and len(self._texts) >= _TEXTS_KEPT:
+            with contextlib.suppress(StopIteration, KeyError, RuntimeError):  # (another thread took it)
+                del self._texts[next(iter(self._texts))]  # the oldest out
+        if type(row.saga_id) is str:
+            texts = (plan, plan_text, budget, budget_text, metadata, metadata_text, history, history_text)
+            self._texts[row.saga_id] = texts
         return (
             row.saga_id,
             row.kind,
-            None if row.plan is None else json_in(row.plan, f"the plan of {what}"),
+            plan_text,
             row.plan_hash,
             row.status.value,
             row.owner,
             self.lease_in(row.lease_expires_at),
-            None if row.budget is None else json_in(row.budget, f"the budget of {what}"),
+            budget_text,
             float(row.cost),
             int(row.tokens),
-            json_in(row.metadata, f"the metadata of {what}"),
+            metadata_text,
             row.error,
             self.time_in(row.created_at),
             self.time_in(row.updated_at),
@@ -201,7 +226,7 @@ class RowCodec:
             None if row.parked_from is None else row.parked_from.value,
             self.time_in(row.purged_at),
             row.seal,
-            json_in(row.history, f"the history of {what}") if row.history else None,
+            history_text,
             None if row.waiting_for is None else json_in(row.waiting_for, f"the waiting note of {what}"),
             row.parent_id,
             end_of(row.status, (), row.history)[0] if row.status in _ENDED else None,
