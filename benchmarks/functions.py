@@ -4,13 +4,14 @@ Four workloads, each against a floor measured in the same run:
 
 - In memory: a saga function making 10 calls of a no-op tool, against a plan of the same 10 steps run by the same
   executor (rounds interleaved, medians); `ratio` is the function's time over the plan's.
-- Resume (PostgreSQL): `ORPHANS` (1,000) orphaned 10-call plans, then as many orphaned 10-call saga functions, are
+- Resume (PostgreSQL): `ORPHANS` (1,000) orphaned 10-call plans, and as many orphaned 10-call saga functions, are
   written straight into the store as a dead executor leaves them (four calls SUCCESS, the fifth of unknown outcome,
   lease long expired; a plan has its five last steps pending, a function has not made those calls yet), and one
-  executor's `recover()` drives each batch to SUCCESS, each batch in a database of its own. Reported: sagas per
-  second of each, `ratio` the function's over the plan's, and how many recorded calls a tool was called for again
-  (counted by idempotency key: a call recorded SUCCESS is served from the record, never run again; the unknown one
-  runs again once, under its key).
+  executor's `recover()` drives each batch to SUCCESS, each batch in a database of its own. `RESUME_ROUNDS` rounds,
+  each a batch of both kinds back to back (which goes first alternates): a shared machine's load moves both of a
+  round alike. Reported: the median sagas per second of each, `ratio` the median of the rounds' function/plan
+  ratios, and how many recorded calls a tool was called for again (counted by idempotency key: a call recorded
+  SUCCESS is served from the record, never run again; the unknown one runs again once, under its key).
 - Wake-up (PostgreSQL): a saga function waits in `saga.recv("go")` (no timeout: released, WAITING, no lease); an
   idle worker process serves the store; this process sends the message and the tool of the function's next call
   notes when it starts. Reported: p50 and p99 of send -> next call start; the floor is the raw driver's NOTIFY ->
@@ -54,6 +55,7 @@ from saga_runtime._records import SagaRow, StepRow, StepStatus, chain_head, idem
 ROOT = Path(__file__).resolve().parent.parent
 STEPS = 10
 ORPHANS = 1000
+RESUME_ROUNDS = 3  # with --quick too (of 50 orphans each): a ratio of one round is mostly the machine's noise
 SLEEPERS = 10_000
 HOUR = 3600.0
 ASLEEP_SECONDS = 5.0  # how long the worker's CPU and the database's transactions are counted with every sleeper asleep
@@ -223,22 +225,23 @@ class Resume:
     """The resume workload's result, for one kind of orphan."""
 
     orphans: str
-    sagas: int = 0
-    sagas_per_s: float | None = None
+    sagas: int = 0  # per round
+    rounds: int = 0
+    sagas_per_s: float | None = None  # the median of the rounds'
     plan_per_s: float | None = None
-    run_again: int | None = None
-    unknown_runs: int | None = None
+    ratio: float | None = None  # the median of the rounds' ratios (this kind's rate over the plans')
+    run_again: int | None = None  # over every round
+    unknown_runs: int | None = None  # the fewest of a round (each round should run all of its `sagas`)
     skipped: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "orphans": self.orphans,
             "sagas": self.sagas,
+            "rounds": self.rounds,
             "recovered sagas/s": None if self.sagas_per_s is None else round(self.sagas_per_s, 1),
             "floor: plan sagas/s": None if self.plan_per_s is None else round(self.plan_per_s, 1),
-            "ratio": None
-            if not (self.sagas_per_s and self.plan_per_s)
-            else round(self.sagas_per_s / self.plan_per_s, 3),
+            "ratio": None if self.ratio is None else round(self.ratio, 3),
             "recorded calls run again": self.run_again,
             "unknown calls run again once": self.unknown_runs,
             "skipped": self.skipped,
@@ -312,24 +315,35 @@ async def _recover(url: str, count: int, function: bool) -> tuple[float, int, in
     return count / elapsed, again, unknown
 
 
-async def _resume(count: int) -> list[Resume]:
+async def _resume(count: int, rounds: int) -> list[Resume]:
+    rates: dict[bool, list[float]] = {False: [], True: []}
+    again = {False: 0, True: 0}
+    unknown = {False: count, True: count}
+    ratios: list[float] = []
     try:
-        # Each kind in a database of its own: the second does not inherit the first's dead rows (and vacuum).
-        async with database("postgresql") as url:
-            plan_rate, plan_again, plan_unknown = await _recover(url, count, function=False)
-        async with database("postgresql") as url:
-            fn_rate, fn_again, fn_unknown = await _recover(url, count, function=True)
+        for n in range(rounds):
+            # Each kind goes first as often as the other: neither gains from a warmer database or a quieter minute.
+            for function in (False, True) if n % 2 == 0 else (True, False):
+                # Each batch in a database of its own: none inherits another's dead rows (and vacuum).
+                async with database("postgresql") as url:
+                    rate, run_again, unknown_runs = await _recover(url, count, function)
+                rates[function].append(rate)
+                again[function] += run_again
+                unknown[function] = min(unknown[function], unknown_runs)
+            ratios.append(rates[True][-1] / rates[False][-1])
     except Unreachable as exc:
         return [Resume("plan", skipped=str(exc)), Resume("saga function", skipped=str(exc))]
+    median = statistics.median
+    plan = median(rates[False])
     return [
-        Resume("plan", count, plan_rate, plan_rate, plan_again, plan_unknown),
-        Resume("saga function", count, fn_rate, plan_rate, fn_again, fn_unknown),
+        Resume("plan", count, rounds, plan, plan, 1.0, again[False], unknown[False]),
+        Resume("saga function", count, rounds, median(rates[True]), plan, median(ratios), again[True], unknown[True]),
     ]
 
 
 def resume(quick: bool = False) -> list[Resume]:
-    """Measure recovery of orphaned plans and saga functions on PostgreSQL; `quick` recovers 50 of each."""
-    return asyncio.run(_resume(50 if quick else ORPHANS))
+    """Measure recovery of orphaned plans and saga functions on PostgreSQL; `quick` recovers 50 of each a round."""
+    return asyncio.run(_resume(50 if quick else ORPHANS, RESUME_ROUNDS))
 
 
 # -- worker processes

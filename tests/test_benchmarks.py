@@ -126,7 +126,11 @@ def test_quick_benchmarks_run_and_report_every_workload(tmp_path: Path) -> None:
     resumed = _one(results, "resume: orphaned 10-call sagas")
     assert [row["orphans"] for row in resumed] == ["plan", "saga function"]
     for row in resumed:  # a recorded call is never run again; the one of unknown outcome runs once, under its key
-        assert row["skipped"] is not None or (row["recorded calls run again"], row["sagas"]) == (0, 50), row
+        assert row["skipped"] is not None or (row["recorded calls run again"], row["sagas"], row["rounds"]) == (
+            0,
+            50,
+            3,
+        ), row
         assert row["skipped"] is not None or row["unknown calls run again once"] == 50, row
     [woken] = _one(results, "wake-up: send -> the waiting saga's next call")
     assert woken["skipped"] is not None or (woken["rounds"], woken["p50_ms"] > 0) == (10, True), woken

@@ -413,7 +413,7 @@ class Journal:
                     batch = self._batch()
                     if batch is not None:
                         try:
-                            await self.store.save(batch[0], batch[1], owner=self.owner, reseal=batch[3])
+                            await self.store.save(batch[0], batch[1], owner=self.owner, reseal=batch[3], lease=batch[4])
                         except BaseException:
                             self._unwritten(batch)
                             raise
@@ -476,15 +476,18 @@ class Journal:
             steps.append(row.copy())
         saga = None
         sent = 0.0
+        lease = True
         if saga_dirty or self._saga_touched:
             saga = self.saga.copy()
             saga.updated_at = at = now()
             if saga.status in _LIVE:
-                saga.lease_expires_at = at + self._lease_span
-                sent = monotonic()
+                lease = not self._lease_kept()
+                if lease:
+                    saga.lease_expires_at = at + self._lease_span
+                    sent = monotonic()
         write = self._write_now
         assert write is not None
-        write(saga, steps, self.owner, saga_dirty or not self._seal_known)
+        write(saga, steps, self.owner, saga_dirty or not self._seal_known, lease)
         dirty.clear()
         if saga is not None:
             self._saga_dirty = self._saga_touched = False
@@ -494,8 +497,25 @@ class Journal:
             if sent and self.owner is not None:
                 self.lease.confirmed(sent)
 
-    def _batch(self) -> tuple[SagaRow | None, list[StepRow], float, bool] | None:
-        """Take what is to write: (saga row copy or None, step row copies, lease mark, reseal); None: nothing."""
+    def _lease_kept(self) -> bool:
+        """Tell whether a write of the live saga's row may leave its stored lease as it is (not moved, not renewed).
+
+        Only while this owner knows a lease is stored (confirmed by the store: a claim, a write, a renewal) with
+        more than the margin `keep_lease` extends it at left: the lease loop renews it, and a progress write (a
+        saga function's next call, a charge) then changes no indexed column of the row. Otherwise the write
+        extends the lease, as every write of the row did before.
+        """
+        until = self.lease.until
+        return (
+            self.owner is not None
+            and until is not None
+            and self.saga.lease_expires_at is not None
+            and until - monotonic() >= self._keep_margin
+        )
+
+    def _batch(self) -> tuple[SagaRow | None, list[StepRow], float, bool, bool] | None:
+        """Take what is to write: (saga row copy or None, step row copies, lease mark, reseal, lease written);
+        None: nothing."""
         self.guard.check()
         if not self._dirty and not self._saga_dirty and not self._saga_touched:
             return None
@@ -510,28 +530,31 @@ class Journal:
         self._dirty.clear()
         saga = None
         sent = 0.0
+        lease = True
         reseal = self._saga_dirty or not self._seal_known
         if self._saga_dirty or self._saga_touched:
             # The new lease goes on the copy; believed only once stored.
             saga = self.saga.copy()
             saga.updated_at = now()
             if saga.status in _LIVE:
-                saga.lease_expires_at = saga.updated_at + self._lease_span
-                sent = self.lease.mark()
+                lease = not self._lease_kept()
+                if lease:
+                    saga.lease_expires_at = saga.updated_at + self._lease_span
+                    sent = self.lease.mark()
             self._saga_dirty = self._saga_touched = False
-        return saga, steps, sent, reseal
+        return saga, steps, sent, reseal, lease
 
-    def _written(self, batch: tuple[SagaRow | None, list[StepRow], float, bool]) -> None:
-        saga, _, sent, _ = batch
+    def _written(self, batch: tuple[SagaRow | None, list[StepRow], float, bool, bool]) -> None:
+        saga, _, sent, _, _ = batch
         if saga is not None:
             self.saga.updated_at, self.saga.lease_expires_at = saga.updated_at, saga.lease_expires_at
             self.saga.seal, self._seal_known = saga.seal, True
             if sent and self.owner is not None:
                 self.lease.confirmed(sent)
 
-    def _unwritten(self, batch: tuple[SagaRow | None, list[StepRow], float, bool]) -> None:
+    def _unwritten(self, batch: tuple[SagaRow | None, list[StepRow], float, bool, bool]) -> None:
         """Keep the rows of a write that failed dirty."""
-        saga, steps, _, reseal = batch
+        saga, steps, _, reseal, _ = batch
         for row in steps:
             self._dirty.setdefault(row.step_id, self.rows[row.step_id])
         if saga is not None:

@@ -69,8 +69,8 @@ __all__ = [
 ]
 
 
-#: What a store whose writes never pause does in place of `save`: (saga, steps, owner, reseal), no await.
-InlineWrite = Callable[[SagaRow | None, Sequence[StepRow], str | None, bool], None]
+#: What a store whose writes never pause does in place of `save`: (saga, steps, owner, reseal, lease), no await.
+InlineWrite = Callable[[SagaRow | None, Sequence[StepRow], str | None, bool, bool], None]
 
 #: What a store may offer beyond the core, each a protocol below: declared in `SagaStore.capabilities`.
 Capability = Literal["queues", "cancels", "waits", "messages", "retention", "schedules", "due_work"]
@@ -136,13 +136,23 @@ class SagaStore(Protocol):
         ...
 
     async def save(
-        self, saga: SagaRow | None, steps: Sequence[StepRow], *, owner: str | None = None, reseal: bool = True
+        self,
+        saga: SagaRow | None,
+        steps: Sequence[StepRow],
+        *,
+        owner: str | None = None,
+        reseal: bool = True,
+        lease: bool = True,
     ) -> None:
         """Write the saga row (if given) and upsert the step rows, all in one commit; return once it is durable.
 
         The store seals what it writes (saga_runtime._storage._sealing): the saga row, unless `reseal` is False
         (no sealed field changed since its `seal`, which is kept), and each step row given unsealed (`hash` None),
         to the link it carries (`prev_hash`).
+
+        With `lease` False (an owner-conditional write of a live saga whose owner knows enough of its lease is
+        left), the stored lease is left as it is: the row's `lease_expires_at` is not written. Such a write never
+        shortens the lease, and leaves the indexed lease column alone (PostgreSQL may then update the row in place).
 
         With `owner`, the write happens only if the stored saga's `owner` is `owner`, checked atomically with the
         write (the saga row locked where the database needs it); otherwise nothing is written and `LeaseLostError`

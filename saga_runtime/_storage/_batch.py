@@ -61,6 +61,7 @@ class Write:
     steps: list[tuple[Any, ...]]  # step rows' parameters (STEP_COLUMNS order)
     owner: str | None = None  # write only if the stored saga's owner is this
     create: bool = False  # insert the saga (and its steps) only if its id is free
+    keep_lease: bool = False  # an owner-conditional update of the saga row leaving its stored lease as it is
     keys: frozenset[str] = frozenset()  # the saga ids the write touches
     size: int = 0  # about how many bytes its values take (a batch is kept under MAX_BATCH_BYTES)
     tries: int = 0  # attempts that included this write (a retry may find its own lost commit)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 from saga_runtime._exceptions import StoreError
-from saga_runtime._records import SagaRow, SagaStatus, StepRow, StepStatus, end_of, now, wake_time
+from saga_runtime._records import SagaRow, SagaStatus, StepRow, StepStatus, end_of, now, same_values, wake_time
 from saga_runtime._storage._flavour import Flavour
 
 __all__ = ["SAGA_COLUMNS", "STEP_COLUMNS", "DialectName", "RowCodec"]
@@ -88,6 +89,7 @@ def _JSON(value: Any) -> str:
 
 
 _UNENCODABLE = (TypeError, ValueError, RecursionError)
+_TEXTS_KEPT = 1024  # saga rows whose JSON texts are kept (RowCodec._texts): sagas in flight, about
 
 
 class RowCodec:
@@ -107,6 +109,10 @@ class RowCodec:
         self._time_value = dialect.time_value
         self._local_clock = dialect.local_clock
         self._lease_length = dialect.lease_length
+        # The JSON texts of the saga rows written lately, by saga id: ((plan, budget, metadata, history), their
+        # texts), the values kept and compared as `same_values` does. A saga's row is written again and again with
+        # them unchanged (a saga function's, at every call).
+        self._texts: dict[str, tuple[tuple[Any, ...], tuple[str | None, ...]]] = {}
 
     def time_in(self, value: datetime | None) -> Any:
         """Return a time as the driver stores it."""
@@ -174,18 +180,33 @@ class RowCodec:
         """Return the parameters of a saga row, in SAGA_COLUMNS order (its lease as LEASE_SQL takes it)."""
         what = f"saga {row.saga_id!r}"
         json_in = self.json_in
+        values = (row.plan, row.budget, row.metadata, row.history)
+        known = self._texts.get(row.saga_id)
+        if known is not None and same_values(known[0], values):
+            plan_text, budget_text, metadata_text, history_text = known[1]
+        else:
+            plan, budget, metadata, history = values
+            plan_text = None if plan is None else json_in(plan, f"the plan of {what}")
+            budget_text = None if budget is None else json_in(budget, f"the budget of {what}")
+            metadata_text = json_in(metadata, f"the metadata of {what}")
+            history_text = json_in(history, f"the history of {what}") if history else None
+            if known is None and len(self._texts) >= _TEXTS_KEPT:
+                with contextlib.suppress(StopIteration, KeyError, RuntimeError):  # (another thread took it)
+                    del self._texts[next(iter(self._texts))]  # the oldest out
+            if type(row.saga_id) is str:
+                self._texts[row.saga_id] = (values, (plan_text, budget_text, metadata_text, history_text))
         return (
             row.saga_id,
             row.kind,
-            None if row.plan is None else json_in(row.plan, f"the plan of {what}"),
+            plan_text,
             row.plan_hash,
             row.status.value,
             row.owner,
             self.lease_in(row.lease_expires_at),
-            None if row.budget is None else json_in(row.budget, f"the budget of {what}"),
+            budget_text,
             float(row.cost),
             int(row.tokens),
-            json_in(row.metadata, f"the metadata of {what}"),
+            metadata_text,
             row.error,
             self.time_in(row.created_at),
             self.time_in(row.updated_at),
@@ -194,7 +215,7 @@ class RowCodec:
             None if row.parked_from is None else row.parked_from.value,
             self.time_in(row.purged_at),
             row.seal,
-            json_in(row.history, f"the history of {what}") if row.history else None,
+            history_text,
             None if row.waiting_for is None else json_in(row.waiting_for, f"the waiting note of {what}"),
             row.parent_id,
             end_of(row.status, (), row.history)[0] if row.status in _ENDED else None,

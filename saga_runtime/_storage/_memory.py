@@ -139,13 +139,24 @@ class MemoryStore(StoreBase, MemoryRetention, MemorySchedules, MemoryQueueContro
         return self.write if type(self).save is MemoryStore.save and "save" not in vars(self) else None
 
     async def save(
-        self, saga: SagaRow | None, steps: Sequence[StepRow], *, owner: str | None = None, reseal: bool = True
+        self,
+        saga: SagaRow | None,
+        steps: Sequence[StepRow],
+        *,
+        owner: str | None = None,
+        reseal: bool = True,
+        lease: bool = True,
     ) -> None:
         """Keep the given rows (snapshots the caller no longer touches); with `owner`, only if it owns the saga."""
-        self.write(saga, steps, owner, reseal)
+        self.write(saga, steps, owner, reseal, lease)
 
     def write(
-        self, saga: SagaRow | None, steps: Sequence[StepRow], owner: str | None = None, reseal: bool = True
+        self,
+        saga: SagaRow | None,
+        steps: Sequence[StepRow],
+        owner: str | None = None,
+        reseal: bool = True,
+        lease: bool = True,
     ) -> None:
         """Do what `save` does, in the calling code: it never pauses (the engine calls it when `writes_inline`)."""
         if self._closed:  # checked inline: a running saga saves at every step
@@ -155,6 +166,8 @@ class MemoryStore(StoreBase, MemoryRetention, MemorySchedules, MemoryQueueContro
         else:
             self._write(saga, steps, owner)
         if saga is not None:
+            if not lease and (stored := self._sagas.get(saga.saga_id)) is not None:
+                saga.lease_expires_at = stored.lease_expires_at  # the stored lease stays
             self._sagas[saga.saga_id] = saga
             self._unsealed_sagas.add(saga.saga_id)  # sealed when first read (`reseal` only spares a seal)
         if self._keep is not None and saga is not None and saga.status.is_terminal:

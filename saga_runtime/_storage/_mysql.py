@@ -55,6 +55,7 @@ from saga_runtime._storage._sqlstore import (
     retry_for_option,
     url_option,
 )
+from saga_runtime._storage._sqlwrite import KEPT_LEASE_COLUMNS, kept_lease
 
 __all__ = ["CODE_MAP", "ERROR_MAP", "MySQLDialect", "map_exceptions", "open_sql", "store_error"]
 
@@ -199,6 +200,16 @@ _STEP_SET = ", ".join(
 _STEP_SELECT = "SELECT " + ", ".join(f"%s AS {c}" for c in STEP_COLUMNS)
 _STEP_SELECT_NEXT = "SELECT " + ", ".join(["%s"] * len(STEP_COLUMNS))
 _UPDATE_SET = ", ".join(f"{c} = {_LEASE if c == 'lease_expires_at' else '%s'}" for c in SAGA_COLUMNS[1:])
+# The update of a write leaving the stored lease as it is (Write.keep_lease): its parameters are `kept_lease`'s.
+_UPDATE_SET_KEPT = ", ".join(f"{c} = %s" for c in KEPT_LEASE_COLUMNS[1:])
+
+
+def _update_set(write: Write) -> tuple[str, list[Any]]:
+    """Return the SET list of an owner-conditional update of `write`'s saga row and its parameters (the id aside)."""
+    assert write.saga is not None
+    if write.keep_lease:
+        return _UPDATE_SET_KEPT, list(kept_lease(write.saga)[1:])
+    return _UPDATE_SET, list(write.saga[1:])
 
 
 def _gate(i: int) -> str:
@@ -274,8 +285,10 @@ def _batch_script(writes: Sequence[Write], *, split: bool = False) -> tuple[list
     for i in gated:
         write = writes[i]
         if write.owner is not None and write.saga is not None:
-            update = f"UPDATE sagas SET {_UPDATE_SET} WHERE saga_id = %s AND {_gate(i)} = 1"
-            statements.append((update, [*write.saga[1:], write.saga_id]))
+            sets, saga = _update_set(write)
+            statements.append(
+                (f"UPDATE sagas SET {sets} WHERE saga_id = %s AND {_gate(i)} = 1", [*saga, write.saga_id])
+            )
     if gated:
         statements.append(("SELECT " + ", ".join(_gate(i) for i in gated), []))
     return statements, gated
@@ -300,9 +313,10 @@ def _one_statement(write: Write) -> Statement | None:
     if write.saga is not None:
         if write.steps or write.owner is None:
             return None
+        sets, saga = _update_set(write)
         return (
-            f"UPDATE sagas SET {_UPDATE_SET} WHERE saga_id = %s AND owner = %s AND {unasked('%s')}",
-            [*write.saga[1:], write.saga_id, write.owner, write.owner],
+            f"UPDATE sagas SET {sets} WHERE saga_id = %s AND owner = %s AND {unasked('%s')}",
+            [*saga, write.saga_id, write.owner, write.owner],
         )
     params = [value for row in write.steps for value in row]
     if write.owner is None:

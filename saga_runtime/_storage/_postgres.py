@@ -253,6 +253,15 @@ def _value(column: str, source: str) -> str:
     return f"{source}.{column}"
 
 
+def _updated(column: str, modes: Sequence[str]) -> str:
+    """Return what an owner-conditional update (`modes`: "update", "keep" or both) sets `column` to."""
+    if column != "lease_expires_at" or modes == ["update"]:
+        return _value(column, "u")
+    if modes == ["keep"]:
+        return f"t.{column}"
+    return f"CASE WHEN u.mode = 'keep' THEN t.{column} ELSE {_value(column, 'u')} END"
+
+
 def _values(columns: Sequence[str], source: str) -> str:
     return ", ".join(_value(column, source) for column in columns)
 
@@ -281,7 +290,7 @@ _STEPS = ", ".join(STEP_COLUMNS)
 # many steps) or save takes a statement of its own shape, prepared once per connection. Batches of several writes
 # (group commits under load) and longer plans unnest arrays: one statement whatever their size.
 _VALUES_ROWS = 32
-_MODES = {mode: frozenset(() if mode is None else (mode,)) for mode in (None, "create", "update", "upsert")}
+_MODES = {mode: frozenset(() if mode is None else (mode,)) for mode in (None, "create", "update", "keep", "upsert")}
 
 
 @functools.lru_cache(maxsize=256)
@@ -295,8 +304,9 @@ def _batch_statement(modes: frozenset[str], checks: int, steps: bool, saga_rows:
 
     Saga rows are inserted if absent (`create`), upserted (`upsert`: no owner), or updated where the stored owner is
     the expected one (`update`: a conditional UPDATE, which re-checks the owner on the current row once it holds its
-    lock). Writes with an owner and no saga row lock their saga row `FOR UPDATE` where the owner matches (re-checked
-    likewise). A gated step row (of a create or an owner-conditional write) is written only if its write passed.
+    lock; `keep`: the same, leaving the stored lease as it is, so that no indexed column moves). Writes with an
+    owner and no saga row lock their saga row `FOR UPDATE` where the owner matches (re-checked likewise). A gated
+    step row (of a create or an owner-conditional write) is written only if its write passed.
     Returns the indexes of the writes that passed their condition.
     """
     parts: list[str] = []
@@ -317,10 +327,12 @@ def _batch_statement(modes: frozenset[str], checks: int, steps: bool, saga_rows:
             parts.append(
                 f"upserted AS ({insert} WHERE u.mode = 'upsert' ON CONFLICT (saga_id) DO UPDATE SET {saga_set})"
             )
-        if "update" in modes:
-            update_set = ", ".join(f"{c} = {_value(c, 'u')}" for c in SAGA_COLUMNS[1:])
+        updates = sorted(modes & {"update", "keep"})
+        if updates:
+            update_set = ", ".join(f"{c} = {_updated(c, updates)}" for c in SAGA_COLUMNS[1:])
+            which = f"u.mode = '{updates[0]}'" if len(updates) == 1 else "u.mode IN ('keep', 'update')"
             parts.append(
-                f"updated AS (UPDATE sagas t SET {update_set} FROM u WHERE u.mode = 'update' "
+                f"updated AS (UPDATE sagas t SET {update_set} FROM u WHERE {which} "
                 f"AND t.saga_id = u.saga_id AND t.owner = u.expected AND {unasked('u.expected', 't.')} RETURNING u.w)"
             )
             passed.append("SELECT w FROM updated")
@@ -353,6 +365,15 @@ def _batch_statement(modes: frozenset[str], checks: int, steps: bool, saga_rows:
     return f"WITH {', '.join(parts)} SELECT w FROM {'passed' if passed else '(SELECT 0 AS w) AS nothing WHERE false'}"
 
 
+def _mode(write: Write) -> str:
+    """Return how a write's saga row is written (see `_batch_statement`)."""
+    if write.create:
+        return "create"
+    if write.owner is None:
+        return "upsert"
+    return "keep" if write.keep_lease else "update"
+
+
 def _alone_statement(write: Write) -> tuple[str, list[Any]]:
     """Return `_batch_statement` for a batch of the one `write` in scalar parameters, and its parameters."""
     conditional = write.create or write.owner is not None
@@ -360,7 +381,7 @@ def _alone_statement(write: Write) -> tuple[str, list[Any]]:
     checks = 0
     mode = None
     if write.saga is not None:
-        mode = "create" if write.create else "update" if write.owner is not None else "upsert"
+        mode = _mode(write)
         params += write.saga
         params += (0, mode, write.owner)
     elif write.owner is not None:
@@ -625,7 +646,7 @@ class PostgresDialect(Dialect):
         steps = [
             (i, row, write.owner is not None or write.create) for i, write in enumerate(writes) for row in write.steps
         ]
-        modes = ["create" if write.create else "upsert" if write.owner is None else "update" for _, write, _ in sagas]
+        modes = [_mode(write) for _, write, _ in sagas]
         params = []
         if sagas:
             params += _columns([row for _, _, row in sagas], _SAGA_TYPES)

@@ -52,6 +52,7 @@ from saga_runtime._storage._sql import (
     upsert_on_conflict,
 )
 from saga_runtime._storage._sqlstore import DEFAULT_RETRY_FOR, SQLStore, Transaction, retry_for_option, url_option
+from saga_runtime._storage._sqlwrite import KEPT_LEASE_COLUMNS, kept_lease
 
 __all__ = ["ERROR_MAP", "SQLiteDialect", "map_exceptions", "open_sql"]
 
@@ -189,7 +190,8 @@ def _write(conn: sqlite3.Connection, q: Queries, write: Write) -> Outcome:
         if conn.execute(q.insert_saga, saga).rowcount != 1:
             return Outcome.TAKEN
     elif saga is not None and write.owner is not None:
-        if conn.execute(_UPDATE_OWNED, (*saga[1:], write.saga_id, write.owner, write.owner)).rowcount != 1:
+        update, values = (_UPDATE_OWNED_KEPT, kept_lease(saga)) if write.keep_lease else (_UPDATE_OWNED, saga)
+        if conn.execute(update, (*values[1:], write.saga_id, write.owner, write.owner)).rowcount != 1:
             return Outcome.LOST
     elif saga is not None:
         conn.execute(q.upsert_saga, saga)
@@ -208,6 +210,11 @@ def _write(conn: sqlite3.Connection, q: Queries, write: Write) -> Outcome:
 _CHUNK = 500
 _UPDATE_OWNED = (
     f"UPDATE sagas SET {', '.join(f'{c} = ?' for c in SAGA_COLUMNS[1:])} WHERE saga_id = ? AND owner = ? "
+    f"AND {unasked('?')}"
+)
+# The same, leaving the stored lease as it is (Write.keep_lease).
+_UPDATE_OWNED_KEPT = (
+    f"UPDATE sagas SET {', '.join(f'{c} = ?' for c in KEPT_LEASE_COLUMNS[1:])} WHERE saga_id = ? AND owner = ? "
     f"AND {unasked('?')}"
 )
 _STEP_ROW = "(" + ", ".join("?" * len(STEP_COLUMNS)) + ")"

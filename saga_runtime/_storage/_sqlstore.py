@@ -367,18 +367,25 @@ class SQLStore(StoreBase, SQLRetention, SQLSchedules, SQLQueueControl):
         return await self._insert(saga, steps)
 
     async def save(
-        self, saga: SagaRow | None, steps: Sequence[StepRow], *, owner: str | None = None, reseal: bool = True
+        self,
+        saga: SagaRow | None,
+        steps: Sequence[StepRow],
+        *,
+        owner: str | None = None,
+        reseal: bool = True,
+        lease: bool = True,
     ) -> None:
         """Write the saga row (if given) and upsert the step rows in one commit; return once it is durable.
 
         With `owner`, write only if the stored saga's owner is `owner`, checked in the same transaction (the row
-        locked); else write nothing and raise LeaseLostError. Concurrent saves share commits (group commit).
+        locked); else write nothing and raise LeaseLostError. With `lease` False too, the stored lease stays.
+        Concurrent saves share commits (group commit).
         """
         self._check_open()
         self._sealing.steps(steps)
         if saga is not None:
             self._sealing.saga(saga, reseal=reseal)
-        write = write_of(self._codec, "save", saga, steps, owner=owner)
+        write = write_of(self._codec, "save", saga, steps, owner=owner, lease=lease)
         if write is None:
             return
         if await self._batcher.submit(write) is Outcome.LOST:

@@ -11,9 +11,13 @@ from typing import Any, Protocol
 
 from saga_runtime._records import SagaRow, StepRow
 from saga_runtime._storage._batch import Write
-from saga_runtime._storage._codec import RowCodec
+from saga_runtime._storage._codec import SAGA_COLUMNS, RowCodec
 
-__all__ = ["Transaction", "write_of"]
+__all__ = ["KEPT_LEASE_COLUMNS", "Transaction", "kept_lease", "write_of"]
+
+# The saga row's lease among its parameters (SAGA_COLUMNS order), and the columns an update keeping it writes.
+_LEASE = SAGA_COLUMNS.index("lease_expires_at")
+KEPT_LEASE_COLUMNS = tuple(column for column in SAGA_COLUMNS if column != "lease_expires_at")
 
 
 class Transaction(Protocol):
@@ -36,8 +40,12 @@ def write_of(
     *,
     owner: str | None = None,
     create: bool = False,
+    lease: bool = True,
 ) -> Write | None:
-    """Return the write of some rows as parameters (refusing values that cannot be stored); None if empty."""
+    """Return the write of some rows as parameters (refusing values that cannot be stored); None if empty.
+
+    `lease` False: an owner-conditional update of the saga row leaves the stored lease as it is (`kept_lease`).
+    """
     if saga is None and not steps:
         return None
     # One row per step: a statement may touch a row once, and the last version of a row is the one that counts.
@@ -60,7 +68,15 @@ def write_of(
         raise ValueError(f"an owner-conditional save writes the rows of one saga, not of {sorted(ids)}")
     saga_id = saga.saga_id if saga is not None else min(ids)
     rows = list(by_step.values())
-    return Write(what, saga_id, saga_params, rows, owner=owner, create=create, keys=frozenset(ids), size=size)
+    keep = not lease and saga_params is not None and owner is not None and not create
+    return Write(
+        what, saga_id, saga_params, rows, owner=owner, create=create, keep_lease=keep, keys=frozenset(ids), size=size
+    )
+
+
+def kept_lease(saga_params: Sequence[Any]) -> tuple[Any, ...]:
+    """Return a saga row's parameters without its lease: those of KEPT_LEASE_COLUMNS."""
+    return (*saga_params[:_LEASE], *saga_params[_LEASE + 1 :])
 
 
 def _bytes(text: str | None) -> int:

@@ -72,7 +72,13 @@ class DictStore(StoreBase):
         return await self.insert_rows(saga, steps)
 
     async def save(
-        self, saga: SagaRow | None, steps: Sequence[StepRow], *, owner: str | None = None, reseal: bool = True
+        self,
+        saga: SagaRow | None,
+        steps: Sequence[StepRow],
+        *,
+        owner: str | None = None,
+        reseal: bool = True,
+        lease: bool = True,
     ) -> None:
         self._open()
         ids = {row.saga_id for row in steps} | ({saga.saga_id} if saga is not None else set())
@@ -85,7 +91,11 @@ class DictStore(StoreBase):
         self._put(steps)
         if saga is not None:
             self.sealing.saga(saga, reseal=reseal)
-            self.sagas[saga.saga_id] = saga.copy()
+            stored = self.sagas.get(saga.saga_id)
+            if lease or stored is None:
+                self.sagas[saga.saga_id] = saga.copy()
+            else:  # a progress write: the stored lease stays as it is
+                self.sagas[saga.saga_id] = replace(saga.copy(), lease_expires_at=stored.lease_expires_at)
 
     async def list_rows(
         self,

@@ -524,9 +524,9 @@ class LoggingStore(MemoryStore):
         self.log.append(("create", saga.status.value, {r.step_id: self._row(r) for r in steps}))
         return await super().create_saga(saga, steps)
 
-    async def save(self, saga, steps, *, owner=None, reseal=True):
+    async def save(self, saga, steps, *, owner=None, reseal=True, lease=True):
         self.log.append(("save", None if saga is None else saga.status.value, {r.step_id: self._row(r) for r in steps}))
-        await super().save(saga, steps, owner=owner, reseal=reseal)
+        await super().save(saga, steps, owner=owner, reseal=reseal, lease=lease)
 
     @staticmethod
     def _row(row) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from saga_runtime import (
+    DynamicSaga,
     LeaseLostError,
     MemoryStore,
     RetryPolicy,
@@ -70,10 +71,16 @@ class RecordingStore(MemoryStore):
         self.saves: list[tuple[SagaRow | None, list[StepRow]]] = []
 
     async def save(
-        self, saga: SagaRow | None, steps: Sequence[StepRow], *, owner: str | None = None, reseal: bool = True
+        self,
+        saga: SagaRow | None,
+        steps: Sequence[StepRow],
+        *,
+        owner: str | None = None,
+        reseal: bool = True,
+        lease: bool = True,
     ) -> None:
         self.saves.append((None if saga is None else saga.copy(), [row.copy() for row in steps]))
-        await super().save(saga, steps, owner=owner, reseal=reseal)
+        await super().save(saga, steps, owner=owner, reseal=reseal, lease=lease)
 
 
 async def test_a_step_never_starts_on_an_almost_expired_lease() -> None:
@@ -108,6 +115,50 @@ async def test_a_step_never_starts_on_an_almost_expired_lease() -> None:
     assert intent is not None, "the intent of the next step was written without extending the lease"
     assert intent.lease_expires_at is not None
     assert intent.lease_expires_at >= stalled_until[0] + timedelta(seconds=lease)
+
+
+async def test_a_saga_function_s_call_never_starts_on_an_almost_expired_lease() -> None:
+    """A saga function's call written with under a quarter of the lease left extends the lease, as a plan step's
+    intent does; a call written with more left leaves the stored lease as it is (the lease loop renews it)."""
+    lease = 0.5
+    stalled_until: list[datetime] = []
+    registry = ToolRegistry()
+
+    @registry.tool
+    class Step:
+        async def execute(self, name: str) -> str:
+            if name == "stall":
+                time.sleep(lease * 0.9)  # noqa: ASYNC251 - the point: the loop stalls, no renewal runs, the lease nearly ends
+                stalled_until.append(now())
+            return name
+
+    @registry.saga
+    async def stalls(saga: DynamicSaga) -> None:
+        for name in ("first", "stall", "next"):
+            await saga.call("Step", name=name)
+
+    store = RecordingStore()
+    executor = SagaExecutor(registry, store=store, lease_timeout=lease)
+
+    result = await executor.run(stalls, saga_id="late-lease-function")
+
+    assert result.status is SagaStatus.SUCCESS
+
+    def intent(name: str) -> SagaRow | None:
+        (saga,) = [
+            saga
+            for saga, steps in store.saves
+            if any(r.args == {"name": name} and r.status is StepStatus.RUNNING for r in steps)
+        ]
+        return saga
+
+    first, stall, late = intent("first"), intent("stall"), intent("next")
+    assert first is not None
+    assert stall is not None
+    assert late is not None, "a call's intent was written without the saga row (its chain head)"
+    assert stall.lease_expires_at == first.lease_expires_at  # a lease fresh enough: left as it was
+    assert late.lease_expires_at is not None
+    assert late.lease_expires_at >= stalled_until[0] + timedelta(seconds=lease)
 
 
 class TakenOverAtRenewal(MemoryStore):

@@ -33,9 +33,15 @@ class SealWatchingStore(MemoryStore):
         self.writes: list[tuple[bool, bool, list[StepRow]]] = []
 
     async def save(
-        self, saga: SagaRow | None, steps: Sequence[StepRow], *, owner: str | None = None, reseal: bool = True
+        self,
+        saga: SagaRow | None,
+        steps: Sequence[StepRow],
+        *,
+        owner: str | None = None,
+        reseal: bool = True,
+        lease: bool = True,
     ) -> None:
-        await super().save(saga, steps, owner=owner, reseal=reseal)
+        await super().save(saga, steps, owner=owner, reseal=reseal, lease=lease)
         if saga is not None:
             stored = await self.load_saga(saga.saga_id)  # the memory store seals a record when it is read
             assert stored is not None

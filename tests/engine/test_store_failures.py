@@ -19,12 +19,18 @@ class FailingStore(MemoryStore):
         self.ok_saves = ok_saves
 
     async def save(
-        self, saga: SagaRow | None, steps: Sequence[StepRow], *, owner: str | None = None, reseal: bool = True
+        self,
+        saga: SagaRow | None,
+        steps: Sequence[StepRow],
+        *,
+        owner: str | None = None,
+        reseal: bool = True,
+        lease: bool = True,
     ) -> None:
         if self.ok_saves <= 0:
             raise StoreError("the database went away", url=self.url)
         self.ok_saves -= 1
-        await super().save(saga, steps, owner=owner, reseal=reseal)
+        await super().save(saga, steps, owner=owner, reseal=reseal, lease=lease)
 
 
 def tools(calls: list[str]) -> ToolRegistry:
@@ -79,11 +85,17 @@ class RetryingStore(MemoryStore):
         self.end_write_allowed: list[float] = []
 
     async def save(
-        self, saga: SagaRow | None, steps: Sequence[StepRow], *, owner: str | None = None, reseal: bool = True
+        self,
+        saga: SagaRow | None,
+        steps: Sequence[StepRow],
+        *,
+        owner: str | None = None,
+        reseal: bool = True,
+        lease: bool = True,
     ) -> None:
         if saga is not None and saga.status.is_terminal:
             self.end_write_allowed.append(anyio.current_effective_deadline() - anyio.current_time())
-        await super().save(saga, steps, owner=owner, reseal=reseal)
+        await super().save(saga, steps, owner=owner, reseal=reseal, lease=lease)
 
 
 async def test_the_end_write_is_allowed_the_stores_retry_window() -> None:

@@ -53,10 +53,12 @@ async def test_a_stopped_recovery_releases_its_saga_before_another_path_may_take
             calls.append("refund")
 
     class SlowRelease(MemoryStore):
-        async def save(self, saga: Any, steps: Any, *, owner: str | None = None, reseal: bool = True) -> None:
+        async def save(
+            self, saga: Any, steps: Any, *, owner: str | None = None, reseal: bool = True, lease: bool = True
+        ) -> None:
             if saga is not None and saga.owner is None and not steps:
                 await asyncio.sleep(0.2)  # a release write on a real database takes a round trip
-            await super().save(saga, steps, owner=owner, reseal=reseal)
+            await super().save(saga, steps, owner=owner, reseal=reseal, lease=lease)
 
     store = SlowRelease()
     plan = [[{"id": "s0", "tool": "Charge", "args": {"n": 1}}]]

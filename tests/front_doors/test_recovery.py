@@ -309,12 +309,18 @@ class PoisonStore(MemoryStore):
         self.failed_writes = 0
 
     async def save(
-        self, saga: SagaRow | None, steps: Sequence[StepRow], *, owner: str | None = None, reseal: bool = True
+        self,
+        saga: SagaRow | None,
+        steps: Sequence[StepRow],
+        *,
+        owner: str | None = None,
+        reseal: bool = True,
+        lease: bool = True,
     ) -> None:
         if steps:
             self.failed_writes += 1
             raise StoreError("the disk is full", url=self.url)
-        await super().save(saga, steps, owner=owner, reseal=reseal)
+        await super().save(saga, steps, owner=owner, reseal=reseal, lease=lease)
 
 
 async def test_a_saga_is_parked_exactly_when_its_failed_recoveries_reach_max_recovery_attempts(

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from saga_runtime import StoreError
-from saga_runtime._records import StepRow
-from saga_runtime._storage._codec import RowCodec
+from saga_runtime._records import SagaRow, SagaStatus, StepRow, now
+from saga_runtime._storage._codec import SAGA_COLUMNS, RowCodec
 
 from .conftest import flavour_of
 
@@ -47,3 +47,29 @@ def test_values_json_cannot_hold_are_refused(value: Any) -> None:
     """NaN, unknown objects and keys JSON cannot hold are StoreErrors that say to store JSON-like values."""
     with pytest.raises(StoreError, match="store JSON-like values only"):
         RowCodec.json_in(value, "a value")
+
+
+def test_a_saga_row_written_again_carries_each_value_it_holds_now() -> None:
+    """The JSON texts of a saga row written again are those of its values now: one replaced is written anew."""
+    codec = RowCodec("postgresql")
+    saga = SagaRow("saga-1", "dynamic", {"function": "f", "args": {}}, "h", SagaStatus.RUNNING, now(), now())
+    columns = {name: SAGA_COLUMNS.index(name) for name in ("plan", "budget", "metadata", "history")}
+
+    def stored() -> dict[str, Any]:
+        params = codec.saga_params(saga.copy())
+        return {name: None if params[i] is None else json.loads(params[i]) for name, i in columns.items()}
+
+    assert stored() == {"plan": saga.plan, "budget": None, "metadata": {}, "history": None}
+    saga.plan_hash = "h2"  # only the chain head moved (a saga function's next call)
+    assert stored() == {"plan": saga.plan, "budget": None, "metadata": {}, "history": None}
+    saga.history = [{"kind": "takeover"}]
+    saga.metadata = {"who": "ann"}
+    assert stored() == {"plan": saga.plan, "budget": None, "metadata": {"who": "ann"}, "history": saga.history}
+    saga.budget, saga.plan = {"max_cost": 1.0}, {"function": "f", "args": {"n": 1}}
+    assert stored() == {"plan": saga.plan, "budget": saga.budget, "metadata": {"who": "ann"}, "history": saga.history}
+    saga.history = [{"kind": "sleep"}]  # as long as before, its entry replaced
+    assert stored() == {"plan": saga.plan, "budget": saga.budget, "metadata": {"who": "ann"}, "history": saga.history}
+    saga.metadata = {"who": "bob"}  # the same key, another value
+    assert stored() == {"plan": saga.plan, "budget": saga.budget, "metadata": {"who": "bob"}, "history": saga.history}
+    saga.history = []
+    assert stored()["history"] is None

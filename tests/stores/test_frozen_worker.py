@@ -54,9 +54,9 @@ def freeze_after_intent_of_b(store: SagaStore, then: Any = None) -> None:
     real_save = store.save
     frozen = False
 
-    async def save(saga: Any, steps: Any, *, owner: str | None = None, reseal: bool = True) -> None:
+    async def save(saga: Any, steps: Any, *, owner: str | None = None, reseal: bool = True, lease: bool = True) -> None:
         nonlocal frozen
-        await real_save(saga, steps, owner=owner, reseal=reseal)
+        await real_save(saga, steps, owner=owner, reseal=reseal, lease=lease)
         if not frozen and any(r.step_id == "b" and r.status is StepStatus.RUNNING for r in steps):
             frozen = True
             time.sleep(LEASE * 1.5)  # noqa: ASYNC251 - the point: the whole process stops, as under SIGSTOP

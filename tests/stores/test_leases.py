@@ -15,10 +15,12 @@ from datetime import datetime, timedelta
 import pytest
 
 from saga_runtime._engine import journal
-from saga_runtime._records import SagaRow, SagaStatus, now
+from saga_runtime._exceptions import LeaseLostError
+from saga_runtime._records import SagaRow, SagaStatus, StepRow, StepStatus, now
 from saga_runtime._storage import SagaStore, sagas
 
 from .conftest import SLACK, Stores, local_clock, make_saga, make_steps
+from .test_group_commit import Batches
 
 NOW = now()
 PAST = NOW - timedelta(minutes=1)
@@ -216,6 +218,75 @@ async def test_renew_of_many_ids_returns_all_held(store: SagaStore) -> None:
         await put(store, saga_id, owner="me", lease=FUTURE, order=n, steps=0)
     assert await store.renew_leases("me", [*held, "x", "y"], LATER, NOW) == set(held)
     await assert_lease(store, held[-1], "me", LATER)
+
+
+# -- an owner's write leaving the lease as it is (save(..., lease=False)) ---------------------------------------
+
+
+async def advanced(store: SagaStore, saga_id: str, steps: int = 0) -> tuple[SagaRow, list[StepRow]]:
+    """Return a progress write of a stored saga: new metadata, its first `steps` steps finished, a lease to LATER."""
+    loaded = await store.load_saga(saga_id)
+    assert loaded is not None
+    saga, rows = loaded
+    saga.metadata, saga.lease_expires_at, saga.updated_at = {"progress": saga_id}, LATER, NOW
+    for row in rows[:steps]:
+        row.status, row.result, row.hash = StepStatus.SUCCESS, {"done": row.step_id}, None
+    return saga, rows[:steps]
+
+
+async def progress(store: SagaStore, saga_id: str, *, lease: bool, owner: str = "me", steps: int = 0) -> None:
+    """Save `advanced`'s progress write of a saga as `owner`, leaving the stored lease if `lease` is False."""
+    saga, rows = await advanced(store, saga_id, steps)
+    await store.save(saga, rows, owner=owner, lease=lease)
+
+
+@pytest.mark.parametrize("steps", [0, 2], ids=["saga row", "with steps"])
+async def test_a_write_without_lease_leaves_the_stored_lease_as_it_is(store: SagaStore, steps: int) -> None:
+    """An owner's save with lease=False writes the row and its steps but not its lease; the default moves it."""
+    await put(store, "s", owner="me", lease=FUTURE)
+    _, before = await lease_of(store, "s")
+    await progress(store, "s", lease=False, steps=steps)
+    loaded = await store.load_saga("s")
+    assert loaded is not None
+    assert loaded[0].metadata == {"progress": "s"}
+    assert [row.status for row in loaded[1][:steps]] == [StepStatus.SUCCESS] * steps
+    assert await lease_of(store, "s") == ("me", before)
+    await progress(store, "s", lease=True, steps=steps)
+    await assert_lease(store, "s", "me", LATER)
+
+
+async def test_a_stale_owners_write_without_lease_is_refused(store: SagaStore) -> None:
+    """lease=False keeps the owner condition: another owner's such write is refused and changes nothing."""
+    await put(store, "s", owner="me", lease=FUTURE)
+    before = await store.load_saga("s")
+    with pytest.raises(LeaseLostError):
+        await progress(store, "s", lease=False, owner="other", steps=1)
+    assert await store.load_saga("s") == before
+
+
+async def test_writes_with_and_without_lease_share_a_batch(store: SagaStore) -> None:
+    """In one batch, the writes leaving the lease keep it and the others move it, each saga as its write asked."""
+    ids = [f"b-{n}" for n in range(7)]
+    for n, saga_id in enumerate(ids):
+        await put(store, saga_id, owner="me", lease=FUTURE, order=n)
+    leases = {saga_id: (await lease_of(store, saga_id))[1] for saga_id in ids}
+    writes = [await advanced(store, saga_id, n % 3) for n, saga_id in enumerate(ids)]
+    batches = Batches(store, holds=1)
+    first = asyncio.ensure_future(store.save(*writes[0], owner="me", lease=False))
+    await batches.held(0)  # the store is busy: the writes below gather into one batch
+    pending = asyncio.gather(*(store.save(*write, owner="me", lease=n % 2 == 0) for n, write in enumerate(writes[1:])))
+    await asyncio.sleep(0.05)
+    batches.release(0)
+    await first
+    await asyncio.wait_for(pending, 20)
+    assert await lease_of(store, ids[0]) == ("me", leases[ids[0]])
+    for n, saga_id in enumerate(ids[1:]):
+        if n % 2 == 0:
+            await assert_lease(store, saga_id, "me", LATER)
+        else:
+            assert await lease_of(store, saga_id) == ("me", leases[saga_id])
+    if batches.sql:
+        assert sorted(batches.seen[1]) == ids[1:]
 
 
 # -- claim_expired ---------------------------------------------------------------------------------------------

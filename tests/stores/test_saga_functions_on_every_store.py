@@ -180,3 +180,30 @@ async def test_on_postgresql_a_send_wakes_a_serving_worker_at_once(stores: Store
         with pytest.raises(asyncio.CancelledError):
             await worker
     assert result.output == {"n": 1}
+
+
+async def test_a_saga_function_s_calls_leave_its_lease_to_the_lease_loop(store: SagaStore) -> None:
+    """Each call of a saga function writes the saga row (its chain head) but leaves the stored lease as it is."""
+    leases: list[Any] = []
+    registry = ToolRegistry()
+
+    @registry.tool
+    class Look:
+        async def execute(self, n: int, ctx: StepContext) -> int:
+            loaded = await store.load_saga(ctx.saga_id)
+            assert loaded is not None
+            leases.append((loaded[0].owner, loaded[0].lease_expires_at))
+            return n
+
+    @registry.saga
+    async def looks(saga: DynamicSaga) -> int:
+        return sum([await saga.call("Look", n=n) for n in range(4)])
+
+    executor = SagaExecutor(registry, store=store, lease_timeout=600)  # no renewal within the test
+    result = await executor.run(looks, saga_id="looks")
+    assert result.status is SagaStatus.SUCCESS
+    assert result.output == 6
+    assert len(leases) == 4
+    assert leases[0][1] is not None
+    assert leases == [leases[0]] * 4, "a call's write moved the stored lease"
+    assert await store.verify_saga("looks")
