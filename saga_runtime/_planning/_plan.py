@@ -22,6 +22,7 @@ from saga_runtime._records import (
     check_nesting,
     conceal,
     has_envelope,
+    key_parts,
     mask_secrets,
     own_values,
     reveal,
@@ -165,6 +166,11 @@ class Plan:
         return [step.args for group in self.groups for step in group]
 
     @functools.cached_property
+    def key_parts(self) -> list[bytes]:
+        """Return each step's part of its idempotency key's hashed text, in plan order (shared by `fresh` copies)."""
+        return key_parts([step.step_id for step in self.steps])
+
+    @functools.cached_property
     def _json(self) -> list[Any]:
         # Built once per plan: its digest and the saga row read the same JSON (which nobody mutates).
         args = iter(self.step_args)
@@ -214,6 +220,7 @@ class Plan:
         copy = Plan(self.groups, self.joins)
         known = vars(copy)  # the cached properties' values, as functools.cached_property keeps them
         known["encoded"], known["digest"], known["steps"] = self.encoded, self.digest, self.steps
+        known["key_parts"] = self.key_parts
         known["step_args"] = [_own_args(args) for args in self.step_args]
         return copy
 

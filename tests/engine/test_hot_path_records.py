@@ -19,6 +19,7 @@ from saga_runtime._records import (
     idempotency_key,
     idempotency_keys,
     identity_hash,
+    key_parts,
     now,
     saga_seal,
     seal,
@@ -197,6 +198,11 @@ def test_identity_hash_and_idempotency_key_keep_their_definition() -> None:
         expected = hashlib.sha256(json.dumps([saga_id, step_id]).encode()).hexdigest()
         assert idempotency_key(saga_id, step_id) == f"sr-{expected[:40]}"
         assert idempotency_keys(saga_id, [step_id, "other"]) == [
+            idempotency_key(saga_id, step_id),
+            idempotency_key(saga_id, "other"),
+        ]
+        # A plan's kept parts (key_parts) give the same keys.
+        assert idempotency_keys(saga_id, [step_id, "other"], key_parts([step_id, "other"])) == [
             idempotency_key(saga_id, step_id),
             idempotency_key(saga_id, "other"),
         ]
