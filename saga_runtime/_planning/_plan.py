@@ -221,8 +221,30 @@ class Plan:
         known = vars(copy)  # the cached properties' values, as functools.cached_property keeps them
         known["encoded"], known["digest"], known["steps"] = self.encoded, self.digest, self.steps
         known["key_parts"] = self.key_parts
-        known["step_args"] = [_own_args(args) for args in self.step_args]
+        if not self._plain:
+            known["step_args"] = [_own_args(args) for args in self.step_args]
+            return copy
+        # Groups joining `all` of plain steps with flat arguments: the arguments and the JSON copied in one pass.
+        step_args: list[dict[str, Any]] = []
+        json: list[Any] = []
+        add = step_args.append
+        for group in self._json:
+            steps = []
+            for step in group:
+                args = step["args"].copy()
+                add(args)
+                steps.append({"id": step["id"], "tool": step["tool"], "args": args})
+            json.append(steps)
+        known["step_args"], known["_json"] = step_args, json
         return copy
+
+    @functools.cached_property
+    def _plain(self) -> bool:
+        # Every group joins `all`, every step's JSON is {"id", "tool", "args"}, every argument value is immutable.
+        return not self.joins and all(
+            not step.approval and step.version == "1" and _SHARED.issuperset(map(type, args.values()))
+            for step, args in zip(self.steps, self.step_args, strict=True)
+        )
 
     @property
     def reusable(self) -> bool:
