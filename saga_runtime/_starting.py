@@ -111,7 +111,7 @@ def new_plan_saga(
     )
     saga_id = saga.saga_id
     planned_steps = planned.steps
-    keys = idempotency_keys(saga_id, [step.step_id for step in planned_steps])
+    keys = idempotency_keys(saga_id, [step.step_id for step in planned_steps], planned.key_parts)
     # Positional: saga_id, seq, step_id, group, tool_name, args, idempotency_key (faster, on the hot path).
     # Each row's arguments are the plan's own (a fresh plan's copies, which its stored JSON holds too).
     steps = [

@@ -132,6 +132,8 @@ class Journal:
         self._saga_dirty = False
         self._saga_touched = False
         self._seal_known = False  # the saga row's seal is the one this journal's last write stored
+        # The saga's end is recorded (`end`): its rows change no more, so an inline store may keep them as they are.
+        self._ended = False
         # asyncio.Lock: it does not yield to the loop when nobody holds it. A store whose write never pauses
         # (`writes_inline`: the memory store) is written in the calling code, without it.
         self._write_lock = asyncio.Lock() if inline is None else None
@@ -341,6 +343,7 @@ class Journal:
             ended(saga, status, self.rows.values(), cause)
         saga.finished_at = now()
         saga.lease_expires_at = None
+        self._ended = True
 
     def wait(self) -> None:
         """Make the saga WAITING for decisions, its lease given up."""
@@ -468,12 +471,14 @@ class Journal:
             return
         links = self._links
         steps = []
+        # The end's write hands the store the rows themselves: nothing changes them after it (a snapshot for free).
+        ended = self._ended
         for row in dirty.values():
             if row.hash is not None:
                 row.hash = None  # the store seals it afresh (and links it, unless linked here)
             if links is not None:
                 row.prev_hash = links.get(row.seq) or self._link(row)
-            steps.append(row.copy())
+            steps.append(row if ended else row.copy())
         saga = None
         sent = 0.0
         lease = True

@@ -24,7 +24,7 @@ _LARGEST = 64 * 1024  # marshal bytes: a larger plan is built each time
 @dataclass(frozen=True, slots=True)
 class _Built:
     plan: Plan  # kept apart: sagas get copies of their own
-    specs: tuple[ToolSpec, ...]  # each step's tool, still the registry's when reused
+    specs: tuple[ToolSpec, ...]  # the plan's tools (each once), still the registry's when reused
     seal_digest: str  # the digest a saga row's seal takes of the plan's JSON
 
 
@@ -50,7 +50,9 @@ def build_plan(
             with contextlib.suppress(StopIteration, KeyError, RuntimeError):  # (another thread took it)
                 del kept[next(iter(kept))]  # the oldest out
         template = plan.fresh()
-        specs = tuple(registry.get(step.tool_name) for group in plan.groups for step in group)
+        specs = tuple(
+            {step.tool_name: registry.get(step.tool_name) for group in plan.groups for step in group}.values()
+        )
         built = kept[key] = _Built(template, specs, plan_digest(template.to_json()))
         return _reused(built)
     return plan

@@ -22,6 +22,7 @@ from saga_runtime._records import (
     check_nesting,
     conceal,
     has_envelope,
+    key_parts,
     mask_secrets,
     own_values,
     reveal,
@@ -165,6 +166,11 @@ class Plan:
         return [step.args for group in self.groups for step in group]
 
     @functools.cached_property
+    def key_parts(self) -> list[bytes]:
+        """Return each step's part of its idempotency key's hashed text, in plan order (shared by `fresh` copies)."""
+        return key_parts([step.step_id for step in self.steps])
+
+    @functools.cached_property
     def _json(self) -> list[Any]:
         # Built once per plan: its digest and the saga row read the same JSON (which nobody mutates).
         args = iter(self.step_args)
@@ -214,8 +220,31 @@ class Plan:
         copy = Plan(self.groups, self.joins)
         known = vars(copy)  # the cached properties' values, as functools.cached_property keeps them
         known["encoded"], known["digest"], known["steps"] = self.encoded, self.digest, self.steps
-        known["step_args"] = [_own_args(args) for args in self.step_args]
+        known["key_parts"] = self.key_parts
+        if not self._plain:
+            known["step_args"] = [_own_args(args) for args in self.step_args]
+            return copy
+        # Groups joining `all` of plain steps with flat arguments: the arguments and the JSON copied in one pass.
+        step_args: list[dict[str, Any]] = []
+        json: list[Any] = []
+        add = step_args.append
+        for group in self._json:
+            steps = []
+            for step in group:
+                args = step["args"].copy()
+                add(args)
+                steps.append({"id": step["id"], "tool": step["tool"], "args": args})
+            json.append(steps)
+        known["step_args"], known["_json"] = step_args, json
         return copy
+
+    @functools.cached_property
+    def _plain(self) -> bool:
+        # Every group joins `all`, every step's JSON is {"id", "tool", "args"}, every argument value is immutable.
+        return not self.joins and all(
+            not step.approval and step.version == "1" and _SHARED.issuperset(map(type, args.values()))
+            for step, args in zip(self.steps, self.step_args, strict=True)
+        )
 
     @property
     def reusable(self) -> bool:

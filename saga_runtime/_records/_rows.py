@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -22,6 +23,7 @@ __all__ = [
     "canonical_json",
     "idempotency_key",
     "idempotency_keys",
+    "key_parts",
     "now",
     "plan_groups",
     "plan_joins",
@@ -102,13 +104,29 @@ def idempotency_key(saga_id: str, step_id: str) -> str:
     return f"sr-{digest[:40]}"
 
 
-def idempotency_keys(saga_id: str, step_ids: list[str]) -> list[str]:
-    """Return `idempotency_key(saga_id, step_id)` for each step id, in order (the saga's part encoded once)."""
-    if type(saga_id) is not str or not all(type(step_id) is str for step_id in step_ids):
+def key_parts(step_ids: Sequence[str]) -> list[bytes]:
+    """Return each step id's part of the text its idempotency key hashes (ids of type str; see `idempotency_keys`)."""
+    return [f"{_ascii(step_id)}]".encode() for step_id in step_ids]
+
+
+def idempotency_keys(saga_id: str, step_ids: list[str], parts: Sequence[bytes] | None = None) -> list[str]:
+    """Return `idempotency_key(saga_id, step_id)` for each step id, in order (the saga's part hashed once).
+
+    `parts`: `key_parts(step_ids)`, kept by a plan that many sagas run (its ids are str).
+    """
+    if parts is None:
+        if type(saga_id) is not str or not all(type(step_id) is str for step_id in step_ids):
+            return [idempotency_key(saga_id, step_id) for step_id in step_ids]
+        parts = key_parts(step_ids)
+    elif type(saga_id) is not str:
         return [idempotency_key(saga_id, step_id) for step_id in step_ids]
-    head = f"[{_ascii(saga_id)}, "
-    sha256 = hashlib.sha256
-    return [f"sr-{sha256(f'{head}{_ascii(step_id)}]'.encode()).hexdigest()[:40]}" for step_id in step_ids]
+    head = hashlib.sha256(f"[{_ascii(saga_id)}, ".encode())
+    keys = []
+    for part in parts:
+        digest = head.copy()
+        digest.update(part)
+        keys.append("sr-" + digest.hexdigest()[:40])
+    return keys
 
 
 def step_succeeded(status: StepStatus, error: str | None, finished_at: datetime | None) -> bool:

@@ -19,6 +19,7 @@ from saga_runtime._records import (
     idempotency_key,
     idempotency_keys,
     identity_hash,
+    key_parts,
     now,
     saga_seal,
     seal,
@@ -200,6 +201,11 @@ def test_identity_hash_and_idempotency_key_keep_their_definition() -> None:
             idempotency_key(saga_id, step_id),
             idempotency_key(saga_id, "other"),
         ]
+        # A plan's kept parts (key_parts) give the same keys.
+        assert idempotency_keys(saga_id, [step_id, "other"], key_parts([step_id, "other"])) == [
+            idempotency_key(saga_id, step_id),
+            idempotency_key(saga_id, "other"),
+        ]
     for row in _rows():
         parts = [row.saga_id, row.seq, row.step_id, row.group, row.tool_name, row.idempotency_key]
         text = json.dumps(parts, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
@@ -245,6 +251,28 @@ async def test_records_of_a_run_verify_with_and_without_a_key() -> None:
     assert verify_rows(saga, rows, None)
     rows[2].finished_at = datetime.now(UTC)
     assert not verify_rows(saga, rows, None)
+
+
+async def test_a_group_saga_ended_in_memory_is_stored_as_its_result_says() -> None:
+    """The end's write of a group saga stores each step as its result records it; the saga verifies and is returned
+    as stored when run again."""
+    executor = SagaExecutor(registry)
+    plan = [[{"id": f"s{i}", "tool": "Echo", "args": {"value": i}} for i in range(20)]]
+    result = await executor.run(plan, saga_id="g")
+    assert result.ok
+    assert await executor.store.verify_saga("g")
+    loaded = await executor.store.load_saga("g")
+    assert loaded is not None
+    stored = {row.step_id: row for row in loaded[1]}
+    for record in result.steps:
+        row = stored[record.step_id]
+        assert (row.status, row.attempts, row.result, row.finished_at) == (
+            record.status,
+            record.attempts,
+            record.result,
+            record.finished_at,
+        )
+    assert await executor.run(plan, saga_id="g") == result
 
 
 def _reference_saga_seal(saga: SagaRow, key: bytes | None) -> str:
