@@ -51,7 +51,7 @@ def test_values_json_cannot_hold_are_refused(value: Any) -> None:
 
 def test_a_saga_row_written_again_carries_each_value_it_holds_now() -> None:
     """The JSON texts of a saga row written again are those of its values now: one replaced is written anew."""
-    codec = RowCodec("postgresql")
+    codec = RowCodec(flavour_of("postgresql"))
     saga = SagaRow("saga-1", "dynamic", {"function": "f", "args": {}}, "h", SagaStatus.RUNNING, now(), now())
     columns = {name: SAGA_COLUMNS.index(name) for name in ("plan", "budget", "metadata", "history")}
 
