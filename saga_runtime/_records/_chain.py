@@ -351,34 +351,17 @@ def _instant(value: datetime | None) -> str | None:
 
 
 # The text of the seal of a saga row after its chain head, by saga id, for sagas sealed lately, with the values it
-# was made of (`same_values` compares them): a saga function's row is sealed again at every call with only its
-# chain head changed.
+# was made of (the JSON ones kept, and compared by identity: a row's values are never changed in place): a saga
+# function's row is sealed again at every call with only its chain head changed.
 _SAGA_TAILS: dict[str, tuple[tuple[Any, ...], str]] = {}
 _SAGA_TAILS_KEPT = 1024  # sagas in flight, about
 
 
-def same_values(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
-    """Tell whether two tuples of a row's values hold the same values, as its texts are made of them.
-
-    Each the same object; or a list or dict holding the same objects in the same order (a row's copy copies its
-    metadata and history, not what they hold: a row's values are never changed in place); or an equal scalar of
-    the same type (True == 1, but their JSON differs).
-    """
+def _same(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    """Tell whether two tuples of a saga row's values are the same: each the same object, or an equal scalar of the
+    same type (True == 1, but their JSON differs)."""
     for x, y in zip(a, b, strict=True):
-        if x is y:
-            continue
-        kind = type(x)
-        if kind is not type(y):
-            return False
-        if kind is list:
-            if len(x) != len(y) or any(p is not q for p, q in zip(x, y, strict=True)):
-                return False
-        elif kind is dict:
-            if len(x) != len(y) or any(
-                k != j or v is not w for (k, v), (j, w) in zip(x.items(), y.items(), strict=True)
-            ):
-                return False
-        elif x != y:
+        if x is not y and (type(x) is not type(y) or type(x) in (dict, list) or x != y):
             return False
     return True
 
@@ -402,7 +385,7 @@ def _tail(saga: SagaRow, cached: bool) -> str:
         saga.parent_id,
     )
     known = _SAGA_TAILS.get(saga.saga_id) if cached else None
-    if known is not None and same_values(known[0], values):
+    if known is not None and _same(known[0], values):
         return known[1]
     parts = [
         getattr(status, "value", status),

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from saga_runtime._exceptions import StoreError
-from saga_runtime._records import SagaRow, SagaStatus, StepRow, StepStatus, end_of, now, same_values, wake_time
+from saga_runtime._records import SagaRow, SagaStatus, StepRow, StepStatus, end_of, now, wake_time
 from saga_runtime._storage._flavour import Flavour
 
 __all__ = ["SAGA_COLUMNS", "STEP_COLUMNS", "DialectName", "RowCodec"]
@@ -109,10 +109,6 @@ class RowCodec:
         self._time_value = dialect.time_value
         self._local_clock = dialect.local_clock
         self._lease_length = dialect.lease_length
-        # The JSON texts of the saga rows written lately, by saga id: ((plan, budget, metadata, history), their
-        # texts), the values kept and compared as `same_values` does. A saga's row is written again and again with
-        # them unchanged (a saga function's, at every call).
-        self._texts: dict[str, tuple[tuple[Any, ...], tuple[str | None, ...]]] = {}
 
     def time_in(self, value: datetime | None) -> Any:
         """Return a time as the driver stores it."""
@@ -180,21 +176,24 @@ class RowCodec:
         """Return the parameters of a saga row, in SAGA_COLUMNS order (its lease as LEASE_SQL takes it)."""
         what = f"saga {row.saga_id!r}"
         json_in = self.json_in
-        values = (row.plan, row.budget, row.metadata, row.history)
+        plan, budget, metadata, history = row.plan, row.budget, row.metadata, row.history
         known = self._texts.get(row.saga_id)
-        if known is not None and same_values(known[0], values):
-            plan_text, budget_text, metadata_text, history_text = known[1]
+        if known is not None and known[0] is plan and known[2] is budget and known[4] is metadata:
+            plan_text, budget_text, metadata_text = known[1], known[3], known[5]
         else:
-            plan, budget, metadata, history = values
             plan_text = None if plan is None else json_in(plan, f"the plan of {what}")
             budget_text = None if budget is None else json_in(budget, f"the budget of {what}")
             metadata_text = json_in(metadata, f"the metadata of {what}")
+        if known is not None and known[6] is history:
+            history_text = known[7]
+        else:
             history_text = json_in(history, f"the history of {what}") if history else None
-            if known is None and len(self._texts) >= _TEXTS_KEPT:
-                with contextlib.suppress(StopIteration, KeyError, RuntimeError):  # (another thread took it)
-                    del self._texts[next(iter(self._texts))]  # the oldest out
-            if type(row.saga_id) is str:
-                self._texts[row.saga_id] = (values, (plan_text, budget_text, metadata_text, history_text))
+        if known is None and len(self._texts) >= _TEXTS_KEPT:
+            with contextlib.suppress(StopIteration, KeyError, RuntimeError):  # (another thread took it)
+                del self._texts[next(iter(self._texts))]  # the oldest out
+        if type(row.saga_id) is str:
+            texts = (plan, plan_text, budget, budget_text, metadata, metadata_text, history, history_text)
+            self._texts[row.saga_id] = texts
         return (
             row.saga_id,
             row.kind,
