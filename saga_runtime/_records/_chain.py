@@ -350,44 +350,20 @@ def _instant(value: datetime | None) -> str | None:
     return value.isoformat(timespec="microseconds")
 
 
-# The text of the seal of a saga row after its chain head, by saga id, for sagas sealed lately, with the values it
-# was made of (the JSON ones kept, and compared by identity: a row's values are never changed in place): a saga
-# function's row is sealed again at every call with only its chain head changed.
-_SAGA_TAILS: dict[str, tuple[tuple[Any, ...], str]] = {}
-_SAGA_TAILS_KEPT = 1024  # sagas in flight, about
+def saga_seal(saga: SagaRow, key: bytes | None, *, cached: bool = False) -> str:
+    """Return the seal of a saga row's content (SHA-256, or HMAC-SHA-256 with a key, then prefixed "hmac:").
 
-
-def _same(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
-    """Tell whether two tuples of a saga row's values are the same: each the same object, or an equal scalar of the
-    same type (True == 1, but their JSON differs)."""
-    for x, y in zip(a, b, strict=True):
-        if x is not y and (type(x) is not type(y) or type(x) in (dict, list) or x != y):
-            return False
-    return True
-
-
-def _tail(saga: SagaRow, cached: bool) -> str:
-    """Return the JSON text of the items of a saga row's seal after its chain head (without brackets)."""
+    `cached`: the plan's digest may come from an earlier seal of the same plan object (writers seal one saga's row
+    again and again; plans are never changed in place). A check of a record computes it afresh.
+    """
     status = saga.status
     parked = saga.parked_from
-    values = (
-        status,
-        saga.budget,
-        saga.cost,
-        saga.tokens,
-        saga.metadata,
-        saga.error,
-        saga.created_at,
-        saga.finished_at,
-        parked,
-        saga.purged_at,
-        saga.history,
-        saga.parent_id,
-    )
-    known = _SAGA_TAILS.get(saga.saga_id) if cached else None
-    if known is not None and _same(known[0], values):
-        return known[1]
     parts = [
+        "saga",
+        saga.saga_id,
+        saga.kind,
+        _plan_digest(saga.plan, cached=cached),
+        saga.plan_hash,
         getattr(status, "value", status),
         _normal(saga.budget),
         repr(float(saga.cost)),  # as text: a float stays one (and NaN would not be JSON)
@@ -404,24 +380,7 @@ def _tail(saga: SagaRow, cached: bool) -> str:
         parts.append(_normal(saga.history))
     if saga.parent_id is not None:  # a child saga's: sealed with its parent (a saga of its own's stays as it was)
         parts.append(_normal({"parent": saga.parent_id}))
-    text = _text(parts)[1:-1]
-    if cached and type(saga.saga_id) is str:
-        if len(_SAGA_TAILS) >= _SAGA_TAILS_KEPT and saga.saga_id not in _SAGA_TAILS:
-            with contextlib.suppress(StopIteration, KeyError, RuntimeError):  # (another thread took it)
-                del _SAGA_TAILS[next(iter(_SAGA_TAILS))]  # the oldest out
-        _SAGA_TAILS[saga.saga_id] = (values, text)
-    return text
-
-
-def saga_seal(saga: SagaRow, key: bytes | None, *, cached: bool = False) -> str:
-    """Return the seal of a saga row's content (SHA-256, or HMAC-SHA-256 with a key, then prefixed "hmac:").
-
-    `cached`: the plan's digest, and the text of what follows the chain head, may come from an earlier seal of
-    the same values (writers seal one saga's row again and again; a row's values are never changed in place). A
-    check of a record computes it afresh.
-    """
-    head = ["saga", saga.saga_id, saga.kind, _plan_digest(saga.plan, cached=cached), saga.plan_hash]
-    text = f"{_text(head)[:-1]},{_tail(saga, cached)}]".encode()
+    text = _text(parts).encode()
     if key is None:
         return hashlib.sha256(text).hexdigest()
     return "hmac:" + hmac.new(key, text, hashlib.sha256).hexdigest()

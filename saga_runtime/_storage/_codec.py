@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -89,7 +88,6 @@ def _JSON(value: Any) -> str:
 
 
 _UNENCODABLE = (TypeError, ValueError, RecursionError)
-_TEXTS_KEPT = 1024  # saga rows whose JSON texts are kept (RowCodec._texts): sagas in flight, about
 
 
 class RowCodec:
@@ -176,36 +174,18 @@ class RowCodec:
         """Return the parameters of a saga row, in SAGA_COLUMNS order (its lease as LEASE_SQL takes it)."""
         what = f"saga {row.saga_id!r}"
         json_in = self.json_in
-        plan, budget, metadata, history = row.plan, row.budget, row.metadata, row.history
-        known = self._texts.get(row.saga_id)
-        if known is not None and known[0] is plan and known[2] is budget and known[4] is metadata:
-            plan_text, budget_text, metadata_text = known[1], known[3], known[5]
-        else:
-            plan_text = None if plan is None else json_in(plan, f"the plan of {what}")
-            budget_text = None if budget is None else json_in(budget, f"the budget of {what}")
-            metadata_text = json_in(metadata, f"the metadata of {what}")
-        if known is not None and known[6] is history:
-            history_text = known[7]
-        else:
-            history_text = json_in(history, f"the history of {what}") if history else None
-        if known is None and len(self._texts) >= _TEXTS_KEPT:
-            with contextlib.suppress(StopIteration, KeyError, RuntimeError):  # (another thread took it)
-                del self._texts[next(iter(self._texts))]  # the oldest out
-        if type(row.saga_id) is str:
-            texts = (plan, plan_text, budget, budget_text, metadata, metadata_text, history, history_text)
-            self._texts[row.saga_id] = texts
         return (
             row.saga_id,
             row.kind,
-            plan_text,
+            None if row.plan is None else json_in(row.plan, f"the plan of {what}"),
             row.plan_hash,
             row.status.value,
             row.owner,
             self.lease_in(row.lease_expires_at),
-            budget_text,
+            None if row.budget is None else json_in(row.budget, f"the budget of {what}"),
             float(row.cost),
             int(row.tokens),
-            metadata_text,
+            json_in(row.metadata, f"the metadata of {what}"),
             row.error,
             self.time_in(row.created_at),
             self.time_in(row.updated_at),
@@ -214,7 +194,7 @@ class RowCodec:
             None if row.parked_from is None else row.parked_from.value,
             self.time_in(row.purged_at),
             row.seal,
-            history_text,
+            json_in(row.history, f"the history of {what}") if row.history else None,
             None if row.waiting_for is None else json_in(row.waiting_for, f"the waiting note of {what}"),
             row.parent_id,
             end_of(row.status, (), row.history)[0] if row.status in _ENDED else None,
