@@ -829,8 +829,9 @@ class DynamicSaga:
 
     @property
     def metadata(self) -> dict[str, Any]:
-        """Return a copy of the saga's metadata."""
-        return dict(self._saga_row.metadata)
+        """Return a copy of the saga's metadata (a deep one: changing it changes nothing stored)."""
+        copied: dict[str, Any] = own_copy(self._saga_row.metadata)
+        return copied
 
     async def set_metadata(self, **values: Any) -> None:
         """Merge JSON-able values into the saga's metadata, written at once (not in a replay)."""

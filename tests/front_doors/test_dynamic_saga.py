@@ -27,6 +27,7 @@ from saga_runtime import (
     StepStatus,
     ToolRegistry,
     UnknownToolError,
+    open_store,
 )
 
 # A handshake that never completes would hang a broken engine; this bound turns the hang into a failure.
@@ -115,6 +116,31 @@ async def test_call_returns_the_stored_json_round_tripped_result() -> None:
 
     assert value == {"pair": [1, 2], "when": when.isoformat().replace("+00:00", "Z")}
     assert (await stored_steps(executor, "json"))["Stamp-0"].result == value
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_metadata_is_a_deep_copy_and_changing_it_changes_nothing_stored(kind: str, tmp_path: Any) -> None:
+    """saga.metadata is a copy all the way down: a nested value changed in place is not stored, and the record
+    still verifies after later writes."""
+    url = "memory://" if kind == "memory" else f"sqlite:///{tmp_path / 'meta.db'}"
+    registry = ToolRegistry()
+
+    @registry.tool
+    class Ship:
+        async def execute(self, n: int) -> int:
+            return n
+
+    async with open_store(url) as store:
+        executor = SagaExecutor(registry, store)
+        async with executor.saga(saga_id="meta") as saga:
+            await saga.set_metadata(items=[1])
+            saga.metadata["items"].append(2)
+            await saga.call("Ship", n=1)
+            assert saga.metadata == {"items": [1]}
+        stored = await store.get_saga("meta")
+        assert stored is not None
+        assert (stored.status, stored.metadata["items"]) == (SagaStatus.SUCCESS, [1])
+        assert await store.verify_saga("meta")
 
 
 async def test_each_call_is_durable_before_call_returns(executor: SagaExecutor) -> None:
