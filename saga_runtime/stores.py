@@ -46,5 +46,5 @@ EndReason = _EndReason
 (`list_rows`' `reason` filter; `end_of` reads it from a saga's rows)."""
 
 InlineWrite = _InlineWrite
-"""What a store whose writes never pause does in place of `save`: called with (saga, steps, owner, reseal), no
-await. A store of your own returns None from `SagaStore.writes_inline`: the engine awaits `save`."""
+"""What a store whose writes never pause does in place of `save`: called with (saga, steps, owner, reseal, lease),
+no await. A store of your own returns None from `SagaStore.writes_inline`: the engine awaits `save`."""

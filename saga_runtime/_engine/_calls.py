@@ -22,7 +22,7 @@ from saga_runtime._engine._notices import changed
 from saga_runtime._engine._saga import SagaEngine
 from saga_runtime._exceptions import SagaError, SagaFailedError, describe
 from saga_runtime._records import SagaResult, SagaRow, SagaStatus, StepRow, StepStatus, now, result_from_rows
-from saga_runtime._storage import cancel_requested, messages_for
+from saga_runtime._storage import cancel_requested, has, messages_for, messages_of
 
 __all__ = ["CallBody", "CallDriver", "Released", "awaited_topic", "drive_calls", "due", "due_with", "receive", "send"]
 
@@ -152,8 +152,14 @@ class CallDriver:
         return None
 
     async def release(self) -> None:
-        """Release the saga to wait (WAITING, no lease): what its code recorded stays; nothing more is written."""
+        """Release the saga to wait (WAITING, no lease): what its code recorded stays; nothing more is written.
+
+        On a store that keeps no waits (it declares no "waits": nothing would find the saga WAITING again), the
+        saga is not released: this returns and the wait goes on in this process, under the lease.
+        """
         engine = self.engine
+        if not has(engine.config.store, "waits"):
+            return
         self.waiting = await engine.wait()
         # A message (or a cancel) stored after the saga last looked but before its wait was written found it still
         # running, so it did not make it due: looked for once more, now that it waits.
@@ -257,6 +263,7 @@ async def receive(driver: CallDriver, position: int, topic: str, seconds: float 
     """
     engine = driver.engine
     saga, store = engine.saga, engine.config.store
+    messages_of(store)  # a store that keeps no messages: StoreError now, not a wait for what `send` refuses
     begun = done = None
     for entry in saga.history:
         if entry.get("position") == position and entry.get("kind") in ("recv", "received"):

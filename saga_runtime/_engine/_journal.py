@@ -38,6 +38,7 @@ from saga_runtime._records import (
     end_entry,
     end_reason_of,
     extend_head,
+    gated_steps,
     identity_hash,
     note_reason,
     now,
@@ -808,8 +809,16 @@ def noted(saga: SagaRow, entry: dict[str, Any]) -> None:
 ClaimKind = Literal["live", "waiting", "reopen"]
 
 
+def _keepable(store: SagaStore, saga: SagaRow) -> None:
+    """Refuse, before anything is stored, a plan with a step needing approval on a store that keeps no waits: its
+    earlier steps' effects would stand, and the approval could never be asked for."""
+    if saga.kind == "plan" and not has(store, "waits") and gated_steps(saga.plan):
+        waits_of(store)  # raises StoreError, naming the capability the store lacks
+
+
 async def create(store: SagaStore, saga: SagaRow, steps: Sequence[StepRow]) -> tuple[SagaRow, list[StepRow]] | None:
     """Store a new saga with its first step rows (snapshots); return None, or what is stored under its id."""
+    _keepable(store, saga)
     return await store.create_saga(saga, steps)
 
 
@@ -817,6 +826,7 @@ async def enqueue(
     store: SagaStore, saga: SagaRow, steps: Sequence[StepRow], entry: QueueEntry
 ) -> tuple[SagaRow, list[StepRow]] | None:
     """Store a new QUEUED saga in `entry`'s queue; return None, or what is stored under its id."""
+    _keepable(store, saga)
     return await queues_of(store).enqueue(saga, steps, entry)
 
 
