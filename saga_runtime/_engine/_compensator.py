@@ -32,6 +32,7 @@ UNKNOWN = frozenset({StepStatus.RUNNING, StepStatus.CANCELLED})
 # Statuses read on every step (or undo), as module constants: Python 3.11 reads an enum class's attribute through
 # EnumType.__getattr__'s slow hook, a module global at a fraction of its cost.
 _SUCCESS, _FAILED, _COMPENSATION_FAILED = StepStatus.SUCCESS, StepStatus.FAILED, StepStatus.COMPENSATION_FAILED
+_SAGA_COMPENSATED, _SAGA_COMPENSATION_FAILED = SagaStatus.COMPENSATED, SagaStatus.COMPENSATION_FAILED
 
 
 class Compensator:
@@ -101,7 +102,7 @@ class Compensator:
                 leftover.append(row)
         for row in leftover:
             journal.undo_failed(row, f"compensation did not run: compensation_timeout ({self._timeout:g}s) ran out")
-        status = SagaStatus.COMPENSATION_FAILED if failed or leftover else SagaStatus.COMPENSATED
+        status = _SAGA_COMPENSATION_FAILED if failed or leftover else _SAGA_COMPENSATED
         return await write_end(journal, status, self._verdict.reason, self._verdict.cause)
 
     def reopen(self) -> None:

@@ -272,7 +272,7 @@ class GroupRunner:
         undoes it once the cause is fixed.
         """
         for row in rows:
-            if row.status is StepStatus.COMPENSATION_FAILED:
+            if row.status is _COMPENSATION_FAILED:
                 self._verdict.fail(row, f"its effect could not be undone: {row.compensation_error}")
         return not self._verdict.failed
 

@@ -97,6 +97,7 @@ _KNOWN = frozenset({StepStatus.SUCCESS, StepStatus.FAILED})
 # EnumType.__getattr__'s slow hook, a module global at a fraction of its cost.
 _RUNNING, _SUCCESS, _COMPENSATED = StepStatus.RUNNING, StepStatus.SUCCESS, StepStatus.COMPENSATED
 _WAITING, _SAGA_SUCCESS = StepStatus.WAITING, SagaStatus.SUCCESS
+_COMPENSATING = SagaStatus.COMPENSATING
 # The statuses a saga holds its lease in.
 _LIVE = frozenset({SagaStatus.RUNNING, SagaStatus.COMPENSATING})
 
@@ -127,7 +128,7 @@ class Journal:
         # Steps whose first attempt was committed RUNNING with the saga itself (write-ahead done).
         self.announced = {row.step_id for row in announced}
         for row in announced:  # new rows, written RUNNING with the saga itself: no move
-            row.status, row.attempts, row.started_at = StepStatus.RUNNING, 1, saga.created_at
+            row.status, row.attempts, row.started_at = _RUNNING, 1, saga.created_at
         self._dirty: dict[str, StepRow] = {}
         # The saga row to write: a sealed field changed (dirty), or only its lease or recovery count (touched).
         self._saga_dirty = False
@@ -309,7 +310,7 @@ class Journal:
 
     def begin_compensation(self, reason: str) -> None:
         """Make the saga COMPENSATING; its error says why (written now, so a resumed undo still says it)."""
-        self.saga_to(SagaStatus.COMPENSATING)
+        self.saga_to(_COMPENSATING)
         if self.saga.error is None:
             self.saga.error = reason
 
