@@ -44,6 +44,7 @@ from saga_runtime._exceptions import (
 from saga_runtime._planning import MAX_ID_BYTES, Step, call_args, stored_as_is, valid_id
 from saga_runtime._records import (
     ApprovalRow,
+    KeyMaker,
     SagaResult,
     SagaRow,
     SagaStatus,
@@ -52,7 +53,6 @@ from saga_runtime._records import (
     StepStatus,
     canonical_json,
     function_of,
-    idempotency_key,
     mask_secrets,
     now,
     own_copy,
@@ -100,6 +100,7 @@ class DynamicSaga:
         self._driver: CallDriver | None = None  # the engine's driver this saga feeds while it runs live
         self._function: str | None = None  # a saga function's name: its code runs over its record (API.md §18)
         self.saga_id = saga_id
+        self._key = KeyMaker(saga_id)  # its calls' idempotency keys
         self._budget = budget
         self._metadata = metadata
         self._replay_requested = replay
@@ -350,7 +351,7 @@ class DynamicSaga:
             self._next_group,
             tool,
             dict(args),
-            idempotency_key(self.saga_id, step_id),
+            self._key(step_id),
             tool_version=spec.version,
         )
         self._next_seq, self._next_group = seq + 1, self._next_group + 1
@@ -626,7 +627,7 @@ class DynamicSaga:
             group=group,
             tool_name=tool,
             args=args,
-            idempotency_key=idempotency_key(self.saga_id, step_id),
+            idempotency_key=self._key(step_id),
             tool_version=spec.version if (spec := self._registry.find(tool)) is not None else "1",
         )
 

@@ -85,6 +85,7 @@ from saga_runtime._records._queues import (
 )
 from saga_runtime._records._retention import PurgeReport, SagaHold, verify_export
 from saga_runtime._records._rows import (
+    KeyMaker,
     SagaKind,
     SagaRow,
     SagaStatus,
@@ -153,6 +154,7 @@ __all__ = [
     "CancelRecord",
     "DueWork",
     "EndReason",
+    "KeyMaker",
     "PurgeReport",
     "Queue",
     "QueueEntry",

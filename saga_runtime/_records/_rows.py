@@ -129,6 +129,26 @@ def idempotency_keys(saga_id: str, step_ids: list[str], parts: Sequence[bytes] |
     return keys
 
 
+class KeyMaker:
+    """The idempotency keys of one saga's steps (`idempotency_key`'s), the saga's part hashed once: a saga function
+    makes its calls' keys one at a time."""
+
+    __slots__ = ("_head", "_saga_id")
+
+    def __init__(self, saga_id: str) -> None:
+        self._saga_id = saga_id
+        self._head = hashlib.sha256(f"[{_ascii(saga_id)}, ".encode()) if type(saga_id) is str else None
+
+    def __call__(self, step_id: str) -> str:
+        """Return the idempotency key of the saga's step `step_id`."""
+        head = self._head
+        if head is None or type(step_id) is not str:
+            return idempotency_key(self._saga_id, step_id)
+        digest = head.copy()
+        digest.update(f"{_ascii(step_id)}]".encode())
+        return "sr-" + digest.hexdigest()[:40]
+
+
 def step_succeeded(status: StepStatus, error: str | None, finished_at: datetime | None) -> bool:
     """Tell whether a step's execute succeeded and counts: SUCCESS, or undone later with the saga.
 

@@ -12,6 +12,7 @@ import pytest
 
 from saga_runtime import SagaExecutor, SagaResult, SagaStatus, StepRecord, StepStatus, ToolRegistry
 from saga_runtime._records import (
+    KeyMaker,
     SagaRow,
     Sealer,
     StepRow,
@@ -201,10 +202,16 @@ def test_identity_hash_and_idempotency_key_keep_their_definition() -> None:
             idempotency_key(saga_id, step_id),
             idempotency_key(saga_id, "other"),
         ]
-        # A plan's kept parts (key_parts) give the same keys.
+        # A plan's kept parts (key_parts) give the same keys, and so does a saga function's KeyMaker.
         assert idempotency_keys(saga_id, [step_id, "other"], key_parts([step_id, "other"])) == [
             idempotency_key(saga_id, step_id),
             idempotency_key(saga_id, "other"),
+        ]
+        keys = KeyMaker(saga_id)
+        assert [keys(step_id), keys("other"), keys(step_id)] == [
+            idempotency_key(saga_id, step_id),
+            idempotency_key(saga_id, "other"),
+            idempotency_key(saga_id, step_id),
         ]
     for row in _rows():
         parts = [row.saga_id, row.seq, row.step_id, row.group, row.tool_name, row.idempotency_key]
