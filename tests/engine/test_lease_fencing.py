@@ -83,10 +83,9 @@ class RecordingStore(MemoryStore):
         await super().save(saga, steps, owner=owner, reseal=reseal, lease=lease)
 
 
-async def test_a_step_never_starts_on_an_almost_expired_lease() -> None:
-    """The intent write of a step starting with under a quarter of the lease left also extends the lease."""
-    lease = 0.5
-    stalled_until: list[datetime] = []
+def stalling_registry(lease: float, stalled_until: list[datetime]) -> ToolRegistry:
+    """Return a registry whose `Step` tool, called with name "stall", blocks the loop for 0.9 of `lease` (no
+    renewal runs: the lease nearly ends) and notes in `stalled_until` when it stopped."""
     registry = ToolRegistry()
 
     @registry.tool
@@ -96,6 +95,15 @@ async def test_a_step_never_starts_on_an_almost_expired_lease() -> None:
                 time.sleep(lease * 0.9)  # noqa: ASYNC251 - the point: the loop stalls, no renewal runs, the lease nearly ends
                 stalled_until.append(now())
             return name
+
+    return registry
+
+
+async def test_a_step_never_starts_on_an_almost_expired_lease() -> None:
+    """The intent write of a step starting with under a quarter of the lease left also extends the lease."""
+    lease = 0.5
+    stalled_until: list[datetime] = []
+    registry = stalling_registry(lease, stalled_until)
 
     store = RecordingStore()
     executor = SagaExecutor(registry, store=store, lease_timeout=lease)
@@ -122,15 +130,7 @@ async def test_a_saga_function_s_call_never_starts_on_an_almost_expired_lease() 
     intent does; a call written with more left leaves the stored lease as it is (the lease loop renews it)."""
     lease = 0.5
     stalled_until: list[datetime] = []
-    registry = ToolRegistry()
-
-    @registry.tool
-    class Step:
-        async def execute(self, name: str) -> str:
-            if name == "stall":
-                time.sleep(lease * 0.9)  # noqa: ASYNC251 - the point: the loop stalls, no renewal runs, the lease nearly ends
-                stalled_until.append(now())
-            return name
+    registry = stalling_registry(lease, stalled_until)
 
     @registry.saga
     async def stalls(saga: DynamicSaga) -> None:
