@@ -37,7 +37,7 @@ STORE_READS = frozenset(
         "queue_wakeups",
         "queue_depth",
         "queue_state",
-        "saga_queue_state",
+        "saga_queue_states",
         "queue_infos",
         "list_queue_rows",
         "notify_workers",

@@ -289,9 +289,10 @@ class QueueStore(Protocol):
         """Return the state an operator set for queue `name` ("active" when none was)."""
         ...
 
-    async def saga_queue_state(self, saga_id: str) -> QueueStanding | None:
-        """Return where a saga submitted to a queue stands there (the queue, its state, the limits its workers
-        last noted and what they count now, the rate window on the database's clock); None if it was not queued."""
+    async def saga_queue_states(self, saga_ids: Sequence[str]) -> dict[str, QueueStanding]:
+        """Return where each saga of `saga_ids` submitted to a queue stands there (the queue, its state, the limits
+        its workers last noted and what they count now, the rate window on the database's clock), by id: those not
+        queued left out. A list's page reads them at once: its statements do not grow with the page."""
         ...
 
     async def note_queue_limits(self, queue: Queue, at: datetime) -> None:

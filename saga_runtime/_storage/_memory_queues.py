@@ -6,7 +6,7 @@ at once (the `queue_wakeups` they are inside).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -68,9 +68,17 @@ class MemoryQueueControl:
         state: QueueState = self._queue_rows.get(name, {}).get("state", ACTIVE)
         return state
 
-    async def saga_queue_state(self, saga_id: str) -> QueueStanding | None:
-        """Return where a saga submitted to a queue stands there; None if it was not queued."""
+    async def saga_queue_states(self, saga_ids: Sequence[str]) -> dict[str, QueueStanding]:
+        """Return where each saga of `saga_ids` submitted to a queue stands there, by id (those not queued left out)."""
         self._check_open()
+        found = {}
+        for saga_id in saga_ids:
+            standing = await self._queue_standing(saga_id)
+            if standing is not None:
+                found[saga_id] = standing
+        return found
+
+    async def _queue_standing(self, saga_id: str) -> QueueStanding | None:
         entry = self._queued.get(saga_id)
         if entry is None:
             return None

@@ -28,7 +28,7 @@ from saga_runtime._records import (
 from saga_runtime._storage._codec import SAGA_COLUMNS, RowCodec
 from saga_runtime._storage._dialect import Dialect
 from saga_runtime._storage._flavour import Flavour
-from saga_runtime._storage._sql import _placeholders
+from saga_runtime._storage._sql import _placeholders, ids_param, in_list
 from saga_runtime._storage._sqlwrite import Transaction
 
 __all__ = ["SQLQueueControl", "held_back"]
@@ -43,6 +43,8 @@ _COUNTED = (
     SagaStatus.WAITING.value,
 )
 _LIVE = (SagaStatus.RUNNING.value, SagaStatus.COMPENSATING.value)
+# Ids a statement lists at most (as the store's lease renewals).
+_IN_CHUNK = 500
 _LIMITS = ("concurrency", "key_concurrency", "rate_limit", "rate_per", "limits_at")
 
 
@@ -56,16 +58,16 @@ class QueueControlQueries:
             return dialect.upsert("name", columns)
 
         self.state = q(dialect, "SELECT state FROM queue_states WHERE name = ?")
-        # A queued saga's queue, its state and noted limits, and what they count now (on the queue index).
+        # Queued sagas' queues, their states and noted limits, and what they count now (on the queue index).
         live = "r.status IN (?, ?)"
-        self.saga_state = q(
-            dialect,
-            "SELECT s.queue, q.state, s.queue_key, q.concurrency, q.key_concurrency, q.rate_limit, q.rate_per, "
-            f"(SELECT COUNT(*) FROM sagas r WHERE r.queue = s.queue AND {live}), "
+        self._saga_states = (
+            "SELECT s.saga_id, s.queue, q.state, s.queue_key, q.concurrency, q.key_concurrency, q.rate_limit, "
+            f"q.rate_per, (SELECT COUNT(*) FROM sagas r WHERE r.queue = s.queue AND {live}), "
             f"(SELECT COUNT(*) FROM sagas r WHERE r.queue = s.queue AND r.queue_key = s.queue_key AND {live}), "
             "s.not_before "
-            "FROM sagas s LEFT JOIN queue_states q ON q.name = s.queue WHERE s.saga_id = ? AND s.queue IS NOT NULL",
+            "FROM sagas s LEFT JOIN queue_states q ON q.name = s.queue WHERE s.saga_id IN (*) AND s.queue IS NOT NULL"
         )
+        self._dialect = dialect
         self.clock = dialect.clock_sql
         # The starts in a rate window, counted up to the limit, on the (queue, started_at) index (as a claim does).
         self.started = q(
@@ -99,6 +101,10 @@ class QueueControlQueries:
         notices = dialect.notices
         self.notify = q(dialect, notices.queued) if notices is not None else None
         self.notify_decided = notices.decided if notices is not None else None
+
+    def saga_states(self, count: int) -> str:
+        """Return the read of where `count` sagas stand in their queues (params: live, live, ids...)."""
+        return in_list(self._dialect, self._saga_states, count)
 
 
 # Built once per dialect (by its flavour), at its first use: the hot path only sends them.
@@ -160,33 +166,45 @@ class SQLQueueControl:
         state = str(records[0][0]) if records else ACTIVE
         return PAUSED if state == PAUSED else DRAINING if state == DRAINING else ACTIVE
 
-    async def saga_queue_state(self, saga_id: str) -> QueueStanding | None:
-        """Return where a saga submitted to a queue stands there; None if it was not queued."""
+    async def saga_queue_states(self, saga_ids: Sequence[str]) -> dict[str, QueueStanding]:
+        """Return where each saga of `saga_ids` submitted to a queue stands there, by id (those not queued left out):
+        one read of every saga, and one count of each rate-limited queue's window."""
         self._check_open()
-        qc, codec = _queries(self), self._codec
-        records = await self._fetch("saga_queue_state", qc.saga_state, (*_LIVE, *_LIVE, saga_id))
-        if not records:
-            return None
-        name, state, key, concurrency, per_key, rate, per, running, key_running, not_before = records[0]
-        recent = 0
-        if rate is not None and per is not None:  # the claim's window: on the database's clock
-            clock = now() if qc.clock is None else codec.time_out((await self._fetch("clock", qc.clock, ()))[0][0])
-            assert clock is not None
+        qc, codec, flavour = _queries(self), self._codec, self._dialect.flavour
+        ids = list(dict.fromkeys(saga_ids))
+        records: list[Sequence[Any]] = []
+        for start in range(0, len(ids), _IN_CHUNK):
+            chunk = ids[start : start + _IN_CHUNK]
+            params = (*_LIVE, *_LIVE, *ids_param(flavour, chunk))
+            records.extend(await self._fetch("saga_queue_state", qc.saga_states(len(chunk)), params))
+        # The claim's window, on the database's clock: counted once a queue.
+        recent: dict[str, int] = {}
+        clock: datetime | None = None
+        for record in records:
+            name, rate, per = str(record[1]), record[6], record[7]
+            if rate is None or per is None or name in recent:
+                continue
+            if clock is None:
+                clock = now() if qc.clock is None else codec.time_out((await self._fetch("clock", qc.clock, ()))[0][0])
+                assert clock is not None
             since = codec.time_in(clock - timedelta(seconds=float(per)))
-            recent = int((await self._fetch("saga_queue_state", qc.started, (name, since, int(rate))))[0][0])
-        return QueueStanding(
-            str(name),
-            PAUSED if state == PAUSED else DRAINING if state == DRAINING else ACTIVE,
-            None if key is None else str(key),
-            None if concurrency is None else int(concurrency),
-            None if per_key is None else int(per_key),
-            None if rate is None else int(rate),
-            None if per is None else float(per),
-            int(running),
-            int(key_running),
-            recent,
-            codec.time_out(not_before),
-        )
+            recent[name] = int((await self._fetch("saga_queue_state", qc.started, (name, since, int(rate))))[0][0])
+        found = {}
+        for saga_id, name, state, key, concurrency, per_key, rate, per, running, key_running, not_before in records:
+            found[codec.id_out(saga_id)] = QueueStanding(
+                str(name),
+                PAUSED if state == PAUSED else DRAINING if state == DRAINING else ACTIVE,
+                None if key is None else str(key),
+                None if concurrency is None else int(concurrency),
+                None if per_key is None else int(per_key),
+                None if rate is None else int(rate),
+                None if per is None else float(per),
+                int(running),
+                int(key_running),
+                recent.get(str(name), 0),
+                codec.time_out(not_before),
+            )
+        return found
 
     async def note_queue_limits(self, queue: Queue, at: datetime) -> None:
         """Record the limits a worker serves `queue` with (its state unchanged)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from saga_runtime._exceptions import IdempotencyConflictError
 from saga_runtime._records import (
@@ -31,7 +31,7 @@ from saga_runtime._storage._archive import ArchiveTarget
 from saga_runtime._storage._base import Capability, cancels_of, has, messages_of, queues_of, same_rows, waits_of
 
 if TYPE_CHECKING:
-    from saga_runtime._records import ApprovalRow
+    from saga_runtime._records import ApprovalRow, QueueStanding
     from saga_runtime._storage._base import SagaStore
 
 __all__ = [
@@ -71,31 +71,34 @@ async def get_saga(store: SagaStore, saga_id: str) -> SagaResult | None:
         return None
     result = result_from_rows(*snapshot, await approvals_of(store, saga_id))
     if result.status is SagaStatus.QUEUED:
-        waiting = await _queue_held(store, saga_id, result.waiting_for)
-        if waiting is not result.waiting_for:
-            result = result.model_copy(update={"waiting_for": waiting})
+        result = (await queue_waits(store, [result]))[0]
     return result
 
 
-async def _queue_held(store: SagaStore, saga_id: str, waiting: WaitingFor | None) -> WaitingFor | None:
-    """Return why the QUEUED saga `saga_id` does not start: its queue paused or draining first, else what its row
-    says (`waiting`: a worker's note), else its start time or a limit of its queue (`queue_waiting_of`)."""
-    if not has(store, "queues"):
-        return waiting
-    standing = await queues_of(store).saga_queue_state(saga_id)
+def _queue_held(standing: QueueStanding | None, waiting: WaitingFor | None) -> WaitingFor | None:
+    """Return why a QUEUED saga standing so in its queue (`standing`: None if not queued) does not start: its queue
+    paused or draining first, else what its row says (`waiting`: a worker's note), else its start time or a limit of
+    its queue (`queue_waiting_of`)."""
     held = None if standing is None else queue_waiting_of(standing)
     if held is not None and (held["kind"] == "queue_paused" or waiting is None):
         return held
     return waiting
 
 
-async def queue_waits(store: SagaStore, summaries: list[SagaSummary]) -> list[SagaSummary]:
+_Shown = TypeVar("_Shown", SagaSummary, SagaResult)
+
+
+async def queue_waits(store: SagaStore, summaries: list[_Shown]) -> list[_Shown]:
     """Return `summaries` with the QUEUED ones saying what holds them back in their queue, as `get_saga` does (a
-    paused queue, a start time not reached, a key, concurrency or rate limit): one read of each QUEUED saga."""
+    paused queue, a start time not reached, a key, concurrency or rate limit): one read of the QUEUED sagas."""
+    queued = [summary.saga_id for summary in summaries if summary.status is SagaStatus.QUEUED]
+    if not queued or not has(store, "queues"):
+        return summaries
+    standings = await queues_of(store).saga_queue_states(queued)
     shown = []
     for summary in summaries:
         if summary.status is SagaStatus.QUEUED:
-            waiting = await _queue_held(store, summary.saga_id, summary.waiting_for)
+            waiting = _queue_held(standings.get(summary.saga_id), summary.waiting_for)
             if waiting is not summary.waiting_for:
                 summary = summary.model_copy(update={"waiting_for": waiting})
         shown.append(summary)

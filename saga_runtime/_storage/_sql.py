@@ -29,6 +29,8 @@ __all__ = [
     "Migration",
     "Queries",
     "RowCodec",
+    "ids_param",
+    "in_list",
     "json_columns_modified",
     "json_columns_retyped",
     "json_text_already",
@@ -607,13 +609,11 @@ class Queries:
         return self._queue_waiting[keyed, after]
 
     def _in(self, sql: str, count: int) -> str:
-        if self.dialect.id_array is not None:  # one array of the ids (see `ids`)
-            return _placeholders(self.dialect, sql.replace(" IN (*)", self.dialect.id_array))
-        return _placeholders(self.dialect, sql.replace("(*)", "(" + ", ".join("?" * count) + ")"))
+        return in_list(self.dialect, sql, count)
 
     def ids(self, ids: Sequence[str]) -> tuple[Any, ...]:
         """Return the parameters of the `IN (*)` list of `renew`, `owned`, `take` and `load_many`."""
-        return (list(ids),) if self.dialect.id_array is not None else tuple(ids)
+        return ids_param(self.dialect, ids)
 
     def renew(self, count: int) -> str:
         """Return the UPDATE extending `owner`'s leases on `count` ids (params: lease, owner, live..., ids...)."""
@@ -648,6 +648,19 @@ class Queries:
             "WHERE s.saga_id IN (*) ORDER BY s.created_at, s.saga_id, st.seq",
             count,
         )
+
+
+def in_list(dialect: Flavour, sql: str, count: int) -> str:
+    """Return `sql` with its ` IN (*)` a list of `count` ids: one array parameter where the flavour has `id_array`,
+    else one placeholder per id (`ids_param` gives its parameters)."""
+    if dialect.id_array is not None:
+        return _placeholders(dialect, sql.replace(" IN (*)", dialect.id_array))
+    return _placeholders(dialect, sql.replace(" IN (*)", " IN (" + ", ".join("?" * count) + ")"))
+
+
+def ids_param(dialect: Flavour, ids: Sequence[str]) -> tuple[Any, ...]:
+    """Return the parameters of an `in_list` of `ids`."""
+    return (list(ids),) if dialect.id_array is not None else tuple(ids)
 
 
 # The statuses of a live saga (one a lease is held on), in the order the lease queries take them. PARKED is not

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -230,6 +230,73 @@ async def test_list_sagas_of_one_queue(store: SagaStore) -> None:
     assert [s.saga_id for s in await admin.list_sagas("QUEUED", queue="b")] == ["b1"]
     assert await admin.list_sagas(SagaStatus.SUCCESS, queue="a") == []
     assert await admin.list_sagas(queue="none") == []
+
+
+async def test_a_listed_page_says_what_holds_each_queued_saga_in_one_read(store: SagaStore) -> None:
+    """list_sagas says of each QUEUED saga what get_saga says (a key's limit, a rate window, a start time, a paused
+    queue, nothing), and its statements do not grow with the number of QUEUED sagas on the page."""
+    gate = Gate()
+    executor, admin = SagaExecutor(gate.registry, store), SagaAdmin(store)
+    keyed, slow = Queue("pay", key_concurrency=1), Queue("slow", rate_limit=RateLimit(1, per=60.0))
+    for saga_id, queue, options in (
+        ("first", "pay", {"key": "acct-7"}),
+        ("second", "pay", {"key": "acct-7"}),
+        ("later", "pay", {"not_before": 3600}),
+        ("free", "pay", {}),
+        ("stopped", "held", {}),
+        ("one", "slow", {}),
+        ("two", "slow", {}),
+    ):
+        await executor.submit(step(saga_id), saga_id=saga_id, queue=queue, **options)
+    for queue in (keyed, slow):
+        await store.note_queue_limits(queue, datetime.now(UTC))  # as a worker serving the queue does
+        lease = datetime.now(UTC) + timedelta(minutes=5)
+        assert len(await store.claim_queued("w1", lease, datetime.now(UTC), queue, 1)) == 1
+    await admin.pause_queue("held")
+    reads = _count_reads(store)
+
+    async def listed() -> tuple[dict[str, Any], int]:
+        before = reads()
+        page = await admin.list_sagas()
+        return {s.saga_id: s.waiting_for for s in page}, reads() - before
+
+    waits, statements = await listed()
+    kinds = {saga_id: None if waiting is None else waiting["kind"] for saga_id, waiting in waits.items()}
+    assert kinds == {
+        "first": None,
+        "second": "limit",
+        "later": "time",
+        "free": None,
+        "stopped": "queue_paused",
+        "one": None,
+        "two": "limit",
+    }
+    for saga_id, waiting in waits.items():
+        shown = await store.get_saga(saga_id)
+        assert shown is not None
+        assert waiting == shown.waiting_for, saga_id
+    for n in range(5):  # five more QUEUED sagas of each queue: the page's statements stay as many
+        for queue in ("pay", "slow", "held"):
+            await executor.submit(step(f"{queue}{n}"), saga_id=f"{queue}{n}", queue=queue)
+    more, again = await listed()
+    assert len(more) == len(waits) + 15
+    assert again == statements
+    assert (more["slow4"] or {}).get("kind") == "limit"
+    assert (more["held4"] or {}).get("kind") == "queue_paused"
+
+
+def _count_reads(store: Any) -> Any:
+    """Count the statements a SQL store reads with (memory: its queue standings' reads); return the counter."""
+    count = [0]
+    name = "_fetch" if hasattr(store, "_fetch") else "saga_queue_states"
+    inner = getattr(store, name)
+
+    async def counted(*args: Any) -> Any:
+        count[0] += 1
+        return await inner(*args)
+
+    setattr(store, name, counted)
+    return lambda: count[0]
 
 
 async def test_an_approval_decided_elsewhere_wakes_the_idle_worker(store: SagaStore) -> None:
