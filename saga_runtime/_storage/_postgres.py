@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import logging
 import socket
 import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, suppress
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
@@ -168,8 +169,9 @@ class _PostgresTransaction:
         return [tuple(record) for record in await self._conn.fetch(sql, *params)]
 
 
-# The array type each column travels in (text for the others: ids, statuses, JSON, which is stored as text).
-_ARRAY_TYPES = {
+# The type each column is read as from a batch's JSON rows (text for the others: ids, statuses, JSON, which is
+# stored as text).
+_ROW_TYPES = {
     "seq": "int4",
     "grp": "int4",
     "attempts": "int4",
@@ -190,61 +192,39 @@ _ARRAY_TYPES = {
 
 
 _MICROSECOND = timedelta(microseconds=1)
+_COST = SAGA_COLUMNS.index("cost")
 
 
-def _int_text(value: Any) -> str | None:
-    return None if value is None else str(int(value))  # a bool as 1 or 0, as the int codec takes it
+def _json_default(value: Any) -> str:
+    """Return a time or a lease length of a batch's rows as the text PostgreSQL reads it as."""
+    if isinstance(value, datetime):
+        return value.isoformat()  # timezone-aware (RowCodec.time_in): an exact instant
+    if isinstance(value, timedelta):
+        return f"{value // _MICROSECOND} microseconds"
+    raise TypeError(f"{type(value).__name__} is not a column value")
 
 
-def _float_text(value: Any) -> str | None:
-    return None if value is None else repr(float(value))  # the shortest text that reads back as the same float
+# A batch's rows travel as one JSON array of arrays per part (one text parameter: asyncpg encodes it at once, where
+# arrays cost a check of each element), read by the statement as jsonb (`_source`). Floats travel as their repr
+# (the shortest text that reads back as the same float, NaN and infinities too), so no number is refused.
+_ROWS_JSON = json.JSONEncoder(
+    ensure_ascii=False, allow_nan=False, check_circular=False, separators=(",", ":"), default=_json_default
+).encode
 
 
-def _interval_text(value: Any) -> str | None:
-    return None if value is None else f"{value // _MICROSECOND} microseconds"
+def _saga_rows_json(rows: Sequence[Sequence[Any]]) -> str:
+    """Return saga rows' parameters (and their extra values) as the JSON text `_source` reads."""
+    texts = []
+    for row in rows:
+        cost = row[_COST]
+        texts.append([*row[:_COST], None if cost is None else repr(float(cost)), *row[_COST + 1 :]])
+    return _ROWS_JSON(texts)
 
 
-def _time_text(value: Any) -> str | None:
-    return None if value is None else value.isoformat()  # timezone-aware (RowCodec.time_in): an exact instant
-
-
-def _bool_text(value: Any) -> str | None:
-    return None if value is None else "t" if value else "f"
-
-
-# Arrays travel as text[] and are cast by the statement (`$1::text[]::int4[]`): asyncpg has a built-in codec for
-# text[] only, and looks every other array type up in the catalog (a large query, and SET jit around it) on each
-# new connection; with a pool of connections per worker process, that was most of a connection's first writes.
-_TO_TEXT: dict[str, Callable[[Any], str | None]] = {
-    "int4": _int_text,
-    "int8": _int_text,
-    "float8": _float_text,
-    "interval": _interval_text,
-    "timestamptz": _time_text,
-    "bool": _bool_text,
-}
-
-
-def _array(values: Sequence[Any], type_: str) -> list[Any]:
-    """Return `values` as the text[] parameter of an array of `type_` (see _TO_TEXT)."""
-    to_text = _TO_TEXT.get(type_)
-    return list(values) if to_text is None else [to_text(value) for value in values]
-
-
-def _array_type(type_: str) -> str:
-    """Return how the statement reads a text[] parameter as an array of `type_`."""
-    return "text[]" if type_ == "text" else f"text[]::{type_}[]"
-
-
-_SAGA_TYPES = tuple(_ARRAY_TYPES.get(column, "text") for column in SAGA_COLUMNS)
-_STEP_TYPES = tuple(_ARRAY_TYPES.get(column, "text") for column in STEP_COLUMNS)
-
-
-def _columns(rows: Sequence[Sequence[Any]], types: Sequence[str]) -> list[list[Any]]:
-    """Return rows of parameters as one text[] parameter per column (the arrays the statement unnests)."""
-    if not rows:
-        return [[] for _ in types]
-    return [_array(column, type_) for column, type_ in zip(zip(*rows, strict=True), types, strict=True)]
+def _jsonb_rows(types: Sequence[str], param: int) -> str:
+    """Return the rows of a JSON array of arrays (parameter `param`) as a subquery, each value read as its type."""
+    values = ", ".join(f"r->>{i}" if t == "text" else f"(r->>{i})::{t}" for i, t in enumerate(types))
+    return f"(SELECT {values} FROM jsonb_array_elements(${param}::text::jsonb) r)"
 
 
 def _value(column: str, source: str) -> str:
@@ -269,14 +249,14 @@ def _values(columns: Sequence[str], source: str) -> str:
 def _source(columns: Sequence[str], extra: Sequence[str], first: int, rows: int) -> tuple[str, int]:
     """Return the rows a part of the batch statement reads, and how many parameters they take.
 
-    `rows` 0: one array per column (`columns`, then the `extra` types), unnested; else that many rows of scalar
-    parameters (VALUES), row by row. Scalars cost the client no array encoding, and the server no unnesting; and
-    PostgreSQL costs an array as 10 elements, so only the scalar form gets a generic plan, kept for the prepared
-    statement instead of planning it at every call.
+    `rows` 0: one JSON array of arrays (`columns`, then the `extra` types, in each), one parameter; else that many
+    rows of scalar parameters (VALUES), row by row. Scalars cost the client no encoding of a document, and the
+    server no parsing; and only a statement of scalars gets a generic plan, kept for the prepared statement instead
+    of planning it at every call.
     """
-    types = [*(_ARRAY_TYPES.get(c, "text") for c in columns), *extra]
+    types = [*(_ROW_TYPES.get(c, "text") for c in columns), *extra]
     if not rows:
-        return "unnest(" + ", ".join(f"${first + i}::{_array_type(t)}" for i, t in enumerate(types)) + ")", len(types)
+        return _jsonb_rows(types, first), 1
     width = len(types)
     values = ", ".join(
         "(" + ", ".join(f"${first + r * width + i}::{t}" for i, t in enumerate(types)) + ")" for r in range(rows)
@@ -297,10 +277,11 @@ _MODES = {mode: frozenset(() if mode is None else (mode,)) for mode in (None, "c
 def _batch_statement(modes: frozenset[str], checks: int, steps: bool, saga_rows: int = 0, step_rows: int = 0) -> str:
     """Return the one statement that writes a batch of this shape (only the parts it needs: each plans quickly).
 
-    Parameters, for the parts present: one array per saga column, then each saga row's write index, mode and
-    expected owner (or, with `saga_rows`, those values row by row); the owner checks of writes without a saga row
-    (index, saga id, owner: arrays, or scalars when `checks` is 1); one array per step column, then each step row's
-    write index and whether it is gated (or, with `step_rows`, those values row by row).
+    Parameters, for the parts present: the saga rows as one JSON array of arrays, each row's columns then its write
+    index, mode and expected owner (or, with `saga_rows`, those values row by row); the owner checks of writes
+    without a saga row (index, saga id, owner: rows of a JSON array, or scalars when `checks` is 1); the step rows
+    as one JSON array of arrays, each row's columns then its write index and whether it is gated (or, with
+    `step_rows`, those values row by row).
 
     Saga rows are inserted if absent (`create`), upserted (`upsert`: no owner), or updated where the stored owner is
     the expected one (`update`: a conditional UPDATE, which re-checks the owner on the current row once it holds its
@@ -338,8 +319,7 @@ def _batch_statement(modes: frozenset[str], checks: int, steps: bool, saga_rows:
             passed.append("SELECT w FROM updated")
     if checks:
         parts.append(
-            f"checked AS (SELECT c.w FROM sagas t JOIN unnest(${n}::{_array_type('int4')}, ${n + 1}::text[], "
-            f"${n + 2}::text[]) "
+            f"checked AS (SELECT c.w FROM sagas t JOIN {_jsonb_rows(('int4', 'text', 'text'), n)} "
             f"AS c(w, saga_id, owner) ON t.saga_id = c.saga_id AND t.owner = c.owner AND {unasked('c.owner', 't.')} "
             "FOR UPDATE OF t)"
             if checks > 1
@@ -349,7 +329,7 @@ def _batch_statement(modes: frozenset[str], checks: int, steps: bool, saga_rows:
             f"AND t.owner = ${n + 2}::text AND {unasked(f'${n + 2}::text', 't.')} FOR UPDATE)"
         )
         passed.append("SELECT w FROM checked")
-        n += 3
+        n += 3 if checks == 1 else 1
     if passed:
         parts.append(f"passed AS ({' UNION ALL '.join(passed)})")
     if steps:
@@ -632,8 +612,9 @@ class PostgresDialect(Dialect):
     async def write_batch(self, writes: Sequence[Write]) -> Sequence[Outcome | Exception]:
         """Write a batch in one statement (see `_batch_statement`): atomic on its own, one round trip.
 
-        Scalars for a lone write (the latency of one saga at a time); a batch of several unnests arrays, so that
-        batches of every size share a few statements instead of preparing one per shape on every connection.
+        Scalars for a lone write (the latency of one saga at a time); a batch of several sends its rows as JSON
+        documents (`_source`), so that batches of every size share a few statements instead of preparing one per
+        shape on every connection.
         """
         if len(writes) == 1 and len(writes[0].steps) <= _VALUES_ROWS:
             write = writes[0]
@@ -649,20 +630,15 @@ class PostgresDialect(Dialect):
         modes = [_mode(write) for _, write, _ in sagas]
         params = []
         if sagas:
-            params += _columns([row for _, _, row in sagas], _SAGA_TYPES)
-            params += [[str(i) for i, _, _ in sagas], modes, [write.owner for _, write, _ in sagas]]
+            rows = [(*row, i, mode, write.owner) for (i, write, row), mode in zip(sagas, modes, strict=True)]
+            params.append(_saga_rows_json(rows))
         if len(checks) == 1:
             ((i, write),) = checks
             params += [i, write.saga_id, write.owner]
         elif checks:
-            params += [
-                [str(i) for i, _ in checks],
-                [write.saga_id for _, write in checks],
-                [write.owner for _, write in checks],
-            ]
+            params.append(_ROWS_JSON([(i, write.saga_id, write.owner) for i, write in checks]))
         if steps:
-            params += _columns([row for _, row, _ in steps], _STEP_TYPES)
-            params += [[str(i) for i, _, _ in steps], ["t" if gated else "f" for _, _, gated in steps]]
+            params.append(_ROWS_JSON([(*row, i, gated) for i, row, gated in steps]))
         sql = _batch_statement(frozenset(modes), min(len(checks), 2), bool(steps))
         passed = {record[0] for record in await self._autocommit_fetch(sql, params)}
         outcomes: list[Outcome | Exception] = []
