@@ -70,6 +70,37 @@ async def test_concurrent_writes_of_many_sagas_all_land(stores: Stores, kind: st
         assert await store.load_saga(saga.saga_id) == (as_stored(store, saga), steps)
 
 
+async def test_awkward_values_in_batches_of_owner_checked_saves_land_exactly(stores: Stores, kind: str) -> None:
+    """Owner-conditional saves of many sagas at once (batches) store text with quotes, backslashes, newlines,
+    JSON-looking and non-ASCII characters, extreme numbers and times exactly; a stale owner's save among them
+    writes nothing and fails alone."""
+    store = await stores.open(kind, wipe=True)
+    awkward = 'a "quoted" \\ back\\slash\nnew line, {"json": [1]} ünï ✓ 𝄞 \t'
+    sagas = []
+    for i in range(12):
+        saga, steps = make_saga(f"odd-{i}"), make_steps(f"odd-{i}", 2)
+        saga.owner, saga.error, saga.tokens, saga.cost = "me", awkward, 2**62, 1e-300 * (i + 1)
+        steps[0].error, steps[0].result = awkward, {"text": awkward, "big": 2**53 + 1, "tiny": 5e-324}
+        steps[1].attempts = 2**31 - 1
+        sagas.append((saga, steps))
+        assert await store.create_saga(saga, steps) is None
+    for n, (saga, steps) in enumerate(sagas):
+        steps = [row.copy() for row in steps]  # the rows created stay as they are (a memory store keeps them)
+        for row in steps:
+            row.attempts -= 1
+            row.compensation_error = awkward
+        sagas[n] = (saga, steps)
+    saves = [store.save(None, steps, owner="me" if i else "someone else") for i, (_, steps) in enumerate(sagas)]
+    outcomes = await asyncio.gather(*saves, return_exceptions=True)
+    assert isinstance(outcomes[0], LeaseLostError)
+    assert outcomes[1:] == [None] * 11
+    stored = await store.load_saga("odd-0")
+    assert stored is not None
+    assert stored[1][0].compensation_error == "TimeoutError"  # as created: the stale owner's save wrote nothing
+    for saga, steps in sagas[1:]:
+        assert await store.load_saga(saga.saga_id) == (as_stored(store, saga), steps)
+
+
 async def test_a_lone_write_on_mysql_is_one_statement_with_one_result(
     stores: Stores, monkeypatch: pytest.MonkeyPatch
 ) -> None:
