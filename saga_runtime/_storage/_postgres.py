@@ -266,9 +266,9 @@ def _source(columns: Sequence[str], extra: Sequence[str], first: int, rows: int)
 
 _SAGAS = ", ".join(SAGA_COLUMNS)
 _STEPS = ", ".join(STEP_COLUMNS)
-# Step rows a lone write sends as scalar parameters (VALUES) rather than arrays: its create (a plan of up to this
-# many steps) or save takes a statement of its own shape, prepared once per connection. Batches of several writes
-# (group commits under load) and longer plans unnest arrays: one statement whatever their size.
+# Step rows a lone write sends as scalar parameters (VALUES) rather than a JSON document: its create (a plan of up
+# to this many steps) or save takes a statement of its own shape, prepared once per connection. Batches of several
+# writes (group commits under load) and longer plans send JSON rows: one statement whatever their size.
 _VALUES_ROWS = 32
 _MODES = {mode: frozenset(() if mode is None else (mode,)) for mode in (None, "create", "update", "keep", "upsert")}
 
