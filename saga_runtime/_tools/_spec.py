@@ -92,28 +92,9 @@ class ToolSpec:
 
     def validate_args(self, args: Mapping[str, Any]) -> dict[str, Any]:
         """Return `execute`'s kwargs, validated (else `ValidationError`)."""
-        plain = self._plain
-        if plain is not None and type(args) is dict and len(args) <= len(plain):
-            # Each value of exactly a type its plain field takes is what pydantic would return (lax mode converts
-            # nothing of its own type, and no constraint or validator applies): only a missing or unknown name, or
-            # a value of another type, needs pydantic (its errors, its conversions).
-            for name, value in args.items():
-                taken = plain.get(name, _NOT_A_FIELD)
-                if taken is _NOT_A_FIELD or (taken[0] is not None and type(value) not in taken[0]):
-                    break
-            else:
-                if len(args) == len(plain):
-                    return dict(args)
-                kwargs = {}
-                for name, (_, default) in plain.items():
-                    if name in args:
-                        kwargs[name] = args[name]
-                    elif default is _REQUIRED:
-                        break
-                    else:
-                        kwargs[name] = default
-                else:
-                    return kwargs
+        kwargs = plain_kwargs(self._plain, args)
+        if kwargs is not None:
+            return kwargs
         return self._kwargs(self.args_model.__pydantic_validator__.validate_python(args))
 
     def valid_args(self, args: dict[str, Any]) -> dict[str, Any] | None:
@@ -203,6 +184,31 @@ def plain_fields(model: type[pydantic.BaseModel]) -> dict[str, tuple[frozenset[t
             return None
         plain[name] = (taken, default)
     return plain
+
+
+def plain_kwargs(
+    plain: Mapping[str, tuple[frozenset[type] | None, Any]] | None, args: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """Return the kwargs pydantic would make of `args` for a model of `plain` fields (`plain_fields`), when each value
+    is of exactly a type its field takes (lax mode converts nothing of its own type, and no constraint or validator
+    applies) and no name is missing or unknown; else None: pydantic decides (its errors, its conversions)."""
+    if plain is None or type(args) is not dict or len(args) > len(plain):
+        return None
+    for name, value in args.items():
+        taken = plain.get(name, _NOT_A_FIELD)
+        if taken is _NOT_A_FIELD or (taken[0] is not None and type(value) not in taken[0]):
+            return None
+    if len(args) == len(plain):
+        return dict(args)
+    kwargs = {}
+    for name, (_, default) in plain.items():
+        if name in args:
+            kwargs[name] = args[name]
+        elif default is _REQUIRED:
+            return None
+        else:
+            kwargs[name] = default
+    return kwargs
 
 
 def _resolve(fn: Callable[..., Any], name: str, annotation: Any) -> Any:

@@ -127,3 +127,35 @@ async def test_a_saga_functions_call_with_bad_arguments_fails_as_before() -> Non
     assert result.output.startswith("PlanValidationError: "), result.output
     assert "('n',): Input should be a valid integer" in result.output, result.output
     assert [step.step_id for step in result.steps] == ["Plain-0"]
+
+
+@registry.saga
+async def plain_function(saga: DynamicSaga, n: int, text: str = "t", maybe: float | None = None) -> int:
+    """A saga function of plain arguments."""
+    return n
+
+
+def _function_by_pydantic(args: dict[str, Any]) -> Any:
+    """Return what pydantic alone makes of a saga function's `args`: its problems or its kwargs, typed."""
+    model = registry.function("plain_function").args_model
+    try:
+        kwargs = dict(model.__pydantic_validator__.validate_python(dict(args)).__dict__)
+    except pydantic.ValidationError as exc:
+        return sorted(str(error["loc"]) + error["msg"] for error in exc.errors(include_url=False))
+    return _typed(kwargs)
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(st.sampled_from(["n", "text", "maybe", "other"]), st.sampled_from(VALUES), max_size=4))
+def test_a_saga_functions_plain_arguments_give_pydantics_kwargs_and_problems(args: dict[str, Any]) -> None:
+    """A saga function's arguments check to what pydantic alone gives: the same kwargs, or as many problems."""
+    function = registry.function("plain_function")
+    assert function._plain is not None
+    problems, kwargs = function.check_args(dict(args))
+    expected = _function_by_pydantic(args)
+    if kwargs is None:
+        assert problems
+        assert len(problems) == len(expected), (args, problems, expected)
+    else:
+        assert problems == []
+        assert _typed(kwargs) == expected, args
