@@ -41,7 +41,7 @@ from saga_runtime._exceptions import (
     StepFailedError,
     UnknownToolError,
 )
-from saga_runtime._planning import MAX_ID_BYTES, Step, call_args, stored_as_is, valid_id
+from saga_runtime._planning import MAX_ID_BYTES, Step, call_args, stored_as_is, stored_kwargs, valid_id
 from saga_runtime._records import (
     ApprovalRow,
     KeyMaker,
@@ -334,16 +334,21 @@ class DynamicSaga:
         ):
             return None
         spec = None if tool in BUILTIN_TOOLS else self._registry.find(tool)  # (the group refuses a built-in one)
-        if spec is None or spec.approval or spec.secrets or not stored_as_is(args):
+        if spec is None or spec.approval or spec.secrets:
             return None
         seq = self._next_seq
         step_id = f"{tool}-{seq}"
         if step_id in engine.rows or engine.gate.request_of(step_id) is not None:
             return None
-        try:
-            kwargs = spec.validate_args(args)
-        except pydantic.ValidationError:
-            return None
+        # Stored as they are and taken as they are by plain fields: checked in one walk; else the long way.
+        kwargs = stored_kwargs(spec, args)
+        if kwargs is None:
+            if not stored_as_is(args):
+                return None
+            try:
+                kwargs = spec.validate_args(args)
+            except pydantic.ValidationError:
+                return None
         row = StepRow(
             self.saga_id,
             seq,

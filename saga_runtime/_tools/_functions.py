@@ -26,7 +26,7 @@ class SagaFunction:
     version: str = "1"
     compatible: tuple[str, ...] = ()
     # Its arguments' fields when each is plain (`plain_fields`): checked without pydantic, to the same kwargs.
-    _plain: Mapping[str, tuple[frozenset[type] | None, Any]] | None = field(default=None, repr=False)
+    plain: Mapping[str, tuple[frozenset[type] | None, Any]] | None = field(default=None, repr=False)
 
     def accepts(self, version: str) -> bool:
         """Tell whether this code can resume a saga recorded under `version`."""
@@ -34,7 +34,7 @@ class SagaFunction:
 
     def check_args(self, args: Mapping[str, Any]) -> tuple[list[str], dict[str, Any] | None]:
         """Return a line per problem in `args` and, when there is none, the function's keyword arguments."""
-        kwargs = plain_kwargs(self._plain, args if type(args) is dict else dict(args))
+        kwargs = plain_kwargs(self.plain, args if type(args) is dict else dict(args))
         if kwargs is not None:
             return [], kwargs
         try:

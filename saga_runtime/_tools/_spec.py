@@ -74,7 +74,7 @@ class ToolSpec:
     reconcile_ctx_params: tuple[str, ...] = ()
     # The argument model's fields when each is plain (see `plain_fields`): their arguments are checked here, not by
     # pydantic; None when any field is not.
-    _plain: Mapping[str, tuple[frozenset[type] | None, Any]] | None = field(default=None, repr=False)
+    plain: Mapping[str, tuple[frozenset[type] | None, Any]] | None = field(default=None, repr=False)
 
     def accepts(self, version: str) -> bool:
         """Tell whether this tool can resume a step recorded under `version`."""
@@ -92,7 +92,7 @@ class ToolSpec:
 
     def validate_args(self, args: Mapping[str, Any]) -> dict[str, Any]:
         """Return `execute`'s kwargs, validated (else `ValidationError`)."""
-        kwargs = plain_kwargs(self._plain, args)
+        kwargs = plain_kwargs(self.plain, args)
         if kwargs is not None:
             return kwargs
         return self._kwargs(self.args_model.__pydantic_validator__.validate_python(args))
@@ -388,7 +388,7 @@ def build_spec(
         compensate_ctx_params=compensate_ctx,
         args_model=model,
         accepts_extra=accepts_extra,
-        _plain=plain_fields(model),
+        plain=plain_fields(model),
         retry=retry or NO_RETRY,
         retry_scope=retry_scope,
         timeout=timeout,

@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from saga_runtime import DynamicSaga, SagaExecutor, SagaStatus, ToolRegistry
+from saga_runtime._planning import stored_as_is, stored_kwargs
 from saga_runtime._tools import ToolSpec
 
 registry = ToolRegistry()
@@ -77,9 +78,9 @@ def _typed(kwargs: dict[str, Any]) -> list[tuple[str, type, str]]:
 
 def test_plain_tools_are_recognised_and_others_are_not() -> None:
     """Only a tool of plain scalar fields without constraints skips pydantic."""
-    assert registry.get("Plain")._plain is not None
-    assert registry.get("Extra")._plain is not None
-    assert registry.get("Constrained")._plain is None
+    assert registry.get("Plain").plain is not None
+    assert registry.get("Extra").plain is not None
+    assert registry.get("Constrained").plain is None
 
 
 @settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
@@ -150,7 +151,7 @@ def _function_by_pydantic(args: dict[str, Any]) -> Any:
 def test_a_saga_functions_plain_arguments_give_pydantics_kwargs_and_problems(args: dict[str, Any]) -> None:
     """A saga function's arguments check to what pydantic alone gives: the same kwargs, or as many problems."""
     function = registry.function("plain_function")
-    assert function._plain is not None
+    assert function.plain is not None
     problems, kwargs = function.check_args(dict(args))
     expected = _function_by_pydantic(args)
     if kwargs is None:
@@ -159,3 +160,24 @@ def test_a_saga_functions_plain_arguments_give_pydantics_kwargs_and_problems(arg
     else:
         assert problems == []
         assert _typed(kwargs) == expected, args
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(st.sampled_from([*NAMES, "é", "a\x00"]), st.sampled_from([*VALUES, "é", 2**64]), max_size=7))
+def test_stored_kwargs_are_given_only_for_arguments_stored_as_is_and_valid(args: dict[str, Any]) -> None:
+    """A call's one-walk check gives kwargs only for arguments stored as they are, and then validate_args' own."""
+    spec = registry.get("Plain")
+    kwargs = stored_kwargs(spec, dict(args))
+    if kwargs is not None:
+        assert stored_as_is(args), args
+        assert _typed(kwargs) == _ours(spec, dict(args))[1], args
+
+
+def test_stored_kwargs_take_plain_arguments_and_fill_defaults() -> None:
+    """Plain arguments of their fields' types take the one walk, defaults filled; others are left to the long way."""
+    spec = registry.get("Plain")
+    assert stored_kwargs(spec, {"n": 1, "text": "t"}) == spec.validate_args({"n": 1, "text": "t"})
+    assert stored_kwargs(spec, {"n": True, "text": "t"}) is None  # converted by pydantic
+    assert stored_kwargs(spec, {"n": 1, "text": "é"}) is None  # not stored as it is
+    assert stored_kwargs(spec, {"n": 2**64, "text": "t"}) is None  # beyond a 64-bit integer
+    assert stored_kwargs(registry.get("Constrained"), {"n": 1}) is None
