@@ -181,3 +181,16 @@ def test_stored_kwargs_take_plain_arguments_and_fill_defaults() -> None:
     assert stored_kwargs(spec, {"n": 1, "text": "é"}) is None  # not stored as it is
     assert stored_kwargs(spec, {"n": 2**64, "text": "t"}) is None  # beyond a 64-bit integer
     assert stored_kwargs(registry.get("Constrained"), {"n": 1}) is None
+
+
+async def test_a_saga_functions_arguments_are_recorded_as_given() -> None:
+    """Scalar arguments (stored as they are) and others (converted) are recorded as the JSON value they are."""
+    executor = SagaExecutor(registry)
+    for saga_id, args in [("as-is", {"n": 3, "maybe": 2.5}), ("converted", {"n": 4, "text": "é\u2028"})]:
+        result = await executor.run(plain_function, args=args, saga_id=saga_id)
+        assert result.status is SagaStatus.SUCCESS, result.error
+        stored = await executor.store.load_saga(saga_id)
+        assert stored is not None
+        recorded = stored[0].plan["args"]
+        assert _typed(recorded) == _typed(args)
+        assert recorded is not args
