@@ -315,6 +315,9 @@ class DynamicSaga:
         driver = self._driver
         assert driver is not None
         await driver.run_new(row)
+        result = row.result
+        if row.status is StepStatus.SUCCESS and type(result) is not dict and type(result) is not list:
+            return result  # a scalar: `_outcome`'s own copy is itself
         return self._outcome(row)
 
     def _new_call(self, tool: str, args: dict[str, Any]) -> StepRow | None:
@@ -355,7 +358,7 @@ class DynamicSaga:
             step_id,
             self._next_group,
             tool,
-            dict(args),
+            args,  # `call`'s own dict (of its **args): nobody else holds it
             self._key(step_id),
             tool_version=spec.version,
         )
