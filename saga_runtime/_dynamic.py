@@ -41,7 +41,7 @@ from saga_runtime._exceptions import (
     StepFailedError,
     UnknownToolError,
 )
-from saga_runtime._planning import MAX_ID_BYTES, Step, call_args, stored_as_is, valid_id
+from saga_runtime._planning import MAX_ID_BYTES, Step, call_args, stored_as_is, stored_kwargs, valid_id
 from saga_runtime._records import (
     ApprovalRow,
     KeyMaker,
@@ -315,6 +315,9 @@ class DynamicSaga:
         driver = self._driver
         assert driver is not None
         await driver.run_new(row)
+        result = row.result
+        if row.status is StepStatus.SUCCESS and type(result) is not dict and type(result) is not list:
+            return result  # a scalar: `_outcome`'s own copy is itself
         return self._outcome(row)
 
     def _new_call(self, tool: str, args: dict[str, Any]) -> StepRow | None:
@@ -334,23 +337,28 @@ class DynamicSaga:
         ):
             return None
         spec = None if tool in BUILTIN_TOOLS else self._registry.find(tool)  # (the group refuses a built-in one)
-        if spec is None or spec.approval or spec.secrets or not stored_as_is(args):
+        if spec is None or spec.approval or spec.secrets:
             return None
         seq = self._next_seq
         step_id = f"{tool}-{seq}"
         if step_id in engine.rows or engine.gate.request_of(step_id) is not None:
             return None
-        try:
-            kwargs = spec.validate_args(args)
-        except pydantic.ValidationError:
-            return None
+        # Stored as they are and taken as they are by plain fields: checked in one walk; else the long way.
+        kwargs = stored_kwargs(spec, args)
+        if kwargs is None:
+            if not stored_as_is(args):
+                return None
+            try:
+                kwargs = spec.validate_args(args)
+            except pydantic.ValidationError:
+                return None
         row = StepRow(
             self.saga_id,
             seq,
             step_id,
             self._next_group,
             tool,
-            dict(args),
+            args,  # `call`'s own dict (of its **args): nobody else holds it
             self._key(step_id),
             tool_version=spec.version,
         )

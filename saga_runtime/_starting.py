@@ -12,7 +12,7 @@ from typing import Any
 
 from saga_runtime._engine import Budget, Drives
 from saga_runtime._exceptions import PlanValidationError, ResultNotStorableError
-from saga_runtime._planning import MAX_ID_BYTES, Plan, build_plan, valid_id
+from saga_runtime._planning import MAX_ID_BYTES, Plan, build_plan, stored_as_is, valid_id
 from saga_runtime._records import Queue, QueueEntry, SagaRow, StepRow, idempotency_keys, now, to_json_value
 from saga_runtime._tools import SagaFunction, ToolRegistry
 
@@ -70,7 +70,10 @@ def function_saga(
         given = dict(args)
     stored_args: Any = None
     try:
-        stored_args = to_json_value(given, what="the arguments", tool_name=function.name)
+        # Arguments stored as they are (JSON scalars: the usual case) are their own JSON value.
+        stored_args = (
+            dict(given) if stored_as_is(given) else to_json_value(given, what="the arguments", tool_name=function.name)
+        )
     except ResultNotStorableError as exc:
         problems.append(f"saga function {function.name!r}: {exc}")
     else:

@@ -13,6 +13,7 @@ from saga_runtime._planning._plan import (
     call_args,
     has_refs,
     stored_as_is,
+    stored_kwargs,
     valid_id,
 )
 from saga_runtime._planning._policy import PlanPolicy
@@ -37,6 +38,7 @@ __all__ = [
     "plan_from_openai",
     "resolve_refs",
     "stored_as_is",
+    "stored_kwargs",
     "usage_from_anthropic",
     "usage_from_openai",
     "valid_id",

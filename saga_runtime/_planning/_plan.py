@@ -33,6 +33,7 @@ from saga_runtime._tools import (
     ToolRegistry,
     ToolSpec,
     builtin_tool_message,
+    plain_kwargs,
     unknown_tool_message,
     unwrap_secrets,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "call_args",
     "has_refs",
     "stored_as_is",
+    "stored_kwargs",
     "valid_id",
 ]
 
@@ -595,6 +597,38 @@ def stored_as_is(args: Any) -> bool:
 
 # What `stored_as_is` takes: its JSON fits the bound of one stored value whatever it holds.
 _AS_IS_CHARS = MAX_JSON_BYTES // 6
+
+
+def stored_kwargs(spec: ToolSpec, args: Any) -> dict[str, Any] | None:
+    """Return `spec.validate_args(args)` when `args` are `stored_as_is` and the tool's plain fields take each as it
+    is (`plain_kwargs`), both checked in one walk; else None (the caller checks them the long way: its errors)."""
+    plain = spec.plain
+    if plain is None or type(args) is not dict or len(args) > len(plain):
+        return None
+    chars = 0
+    for name, value in args.items():
+        taken = plain.get(name)
+        kind = type(value)
+        if taken is None or (taken[0] is not None and kind not in taken[0]) or not name.isascii() or "\x00" in name:
+            return None
+        if kind is str:
+            if not value.isascii() or "\x00" in value:
+                return None
+            chars += len(value)
+        elif kind is int:
+            if not MIN_JSON_INT <= value <= MAX_JSON_INT:
+                return None
+        elif kind is float:
+            if value - value != 0.0:  # NaN and infinities are stored as null
+                return None
+        elif value is not None and kind is not bool:
+            return None
+        chars += len(name) + 32
+    if chars > _AS_IS_CHARS:
+        return None
+    if len(args) == len(plain):
+        return dict(args)
+    return plain_kwargs(plain, args)  # (the defaults of the fields not given)
 
 
 def _check_rules(plan: Plan, registry: ToolRegistry, policy: PlanPolicy | None, problems: list[str]) -> None:

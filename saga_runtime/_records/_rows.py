@@ -144,9 +144,20 @@ class KeyMaker:
         head = self._head
         if head is None or type(step_id) is not str:
             return idempotency_key(self._saga_id, step_id)
+        part = _STEP_PARTS.get(step_id)
+        if part is None:
+            if len(_STEP_PARTS) >= _STEP_PARTS_KEPT:
+                _STEP_PARTS.clear()
+            part = _STEP_PARTS[step_id] = f"{_ascii(step_id)}]".encode()
         digest = head.copy()
-        digest.update(f"{_ascii(step_id)}]".encode())
+        digest.update(part)
         return "sr-" + digest.hexdigest()[:40]
+
+
+# Each step id's part of the text its key hashes (`key_parts`), by id: a saga function's calls have the same ids
+# ("<tool>-<position>") in every saga it runs. (Bytes of an immutable str: never stale.)
+_STEP_PARTS: dict[str, bytes] = {}
+_STEP_PARTS_KEPT = 4096
 
 
 def step_succeeded(status: StepStatus, error: str | None, finished_at: datetime | None) -> bool:

@@ -13,7 +13,7 @@ from saga_runtime._tools._registry import (
 )
 from saga_runtime._tools._retry import RetryPolicy
 from saga_runtime._tools._secrets import Secret, secret_paths, unwrap_secrets
-from saga_runtime._tools._spec import RetryScope, ToolSpec, build_spec
+from saga_runtime._tools._spec import RetryScope, ToolSpec, build_spec, plain_kwargs
 from saga_runtime._tools._versions import NOT_DONE, NotDone
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "ToolSpec",
     "build_spec",
     "builtin_tool_message",
+    "plain_kwargs",
     "secret_paths",
     "unknown_tool_message",
     "unwrap_secrets",

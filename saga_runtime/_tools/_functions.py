@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pydantic
 
-from saga_runtime._tools._spec import _NAME_RULE, _resolve, _type_hints, params_model
+from saga_runtime._tools._spec import _NAME_RULE, _resolve, _type_hints, params_model, plain_fields, plain_kwargs
 from saga_runtime._tools._versions import check_versions
 
 __all__ = ["SagaFunction", "build_function"]
@@ -25,6 +25,8 @@ class SagaFunction:
     accepts_extra: bool
     version: str = "1"
     compatible: tuple[str, ...] = ()
+    # Its arguments' fields when each is plain (`plain_fields`): checked without pydantic, to the same kwargs.
+    plain: Mapping[str, tuple[frozenset[type] | None, Any]] | None = field(default=None, repr=False)
 
     def accepts(self, version: str) -> bool:
         """Tell whether this code can resume a saga recorded under `version`."""
@@ -32,6 +34,9 @@ class SagaFunction:
 
     def check_args(self, args: Mapping[str, Any]) -> tuple[list[str], dict[str, Any] | None]:
         """Return a line per problem in `args` and, when there is none, the function's keyword arguments."""
+        kwargs = plain_kwargs(self.plain, args if type(args) is dict else dict(args))
+        if kwargs is not None:
+            return [], kwargs
         try:
             model = self.args_model.__pydantic_validator__.validate_python(dict(args))
         except pydantic.ValidationError as exc:
@@ -65,4 +70,4 @@ def build_function(fn: Any, *, name: str | None, version: str, compatible: tuple
     model, accepts_extra, _ = params_model(
         f"{name}Args", owner, params[1:], hints, "a saga function's arguments are JSON values"
     )
-    return SagaFunction(name, fn, model, accepts_extra, version, tuple(compatible))
+    return SagaFunction(name, fn, model, accepts_extra, version, tuple(compatible), plain_fields(model))

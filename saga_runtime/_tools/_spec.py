@@ -72,6 +72,9 @@ class ToolSpec:
     reconcile: Callable[..., Any] | None = field(default=None, repr=False)
     reconcile_is_async: bool = False
     reconcile_ctx_params: tuple[str, ...] = ()
+    # The argument model's fields when each is plain (see `plain_fields`): their arguments are checked here, not by
+    # pydantic; None when any field is not.
+    plain: Mapping[str, tuple[frozenset[type] | None, Any]] | None = field(default=None, repr=False)
 
     def accepts(self, version: str) -> bool:
         """Tell whether this tool can resume a step recorded under `version`."""
@@ -89,6 +92,9 @@ class ToolSpec:
 
     def validate_args(self, args: Mapping[str, Any]) -> dict[str, Any]:
         """Return `execute`'s kwargs, validated (else `ValidationError`)."""
+        kwargs = plain_kwargs(self.plain, args)
+        if kwargs is not None:
+            return kwargs
         return self._kwargs(self.args_model.__pydantic_validator__.validate_python(args))
 
     def valid_args(self, args: dict[str, Any]) -> dict[str, Any] | None:
@@ -131,6 +137,78 @@ class ToolSpec:
                 problems.append(f"argument {where!r}: {error['msg']}")
             return problems, None
         return problems, None if problems or deferred else self._kwargs(model)
+
+
+_NOT_A_FIELD: Any = (object(), None)
+_REQUIRED: Any = object()
+# The types a plain field may take: a value of exactly one of them passes pydantic's lax mode unchanged.
+_PLAIN_TYPES = frozenset({int, str, float, bool})
+# The settings of an argument model (`params_model`) that change no valid value.
+_PLAIN_CONFIG = frozenset({"extra", "protected_namespaces", "hide_input_in_errors", "title"})
+_VALIDATORS = ("validators", "field_validators", "root_validators", "model_validators")
+
+
+def plain_fields(model: type[pydantic.BaseModel]) -> dict[str, tuple[frozenset[type] | None, Any]] | None:
+    """Return each field of an argument model, by name, as (the exact types of a value it keeps unchanged, None for
+    any value; its default or `_REQUIRED`), when every field is plain: `Any`, int, str, float or bool, or one of
+    those or None, with no alias, constraint or validator, and a default (if any) of a JSON scalar. Else None."""
+    decorators = model.__pydantic_decorators__
+    if any(getattr(decorators, kind) for kind in _VALIDATORS) or not _PLAIN_CONFIG.issuperset(model.model_config):
+        return None
+    plain: dict[str, tuple[frozenset[type] | None, Any]] = {}
+    for name, info in model.model_fields.items():
+        annotation = info.annotation
+        if info.metadata or info.alias or info.validation_alias or info.default_factory is not None:
+            return None
+        taken: frozenset[type] | None
+        if annotation is Any:
+            taken = None
+        elif annotation in _PLAIN_TYPES:
+            taken = frozenset({annotation})
+        else:
+            members = typing.get_args(annotation)
+            origin = typing.get_origin(annotation)
+            if (
+                origin not in (typing.Union, types.UnionType)
+                or len(members) != 2
+                or type(None) not in members
+                or not all(member in _PLAIN_TYPES or member is type(None) for member in members)
+            ):
+                return None
+            taken = frozenset(members)
+        if info.is_required():
+            default = _REQUIRED
+        elif type(info.default) in _PLAIN_TYPES or info.default is None:
+            default = info.default
+        else:
+            return None
+        plain[name] = (taken, default)
+    return plain
+
+
+def plain_kwargs(
+    plain: Mapping[str, tuple[frozenset[type] | None, Any]] | None, args: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """Return the kwargs pydantic would make of `args` for a model of `plain` fields (`plain_fields`), when each value
+    is of exactly a type its field takes (lax mode converts nothing of its own type, and no constraint or validator
+    applies) and no name is missing or unknown; else None: pydantic decides (its errors, its conversions)."""
+    if plain is None or type(args) is not dict or len(args) > len(plain):
+        return None
+    for name, value in args.items():
+        taken = plain.get(name, _NOT_A_FIELD)
+        if taken is _NOT_A_FIELD or (taken[0] is not None and type(value) not in taken[0]):
+            return None
+    if len(args) == len(plain):
+        return dict(args)
+    kwargs = {}
+    for name, (_, default) in plain.items():
+        if name in args:
+            kwargs[name] = args[name]
+        elif default is _REQUIRED:
+            return None
+        else:
+            kwargs[name] = default
+    return kwargs
 
 
 def _resolve(fn: Callable[..., Any], name: str, annotation: Any) -> Any:
@@ -310,6 +388,7 @@ def build_spec(
         compensate_ctx_params=compensate_ctx,
         args_model=model,
         accepts_extra=accepts_extra,
+        plain=plain_fields(model),
         retry=retry or NO_RETRY,
         retry_scope=retry_scope,
         timeout=timeout,
