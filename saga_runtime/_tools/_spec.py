@@ -151,14 +151,21 @@ _VALIDATORS = ("validators", "field_validators", "root_validators", "model_valid
 def plain_fields(model: type[pydantic.BaseModel]) -> dict[str, tuple[frozenset[type] | None, Any]] | None:
     """Return each field of an argument model, by name, as (the exact types of a value it keeps unchanged, None for
     any value; its default or `_REQUIRED`), when every field is plain: `Any`, int, str, float or bool, or one of
-    those or None, with no alias, constraint or validator, and a default (if any) of a JSON scalar. Else None."""
+    those or None, with no alias, constraint or validator, and a default (if any) of a JSON scalar that is not
+    validated (`validate_default`). Else None."""
     decorators = model.__pydantic_decorators__
     if any(getattr(decorators, kind) for kind in _VALIDATORS) or not _PLAIN_CONFIG.issuperset(model.model_config):
         return None
     plain: dict[str, tuple[frozenset[type] | None, Any]] = {}
     for name, info in model.model_fields.items():
         annotation = info.annotation
-        if info.metadata or info.alias or info.validation_alias or info.default_factory is not None:
+        if (
+            info.metadata
+            or info.alias
+            or info.validation_alias
+            or info.default_factory is not None
+            or info.validate_default  # (its default goes through validation: pydantic converts or refuses it)
+        ):
             return None
         taken: frozenset[type] | None
         if annotation is Any:

@@ -41,6 +41,18 @@ class Constrained:
 
 
 @registry.tool
+class ValidatedDefault:
+    """A default validated by pydantic (`validate_default`): converted, or refused, every time."""
+
+    async def execute(
+        self,
+        n: int = pydantic.Field("5", validate_default=True),
+        x: int = pydantic.Field(1.5, validate_default=True),
+    ) -> int:
+        return n
+
+
+@registry.tool
 class Extra:
     """A tool taking extra arguments."""
 
@@ -81,13 +93,22 @@ def test_plain_tools_are_recognised_and_others_are_not() -> None:
     assert registry.get("Plain").plain is not None
     assert registry.get("Extra").plain is not None
     assert registry.get("Constrained").plain is None
+    assert registry.get("ValidatedDefault").plain is None
+
+
+def test_a_validated_default_is_converted_or_refused_as_pydantic_does() -> None:
+    """A `validate_default` field's default goes through pydantic: "5" becomes 5, and 1.5 for an int is refused."""
+    spec = registry.get("ValidatedDefault")
+    assert spec.validate_args({"x": 2}) == {"n": 5, "x": 2}
+    with pytest.raises(pydantic.ValidationError, match="x\n  Input should be a valid integer"):
+        spec.validate_args({"n": 1})
 
 
 @settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
 @given(st.dictionaries(st.sampled_from(NAMES), st.sampled_from(VALUES), max_size=7))
 def test_plain_arguments_give_pydantics_kwargs_and_errors(args: dict[str, Any]) -> None:
     """For any arguments, the kwargs (with their exact types) or the error equal what pydantic alone gives."""
-    for tool in ("Plain", "Extra", "Constrained"):
+    for tool in ("Plain", "Extra", "Constrained", "ValidatedDefault"):
         spec = registry.get(tool)
         assert _ours(spec, dict(args)) == _pydantic(spec, dict(args)), (tool, args)
 
