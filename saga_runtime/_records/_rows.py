@@ -27,6 +27,7 @@ __all__ = [
     "now",
     "plan_groups",
     "plan_joins",
+    "planned_row",
     "planned_version",
     "step_succeeded",
     "with_unstarted",
@@ -280,6 +281,37 @@ class StepRow:
 
 
 _new_object = object.__new__
+_PENDING = StepStatus.PENDING  # (a module global: an enum class's attribute is slow to read on Python 3.11)
+
+
+def planned_row(
+    saga_id: str, seq: int, step_id: str, group: int, tool_name: str, args: Any, key: str, tool_version: str
+) -> StepRow:
+    """Return `StepRow(saga_id, seq, step_id, group, tool_name, args, key, tool_version=tool_version)`: a new
+    saga's PENDING row, built as `StepRow.copy` builds one (a saga builds one per planned step)."""
+    new = _new_object(StepRow)
+    new.saga_id = saga_id
+    new.seq = seq
+    new.step_id = step_id
+    new.group = group
+    new.tool_name = tool_name
+    new.args = args
+    new.idempotency_key = key
+    new.status = _PENDING
+    new.attempts = 0
+    new.result = None
+    new.error = None
+    new.error_type = None
+    new.started_at = None
+    new.finished_at = None
+    new.compensated_at = None
+    new.compensation_error = None
+    new.compensation_attempts = 0
+    new.prev_hash = None
+    new.hash = None
+    new.tool_version = tool_version
+    new.reconciled = False
+    return new
 
 
 @dataclass(slots=True)

@@ -23,6 +23,7 @@ from saga_runtime._records import (
     identity_hash,
     key_parts,
     now,
+    planned_row,
     saga_seal,
     seal,
     verify_rows,
@@ -354,3 +355,13 @@ def test_a_row_copy_holds_every_field_of_the_row(kind: type[Any]) -> None:
     if kind is SagaRow:
         assert copy.metadata is not row.metadata  # containers of its own
         assert copy.history is not row.history
+
+
+def test_a_planned_row_is_the_row_the_constructor_builds() -> None:
+    """`planned_row` (built slot by slot) equals the StepRow its constructor builds, every field set."""
+    row = planned_row("saga", 3, "s3", 1, "Take", {"n": 1}, "sr-key", "2")
+    assert row == StepRow("saga", 3, "s3", 1, "Take", {"n": 1}, "sr-key", tool_version="2")
+    assert [getattr(row, f.name) for f in dataclasses.fields(StepRow)] == [
+        getattr(StepRow("saga", 3, "s3", 1, "Take", {"n": 1}, "sr-key", tool_version="2"), f.name)
+        for f in dataclasses.fields(StepRow)
+    ]
