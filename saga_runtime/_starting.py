@@ -13,7 +13,16 @@ from typing import Any
 from saga_runtime._engine import Budget, Drives
 from saga_runtime._exceptions import PlanValidationError, ResultNotStorableError
 from saga_runtime._planning import MAX_ID_BYTES, Plan, build_plan, stored_as_is, valid_id
-from saga_runtime._records import Queue, QueueEntry, SagaRow, StepRow, idempotency_keys, now, to_json_value
+from saga_runtime._records import (
+    Queue,
+    QueueEntry,
+    SagaRow,
+    StepRow,
+    idempotency_keys,
+    now,
+    planned_row,
+    to_json_value,
+)
 from saga_runtime._tools import SagaFunction, ToolRegistry
 
 __all__ = [
@@ -115,10 +124,9 @@ def new_plan_saga(
     saga_id = saga.saga_id
     planned_steps = planned.steps
     keys = idempotency_keys(saga_id, [step.step_id for step in planned_steps], planned.key_parts)
-    # Positional: saga_id, seq, step_id, group, tool_name, args, idempotency_key (faster, on the hot path).
     # Each row's arguments are the plan's own (a fresh plan's copies, which its stored JSON holds too).
     steps = [
-        StepRow(saga_id, seq, step.step_id, step.group, step.tool_name, args, key, tool_version=step.version)
+        planned_row(saga_id, seq, step.step_id, step.group, step.tool_name, args, key, step.version)
         for seq, (step, args, key) in enumerate(zip(planned_steps, planned.step_args, keys, strict=True))
     ]
     return saga, steps

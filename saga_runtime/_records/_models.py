@@ -292,8 +292,13 @@ def _step_records(rows: Sequence[StepRow]) -> list[StepRecord]:
     new, set_, set_fields, set_extra, set_private = _new, _object_setattr, _set_fields_set, _set_extra, _set_private
     for row in rows:
         args = row.args
-        if type(args) is not dict or ENVELOPE in args or not _SCALARS.issuperset(map(type, args.values())):
+        if type(args) is not dict or ENVELOPE in args:
             args = mask_secrets(args)  # an encrypted secret is shown as "**********"
+        else:
+            for value in args.values():
+                if type(value) is dict or type(value) is list:  # (scalars cannot hold one: the common case)
+                    args = mask_secrets(args)
+                    break
         record = new(StepRecord)
         set_(
             record,
@@ -364,7 +369,6 @@ def result_from_rows(
 
 
 _STEP_FIELDS = set(StepRecord.model_fields)
-_SCALARS = frozenset({str, int, float, bool, type(None)})  # argument values that cannot hold a secret
 _RESULT_FIELDS = set(SagaResult.model_fields)
 _seq = attrgetter("seq")  # of a StepRow or an ApprovalRow
 

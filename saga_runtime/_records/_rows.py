@@ -27,6 +27,7 @@ __all__ = [
     "now",
     "plan_groups",
     "plan_joins",
+    "planned_row",
     "planned_version",
     "step_succeeded",
     "with_unstarted",
@@ -171,9 +172,14 @@ def step_succeeded(status: StepStatus, error: str | None, finished_at: datetime 
     return undone and error is None and finished_at is not None
 
 
+_LISTS = frozenset({list})
+
+
 def plan_joins(plan: Any) -> dict[str, tuple[int, str]]:
     """Return the ids a stored plan gives its groups, with each group's index and join mode."""
-    joins = {}
+    joins: dict[str, tuple[int, str]] = {}
+    if type(plan) is list and _LISTS.issuperset(map(type, plan)):
+        return joins  # every group a plain list (the common case): none has an id (checked by a loop in C)
     for g, group in enumerate(plan if isinstance(plan, list) else []):
         if isinstance(group, dict) and isinstance(group.get("id"), str):
             joins[group["id"]] = (g, str(group.get("join", "all")))
@@ -263,30 +269,65 @@ class StepRow:
 
     def copy(self) -> StepRow:
         """Return a snapshot of this row (values are JSON data that is never mutated in place)."""
-        # Positional construction: several times faster than dataclasses.replace, and this is the hot path.
-        return StepRow(
-            self.saga_id,
-            self.seq,
-            self.step_id,
-            self.group,
-            self.tool_name,
-            self.args,
-            self.idempotency_key,
-            self.status,
-            self.attempts,
-            self.result,
-            self.error,
-            self.error_type,
-            self.started_at,
-            self.finished_at,
-            self.compensated_at,
-            self.compensation_error,
-            self.compensation_attempts,
-            self.prev_hash,
-            self.hash,
-            self.tool_version,
-            self.reconciled,
-        )
+        # Slot by slot into a bare instance: calling the class with 21 arguments builds (and frees) a tuple of them
+        # and goes through type_call and __init__, twice what the stores cost; this is the hot path (a write each).
+        new = _new_object(StepRow)
+        new.saga_id = self.saga_id
+        new.seq = self.seq
+        new.step_id = self.step_id
+        new.group = self.group
+        new.tool_name = self.tool_name
+        new.args = self.args
+        new.idempotency_key = self.idempotency_key
+        new.status = self.status
+        new.attempts = self.attempts
+        new.result = self.result
+        new.error = self.error
+        new.error_type = self.error_type
+        new.started_at = self.started_at
+        new.finished_at = self.finished_at
+        new.compensated_at = self.compensated_at
+        new.compensation_error = self.compensation_error
+        new.compensation_attempts = self.compensation_attempts
+        new.prev_hash = self.prev_hash
+        new.hash = self.hash
+        new.tool_version = self.tool_version
+        new.reconciled = self.reconciled
+        return new
+
+
+_new_object = object.__new__
+_PENDING = StepStatus.PENDING  # (a module global: an enum class's attribute is slow to read on Python 3.11)
+
+
+def planned_row(
+    saga_id: str, seq: int, step_id: str, group: int, tool_name: str, args: Any, key: str, tool_version: str
+) -> StepRow:
+    """Return `StepRow(saga_id, seq, step_id, group, tool_name, args, key, tool_version=tool_version)`: a new
+    saga's PENDING row, built as `StepRow.copy` builds one (a saga builds one per planned step)."""
+    new = _new_object(StepRow)
+    new.saga_id = saga_id
+    new.seq = seq
+    new.step_id = step_id
+    new.group = group
+    new.tool_name = tool_name
+    new.args = args
+    new.idempotency_key = key
+    new.status = _PENDING
+    new.attempts = 0
+    new.result = None
+    new.error = None
+    new.error_type = None
+    new.started_at = None
+    new.finished_at = None
+    new.compensated_at = None
+    new.compensation_error = None
+    new.compensation_attempts = 0
+    new.prev_hash = None
+    new.hash = None
+    new.tool_version = tool_version
+    new.reconciled = False
+    return new
 
 
 @dataclass(slots=True)
@@ -325,31 +366,31 @@ class SagaRow:
     parent_id: str | None = None
 
     def copy(self) -> SagaRow:
-        """Return a snapshot of this row."""
-        return SagaRow(
-            self.saga_id,
-            self.kind,
-            self.plan,
-            self.plan_hash,
-            self.status,
-            self.created_at,
-            self.updated_at,
-            self.owner,
-            self.lease_expires_at,
-            self.budget,
-            self.cost,
-            self.tokens,
-            dict(self.metadata),
-            self.error,
-            self.finished_at,
-            self.recovery_attempts,
-            self.parked_from,
-            self.purged_at,
-            list(self.history),
-            self.seal,
-            self.waiting_for,
-            self.parent_id,
-        )
+        """Return a snapshot of this row (its metadata and history containers copied; see `StepRow.copy`)."""
+        new = _new_object(SagaRow)
+        new.saga_id = self.saga_id
+        new.kind = self.kind
+        new.plan = self.plan
+        new.plan_hash = self.plan_hash
+        new.status = self.status
+        new.created_at = self.created_at
+        new.updated_at = self.updated_at
+        new.owner = self.owner
+        new.lease_expires_at = self.lease_expires_at
+        new.budget = self.budget
+        new.cost = self.cost
+        new.tokens = self.tokens
+        new.metadata = dict(self.metadata)
+        new.error = self.error
+        new.finished_at = self.finished_at
+        new.recovery_attempts = self.recovery_attempts
+        new.parked_from = self.parked_from
+        new.purged_at = self.purged_at
+        new.history = list(self.history)
+        new.seal = self.seal
+        new.waiting_for = self.waiting_for
+        new.parent_id = self.parent_id
+        return new
 
 
 def with_unstarted(saga: SagaRow, rows: list[StepRow]) -> list[StepRow]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import datetime
 
@@ -425,3 +426,35 @@ def test_step_record_and_saga_result_are_pydantic_models() -> None:
         "cost",
         "tokens",
     } <= set(SagaResult.model_fields)
+
+
+async def test_an_undo_that_never_pauses_runs_in_the_callers_task_and_one_that_pauses_in_its_own() -> None:
+    """In memory, compensations run in the caller's task until one pauses; from then on in a task of their own."""
+    registry = ToolRegistry()
+    tasks: dict[str, asyncio.Task[object] | None] = {}
+
+    @registry.tool(compensation_retry=NO_RETRY)
+    class Effect:
+        async def execute(self, key: str, pause: bool) -> str:
+            return key
+
+        async def compensate(self, result: str) -> None:
+            tasks[result] = asyncio.current_task()
+            if result == "pauses":
+                await anyio.sleep(0.01)
+
+    boom_tool(registry)
+    executor = SagaExecutor(registry)
+    plan = [
+        {"id": "first", "tool": "Effect", "args": {"key": "first", "pause": False}},
+        {"id": "pauses", "tool": "Effect", "args": {"key": "pauses", "pause": True}},
+        {"id": "last", "tool": "Effect", "args": {"key": "last", "pause": False}},
+        {"id": "boom", "tool": "Boom"},
+    ]
+    result = await executor.run(plan)
+
+    assert result.status is SagaStatus.COMPENSATED
+    assert tasks["last"] is asyncio.current_task()  # undone first, before any pause: no task of its own
+    assert tasks["pauses"] is asyncio.current_task()  # its first pause is inside it
+    assert tasks["first"] is not asyncio.current_task()  # after that pause: in the shielded task
+    assert [s.status for s in result.steps[:3]] == [StepStatus.COMPENSATED] * 3

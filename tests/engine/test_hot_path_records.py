@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
 import json
@@ -22,6 +23,7 @@ from saga_runtime._records import (
     identity_hash,
     key_parts,
     now,
+    planned_row,
     saga_seal,
     seal,
     verify_rows,
@@ -335,3 +337,31 @@ def test_saga_seals_keep_their_byte_format(key: bytes | None) -> None:
     for saga in _saga_rows():
         assert saga_seal(saga, key) == _reference_saga_seal(saga, key)
         assert saga_seal(saga, key, cached=True) == _reference_saga_seal(saga, key)
+
+
+@pytest.mark.parametrize("kind", [StepRow, SagaRow])
+def test_a_row_copy_holds_every_field_of_the_row(kind: type[Any]) -> None:
+    """A row's copy (built slot by slot) holds every field's value: a field added to the row is copied too."""
+    fields = dataclasses.fields(kind)
+    values = {f.name: {"v": i} if f.name in ("metadata", "history") else f"value-{i}" for i, f in enumerate(fields)}
+    if kind is SagaRow:
+        values["history"] = [{"v": 1}]
+    row = kind(**values)
+    copy = row.copy()
+    assert copy is not row
+    assert type(copy) is kind
+    for f in fields:
+        assert getattr(copy, f.name) == values[f.name], f.name
+    if kind is SagaRow:
+        assert copy.metadata is not row.metadata  # containers of its own
+        assert copy.history is not row.history
+
+
+def test_a_planned_row_is_the_row_the_constructor_builds() -> None:
+    """`planned_row` (built slot by slot) equals the StepRow its constructor builds, every field set."""
+    row = planned_row("saga", 3, "s3", 1, "Take", {"n": 1}, "sr-key", "2")
+    assert row == StepRow("saga", 3, "s3", 1, "Take", {"n": 1}, "sr-key", tool_version="2")
+    assert [getattr(row, f.name) for f in dataclasses.fields(StepRow)] == [
+        getattr(StepRow("saga", 3, "s3", 1, "Take", {"n": 1}, "sr-key", tool_version="2"), f.name)
+        for f in dataclasses.fields(StepRow)
+    ]
