@@ -198,10 +198,15 @@ def _write(conn: sqlite3.Connection, q: Queries, write: Write) -> Outcome:
     # Steps alone under an owner: each statement inserts only while the saga names that owner.
     gate = (write.saga_id, write.owner, write.owner) if saga is None and write.owner is not None else ()
     rows = write.steps
+    gated = bool(gate)
     for start in range(0, len(rows), _CHUNK):
         chunk = rows[start : start + _CHUNK]
-        params = [value for row in chunk for value in row]
-        if conn.execute(_upsert_steps(len(chunk), bool(gate)), (*params, *gate)).rowcount == 0 and gate:
+        params = (*[value for row in chunk for value in row], *gate)
+        # First the upsert leaving a stored row's idempotency key (and so its index entry) as it is; a row whose
+        # key changed is skipped by it, so fewer rows written means: write the chunk again, keys included.
+        if conn.execute(_upsert_steps(len(chunk), gated, True), params).rowcount == len(chunk):
+            continue
+        if conn.execute(_upsert_steps(len(chunk), gated, False), params).rowcount == 0 and gated:
             return Outcome.LOST  # the first chunk: nothing was written
     return Outcome.WRITTEN
 
@@ -219,14 +224,24 @@ _UPDATE_OWNED_KEPT = (
 )
 _STEP_ROW = "(" + ", ".join("?" * len(STEP_COLUMNS)) + ")"
 _STEP_SET = ", ".join(f"{c} = excluded.{c}" for c in STEP_COLUMNS[3:])
+# The same, for a row keeping its idempotency key: SQLite rewrites the entry of every indexed column a SET assigns,
+# equal or not (a page more in the log per commit), so the key is left out and the update is only for rows whose
+# stored key is the one given (the others are not written, and not counted in the statement's changes).
+_STEP_SET_SAME_KEY = (
+    ", ".join(f"{c} = excluded.{c}" for c in STEP_COLUMNS[3:] if c != "idempotency_key")
+    + " WHERE steps.idempotency_key = excluded.idempotency_key"
+)
 
 
 @functools.lru_cache(maxsize=64)
-def _upsert_steps(rows: int, gated: bool) -> str:
-    """Return the upsert of `rows` step rows; `gated`: only while the saga has the owner given after them."""
+def _upsert_steps(rows: int, gated: bool, same_key: bool) -> str:
+    """Return the upsert of `rows` step rows; `gated`: only while the saga has the owner given after them.
+
+    `same_key`: an update only of a stored row with the same idempotency key (see _STEP_SET_SAME_KEY).
+    """
     values = ", ".join([_STEP_ROW] * rows)
     head = f"INSERT INTO steps ({', '.join(STEP_COLUMNS)}) "
-    tail = f" ON CONFLICT (saga_id, step_id) DO UPDATE SET {_STEP_SET}"
+    tail = f" ON CONFLICT (saga_id, step_id) DO UPDATE SET {_STEP_SET_SAME_KEY if same_key else _STEP_SET}"
     if not gated:
         return f"{head}VALUES {values}{tail}"
     # WHERE before ON CONFLICT: SQLite's documented way to keep an INSERT ... SELECT upsert unambiguous.
