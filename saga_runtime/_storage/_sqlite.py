@@ -30,7 +30,7 @@ import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 from urllib.parse import parse_qsl, urlsplit
 
 import aiosqlite
@@ -65,6 +65,14 @@ ERROR_MAP: ErrorMap = {
     sqlite3.Error: (StoreError, ""),
     sqlite3.Warning: (StoreError, "this is a bug in saga_runtime's SQLite store; please report it"),
 }
+
+# sqlite3 binds str, int, float and bytearray as they are, and sends every other value (None too: a step row has
+# half a dozen) through its adapters; None, which has none, costs a lookup on the protocol type that fails and
+# formats an AttributeError, about a tenth of the driver's work for a step. An adapter giving None back (dict.get
+# with a key it lacks: a C call) binds the same NULL without that. Only where no one registered one for None.
+_NONE = (type(None), sqlite3.PrepareProtocol)
+if _NONE not in sqlite3.adapters:
+    sqlite3.register_adapter(type(None), cast("Callable[[None], None]", {}.get))
 
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 _T = TypeVar("_T")
@@ -198,10 +206,15 @@ def _write(conn: sqlite3.Connection, q: Queries, write: Write) -> Outcome:
     # Steps alone under an owner: each statement inserts only while the saga names that owner.
     gate = (write.saga_id, write.owner, write.owner) if saga is None and write.owner is not None else ()
     rows = write.steps
+    gated = bool(gate)
     for start in range(0, len(rows), _CHUNK):
         chunk = rows[start : start + _CHUNK]
-        params = [value for row in chunk for value in row]
-        if conn.execute(_upsert_steps(len(chunk), bool(gate)), (*params, *gate)).rowcount == 0 and gate:
+        params = (*[value for row in chunk for value in row], *gate)
+        # First the upsert leaving a stored row's idempotency key (and so its index entry) as it is; a row whose
+        # key changed is skipped by it, so fewer rows written means: write the chunk again, keys included.
+        if conn.execute(_upsert_steps(len(chunk), gated, True), params).rowcount == len(chunk):
+            continue
+        if conn.execute(_upsert_steps(len(chunk), gated, False), params).rowcount == 0 and gated:
             return Outcome.LOST  # the first chunk: nothing was written
     return Outcome.WRITTEN
 
@@ -219,14 +232,24 @@ _UPDATE_OWNED_KEPT = (
 )
 _STEP_ROW = "(" + ", ".join("?" * len(STEP_COLUMNS)) + ")"
 _STEP_SET = ", ".join(f"{c} = excluded.{c}" for c in STEP_COLUMNS[3:])
+# The same, for a row keeping its idempotency key: SQLite rewrites the entry of every indexed column a SET assigns,
+# equal or not (a page more in the log per commit), so the key is left out and the update is only for rows whose
+# stored key is the one given (the others are not written, and not counted in the statement's changes).
+_STEP_SET_SAME_KEY = (
+    ", ".join(f"{c} = excluded.{c}" for c in STEP_COLUMNS[3:] if c != "idempotency_key")
+    + " WHERE steps.idempotency_key = excluded.idempotency_key"
+)
 
 
 @functools.lru_cache(maxsize=64)
-def _upsert_steps(rows: int, gated: bool) -> str:
-    """Return the upsert of `rows` step rows; `gated`: only while the saga has the owner given after them."""
+def _upsert_steps(rows: int, gated: bool, same_key: bool) -> str:
+    """Return the upsert of `rows` step rows; `gated`: only while the saga has the owner given after them.
+
+    `same_key`: an update only of a stored row with the same idempotency key (see _STEP_SET_SAME_KEY).
+    """
     values = ", ".join([_STEP_ROW] * rows)
     head = f"INSERT INTO steps ({', '.join(STEP_COLUMNS)}) "
-    tail = f" ON CONFLICT (saga_id, step_id) DO UPDATE SET {_STEP_SET}"
+    tail = f" ON CONFLICT (saga_id, step_id) DO UPDATE SET {_STEP_SET_SAME_KEY if same_key else _STEP_SET}"
     if not gated:
         return f"{head}VALUES {values}{tail}"
     # WHERE before ON CONFLICT: SQLite's documented way to keep an INSERT ... SELECT upsert unambiguous.
@@ -420,10 +443,7 @@ class SQLiteDialect(Dialect):
     @asynccontextmanager
     async def transaction(self, *, begin: bool) -> AsyncIterator[Transaction]:
         async with self._lock:
-            if self._file_error is not None:
-                raise self._file_error
-            if self._broken:
-                await self._reconnect()
+            await self._ready()
             try:
                 with map_exceptions(self.url):
                     if not begin:
@@ -442,23 +462,37 @@ class SQLiteDialect(Dialect):
                             await self._rollback()
                             raise
             except ValueError as exc:
-                if _usable(self._conn):
+                lost = self._lost(exc)
+                if lost is exc:
                     raise
-                # aiosqlite's connection was closed under the store (or its thread is gone): a lost connection.
-                self._broken = True
-                raise convert(
-                    exc,
-                    ERROR_MAP,
-                    self.url,
-                    kind=StoreConnectionError,
-                    advice="the store's SQLite connection was closed; it is reopened on the next call",
-                ) from exc
+                raise lost from exc
             except StoreConnectionError:
                 self._broken = True
                 raise
             # Last, after the commit: what was written is reported done only if the file at the path is the one
             # it went to (one stat per transaction).
             self._check_file()
+
+    async def _ready(self) -> None:
+        """Raise the store's file error, if any; reopen a lost connection (the store's lock held)."""
+        if self._file_error is not None:
+            raise self._file_error
+        if self._broken:
+            await self._reconnect()
+
+    def _lost(self, exc: ValueError) -> Exception:
+        """Return what a ValueError of aiosqlite means: a lost connection if the connection is closed, else `exc`."""
+        if _usable(self._conn):
+            return exc
+        # aiosqlite's connection was closed under the store (or its thread is gone): a lost connection.
+        self._broken = True
+        return convert(
+            exc,
+            ERROR_MAP,
+            self.url,
+            kind=StoreConnectionError,
+            advice="the store's SQLite connection was closed; it is reopened on the next call",
+        )
 
     async def _rollback(self) -> None:
         # Shielded and bounded: a cancelled caller must still leave the connection out of its transaction.
@@ -469,11 +503,29 @@ class SQLiteDialect(Dialect):
                 await self._conn.execute("ROLLBACK")
 
     async def write_batch(self, writes: Sequence[Write]) -> Sequence[Outcome | Exception]:
-        """Write a batch in one transaction run whole on aiosqlite's thread: one hop, one commit (one fsync)."""
-        async with self.transaction(begin=False) as tx:
-            assert isinstance(tx, _SQLiteTransaction)
-            # Cancelled while it runs, the thread still finishes the transaction (commit or rollback) on its own.
-            return await tx.call(partial(_write_all, q=self.queries, writes=writes))
+        """Write a batch in one transaction run whole on aiosqlite's thread: one hop, one commit (one fsync).
+
+        `transaction(begin=False)` written out: a store's hottest path, without two context managers' frames.
+        """
+        async with self._lock:
+            await self._ready()
+            try:
+                # Cancelled while it runs, the thread still finishes the transaction (commit or rollback) on its own.
+                outcomes = await self._tx.call(partial(_write_all, q=self.queries, writes=writes))
+            except ValueError as exc:
+                lost = self._lost(exc)
+                if lost is exc:
+                    raise
+                raise lost from exc
+            except (sqlite3.Error, sqlite3.Warning):
+                try:
+                    with map_exceptions(self.url):
+                        raise
+                except StoreConnectionError:
+                    self._broken = True
+                    raise
+            self._check_file()
+            return outcomes
 
     def schema_transaction(self) -> AbstractAsyncContextManager[Transaction]:
         # BEGIN IMMEDIATE is the schema lock; SQLite's DDL is transactional, so a migration is all or nothing.

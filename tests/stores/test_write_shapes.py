@@ -34,6 +34,23 @@ async def test_a_saved_step_keeps_a_changed_idempotency_key(store: SagaStore) ->
     assert idempotency_key("keys", "step-1") == steps[1].idempotency_key
 
 
+async def test_an_owned_save_mixing_kept_and_changed_keys_stores_every_row(store: SagaStore) -> None:
+    """An owner's save of rows keeping their key, one changing it and a new one stores all; a stale owner's, none."""
+    saga, steps = make_saga("mixed-keys"), make_steps("mixed-keys", 3)
+    saga.owner = "me"
+    await store.create_saga(saga, steps[:2])
+    steps[0].attempts = 2
+    steps[1].idempotency_key = "mixed-renewed"
+    await store.save(None, steps, owner="me")
+    assert await store.load_saga("mixed-keys") == (as_stored(store, saga), steps)
+    stale = [row.copy() for row in steps]
+    stale[0].idempotency_key = "stale-renewed"
+    stale[2].attempts = 9
+    with pytest.raises(LeaseLostError):
+        await store.save(None, stale, owner="someone else")
+    assert await store.load_saga("mixed-keys") == (as_stored(store, saga), steps)
+
+
 @pytest.mark.parametrize("count", [1, 2, 32, 33, 80])
 async def test_batches_of_every_size_round_trip(store: SagaStore, count: int) -> None:
     """Creates and owner-conditional saves of 1 to 80 step rows store every row exactly, and refuse a stale owner."""
