@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from collections.abc import Callable, Coroutine, Generator, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -32,6 +33,14 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+_current_task = asyncio.current_task
+_SHIELD_POLL = 0.002  # seconds between two looks at a step in an anyio-shielded section that is to be cancelled
+
+try:  # anyio's record of each task's innermost cancel scope, read (never written) to honour its shields
+    from anyio._backends._asyncio import _task_states
+except ImportError:  # pragma: no cover - an anyio without it: no shield is seen (the shield tests fail loudly)
+    _task_states = weakref.WeakKeyDictionary()
 
 logger = logging.getLogger("saga_runtime")
 
@@ -187,6 +196,17 @@ class _Resumed:
                     return done.value
 
 
+def _in_shield(task: asyncio.Task[Any]) -> bool:
+    """Tell whether `task` runs inside an anyio-shielded cancel scope now (one a scope's cancel would wait for)."""
+    state = _task_states.get(task)
+    scope = None if state is None else state.cancel_scope
+    while scope is not None:
+        if scope.shield:
+            return True
+        scope = scope._parent_scope
+    return False
+
+
 class Fence:
     """The end of one saga's work here: once fenced, nothing more is started or written."""
 
@@ -223,16 +243,19 @@ class Fence:
 class Siblings:
     """Run a group's steps as tasks, wait for all, and cancel them all when one asks (or the caller leaves).
 
-    Plain asyncio tasks, each in an anyio cancel scope: an anyio task group costs three times as much per task,
-    and `asyncio.TaskGroup` cancels natively, cutting short a shielded undo or a step about to keep its outcome.
-    A step that raises (a bug: steps record their failures) cancels the others; `wait()` raises the group.
+    Plain asyncio tasks, cancelled natively (`Task.cancel`), with no cancel scope per step: an anyio scope costs
+    more than the rest of a task's start, an anyio task group three times as much again, and `asyncio.TaskGroup`
+    would cut short what anyio shields. A step inside an anyio-shielded section (the tool's own, or a shielded
+    undo) is cancelled once it leaves it, as anyio's scopes do; a step cancelled before it started starts all the
+    same and is cancelled at its first wait, so it records how it ended. A step that raises (a bug: steps record
+    their failures) cancels the others; `wait()` raises the group.
     """
 
-    __slots__ = ("_done", "_errors", "_loop", "_pending", "_scopes", "cancelled")
+    __slots__ = ("_done", "_errors", "_loop", "_pending", "_running", "cancelled")
 
     def __init__(self) -> None:
         self._loop = asyncio.get_running_loop()
-        self._scopes: set[anyio.CancelScope] = set()
+        self._running: set[asyncio.Task[Any]] = set()  # the steps' tasks started, not ended, not yet cancelled
         self._pending = 0
         self._done: asyncio.Future[None] | None = None
         self._errors: list[BaseException] = []
@@ -244,14 +267,18 @@ class Siblings:
         self._loop.create_task(self._run(step, args)).add_done_callback(self._finished)
 
     async def _run(self, step: Callable[..., Coroutine[Any, Any, None]], args: tuple[Any, ...]) -> None:
-        with anyio.CancelScope() as scope:
-            self._scopes.add(scope)
-            if self.cancelled:
-                scope.cancel()
-            try:
-                await step(*args)
-            finally:
-                self._scopes.discard(scope)
+        task = _current_task()
+        assert task is not None
+        if self.cancelled:
+            task.cancel()  # cancelled before it started: at its first wait
+            await step(*args)
+            return
+        running = self._running
+        running.add(task)
+        try:
+            await step(*args)
+        finally:
+            running.discard(task)
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._pending -= 1
@@ -264,9 +291,28 @@ class Siblings:
 
     def cancel(self) -> None:
         """Cancel every step of the group (the one calling, if any, at its next wait)."""
-        self.cancelled = True
-        for scope in self._scopes:
-            scope.cancel()
+        if not self.cancelled:
+            self.cancelled = True
+            self._cut()
+
+    def _cut(self) -> None:
+        """Cancel each running step once, as anyio's scopes deliver it: not the step asking (at its next wait), nor
+        one about to resume from what it waited for (those next turn), nor one in an anyio-shielded section (looked
+        at again every `_SHIELD_POLL` seconds: no busy loop while a shielded undo runs)."""
+        running = self._running
+        current = _current_task()
+        soon = False
+        for task in list(running):
+            waiter = getattr(task, "_fut_waiter", None)  # (what anyio reads too)
+            if task is current or (waiter is not None and waiter.done()):
+                soon = True
+            elif not _in_shield(task):
+                running.discard(task)
+                task.cancel()
+        if soon:
+            self._loop.call_soon(self._cut)
+        elif running:
+            self._loop.call_later(_SHIELD_POLL, self._cut)
 
     async def wait(self) -> None:
         """Return once every step has ended; if the caller is cancelled meanwhile, cancel them, wait, re-raise."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import anyio
 import pytest
 
 from saga_runtime import LeaseLostError
@@ -105,6 +106,50 @@ async def test_siblings_are_cancelled_together_when_one_asks() -> None:
     siblings.start(failing)
     await siblings.wait()
     assert sorted(ended) == ["a cancelled", "b cancelled", "failing"]
+
+
+async def test_a_sibling_in_an_anyio_shielded_section_is_cancelled_once_it_leaves_it() -> None:
+    """A step cancelled inside an anyio-shielded section finishes the section, then is cancelled at its next wait."""
+    ended: list[str] = []
+    siblings = Siblings()
+
+    async def guarded() -> None:
+        with anyio.CancelScope(shield=True):
+            await asyncio.sleep(0.05)
+            ended.append("section done")
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            ended.append("cancelled after")
+            raise
+
+    async def failing() -> None:
+        await asyncio.sleep(0.01)
+        siblings.cancel()
+
+    siblings.start(guarded)
+    siblings.start(failing)
+    await asyncio.wait_for(siblings.wait(), 5)
+    assert ended == ["section done", "cancelled after"]
+
+
+async def test_a_sibling_cancelled_before_it_started_starts_and_is_cancelled_at_its_first_wait() -> None:
+    """A step of a group cancelled before it ran still starts (so it can record how it ended), then is cancelled."""
+    ended: list[str] = []
+    siblings = Siblings()
+
+    async def step() -> None:
+        ended.append("started")
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            ended.append("cancelled")
+            raise
+
+    siblings.start(step)
+    siblings.cancel()
+    await asyncio.wait_for(siblings.wait(), 5)
+    assert ended == ["started", "cancelled"]
 
 
 async def test_a_caller_leaving_cancels_the_siblings_waits_for_them_then_re_raises() -> None:
