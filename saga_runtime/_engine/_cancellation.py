@@ -9,6 +9,7 @@ saga's work for good when its lease is lost; `cancel_requests` tells that apart 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import weakref
 from collections.abc import Callable, Coroutine, Generator, Iterator
@@ -207,6 +208,12 @@ def _in_shield(task: asyncio.Task[Any]) -> bool:
     return False
 
 
+def _not_started(task: asyncio.Task[Any]) -> bool:
+    """Tell whether `task`'s coroutine has not run yet (a cancel now would end it before its first line)."""
+    coro = task.get_coro()
+    return inspect.iscoroutine(coro) and inspect.getcoroutinestate(coro) == inspect.CORO_CREATED
+
+
 class Fence:
     """The end of one saga's work here: once fenced, nothing more is started or written."""
 
@@ -251,37 +258,29 @@ class Siblings:
     their failures) cancels the others; `wait()` raises the group.
     """
 
-    __slots__ = ("_done", "_errors", "_loop", "_pending", "_running", "cancelled")
+    __slots__ = ("_done", "_errors", "_loop", "_next", "_pending", "_running", "cancelled")
 
     def __init__(self) -> None:
         self._loop = asyncio.get_running_loop()
-        self._running: set[asyncio.Task[Any]] = set()  # the steps' tasks started, not ended, not yet cancelled
+        self._running: set[asyncio.Task[Any]] = set()  # the steps' tasks not ended, not yet cancelled
         self._pending = 0
         self._done: asyncio.Future[None] | None = None
         self._errors: list[BaseException] = []
+        self._next: asyncio.Handle | None = None  # the next look `_cut` takes at the steps not yet cancelled
         self.cancelled = False
 
     def start(self, step: Callable[..., Coroutine[Any, Any, None]], *args: Any) -> None:
         """Start `step(*args)` in a task of the group."""
         self._pending += 1
-        self._loop.create_task(self._run(step, args)).add_done_callback(self._finished)
-
-    async def _run(self, step: Callable[..., Coroutine[Any, Any, None]], args: tuple[Any, ...]) -> None:
-        task = _current_task()
-        assert task is not None
-        if self.cancelled:
-            task.cancel()  # cancelled before it started: at its first wait
-            await step(*args)
-            return
-        running = self._running
-        running.add(task)
-        try:
-            await step(*args)
-        finally:
-            running.discard(task)
+        task = self._loop.create_task(step(*args))
+        task.add_done_callback(self._finished)
+        self._running.add(task)
+        if self.cancelled and self._next is None:
+            self._cut()  # (at its first wait: see `_cut`)
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._pending -= 1
+        self._running.discard(task)
         error = None if task.cancelled() else task.exception()
         if error is not None:
             self._errors.append(error)
@@ -297,22 +296,24 @@ class Siblings:
 
     def _cut(self) -> None:
         """Cancel each running step once, as anyio's scopes deliver it: not the step asking (at its next wait), nor
-        one about to resume from what it waited for (those next turn), nor one in an anyio-shielded section (looked
-        at again every `_SHIELD_POLL` seconds: no busy loop while a shielded undo runs)."""
+        one not started yet (so it starts, and records how it ended), nor one about to resume from what it waited for
+        (those next turn), nor one in an anyio-shielded section (looked at again every `_SHIELD_POLL` seconds: no
+        busy loop while a shielded undo runs)."""
+        self._next = None
         running = self._running
         current = _current_task()
         soon = False
         for task in list(running):
             waiter = getattr(task, "_fut_waiter", None)  # (what anyio reads too)
-            if task is current or (waiter is not None and waiter.done()):
+            if task is current or (waiter is not None and waiter.done()) or _not_started(task):
                 soon = True
             elif not _in_shield(task):
                 running.discard(task)
                 task.cancel()
         if soon:
-            self._loop.call_soon(self._cut)
+            self._next = self._loop.call_soon(self._cut)
         elif running:
-            self._loop.call_later(_SHIELD_POLL, self._cut)
+            self._next = self._loop.call_later(_SHIELD_POLL, self._cut)
 
     async def wait(self) -> None:
         """Return once every step has ended; if the caller is cancelled meanwhile, cancel them, wait, re-raise."""
