@@ -2,7 +2,8 @@
 
 The engine is asyncio-native and uses anyio's cancel scopes for structure; the two meet only here. A caller leaving
 is `asyncio.CancelledError` (anyio raises the same on this backend). Compensation and a saga's end run shielded
-(`shielded`) and bounded by their caller. A group's steps are `Siblings`, cancelled together. A `Fence` stops a
+(`shielded`) and bounded by their caller. A group's steps are `Siblings`, cancelled together; a saga's
+`Cancellation` holds what runs now (forward or undo) and the operator's halt that cancels it. A `Fence` stops a
 saga's work for good when its lease is lost; `cancel_requests` tells that apart from the caller's own cancel.
 """
 
@@ -23,6 +24,7 @@ from saga_runtime._exceptions import LeaseLostError
 __all__ = [
     "CANCELLED",
     "CancelTaken",
+    "Cancellation",
     "Fence",
     "Shelters",
     "Siblings",
@@ -245,6 +247,61 @@ class Fence:
         """Raise `LeaseLostError` if fenced."""
         if self.fenced:
             raise self.error()
+
+
+class Cancellation:
+    """What runs one saga's group now, and the operator's halt that cancels it: one per saga, used alike by forward
+    groups (`inline`, `together`), a resumed step's reconcile (`inline`) and undo groups (`together`, not halted).
+
+    `halted` says why an operator cancelled the saga (None while not); `running` is what runs now (the task
+    running one call inline, or a group's `Siblings`), which `halt` cancels: the calls' outcomes are unknown.
+    """
+
+    __slots__ = ("_cut", "halted", "running")
+
+    def __init__(self) -> None:
+        self.halted: str | None = None
+        self.running: asyncio.Task[Any] | Siblings | None = None
+        self._cut = False  # the task running a call inline was cancelled by a halt (not yet taken back)
+
+    def halt(self, reason: str) -> None:
+        """Take in an operator's cancel (the first reason stands) and cancel what runs now."""
+        self.halted = self.halted or reason
+        running = self.running
+        if isinstance(running, Siblings):
+            running.cancel()
+        elif running is not None and not self._cut and running is not _current_task():
+            # (Not the task asking: its own refused write told it, and it starts nothing more.)
+            self._cut = True
+            running.cancel()
+
+    async def inline(self, call: Coroutine[Any, Any, Any]) -> None:
+        """Await `call` in this task as what runs now: a halt cancels it, and that cancel ends here (only it)."""
+        try:
+            self.running = _current_task()  # (asyncio's own: the engine always runs in a task)
+            await call
+        except CANCELLED:
+            if not self._cut:
+                raise
+            self._cut = False  # take back the halt's cancel: if it was the only one, the saga goes on to compensate
+            task = _current_task()
+            if task is None or task.uncancel() != 0:
+                raise
+        finally:
+            self.running = None
+
+    async def together(self, siblings: Siblings, *, halts: bool = True) -> None:
+        """Wait for a group's `siblings`, started already; with `halts`, as what runs now (a halt cancels them)."""
+        if not halts:
+            await siblings.wait()
+            return
+        self.running = siblings
+        try:
+            if self.halted:
+                siblings.cancel()  # halted while the intents were written
+            await siblings.wait()
+        finally:
+            self.running = None
 
 
 class Siblings:

@@ -8,13 +8,12 @@ successes fail the saga).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Coroutine, Sequence
 from typing import Any
 
 import pydantic
 
-from saga_runtime._engine._cancellation import CANCELLED, CancelTaken, Siblings, current_task
+from saga_runtime._engine._cancellation import Cancellation, CancelTaken, Siblings
 from saga_runtime._engine._compensator import UNKNOWN, Compensator
 from saga_runtime._engine._journal import Journal
 from saga_runtime._engine._steps import StepRunner
@@ -31,7 +30,6 @@ RUNNABLE = frozenset({StepStatus.PENDING, StepStatus.RUNNING, StepStatus.CANCELL
 # Statuses read on every step, as module constants: Python 3.11 reads an enum class's attribute through
 # EnumType.__getattr__'s slow hook, a module global at a fraction of its cost.
 _PENDING, _COMPENSATION_FAILED = StepStatus.PENDING, StepStatus.COMPENSATION_FAILED
-_current_task = asyncio.current_task
 
 _Call = tuple[StepRow, ToolSpec, dict[str, Any]]
 
@@ -44,12 +42,22 @@ def succeeded(row: StepRow) -> bool:
 class GroupRunner:
     """Run groups of one saga's steps (see the module docstring)."""
 
-    __slots__ = ("_compensator", "_journal", "_keyring", "_registry", "_runner", "_validated", "_verdict")
+    __slots__ = (
+        "_cancellation",
+        "_compensator",
+        "_journal",
+        "_keyring",
+        "_registry",
+        "_runner",
+        "_validated",
+        "_verdict",
+    )
 
     def __init__(
         self,
         journal: Journal,
         verdict: Verdict,
+        cancellation: Cancellation,
         runner: StepRunner,
         compensator: Compensator,
         registry: ToolRegistry,
@@ -57,6 +65,7 @@ class GroupRunner:
     ) -> None:
         self._journal = journal
         self._verdict = verdict
+        self._cancellation = cancellation  # what runs now, and the operator's halt that cancels it
         self._runner = runner
         self._compensator = compensator
         self._registry = registry
@@ -117,8 +126,10 @@ class GroupRunner:
                 row.reconciled or row.compensation_attempts or row.step_id in journal.announced
             ):
                 spec = self._registry.get(row.tool_name)
-                if spec.reconcile is not None:
-                    await self._runner.settle(row, spec)
+                # Cut by an operator's cancel as a running call is (its outcome then stays unknown); once halted,
+                # no more tool code runs forward: the step is compensated as unknown.
+                if spec.reconcile is not None and not self._cancellation.halted:
+                    await self._cancellation.inline(self._runner.reconcile(row, spec))
         if join == "first" and any(succeeded(row) for row in rows):
             await self._settle_first(rows)  # resumed: the recorded winner stands, the rest lose
             return self._nothing_left_out(rows)
@@ -131,42 +142,26 @@ class GroupRunner:
             if call
         ]
         if self._verdict.failed:
-            if self._verdict.halted:
+            halted = self._cancellation.halted
+            if halted:
                 for row in rows:
                     if row.status is StepStatus.PENDING:
-                        journal.explain(row, f"not run: {self._verdict.halted}", "Cancelled")
+                        journal.explain(row, f"not run: {halted}", "Cancelled")
             await journal.flush()
             return False
         if not calls:
             return self.judge(rows, join, needed)
         calls = await self._announce(calls, join)
-        verdict = self._verdict
         if not calls:
             return self.judge(rows, join, needed)  # an operator's cancel was taken in: nothing started
         if len(calls) == 1 and join == "all":
             # One step needs no task group and has no siblings to cancel: run it inline (the sequential case).
-            # An operator's cancel (Verdict.halt) cancels this task while it runs; that cancel ends here.
-            try:
-                verdict.running = current_task()
-                if verdict.halted:
-                    verdict.halt(verdict.halted)  # halted while the intent was written
-                await self._runner.run(*calls[0], None)
-            except CANCELLED:
-                if not verdict.cut_taken():
-                    raise
-            finally:
-                verdict.running = None
+            await self._cancellation.inline(self._runner.run(*calls[0], None))
         else:
             siblings = Siblings()
-            verdict.running = siblings  # a halt cancels them
-            try:
-                for row, spec, kwargs in calls:
-                    siblings.start(self._runner.run, row, spec, kwargs, siblings, join)
-                if verdict.halted:
-                    siblings.cancel()  # halted while the intents were written
-                await siblings.wait()
-            finally:
-                verdict.running = None
+            for row, spec, kwargs in calls:
+                siblings.start(self._runner.run, row, spec, kwargs, siblings, join)
+            await self._cancellation.together(siblings)
         if self._verdict.store_error is not None:
             raise self._verdict.store_error
         if join == "first":
@@ -179,8 +174,8 @@ class GroupRunner:
         journal, verdict = self._journal, self._verdict
         if call is None or verdict.failed:
             if verdict.failed:
-                if verdict.halted:
-                    journal.explain(row, f"not run: {verdict.halted}", "Cancelled")
+                if self._cancellation.halted:
+                    journal.explain(row, f"not run: {self._cancellation.halted}", "Cancelled")
                 await journal.flush()
                 return False
             return self.judge((row,), "all", None)
@@ -193,23 +188,13 @@ class GroupRunner:
         except BaseException as exc:
             journal.restore(row, status, attempts, started_at)  # never written: never ran
             if isinstance(exc, CancelTaken):  # an operator's cancel: nothing starts, the saga compensates
-                journal.explain(row, f"not run: {verdict.halted}", "Cancelled")
+                journal.explain(row, f"not run: {self._cancellation.halted}", "Cancelled")
                 return False
             raise
         journal.check_fence()  # fenced while the intent was being written: no step starts after the fence
         if journal.config.hooks:
             journal.emit("step_started", row)
-        # An operator's cancel (Verdict.halt) cancels this task while it runs; that cancel ends here.
-        try:
-            verdict.running = _current_task()  # (asyncio's own: the engine always runs in a task)
-            if verdict.halted:
-                verdict.halt(verdict.halted)  # halted while the intent was written
-            await self._runner.run(call[0], call[1], call[2], None)
-        except CANCELLED:
-            if not verdict.cut_taken():
-                raise
-        finally:
-            verdict.running = None
+        await self._cancellation.inline(self._runner.run(call[0], call[1], call[2], None))
         if verdict.store_error is not None:
             raise verdict.store_error
         if row.status is _COMPENSATION_FAILED:
@@ -253,7 +238,7 @@ class GroupRunner:
                 journal.restore(row, status, attempts, started_at)  # never written: never ran
             if isinstance(exc, CancelTaken):  # an operator's cancel: nothing starts (the announced ones neither)
                 for row, _, _ in calls:
-                    journal.explain(row, f"not run: {self._verdict.halted}", "Cancelled")
+                    journal.explain(row, f"not run: {self._cancellation.halted}", "Cancelled")
                 return []
             raise
         journal.check_fence()  # fenced while the intent was being written: no step starts after the fence

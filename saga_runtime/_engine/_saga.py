@@ -19,7 +19,7 @@ from typing import Any
 from saga_runtime._engine import _journal
 from saga_runtime._engine._approvals import Gate
 from saga_runtime._engine._budget import Account, Budget
-from saga_runtime._engine._cancellation import Shelters, shielded
+from saga_runtime._engine._cancellation import Cancellation, Shelters, shielded
 from saga_runtime._engine._compensator import Compensator
 from saga_runtime._engine._config import EngineConfig
 from saga_runtime._engine._ending import write_end
@@ -59,7 +59,8 @@ class SagaEngine:
     ) -> None:
         self.config = config
         self.journal = journal = Journal(config, saga, steps, announced=announced, owner=owner)
-        self.verdict = verdict = Verdict()
+        self.cancellation = cancellation = Cancellation()  # what runs now, and an operator's halt
+        self.verdict = verdict = Verdict(cancellation)
         self.account = Account(saga.saga_id, Budget.from_json(saga.budget), _charges(journal))
         invoker = Invoker(
             config.thread_limiter, config.call_limiter, self.account.charge, config.keyring, config.resources
@@ -68,7 +69,7 @@ class SagaEngine:
             journal, invoker, verdict, config.registry, config.compensation_timeout
         )
         runner = StepRunner(journal, invoker, compensator, verdict)
-        self._groups = GroupRunner(journal, verdict, runner, compensator, config.registry, config.keyring)
+        self._groups = GroupRunner(journal, verdict, cancellation, runner, compensator, config.registry, config.keyring)
         self.gate = Gate(journal)
         # A saga function's messages as read when it was found due (its first recv looks there first), or None.
         self.messages: Sequence[tuple[str, str, Any, datetime]] | None = None

@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 import pydantic
 
-from saga_runtime._engine._cancellation import CANCELLED, CancelTaken, Siblings, current_task
+from saga_runtime._engine._cancellation import CANCELLED, CancelTaken, Siblings
 from saga_runtime._engine._compensator import Compensator
 from saga_runtime._engine._events import heard
 from saga_runtime._engine._invoker import AttemptTimeout, Invoker
@@ -149,21 +149,6 @@ class StepRunner:
     async def reconcile(self, row: StepRow, spec: ToolSpec) -> bool | None:
         """Settle a step of unknown outcome by its tool's `reconcile` (see saga_runtime._engine._reconcile)."""
         return await reconcile(self._journal, self._invoker, spec, row)
-
-    async def settle(self, row: StepRow, spec: ToolSpec) -> None:
-        """Ask `reconcile` about a resumed step before its group starts, cut by an operator's cancel as a running
-        call is (its outcome then stays unknown)."""
-        verdict = self._verdict
-        if verdict.halted:
-            return  # cancelled: no more tool code runs forward; the step is compensated as unknown
-        try:
-            verdict.running = current_task()
-            await self.reconcile(row, spec)
-        except CANCELLED:
-            if not verdict.cut_taken():
-                raise
-        finally:
-            verdict.running = None
 
     async def _attempts(self, row: StepRow, spec: ToolSpec, kwargs: dict[str, Any], first: Any = _NOTHING) -> Any:
         # The retry policy counts row.attempts, every attempt recorded for the step, this one included: its budget
