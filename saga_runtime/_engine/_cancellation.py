@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import weakref
 from collections.abc import Callable, Coroutine, Generator, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -40,10 +39,6 @@ T = TypeVar("T")
 _current_task = asyncio.current_task
 _SHIELD_POLL = 0.002  # seconds between two looks at a step in an anyio-shielded section that is to be cancelled
 
-try:  # anyio's record of each task's innermost cancel scope, read (never written) to honour its shields
-    from anyio._backends._asyncio import _task_states
-except ImportError:  # pragma: no cover - an anyio without it: no shield is seen (the shield tests fail loudly)
-    _task_states = weakref.WeakKeyDictionary()
 
 logger = logging.getLogger("saga_runtime")
 
@@ -201,6 +196,10 @@ class _Resumed:
 
 def _in_shield(task: asyncio.Task[Any]) -> bool:
     """Tell whether `task` runs inside an anyio-shielded cancel scope now (one a scope's cancel would wait for)."""
+    try:  # anyio's record of each task's innermost cancel scope, read (never written) to honour its shields
+        from anyio._backends._asyncio import _task_states
+    except ImportError:  # pragma: no cover - an anyio without it: no shield is seen (the shield tests fail loudly)
+        return False
     state = _task_states.get(task)
     scope = None if state is None else state.cancel_scope
     while scope is not None:
@@ -276,19 +275,27 @@ class Cancellation:
             running.cancel()
 
     async def inline(self, call: Coroutine[Any, Any, Any]) -> None:
-        """Await `call` in this task as what runs now: a halt cancels it, and that cancel ends here (only it)."""
+        """Await `call` in this task as what runs now: a halt cancels it, and that cancel ends here (only it).
+
+        (The sequential case, one step a group, writes this out in its own coroutine: a coroutine layer more costs
+        some 8,000 instructions a step.)
+        """
         try:
             self.running = _current_task()  # (asyncio's own: the engine always runs in a task)
             await call
         except CANCELLED:
-            if not self._cut:
-                raise
-            self._cut = False  # take back the halt's cancel: if it was the only one, the saga goes on to compensate
-            task = _current_task()
-            if task is None or task.uncancel() != 0:
+            if not self.taken():
                 raise
         finally:
             self.running = None
+
+    def taken(self) -> bool:
+        """Take back a halt's cancel of the current task; tell whether it was the only one (else it goes on)."""
+        if not self._cut:
+            return False
+        self._cut = False
+        task = _current_task()
+        return task is not None and task.uncancel() == 0
 
     async def together(self, siblings: Siblings, *, halts: bool = True) -> None:
         """Wait for a group's `siblings`, started already; with `halts`, as what runs now (a halt cancels them)."""
@@ -326,7 +333,7 @@ class Siblings:
         self._next: asyncio.Handle | None = None  # the next look `_cut` takes at the steps not yet cancelled
         self.cancelled = False
 
-    def start(self, step: Callable[..., Coroutine[Any, Any, None]], *args: Any) -> None:
+    def start(self, step: Callable[..., Coroutine[Any, Any, object]], *args: Any) -> None:
         """Start `step(*args)` in a task of the group."""
         self._pending += 1
         task = self._loop.create_task(step(*args))
@@ -335,7 +342,7 @@ class Siblings:
         if self.cancelled and self._next is None:
             self._cut()  # (at its first wait: see `_cut`)
 
-    def _finished(self, task: asyncio.Task[None]) -> None:
+    def _finished(self, task: asyncio.Task[Any]) -> None:
         self._pending -= 1
         self._running.discard(task)
         error = None if task.cancelled() else task.exception()

@@ -12,7 +12,7 @@ from typing import Any
 
 import anyio
 
-from saga_runtime._engine._cancellation import CANCELLED, shielded
+from saga_runtime._engine._cancellation import CANCELLED, Cancellation, Siblings, shielded
 from saga_runtime._engine._ending import write_end
 from saga_runtime._engine._invoker import Invoker
 from saga_runtime._engine._journal import Journal, seq_of
@@ -38,12 +38,19 @@ _SAGA_COMPENSATED, _SAGA_COMPENSATION_FAILED = SagaStatus.COMPENSATED, SagaStatu
 class Compensator:
     """Compensate a saga's steps (see the module docstring)."""
 
-    __slots__ = ("_invoker", "_journal", "_registry", "_timeout", "_verdict")
+    __slots__ = ("_cancellation", "_invoker", "_journal", "_registry", "_timeout", "_verdict")
 
     def __init__(
-        self, journal: Journal, invoker: Invoker, verdict: Verdict, registry: ToolRegistry, timeout: float
+        self,
+        journal: Journal,
+        invoker: Invoker,
+        verdict: Verdict,
+        cancellation: Cancellation,
+        registry: ToolRegistry,
+        timeout: float,
     ) -> None:
         self._journal = journal
+        self._cancellation = cancellation  # undo groups run as forward ones do (an operator's halt cuts none)
         self._invoker = invoker
         self._verdict = verdict
         self._registry = registry
@@ -84,9 +91,10 @@ class Compensator:
                 if len(members) == 1:  # nothing to run concurrently: no task group (the sequential case)
                     await self.compensate_one(members[0])
                     continue
-                async with anyio.create_task_group() as tg:
-                    for row in members:
-                        tg.start_soon(self.compensate_one, row)
+                siblings = Siblings()
+                for row in members:
+                    siblings.start(self.compensate_one, row)
+                await self._cancellation.together(siblings, halts=False)
         journal.check_fence()
         if scope.cancelled_caught:
             logger.error(
@@ -117,9 +125,10 @@ class Compensator:
         todo = [row for row in rows if row.status in wanted and self.needs(row)]
         if not todo:
             return
-        async with anyio.create_task_group() as tg:
-            for row in todo:
-                tg.start_soon(self.compensate_now, row)
+        siblings = Siblings()
+        for row in todo:
+            siblings.start(self.compensate_now, row)
+        await self._cancellation.together(siblings, halts=False)
 
     async def compensate_now(self, row: StepRow, value: Any = None, *, known: bool = False) -> None:
         """Compensate one step at once (its effect is in doubt or unrecordable), whoever cancels meanwhile.

@@ -8,12 +8,13 @@ successes fail the saga).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Coroutine, Sequence
 from typing import Any
 
 import pydantic
 
-from saga_runtime._engine._cancellation import Cancellation, CancelTaken, Siblings
+from saga_runtime._engine._cancellation import CANCELLED, Cancellation, CancelTaken, Siblings
 from saga_runtime._engine._compensator import UNKNOWN, Compensator
 from saga_runtime._engine._journal import Journal
 from saga_runtime._engine._steps import StepRunner
@@ -30,6 +31,7 @@ RUNNABLE = frozenset({StepStatus.PENDING, StepStatus.RUNNING, StepStatus.CANCELL
 # Statuses read on every step, as module constants: Python 3.11 reads an enum class's attribute through
 # EnumType.__getattr__'s slow hook, a module global at a fraction of its cost.
 _PENDING, _COMPENSATION_FAILED = StepStatus.PENDING, StepStatus.COMPENSATION_FAILED
+_current_task = asyncio.current_task
 
 _Call = tuple[StepRow, ToolSpec, dict[str, Any]]
 
@@ -194,7 +196,17 @@ class GroupRunner:
         journal.check_fence()  # fenced while the intent was being written: no step starts after the fence
         if journal.config.hooks:
             journal.emit("step_started", row)
-        await self._cancellation.inline(self._runner.run(call[0], call[1], call[2], None))
+        # What `Cancellation.inline` does, written out (no coroutine layer on the sequential path): an operator's
+        # cancel cancels this task while the step runs; that cancel ends here.
+        cancellation = self._cancellation
+        try:
+            cancellation.running = _current_task()  # (asyncio's own: the engine always runs in a task)
+            await self._runner.run(call[0], call[1], call[2], None)
+        except CANCELLED:
+            if not cancellation.taken():
+                raise
+        finally:
+            cancellation.running = None
         if verdict.store_error is not None:
             raise verdict.store_error
         if row.status is _COMPENSATION_FAILED:

@@ -66,7 +66,7 @@ class SagaEngine:
             config.thread_limiter, config.call_limiter, self.account.charge, config.keyring, config.resources
         )
         self.compensator = compensator = Compensator(
-            journal, invoker, verdict, config.registry, config.compensation_timeout
+            journal, invoker, verdict, cancellation, config.registry, config.compensation_timeout
         )
         runner = StepRunner(journal, invoker, compensator, verdict)
         self._groups = GroupRunner(journal, verdict, cancellation, runner, compensator, config.registry, config.keyring)
