@@ -274,18 +274,20 @@ class Cancellation:
             self._cut = True
             running.cancel()
 
-    async def inline(self, call: Coroutine[Any, Any, Any]) -> None:
-        """Await `call` in this task as what runs now: a halt cancels it, and that cancel ends here (only it).
+    async def inline(self, call: Coroutine[Any, Any, T]) -> T | None:
+        """Await `call` in this task as what runs now, and return what it returns: a halt cancels it, and that
+        cancel ends here (only it; then None).
 
         (The sequential case, one step a group, writes this out in its own coroutine: a coroutine layer more costs
         some 8,000 instructions a step.)
         """
         try:
             self.running = _current_task()  # (asyncio's own: the engine always runs in a task)
-            await call
+            return await call
         except CANCELLED:
             if not self.taken():
                 raise
+            return None
         finally:
             self.running = None
 
@@ -322,10 +324,11 @@ class Siblings:
     their failures) cancels the others; `wait()` raises the group.
     """
 
-    __slots__ = ("_done", "_errors", "_loop", "_next", "_pending", "_running", "cancelled")
+    __slots__ = ("_done", "_errors", "_fold", "_loop", "_next", "_pending", "_running", "cancelled")
 
-    def __init__(self) -> None:
+    def __init__(self, fold: Callable[[Any, Siblings], None] | None = None) -> None:
         self._loop = asyncio.get_running_loop()
+        self._fold = fold  # given what each step returned, and the group, as it ends (not cancelled, not raising)
         self._running: set[asyncio.Task[Any]] = set()  # the steps' tasks not ended, not yet cancelled
         self._pending = 0
         self._done: asyncio.Future[None] | None = None
@@ -345,7 +348,10 @@ class Siblings:
     def _finished(self, task: asyncio.Task[Any]) -> None:
         self._pending -= 1
         self._running.discard(task)
-        error = None if task.cancelled() else task.exception()
+        if task.cancelled():
+            error = None
+        elif (error := task.exception()) is None and self._fold is not None:
+            self._fold(task.result(), self)
         if error is not None:
             self._errors.append(error)
             self.cancel()

@@ -18,7 +18,7 @@ from saga_runtime._engine._cancellation import CANCELLED, Cancellation, CancelTa
 from saga_runtime._engine._compensator import UNKNOWN, Compensator
 from saga_runtime._engine._journal import Journal
 from saga_runtime._engine._steps import StepRunner
-from saga_runtime._engine._verdict import Verdict
+from saga_runtime._engine._verdict import DONE, StepOutcome, Verdict
 from saga_runtime._exceptions import SecretKeyError, describe
 from saga_runtime._records import SecretKeyring, StepRow, StepStatus, now, open_args, own_values, step_succeeded
 from saga_runtime._tools import ToolRegistry, ToolSpec
@@ -158,11 +158,13 @@ class GroupRunner:
             return self.judge(rows, join, needed)  # an operator's cancel was taken in: nothing started
         if len(calls) == 1 and join == "all":
             # One step needs no task group and has no siblings to cancel: run it inline (the sequential case).
-            await self._cancellation.inline(self._runner.run(*calls[0], None))
+            outcome = await self._cancellation.inline(self._runner.run(*calls[0]))
+            if outcome is not None:  # (None: an operator's cancel cut it)
+                self.fold(outcome)
         else:
-            siblings = Siblings()
+            siblings = Siblings(self.fold)
             for row, spec, kwargs in calls:
-                siblings.start(self._runner.run, row, spec, kwargs, siblings, join)
+                siblings.start(self._runner.run, row, spec, kwargs, join)
             await self._cancellation.together(siblings)
         if self._verdict.store_error is not None:
             raise self._verdict.store_error
@@ -201,7 +203,9 @@ class GroupRunner:
         cancellation = self._cancellation
         try:
             cancellation.running = _current_task()  # (asyncio's own: the engine always runs in a task)
-            await self._runner.run(call[0], call[1], call[2], None)
+            outcome = await self._runner.run(call[0], call[1], call[2])
+            if outcome is not DONE:
+                self.fold(outcome)
         except CANCELLED:
             if not cancellation.taken():
                 raise
@@ -212,6 +216,26 @@ class GroupRunner:
         if row.status is _COMPENSATION_FAILED:
             verdict.fail(row, f"its effect could not be undone: {row.compensation_error}")
         return not verdict.failed
+
+    def fold(self, outcome: StepOutcome, siblings: Siblings | None = None) -> None:
+        """Fold what a step came to into the saga's fate (the only place that does); stop its `siblings` if it
+        failed the saga, won its race, or could not be written."""
+        row = outcome.row
+        if row is None:
+            return  # DONE
+        verdict = self._verdict
+        if outcome.error is not None:
+            verdict.errors[row.step_id] = outcome.error
+        if outcome.store_error is not None and verdict.store_error is None:
+            verdict.store_error = outcome.store_error
+        if outcome.fails is not None:
+            verdict.fail(row, outcome.fails)
+        if outcome.won:
+            if row.group in verdict.winners:
+                return  # the race was won already: the siblings were stopped then
+            verdict.winners[row.group] = row.step_id
+        if siblings is not None and outcome.stops:
+            siblings.cancel()
 
     async def _finish_undoing(self, undoing: Sequence[StepRow], join: str) -> None:
         """Finish compensations that had begun (written ahead) when the process died; never run those steps forward."""

@@ -1,11 +1,60 @@
-"""The verdict of a running saga: what fails it, and what its steps left behind that decides how it ends."""
+"""The verdict of a running saga: what fails it, and what its steps left behind that decides how it ends; and
+`StepOutcome`, what one step's run comes to, which only the group runner folds into the verdict.
+"""
 
 from __future__ import annotations
 
 from saga_runtime._engine._cancellation import Cancellation
 from saga_runtime._records import StepRow
 
-__all__ = ["Verdict"]
+__all__ = ["DONE", "StepOutcome", "Verdict"]
+
+
+class StepOutcome:
+    """What one run of a step came to, returned by the step runner and folded into the saga's fate by the group
+    runner alone (frozen). `DONE` (the step ended and nothing of it bears on the saga) is the common case.
+
+    `fails` says why the saga fails because of the step; `error` is the exception that ended it (kept while the
+    process lives: the record keeps type and message); `won`: it succeeded in a `first` group; `store_error`: a
+    write-ahead record of it could not be written (the group stops, and the error goes on to the caller). A
+    failing, winning or unwritable step stops its running siblings.
+    """
+
+    __slots__ = ("error", "fails", "row", "store_error", "won")
+
+    row: StepRow | None
+    fails: str | None
+    error: BaseException | None
+    won: bool
+    store_error: BaseException | None
+
+    def __init__(
+        self,
+        row: StepRow | None,
+        *,
+        fails: str | None = None,
+        error: BaseException | None = None,
+        won: bool = False,
+        store_error: BaseException | None = None,
+    ) -> None:
+        setattr_ = object.__setattr__
+        setattr_(self, "row", row)
+        setattr_(self, "fails", fails)
+        setattr_(self, "error", error)
+        setattr_(self, "won", won)
+        setattr_(self, "store_error", store_error)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"a StepOutcome is frozen: {name} cannot be set")
+
+    @property
+    def stops(self) -> bool:
+        """Tell whether the step's siblings still running are cancelled: it failed the saga, won, or went unwritten."""
+        return self.fails is not None or self.won or self.store_error is not None
+
+
+#: A step that ended with nothing that bears on the saga (it succeeded in an `all` group, or its failure is its own).
+DONE = StepOutcome(None)
 
 
 class Verdict:
