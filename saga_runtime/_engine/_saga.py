@@ -1,10 +1,11 @@
 """The saga engine: one running saga, fed group by group by a front door (a plan, or a dynamic saga).
 
 It composes its collaborators — the Journal (rows and writes), the Invoker (tool calls), the StepRunner
-(attempts) and the Compensator (undo) — around one Verdict (what fails the saga). A group's steps run
-concurrently (`Siblings`), their intents committed in one write first; how the group ends is its join: `all` (a
-failure cancels the siblings and fails the saga), `first` (the first success wins, the others are cancelled and
-compensated), `quorum`/`any` (every step runs; too few successes fail the saga).
+(attempts) and the Compensator (undo) — around one Verdict (what fails the saga: the group runner folds each
+step's StepOutcome into it) and one Cancellation (what runs now, and an operator's halt). A group's steps run
+concurrently (`Siblings`, forward and undo alike), their intents committed in one write first; how the group ends
+is its join: `all` (a failure cancels the siblings and fails the saga), `first` (the first success wins, the others
+are cancelled and compensated), `quorum`/`any` (every step runs; too few successes fail the saga).
 """
 
 from __future__ import annotations

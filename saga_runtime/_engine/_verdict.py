@@ -58,7 +58,8 @@ DONE = StepOutcome(None)
 
 
 class Verdict:
-    """What the engine's parts learn as a saga runs, and read to decide how it goes on.
+    """What decides how a saga goes on and ends, written by the group runner (folding each step's `StepOutcome`) and
+    the engine's front doors (`fail`, `halt`, `forgive`); the step runner and compensator only read it.
 
     `reason` is why the saga fails (None while it may still succeed); `culprit` the step that failed it.
     `errors` keeps the exception that ended each failed step in this process (the record keeps type and message);
