@@ -2,13 +2,15 @@
 
 The engine is asyncio-native and uses anyio's cancel scopes for structure; the two meet only here. A caller leaving
 is `asyncio.CancelledError` (anyio raises the same on this backend). Compensation and a saga's end run shielded
-(`shielded`) and bounded by their caller. A group's steps are `Siblings`, cancelled together. A `Fence` stops a
+(`shielded`) and bounded by their caller. A group's steps are `Siblings`, cancelled together; a saga's
+`Cancellation` holds what runs now (forward or undo) and the operator's halt that cancels it. A `Fence` stops a
 saga's work for good when its lease is lost; `cancel_requests` tells that apart from the caller's own cancel.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 from collections.abc import Callable, Coroutine, Generator, Iterator
 from contextlib import contextmanager
@@ -21,6 +23,7 @@ from saga_runtime._exceptions import LeaseLostError
 __all__ = [
     "CANCELLED",
     "CancelTaken",
+    "Cancellation",
     "Fence",
     "Shelters",
     "Siblings",
@@ -32,6 +35,10 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+_current_task = asyncio.current_task
+_SHIELD_POLL = 0.002  # seconds between two looks at a step in an anyio-shielded section that is to be cancelled
+
 
 logger = logging.getLogger("saga_runtime")
 
@@ -187,6 +194,27 @@ class _Resumed:
                     return done.value
 
 
+def _in_shield(task: asyncio.Task[Any]) -> bool:
+    """Tell whether `task` runs inside an anyio-shielded cancel scope now (one a scope's cancel would wait for)."""
+    try:  # anyio's record of each task's innermost cancel scope, read (never written) to honour its shields
+        from anyio._backends._asyncio import _task_states
+    except ImportError:  # pragma: no cover - an anyio without it: no shield is seen (the shield tests fail loudly)
+        return False
+    state = _task_states.get(task)
+    scope = None if state is None else state.cancel_scope
+    while scope is not None:
+        if scope.shield:
+            return True
+        scope = scope._parent_scope
+    return False
+
+
+def _not_started(task: asyncio.Task[Any]) -> bool:
+    """Tell whether `task`'s coroutine has not run yet (a cancel now would end it before its first line)."""
+    coro = task.get_coro()
+    return inspect.iscoroutine(coro) and inspect.getcoroutinestate(coro) == inspect.CORO_CREATED
+
+
 class Fence:
     """The end of one saga's work here: once fenced, nothing more is started or written."""
 
@@ -220,42 +248,111 @@ class Fence:
             raise self.error()
 
 
+class Cancellation:
+    """What runs one saga's group now, and the operator's halt that cancels it: one per saga, used alike by forward
+    groups (`inline`, `together`), a resumed step's reconcile (`inline`) and undo groups (`together`, not halted).
+
+    `halted` says why an operator cancelled the saga (None while not); `running` is what runs now (the task
+    running one call inline, or a group's `Siblings`), which `halt` cancels: the calls' outcomes are unknown.
+    """
+
+    __slots__ = ("_cut", "halted", "running")
+
+    def __init__(self) -> None:
+        self.halted: str | None = None
+        self.running: asyncio.Task[Any] | Siblings | None = None
+        self._cut = False  # the task running a call inline was cancelled by a halt (not yet taken back)
+
+    def halt(self, reason: str) -> None:
+        """Take in an operator's cancel (the first reason stands) and cancel what runs now."""
+        self.halted = self.halted or reason
+        running = self.running
+        if isinstance(running, Siblings):
+            running.cancel()
+        elif running is not None and not self._cut and running is not _current_task():
+            # (Not the task asking: its own refused write told it, and it starts nothing more.)
+            self._cut = True
+            running.cancel()
+
+    async def inline(self, call: Coroutine[Any, Any, T]) -> T | None:
+        """Await `call` in this task as what runs now, and return what it returns: a halt cancels it, and that
+        cancel ends here (only it; then None).
+
+        (The sequential case, one step a group, writes this out in its own coroutine: a coroutine layer more costs
+        some 8,000 instructions a step.)
+        """
+        try:
+            self.running = _current_task()  # (asyncio's own: the engine always runs in a task)
+            return await call
+        except CANCELLED:
+            if not self.taken():
+                raise
+            return None
+        finally:
+            self.running = None
+
+    def taken(self) -> bool:
+        """Take back a halt's cancel of the current task; tell whether it was the only one (else it goes on)."""
+        if not self._cut:
+            return False
+        self._cut = False
+        task = _current_task()
+        return task is not None and task.uncancel() == 0
+
+    async def together(self, siblings: Siblings, *, halts: bool = True) -> None:
+        """Wait for a group's `siblings`, started already; with `halts`, as what runs now (a halt cancels them)."""
+        if not halts:
+            await siblings.wait()
+            return
+        self.running = siblings
+        try:
+            if self.halted:
+                siblings.cancel()  # halted while the intents were written
+            await siblings.wait()
+        finally:
+            self.running = None
+
+
 class Siblings:
     """Run a group's steps as tasks, wait for all, and cancel them all when one asks (or the caller leaves).
 
-    Plain asyncio tasks, each in an anyio cancel scope: an anyio task group costs three times as much per task,
-    and `asyncio.TaskGroup` cancels natively, cutting short a shielded undo or a step about to keep its outcome.
-    A step that raises (a bug: steps record their failures) cancels the others; `wait()` raises the group.
+    Plain asyncio tasks, cancelled natively (`Task.cancel`), with no cancel scope per step: an anyio scope costs
+    more than the rest of a task's start, an anyio task group three times as much again, and `asyncio.TaskGroup`
+    would cut short what anyio shields. A step inside an anyio-shielded section (the tool's own, or a shielded
+    undo) is cancelled within `_SHIELD_POLL` seconds of leaving it; a step that swallows a cancel is cancelled
+    again at its next wait, as anyio's scopes do; a step cancelled before it started starts all the
+    same and is cancelled at its first wait, so it records how it ended. A step that raises (a bug: steps record
+    their failures) cancels the others; `wait()` raises the group.
     """
 
-    __slots__ = ("_done", "_errors", "_loop", "_pending", "_scopes", "cancelled")
+    __slots__ = ("_done", "_errors", "_fold", "_loop", "_next", "_pending", "_running", "cancelled")
 
-    def __init__(self) -> None:
+    def __init__(self, fold: Callable[[Any, Siblings], None] | None = None) -> None:
         self._loop = asyncio.get_running_loop()
-        self._scopes: set[anyio.CancelScope] = set()
+        self._fold = fold  # given what each step returned, and the group, as it ends (not cancelled, not raising)
+        self._running: set[asyncio.Task[Any]] = set()  # the steps' tasks not ended
         self._pending = 0
         self._done: asyncio.Future[None] | None = None
         self._errors: list[BaseException] = []
+        self._next: asyncio.Handle | None = None  # the next look `_cut` takes at the steps not yet ended
         self.cancelled = False
 
-    def start(self, step: Callable[..., Coroutine[Any, Any, None]], *args: Any) -> None:
+    def start(self, step: Callable[..., Coroutine[Any, Any, object]], *args: Any) -> None:
         """Start `step(*args)` in a task of the group."""
         self._pending += 1
-        self._loop.create_task(self._run(step, args)).add_done_callback(self._finished)
+        task = self._loop.create_task(step(*args))
+        task.add_done_callback(self._finished)
+        self._running.add(task)
+        if self.cancelled and self._next is None:
+            self._cut()  # (at its first wait: see `_cut`)
 
-    async def _run(self, step: Callable[..., Coroutine[Any, Any, None]], args: tuple[Any, ...]) -> None:
-        with anyio.CancelScope() as scope:
-            self._scopes.add(scope)
-            if self.cancelled:
-                scope.cancel()
-            try:
-                await step(*args)
-            finally:
-                self._scopes.discard(scope)
-
-    def _finished(self, task: asyncio.Task[None]) -> None:
+    def _finished(self, task: asyncio.Task[Any]) -> None:
         self._pending -= 1
-        error = None if task.cancelled() else task.exception()
+        self._running.discard(task)
+        if task.cancelled():
+            error = None
+        elif (error := task.exception()) is None and self._fold is not None:
+            self._fold(task.result(), self)
         if error is not None:
             self._errors.append(error)
             self.cancel()
@@ -264,9 +361,38 @@ class Siblings:
 
     def cancel(self) -> None:
         """Cancel every step of the group (the one calling, if any, at its next wait)."""
-        self.cancelled = True
-        for scope in self._scopes:
-            scope.cancel()
+        if not self.cancelled:
+            self.cancelled = True
+            self._cut()
+
+    def _cut(self) -> None:
+        """Cancel each running step, as anyio's scopes deliver it, again every turn until it ends (a step may swallow
+        a cancel: Python 3.11's `wait_for` does when what it waits for completes in the same turn): not the step
+        asking (at its next wait), nor one not started yet (so it starts, and records how it ended), nor one whose
+        cancel is not delivered yet or that is about to resume from what it waited for (those next turn), nor one in
+        an anyio-shielded section (looked at again every `_SHIELD_POLL` seconds: no busy loop while a shielded undo
+        runs; it is cancelled within that time once it leaves the section)."""
+        self._next = None
+        current = _current_task()
+        soon = shielded = False
+        for task in self._running:
+            waiter = getattr(task, "_fut_waiter", None)  # (what anyio reads too)
+            if (
+                task is current
+                or getattr(task, "_must_cancel", False)  # cancelled, not delivered yet
+                or (waiter is not None and waiter.done())
+                or _not_started(task)
+            ):
+                soon = True
+            elif _in_shield(task):
+                shielded = True
+            else:
+                task.cancel()
+                soon = True  # (looked at again next turn: it may swallow the cancel and go on)
+        if soon:
+            self._next = self._loop.call_soon(self._cut)
+        elif shielded:
+            self._next = self._loop.call_later(_SHIELD_POLL, self._cut)
 
     async def wait(self) -> None:
         """Return once every step has ended; if the caller is cancelled meanwhile, cancel them, wait, re-raise."""

@@ -13,7 +13,7 @@ from typing import Any
 
 import anyio
 
-from saga_runtime._engine._cancellation import CANCELLED, shielded, shielded_inline
+from saga_runtime._engine._cancellation import CANCELLED, Cancellation, Siblings, shielded, shielded_inline
 from saga_runtime._engine._ending import write_end
 from saga_runtime._engine._invoker import Invoker
 from saga_runtime._engine._journal import Journal, seq_of
@@ -39,12 +39,19 @@ _SAGA_COMPENSATED, _SAGA_COMPENSATION_FAILED = SagaStatus.COMPENSATED, SagaStatu
 class Compensator:
     """Compensate a saga's steps (see the module docstring)."""
 
-    __slots__ = ("_inline", "_invoker", "_journal", "_registry", "_timeout", "_verdict")
+    __slots__ = ("_cancellation", "_inline", "_invoker", "_journal", "_registry", "_timeout", "_verdict")
 
     def __init__(
-        self, journal: Journal, invoker: Invoker, verdict: Verdict, registry: ToolRegistry, timeout: float
+        self,
+        journal: Journal,
+        invoker: Invoker,
+        verdict: Verdict,
+        cancellation: Cancellation,
+        registry: ToolRegistry,
+        timeout: float,
     ) -> None:
         self._journal = journal
+        self._cancellation = cancellation  # undo groups run as forward ones do (an operator's halt cuts none)
         self._invoker = invoker
         self._verdict = verdict
         self._registry = registry
@@ -116,10 +123,11 @@ class Compensator:
             if len(members) == 1:  # nothing to run concurrently: no task group (the sequential case)
                 await self.compensate_one(members[0])
                 continue
-            await self._leave_inline()  # a task group is a cancel scope: entered in the task it ends in
-            async with anyio.create_task_group() as tg:
-                for row in members:
-                    tg.start_soon(self.compensate_one, row)
+            await self._leave_inline()  # (the group's wait may enter a shield: in the task it ends in)
+            siblings = Siblings()
+            for row in members:
+                siblings.start(self.compensate_one, row)
+            await self._cancellation.together(siblings, halts=False)
 
     async def _leave_inline(self) -> None:
         """Pause once if `compensate_all` still runs in its caller's task, before entering a cancel scope: from the
@@ -139,9 +147,10 @@ class Compensator:
         todo = [row for row in rows if row.status in wanted and self.needs(row)]
         if not todo:
             return
-        async with anyio.create_task_group() as tg:
-            for row in todo:
-                tg.start_soon(self.compensate_now, row)
+        siblings = Siblings()
+        for row in todo:
+            siblings.start(self.compensate_now, row)
+        await self._cancellation.together(siblings, halts=False)
 
     async def compensate_now(self, row: StepRow, value: Any = None, *, known: bool = False) -> None:
         """Compensate one step at once (its effect is in doubt or unrecordable), whoever cancels meanwhile.

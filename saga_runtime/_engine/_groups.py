@@ -14,11 +14,11 @@ from typing import Any
 
 import pydantic
 
-from saga_runtime._engine._cancellation import CANCELLED, CancelTaken, Siblings, current_task
+from saga_runtime._engine._cancellation import CANCELLED, Cancellation, CancelTaken, Siblings
 from saga_runtime._engine._compensator import UNKNOWN, Compensator
 from saga_runtime._engine._journal import Journal
 from saga_runtime._engine._steps import StepRunner
-from saga_runtime._engine._verdict import Verdict
+from saga_runtime._engine._verdict import DONE, StepOutcome, Verdict
 from saga_runtime._exceptions import SecretKeyError, describe
 from saga_runtime._records import SecretKeyring, StepRow, StepStatus, now, open_args, own_values, step_succeeded
 from saga_runtime._tools import ToolRegistry, ToolSpec
@@ -44,12 +44,22 @@ def succeeded(row: StepRow) -> bool:
 class GroupRunner:
     """Run groups of one saga's steps (see the module docstring)."""
 
-    __slots__ = ("_compensator", "_journal", "_keyring", "_registry", "_runner", "_validated", "_verdict")
+    __slots__ = (
+        "_cancellation",
+        "_compensator",
+        "_journal",
+        "_keyring",
+        "_registry",
+        "_runner",
+        "_validated",
+        "_verdict",
+    )
 
     def __init__(
         self,
         journal: Journal,
         verdict: Verdict,
+        cancellation: Cancellation,
         runner: StepRunner,
         compensator: Compensator,
         registry: ToolRegistry,
@@ -57,6 +67,7 @@ class GroupRunner:
     ) -> None:
         self._journal = journal
         self._verdict = verdict
+        self._cancellation = cancellation  # what runs now, and the operator's halt that cancels it
         self._runner = runner
         self._compensator = compensator
         self._registry = registry
@@ -117,8 +128,10 @@ class GroupRunner:
                 row.reconciled or row.compensation_attempts or row.step_id in journal.announced
             ):
                 spec = self._registry.get(row.tool_name)
-                if spec.reconcile is not None:
-                    await self._runner.settle(row, spec)
+                # Cut by an operator's cancel as a running call is (its outcome then stays unknown); once halted,
+                # no more tool code runs forward: the step is compensated as unknown.
+                if spec.reconcile is not None and not self._cancellation.halted:
+                    await self._cancellation.inline(self._runner.reconcile(row, spec))
         if join == "first" and any(succeeded(row) for row in rows):
             await self._settle_first(rows)  # resumed: the recorded winner stands, the rest lose
             return self._nothing_left_out(rows)
@@ -131,42 +144,28 @@ class GroupRunner:
             if call
         ]
         if self._verdict.failed:
-            if self._verdict.halted:
+            halted = self._cancellation.halted
+            if halted:
                 for row in rows:
                     if row.status is StepStatus.PENDING:
-                        journal.explain(row, f"not run: {self._verdict.halted}", "Cancelled")
+                        journal.explain(row, f"not run: {halted}", "Cancelled")
             await journal.flush()
             return False
         if not calls:
             return self.judge(rows, join, needed)
         calls = await self._announce(calls, join)
-        verdict = self._verdict
         if not calls:
             return self.judge(rows, join, needed)  # an operator's cancel was taken in: nothing started
         if len(calls) == 1 and join == "all":
             # One step needs no task group and has no siblings to cancel: run it inline (the sequential case).
-            # An operator's cancel (Verdict.halt) cancels this task while it runs; that cancel ends here.
-            try:
-                verdict.running = current_task()
-                if verdict.halted:
-                    verdict.halt(verdict.halted)  # halted while the intent was written
-                await self._runner.run(*calls[0], None)
-            except CANCELLED:
-                if not verdict.cut_taken():
-                    raise
-            finally:
-                verdict.running = None
+            outcome = await self._cancellation.inline(self._runner.run(*calls[0]))
+            if outcome is not None:  # (None: an operator's cancel cut it)
+                self.fold(outcome)
         else:
-            siblings = Siblings()
-            verdict.running = siblings  # a halt cancels them
-            try:
-                for row, spec, kwargs in calls:
-                    siblings.start(self._runner.run, row, spec, kwargs, siblings, join)
-                if verdict.halted:
-                    siblings.cancel()  # halted while the intents were written
-                await siblings.wait()
-            finally:
-                verdict.running = None
+            siblings = Siblings(self.fold)
+            for row, spec, kwargs in calls:
+                siblings.start(self._runner.run, row, spec, kwargs, join)
+            await self._cancellation.together(siblings)
         if self._verdict.store_error is not None:
             raise self._verdict.store_error
         if join == "first":
@@ -179,8 +178,8 @@ class GroupRunner:
         journal, verdict = self._journal, self._verdict
         if call is None or verdict.failed:
             if verdict.failed:
-                if verdict.halted:
-                    journal.explain(row, f"not run: {verdict.halted}", "Cancelled")
+                if self._cancellation.halted:
+                    journal.explain(row, f"not run: {self._cancellation.halted}", "Cancelled")
                 await journal.flush()
                 return False
             return self.judge((row,), "all", None)
@@ -193,28 +192,50 @@ class GroupRunner:
         except BaseException as exc:
             journal.restore(row, status, attempts, started_at)  # never written: never ran
             if isinstance(exc, CancelTaken):  # an operator's cancel: nothing starts, the saga compensates
-                journal.explain(row, f"not run: {verdict.halted}", "Cancelled")
+                journal.explain(row, f"not run: {self._cancellation.halted}", "Cancelled")
                 return False
             raise
         journal.check_fence()  # fenced while the intent was being written: no step starts after the fence
         if journal.config.hooks:
             journal.emit("step_started", row)
-        # An operator's cancel (Verdict.halt) cancels this task while it runs; that cancel ends here.
+        # What `Cancellation.inline` does, written out (no coroutine layer on the sequential path): an operator's
+        # cancel cancels this task while the step runs; that cancel ends here.
+        cancellation = self._cancellation
         try:
-            verdict.running = _current_task()  # (asyncio's own: the engine always runs in a task)
-            if verdict.halted:
-                verdict.halt(verdict.halted)  # halted while the intent was written
-            await self._runner.run(call[0], call[1], call[2], None)
+            cancellation.running = _current_task()  # (asyncio's own: the engine always runs in a task)
+            outcome = await self._runner.run(call[0], call[1], call[2])
+            if outcome is not DONE:
+                self.fold(outcome)
         except CANCELLED:
-            if not verdict.cut_taken():
+            if not cancellation.taken():
                 raise
         finally:
-            verdict.running = None
+            cancellation.running = None
         if verdict.store_error is not None:
             raise verdict.store_error
         if row.status is _COMPENSATION_FAILED:
             verdict.fail(row, f"its effect could not be undone: {row.compensation_error}")
         return not verdict.failed
+
+    def fold(self, outcome: StepOutcome, siblings: Siblings | None = None) -> None:
+        """Fold what a step came to into the saga's fate (the only place that does); stop its `siblings` if it
+        failed the saga, won its race, or could not be written."""
+        row = outcome.row
+        if row is None:
+            return  # DONE
+        verdict = self._verdict
+        if outcome.error is not None:
+            verdict.errors[row.step_id] = outcome.error
+        if outcome.store_error is not None and verdict.store_error is None:
+            verdict.store_error = outcome.store_error
+        if outcome.fails is not None:
+            verdict.fail(row, outcome.fails)
+        if outcome.won:
+            if row.group in verdict.winners:
+                return  # the race was won already: the siblings were stopped then
+            verdict.winners[row.group] = row.step_id
+        if siblings is not None and outcome.stops:
+            siblings.cancel()
 
     async def _finish_undoing(self, undoing: Sequence[StepRow], join: str) -> None:
         """Finish compensations that had begun (written ahead) when the process died; never run those steps forward."""
@@ -253,7 +274,7 @@ class GroupRunner:
                 journal.restore(row, status, attempts, started_at)  # never written: never ran
             if isinstance(exc, CancelTaken):  # an operator's cancel: nothing starts (the announced ones neither)
                 for row, _, _ in calls:
-                    journal.explain(row, f"not run: {self._verdict.halted}", "Cancelled")
+                    journal.explain(row, f"not run: {self._cancellation.halted}", "Cancelled")
                 return []
             raise
         journal.check_fence()  # fenced while the intent was being written: no step starts after the fence

@@ -1,10 +1,11 @@
 """The saga engine: one running saga, fed group by group by a front door (a plan, or a dynamic saga).
 
 It composes its collaborators — the Journal (rows and writes), the Invoker (tool calls), the StepRunner
-(attempts) and the Compensator (undo) — around one Verdict (what fails the saga). A group's steps run
-concurrently (`Siblings`), their intents committed in one write first; how the group ends is its join: `all` (a
-failure cancels the siblings and fails the saga), `first` (the first success wins, the others are cancelled and
-compensated), `quorum`/`any` (every step runs; too few successes fail the saga).
+(attempts) and the Compensator (undo) — around one Verdict (what fails the saga: the group runner folds each
+step's StepOutcome into it) and one Cancellation (what runs now, and an operator's halt). A group's steps run
+concurrently (`Siblings`, forward and undo alike), their intents committed in one write first; how the group ends
+is its join: `all` (a failure cancels the siblings and fails the saga), `first` (the first success wins, the others
+are cancelled and compensated), `quorum`/`any` (every step runs; too few successes fail the saga).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 from saga_runtime._engine import _journal
 from saga_runtime._engine._approvals import Gate
 from saga_runtime._engine._budget import Account, Budget
-from saga_runtime._engine._cancellation import Shelters, shielded
+from saga_runtime._engine._cancellation import Cancellation, Shelters, shielded
 from saga_runtime._engine._compensator import Compensator
 from saga_runtime._engine._config import EngineConfig
 from saga_runtime._engine._ending import write_end
@@ -59,16 +60,17 @@ class SagaEngine:
     ) -> None:
         self.config = config
         self.journal = journal = Journal(config, saga, steps, announced=announced, owner=owner)
-        self.verdict = verdict = Verdict()
+        self.cancellation = cancellation = Cancellation()  # what runs now, and an operator's halt
+        self.verdict = verdict = Verdict(cancellation)
         self.account = Account(saga.saga_id, Budget.from_json(saga.budget), _charges(journal))
         invoker = Invoker(
             config.thread_limiter, config.call_limiter, self.account.charge, config.keyring, config.resources
         )
         self.compensator = compensator = Compensator(
-            journal, invoker, verdict, config.registry, config.compensation_timeout
+            journal, invoker, verdict, cancellation, config.registry, config.compensation_timeout
         )
         runner = StepRunner(journal, invoker, compensator, verdict)
-        self._groups = GroupRunner(journal, verdict, runner, compensator, config.registry, config.keyring)
+        self._groups = GroupRunner(journal, verdict, cancellation, runner, compensator, config.registry, config.keyring)
         self.gate = Gate(journal)
         # A saga function's messages as read when it was found due (its first recv looks there first), or None.
         self.messages: Sequence[tuple[str, str, Any, datetime]] | None = None

@@ -11,13 +11,13 @@ from typing import Any
 import anyio
 import pydantic
 
-from saga_runtime._engine._cancellation import CANCELLED, CancelTaken, Siblings, current_task
+from saga_runtime._engine._cancellation import CANCELLED, CancelTaken
 from saga_runtime._engine._compensator import Compensator
 from saga_runtime._engine._events import heard
 from saga_runtime._engine._invoker import AttemptTimeout, Invoker
 from saga_runtime._engine._journal import Journal
 from saga_runtime._engine._reconcile import reconcile
-from saga_runtime._engine._verdict import Verdict
+from saga_runtime._engine._verdict import DONE, StepOutcome, Verdict
 from saga_runtime._exceptions import (
     BudgetExceededError,
     OutcomeUnknownError,
@@ -78,10 +78,8 @@ class StepRunner:
         self._verdict = verdict
         self._debug = logger.isEnabledFor(logging.DEBUG)  # asked once a saga: a step's success logs nothing else
 
-    async def run(
-        self, row: StepRow, spec: ToolSpec, kwargs: dict[str, Any], siblings: Siblings | None, join: str = "all"
-    ) -> None:
-        """Run a step announced RUNNING to its outcome; cancel `siblings` when it fails the group."""
+    async def run(self, row: StepRow, spec: ToolSpec, kwargs: dict[str, Any], join: str = "all") -> StepOutcome:
+        """Run a step announced RUNNING to its end, recorded; return what it came to for the saga (see StepOutcome)."""
         journal = self._journal
         try:
             if (
@@ -114,16 +112,12 @@ class StepRunner:
             raise
         except _WriteFailed as exc:
             journal.finish_step(row, StepStatus.FAILED, error=f"not retried: {exc}", error_type="StoreError")
-            if self._verdict.store_error is None:
-                self._verdict.store_error = exc.__cause__
-            _cancel(siblings)
-            return
+            return StepOutcome(row, store_error=exc.__cause__)
         if type(value) is _StepFailed:
             try:
-                await self._on_failure(row, spec, value, siblings, join)
+                return await self._on_failure(row, spec, value, join)
             finally:
                 del value  # its error's traceback may hold this frame (the first attempt ran here): no cycle
-            return
         try:
             result = to_json_value(value, what="the result", tool_name=spec.name)
         except ResultNotStorableError as exc:
@@ -131,39 +125,16 @@ class StepRunner:
             journal.finish_step(row, StepStatus.FAILED, error=str(exc), error_type=type(exc).__name__)
             await self._compensator.compensate_now(row, value, known=True)
             if spec.retry_scope == "saga" and join == "all":
-                self._verdict.fail(row, str(exc))
-                _cancel(siblings)
-            return
+                return StepOutcome(row, fails=str(exc))
+            return DONE
         journal.succeed(row, result)
-        if join == "first":
-            self._won(row, siblings, join)
         if self._debug:
             logger.debug("saga %s: step %s (%s) succeeded", row.saga_id, row.step_id, row.tool_name)
-
-    def _won(self, row: StepRow, siblings: Siblings | None, join: str) -> None:
-        winners = self._verdict.winners
-        if join == "first" and row.group not in winners:
-            winners[row.group] = row.step_id
-            _cancel(siblings)  # the race is won: stop the others
+        return StepOutcome(row, won=True) if join == "first" else DONE
 
     async def reconcile(self, row: StepRow, spec: ToolSpec) -> bool | None:
         """Settle a step of unknown outcome by its tool's `reconcile` (see saga_runtime._engine._reconcile)."""
         return await reconcile(self._journal, self._invoker, spec, row)
-
-    async def settle(self, row: StepRow, spec: ToolSpec) -> None:
-        """Ask `reconcile` about a resumed step before its group starts, cut by an operator's cancel as a running
-        call is (its outcome then stays unknown)."""
-        verdict = self._verdict
-        if verdict.halted:
-            return  # cancelled: no more tool code runs forward; the step is compensated as unknown
-        try:
-            verdict.running = current_task()
-            await self.reconcile(row, spec)
-        except CANCELLED:
-            if not verdict.cut_taken():
-                raise
-        finally:
-            verdict.running = None
 
     async def _attempts(self, row: StepRow, spec: ToolSpec, kwargs: dict[str, Any], first: Any = _NOTHING) -> Any:
         # The retry policy counts row.attempts, every attempt recorded for the step, this one included: its budget
@@ -279,12 +250,9 @@ class StepRunner:
                 ) from exc
         return value
 
-    async def _on_failure(
-        self, row: StepRow, spec: ToolSpec, failure: _StepFailed, siblings: Siblings | None, join: str
-    ) -> None:
+    async def _on_failure(self, row: StepRow, spec: ToolSpec, failure: _StepFailed, join: str) -> StepOutcome:
         exc, timed_out, attempts = failure.error, failure.timed_out, failure.attempts
         verdict = self._verdict
-        verdict.errors[row.step_id] = exc
         error = f"{describe(exc)} (after {attempts} attempt{'s' if attempts != 1 else ''})"
         error_type = type(exc).__name__
         # A timed-out attempt may have had its effect: its outcome is unknown (CANCELLED), not FAILED.
@@ -301,23 +269,13 @@ class StepRunner:
         if timed_out and not stuck and spec.reconcile is not None:
             done = await self.reconcile(row, spec)
             if done:  # the effect happened after all: the step succeeded
-                del verdict.errors[row.step_id]
-                self._won(row, siblings, join)
-                return
+                return StepOutcome(row, won=True) if join == "first" else DONE
             timed_out = done is None  # not done: nothing to undo
         if stuck:
-            verdict.fail(row, f"{error}; the effect of its refused result could not be undone")
-            _cancel(siblings)
-            return
+            return StepOutcome(row, fails=f"{error}; the effect of its refused result could not be undone", error=exc)
         if spec.retry_scope == "step" or join != "all":
             # Scope "step", or a member of a race or quorum: recorded, and the group (not this step) decides.
             if timed_out:
                 await self._compensator.compensate_now(row, None, known=True)
-            return
-        verdict.fail(row, error)
-        _cancel(siblings)
-
-
-def _cancel(siblings: Siblings | None) -> None:
-    if siblings is not None:
-        siblings.cancel()
+            return StepOutcome(row, error=exc)
+        return StepOutcome(row, fails=error, error=exc)

@@ -1,40 +1,86 @@
-"""The verdict of a running saga: what fails it, and what its steps left behind that decides how it ends."""
+"""The verdict of a running saga: what fails it, and what its steps left behind that decides how it ends; and
+`StepOutcome`, what one step's run comes to, which only the group runner folds into the verdict.
+"""
 
 from __future__ import annotations
 
-import asyncio
-
-from saga_runtime._engine._cancellation import Siblings
+from saga_runtime._engine._cancellation import Cancellation
 from saga_runtime._records import StepRow
 
-__all__ = ["Verdict"]
+__all__ = ["DONE", "StepOutcome", "Verdict"]
+
+
+class StepOutcome:
+    """What one run of a step came to, returned by the step runner and folded into the saga's fate by the group
+    runner alone (frozen). `DONE` (the step ended and nothing of it bears on the saga) is the common case.
+
+    `fails` says why the saga fails because of the step; `error` is the exception that ended it (kept while the
+    process lives: the record keeps type and message); `won`: it succeeded in a `first` group; `store_error`: a
+    write-ahead record of it could not be written (the group stops, and the error goes on to the caller). A
+    failing, winning or unwritable step stops its running siblings.
+    """
+
+    __slots__ = ("error", "fails", "row", "store_error", "won")
+
+    row: StepRow | None
+    fails: str | None
+    error: BaseException | None
+    won: bool
+    store_error: BaseException | None
+
+    def __init__(
+        self,
+        row: StepRow | None,
+        *,
+        fails: str | None = None,
+        error: BaseException | None = None,
+        won: bool = False,
+        store_error: BaseException | None = None,
+    ) -> None:
+        setattr_ = object.__setattr__
+        setattr_(self, "row", row)
+        setattr_(self, "fails", fails)
+        setattr_(self, "error", error)
+        setattr_(self, "won", won)
+        setattr_(self, "store_error", store_error)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"a StepOutcome is frozen: {name} cannot be set")
+
+    @property
+    def stops(self) -> bool:
+        """Tell whether the step's siblings still running are cancelled: it failed the saga, won, or went unwritten."""
+        return self.fails is not None or self.won or self.store_error is not None
+
+
+#: A step that ended with nothing that bears on the saga (it succeeded in an `all` group, or its failure is its own).
+DONE = StepOutcome(None)
 
 
 class Verdict:
-    """What the engine's parts learn as a saga runs, and read to decide how it goes on.
+    """What decides how a saga goes on and ends, written by the group runner (folding each step's `StepOutcome`) and
+    the engine's front doors (`fail`, `halt`, `forgive`); the step runner and compensator only read it.
 
     `reason` is why the saga fails (None while it may still succeed); `culprit` the step that failed it.
     `errors` keeps the exception that ended each failed step in this process (the record keeps type and message);
     `stuck` holds steps whose refused result could not be undone; `winners` the step that won each `first` race.
-    `halted` says why an operator cancelled the saga; `running` is what runs a group now (the task running its
-    one step inline, or its siblings), which a halt cancels: the calls' outcomes are unknown.
+    An operator's cancel is the saga's `Cancellation`'s (read here as `halted`): `halt` fails the saga for it.
     """
 
     __slots__ = (
         "_cause",
-        "_cut",
+        "cancellation",
         "culprit",
         "errors",
         "failed",
-        "halted",
         "reason",
-        "running",
         "store_error",
         "stuck",
         "winners",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, cancellation: Cancellation) -> None:
+        self.cancellation = cancellation
         self.reason: str | None = None
         # Whether a step failed in a way that fails the saga (`reason` is set): read at every step.
         self.failed = False
@@ -44,9 +90,6 @@ class Verdict:
         self.winners: dict[int, str] = {}
         # A write-ahead record that could not be written: the group stops, and the error goes on to the caller.
         self.store_error: BaseException | None = None
-        self.halted: str | None = None
-        self.running: asyncio.Task[object] | Siblings | None = None
-        self._cut = False  # the task running a step inline was cancelled by a halt (not yet taken back)
         self._cause: str | None = None  # the class name of what failed it, given by a front door
 
     @property
@@ -76,37 +119,28 @@ class Verdict:
                 error_type = getattr(cause, "error_type", None)
                 self._cause = error_type if isinstance(error_type, str) else type(cause).__name__
 
+    @property
+    def halted(self) -> str | None:
+        """Return why an operator cancelled the saga (None while not): its cancellation's."""
+        return self.cancellation.halted
+
     def halt(self, reason: str) -> None:
         """Fail the saga for an operator's cancel, and cancel the calls running now."""
         self.fail_with(reason)
-        self.halted = self.halted or reason
-        running = self.running
-        if isinstance(running, Siblings):
-            running.cancel()
-        elif running is not None and not self._cut and running is not asyncio.current_task():
-            # (Not the task asking: its own refused write told it, and it starts nothing more.)
-            self._cut = True
-            running.cancel()
-
-    def cut_taken(self) -> bool:
-        """Take back a halt's cancel of the current task; tell whether it was the only one (else it goes on)."""
-        if not self._cut:
-            return False
-        self._cut = False
-        task = asyncio.current_task()
-        return task is not None and task.uncancel() == 0
+        self.cancellation.halt(reason)
 
     def forgive(self) -> None:
         """Forget the failure (a dynamic saga's code decides itself whether a failed call ends the saga); an
         operator's cancel is not the code's to forget."""
-        if self.halted is None:
+        if self.cancellation.halted is None:
             self.reason = None
             self.failed = False
 
     def why_cancelled(self, row: StepRow) -> str:
         """Say why a running step was cancelled: an operator's cancel, a race won, a failed sibling, the caller."""
-        if self.halted:
-            return self.halted
+        halted = self.cancellation.halted
+        if halted:
+            return halted
         if row.group in self.winners:
             return f"step {self.winners[row.group]!r} won the race"
         if self.culprit:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
 
+import anyio
 import pytest
 
-from saga_runtime import LeaseLostError
+from saga_runtime import LeaseLostError, SagaExecutor, SagaStatus, ToolRegistry
 from saga_runtime._engine._cancellation import Fence, Siblings, cancel_requests, shielded, shielded_inline
 
 
@@ -107,6 +110,50 @@ async def test_siblings_are_cancelled_together_when_one_asks() -> None:
     assert sorted(ended) == ["a cancelled", "b cancelled", "failing"]
 
 
+async def test_a_sibling_in_an_anyio_shielded_section_is_cancelled_once_it_leaves_it() -> None:
+    """A step cancelled inside an anyio-shielded section finishes the section, then is cancelled at its next wait."""
+    ended: list[str] = []
+    siblings = Siblings()
+
+    async def guarded() -> None:
+        with anyio.CancelScope(shield=True):
+            await asyncio.sleep(0.05)
+            ended.append("section done")
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            ended.append("cancelled after")
+            raise
+
+    async def failing() -> None:
+        await asyncio.sleep(0.01)
+        siblings.cancel()
+
+    siblings.start(guarded)
+    siblings.start(failing)
+    await asyncio.wait_for(siblings.wait(), 5)
+    assert ended == ["section done", "cancelled after"]
+
+
+async def test_a_sibling_cancelled_before_it_started_starts_and_is_cancelled_at_its_first_wait() -> None:
+    """A step of a group cancelled before it ran still starts (so it can record how it ended), then is cancelled."""
+    ended: list[str] = []
+    siblings = Siblings()
+
+    async def step() -> None:
+        ended.append("started")
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            ended.append("cancelled")
+            raise
+
+    siblings.start(step)
+    siblings.cancel()
+    await asyncio.wait_for(siblings.wait(), 5)
+    assert ended == ["started", "cancelled"]
+
+
 async def test_a_caller_leaving_cancels_the_siblings_waits_for_them_then_re_raises() -> None:
     """The waiting caller cancelled: every step is cancelled and awaited before the cancel goes on."""
     ended: list[str] = []
@@ -180,3 +227,35 @@ async def test_cancel_requests_counts_a_pending_cancel_of_the_task() -> None:
     with pytest.raises(asyncio.CancelledError):  # the cancel requested above is still delivered once
         await asyncio.sleep(0)
     assert cancel_requests() == before
+
+
+async def test_a_sibling_that_swallows_its_cancel_is_cancelled_again_at_its_next_wait() -> None:
+    """A sibling that swallows the group's cancel (as 3.11's wait_for can) is cancelled again: no effect after it."""
+    log: list[str] = []
+    reg = ToolRegistry()
+
+    @reg.tool(name="fail_soon")
+    class FailSoon:
+        async def execute(self) -> dict[str, int]:
+            await asyncio.sleep(0.01)
+            raise RuntimeError("boom")
+
+    @reg.tool(name="swallow")
+    class Swallow:
+        async def execute(self) -> dict[str, int]:
+            # Swallowed: what asyncio.wait_for on 3.11 does when its future completes in the same turn.
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(5)
+            log.append("went on")
+            await asyncio.sleep(5)
+            log.append("second effect")
+            return {"y": 1}
+
+        async def compensate(self, result: dict[str, int] | None) -> None:
+            log.append(f"compensate({result})")
+
+    started = time.perf_counter()
+    result = await SagaExecutor(reg).run([[{"tool": "fail_soon", "id": "f"}, {"tool": "swallow", "id": "s"}]])
+    assert time.perf_counter() - started < 3  # cancelled again at once, not after its 5 s wait
+    assert result.status is SagaStatus.COMPENSATED
+    assert log == ["went on", "compensate(None)"]
