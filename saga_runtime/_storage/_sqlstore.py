@@ -220,7 +220,11 @@ class SQLStore(StoreBase, SQLRetention, SQLSchedules, SQLQueueControl):
         return self._retry_for
 
     async def _retrying(
-        self, what: str, operation: Callable[[], Awaitable[_T]], *, failed: tuple[StoreConnectionError, float] | None = None
+        self,
+        what: str,
+        operation: Callable[[], Awaitable[_T]],
+        *,
+        failed: tuple[StoreConnectionError, float] | None = None,
     ) -> _T:
         """Run `operation` (one whole transaction); run it again on a fresh connection while it loses its own.
 
