@@ -107,7 +107,10 @@ class Batcher:
         self._direct += 1
         self._busy |= write.keys
         try:
-            outcome = (await self._outcomes([write]))[0]
+            try:  # `_outcomes`, inlined: the hot path of a saga written one at a time
+                outcome: Outcome | Exception = (await self._flush([write]))[0]
+            except Exception as exc:
+                outcome = exc
         finally:
             self._busy -= write.keys
             self._direct -= 1

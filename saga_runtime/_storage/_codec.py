@@ -203,29 +203,33 @@ class RowCodec:
 
     def step_params(self, row: StepRow) -> tuple[Any, ...]:
         """Return the parameters of a step row, in STEP_COLUMNS order."""
+        args, result = row.args, row.result
         try:  # the hot path: the error message (naming the step) is only built for a value that is not JSON
-            args = None if row.args is None else _JSON(row.args)
-            result = None if row.result is None else _JSON(row.result)
+            args_text = None if args is None else _JSON(args)
+            # An int result (the usual small one) is its own text: no encoder, no join.
+            result_text = None if result is None else int.__repr__(result) if type(result) is int else _JSON(result)
         except _UNENCODABLE:
             what = f"step {row.step_id!r} ({row.tool_name}) of saga {row.saga_id!r}"
-            args = self.json_in(row.args, f"the args of {what}")
-            result = self.json_in(row.result, f"the result of {what}")
+            args_text = self.json_in(args, f"the args of {what}")
+            result_text = self.json_in(result, f"the result of {what}")
+        time_in = self.time_in
+        started, finished, compensated = row.started_at, row.finished_at, row.compensated_at
         return (
             row.saga_id,
             row.seq,
             row.step_id,
             row.group,
             row.tool_name,
-            args,
+            args_text,
             row.idempotency_key,
             row.status._value_,  # not `.value`: a property, two Python calls
             row.attempts,
-            result,
+            result_text,
             row.error,
             row.error_type,
-            self.time_in(row.started_at),
-            self.time_in(row.finished_at),
-            self.time_in(row.compensated_at),
+            None if started is None else time_in(started),
+            None if finished is None else time_in(finished),
+            None if compensated is None else time_in(compensated),
             row.compensation_error,
             row.compensation_attempts,
             row.prev_hash,

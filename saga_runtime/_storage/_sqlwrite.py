@@ -48,17 +48,24 @@ def write_of(
     """
     if saga is None and not steps:
         return None
-    # One row per step: a statement may touch a row once, and the last version of a row is the one that counts.
-    by_step: dict[tuple[str, str], tuple[Any, ...]] = {}
-    ids: set[str] = set()
     step_params = codec.step_params
     # The bulk of a write is its JSON (plan, metadata; args, result): what keeps a batch's statement in bounds,
     # counted in UTF-8 bytes (a character may take four).
     size = 0
+    rows: list[tuple[Any, ...]] = []
+    ids: set[str] = set()
     for row in steps:
-        params = by_step[row.saga_id, row.step_id] = step_params(row)
+        params = step_params(row)
+        rows.append(params)
         ids.add(row.saga_id)
-        size += _bytes(params[5]) + _bytes(params[9])
+        args, result = params[5], params[9]
+        if args is not None:
+            size += len(args) if args.isascii() else len(args.encode())
+        if result is not None:
+            size += len(result) if result.isascii() else len(result.encode())
+    if len(rows) > 1 and len({(row.saga_id, row.step_id) for row in steps}) < len(rows):
+        # One row per step: a statement may touch a row once, and the last version of a row is the one that counts.
+        rows = list({(row.saga_id, row.step_id): params for row, params in zip(steps, rows, strict=True)}.values())
     saga_params = None
     if saga is not None:
         saga_params = codec.saga_params(saga)
@@ -67,7 +74,6 @@ def write_of(
     if owner is not None and len(ids) > 1:
         raise ValueError(f"an owner-conditional save writes the rows of one saga, not of {sorted(ids)}")
     saga_id = saga.saga_id if saga is not None else min(ids)
-    rows = list(by_step.values())
     keep = not lease and saga_params is not None and owner is not None and not create
     return Write(
         what, saga_id, saga_params, rows, owner=owner, create=create, keep_lease=keep, keys=frozenset(ids), size=size
