@@ -6,14 +6,13 @@ written ahead, retried by the tool's `compensation_retry`, and a fenced engine s
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Coroutine, Generator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import anyio
 
-from saga_runtime._engine._cancellation import CANCELLED, Cancellation, Siblings, shielded, shielded_inline
+from saga_runtime._engine._cancellation import CANCELLED, Cancellation, Siblings, shielded
 from saga_runtime._engine._ending import write_end
 from saga_runtime._engine._invoker import Invoker
 from saga_runtime._engine._journal import Journal, seq_of
@@ -39,7 +38,7 @@ _SAGA_COMPENSATED, _SAGA_COMPENSATION_FAILED = SagaStatus.COMPENSATED, SagaStatu
 class Compensator:
     """Compensate a saga's steps (see the module docstring)."""
 
-    __slots__ = ("_cancellation", "_inline", "_invoker", "_journal", "_registry", "_timeout", "_verdict")
+    __slots__ = ("_cancellation", "_invoker", "_journal", "_registry", "_timeout", "_verdict")
 
     def __init__(
         self,
@@ -56,8 +55,6 @@ class Compensator:
         self._verdict = verdict
         self._registry = registry
         self._timeout = timeout
-        # True while `compensate_all` runs in its caller's task, before its first pause (see `compensate_all`).
-        self._inline = False
 
     def needs(self, row: StepRow) -> bool:
         """Tell whether a step must be undone when the saga compensates: done or in doubt, and undoable."""
@@ -74,24 +71,32 @@ class Compensator:
         """Undo every step that succeeded or whose outcome is unknown, groups in reverse; record the saga's end.
 
         Runs to its end even if the caller is cancelled meanwhile (the cancellation goes on afterwards), and is
-        bounded by the executor's `compensation_timeout`. With a store that writes inline it runs in the calling
-        task until it first pauses (nothing can cancel it before then; most in-memory undos never pause): no task,
-        no shield, no cancel scope for them. From its first pause on it runs shielded, and bounded from its start.
+        bounded by the executor's `compensation_timeout`.
         """
-        if not self._journal.writes_inline:
-            return await shielded(self._compensate_all())
-        self._inline = True
-        try:
-            return await shielded_inline(self._compensate_all())
-        finally:
-            self._inline = False
+        return await shielded(self._compensate_all())
 
     async def _compensate_all(self) -> SagaResult:
         journal = self._journal
         journal.check_fence()
-        timed_out = await _BoundedFromPause(self._undo_all(), self._timeout, self)
+        with anyio.move_on_after(self._timeout) as scope:
+            journal.begin_compensation(self._verdict.reason or "the saga was cancelled by its caller")
+            if not journal.wrote_now():
+                await journal.flush()
+            groups: dict[int, list[StepRow]] = {}
+            for row in sorted((row for row in journal.rows.values() if self.needs(row)), key=seq_of):
+                groups.setdefault(row.group, []).append(row)
+            for group in sorted(groups, reverse=True):
+                journal.check_fence()  # a compensation stopped by the fence: the saga's end is not ours to record
+                members = groups[group]
+                if len(members) == 1:  # nothing to run concurrently: no task group (the sequential case)
+                    await self.compensate_one(members[0])
+                    continue
+                siblings = Siblings()
+                for row in members:
+                    siblings.start(self.compensate_one, row)
+                await self._cancellation.together(siblings, halts=False)
         journal.check_fence()
-        if timed_out:
+        if scope.cancelled_caught:
             logger.error(
                 "saga %s: compensation did not finish within compensation_timeout=%gs",
                 journal.saga.saga_id,
@@ -107,33 +112,6 @@ class Compensator:
             journal.undo_failed(row, f"compensation did not run: compensation_timeout ({self._timeout:g}s) ran out")
         status = _SAGA_COMPENSATION_FAILED if failed or leftover else _SAGA_COMPENSATED
         return await write_end(journal, status, self._verdict.reason, self._verdict.cause)
-
-    async def _undo_all(self) -> None:
-        """Undo the steps that need it, groups in reverse (the part `compensation_timeout` bounds)."""
-        journal = self._journal
-        journal.begin_compensation(self._verdict.reason or "the saga was cancelled by its caller")
-        if not journal.wrote_now():
-            await journal.flush()
-        groups: dict[int, list[StepRow]] = {}
-        for row in sorted((row for row in journal.rows.values() if self.needs(row)), key=seq_of):
-            groups.setdefault(row.group, []).append(row)
-        for group in sorted(groups, reverse=True):
-            journal.check_fence()  # a compensation stopped by the fence: the saga's end is not ours to record
-            members = groups[group]
-            if len(members) == 1:  # nothing to run concurrently: no task group (the sequential case)
-                await self.compensate_one(members[0])
-                continue
-            await self._leave_inline()  # (the group's wait may enter a shield: in the task it ends in)
-            siblings = Siblings()
-            for row in members:
-                siblings.start(self.compensate_one, row)
-            await self._cancellation.together(siblings, halts=False)
-
-    async def _leave_inline(self) -> None:
-        """Pause once if `compensate_all` still runs in its caller's task, before entering a cancel scope: from the
-        pause on it runs in its own (shielded) task, where the scope is entered and left."""
-        if self._inline:
-            await asyncio.sleep(0)
 
     def reopen(self) -> None:
         """Make a COMPENSATION_FAILED saga's failed compensations due again (an operator's retry)."""
@@ -200,8 +178,6 @@ class Compensator:
                 why = "not registered (missing, renamed)" if spec is None else f"of another version ({spec.version!r})"
                 self._gave_up(row, f"not compensated: its tool {row.tool_name!r} is {why}")
             return False
-        if not known and row.status in UNKNOWN and spec.reconcile is not None:
-            await self._leave_inline()  # reconcile may enter a cancel scope (its tool's timeout)
         if not known and row.status in UNKNOWN and not await self._reconciled(row, spec):
             return False  # reconcile says the effect did not happen: nothing to undo
         compensate = spec.compensate
@@ -212,8 +188,6 @@ class Compensator:
             value = row.result if row.status is _SUCCESS else None
         policy = spec.compensation_retry
         direct = settle and self._invoker.direct(spec.compensate_is_async, spec.compensate_ctx_params, spec)
-        if not direct:
-            await self._leave_inline()  # the invoker may enter a cancel scope (a timeout, a thread, a limiter)
         attempt = 0
         while not journal.fenced:
             attempt += 1
@@ -278,51 +252,3 @@ class Compensator:
         self._journal.undo_failed(row, why)
         if tell:
             self._journal.emit("compensation_finished", row, attempt=row.compensation_attempts, error=why)
-
-
-class _BoundedFromPause:
-    """Await `coro`, bounded by `timeout` seconds from now; the result tells whether the bound cut it short.
-
-    It runs here until it first pauses: no time can run out before then, so no cancel scope is entered for a
-    coroutine that never pauses. From its first pause on, it runs in a scope whose deadline is the bound's: entered
-    after the pause, in the task it goes on in (`compensate_all` moves into a task of its own there: see
-    `shielded_inline`), and left in that task.
-    """
-
-    __slots__ = ("_compensator", "_coro", "_deadline")
-
-    def __init__(self, coro: Coroutine[Any, Any, None], timeout: float, compensator: Compensator) -> None:
-        self._coro = coro
-        self._deadline = anyio.current_time() + timeout
-        self._compensator = compensator
-
-    def __await__(self) -> Generator[Any, Any, bool]:
-        coro = self._coro
-        try:
-            yielded = coro.send(None)
-        except StopIteration:
-            return False
-        self._compensator._inline = False  # paused: what follows runs in the task that goes on
-        try:
-            yield  # one turn of the loop: from here on in that task (see `shielded_inline`), where the bound starts
-        except BaseException as exc:  # not bounded yet: the coroutine takes it (the loop closing, say)
-            try:
-                yielded = coro.throw(exc)
-            except StopIteration:
-                return False
-        scope = anyio.CancelScope(deadline=self._deadline).__enter__()
-        try:
-            while True:
-                try:
-                    sent = yield yielded
-                except BaseException as exc:  # a cancellation (the bound's, or the task's) goes to the coroutine
-                    yielded = coro.throw(exc)
-                else:
-                    yielded = coro.send(sent)
-        except StopIteration:
-            scope.__exit__(None, None, None)
-            return scope.cancelled_caught
-        except BaseException as exc:
-            if not scope.__exit__(type(exc), exc, exc.__traceback__):
-                raise
-            return scope.cancelled_caught
