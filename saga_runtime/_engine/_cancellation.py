@@ -37,7 +37,10 @@ __all__ = [
 T = TypeVar("T")
 
 _current_task = asyncio.current_task
-_SHIELD_POLL = 0.002  # seconds between two looks at a step in an anyio-shielded section that is to be cancelled
+# Seconds between two looks at a step in an anyio-shielded section that is to be cancelled: the first soon, then
+# twice as long each time up to the longest (a long shielded undo costs a few wake-ups a second, not a busy loop).
+_SHIELD_POLL = 0.002
+_SHIELD_POLL_LONGEST = 0.05
 
 
 logger = logging.getLogger("saga_runtime")
@@ -319,13 +322,13 @@ class Siblings:
     Plain asyncio tasks, cancelled natively (`Task.cancel`), with no cancel scope per step: an anyio scope costs
     more than the rest of a task's start, an anyio task group three times as much again, and `asyncio.TaskGroup`
     would cut short what anyio shields. A step inside an anyio-shielded section (the tool's own, or a shielded
-    undo) is cancelled within `_SHIELD_POLL` seconds of leaving it; a step that swallows a cancel is cancelled
-    again at its next wait, as anyio's scopes do; a step cancelled before it started starts all the
-    same and is cancelled at its first wait, so it records how it ended. A step that raises (a bug: steps record
+    undo) is cancelled soon after it leaves it (within `_SHIELD_POLL_LONGEST` seconds); a step that swallows a
+    cancel is cancelled again at its next wait, as anyio's scopes do; a step cancelled before it started starts all
+    the same and is cancelled at its first wait, so it records how it ended. A step that raises (a bug: steps record
     their failures) cancels the others; `wait()` raises the group.
     """
 
-    __slots__ = ("_done", "_errors", "_fold", "_loop", "_next", "_pending", "_running", "cancelled")
+    __slots__ = ("_done", "_errors", "_fold", "_loop", "_next", "_pending", "_poll", "_running", "cancelled")
 
     def __init__(self, fold: Callable[[Any, Siblings], None] | None = None) -> None:
         self._loop = asyncio.get_running_loop()
@@ -335,6 +338,7 @@ class Siblings:
         self._done: asyncio.Future[None] | None = None
         self._errors: list[BaseException] = []
         self._next: asyncio.Handle | None = None  # the next look `_cut` takes at the steps not yet ended
+        self._poll = _SHIELD_POLL  # how long until the next look while only shielded steps are left
         self.cancelled = False
 
     def start(self, step: Callable[..., Coroutine[Any, Any, object]], *args: Any) -> None:
@@ -370,8 +374,9 @@ class Siblings:
         a cancel: Python 3.11's `wait_for` does when what it waits for completes in the same turn): not the step
         asking (at its next wait), nor one not started yet (so it starts, and records how it ended), nor one whose
         cancel is not delivered yet or that is about to resume from what it waited for (those next turn), nor one in
-        an anyio-shielded section (looked at again every `_SHIELD_POLL` seconds: no busy loop while a shielded undo
-        runs; it is cancelled within that time once it leaves the section)."""
+        an anyio-shielded section (looked at again after `_SHIELD_POLL` seconds, then twice as long each time up to
+        `_SHIELD_POLL_LONGEST`: no busy loop while a shielded undo runs; it is cancelled within that time once it
+        leaves the section)."""
         self._next = None
         current = _current_task()
         soon = shielded = False
@@ -392,7 +397,8 @@ class Siblings:
         if soon:
             self._next = self._loop.call_soon(self._cut)
         elif shielded:
-            self._next = self._loop.call_later(_SHIELD_POLL, self._cut)
+            self._next = self._loop.call_later(self._poll, self._cut)
+            self._poll = min(self._poll * 2, _SHIELD_POLL_LONGEST)
 
     async def wait(self) -> None:
         """Return once every step has ended; if the caller is cancelled meanwhile, cancel them, wait, re-raise."""
