@@ -255,10 +255,10 @@ class SagaSummary(BaseModel):
     waiting_for: WaitingFor | None = None
 
 
-_object_setattr = object.__setattr__
 _new = object.__new__
 # The slots every pydantic model has, set through their descriptors: what `object.__setattr__` ends up calling,
 # without looking the name up on the model's class first.
+_set_dict = BaseModel.__dict__["__dict__"].__set__
 _set_fields_set = BaseModel.__dict__["__pydantic_fields_set__"].__set__
 _set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
 _set_private = BaseModel.__dict__["__pydantic_private__"].__set__
@@ -272,7 +272,7 @@ def _construct(model: type[_M], values: dict[str, Any], fields: set[str]) -> _M:
     `fields` is the set of every field name (copied: each model has its own set of fields set).
     """
     instance = _new(model)
-    _object_setattr(instance, "__dict__", values)
+    _set_dict(instance, values)
     _set_fields_set(instance, fields.copy())
     _set_extra(instance, None)
     _set_private(instance, None)
@@ -289,7 +289,7 @@ def _step_records(rows: Sequence[StepRow]) -> list[StepRecord]:
     records = []
     # One set for all: every field is set, and pydantic copies it before changing it (a frozen model never does).
     fields = _STEP_FIELDS
-    new, set_, set_fields, set_extra, set_private = _new, _object_setattr, _set_fields_set, _set_extra, _set_private
+    new, set_dict, set_fields, set_extra, set_private = _new, _set_dict, _set_fields_set, _set_extra, _set_private
     for row in rows:
         args = row.args
         if type(args) is not dict or ENVELOPE in args:
@@ -300,9 +300,8 @@ def _step_records(rows: Sequence[StepRow]) -> list[StepRecord]:
                     args = mask_secrets(args)
                     break
         record = new(StepRecord)
-        set_(
+        set_dict(
             record,
-            "__dict__",
             {
                 "step_id": row.step_id,
                 "group": row.group,
