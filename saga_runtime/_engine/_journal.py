@@ -136,6 +136,9 @@ class Journal:
         self._seal_known = False  # the saga row's seal is the one this journal's last write stored
         # The saga's end is recorded (`end`): its rows change no more, so an inline store may keep them as they are.
         self._ended = False
+        # Every step's arguments are shown as they are in the saga's result (no secret to mask: see
+        # Plan.args_shown_as_is); set by whoever starts the saga from such a plan.
+        self.args_shown_as_is = False
         # The clock's reading of the end (the saga's finished_at), until the write that records it: that write's
         # updated_at (one instant: the end is written at once, nothing happens to the saga in between).
         self._end_at: datetime | None = None
@@ -233,6 +236,7 @@ class Journal:
     def set_args(self, row: StepRow, args: Any) -> None:
         """Give a step that has not started its arguments (a plan's `$ref`s resolved)."""
         row.args = args
+        self.args_shown_as_is = False  # (its result checks them)
 
     def add_step(self, row: StepRow) -> None:
         """Add a step to the saga (dynamic sagas add them as they go); it is written with the next flush."""

@@ -284,15 +284,20 @@ def step_record(row: StepRow) -> StepRecord:
     return _step_records((row,))[0]
 
 
-def _step_records(rows: Sequence[StepRow]) -> list[StepRecord]:
-    """Return the records of `rows`, in their order: `_construct` inlined, as a saga's result builds one per step."""
+def _step_records(rows: Sequence[StepRow], args_shown: bool = False) -> list[StepRecord]:
+    """Return the records of `rows`, in their order: `_construct` inlined, as a saga's result builds one per step.
+
+    `args_shown`: every row's arguments are known to hold no secret (`mask_secrets` keeps them): not checked.
+    """
     records = []
     # One set for all: every field is set, and pydantic copies it before changing it (a frozen model never does).
     fields = _STEP_FIELDS
     new, set_dict, set_fields, set_extra, set_private = _new, _set_dict, _set_fields_set, _set_extra, _set_private
     for row in rows:
         args = row.args
-        if type(args) is not dict or ENVELOPE in args:
+        if args_shown:
+            pass  # known to hold no secret
+        elif type(args) is not dict or ENVELOPE in args:
             args = mask_secrets(args)  # an encrypted secret is shown as "**********"
         else:
             for value in args.values():
@@ -330,11 +335,17 @@ def _step_records(rows: Sequence[StepRow]) -> list[StepRecord]:
 
 
 def result_from_rows(
-    saga: SagaRow, steps: Sequence[StepRow], approvals: Sequence[ApprovalRow] = (), *, complete: bool = False
+    saga: SagaRow,
+    steps: Sequence[StepRow],
+    approvals: Sequence[ApprovalRow] = (),
+    *,
+    complete: bool = False,
+    args_shown: bool = False,
 ) -> SagaResult:
     """Return the SagaResult of a saga row, its step rows (in any order; sorted by `seq`) and approval rows.
 
     `complete`: `steps` hold a row for every planned step (an engine's), none to read from the plan.
+    `args_shown`: no step's arguments hold a secret (an engine's that knows it from its plan): none masked.
     """
     rows = steps if complete else with_unstarted(saga, list(steps))
     end_reason, standing = end_of(saga.status, rows, saga.history)
@@ -343,7 +354,7 @@ def result_from_rows(
         {
             "saga_id": saga.saga_id,
             "status": saga.status,
-            "steps": _step_records(sorted(rows, key=_seq)),
+            "steps": _step_records(sorted(rows, key=_seq), args_shown),
             "error": saga.error,
             "metadata": dict(saga.metadata),
             "created_at": saga.created_at,
