@@ -205,7 +205,9 @@ class SagaExecutor:
         # The first group's intent (RUNNING, attempt 1) is committed with the saga itself: one write less (unless a
         # step of it waits for a person's decision first).
         held = bool(planned.groups) and any(step.approval for step in planned.groups[0])
-        return await self._actions.run(planned, saga, steps, announce=not held)
+        return await self._actions.run(
+            planned, saga, steps, announce=not held, args_shown_as_is=planned.args_shown_as_is
+        )
 
     async def submit(
         self,

@@ -74,14 +74,22 @@ class Actions:
         return self._planner
 
     async def run(
-        self, work: PlanShape | CallBody, saga: SagaRow, steps: list[StepRow], *, announce: bool
+        self,
+        work: PlanShape | CallBody,
+        saga: SagaRow,
+        steps: list[StepRow],
+        *,
+        announce: bool,
+        args_shown_as_is: bool = False,
     ) -> SagaResult:
         """Store a new saga and drive it (`work`: its plan, or a saga function's code); an existing one is returned
         finished, or resumed if its owner is gone. `announce`: the first group's intent is written with the saga.
+        `args_shown_as_is`: no step's arguments hold a secret to mask (`Plan.args_shown_as_is`).
         """
         drives = self._drives
         store = drives.config.store
         engine = drives.claims.start_plan(saga, steps, announce=announce)
+        engine.journal.args_shown_as_is = args_shown_as_is  # (a resumed saga's engine checks them)
         # Only the first group's intents go with the saga: a step's row is first written at its intent.
         announced = engine.journal.announced
         created = saga.copy()

@@ -53,7 +53,9 @@ async def write_end(journal: Journal, status: SagaStatus, error: str | None, cau
     else:
         await shielded_inline(journal.flush(), lambda rest: shielded(_bounded(journal, rest)))
     changed(journal.store, saga.saga_id)  # its readers in this process stop now
-    result = result_from_rows(saga, list(journal.rows.values()), journal.approvals, complete=True)
+    result = result_from_rows(
+        saga, list(journal.rows.values()), journal.approvals, complete=True, args_shown=journal.args_shown_as_is
+    )
     journal.emit("saga_finished", error=saga.error, reason=result.end_reason)
     level = logging.INFO if succeeded else logging.WARNING
     if heard(logger, level):  # (a record built for nobody costs as much as a step)

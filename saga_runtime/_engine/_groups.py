@@ -251,7 +251,6 @@ class GroupRunner:
     async def _announce(self, calls: list[_Call], join: str) -> list[_Call]:
         """Commit the intents (RUNNING, attempt n) of the calls not yet announced; return every call to start."""
         journal = self._journal
-        started = now()
         ready: list[_Call] = []
         if journal.announced:
             waiting: list[_Call] = []
@@ -260,11 +259,12 @@ class GroupRunner:
             journal.announced.difference_update(call[0].step_id for call in ready)
             calls = waiting
         before = [(row.status, row.attempts, row.started_at) for row, _, _ in calls]
-        for row, spec, _ in calls:
-            # A step resumed after a crash (RUNNING or CANCELLED: outcome unknown) runs again with the same
-            # idempotency key; its attempts keep counting.
-            journal.start(row, started, spec.version)
-        if calls:
+        if calls:  # (the clock is read only for calls to announce: none when all were announced with the saga)
+            started = now()
+            for row, spec, _ in calls:
+                # A step resumed after a crash (RUNNING or CANCELLED: outcome unknown) runs again with the same
+                # idempotency key; its attempts keep counting.
+                journal.start(row, started, spec.version)
             journal.keep_lease()  # never start on an almost expired lease: extend it in the same write
         try:
             if not journal.wrote_now():

@@ -136,6 +136,12 @@ class Journal:
         self._seal_known = False  # the saga row's seal is the one this journal's last write stored
         # The saga's end is recorded (`end`): its rows change no more, so an inline store may keep them as they are.
         self._ended = False
+        # Every step's arguments are shown as they are in the saga's result (no secret to mask: see
+        # Plan.args_shown_as_is); set by whoever starts the saga from such a plan.
+        self.args_shown_as_is = False
+        # The clock's reading of the end (the saga's finished_at), until the write that records it: that write's
+        # updated_at (one instant: the end is written at once, nothing happens to the saga in between).
+        self._end_at: datetime | None = None
         # asyncio.Lock: it does not yield to the loop when nobody holds it. A store whose write never pauses
         # (`writes_inline`: the memory store) is written in the calling code, without it.
         self._write_lock = asyncio.Lock() if inline is None else None
@@ -230,6 +236,7 @@ class Journal:
     def set_args(self, row: StepRow, args: Any) -> None:
         """Give a step that has not started its arguments (a plan's `$ref`s resolved)."""
         row.args = args
+        self.args_shown_as_is = False  # (its result checks them)
 
     def add_step(self, row: StepRow) -> None:
         """Add a step to the saga (dynamic sagas add them as they go); it is written with the next flush."""
@@ -343,7 +350,7 @@ class Journal:
             if saga.error is None:
                 saga.error = error or "the saga was cancelled by its caller"
             ended(saga, status, self.rows.values(), cause)
-        saga.finished_at = now()
+        saga.finished_at = self._end_at = now()
         saga.lease_expires_at = None
         self._ended = True
 
@@ -486,7 +493,8 @@ class Journal:
         lease = True
         if saga_dirty or self._saga_touched:
             saga = self.saga.copy()
-            saga.updated_at = at = now()
+            saga.updated_at = at = self._end_at or now()
+            self._end_at = None
             if saga.status in _LIVE:
                 lease = not self._lease_kept()
                 if lease:
@@ -542,7 +550,8 @@ class Journal:
         if self._saga_dirty or self._saga_touched:
             # The new lease goes on the copy; believed only once stored.
             saga = self.saga.copy()
-            saga.updated_at = now()
+            saga.updated_at = self._end_at or now()
+            self._end_at = None
             if saga.status in _LIVE:
                 lease = not self._lease_kept()
                 if lease:

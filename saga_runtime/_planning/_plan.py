@@ -223,6 +223,7 @@ class Plan:
         known = vars(copy)  # the cached properties' values, as functools.cached_property keeps them
         known["encoded"], known["digest"], known["steps"] = self.encoded, self.digest, self.steps
         known["key_parts"] = self.key_parts
+        known["args_shown_as_is"] = self.args_shown_as_is
         if not self._plain:
             known["step_args"] = [_own_args(args) for args in self.step_args]
             return copy
@@ -239,6 +240,15 @@ class Plan:
             json.append(steps)
         known["step_args"], known["_json"] = step_args, json
         return copy
+
+    @functools.cached_property
+    def args_shown_as_is(self) -> bool:
+        """Tell whether every step's arguments are shown as they are in its record (`mask_secrets` keeps them: no
+        secret, no value to look into), as long as nothing replaces them (a `$ref` resolved: a plain plan has none).
+
+        Known once for a plan many sagas run (its `fresh` copies share it): their results check no step's arguments.
+        """
+        return self._plain and all(mask_secrets(args) is args for args in self.step_args)
 
     @functools.cached_property
     def _plain(self) -> bool:

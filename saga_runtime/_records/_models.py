@@ -255,10 +255,10 @@ class SagaSummary(BaseModel):
     waiting_for: WaitingFor | None = None
 
 
-_object_setattr = object.__setattr__
 _new = object.__new__
 # The slots every pydantic model has, set through their descriptors: what `object.__setattr__` ends up calling,
 # without looking the name up on the model's class first.
+_set_dict = BaseModel.__dict__["__dict__"].__set__
 _set_fields_set = BaseModel.__dict__["__pydantic_fields_set__"].__set__
 _set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
 _set_private = BaseModel.__dict__["__pydantic_private__"].__set__
@@ -272,7 +272,7 @@ def _construct(model: type[_M], values: dict[str, Any], fields: set[str]) -> _M:
     `fields` is the set of every field name (copied: each model has its own set of fields set).
     """
     instance = _new(model)
-    _object_setattr(instance, "__dict__", values)
+    _set_dict(instance, values)
     _set_fields_set(instance, fields.copy())
     _set_extra(instance, None)
     _set_private(instance, None)
@@ -284,15 +284,20 @@ def step_record(row: StepRow) -> StepRecord:
     return _step_records((row,))[0]
 
 
-def _step_records(rows: Sequence[StepRow]) -> list[StepRecord]:
-    """Return the records of `rows`, in their order: `_construct` inlined, as a saga's result builds one per step."""
+def _step_records(rows: Sequence[StepRow], args_shown: bool = False) -> list[StepRecord]:
+    """Return the records of `rows`, in their order: `_construct` inlined, as a saga's result builds one per step.
+
+    `args_shown`: every row's arguments are known to hold no secret (`mask_secrets` keeps them): not checked.
+    """
     records = []
     # One set for all: every field is set, and pydantic copies it before changing it (a frozen model never does).
     fields = _STEP_FIELDS
-    new, set_, set_fields, set_extra, set_private = _new, _object_setattr, _set_fields_set, _set_extra, _set_private
+    new, set_dict, set_fields, set_extra, set_private = _new, _set_dict, _set_fields_set, _set_extra, _set_private
     for row in rows:
         args = row.args
-        if type(args) is not dict or ENVELOPE in args:
+        if args_shown:
+            pass  # known to hold no secret
+        elif type(args) is not dict or ENVELOPE in args:
             args = mask_secrets(args)  # an encrypted secret is shown as "**********"
         else:
             for value in args.values():
@@ -300,9 +305,8 @@ def _step_records(rows: Sequence[StepRow]) -> list[StepRecord]:
                     args = mask_secrets(args)
                     break
         record = new(StepRecord)
-        set_(
+        set_dict(
             record,
-            "__dict__",
             {
                 "step_id": row.step_id,
                 "group": row.group,
@@ -331,11 +335,17 @@ def _step_records(rows: Sequence[StepRow]) -> list[StepRecord]:
 
 
 def result_from_rows(
-    saga: SagaRow, steps: Sequence[StepRow], approvals: Sequence[ApprovalRow] = (), *, complete: bool = False
+    saga: SagaRow,
+    steps: Sequence[StepRow],
+    approvals: Sequence[ApprovalRow] = (),
+    *,
+    complete: bool = False,
+    args_shown: bool = False,
 ) -> SagaResult:
     """Return the SagaResult of a saga row, its step rows (in any order; sorted by `seq`) and approval rows.
 
     `complete`: `steps` hold a row for every planned step (an engine's), none to read from the plan.
+    `args_shown`: no step's arguments hold a secret (an engine's that knows it from its plan): none masked.
     """
     rows = steps if complete else with_unstarted(saga, list(steps))
     end_reason, standing = end_of(saga.status, rows, saga.history)
@@ -344,7 +354,7 @@ def result_from_rows(
         {
             "saga_id": saga.saga_id,
             "status": saga.status,
-            "steps": _step_records(sorted(rows, key=_seq)),
+            "steps": _step_records(sorted(rows, key=_seq), args_shown),
             "error": saga.error,
             "metadata": dict(saga.metadata),
             "created_at": saga.created_at,

@@ -262,6 +262,24 @@ async def test_records_of_a_run_verify_with_and_without_a_key() -> None:
     assert not verify_rows(saga, rows, None)
 
 
+async def test_a_saga_row_is_last_updated_at_its_end_after_every_step() -> None:
+    """An ended saga's row is last updated when it finished, never before a step's time; steps start in order."""
+    executor = SagaExecutor(registry)
+    plan = [{"id": f"s{i}", "tool": "Echo", "args": {"value": i}} for i in range(3)]
+    result = await executor.run(plan, saga_id="t")
+    loaded = await executor.store.load_saga("t")
+    assert loaded is not None
+    saga, rows = loaded
+    end = saga.finished_at
+    assert end is not None
+    assert saga.updated_at >= end
+    times = [(row.started_at, row.finished_at) for row in sorted(rows, key=lambda row: row.seq)]
+    flat = [saga.created_at, *(moment for pair in times for moment in pair if moment is not None), end]
+    assert len(flat) == 2 + 2 * len(plan)
+    assert flat == sorted(flat)  # created, then each step's start and finish in step order, then the end
+    assert result.finished_at == saga.finished_at
+
+
 async def test_a_group_saga_ended_in_memory_is_stored_as_its_result_says() -> None:
     """The end's write of a group saga stores each step as its result records it; the saga verifies and is returned
     as stored when run again."""

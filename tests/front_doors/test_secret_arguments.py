@@ -9,6 +9,8 @@ from cryptography.fernet import Fernet
 from pydantic import BaseModel, Field, SecretStr
 
 from saga_runtime import SagaExecutor, Secret, SecretKeyError, StepStatus, ToolRegistry
+from saga_runtime._planning import build_plan
+from saga_runtime._records import SecretKeyring
 
 registry = ToolRegistry()
 
@@ -112,3 +114,32 @@ async def test_a_secret_given_by_a_ref_is_stored_encrypted() -> None:
     assert use.status is StepStatus.SUCCESS
     assert "$secret" in use.args["token"]
     assert "ISSUED-TOKEN-77" not in repr(use.args)
+
+
+async def test_every_run_of_a_kept_plan_masks_its_secret_and_shows_plain_arguments() -> None:
+    """A plan run again (its build kept) masks its secret in each result and shows plain arguments as they are."""
+    executor = SagaExecutor(registry, secret_key=Fernet.generate_key())
+    plan = [
+        {"id": "a", "tool": "Numbered", "args": {"code": 7}},
+        {"id": "b", "tool": "Nothing", "args": {"plain": "x"}},
+    ]
+    for _ in range(3):
+        result = await executor.run(plan)
+        assert result.ok
+        assert [step.args for step in result.steps] == [{"code": "**********"}, {"plain": "x"}]
+
+
+@pytest.mark.parametrize(
+    ("args", "shown"),
+    [({"plain": "x"}, True), ({"plain": "x", "nested": {"name": "n", "token": "t"}}, False)],
+)
+def test_a_plan_says_its_arguments_are_shown_as_is_only_when_nothing_would_be_masked(
+    args: dict[str, Any], shown: bool
+) -> None:
+    """Plan.args_shown_as_is holds for scalar arguments only, and for its kept copies as for itself."""
+    keyring = SecretKeyring(Fernet.generate_key())
+    raw = [{"id": "a", "tool": "Nothing", "args": args}]
+    assert build_plan(raw, registry, keyring=keyring).args_shown_as_is is shown
+    assert build_plan(raw, registry, keyring=keyring).args_shown_as_is is shown  # (the kept build's copy)
+    secret = build_plan([{"id": "s", "tool": "Numbered", "args": {"code": 1}}], registry, keyring=keyring)
+    assert not secret.args_shown_as_is
