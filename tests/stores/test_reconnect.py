@@ -241,7 +241,7 @@ async def test_a_lost_sqlite_memory_database_is_not_reopened_empty(stores: Store
 
 @asynccontextmanager
 async def failing(store: Any, error: Exception, calls: list[float]) -> AsyncIterator[None]:
-    """Make every transaction of `store` fail with `error`, noting when each was attempted."""
+    """Make every transaction and batch write of `store` fail with `error`, noting when each was attempted."""
     dialect = store.dialect
 
     class Broken:
@@ -252,11 +252,17 @@ async def failing(store: Any, error: Exception, calls: list[float]) -> AsyncIter
         async def __aexit__(self, *exc_info: object) -> None:
             return None
 
+    async def write_batch(writes: object) -> object:  # (SQLite's batches take the lock without `transaction`)
+        calls.append(asyncio.get_running_loop().time())
+        raise error
+
     dialect.transaction = lambda **kwargs: Broken()
+    dialect.write_batch = write_batch
     try:
         yield
     finally:
         del dialect.transaction
+        del dialect.write_batch
 
 
 async def test_retries_back_off_and_give_up_after_retry_for(
