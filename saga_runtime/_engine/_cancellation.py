@@ -286,6 +286,8 @@ class Cancellation:
         """
         try:
             self.running = _current_task()  # (asyncio's own: the engine always runs in a task)
+            if self.halted:
+                self.cut_self()
             return await call
         except CANCELLED:
             if not self.taken():
@@ -293,6 +295,13 @@ class Cancellation:
             return None
         finally:
             self.running = None
+
+    def cut_self(self) -> None:
+        """Cancel the current task, what runs now, for a halt taken in before it started (while its intent was
+        written): the call is cut at its first wait, as a running one is."""
+        if not self._cut:
+            self._cut = True
+            current_task().cancel()
 
     def taken(self) -> bool:
         """Take back a halt's cancel of the current task; tell whether it was the only one (else it goes on)."""

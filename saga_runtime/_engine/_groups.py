@@ -203,6 +203,8 @@ class GroupRunner:
         cancellation = self._cancellation
         try:
             cancellation.running = _current_task()  # (asyncio's own: the engine always runs in a task)
+            if cancellation.halted:
+                cancellation.cut_self()  # halted while the intent was written
             outcome = await self._runner.run(call[0], call[1], call[2])
             if outcome is not DONE:
                 self.fold(outcome)

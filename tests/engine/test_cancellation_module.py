@@ -259,3 +259,22 @@ async def test_a_sibling_that_swallows_its_cancel_is_cancelled_again_at_its_next
     assert time.perf_counter() - started < 3  # cancelled again at once, not after its 5 s wait
     assert result.status is SagaStatus.COMPENSATED
     assert log == ["went on", "compensate(None)"]
+
+
+async def test_a_call_started_after_a_halt_is_cut_at_its_first_wait() -> None:
+    """A halt taken in while a call's intent was written cuts the call at its first wait; the cancel ends there."""
+    from saga_runtime._engine._cancellation import Cancellation
+
+    cancellation = Cancellation()
+    cancellation.halt("cancelled by an operator")
+    reached: list[str] = []
+
+    async def call() -> str:
+        reached.append("first line")
+        await asyncio.sleep(1)
+        reached.append("after its wait")
+        return "done"
+
+    assert await cancellation.inline(call()) is None
+    assert reached == ["first line"]
+    assert cancel_requests() == 0
