@@ -539,7 +539,8 @@ class DynamicSaga:
         unknown = False
         registry = self._registry
         items: list[Any] = list(calls)  # may come straight from a model's output
-        for i, call in enumerate(items):
+        first = self._next_seq  # a call is numbered by its place in the saga, as a divergence names it
+        for i, call in enumerate(items, start=first + 1):
             name: Any
             args: Any
             step_id: Any = None
@@ -549,9 +550,9 @@ class DynamicSaga:
                 name, args = call[0], call[1]
                 step_id = call[2] if len(call) == 3 else None
             else:
-                problems.append(f"call #{i + 1}: expected (tool, args), (tool, args, step_id) or a Step, got {call!r}")
+                problems.append(f"call #{i}: expected (tool, args), (tool, args, step_id) or a Step, got {call!r}")
                 continue
-            label = f"call #{i + 1} ({name!r})"
+            label = f"call #{i} ({name!r})"
             if isinstance(name, str) and name in BUILTIN_TOOLS:
                 problems.append(f"{label}: {builtin_tool_message(name)}")
                 continue

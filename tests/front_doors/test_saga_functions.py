@@ -216,6 +216,23 @@ async def test_a_return_value_that_is_not_json_fails_and_compensates(ledger: Led
     assert ledger.undone == ["a"]
 
 
+async def test_a_refused_call_is_named_by_its_place_in_the_saga(ledger: Ledger) -> None:
+    """A call refused for its arguments is named by its place in the saga (the third call: call #3), not its group."""
+    registry = make_registry(ledger)
+
+    @registry.saga
+    async def refused(saga: DynamicSaga) -> None:
+        await saga.call("Book", item="a")
+        await saga.call("Book", item="b")
+        await saga.call("Book", colour="red")
+
+    result = await SagaExecutor(registry).run(refused, saga_id="refused")
+    assert result.status is SagaStatus.COMPENSATED
+    assert "call #3 ('Book')" in (result.error or "")
+    assert "call #1" not in (result.error or "")
+    assert sorted(ledger.undone) == ["a", "b"]
+
+
 async def test_the_saga_id_is_the_idempotency_key(registry: ToolRegistry, ledger: Ledger) -> None:
     """The same id and arguments return the stored saga, calling no tool; other arguments raise a conflict."""
     executor = SagaExecutor(registry)
