@@ -586,27 +586,28 @@ def stored_as_is(args: Any) -> bool:
         return False
     chars = 0
     for name, value in args.items():
-        if type(name) is not str or not name.isascii() or "\x00" in name:
+        taken = _as_is_chars(value)
+        if taken < 0 or type(name) is not str or not name.isascii() or "\x00" in name:
             return False
-        kind = type(value)
-        if kind is str:
-            if not value.isascii() or "\x00" in value:
-                return False
-            chars += len(value)
-        elif kind is int:
-            if not MIN_JSON_INT <= value <= MAX_JSON_INT:
-                return False
-        elif kind is float:
-            if value - value != 0.0:  # NaN and infinities are stored as null
-                return False
-        elif value is not None and kind is not bool:
-            return False
-        chars += len(name) + 32  # (quotes, separators, a number's digits)
+        chars += taken + len(name)
     return chars <= _AS_IS_CHARS
 
 
 # What `stored_as_is` takes: its JSON fits the bound of one stored value whatever it holds.
 _AS_IS_CHARS = MAX_JSON_BYTES // 6
+
+
+def _as_is_chars(value: Any) -> int:
+    """Return the characters an argument's value counts toward `_AS_IS_CHARS` when storing leaves it as it is (a
+    JSON scalar: ASCII text without NUL, a 64-bit integer, a finite float, a boolean, None), else -1."""
+    kind = type(value)
+    if kind is str:
+        return len(value) + 32 if value.isascii() and "\x00" not in value else -1
+    if kind is int:
+        return 32 if MIN_JSON_INT <= value <= MAX_JSON_INT else -1
+    if kind is float:
+        return 32 if value - value == 0.0 else -1  # NaN and infinities are stored as null
+    return 32 if value is None or kind is bool else -1  # (32: quotes, separators, a number's digits)
 
 
 def stored_kwargs(spec: ToolSpec, args: Any) -> dict[str, Any] | None:
@@ -618,22 +619,16 @@ def stored_kwargs(spec: ToolSpec, args: Any) -> dict[str, Any] | None:
     chars = 0
     for name, value in args.items():
         taken = plain.get(name)
-        kind = type(value)
-        if taken is None or (taken[0] is not None and kind not in taken[0]) or not name.isascii() or "\x00" in name:
+        size = _as_is_chars(value)
+        if (
+            taken is None
+            or size < 0
+            or (taken[0] is not None and type(value) not in taken[0])
+            or not name.isascii()
+            or "\x00" in name
+        ):
             return None
-        if kind is str:
-            if not value.isascii() or "\x00" in value:
-                return None
-            chars += len(value)
-        elif kind is int:
-            if not MIN_JSON_INT <= value <= MAX_JSON_INT:
-                return None
-        elif kind is float:
-            if value - value != 0.0:  # NaN and infinities are stored as null
-                return None
-        elif value is not None and kind is not bool:
-            return None
-        chars += len(name) + 32
+        chars += size + len(name)
     if chars > _AS_IS_CHARS:
         return None
     if len(args) == len(plain):
