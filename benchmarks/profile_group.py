@@ -6,9 +6,9 @@ counted by the same harness:
 
     python -m benchmarks.profile_group run [--groups N] [--gather] [--warm-up W]
         run N groups (or, --gather, N gathers) after a warm-up of W (what the two below measure)
-    python -m benchmarks.profile_group ir [--groups N] [--warm-up W]
+    python -m benchmarks.profile_group ir [--groups N] [--warm-up W] [--only group|gather]
         instructions (valgrind cachegrind, Ir) per group and per gather: a run of N minus a run of none, each;
-        and the group's overhead (its Ir minus gather's)
+        and the group's overhead (its Ir minus gather's); --only: count one of them
     python -m benchmarks.profile_group profile [--groups N] [--top K]
         cProfile: own time per function, per group
 """
@@ -102,11 +102,16 @@ def main() -> None:
     parser.add_argument("--gather", action="store_true", help="asyncio.gather of the same sleeps instead")
     parser.add_argument("--warm-up", type=int, default=WARM_UP, help="groups run before counting")
     parser.add_argument("--top", type=int, default=30)
+    parser.add_argument("--only", choices=["group", "gather"], default=None, help="count one of them only")
     args = parser.parse_args()
     if args.command == "run":
         run(args.groups or 0, gather=args.gather, warm_up=args.warm_up)
     elif args.command == "ir":
         groups = args.groups or 20
+        if args.only is not None:
+            each = instructions(groups, gather=args.only == "gather", warm_up=args.warm_up)
+            print(f"{args.only} of {WIDTH}: {each:,.0f} Ir, N={groups}")
+            return
         group = instructions(groups, warm_up=args.warm_up)
         floor = instructions(groups, gather=True, warm_up=args.warm_up)
         print(f"group of {WIDTH}: {group:,.0f} Ir; gather: {floor:,.0f} Ir; overhead: {group - floor:,.0f} Ir", end="")
