@@ -353,22 +353,48 @@ class Siblings:
     def start(self, step: Callable[..., Coroutine[Any, Any, object]], *args: Any) -> None:
         """Start `step(*args)` in a task of the group."""
         self._pending += 1
-        task = self._loop.create_task(step(*args))
-        task.add_done_callback(self._finished)
-        self._running.add(task)
+        self._running.add(self._loop.create_task(self._step(step(*args))))
         if self.cancelled and self._next is None:
             self._cut()  # (at its first wait: see `_cut`)
 
-    def _finished(self, task: asyncio.Task[Any]) -> None:
-        self._pending -= 1
-        self._running.discard(task)
-        if task.cancelled():
-            error = None
-        elif (error := task.exception()) is None and self._fold is not None:
-            self._fold(task.result(), self)
-        if error is not None:
-            self._errors.append(error)
+    async def _step(self, step: Coroutine[Any, Any, object]) -> None:
+        """Run one step in its task, and note how it ended there, as it ends: what a done callback would do, without
+        a callback handle and a loop turn more per step."""
+        try:
+            outcome = await step
+        except CANCELLED:
+            self._ended()
+            self._settle()
+            raise
+        except BaseException as exc:
+            if type(exc) is GeneratorExit:  # the task destroyed unfinished (its loop closed): nothing to note
+                raise
+            self._errors.append(exc)
+            try:
+                self._ended()
+                self.cancel()
+            finally:
+                self._settle()
+            if not isinstance(exc, Exception):
+                raise  # (KeyboardInterrupt, SystemExit: the loop sees it too, as from any task)
+            return
+        self._ended()
+        try:
+            if self._fold is not None:
+                self._fold(outcome, self)
+        except Exception as exc:  # a bug folding it: the group raises it, as a step's own
+            self._errors.append(exc)
             self.cancel()
+        finally:
+            self._settle()
+
+    def _ended(self) -> None:
+        """Note that the step of the current task ended (it no longer needs cancelling)."""
+        self._pending -= 1
+        self._running.discard(_current_task())  # type: ignore[arg-type]
+
+    def _settle(self) -> None:
+        """Wake the waiter once every step has ended."""
         if not self._pending and self._done is not None and not self._done.done():
             self._done.set_result(None)
 
