@@ -37,6 +37,8 @@ __all__ = [
 T = TypeVar("T")
 
 _current_task = asyncio.current_task
+_Task = asyncio.Task
+_create_task = asyncio.BaseEventLoop.create_task
 # Seconds between two looks at a step in an anyio-shielded section that is to be cancelled: the first soon, then
 # twice as long each time up to the longest (a long shielded undo costs a few wake-ups a second, not a busy loop).
 _SHIELD_POLL = 0.002
@@ -337,10 +339,12 @@ class Siblings:
     their failures) cancels the others; `wait()` raises the group.
     """
 
-    __slots__ = ("_done", "_errors", "_fold", "_loop", "_next", "_pending", "_poll", "_running", "cancelled")
+    __slots__ = ("_done", "_errors", "_fold", "_loop", "_next", "_pending", "_plain", "_poll", "_running", "cancelled")
 
     def __init__(self, fold: Callable[[Any, Siblings], None] | None = None) -> None:
-        self._loop = asyncio.get_running_loop()
+        self._loop = loop = asyncio.get_running_loop()
+        # asyncio's own loop without a task factory: its `create_task` is `Task(coro, loop=loop)`, built here directly.
+        self._plain = type(loop).create_task is _create_task and loop.get_task_factory() is None
         self._fold = fold  # given what each step returned, and the group, as it ends (not cancelled, not raising)
         self._running: set[asyncio.Task[Any]] = set()  # the steps' tasks not ended
         self._pending = 0
@@ -353,7 +357,8 @@ class Siblings:
     def start(self, step: Callable[..., Coroutine[Any, Any, object]], *args: Any) -> None:
         """Start `step(*args)` in a task of the group."""
         self._pending += 1
-        self._running.add(self._loop.create_task(self._step(step(*args))))
+        coro = self._step(step(*args))
+        self._running.add(_Task(coro, loop=self._loop) if self._plain else self._loop.create_task(coro))
         if self.cancelled and self._next is None:
             self._cut()  # (at its first wait: see `_cut`)
 
