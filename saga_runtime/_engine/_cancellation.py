@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from collections.abc import Callable, Coroutine, Generator, Iterator
+from collections.abc import Callable, Coroutine, Generator, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -35,6 +35,8 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+_NOTHING: Any = object()
 
 _current_task = asyncio.current_task
 _Task = asyncio.Task
@@ -339,13 +341,26 @@ class Siblings:
     their failures) cancels the others; `wait()` raises the group.
     """
 
-    __slots__ = ("_done", "_errors", "_fold", "_loop", "_next", "_pending", "_plain", "_poll", "_running", "cancelled")
+    __slots__ = (
+        "_done",
+        "_errors",
+        "_fold",
+        "_loop",
+        "_next",
+        "_pending",
+        "_plain",
+        "_poll",
+        "_running",
+        "_skip",
+        "cancelled",
+    )
 
-    def __init__(self, fold: Callable[[Any, Siblings], None] | None = None) -> None:
+    def __init__(self, fold: Callable[[Any, Siblings], None] | None = None, *, skip: object = _NOTHING) -> None:
         self._loop = loop = asyncio.get_running_loop()
         # asyncio's own loop without a task factory: its `create_task` is `Task(coro, loop=loop)`, built here directly.
         self._plain = type(loop).create_task is _create_task and loop.get_task_factory() is None
         self._fold = fold  # given what each step returned, and the group, as it ends (not cancelled, not raising)
+        self._skip = skip  # what a step may return that `fold` is not given (it bears on nothing)
         self._running: set[asyncio.Task[Any]] = set()  # the steps' tasks not ended
         self._pending = 0
         self._done: asyncio.Future[None] | None = None
@@ -361,6 +376,18 @@ class Siblings:
         self._running.add(_Task(coro, loop=self._loop) if self._plain else self._loop.create_task(coro))
         if self.cancelled and self._next is None:
             self._cut()  # (at its first wait: see `_cut`)
+
+    def start_each(
+        self, step: Callable[..., Coroutine[Any, Any, object]], calls: Iterable[Sequence[Any]], *more: Any
+    ) -> None:
+        """Start `step(*call, *more)` in a task of the group for each of `calls` (`start`, a call less a step)."""
+        loop, running, step_of = self._loop, self._running, self._step
+        for call in calls:
+            self._pending += 1
+            coro = step_of(step(*call, *more))
+            running.add(_Task(coro, loop=loop) if self._plain else loop.create_task(coro))
+            if self.cancelled and self._next is None:
+                self._cut()  # (at its first wait: see `_cut`)
 
     async def _step(self, step: Coroutine[Any, Any, object]) -> None:
         """Run one step in its task, and note how it ended there, as it ends: what a done callback would do, without
@@ -383,7 +410,12 @@ class Siblings:
             if not isinstance(exc, Exception):
                 raise  # (KeyboardInterrupt, SystemExit: the loop sees it too, as from any task)
             return
-        self._ended()
+        self._pending -= 1  # (`_ended`, written out)
+        self._running.discard(_current_task())
+        if outcome is self._skip:
+            if not self._pending:
+                self._settle()
+            return
         try:
             if self._fold is not None:
                 self._fold(outcome, self)
@@ -396,7 +428,7 @@ class Siblings:
     def _ended(self) -> None:
         """Note that the step of the current task ended (it no longer needs cancelling)."""
         self._pending -= 1
-        self._running.discard(_current_task())  # type: ignore[arg-type]
+        self._running.discard(_current_task())
 
     def _settle(self) -> None:
         """Wake the waiter once every step has ended."""

@@ -173,9 +173,8 @@ class GroupRunner:
             if outcome is not None:  # (None: an operator's cancel cut it)
                 self.fold(outcome)
         else:
-            siblings = Siblings(self.fold)
-            for row, spec, kwargs in calls:
-                siblings.start(self._runner.run, row, spec, kwargs, join)
+            siblings = Siblings(self.fold, skip=DONE)  # (DONE bears on nothing: not folded)
+            siblings.start_each(self._runner.run, calls, join)
             await self._cancellation.together(siblings)
         if self._verdict.store_error is not None:
             raise self._verdict.store_error
