@@ -338,7 +338,8 @@ class Siblings:
     undo) is cancelled soon after it leaves it (within `_SHIELD_POLL_LONGEST` seconds); a step that swallows a
     cancel is cancelled again at its next wait, as anyio's scopes do; a step cancelled before it started starts all
     the same and is cancelled at its first wait, so it records how it ended. A step that raises (a bug: steps record
-    their failures) cancels the others; `wait()` raises the group.
+    their failures) cancels the others; `wait()` raises the group. Each step's end is noted (and folded) in its own
+    task as it ends, and the last one wakes `wait()`: one wake-up for the group, no done callback a step.
     """
 
     __slots__ = (
