@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from collections.abc import Callable, Coroutine, Generator, Iterator
+from collections.abc import Callable, Coroutine, Generator, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -36,7 +36,11 @@ __all__ = [
 
 T = TypeVar("T")
 
+_NOTHING: Any = object()
+
 _current_task = asyncio.current_task
+_Task = asyncio.Task
+_create_task = asyncio.BaseEventLoop.create_task
 # Seconds between two looks at a step in an anyio-shielded section that is to be cancelled: the first soon, then
 # twice as long each time up to the longest (a long shielded undo costs a few wake-ups a second, not a busy loop).
 _SHIELD_POLL = 0.002
@@ -334,14 +338,30 @@ class Siblings:
     undo) is cancelled soon after it leaves it (within `_SHIELD_POLL_LONGEST` seconds); a step that swallows a
     cancel is cancelled again at its next wait, as anyio's scopes do; a step cancelled before it started starts all
     the same and is cancelled at its first wait, so it records how it ended. A step that raises (a bug: steps record
-    their failures) cancels the others; `wait()` raises the group.
+    their failures) cancels the others; `wait()` raises the group. Each step's end is noted (and folded) in its own
+    task as it ends, and the last one wakes `wait()`: one wake-up for the group, no done callback a step.
     """
 
-    __slots__ = ("_done", "_errors", "_fold", "_loop", "_next", "_pending", "_poll", "_running", "cancelled")
+    __slots__ = (
+        "_done",
+        "_errors",
+        "_fold",
+        "_loop",
+        "_next",
+        "_pending",
+        "_plain",
+        "_poll",
+        "_running",
+        "_skip",
+        "cancelled",
+    )
 
-    def __init__(self, fold: Callable[[Any, Siblings], None] | None = None) -> None:
-        self._loop = asyncio.get_running_loop()
+    def __init__(self, fold: Callable[[Any, Siblings], None] | None = None, *, skip: object = _NOTHING) -> None:
+        self._loop = loop = asyncio.get_running_loop()
+        # asyncio's own loop without a task factory: its `create_task` is `Task(coro, loop=loop)`, built here directly.
+        self._plain = type(loop).create_task is _create_task and loop.get_task_factory() is None
         self._fold = fold  # given what each step returned, and the group, as it ends (not cancelled, not raising)
+        self._skip = skip  # what a step may return that `fold` is not given (it bears on nothing)
         self._running: set[asyncio.Task[Any]] = set()  # the steps' tasks not ended
         self._pending = 0
         self._done: asyncio.Future[None] | None = None
@@ -353,22 +373,66 @@ class Siblings:
     def start(self, step: Callable[..., Coroutine[Any, Any, object]], *args: Any) -> None:
         """Start `step(*args)` in a task of the group."""
         self._pending += 1
-        task = self._loop.create_task(step(*args))
-        task.add_done_callback(self._finished)
-        self._running.add(task)
+        coro = self._step(step(*args))
+        self._running.add(_Task(coro, loop=self._loop) if self._plain else self._loop.create_task(coro))
         if self.cancelled and self._next is None:
             self._cut()  # (at its first wait: see `_cut`)
 
-    def _finished(self, task: asyncio.Task[Any]) -> None:
-        self._pending -= 1
-        self._running.discard(task)
-        if task.cancelled():
-            error = None
-        elif (error := task.exception()) is None and self._fold is not None:
-            self._fold(task.result(), self)
-        if error is not None:
-            self._errors.append(error)
+    def start_each(
+        self, step: Callable[..., Coroutine[Any, Any, object]], calls: Iterable[Sequence[Any]], *more: Any
+    ) -> None:
+        """Start `step(*call, *more)` in a task of the group for each of `calls` (`start`, a call less a step)."""
+        loop, running, step_of = self._loop, self._running, self._step
+        for call in calls:
+            self._pending += 1
+            coro = step_of(step(*call, *more))
+            running.add(_Task(coro, loop=loop) if self._plain else loop.create_task(coro))
+            if self.cancelled and self._next is None:
+                self._cut()  # (at its first wait: see `_cut`)
+
+    async def _step(self, step: Coroutine[Any, Any, object]) -> None:
+        """Run one step in its task, and note how it ended there, as it ends: what a done callback would do, without
+        a callback handle and a loop turn more per step."""
+        try:
+            outcome = await step
+        except CANCELLED:
+            self._ended()
+            self._settle()
+            raise
+        except BaseException as exc:
+            if type(exc) is GeneratorExit:  # the task destroyed unfinished (its loop closed): nothing to note
+                raise
+            self._errors.append(exc)
+            try:
+                self._ended()
+                self.cancel()
+            finally:
+                self._settle()
+            if not isinstance(exc, Exception):
+                raise  # (KeyboardInterrupt, SystemExit: the loop sees it too, as from any task)
+            return
+        self._pending -= 1  # (`_ended`, written out)
+        self._running.discard(_current_task())
+        if outcome is self._skip:
+            if not self._pending:
+                self._settle()
+            return
+        try:
+            if self._fold is not None:
+                self._fold(outcome, self)
+        except Exception as exc:  # a bug folding it: the group raises it, as a step's own
+            self._errors.append(exc)
             self.cancel()
+        finally:
+            self._settle()
+
+    def _ended(self) -> None:
+        """Note that the step of the current task ended (it no longer needs cancelling)."""
+        self._pending -= 1
+        self._running.discard(_current_task())
+
+    def _settle(self) -> None:
+        """Wake the waiter once every step has ended."""
         if not self._pending and self._done is not None and not self._done.done():
             self._done.set_result(None)
 

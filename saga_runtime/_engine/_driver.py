@@ -156,11 +156,13 @@ async def _drive(engine: SagaEngine, plan: PlanShape, planner: Planner, resumed:
                 engine.adopt(recorded, join.mode)
             if engine.failed:
                 break
+            validated = engine.validated
             for step, row in zip(group, recorded, strict=True):
                 if row.status not in RUNNABLE:
                     continue
-                if step.kwargs is not None:
-                    engine.validated(row, step.kwargs)  # used only if the row runs with the plan's own args
+                kwargs = step.kwargs
+                if kwargs is not None:
+                    validated(row, kwargs)  # used only if the row runs with the plan's own args
                 elif planner.refs(step):
                     try:
                         engine.set_args(row, planner.resolve(step, lookup))

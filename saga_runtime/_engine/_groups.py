@@ -92,9 +92,14 @@ class GroupRunner:
         if spec.retry_scope == "saga" or row.status is not StepStatus.FAILED:
             self._verdict.fail(row, error)
 
-    def _prepare(self, row: StepRow) -> _Call | None:
+    def _prepare(self, row: StepRow, known: tuple[Any, dict[str, Any]] | None = None) -> _Call | None:
+        """Return the call of a step about to run (its tool, its arguments validated), or None if it cannot start.
+
+        `known`: what `validated` noted of it, taken already (None: looked up here).
+        """
         spec = self._registry.get(row.tool_name)
-        known = self._validated.pop(row.step_id, None) if self._validated else None
+        if known is None and self._validated:
+            known = self._validated.pop(row.step_id, None)
         if known is not None and known[0] is row.args:
             return row, spec, known[1]
         try:
@@ -138,11 +143,17 @@ class GroupRunner:
         undoing = [row for row in rows if row.status in UNKNOWN and row.compensation_attempts > 0]
         if undoing:
             await self._finish_undoing(undoing, join)
-        calls = [
-            call
-            for call in (self._prepare(row) for row in rows if row.status in RUNNABLE and row not in undoing)
-            if call
-        ]
+        calls: list[_Call] = []
+        validated, spec_of = self._validated, self._registry.get
+        for row in rows:
+            if row.status not in RUNNABLE or (undoing and row in undoing):
+                continue
+            # (`_prepare`, its common case written out: arguments validated with the plan, one call less a step.)
+            known = validated.pop(row.step_id, None) if validated else None
+            if known is not None and known[0] is row.args:
+                calls.append((row, spec_of(row.tool_name), known[1]))
+            elif (call := self._prepare(row, known)) is not None:
+                calls.append(call)
         if self._verdict.failed:
             halted = self._cancellation.halted
             if halted:
@@ -162,9 +173,8 @@ class GroupRunner:
             if outcome is not None:  # (None: an operator's cancel cut it)
                 self.fold(outcome)
         else:
-            siblings = Siblings(self.fold)
-            for row, spec, kwargs in calls:
-                siblings.start(self._runner.run, row, spec, kwargs, join)
+            siblings = Siblings(self.fold, skip=DONE)  # (DONE bears on nothing: not folded)
+            siblings.start_each(self._runner.run, calls, join)
             await self._cancellation.together(siblings)
         if self._verdict.store_error is not None:
             raise self._verdict.store_error
@@ -254,11 +264,16 @@ class GroupRunner:
         """Commit the intents (RUNNING, attempt n) of the calls not yet announced; return every call to start."""
         journal = self._journal
         ready: list[_Call] = []
-        if journal.announced:
+        announced = journal.announced
+        if announced:
             waiting: list[_Call] = []
             for call in calls:
-                (ready if call[0].step_id in journal.announced else waiting).append(call)
-            journal.announced.difference_update(call[0].step_id for call in ready)
+                step_id = call[0].step_id
+                if step_id in announced:
+                    announced.discard(step_id)
+                    ready.append(call)
+                else:
+                    waiting.append(call)
             calls = waiting
         before = [(row.status, row.attempts, row.started_at) for row, _, _ in calls]
         if calls:  # (the clock is read only for calls to announce: none when all were announced with the saga)

@@ -71,6 +71,9 @@ class SagaEngine:
         )
         runner = StepRunner(journal, invoker, compensator, verdict)
         self._groups = GroupRunner(journal, verdict, cancellation, runner, compensator, config.registry, config.keyring)
+        # validated(row, kwargs): note that `kwargs` are `row`'s current arguments validated; the step will not
+        # validate them again. (The group runner's own, called for each step of a plan: no layer of the engine's.)
+        self.validated: Callable[[StepRow, dict[str, Any]], None] = self._groups.validated
         self.gate = Gate(journal)
         # A saga function's messages as read when it was found due (its first recv looks there first), or None.
         self.messages: Sequence[tuple[str, str, Any, datetime]] | None = None
@@ -166,10 +169,6 @@ class SagaEngine:
         for row in rows:
             if row.status is StepStatus.FAILED and self.config.registry.get(row.tool_name).retry_scope == "saga":
                 self.verdict.fail(row, row.error or "failed")
-
-    def validated(self, row: StepRow, kwargs: dict[str, Any]) -> None:
-        """Note that `kwargs` are `row`'s current arguments validated; the step will not validate them again."""
-        self._groups.validated(row, kwargs)
 
     def set_args(self, row: StepRow, args: Any) -> None:
         """Give a step that has not started its arguments (a plan's `$ref`s resolved)."""

@@ -198,6 +198,50 @@ async def test_a_step_that_raises_cancels_the_others_and_the_error_leaves_wait()
     assert isinstance(caught.value.exceptions[0], RuntimeError)
 
 
+async def test_a_fold_that_raises_cancels_the_others_and_the_error_leaves_wait() -> None:
+    """An exception folding a step's outcome (a bug) cancels its siblings and leaves `wait()`, which never hangs."""
+    cancelled = []
+
+    def fold(outcome: object, group: Siblings) -> None:
+        if outcome == "bad":
+            raise RuntimeError("fold bug")
+
+    siblings = Siblings(fold)
+
+    async def slow() -> str:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+        return "ok"
+
+    async def bad() -> str:
+        return "bad"
+
+    siblings.start(slow)
+    siblings.start(bad)
+    with pytest.raises(BaseExceptionGroup) as caught:
+        await asyncio.wait_for(siblings.wait(), 5)
+    assert cancelled == [True]
+    assert str(caught.value.exceptions[0]) == "fold bug"
+
+
+async def test_each_step_started_together_is_folded_unless_it_returns_the_skipped_outcome() -> None:
+    """`start_each` runs one task per call; `fold` gets every outcome but `skip`, and `wait()` returns after all."""
+    skip = object()
+    folded: list[object] = []
+    siblings = Siblings(lambda outcome, group: folded.append(outcome), skip=skip)
+
+    async def step(n: int, tail: str) -> object:
+        await asyncio.sleep(0.001 * n)
+        return skip if n % 2 else f"{n}{tail}"
+
+    siblings.start_each(step, [(n,) for n in range(6)], "!")
+    await asyncio.wait_for(siblings.wait(), 5)
+    assert sorted(map(str, folded)) == ["0!", "2!", "4!"]
+
+
 def test_a_fence_refuses_once_closed_and_tells_a_lost_lease_once() -> None:
     """A closed fence raises LeaseLostError naming the saga; `on_lost` is called once, only for a lost lease."""
     fence = Fence("s-1")
