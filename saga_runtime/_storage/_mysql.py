@@ -24,13 +24,14 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 import aiomysql
 import anyio
 import pymysql
+from pymysql.constants import SERVER_STATUS
 
 from saga_runtime._exceptions import StoreBusyError, StoreConnectionError, StoreError
 from saga_runtime._storage._batch import Outcome, Write
@@ -136,19 +137,50 @@ def _check_server(version: str, url: str) -> None:
         )
 
 
+# pymysql's escapes of a string literal (pymysql.converters.escape_string), for `_literals`.
+_ESCAPES = str.maketrans({"\0": "\\0", "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\x1a": "\\Z", '"': '\\"', "'": "\\'"})
+
+
+def _literals(conn: Any, params: Sequence[Any]) -> tuple[str, ...]:
+    """Return the SQL literals of `params`, as pymysql writes them (its `escape`, a few Python calls a value).
+
+    The store's own values (text, integers, NULL, naive times) are written here; any other type goes to pymysql.
+    """
+    escape = conn.escape
+    if conn.server_status & SERVER_STATUS.SERVER_STATUS_NO_BACKSLASH_ESCAPES:
+        return tuple(escape(value) for value in params)
+    literals = []
+    for value in params:
+        kind = type(value)
+        if kind is str:
+            literals.append("'" + value.translate(_ESCAPES) + "'")
+        elif value is None:
+            literals.append("NULL")
+        elif kind is int:
+            literals.append(int.__repr__(value))
+        elif kind is datetime and value.tzinfo is None:
+            literals.append("'" + value.isoformat(" ") + "'")
+        else:
+            literals.append(escape(value))
+    return tuple(literals)
+
+
 class _MySQLTransaction:
     __slots__ = ("_cursor",)
 
     def __init__(self, cursor: Any) -> None:
         self._cursor = cursor
 
+    def _sql(self, sql: str, params: Sequence[Any]) -> str:
+        """Return `sql` with its parameters written in (none: as it is, not %-formatted, as pymysql does)."""
+        return sql % _literals(self._cursor.connection, params) if params else sql
+
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
-        # No parameters: pass None, so pymysql does not %-format the statement.
-        await self._cursor.execute(sql, tuple(params) if params else None)
+        await self._cursor.execute(self._sql(sql, params))
         return int(self._cursor.rowcount)
 
     async def fetch(self, sql: str, params: Sequence[Any] = ()) -> Sequence[Sequence[Any]]:
-        await self._cursor.execute(sql, tuple(params) if params else None)
+        await self._cursor.execute(self._sql(sql, params))
         return list(await self._cursor.fetchall())
 
     async def script(self, sql: str, params: Sequence[Any]) -> Sequence[Sequence[Any]]:
@@ -160,7 +192,7 @@ class _MySQLTransaction:
         cursor = self._cursor
         rows: Sequence[Sequence[Any]] = []
         try:
-            await cursor.execute(sql, tuple(params))
+            await cursor.execute(self._sql(sql, params))
             while True:
                 if cursor.description:
                     rows = list(await cursor.fetchall())
