@@ -21,6 +21,7 @@ does not fit fails instead of being silently cut.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
@@ -424,6 +425,7 @@ class MySQLDialect(Dialect):
     def __init__(self, url: str, pool: Any, database: str, *, retry_for: float = DEFAULT_RETRY_FOR) -> None:
         super().__init__(url, retry_for=retry_for, writers=pool.maxsize)
         self._pool = pool
+        self._wakeups: set[asyncio.Future[None]] = set()
         self._database = database
 
     @classmethod
@@ -479,15 +481,31 @@ class MySQLDialect(Dialect):
             raise
         return dialect
 
+    async def _acquire(self) -> Any:
+        """Return a connection of the pool."""
+        try:
+            return await self._pool.acquire()
+        except _CATCH as exc:
+            raise store_error(exc, self.url) from exc
+
+    def _release(self, conn: Any) -> None:
+        """Give `conn` back to the pool (a closed one, or one left in a transaction, is dropped).
+
+        Synchronous, so a cancellation cannot interrupt it: the pool's wake-up of its waiters (a task) runs on its
+        own, kept referenced here until it ends.
+        """
+        wakeup = self._pool.release(conn)
+        if not wakeup.done():
+            self._wakeups.add(wakeup)
+            wakeup.add_done_callback(self._wakeups.discard)
+
     @asynccontextmanager
     async def _connection(self) -> AsyncIterator[Any]:
-        with map_exceptions(self.url):
-            conn = await self._pool.acquire()
+        conn = await self._acquire()
         try:
             yield conn
         finally:
-            with anyio.move_on_after(_CLEANUP_SECONDS, shield=True):
-                await self._pool.release(conn)
+            self._release(conn)
 
     @asynccontextmanager
     async def transaction(self, *, begin: bool, isolation: str | None = None) -> AsyncIterator[Transaction]:
@@ -503,22 +521,24 @@ class MySQLDialect(Dialect):
                     yield _MySQLTransaction(cursor)
                     if begin:
                         await conn.commit()
+                    # Reads what results are left (none after a statement read to its end): unshielded, a cancel
+                    # here drops the connection below.
+                    await cursor.close()
                 except _err.MySQLError as exc:
                     if isinstance(store_error(exc, self.url), StoreConnectionError):
                         # Lost (killed, server gone): closed, so the pool drops it instead of handing it out again.
                         conn.close()
                     elif begin:
                         await self._rollback(conn)
+                    if not conn.closed:
+                        with anyio.move_on_after(_CLEANUP_SECONDS, shield=True):
+                            await cursor.close()
                     raise
                 except BaseException:
                     # Cancelled mid-statement (or worse): the protocol state is unknown, so drop the connection;
                     # the server rolls its transaction back.
                     conn.close()
                     raise
-                finally:
-                    if not conn.closed:
-                        with anyio.move_on_after(_CLEANUP_SECONDS, shield=True):
-                            await cursor.close()
 
     @staticmethod
     async def _rollback(conn: Any) -> None:
@@ -569,16 +589,37 @@ class MySQLDialect(Dialect):
 
     async def _write_alone(self, write: Write, statement: Statement) -> Outcome:
         """Write a lone write with its one statement, atomic on its own; return its outcome."""
+        if await self._autocommit(*statement):
+            return Outcome.WRITTEN
+        if write.create:
+            return Outcome.TAKEN
+        if write.owner is None:
+            return Outcome.WRITTEN
+        # MySQL counts changed rows: 0 also when every row was stored as it is already (a retried write).
         async with self.transaction(begin=False) as tx:
-            if await tx.execute(*statement):
-                return Outcome.WRITTEN
-            if write.create:
-                return Outcome.TAKEN
-            if write.owner is None:
-                return Outcome.WRITTEN
-            # MySQL counts changed rows: 0 also when every row was stored as it is already (a retried write).
             held = await tx.fetch(_HOLDS, (write.saga_id, write.owner, write.owner))
         return Outcome.WRITTEN if int(held[0][0]) else Outcome.LOST
+
+    async def _autocommit(self, sql: str, params: Sequence[Any]) -> int:
+        """Run one statement (autocommitted) on a connection of the pool; return the number of rows it changed.
+
+        `transaction(begin=False)` with one `execute`, inlined for a lone write: no cursor, no context managers.
+        """
+        conn = await self._acquire()
+        try:
+            return int(await conn.query(sql % _literals(conn, params) if params else sql))
+        except BaseException as exc:
+            if not isinstance(exc, _CATCH):
+                # Cancelled mid-statement (or worse): the protocol state is unknown, so drop the connection.
+                conn.close()
+                raise
+            error = store_error(exc, self.url)
+            if isinstance(error, StoreConnectionError):
+                # Lost (killed, server gone): closed, so the pool drops it instead of handing it out again.
+                conn.close()
+            raise error from exc
+        finally:
+            self._release(conn)
 
     def claim_transaction(self) -> AbstractAsyncContextManager[Transaction]:
         # READ COMMITTED: the claim's scan takes no gap locks and keeps no locks on rows it did not return, so it
