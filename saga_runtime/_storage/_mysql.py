@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from datetime import datetime, timedelta
@@ -104,6 +105,9 @@ _CLEANUP_SECONDS = 5.0
 # 4,000,000 bytes each, see saga_runtime._records) still fits one packet.
 _SCRIPT_BYTES = 6 << 20
 _MIN_VERSION = {"MariaDB": (10, 6), "MySQL": (8, 0)}
+# A spare connection unused for this long goes back to the pool before its next use (the pool's checks then apply:
+# dropping a closed connection, recycling old ones); never longer than `pool_recycle`.
+_SPARE_IDLE = 10.0
 
 
 def store_error(exc: BaseException, url: str, *, connecting: bool = False) -> StoreError:
@@ -122,6 +126,14 @@ def map_exceptions(url: str, *, connecting: bool = False) -> Iterator[None]:
         yield
     except _CATCH as exc:
         raise store_error(exc, url, connecting=connecting) from exc
+
+
+def _alive(conn: Any) -> bool:
+    """Return whether `conn` is open and its server has not ended it (the checks aiomysql's pool makes)."""
+    if conn.closed:
+        return False
+    reader = conn._reader
+    return not (reader.at_eof() or reader.exception() is not None or getattr(reader, "eof_received", False))
 
 
 def _check_server(version: str, url: str) -> None:
@@ -422,10 +434,23 @@ class MySQLDialect(Dialect):
     flavour = FLAVOUR
     counts_changed_rows = True
 
-    def __init__(self, url: str, pool: Any, database: str, *, retry_for: float = DEFAULT_RETRY_FOR) -> None:
+    def __init__(
+        self,
+        url: str,
+        pool: Any,
+        database: str,
+        *,
+        retry_for: float = DEFAULT_RETRY_FOR,
+        spare_idle: float = _SPARE_IDLE,
+    ) -> None:
         super().__init__(url, retry_for=retry_for, writers=pool.maxsize)
         self._pool = pool
         self._wakeups: set[asyncio.Future[None]] = set()
+        # One free connection kept out of the pool for the next call (see `_release`), and since when.
+        self._spare: Any = None
+        self._spare_since = 0.0
+        self._spare_idle = spare_idle
+        self._waiting = 0  # calls waiting for a connection of the pool
         self._database = database
 
     @classmethod
@@ -471,7 +496,7 @@ class MySQLDialect(Dialect):
                 # Autocommit for single-statement reads; writes open their own transaction with BEGIN.
                 autocommit=True,
             )
-        dialect = cls(url, pool, database, retry_for=retry)
+        dialect = cls(url, pool, database, retry_for=retry, spare_idle=min(_SPARE_IDLE, recycle))
         try:
             async with dialect.transaction(begin=False) as tx:
                 _check_server(str((await tx.fetch("SELECT VERSION()"))[0][0]), redacted)
@@ -482,18 +507,36 @@ class MySQLDialect(Dialect):
         return dialect
 
     async def _acquire(self) -> Any:
-        """Return a connection of the pool."""
+        """Return the spare connection if it is free and fit, else one from the pool (given back by `_release`)."""
+        conn, self._spare = self._spare, None
+        if conn is not None:
+            if time.monotonic() - self._spare_since < self._spare_idle and _alive(conn):
+                return conn  # the usual case one saga at a time: no pool lock, no wake-up task
+            # Lost while it waited, or idle for long: back to the pool, which drops or expires it.
+            self._give_back(conn)
+        self._waiting += 1
         try:
             return await self._pool.acquire()
         except _CATCH as exc:
             raise store_error(exc, self.url) from exc
+        finally:
+            self._waiting -= 1
 
     def _release(self, conn: Any) -> None:
-        """Give `conn` back to the pool (a closed one, or one left in a transaction, is dropped).
+        """Keep `conn` as the spare if it is fit, idle, and no call waits for the pool (none starves); else give it
+        back to the pool (a closed one, or one left in a transaction, is dropped there).
 
-        Synchronous, so a cancellation cannot interrupt it: the pool's wake-up of its waiters (a task) runs on its
-        own, kept referenced here until it ends.
+        Synchronous, so a cancellation cannot interrupt it.
         """
+        kept = self._spare is None and not self._waiting and not self.closed
+        if kept and _alive(conn) and not conn.get_transaction_status():
+            self._spare, self._spare_since = conn, time.monotonic()
+            return
+        self._give_back(conn)
+
+    def _give_back(self, conn: Any) -> None:
+        """Give `conn` back to the pool; the pool's wake-up of its waiters (a task) runs on its own, kept referenced
+        here until it ends."""
         wakeup = self._pool.release(conn)
         if not wakeup.done():
             self._wakeups.add(wakeup)
@@ -647,6 +690,9 @@ class MySQLDialect(Dialect):
                     await tx.fetch("SELECT RELEASE_LOCK(%s)", (name,))
 
     async def close(self) -> None:
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            self._give_back(spare)  # the pool's close waits for every connection to be given back
         self._pool.close()
         with anyio.move_on_after(_CLEANUP_SECONDS, shield=True) as scope, map_exceptions(self.url):
             await self._pool.wait_closed()
