@@ -150,8 +150,11 @@ def _check_server(version: str, url: str) -> None:
         )
 
 
-# pymysql's escapes of a string literal (pymysql.converters.escape_string), for `_literals`.
-_ESCAPES = str.maketrans({"\0": "\\0", "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\x1a": "\\Z", '"': '\\"', "'": "\\'"})
+# pymysql's escapes of a string literal (pymysql.converters.escape_string), for `_literals`: a table of the 128
+# ASCII characters, as pymysql's, not a dict (str.translate raises and catches a KeyError per character a dict
+# lacks; a character past the table is kept as it is).
+_SPECIAL = {"\0": "\\0", "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\x1a": "\\Z", '"': '\\"', "'": "\\'"}
+_ESCAPES = [_SPECIAL.get(chr(code), chr(code)) for code in range(128)]
 
 
 def _literals(conn: Any, params: Sequence[Any]) -> tuple[str, ...]:
