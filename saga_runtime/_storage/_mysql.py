@@ -169,7 +169,8 @@ def _literals(conn: Any, params: Sequence[Any]) -> tuple[str, ...]:
     for value in params:
         kind = type(value)
         if kind is str:
-            literals.append("'" + value.translate(_ESCAPES) + "'")
+            # Letters and digits only (ids, hashes, statuses) need no escape: a check far cheaper than translate.
+            literals.append("'" + (value if value.isalnum() else value.translate(_ESCAPES)) + "'")
         elif value is None:
             literals.append("NULL")
         elif kind is int:

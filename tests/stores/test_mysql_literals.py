@@ -20,6 +20,8 @@ VALUES: list[Any] = [
     AWKWARD,
     "",
     "plain-0123",
+    "0123abcDEF",  # letters and digits only: written without translate
+    "ünïcødé",
     None,
     0,
     -(2**63),
