@@ -21,16 +21,19 @@ does not fit fails instead of being silently cut.
 
 from __future__ import annotations
 
+import asyncio
 import re
+import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 import aiomysql
 import anyio
 import pymysql
+from pymysql.constants import SERVER_STATUS
 
 from saga_runtime._exceptions import StoreBusyError, StoreConnectionError, StoreError
 from saga_runtime._storage._batch import Outcome, Write
@@ -102,6 +105,9 @@ _CLEANUP_SECONDS = 5.0
 # 4,000,000 bytes each, see saga_runtime._records) still fits one packet.
 _SCRIPT_BYTES = 6 << 20
 _MIN_VERSION = {"MariaDB": (10, 6), "MySQL": (8, 0)}
+# A spare connection unused for this long goes back to the pool before its next use (the pool's checks then apply:
+# dropping a closed connection, recycling old ones); never longer than `pool_recycle`.
+_SPARE_IDLE = 10.0
 
 
 def store_error(exc: BaseException, url: str, *, connecting: bool = False) -> StoreError:
@@ -122,6 +128,14 @@ def map_exceptions(url: str, *, connecting: bool = False) -> Iterator[None]:
         raise store_error(exc, url, connecting=connecting) from exc
 
 
+def _alive(conn: Any) -> bool:
+    """Return whether `conn` is open and its server has not ended it (the checks aiomysql's pool makes)."""
+    if conn.closed:
+        return False
+    reader = conn._reader
+    return not (reader.at_eof() or reader.exception() is not None or getattr(reader, "eof_received", False))
+
+
 def _check_server(version: str, url: str) -> None:
     """Raise StoreError unless the server is MySQL 8.0+ or MariaDB 10.6+."""
     product = "MariaDB" if "mariadb" in version.lower() else "MySQL"
@@ -136,19 +150,54 @@ def _check_server(version: str, url: str) -> None:
         )
 
 
+# pymysql's escapes of a string literal (pymysql.converters.escape_string), for `_literals`: a table of the 128
+# ASCII characters, as pymysql's, not a dict (str.translate raises and catches a KeyError per character a dict
+# lacks; a character past the table is kept as it is).
+_SPECIAL = {"\0": "\\0", "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\x1a": "\\Z", '"': '\\"', "'": "\\'"}
+_ESCAPES = [_SPECIAL.get(chr(code), chr(code)) for code in range(128)]
+
+
+def _literals(conn: Any, params: Sequence[Any]) -> tuple[str, ...]:
+    """Return the SQL literals of `params`, as pymysql writes them (its `escape`, a few Python calls a value).
+
+    The store's own values (text, integers, NULL, naive times) are written here; any other type goes to pymysql.
+    """
+    escape = conn.escape
+    if conn.server_status & SERVER_STATUS.SERVER_STATUS_NO_BACKSLASH_ESCAPES:
+        return tuple(escape(value) for value in params)
+    literals = []
+    for value in params:
+        kind = type(value)
+        if kind is str:
+            # Letters and digits only (ids, hashes, statuses) need no escape: a check far cheaper than translate.
+            literals.append("'" + (value if value.isalnum() else value.translate(_ESCAPES)) + "'")
+        elif value is None:
+            literals.append("NULL")
+        elif kind is int:
+            literals.append(int.__repr__(value))
+        elif kind is datetime and value.tzinfo is None:
+            literals.append("'" + value.isoformat(" ") + "'")
+        else:
+            literals.append(escape(value))
+    return tuple(literals)
+
+
 class _MySQLTransaction:
     __slots__ = ("_cursor",)
 
     def __init__(self, cursor: Any) -> None:
         self._cursor = cursor
 
+    def _sql(self, sql: str, params: Sequence[Any]) -> str:
+        """Return `sql` with its parameters written in (none: as it is, not %-formatted, as pymysql does)."""
+        return sql % _literals(self._cursor.connection, params) if params else sql
+
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
-        # No parameters: pass None, so pymysql does not %-format the statement.
-        await self._cursor.execute(sql, tuple(params) if params else None)
+        await self._cursor.execute(self._sql(sql, params))
         return int(self._cursor.rowcount)
 
     async def fetch(self, sql: str, params: Sequence[Any] = ()) -> Sequence[Sequence[Any]]:
-        await self._cursor.execute(sql, tuple(params) if params else None)
+        await self._cursor.execute(self._sql(sql, params))
         return list(await self._cursor.fetchall())
 
     async def script(self, sql: str, params: Sequence[Any]) -> Sequence[Sequence[Any]]:
@@ -160,7 +209,7 @@ class _MySQLTransaction:
         cursor = self._cursor
         rows: Sequence[Sequence[Any]] = []
         try:
-            await cursor.execute(sql, tuple(params))
+            await cursor.execute(self._sql(sql, params))
             while True:
                 if cursor.description:
                     rows = list(await cursor.fetchall())
@@ -389,9 +438,23 @@ class MySQLDialect(Dialect):
     flavour = FLAVOUR
     counts_changed_rows = True
 
-    def __init__(self, url: str, pool: Any, database: str, *, retry_for: float = DEFAULT_RETRY_FOR) -> None:
+    def __init__(
+        self,
+        url: str,
+        pool: Any,
+        database: str,
+        *,
+        retry_for: float = DEFAULT_RETRY_FOR,
+        spare_idle: float = _SPARE_IDLE,
+    ) -> None:
         super().__init__(url, retry_for=retry_for, writers=pool.maxsize)
         self._pool = pool
+        self._wakeups: set[asyncio.Future[None]] = set()
+        # One free connection kept out of the pool for the next call (see `_release`), and since when.
+        self._spare: Any = None
+        self._spare_since = 0.0
+        self._spare_idle = spare_idle
+        self._waiting = 0  # calls waiting for a connection of the pool
         self._database = database
 
     @classmethod
@@ -437,7 +500,7 @@ class MySQLDialect(Dialect):
                 # Autocommit for single-statement reads; writes open their own transaction with BEGIN.
                 autocommit=True,
             )
-        dialect = cls(url, pool, database, retry_for=retry)
+        dialect = cls(url, pool, database, retry_for=retry, spare_idle=min(_SPARE_IDLE, recycle))
         try:
             async with dialect.transaction(begin=False) as tx:
                 _check_server(str((await tx.fetch("SELECT VERSION()"))[0][0]), redacted)
@@ -447,15 +510,49 @@ class MySQLDialect(Dialect):
             raise
         return dialect
 
+    async def _acquire(self) -> Any:
+        """Return the spare connection if it is free and fit, else one from the pool (given back by `_release`)."""
+        conn, self._spare = self._spare, None
+        if conn is not None:
+            if time.monotonic() - self._spare_since < self._spare_idle and _alive(conn):
+                return conn  # the usual case one saga at a time: no pool lock, no wake-up task
+            # Lost while it waited, or idle for long: back to the pool, which drops or expires it.
+            self._give_back(conn)
+        self._waiting += 1
+        try:
+            return await self._pool.acquire()
+        except _CATCH as exc:
+            raise store_error(exc, self.url) from exc
+        finally:
+            self._waiting -= 1
+
+    def _release(self, conn: Any) -> None:
+        """Keep `conn` as the spare if it is fit, idle, and no call waits for the pool (none starves); else give it
+        back to the pool (a closed one, or one left in a transaction, is dropped there).
+
+        Synchronous, so a cancellation cannot interrupt it.
+        """
+        kept = self._spare is None and not self._waiting and not self.closed
+        if kept and _alive(conn) and not conn.get_transaction_status():
+            self._spare, self._spare_since = conn, time.monotonic()
+            return
+        self._give_back(conn)
+
+    def _give_back(self, conn: Any) -> None:
+        """Give `conn` back to the pool; the pool's wake-up of its waiters (a task) runs on its own, kept referenced
+        here until it ends."""
+        wakeup = self._pool.release(conn)
+        if not wakeup.done():
+            self._wakeups.add(wakeup)
+            wakeup.add_done_callback(self._wakeups.discard)
+
     @asynccontextmanager
     async def _connection(self) -> AsyncIterator[Any]:
-        with map_exceptions(self.url):
-            conn = await self._pool.acquire()
+        conn = await self._acquire()
         try:
             yield conn
         finally:
-            with anyio.move_on_after(_CLEANUP_SECONDS, shield=True):
-                await self._pool.release(conn)
+            self._release(conn)
 
     @asynccontextmanager
     async def transaction(self, *, begin: bool, isolation: str | None = None) -> AsyncIterator[Transaction]:
@@ -471,22 +568,24 @@ class MySQLDialect(Dialect):
                     yield _MySQLTransaction(cursor)
                     if begin:
                         await conn.commit()
+                    # Reads what results are left (none after a statement read to its end): unshielded, a cancel
+                    # here drops the connection below.
+                    await cursor.close()
                 except _err.MySQLError as exc:
                     if isinstance(store_error(exc, self.url), StoreConnectionError):
                         # Lost (killed, server gone): closed, so the pool drops it instead of handing it out again.
                         conn.close()
                     elif begin:
                         await self._rollback(conn)
+                    if not conn.closed:
+                        with anyio.move_on_after(_CLEANUP_SECONDS, shield=True):
+                            await cursor.close()
                     raise
                 except BaseException:
                     # Cancelled mid-statement (or worse): the protocol state is unknown, so drop the connection;
                     # the server rolls its transaction back.
                     conn.close()
                     raise
-                finally:
-                    if not conn.closed:
-                        with anyio.move_on_after(_CLEANUP_SECONDS, shield=True):
-                            await cursor.close()
 
     @staticmethod
     async def _rollback(conn: Any) -> None:
@@ -537,16 +636,37 @@ class MySQLDialect(Dialect):
 
     async def _write_alone(self, write: Write, statement: Statement) -> Outcome:
         """Write a lone write with its one statement, atomic on its own; return its outcome."""
+        if await self._autocommit(*statement):
+            return Outcome.WRITTEN
+        if write.create:
+            return Outcome.TAKEN
+        if write.owner is None:
+            return Outcome.WRITTEN
+        # MySQL counts changed rows: 0 also when every row was stored as it is already (a retried write).
         async with self.transaction(begin=False) as tx:
-            if await tx.execute(*statement):
-                return Outcome.WRITTEN
-            if write.create:
-                return Outcome.TAKEN
-            if write.owner is None:
-                return Outcome.WRITTEN
-            # MySQL counts changed rows: 0 also when every row was stored as it is already (a retried write).
             held = await tx.fetch(_HOLDS, (write.saga_id, write.owner, write.owner))
         return Outcome.WRITTEN if int(held[0][0]) else Outcome.LOST
+
+    async def _autocommit(self, sql: str, params: Sequence[Any]) -> int:
+        """Run one statement (autocommitted) on a connection of the pool; return the number of rows it changed.
+
+        `transaction(begin=False)` with one `execute`, inlined for a lone write: no cursor, no context managers.
+        """
+        conn = await self._acquire()
+        try:
+            return int(await conn.query(sql % _literals(conn, params) if params else sql))
+        except BaseException as exc:
+            if not isinstance(exc, _CATCH):
+                # Cancelled mid-statement (or worse): the protocol state is unknown, so drop the connection.
+                conn.close()
+                raise
+            error = store_error(exc, self.url)
+            if isinstance(error, StoreConnectionError):
+                # Lost (killed, server gone): closed, so the pool drops it instead of handing it out again.
+                conn.close()
+            raise error from exc
+        finally:
+            self._release(conn)
 
     def claim_transaction(self) -> AbstractAsyncContextManager[Transaction]:
         # READ COMMITTED: the claim's scan takes no gap locks and keeps no locks on rows it did not return, so it
@@ -574,6 +694,9 @@ class MySQLDialect(Dialect):
                     await tx.fetch("SELECT RELEASE_LOCK(%s)", (name,))
 
     async def close(self) -> None:
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            self._give_back(spare)  # the pool's close waits for every connection to be given back
         self._pool.close()
         with anyio.move_on_after(_CLEANUP_SECONDS, shield=True) as scope, map_exceptions(self.url):
             await self._pool.wait_closed()
