@@ -29,6 +29,7 @@ import os
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
+from datetime import datetime
 from functools import partial
 from typing import Any, TypeVar, cast
 from urllib.parse import parse_qsl, urlsplit
@@ -318,6 +319,29 @@ async def _switch_to_wal(conn: aiosqlite.Connection, busy_timeout: float) -> Non
         await anyio.sleep(0.01)
 
 
+# The text of a time up to its minute, by (year, month, day, hour, minute): a saga's times share a few minutes.
+_MINUTES: dict[tuple[int, int, int, int, int], str] = {}
+_MINUTES_KEPT = 1024
+# A second's text and its dot, by the second.
+_SECONDS = tuple(f"{second:02}." for second in range(60))
+
+
+def _time_text(value: datetime) -> str:
+    """Return a UTC time as `value.isoformat(" ", "microseconds")` does, at half its cost.
+
+    isoformat formats each field with C's printf (about 14 K instructions a time, 36 times a durable saga); the
+    minute's text is kept, and the rest formatted by Python.
+    """
+    head = _MINUTES.get((value.year, value.month, value.day, value.hour, value.minute))
+    if head is None:
+        if len(_MINUTES) >= _MINUTES_KEPT:
+            _MINUTES.clear()
+        minute = (value.year, value.month, value.day, value.hour, value.minute)
+        head = _MINUTES[minute] = f"{minute[0]:04}-{minute[1]:02}-{minute[2]:02} {minute[3]:02}:{minute[4]:02}:"
+    # UP031 ignored: %-formatting an int costs about 900 instructions less than a format spec.
+    return head + _SECONDS[value.second] + "%06d+00:00" % value.microsecond  # noqa: UP031
+
+
 # What SQLite's SQL differs in (saga_runtime._storage._flavour): the one machine's clock, no row locks (BEGIN
 # IMMEDIATE takes the whole file), text times of fixed width (text order is time order), one column per ALTER.
 FLAVOUR = Flavour(
@@ -351,7 +375,7 @@ FLAVOUR = Flavour(
     partial_indexes=True,
     json_as_text=json_text_already,
     # "2024-05-17 09:30:15.123456+00:00": fixed width, so text order is time order.
-    time_value=lambda value: value.isoformat(" ", "microseconds"),
+    time_value=_time_text,
     local_clock=True,
     lease_length=lambda length: length,
     ids_as_bytes=False,
