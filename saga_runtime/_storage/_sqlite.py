@@ -199,8 +199,17 @@ def _write(conn: sqlite3.Connection, q: Queries, write: Write) -> Outcome:
         if conn.execute(q.insert_saga, saga).rowcount != 1:
             return Outcome.TAKEN
     elif saga is not None and write.owner is not None:
-        update, values = (_UPDATE_OWNED_KEPT, kept_lease(saga)) if write.keep_lease else (_UPDATE_OWNED, saga)
-        if conn.execute(update, (*values[1:], write.saga_id, write.owner, write.owner)).rowcount != 1:
+        if write.keep_lease:
+            values, created, update, same_created = kept_lease(saga), _KEPT_CREATED, _UPDATE_OWNED_KEPT, _KEPT_SAME
+        else:
+            values, created, update, same_created = saga, _CREATED, _UPDATE_OWNED, _OWNED_SAME
+        # First the update leaving the stored creation time (and so its index entry) as it is; a saga whose
+        # creation time changed (or that is not this owner's) is not updated by it: then the whole row.
+        head, tail = values[1:created], (*values[created + 1 :], write.saga_id, write.owner, write.owner)
+        if (
+            conn.execute(same_created, (*head, *tail, values[created])).rowcount != 1
+            and conn.execute(update, (*head, values[created], *tail)).rowcount != 1
+        ):
             return Outcome.LOST
     elif saga is not None:
         conn.execute(q.upsert_saga, saga)
@@ -230,6 +239,18 @@ _UPDATE_OWNED = (
 _UPDATE_OWNED_KEPT = (
     f"UPDATE sagas SET {', '.join(f'{c} = ?' for c in KEPT_LEASE_COLUMNS[1:])} WHERE saga_id = ? AND owner = ? "
     f"AND {unasked('?')}"
+)
+# The same two, leaving created_at as it is (SQLite rewrites the entry of every indexed column a SET assigns, equal
+# or not: a page more in the log), only for a saga whose stored creation time is the one given (the last parameter).
+_CREATED = SAGA_COLUMNS.index("created_at")
+_KEPT_CREATED = KEPT_LEASE_COLUMNS.index("created_at")
+_OWNED_SAME = (
+    f"UPDATE sagas SET {', '.join(f'{c} = ?' for c in SAGA_COLUMNS[1:] if c != 'created_at')} WHERE saga_id = ? "
+    f"AND owner = ? AND {unasked('?')} AND created_at = ?"
+)
+_KEPT_SAME = (
+    f"UPDATE sagas SET {', '.join(f'{c} = ?' for c in KEPT_LEASE_COLUMNS[1:] if c != 'created_at')} "
+    f"WHERE saga_id = ? AND owner = ? AND {unasked('?')} AND created_at = ?"
 )
 _STEP_ROW = "(" + ", ".join("?" * len(STEP_COLUMNS)) + ")"
 _STEP_SET = ", ".join(f"{c} = excluded.{c}" for c in STEP_COLUMNS[3:])
