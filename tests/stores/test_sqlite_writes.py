@@ -1,0 +1,85 @@
+"""How the SQLite store writes: the text of its times, and what an owner's update of a saga row leaves alone."""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from saga_runtime import LeaseLostError, SagaStatus, open_store
+from saga_runtime._storage import _sqlite
+from saga_runtime._storage._sqlstore import SQLStore
+
+from .conftest import make_saga
+
+
+def test_a_time_is_written_as_isoformat_writes_it() -> None:
+    """The SQLite store's time text is isoformat(" ", "microseconds") of the UTC time, for any time of any year."""
+    pick = random.Random(7)
+    span = (datetime.max.replace(tzinfo=UTC) - datetime.min.replace(tzinfo=UTC)) // timedelta(microseconds=1)
+    times = [datetime.min.replace(tzinfo=UTC) + timedelta(microseconds=pick.randrange(span)) for _ in range(5000)]
+    times += [value.replace(second=0, microsecond=0) for value in times[:100]]
+    times += [datetime.min.replace(tzinfo=UTC), datetime.max.replace(tzinfo=UTC), datetime(2024, 5, 17, tzinfo=UTC)]
+    for value in times:
+        assert _sqlite._time_text(value) == value.isoformat(" ", "microseconds")
+
+
+def test_the_kept_minutes_stay_bounded() -> None:
+    """The minutes' texts kept for formatting times never grow past their bound, however many minutes pass."""
+    start = datetime(2030, 1, 1, tzinfo=UTC)
+    for minute in range(3 * _sqlite._MINUTES_KEPT):
+        value = start + timedelta(minutes=minute, seconds=minute % 60, microseconds=minute)
+        assert _sqlite._time_text(value) == value.isoformat(" ", "microseconds")
+        assert len(_sqlite._MINUTES) <= _sqlite._MINUTES_KEPT
+
+
+async def _owned_save(tmp_path: Path, *, later: timedelta, lease: bool) -> list[str]:
+    """Create a saga owned by "me", save it again under that owner, created `later`; return the statements run."""
+    async with open_store(f"sqlite:///{tmp_path / 's.db'}") as store:
+        assert isinstance(store, SQLStore)
+        saga = make_saga("one")
+        saga.owner = "me"
+        await store.create_saga(saga, [])
+        saga.status, saga.created_at = SagaStatus.SUCCESS, saga.created_at + later
+        seen: list[str] = []
+        await store.dialect._tx.call(lambda conn: conn.set_trace_callback(seen.append))  # type: ignore[attr-defined]
+        await store.save(saga, [], owner="me", lease=lease)
+        loaded = await store.load_saga("one")
+        assert loaded is not None
+        assert loaded[0] == saga
+        assert await store.verify_saga("one")
+    return seen
+
+
+@pytest.mark.parametrize("lease", [True, False])
+async def test_an_owners_update_leaves_the_unchanged_creation_time_alone(tmp_path: Path, lease: bool) -> None:
+    """An owner's update of a saga row does not assign created_at (its index entry stays): one UPDATE, no other."""
+    seen = await _owned_save(tmp_path, later=timedelta(0), lease=lease)
+    updates = [sql for sql in seen if sql.startswith("UPDATE")]
+    assert len(updates) == 1, seen
+    assert "created_at =" not in updates[0].split(" WHERE ")[0]
+
+
+@pytest.mark.parametrize("lease", [True, False])
+async def test_an_owners_update_still_writes_a_changed_creation_time(tmp_path: Path, lease: bool) -> None:
+    """An owner's update of a saga row whose created_at changed stores the new one (and the seal still verifies)."""
+    seen = await _owned_save(tmp_path, later=timedelta(hours=1), lease=lease)
+    assert len([sql for sql in seen if sql.startswith("UPDATE")]) == 2, seen
+
+
+async def test_an_owners_update_by_another_owner_writes_nothing(tmp_path: Path) -> None:
+    """An update under an owner the saga does not name is lost, creation time unchanged or not, and writes nothing."""
+    async with open_store(f"sqlite:///{tmp_path / 's.db'}") as store:
+        saga = make_saga("one")
+        saga.owner = "me"
+        await store.create_saga(saga, [])
+        before = await store.load_saga("one")
+        assert before is not None
+        for later in (timedelta(0), timedelta(hours=1)):
+            changed = before[0].copy()
+            changed.status, changed.created_at = SagaStatus.SUCCESS, changed.created_at + later
+            with pytest.raises(LeaseLostError):
+                await store.save(changed, [], owner="someone else")
+        assert await store.load_saga("one") == before
