@@ -135,18 +135,23 @@ async def shielded(coro: Coroutine[Any, Any, T]) -> T:
 
     An anyio shielded scope alone holds off anyio's scopes but not a native `task.cancel()` (a caller's
     `asyncio.timeout`, `wait_for`): so the work runs in its own task, always awaited here. Bound the work itself.
+    The caller's wait is shielded from anyio's scopes only once a cancel reached it (anyio re-delivers a scope's
+    cancel every turn): a scope costs more than the task, and most waits are never cancelled.
     """
     task = asyncio.ensure_future(coro)
     caught: BaseException | None = None
-    with anyio.CancelScope(shield=True):
-        while True:
-            try:
+    while True:
+        try:
+            if caught is None:
                 result = await asyncio.shield(task)
-                break
-            except asyncio.CancelledError as exc:
-                if task.cancelled():  # the work itself was cancelled (the loop is closing)
-                    raise
-                caught = exc
+            else:
+                with anyio.CancelScope(shield=True):
+                    result = await asyncio.shield(task)
+            break
+        except asyncio.CancelledError as exc:
+            if task.cancelled():  # the work itself was cancelled (the loop is closing)
+                raise
+            caught = caught or exc
     if caught is not None:
         raise caught
     return result
