@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import math
 from collections.abc import Callable, Coroutine, Generator, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -24,6 +25,7 @@ __all__ = [
     "CANCELLED",
     "CancelTaken",
     "Cancellation",
+    "Deadline",
     "Fence",
     "Shelters",
     "Siblings",
@@ -221,6 +223,70 @@ def _not_started(task: asyncio.Task[Any]) -> bool:
     """Tell whether `task`'s coroutine has not run yet (a cancel now would end it before its first line)."""
     coro = task.get_coro()
     return inspect.iscoroutine(coro) and inspect.getcoroutinestate(coro) == inspect.CORO_CREATED
+
+
+class Deadline:
+    """Cancel the block's task `seconds` after it enters, and end that cancel at the block's end, as anyio's
+    `move_on_after` does: natively, with no cancel scope (one costs more than the rest of an undo's bookkeeping).
+
+    For a block in a task of its own (`shielded` work), which only the deadline and the loop's closing cancel. As
+    anyio's scopes do, it waits while the task is in an anyio-shielded section (looked at again after
+    `_SHIELD_POLL`, then twice as long each time up to `_SHIELD_POLL_LONGEST`) and cancels it again every turn
+    while it swallows the cancel. `cancelled_caught`: the block ended by its cancel. An infinite bound sets no timer.
+    """
+
+    __slots__ = ("_cancelling", "_delivered", "_handle", "_poll", "_seconds", "_task", "cancelled_caught")
+
+    def __init__(self, seconds: float) -> None:
+        self._seconds = seconds
+        self._handle: asyncio.TimerHandle | asyncio.Handle | None = None
+        self._delivered = 0  # the cancels it gave the task (each taken back at the end)
+        self._poll = _SHIELD_POLL
+        self.cancelled_caught = False
+
+    def __enter__(self) -> Deadline:
+        task = self._task = current_task()
+        self._cancelling = task.cancelling()
+        if not math.isinf(self._seconds):
+            self._handle = task.get_loop().call_later(self._seconds, self._cut)
+        return self
+
+    def _cut(self) -> None:
+        task = self._task
+        self._handle = None
+        if task.done():
+            return
+        loop = task.get_loop()
+        waiter = getattr(task, "_fut_waiter", None)  # (what anyio reads too)
+        if getattr(task, "_must_cancel", False) or (waiter is not None and waiter.done()):
+            self._handle = loop.call_soon(self._cut)  # a cancel not delivered yet, or about to resume: next turn
+        elif _in_shield(task):
+            self._handle = loop.call_later(self._poll, self._cut)
+            self._poll = min(self._poll * 2, _SHIELD_POLL_LONGEST)
+        else:
+            task.cancel()
+            self._delivered += 1
+            self._handle = loop.call_soon(self._cut)  # (again next turn, if it swallowed this one)
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> bool:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        if not self._delivered:
+            return False
+        task = self._task
+        for _ in range(self._delivered):
+            task.uncancel()
+        self._delivered = 0
+        # Only its own cancel ends here (not the loop closing, nor another cancel of the task).
+        if (
+            exc_type is not None
+            and issubclass(exc_type, asyncio.CancelledError)
+            and task.cancelling() <= self._cancelling
+        ):
+            self.cancelled_caught = True
+            return True
+        return False
 
 
 class Fence:

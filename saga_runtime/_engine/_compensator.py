@@ -12,7 +12,7 @@ from typing import Any
 
 import anyio
 
-from saga_runtime._engine._cancellation import CANCELLED, Cancellation, Siblings, shielded
+from saga_runtime._engine._cancellation import CANCELLED, Cancellation, Deadline, Siblings, shielded
 from saga_runtime._engine._ending import write_end
 from saga_runtime._engine._invoker import Invoker
 from saga_runtime._engine._journal import Journal, seq_of
@@ -38,7 +38,7 @@ _SAGA_COMPENSATED, _SAGA_COMPENSATION_FAILED = SagaStatus.COMPENSATED, SagaStatu
 class Compensator:
     """Compensate a saga's steps (see the module docstring)."""
 
-    __slots__ = ("_cancellation", "_invoker", "_journal", "_registry", "_timeout", "_verdict")
+    __slots__ = ("_cancellation", "_debug", "_invoker", "_journal", "_registry", "_timeout", "_verdict")
 
     def __init__(
         self,
@@ -55,6 +55,7 @@ class Compensator:
         self._verdict = verdict
         self._registry = registry
         self._timeout = timeout
+        self._debug = logger.isEnabledFor(logging.DEBUG)  # asked once a saga: an undo's success logs nothing else
 
     def needs(self, row: StepRow) -> bool:
         """Tell whether a step must be undone when the saga compensates: done or in doubt, and undoable."""
@@ -78,7 +79,7 @@ class Compensator:
     async def _compensate_all(self) -> SagaResult:
         journal = self._journal
         journal.check_fence()
-        with anyio.move_on_after(self._timeout) as scope:
+        with Deadline(self._timeout) as scope:
             journal.begin_compensation(self._verdict.reason or "the saga was cancelled by its caller")
             if not journal.wrote_now():
                 await journal.flush()
@@ -139,7 +140,7 @@ class Compensator:
         await shielded(self._bounded(row, value, known))
 
     async def _bounded(self, row: StepRow, value: Any, known: bool) -> None:
-        with anyio.move_on_after(self._timeout):
+        with Deadline(self._timeout):
             await self.compensate_one(row, value, known=known)
 
     async def undo_refused(self, row: StepRow, spec: ToolSpec, value: Any) -> None:
@@ -151,7 +152,7 @@ class Compensator:
 
     async def _bounded_refused(self, row: StepRow, value: Any) -> None:
         # The bound goes inside the shield: outside, the shield would keep it from ever firing.
-        with anyio.move_on_after(self._timeout) as scope:
+        with Deadline(self._timeout) as scope:
             await self.compensate_one(row, value, known=True, settle=False)
         if scope.cancelled_caught:
             why = f"undoing refused attempt {row.attempts}: compensation_timeout ran out"
@@ -237,8 +238,10 @@ class Compensator:
                 return False
             if settle:
                 journal.undone(row)
-                journal.emit("compensation_finished", row, attempt=row.compensation_attempts)
-                logger.debug("saga %s: step %s (%s) compensated", row.saga_id, row.step_id, row.tool_name)
+                if journal.config.hooks:
+                    journal.emit("compensation_finished", row, attempt=row.compensation_attempts)
+                if self._debug:
+                    logger.debug("saga %s: step %s (%s) compensated", row.saga_id, row.step_id, row.tool_name)
             return True
         return False
 
