@@ -80,9 +80,8 @@ class Compensator:
         journal = self._journal
         journal.check_fence()
         with Deadline(self._timeout) as scope:
+            # Written with the first undo's write-ahead (or the end): one commit, before any compensate runs.
             journal.begin_compensation(self._verdict.reason or "the saga was cancelled by its caller")
-            if not journal.wrote_now():
-                await journal.flush()
             groups: dict[int, list[StepRow]] = {}
             for row in sorted((row for row in journal.rows.values() if self.needs(row)), key=seq_of):
                 groups.setdefault(row.group, []).append(row)
