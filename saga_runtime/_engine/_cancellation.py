@@ -137,25 +137,48 @@ async def shielded(coro: Coroutine[Any, Any, T]) -> T:
 
     An anyio shielded scope alone holds off anyio's scopes but not a native `task.cancel()` (a caller's
     `asyncio.timeout`, `wait_for`): so the work runs in its own task, always awaited here. Bound the work itself.
-    The caller's wait is shielded from anyio's scopes only once a cancel reached it (anyio re-delivers a scope's
-    cancel every turn): a scope costs more than the task, and most waits are never cancelled.
+    The work hands its outcome to a future of the caller's as it ends (a turn of the loop sooner than its task's
+    callbacks, which cost as much as the task); the caller's wait is shielded from anyio's scopes only once a
+    cancel reached it (anyio re-delivers a scope's cancel every turn): most waits are never cancelled.
     """
-    task = asyncio.ensure_future(coro)
-    caught: BaseException | None = None
-    while True:
-        try:
-            if caught is None:
-                result = await asyncio.shield(task)
-            else:
-                with anyio.CancelScope(shield=True):
-                    result = await asyncio.shield(task)
-            break
-        except asyncio.CancelledError as exc:
-            if task.cancelled():  # the work itself was cancelled (the loop is closing)
-                raise
-            caught = caught or exc
-    if caught is not None:
-        raise caught
+    loop = asyncio.get_running_loop()
+    waiter: asyncio.Future[T] = loop.create_future()
+    task = loop.create_task(_handing(coro, waiter))
+    try:
+        return await waiter
+    except asyncio.CancelledError as exc:
+        if task.cancelled():  # the work itself was cancelled (the loop is closing)
+            raise
+        caught = exc
+    with anyio.CancelScope(shield=True):
+        while True:
+            try:
+                await asyncio.shield(task)  # (its error, if it raised, goes on in place of the cancel)
+                break
+            except asyncio.CancelledError:
+                if task.cancelled():
+                    raise
+    raise caught
+
+
+_UNSET: Any = object()
+
+
+async def _handing(coro: Coroutine[Any, Any, T], waiter: asyncio.Future[T]) -> Any:
+    """Run `coro`, handing its outcome to `waiter` while its caller waits on it; else return or raise it."""
+    try:
+        result = await coro
+    except asyncio.CancelledError:
+        if not waiter.done():
+            waiter.cancel()
+        raise
+    except Exception as exc:
+        if waiter.done():  # the caller left: it reads this task
+            raise
+        waiter.set_exception(exc)
+        return _UNSET
+    if not waiter.done():
+        waiter.set_result(result)
     return result
 
 

@@ -51,6 +51,36 @@ async def test_shielded_work_holds_through_a_timeout_of_the_caller() -> None:
     assert done == [True]
 
 
+async def test_shielded_work_runs_in_a_task_of_its_own_and_its_error_reaches_the_caller() -> None:
+    """Shielded work runs in its own task from its first line; what it raises is raised in the caller."""
+    caller = asyncio.current_task()
+    ran_in = []
+
+    async def work() -> None:
+        ran_in.append(asyncio.current_task())
+        await asyncio.sleep(0)
+        raise ValueError("boom")
+
+    with pytest.raises(ValueError, match="boom"):
+        await shielded(work())
+    assert len(ran_in) == 1
+    assert ran_in[0] is not caller
+
+
+async def test_shielded_work_failing_after_its_caller_was_cancelled_hands_its_error_on() -> None:
+    """Work that raises after its caller was cancelled: its error goes on in the caller, never left unretrieved."""
+
+    async def work() -> None:
+        await asyncio.sleep(0.05)
+        raise ValueError("boom")
+
+    task = asyncio.ensure_future(shielded(work()))
+    await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(ValueError, match="boom"):
+        await task
+
+
 async def test_shielded_inline_work_that_never_pauses_runs_in_the_calling_task() -> None:
     """Work that ends without pausing runs in the caller's own task (no task made for it) and returns its value."""
     caller = asyncio.current_task()
