@@ -158,6 +158,8 @@ async def shielded(coro: Coroutine[Any, Any, T]) -> T:
             except asyncio.CancelledError:
                 if task.cancelled():
                     raise
+    if waiter.done() and not waiter.cancelled() and (error := waiter.exception()) is not None:
+        raise error  # handed over just before the cancel reached the caller: it goes on in place of the cancel
     raise caught
 
 

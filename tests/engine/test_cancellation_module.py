@@ -81,6 +81,24 @@ async def test_shielded_work_failing_after_its_caller_was_cancelled_hands_its_er
         await task
 
 
+async def test_shielded_work_failing_in_the_turn_its_caller_is_cancelled_hands_its_error_on() -> None:
+    """Work that raised just before its caller was cancelled (the caller not yet woken): its error goes on."""
+    caller: asyncio.Future[None] | None = None
+
+    async def work() -> None:
+        await asyncio.sleep(0)
+        assert caller is not None
+        asyncio.get_running_loop().call_soon(caller.cancel)  # lands before the caller wakes to the error
+        raise ValueError("boom")
+
+    async def call() -> None:
+        await shielded(work())
+
+    caller = asyncio.ensure_future(call())
+    with pytest.raises(ValueError, match="boom"):
+        await caller
+
+
 async def test_shielded_inline_work_that_never_pauses_runs_in_the_calling_task() -> None:
     """Work that ends without pausing runs in the caller's own task (no task made for it) and returns its value."""
     caller = asyncio.current_task()
