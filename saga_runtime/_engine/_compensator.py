@@ -84,11 +84,16 @@ class Compensator:
         journal = self._journal
         journal.check_fence()
         with Deadline(self._timeout) as scope:
-            # Written with the first undo's write-ahead (or the end): one commit, before any compensate runs.
             journal.begin_compensation(self._verdict.reason or "the saga was cancelled by its caller")
             groups: dict[int, list[StepRow]] = {}
+            in_doubt = False
             for row in sorted((row for row in journal.rows.values() if self.needs(row)), key=seq_of):
                 groups.setdefault(row.group, []).append(row)
+                in_doubt = in_doubt or row.status in UNKNOWN
+            # COMPENSATING (and the steps' outcomes) goes with the first undo's write-ahead, or the end: one commit
+            # less. Not when a step is in doubt: its reconcile may run before any write-ahead, so it goes first.
+            if in_doubt and not journal.wrote_now():
+                await journal.flush()
             for group in sorted(groups, reverse=True):
                 journal.check_fence()  # a compensation stopped by the fence: the saga's end is not ours to record
                 members = groups[group]
