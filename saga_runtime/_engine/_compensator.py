@@ -2,6 +2,10 @@
 caller's cancellation and bounded in time; or one step at once (a race loser, a timed-out step, a result that
 cannot be stored, a refused attempt). Every path undoes a step through one loop, `compensate_one`: each attempt is
 written ahead, retried by the tool's `compensation_retry`, and a fenced engine starts none and retries none.
+
+What undoing a step came to is recorded by the journal and returned as a frozen `UndoOutcome`; the compensator
+reads the saga's verdict (why it compensates) and never writes it: a refused attempt's effect left standing
+(`STUCK`) reaches the saga's fate through the step runner's outcome, folded by the group runner.
 """
 
 from __future__ import annotations
@@ -12,12 +16,12 @@ from typing import Any
 
 import anyio
 
-from saga_runtime._engine._cancellation import CANCELLED, Cancellation, Siblings, shielded
+from saga_runtime._engine._cancellation import CANCELLED, Cancellation, Deadline, Siblings, shielded
 from saga_runtime._engine._ending import write_end
 from saga_runtime._engine._invoker import Invoker
 from saga_runtime._engine._journal import Journal, seq_of
 from saga_runtime._engine._reconcile import reconcile
-from saga_runtime._engine._verdict import Verdict
+from saga_runtime._engine._verdict import NOT_UNDONE, RECONCILED_NOT_DONE, STUCK, UNDONE, UndoOutcome, Verdict
 from saga_runtime._exceptions import describe
 from saga_runtime._records import SagaResult, SagaStatus, StepRow, StepStatus, own_copy
 from saga_runtime._tools import CHILD_NOT_UNDONE, CHILD_TOOL, ToolRegistry, ToolSpec
@@ -38,7 +42,7 @@ _SAGA_COMPENSATED, _SAGA_COMPENSATION_FAILED = SagaStatus.COMPENSATED, SagaStatu
 class Compensator:
     """Compensate a saga's steps (see the module docstring)."""
 
-    __slots__ = ("_cancellation", "_invoker", "_journal", "_registry", "_timeout", "_verdict")
+    __slots__ = ("_cancellation", "_debug", "_invoker", "_journal", "_registry", "_timeout", "_verdict")
 
     def __init__(
         self,
@@ -55,6 +59,7 @@ class Compensator:
         self._verdict = verdict
         self._registry = registry
         self._timeout = timeout
+        self._debug = logger.isEnabledFor(logging.DEBUG)  # asked once a saga: an undo's success logs nothing else
 
     def needs(self, row: StepRow) -> bool:
         """Tell whether a step must be undone when the saga compensates: done or in doubt, and undoable."""
@@ -78,13 +83,17 @@ class Compensator:
     async def _compensate_all(self) -> SagaResult:
         journal = self._journal
         journal.check_fence()
-        with anyio.move_on_after(self._timeout) as scope:
+        with Deadline(self._timeout) as scope:
             journal.begin_compensation(self._verdict.reason or "the saga was cancelled by its caller")
-            if not journal.wrote_now():
-                await journal.flush()
             groups: dict[int, list[StepRow]] = {}
+            in_doubt = False
             for row in sorted((row for row in journal.rows.values() if self.needs(row)), key=seq_of):
                 groups.setdefault(row.group, []).append(row)
+                in_doubt = in_doubt or row.status in UNKNOWN
+            # COMPENSATING (and the steps' outcomes) goes with the first undo's write-ahead, or the end: one commit
+            # less. Not when a step is in doubt: its reconcile may run before any write-ahead, so it goes first.
+            if in_doubt and not journal.wrote_now():
+                await journal.flush()
             for group in sorted(groups, reverse=True):
                 journal.check_fence()  # a compensation stopped by the fence: the saga's end is not ours to record
                 members = groups[group]
@@ -130,45 +139,47 @@ class Compensator:
             siblings.start(self.compensate_now, row)
         await self._cancellation.together(siblings, halts=False)
 
-    async def compensate_now(self, row: StepRow, value: Any = None, *, known: bool = False) -> None:
+    async def compensate_now(self, row: StepRow, value: Any = None, *, known: bool = False) -> UndoOutcome:
         """Compensate one step at once (its effect is in doubt or unrecordable), whoever cancels meanwhile.
 
         The value undone is the step's stored result when it succeeded, None when its outcome is unknown, or
         `value` when `known` (a result that could not be stored).
         """
-        await shielded(self._bounded(row, value, known))
+        return await shielded(self._bounded(row, value, known))
 
-    async def _bounded(self, row: StepRow, value: Any, known: bool) -> None:
-        with anyio.move_on_after(self._timeout):
-            await self.compensate_one(row, value, known=known)
+    async def _bounded(self, row: StepRow, value: Any, known: bool) -> UndoOutcome:
+        with Deadline(self._timeout):
+            return await self.compensate_one(row, value, known=known)
+        return NOT_UNDONE  # the bound ran out (recorded by `compensate_one`)
 
-    async def undo_refused(self, row: StepRow, spec: ToolSpec, value: Any) -> None:
-        """Compensate one refused attempt's effect with its raw result, shielded and bounded; the step goes on."""
+    async def undo_refused(self, row: StepRow, spec: ToolSpec, value: Any) -> UndoOutcome:
+        """Compensate one refused attempt's effect with its raw result, shielded and bounded; the step goes on
+        unless its effect stands (`STUCK`)."""
         if spec.compensate is None:
             logger.error("saga %s: step %s (%s) refused a result it cannot undo", row.saga_id, row.step_id, spec.name)
-            return
-        await shielded(self._bounded_refused(row, value))
+            return NOT_UNDONE
+        return await shielded(self._bounded_refused(row, value))
 
-    async def _bounded_refused(self, row: StepRow, value: Any) -> None:
+    async def _bounded_refused(self, row: StepRow, value: Any) -> UndoOutcome:
         # The bound goes inside the shield: outside, the shield would keep it from ever firing.
-        with anyio.move_on_after(self._timeout) as scope:
-            await self.compensate_one(row, value, known=True, settle=False)
-        if scope.cancelled_caught:
-            why = f"undoing refused attempt {row.attempts}: compensation_timeout ran out"
-            self._journal.refused_undo_failed(row, why)
-            self._verdict.stuck.add(row.step_id)
+        with Deadline(self._timeout):
+            return await self.compensate_one(row, value, known=True, settle=False)
+        why = f"undoing refused attempt {row.attempts}: compensation_timeout ran out"
+        self._journal.refused_undo_failed(row, why)
+        return STUCK
 
     # -- the one loop --------------------------------------------------------------------------------------------------
 
     async def compensate_one(
         self, row: StepRow, value: Any = None, *, known: bool = False, settle: bool = True
-    ) -> bool:
-        """Undo one step's effect with its compensation's retry policy, each attempt written ahead; tell if it was.
+    ) -> UndoOutcome:
+        """Undo one step's effect with its compensation's retry policy, each attempt written ahead; return what came
+        of it (`UNDONE`, `NOT_UNDONE`, or `STUCK`: a refused attempt's effect stands).
 
         The value handed to `compensate` is `value` when `known`, else the step's stored result if it succeeded
         and None if its outcome is unknown (a copy of its own: the record must not change). `settle`: record the
         step COMPENSATED or COMPENSATION_FAILED; without it (a refused attempt undone while its step goes on),
-        only a failure is recorded, and the step is marked stuck. A fenced engine runs nothing and records no
+        only a failure is recorded, and it is `STUCK`. A fenced engine runs nothing and records no
         failure for what it did not run: the new owner compensates from the records.
         """
         spec = self._registry.find(row.tool_name)
@@ -177,12 +188,12 @@ class Compensator:
             if settle:
                 why = "not registered (missing, renamed)" if spec is None else f"of another version ({spec.version!r})"
                 self._gave_up(row, f"not compensated: its tool {row.tool_name!r} is {why}")
-            return False
+            return NOT_UNDONE
         if not known and row.status in UNKNOWN and not await self._reconciled(row, spec):
-            return False  # reconcile says the effect did not happen: nothing to undo
+            return NOT_UNDONE  # reconcile says the effect did not happen: nothing to undo
         compensate = spec.compensate
         if compensate is None:
-            return False
+            return NOT_UNDONE
         journal = self._journal
         if not known:
             value = row.result if row.status is _SUCCESS else None
@@ -212,7 +223,7 @@ class Compensator:
                 raise
             except Exception as exc:
                 if journal.guard.fenced:  # changed during the await
-                    return False
+                    return NOT_UNDONE
                 if policy.should_retry(exc, attempt):
                     try:
                         await anyio.sleep(policy.delay(attempt))
@@ -226,7 +237,6 @@ class Compensator:
                     self._gave_up(row, f"{describe(exc)} (after {attempt} attempt{'s' if attempt != 1 else ''})")
                 else:
                     journal.refused_undo_failed(row, f"undoing refused attempt {row.attempts}: {describe(exc)}")
-                    self._verdict.stuck.add(row.step_id)
                 logger.error(
                     "saga %s: compensation of step %s (%s) failed, its effect was NOT undone: %s",
                     row.saga_id,
@@ -234,19 +244,21 @@ class Compensator:
                     row.tool_name,
                     row.compensation_error,
                 )
-                return False
+                return NOT_UNDONE if settle else STUCK
             if settle:
                 journal.undone(row)
-                journal.emit("compensation_finished", row, attempt=row.compensation_attempts)
-                logger.debug("saga %s: step %s (%s) compensated", row.saga_id, row.step_id, row.tool_name)
-            return True
-        return False
+                if journal.config.hooks:
+                    journal.emit("compensation_finished", row, attempt=row.compensation_attempts)
+                if self._debug:
+                    logger.debug("saga %s: step %s (%s) compensated", row.saga_id, row.step_id, row.tool_name)
+            return UNDONE
+        return NOT_UNDONE
 
     async def _reconciled(self, row: StepRow, spec: ToolSpec) -> bool:
         """Settle an unknown step by its tool's `reconcile` first; tell whether there may be an effect to undo."""
         if spec.reconcile is None:
             return True
-        return await reconcile(self._journal, self._invoker, spec, row) is not False
+        return await reconcile(self._journal, self._invoker, spec, row) is not RECONCILED_NOT_DONE
 
     def _gave_up(self, row: StepRow, why: str, *, tell: bool = True) -> None:
         self._journal.undo_failed(row, why)

@@ -1,5 +1,6 @@
 """Reconciliation: before anything is done with a step of unknown outcome, ask its tool's `reconcile` whether the
-effect happened (typically by the step's idempotency key), and record the answer.
+effect happened (typically by the step's idempotency key), record the answer, and return it as a frozen
+`ReconcileOutcome` (what the step runner or compensator does next; never the saga's fate).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import anyio
 
 from saga_runtime._engine._invoker import Invoker
 from saga_runtime._engine._journal import Journal
+from saga_runtime._engine._verdict import RECONCILED_DONE, RECONCILED_NOT_DONE, STILL_UNKNOWN, ReconcileOutcome
 from saga_runtime._exceptions import describe
 from saga_runtime._records import StepRow, to_json_value
 from saga_runtime._tools import NOT_DONE, ToolSpec
@@ -23,14 +25,15 @@ logger = logging.getLogger("saga_runtime")
 _LOG_CHARS = 500  # of an error in a log line (the record keeps it whole)
 
 
-async def reconcile(journal: Journal, invoker: Invoker, spec: ToolSpec, row: StepRow) -> bool | None:
-    """Ask `spec.reconcile` about an unknown step and record its answer, written at once.
+async def reconcile(journal: Journal, invoker: Invoker, spec: ToolSpec, row: StepRow) -> ReconcileOutcome:
+    """Ask `spec.reconcile` about an unknown step and record its answer, written at once; return what it said.
 
-    True: the effect happened (the step is SUCCESS, the answer its result); False: it did not (`NOT_DONE`);
-    None: still unknown (reconcile raised, past its `compensation_retry` policy, or its answer was refused).
+    `RECONCILED_DONE`: the effect happened (the step is SUCCESS, the answer its result); `RECONCILED_NOT_DONE`: it
+    did not (`NOT_DONE`); `STILL_UNKNOWN`: reconcile raised, past its `compensation_retry` policy, or its answer was
+    refused (or the tool has none).
     """
     if spec.reconcile is None:
-        return None
+        return STILL_UNKNOWN
     policy = spec.compensation_retry
     attempt = 0
     while True:
@@ -51,7 +54,7 @@ async def reconcile(journal: Journal, invoker: Invoker, spec: ToolSpec, row: Ste
                 row.tool_name,
                 _one_line(exc),
             )
-            return None
+            return STILL_UNKNOWN
         done = answer is not NOT_DONE
         journal.reconciled(row, answer if done else None, done=done)
         await journal.flush()
@@ -62,7 +65,7 @@ async def reconcile(journal: Journal, invoker: Invoker, spec: ToolSpec, row: Ste
             row.tool_name,
             "done" if done else "not done",
         )
-        return done
+        return RECONCILED_DONE if done else RECONCILED_NOT_DONE
 
 
 async def _checked(spec: ToolSpec, answer: Any) -> Any:

@@ -17,7 +17,7 @@ from saga_runtime._engine._events import heard
 from saga_runtime._engine._invoker import AttemptTimeout, Invoker
 from saga_runtime._engine._journal import Journal
 from saga_runtime._engine._reconcile import reconcile
-from saga_runtime._engine._verdict import DONE, StepOutcome, Verdict
+from saga_runtime._engine._verdict import DONE, ReconcileOutcome, StepOutcome, Verdict
 from saga_runtime._exceptions import (
     BudgetExceededError,
     OutcomeUnknownError,
@@ -45,12 +45,13 @@ class _StepFailed:
     that leaves the saga's whole engine to the garbage collector.
     """
 
-    __slots__ = ("attempts", "error", "timed_out")
+    __slots__ = ("attempts", "error", "stuck", "timed_out")
 
-    def __init__(self, error: Exception, *, timed_out: bool, attempts: int) -> None:
+    def __init__(self, error: Exception, *, timed_out: bool, attempts: int, stuck: bool = False) -> None:
         self.error = error
         self.timed_out = timed_out
         self.attempts = attempts
+        self.stuck = stuck  # a refused attempt's effect could not be undone (the compensator's `STUCK`)
 
 
 class _Raised:
@@ -132,7 +133,7 @@ class StepRunner:
             logger.debug("saga %s: step %s (%s) succeeded", row.saga_id, row.step_id, row.tool_name)
         return StepOutcome(row, won=True) if join == "first" else DONE
 
-    async def reconcile(self, row: StepRow, spec: ToolSpec) -> bool | None:
+    async def reconcile(self, row: StepRow, spec: ToolSpec) -> ReconcileOutcome:
         """Settle a step of unknown outcome by its tool's `reconcile` (see saga_runtime._engine._reconcile)."""
         return await reconcile(self._journal, self._invoker, spec, row)
 
@@ -193,16 +194,13 @@ class StepRunner:
                     return raw  # nothing to check (see _checked)
                 return await self._checked(row, spec, raw)
             except Exception as exc:
+                stuck = False
                 if raw is not _NOTHING:
                     # The attempt had its effect, but its result was refused: undo it now, with the value in hand.
-                    await self._compensator.undo_refused(row, spec, raw)
+                    stuck = (await self._compensator.undo_refused(row, spec, raw)).stuck
                 # A refused effect that could not be undone ends the step: another attempt would only pile a new
                 # effect on one still out, and the saga fails for it anyway (see _on_failure).
-                retry = (
-                    row.step_id not in self._verdict.stuck
-                    and not isinstance(exc, BudgetExceededError)
-                    and spec.retry.should_retry(exc, attempt)
-                )
+                retry = not stuck and not isinstance(exc, BudgetExceededError) and spec.retry.should_retry(exc, attempt)
                 if journal.config.hooks:
                     journal.emit("attempt_failed", row, error=describe(exc), will_retry=retry)
                 if retry:
@@ -220,7 +218,7 @@ class StepRunner:
                     continue
                 # A tool that lost sight of its effect: unknown, as a timed-out attempt.
                 unknown = isinstance(exc, AttemptTimeout | OutcomeUnknownError)
-                return _StepFailed(exc, timed_out=unknown, attempts=row.attempts)
+                return _StepFailed(exc, timed_out=unknown, attempts=row.attempts, stuck=stuck)
 
     async def _checked(self, row: StepRow, spec: ToolSpec, value: Any) -> Any:
         """Return the result as execute's return annotation validates it; raise `ResultValidationError` if refused."""
@@ -251,13 +249,11 @@ class StepRunner:
         return value
 
     async def _on_failure(self, row: StepRow, spec: ToolSpec, failure: _StepFailed, join: str) -> StepOutcome:
-        exc, timed_out, attempts = failure.error, failure.timed_out, failure.attempts
-        verdict = self._verdict
+        exc, timed_out, attempts, stuck = failure.error, failure.timed_out, failure.attempts, failure.stuck
         error = f"{describe(exc)} (after {attempts} attempt{'s' if attempts != 1 else ''})"
         error_type = type(exc).__name__
         # A timed-out attempt may have had its effect: its outcome is unknown (CANCELLED), not FAILED.
         status = _CANCELLED if timed_out else _FAILED
-        stuck = row.step_id in verdict.stuck
         if stuck:
             # A refused result whose undo failed left an effect behind (no attempt followed it): COMPENSATION_FAILED,
             # and the saga fails whatever the step's scope or group, so it compensates the rest and ends
@@ -267,7 +263,7 @@ class StepRunner:
         if heard(logger, logging.WARNING):  # (a record built for nobody costs more than the rest of the failure)
             logger.warning("saga %s: step %s (%s) failed: %s", row.saga_id, row.step_id, row.tool_name, error)
         if timed_out and not stuck and spec.reconcile is not None:
-            done = await self.reconcile(row, spec)
+            done = (await self.reconcile(row, spec)).done
             if done:  # the effect happened after all: the step succeeded
                 return StepOutcome(row, won=True) if join == "first" else DONE
             timed_out = done is None  # not done: nothing to undo

@@ -1,5 +1,6 @@
-"""The verdict of a running saga: what fails it, and what its steps left behind that decides how it ends; and
-`StepOutcome`, what one step's run comes to, which only the group runner folds into the verdict.
+"""The verdict of a running saga: what fails it, and what its steps left behind that decides how it ends; and the
+frozen outcomes the step runner (`StepOutcome`), the compensator (`UndoOutcome`) and reconcile (`ReconcileOutcome`)
+return, of which only the group runner folds a `StepOutcome` into the verdict (the other two reach it through one).
 """
 
 from __future__ import annotations
@@ -7,7 +8,19 @@ from __future__ import annotations
 from saga_runtime._engine._cancellation import Cancellation
 from saga_runtime._records import StepRow
 
-__all__ = ["DONE", "StepOutcome", "Verdict"]
+__all__ = [
+    "DONE",
+    "NOT_UNDONE",
+    "RECONCILED_DONE",
+    "RECONCILED_NOT_DONE",
+    "STILL_UNKNOWN",
+    "STUCK",
+    "UNDONE",
+    "ReconcileOutcome",
+    "StepOutcome",
+    "UndoOutcome",
+    "Verdict",
+]
 
 
 class StepOutcome:
@@ -57,13 +70,69 @@ class StepOutcome:
 DONE = StepOutcome(None)
 
 
+class UndoOutcome:
+    """What undoing one step came to, returned by the compensator (frozen): one of `UNDONE`, `NOT_UNDONE`, `STUCK`.
+
+    `undone`: its effect was undone (else nothing ran, or the undo failed, as its record says); `stuck`: the effect
+    of a refused attempt could not be undone, so the step ends failed, and its `StepOutcome` fails the saga.
+    """
+
+    __slots__ = ("stuck", "undone")
+
+    undone: bool
+    stuck: bool
+
+    def __init__(self, *, undone: bool = False, stuck: bool = False) -> None:
+        object.__setattr__(self, "undone", undone)
+        object.__setattr__(self, "stuck", stuck)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"an UndoOutcome is frozen: {name} cannot be set")
+
+    def __repr__(self) -> str:
+        return "UNDONE" if self.undone else "STUCK" if self.stuck else "NOT_UNDONE"
+
+
+#: The step's effect was undone.
+UNDONE = UndoOutcome(undone=True)
+#: Nothing was undone: nothing to undo, nothing could undo it, or the undo failed (its record says which).
+NOT_UNDONE = UndoOutcome()
+#: A refused attempt's effect could not be undone: the step must not run again, and it fails the saga.
+STUCK = UndoOutcome(stuck=True)
+
+
+class ReconcileOutcome:
+    """What a step's `reconcile` said of its unknown outcome, recorded already (frozen): one of `RECONCILED_DONE`
+    (the effect happened: the step is SUCCESS), `RECONCILED_NOT_DONE` (it did not), `STILL_UNKNOWN` (reconcile
+    raised, or its answer was refused). `done` is True, False or None accordingly.
+    """
+
+    __slots__ = ("done",)
+
+    done: bool | None
+
+    def __init__(self, done: bool | None) -> None:
+        object.__setattr__(self, "done", done)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"a ReconcileOutcome is frozen: {name} cannot be set")
+
+    def __repr__(self) -> str:
+        return {True: "RECONCILED_DONE", False: "RECONCILED_NOT_DONE", None: "STILL_UNKNOWN"}[self.done]
+
+
+RECONCILED_DONE = ReconcileOutcome(True)
+RECONCILED_NOT_DONE = ReconcileOutcome(False)
+STILL_UNKNOWN = ReconcileOutcome(None)
+
+
 class Verdict:
     """What decides how a saga goes on and ends, written by the group runner (folding each step's `StepOutcome`) and
     the engine's front doors (`fail`, `halt`, `forgive`); the step runner and compensator only read it.
 
     `reason` is why the saga fails (None while it may still succeed); `culprit` the step that failed it.
     `errors` keeps the exception that ended each failed step in this process (the record keeps type and message);
-    `stuck` holds steps whose refused result could not be undone; `winners` the step that won each `first` race.
+    `winners` holds the step that won each `first` race.
     An operator's cancel is the saga's `Cancellation`'s (read here as `halted`): `halt` fails the saga for it.
     """
 
@@ -75,7 +144,6 @@ class Verdict:
         "failed",
         "reason",
         "store_error",
-        "stuck",
         "winners",
     )
 
@@ -86,7 +154,6 @@ class Verdict:
         self.failed = False
         self.culprit: str | None = None
         self.errors: dict[str, BaseException] = {}
-        self.stuck: set[str] = set()
         self.winners: dict[int, str] = {}
         # A write-ahead record that could not be written: the group stops, and the error goes on to the caller.
         self.store_error: BaseException | None = None

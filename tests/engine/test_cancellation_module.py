@@ -10,7 +10,14 @@ import anyio
 import pytest
 
 from saga_runtime import LeaseLostError, SagaExecutor, SagaStatus, ToolRegistry
-from saga_runtime._engine._cancellation import Fence, Siblings, cancel_requests, shielded, shielded_inline
+from saga_runtime._engine._cancellation import (
+    Deadline,
+    Fence,
+    Siblings,
+    cancel_requests,
+    shielded,
+    shielded_inline,
+)
 
 
 async def test_shielded_work_finishes_when_the_caller_is_cancelled_then_the_cancel_goes_on() -> None:
@@ -42,6 +49,54 @@ async def test_shielded_work_holds_through_a_timeout_of_the_caller() -> None:
         async with asyncio.timeout(0.01):
             await shielded(work())
     assert done == [True]
+
+
+async def test_shielded_work_runs_in_a_task_of_its_own_and_its_error_reaches_the_caller() -> None:
+    """Shielded work runs in its own task from its first line; what it raises is raised in the caller."""
+    caller = asyncio.current_task()
+    ran_in = []
+
+    async def work() -> None:
+        ran_in.append(asyncio.current_task())
+        await asyncio.sleep(0)
+        raise ValueError("boom")
+
+    with pytest.raises(ValueError, match="boom"):
+        await shielded(work())
+    assert len(ran_in) == 1
+    assert ran_in[0] is not caller
+
+
+async def test_shielded_work_failing_after_its_caller_was_cancelled_hands_its_error_on() -> None:
+    """Work that raises after its caller was cancelled: its error goes on in the caller, never left unretrieved."""
+
+    async def work() -> None:
+        await asyncio.sleep(0.05)
+        raise ValueError("boom")
+
+    task = asyncio.ensure_future(shielded(work()))
+    await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(ValueError, match="boom"):
+        await task
+
+
+async def test_shielded_work_failing_in_the_turn_its_caller_is_cancelled_hands_its_error_on() -> None:
+    """Work that raised just before its caller was cancelled (the caller not yet woken): its error goes on."""
+    caller: asyncio.Future[None] | None = None
+
+    async def work() -> None:
+        await asyncio.sleep(0)
+        assert caller is not None
+        asyncio.get_running_loop().call_soon(caller.cancel)  # lands before the caller wakes to the error
+        raise ValueError("boom")
+
+    async def call() -> None:
+        await shielded(work())
+
+    caller = asyncio.ensure_future(call())
+    with pytest.raises(ValueError, match="boom"):
+        await caller
 
 
 async def test_shielded_inline_work_that_never_pauses_runs_in_the_calling_task() -> None:
@@ -322,3 +377,89 @@ async def test_a_call_started_after_a_halt_is_cut_at_its_first_wait() -> None:
     assert await cancellation.inline(call()) is None
     assert reached == ["first line"]
     assert cancel_requests() == 0
+
+
+async def test_shielded_work_holds_through_a_cancelled_anyio_scope_of_the_caller() -> None:
+    """A caller's anyio scope cancelled meanwhile waits for the shielded work, then ends there as it would."""
+    done = []
+
+    async def work() -> str:
+        await asyncio.sleep(0.05)
+        done.append(True)
+        return "ok"
+
+    with anyio.move_on_after(0.01) as scope:
+        await shielded(work())
+    assert done == [True]
+    assert scope.cancelled_caught
+
+
+async def test_a_deadline_cuts_its_block_and_its_cancel_ends_there() -> None:
+    """A block past its deadline is cancelled; the cancel ends at the block's end, and the task goes on uncancelled."""
+    with Deadline(0.01) as deadline:
+        await asyncio.sleep(5)
+    assert deadline.cancelled_caught
+    assert cancel_requests() == 0
+    await asyncio.sleep(0)  # the task goes on: no cancel left pending
+
+
+async def test_a_deadline_not_reached_leaves_the_block_alone() -> None:
+    """A block that ends in time is not cancelled, and its deadline fires no more once it ended."""
+    with Deadline(0.05) as deadline:
+        await asyncio.sleep(0)
+    assert not deadline.cancelled_caught
+    await asyncio.sleep(0.08)  # past the deadline: nothing is cancelled
+    with Deadline(float("inf")) as forever:  # an infinite bound sets no timer
+        await asyncio.sleep(0)
+    assert not forever.cancelled_caught
+
+
+async def test_a_deadline_waits_for_an_anyio_shielded_section_then_cuts_the_block() -> None:
+    """A deadline that falls in an anyio-shielded section lets it finish, then cancels the block at its next wait."""
+    ended: list[str] = []
+    with Deadline(0.01) as deadline:
+        with anyio.CancelScope(shield=True):
+            await asyncio.sleep(0.05)
+            ended.append("section done")
+        await asyncio.sleep(5)
+        ended.append("went on")
+    assert ended == ["section done"]
+    assert deadline.cancelled_caught
+
+
+async def test_a_deadline_cancels_again_a_block_that_swallowed_its_cancel() -> None:
+    """A block that swallows the deadline's cancel (as 3.11's wait_for can) is cancelled again at its next wait."""
+    ended: list[str] = []
+    started = time.perf_counter()
+    with Deadline(0.01) as deadline:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(5)
+        ended.append("swallowed")
+        await asyncio.sleep(5)
+        ended.append("went on")
+    assert time.perf_counter() - started < 3
+    assert ended == ["swallowed"]
+    assert deadline.cancelled_caught
+    assert cancel_requests() == 0
+
+
+async def test_a_deadline_lets_a_cancel_not_its_own_go_on() -> None:
+    """A cancel of the task from elsewhere, landing with the deadline's, goes on past the block."""
+    ran: list[str] = []
+
+    async def bounded() -> None:
+        with Deadline(0.01):
+            try:
+                await asyncio.sleep(5)
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                assert current is not None
+                current.cancel()  # another cancel of the task, in the same turn as the deadline's
+                ran.append("cut")
+                raise
+        ran.append("went on")
+
+    task = asyncio.ensure_future(bounded())
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert ran == ["cut"]

@@ -9,7 +9,16 @@ from typing import Any
 import anyio
 import pytest
 
-from saga_runtime import NOT_DONE, SagaExecutor, SagaStatus, StepContext, StepStatus, ToolRegistry
+from saga_runtime import (
+    NOT_DONE,
+    MemoryStore,
+    SagaAdmin,
+    SagaExecutor,
+    SagaStatus,
+    StepContext,
+    StepStatus,
+    ToolRegistry,
+)
 
 CALLS: Counter[str] = Counter()
 ANSWER: dict[str, Any] = {}
@@ -121,3 +130,37 @@ async def test_a_refused_reconcile_answer_is_logged_on_one_line(caplog: pytest.L
     refused = [r.getMessage() for r in caplog.records if "reconcile failed" in r.getMessage()]
     assert refused  # asked when the step timed out, and again before its undo
     assert all("\n" not in line and "dict" in line for line in refused)  # one line, still saying what was wrong
+
+
+async def test_a_step_in_doubt_is_reconciled_only_once_the_saga_is_recorded_compensating() -> None:
+    """A compensation that begins with a reconcile writes COMPENSATING (and the steps' outcomes) before it asks."""
+    store = MemoryStore()
+    admin = SagaAdmin(store)
+    seen: list[tuple[str, str]] = []
+    registry = ToolRegistry()
+
+    @registry.tool
+    class Pay:
+        async def execute(self, amount: int) -> dict[str, Any]:
+            await anyio.sleep(10)
+            return {"tx": "never"}
+
+        async def compensate(self, result: Any) -> None:
+            pass
+
+        async def reconcile(self, amount: int, ctx: StepContext) -> Any:
+            stored = await admin.get_saga(ctx.saga_id)
+            assert stored is not None
+            seen.append((stored.status.value, stored.step("pay").status.value))
+            return {"tx": "half"}
+
+    @registry.tool
+    class Fail:
+        async def execute(self) -> None:
+            await anyio.sleep(0.01)
+            raise RuntimeError("declined")
+
+    plan = [[{"id": "pay", "tool": "Pay", "args": {"amount": 5}}, {"tool": "Fail"}]]
+    result = await SagaExecutor(registry, store).run(plan)
+    assert result.status is SagaStatus.COMPENSATED
+    assert seen == [("COMPENSATING", "CANCELLED")]
