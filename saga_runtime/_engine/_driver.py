@@ -175,7 +175,10 @@ async def _drive(engine: SagaEngine, plan: PlanShape, planner: Planner, resumed:
                     for row in rejected:
                         engine.fail(f"step {row.step_id!r} ({row.tool_name}) was {row.error}")
                     break
-            if not await engine.run_group(recorded, join=join.mode, needed=join.needed):
+            # Nothing paused since the last group's step succeeded (unless a decision was awaited): its reading of
+            # the clock starts this group's step (`ended_at`: one reading where two were taken a few us apart).
+            at = None if gated else engine.ended_at
+            if not await engine.run_group(recorded, join=join.mode, needed=join.needed, at=at):
                 break
     except CANCELLED:
         if engine.fenced or engine.detached:
@@ -188,4 +191,4 @@ async def _drive(engine: SagaEngine, plan: PlanShape, planner: Planner, resumed:
         raise
     if engine.failed:
         return await engine.compensate()
-    return await engine.finish(_SUCCESS)
+    return await engine.finish(_SUCCESS, engine.ended_at)  # (the last step's end, nothing paused since: the saga's)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine, Sequence
+from datetime import datetime
 from typing import Any
 
 import pydantic
@@ -31,6 +32,7 @@ RUNNABLE = frozenset({StepStatus.PENDING, StepStatus.RUNNING, StepStatus.CANCELL
 # Statuses read on every step, as module constants: Python 3.11 reads an enum class's attribute through
 # EnumType.__getattr__'s slow hook, a module global at a fraction of its cost.
 _PENDING, _COMPENSATION_FAILED = StepStatus.PENDING, StepStatus.COMPENSATION_FAILED
+_SUCCESS = StepStatus.SUCCESS
 _current_task = asyncio.current_task
 
 _Call = tuple[StepRow, ToolSpec, dict[str, Any]]
@@ -47,6 +49,7 @@ class GroupRunner:
     __slots__ = (
         "_cancellation",
         "_compensator",
+        "_ended_at",
         "_journal",
         "_keyring",
         "_registry",
@@ -74,6 +77,8 @@ class GroupRunner:
         self._keyring = keyring  # opens secret arguments for the tools
         # Arguments validated when the plan was, by step: (the args they were validated from, the kwargs).
         self._validated: dict[str, tuple[Any, dict[str, Any]]] = {}
+        # When the last group's one step succeeded, run inline in this task: nothing paused since (see `ended_at`).
+        self._ended_at: datetime | None = None
 
     def validated(self, row: StepRow, kwargs: dict[str, Any]) -> None:
         """Note that `kwargs` are `row`'s current arguments validated; the step will not validate them again."""
@@ -105,8 +110,19 @@ class GroupRunner:
             return None
         return row, spec, kwargs
 
+    @property
+    def ended_at(self) -> datetime | None:
+        """Return the reading of the clock that ended the last group run, if it was one step that succeeded inline
+        (in the caller's task, no pause after its reading); else None."""
+        return self._ended_at
+
     def run(
-        self, rows: Sequence[StepRow], *, join: str = "all", needed: int | None = None
+        self,
+        rows: Sequence[StepRow],
+        *,
+        join: str = "all",
+        needed: int | None = None,
+        at: datetime | None = None,
     ) -> Coroutine[Any, Any, bool]:
         """Run the steps of one group concurrently; return whether the saga can go on (await it).
 
@@ -116,9 +132,13 @@ class GroupRunner:
         fails the saga), `first` (the first success wins; its running siblings are cancelled and every loser is
         compensated at once; the group fails only if every step failed), `quorum`/`any` (every step runs to its
         end; the group fails, failing the saga, with fewer than `needed` successes).
+
+        `at`: a reading of the clock with nothing paused since (`ended_at`, handed on by the plan driver): a
+        sequential step's intent takes it rather than reading the clock again.
         """
+        self._ended_at = None
         if len(rows) == 1 and join == "all" and rows[0].status is _PENDING:
-            return self._run_one(rows[0])  # the sequential case: nothing in doubt, no siblings (no coroutine more)
+            return self._run_one(rows[0], at)  # the sequential case: nothing in doubt, no siblings (no coroutine more)
         return self._run(rows, join, needed)
 
     async def _run(self, rows: Sequence[StepRow], join: str, needed: int | None) -> bool:
@@ -172,7 +192,7 @@ class GroupRunner:
             await self._settle_first(rows)
         return self.judge(rows, join, needed)
 
-    async def _run_one(self, row: StepRow) -> bool:
+    async def _run_one(self, row: StepRow, at: datetime | None) -> bool:
         """Run a group of one step never started (join `all`): what `run` does for it, without its bookkeeping."""
         call = self._prepare(row)
         journal, verdict = self._journal, self._verdict
@@ -184,7 +204,7 @@ class GroupRunner:
                 return False
             return self.judge((row,), "all", None)
         status, attempts, started_at = row.status, row.attempts, row.started_at
-        journal.start(row, now(), call[1].version)
+        journal.start(row, at or now(), call[1].version)
         journal.keep_lease()  # never start on an almost expired lease: extend it in the same write
         try:
             if not journal.wrote_now():
@@ -217,6 +237,8 @@ class GroupRunner:
             raise verdict.store_error
         if row.status is _COMPENSATION_FAILED:
             verdict.fail(row, f"its effect could not be undone: {row.compensation_error}")
+        elif row.status is _SUCCESS and not journal.config.hooks:
+            self._ended_at = row.finished_at  # read as it succeeded, in this task (hooks would run after it)
         return not verdict.failed
 
     def fold(self, outcome: StepOutcome, siblings: Siblings | None = None) -> None:

@@ -326,9 +326,10 @@ class Journal:
         self.saga.error = reason
         self._saga_dirty = True
 
-    def end(self, status: SagaStatus, error: str | None, cause: str | None = None) -> None:
+    def end(self, status: SagaStatus, error: str | None, cause: str | None = None, at: datetime | None = None) -> None:
         """Make the saga terminal (`error`: why it did not succeed; `cause`: the class name of what failed it, see
-        `ended`); no step of it reads RUNNING or WAITING after."""
+        `ended`); no step of it reads RUNNING or WAITING after. `at`: a reading of the clock taken with nothing
+        paused since (the last step's end), its end's time; else the clock is read."""
         self.saga_to(status)
         succeeded = status is _SAGA_SUCCESS
         for row in self.rows.values() if not succeeded else ():
@@ -350,7 +351,7 @@ class Journal:
             if saga.error is None:
                 saga.error = error or "the saga was cancelled by its caller"
             ended(saga, status, self.rows.values(), cause)
-        saga.finished_at = self._end_at = now()
+        saga.finished_at = self._end_at = at or now()
         saga.lease_expires_at = None
         self._ended = True
 
