@@ -181,6 +181,8 @@ class GroupRunner:
             outcome = await self._cancellation.inline(self._runner.run(*calls[0]))
             if outcome is not None:  # (None: an operator's cancel cut it)
                 self.fold(outcome)
+            if calls[0][0].status is _SUCCESS and not journal.config.hooks:
+                self._ended_at = calls[0][0].finished_at  # read as it succeeded, in this task (see `_run_one`)
         else:
             siblings = Siblings(self.fold)
             for row, spec, kwargs in calls:
