@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 from datetime import timedelta
 
 from saga_runtime import SagaExecutor, SagaStatus, ToolRegistry
@@ -37,7 +38,7 @@ async def test_a_sequential_plan_step_starts_at_the_reading_the_step_before_ende
     result = await SagaExecutor(registry).run([{"tool": "Quick", "args": {"n": n}} for n in range(4)])
     assert result.status is SagaStatus.SUCCESS
     steps = result.steps
-    for before, step in zip(steps, steps[1:], strict=False):
+    for before, step in itertools.pairwise(steps):
         assert step.started_at == before.finished_at
     assert result.finished_at == steps[-1].finished_at
 
@@ -46,7 +47,9 @@ async def test_a_step_after_a_slow_one_starts_after_it_ended() -> None:
     """A step's start is never earlier than the end of a step that paused before it."""
     result = await SagaExecutor(registry).run([{"tool": "Slow", "args": {"n": 0}}, {"tool": "Quick", "args": {"n": 1}}])
     first, second = result.steps
-    assert first.started_at is not None and first.finished_at is not None and second.started_at is not None
+    assert first.started_at is not None
+    assert first.finished_at is not None
+    assert second.started_at is not None
     assert first.finished_at - first.started_at >= PAUSE
     assert second.started_at >= first.finished_at
 
@@ -60,7 +63,9 @@ async def test_a_parallel_group_reads_the_clock_afresh() -> None:
     result = await SagaExecutor(registry).run(plan)
     assert result.status is SagaStatus.SUCCESS
     quick, slow, after = result.steps
-    assert after.started_at is not None and slow.finished_at is not None and quick.finished_at is not None
+    assert after.started_at is not None
+    assert slow.finished_at is not None
+    assert quick.finished_at is not None
     assert after.started_at >= slow.finished_at
     assert after.started_at - quick.finished_at >= PAUSE
 
@@ -75,5 +80,6 @@ async def test_a_dynamic_saga_call_after_a_pause_reads_the_clock_afresh() -> Non
     stored = await executor.store.load_saga(saga.saga_id)
     assert stored is not None
     first, second = sorted(stored[1], key=lambda row: row.seq)
-    assert first.finished_at is not None and second.started_at is not None
+    assert first.finished_at is not None
+    assert second.started_at is not None
     assert second.started_at - first.finished_at >= PAUSE
