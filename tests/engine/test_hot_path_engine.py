@@ -201,3 +201,18 @@ async def test_the_memory_store_writes_without_pausing() -> None:
     patched = MemoryStore()
     patched.save = _HangingEnd().save  # type: ignore[method-assign]
     assert _ending.writes_pause(patched)
+
+
+async def test_the_memory_store_key_index_holds_each_step_s_stored_row() -> None:
+    """The memory store's key index names each key's step by its stored row: no earlier snapshot of it lives on."""
+    store = MemoryStore()
+    world = World()
+    executor = SagaExecutor(world.registry, store=store)
+    plan = [{"tool": "Take", "args": {"count": n, "tags": []}} for n in range(3)]
+    result = await executor.run(plan, saga_id="kept")
+    assert result.status is SagaStatus.SUCCESS
+    stored = store._steps["kept"]
+    assert len(stored) == 3
+    for step_id, row in stored.items():
+        assert store._keys[row.idempotency_key] is row, step_id
+    assert len(store._keys) == 3
