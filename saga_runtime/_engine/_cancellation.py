@@ -30,6 +30,7 @@ __all__ = [
     "WorkerStopped",
     "cancel_requests",
     "current_task",
+    "fence_scope",
     "shielded",
     "shielded_inline",
 ]
@@ -44,6 +45,11 @@ _SHIELD_POLL_LONGEST = 0.05
 
 
 logger = logging.getLogger("saga_runtime")
+
+try:  # anyio's scope on asyncio itself: `anyio.CancelScope()` asks sniffio which loop runs, at every call
+    from anyio._backends._asyncio import CancelScope as _AsyncioScope
+except ImportError:  # pragma: no cover - an anyio laid out otherwise: its public scope, the same behaviour
+    _AsyncioScope = anyio.CancelScope  # type: ignore[assignment, misc]
 
 #: The caller leaving (asyncio-native; anyio raises the same on this backend).
 CANCELLED = asyncio.CancelledError
@@ -216,6 +222,12 @@ def _not_started(task: asyncio.Task[Any]) -> bool:
     """Tell whether `task`'s coroutine has not run yet (a cancel now would end it before its first line)."""
     coro = task.get_coro()
     return inspect.iscoroutine(coro) and inspect.getcoroutinestate(coro) == inspect.CORO_CREATED
+
+
+def fence_scope() -> anyio.CancelScope:
+    """Return a new cancel scope for a saga's session (its fence): anyio's, made without asking which event loop
+    runs (the engine always runs on asyncio's)."""
+    return _AsyncioScope()
 
 
 class Fence:

@@ -10,7 +10,14 @@ import anyio
 import pytest
 
 from saga_runtime import LeaseLostError, SagaExecutor, SagaStatus, ToolRegistry
-from saga_runtime._engine._cancellation import Fence, Siblings, cancel_requests, shielded, shielded_inline
+from saga_runtime._engine._cancellation import (
+    Fence,
+    Siblings,
+    cancel_requests,
+    fence_scope,
+    shielded,
+    shielded_inline,
+)
 
 
 async def test_shielded_work_finishes_when_the_caller_is_cancelled_then_the_cancel_goes_on() -> None:
@@ -278,3 +285,18 @@ async def test_a_call_started_after_a_halt_is_cut_at_its_first_wait() -> None:
     assert await cancellation.inline(call()) is None
     assert reached == ["first line"]
     assert cancel_requests() == 0
+
+
+async def test_the_fence_scope_is_anyio_s_own_scope_cancelling_every_wait_inside_it() -> None:
+    """A session's fence scope is an anyio cancel scope: once cancelled, every wait inside it is cut until it ends."""
+    scope = fence_scope()
+    assert isinstance(scope, anyio.CancelScope)
+    cut = 0
+    with scope:
+        scope.cancel()
+        for _ in range(2):
+            try:
+                await anyio.sleep(5)
+            except anyio.get_cancelled_exc_class():
+                cut += 1
+    assert cut == 2
