@@ -9,6 +9,7 @@ successes fail the saga).
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Coroutine, Sequence
 from datetime import datetime
 from typing import Any
@@ -33,7 +34,17 @@ RUNNABLE = frozenset({StepStatus.PENDING, StepStatus.RUNNING, StepStatus.CANCELL
 # EnumType.__getattr__'s slow hook, a module global at a fraction of its cost.
 _PENDING, _COMPENSATION_FAILED = StepStatus.PENDING, StepStatus.COMPENSATION_FAILED
 _SUCCESS = StepStatus.SUCCESS
-_current_task = asyncio.current_task
+if sys.version_info < (3, 12):
+    # `asyncio.current_task()` is Python code on 3.11 (a frame a step): what it reads, the running loop's entry in
+    # asyncio's table of current tasks, read here. (C code from 3.12, which keeps the table otherwise.)
+    _running_loop = asyncio.get_running_loop
+    _current_tasks: dict[asyncio.AbstractEventLoop, asyncio.Task[Any]] = asyncio.tasks._current_tasks  # type: ignore[attr-defined]
+
+    def _current_task() -> asyncio.Task[Any] | None:
+        return _current_tasks.get(_running_loop())
+
+else:
+    _current_task = asyncio.current_task
 
 _Call = tuple[StepRow, ToolSpec, dict[str, Any]]
 
