@@ -175,10 +175,9 @@ async def _drive(engine: SagaEngine, plan: PlanShape, planner: Planner, resumed:
                     for row in rejected:
                         engine.fail(f"step {row.step_id!r} ({row.tool_name}) was {row.error}")
                     break
-            # Nothing paused since the last group's step succeeded (unless a decision was awaited): its reading of
-            # the clock starts this group's step (`ended_at`: one reading where two were taken a few us apart).
-            at = None if gated else engine.ended_at
-            if not await engine.run_group(recorded, join=join.mode, needed=join.needed, at=at):
+            # Nothing paused since the last group ended (unless a decision was awaited): its step's reading of the
+            # clock starts this group's (one reading where two were taken a few us apart).
+            if not await engine.run_group(recorded, join=join.mode, needed=join.needed, handed=not gated):
                 break
     except CANCELLED:
         if engine.fenced or engine.detached:
@@ -191,4 +190,4 @@ async def _drive(engine: SagaEngine, plan: PlanShape, planner: Planner, resumed:
         raise
     if engine.failed:
         return await engine.compensate()
-    return await engine.finish(_SUCCESS, engine.ended_at)  # (the last step's end, nothing paused since: the saga's)
+    return await engine.finish(_SUCCESS, handed=True)  # (the last step's end, nothing paused since: the saga's)

@@ -133,7 +133,7 @@ class GroupRunner:
         *,
         join: str = "all",
         needed: int | None = None,
-        at: datetime | None = None,
+        handed: bool = False,
     ) -> Coroutine[Any, Any, bool]:
         """Run the steps of one group concurrently; return whether the saga can go on (await it).
 
@@ -144,9 +144,10 @@ class GroupRunner:
         compensated at once; the group fails only if every step failed), `quorum`/`any` (every step runs to its
         end; the group fails, failing the saga, with fewer than `needed` successes).
 
-        `at`: a reading of the clock with nothing paused since (`ended_at`, handed on by the plan driver): a
-        sequential step's intent takes it rather than reading the clock again.
+        `handed`: nothing paused since the last group run ended (the plan driver's word): a sequential step's intent
+        takes that group's reading of the clock (`ended_at`) rather than reading it again.
         """
+        at = self._ended_at if handed else None
         self._ended_at = None
         if len(rows) == 1 and join == "all" and rows[0].status is _PENDING:
             return self._run_one(rows[0], at)  # the sequential case: nothing in doubt, no siblings (no coroutine more)

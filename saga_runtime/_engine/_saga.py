@@ -218,26 +218,22 @@ class SagaEngine:
         """Compensate at once the given steps whose outcome is unknown (and, if asked, the successes)."""
         await self.compensator.compensate_unknown(rows, successes=successes)
 
-    async def finish(self, status: SagaStatus, at: datetime | None = None) -> SagaResult:
+    async def finish(self, status: SagaStatus, *, handed: bool = False) -> SagaResult:
         """Record the saga's terminal status and return its result; the record is written even if the caller leaves.
 
-        `at`: the reading of the clock that ended the last group, nothing paused since (`ended_at`): the end's time.
+        `handed`: nothing paused since the last group run ended (see `run_group`): its reading of the clock, if it
+        has one, is the end's time.
         """
+        at = self._groups.ended_at if handed else None
         end = write_end(self.journal, status, self.verdict.reason, self.verdict.cause, at)
         return await (end if self.journal.writes_inline else shielded(end))  # see write_end
 
     def run_group(
-        self, rows: Sequence[StepRow], *, join: str = "all", needed: int | None = None, at: datetime | None = None
+        self, rows: Sequence[StepRow], *, join: str = "all", needed: int | None = None, handed: bool = False
     ) -> Coroutine[Any, Any, bool]:
         """Run the steps of one group concurrently; return whether the saga can go on (await it; see
-        `GroupRunner.run`: its coroutine, no layer of its own, and its `at`)."""
-        return self._groups.run(rows, join=join, needed=needed, at=at)
-
-    @property
-    def ended_at(self) -> datetime | None:
-        """Return the reading of the clock that ended the last group, if it was one step that succeeded in this
-        task with nothing paused after it (see `GroupRunner.ended_at`); else None."""
-        return self._groups.ended_at
+        `GroupRunner.run`: its coroutine, no layer of its own, and its `handed`)."""
+        return self._groups.run(rows, join=join, needed=needed, handed=handed)
 
     # -- approvals -----------------------------------------------------------------------------------------------------
 
