@@ -213,7 +213,7 @@ class Journal:
         row.error_type = error_type
         row.finished_at = now()
         self._dirty[row.step_id] = row
-        if status in _KNOWN:
+        if status in _KNOWN and self.saga.recovery_attempts:
             self._progressed()
         if self.config.hooks:
             self.emit("step_finished", row, error=error)
@@ -613,7 +613,9 @@ class Journal:
 
     def check_fence(self) -> None:
         """Raise `LeaseLostError` if fenced: nothing more may start or be written from here."""
-        self.guard.check()
+        guard = self.guard
+        if guard.fenced:  # (what `guard.check()` does, without its frame: read at every step)
+            raise guard.error()
 
     def keep_lease(self) -> None:
         """Make the next (owner-conditional) write extend the lease when too little is left to start a step on."""
