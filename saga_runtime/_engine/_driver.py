@@ -141,7 +141,7 @@ async def _drive(engine: SagaEngine, plan: PlanShape, planner: Planner, resumed:
             return own_copy(engine.group_result([engine.rows[s.step_id] for s in plan.groups[g]], plan.join_of(g).mode))
         return own_copy(engine.result_for(target))  # a copy: the step it is given to may change it
 
-    by_id = engine.rows
+    by_id, verdict = engine.rows, engine.verdict
     gates = any(step.approval for step in plan.steps)
     if gates:
         await engine.gate.load()  # its requests are part of its result, decided in an earlier run or not
@@ -151,10 +151,11 @@ async def _drive(engine: SagaEngine, plan: PlanShape, planner: Planner, resumed:
                 await engine.flush()  # its worker stops: what ran is recorded, and nothing more starts
                 raise WorkerStopped
             join = plan.join_of(g)
-            recorded = [by_id[step.step_id] for step in group]
+            # (One step a group, the sequential case, without a list comprehension's frame.)
+            recorded = [by_id[group[0].step_id]] if len(group) == 1 else [by_id[step.step_id] for step in group]
             if resumed:  # (a group of a saga run from its start holds only what this run recorded: nothing to adopt)
                 engine.adopt(recorded, join.mode)
-            if engine.failed:
+            if verdict.failed:  # (engine.failed, read at every group)
                 break
             for step, row in zip(group, recorded, strict=True):
                 if row.status not in RUNNABLE:
@@ -177,7 +178,9 @@ async def _drive(engine: SagaEngine, plan: PlanShape, planner: Planner, resumed:
                     break
             # Nothing paused since the last group ended (unless a decision was awaited): its step's reading of the
             # clock starts this group's (one reading where two were taken a few us apart).
-            if not await engine.run_group(recorded, join=join.mode, needed=join.needed, handed=not gated):
+            mode = join.mode
+            needed = None if mode == "all" else join.needed  # (an `all` group needs every step)
+            if not await engine.run_group(recorded, join=mode, needed=needed, handed=not gated):
                 break
     except CANCELLED:
         if engine.fenced or engine.detached:
