@@ -141,7 +141,7 @@ async def _drive(engine: SagaEngine, plan: PlanShape, planner: Planner, resumed:
             return own_copy(engine.group_result([engine.rows[s.step_id] for s in plan.groups[g]], plan.join_of(g).mode))
         return own_copy(engine.result_for(target))  # a copy: the step it is given to may change it
 
-    by_id, verdict = engine.rows, engine.verdict
+    by_id, verdict, groups = engine.rows, engine.verdict, engine.groups
     gates = any(step.approval for step in plan.steps)
     if gates:
         await engine.gate.load()  # its requests are part of its result, decided in an earlier run or not
@@ -161,7 +161,7 @@ async def _drive(engine: SagaEngine, plan: PlanShape, planner: Planner, resumed:
                 if row.status not in RUNNABLE:
                     continue
                 if step.kwargs is not None:
-                    engine.validated(row, step.kwargs)  # used only if the row runs with the plan's own args
+                    groups.validated(row, step.kwargs)  # used only if the row runs with the plan's own args
                 elif planner.refs(step):
                     try:
                         engine.set_args(row, planner.resolve(step, lookup))
@@ -180,7 +180,7 @@ async def _drive(engine: SagaEngine, plan: PlanShape, planner: Planner, resumed:
             # clock starts this group's (one reading where two were taken a few us apart).
             mode = join.mode
             needed = None if mode == "all" else join.needed  # (an `all` group needs every step)
-            if not await engine.run_group(recorded, join=mode, needed=needed, handed=not gated):
+            if not await groups.run(recorded, join=mode, needed=needed, handed=not gated):
                 break
     except CANCELLED:
         if engine.fenced or engine.detached:

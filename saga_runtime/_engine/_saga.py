@@ -80,6 +80,11 @@ class SagaEngine:
         self.detached = False
         self.shelters: Shelters | None = None  # a worker's (detached): its stop ends the saga between groups
 
+    @property
+    def groups(self) -> GroupRunner:
+        """Return the runner of the saga's groups (the plan driver feeds it a plan's groups)."""
+        return self._groups
+
     # -- what front doors read -----------------------------------------------------------------------------------------
 
     @property
