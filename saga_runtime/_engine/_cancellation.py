@@ -32,6 +32,7 @@ __all__ = [
     "WorkerStopped",
     "cancel_requests",
     "current_task",
+    "fence_scope",
     "shielded",
     "shielded_inline",
 ]
@@ -50,6 +51,11 @@ _SHIELD_POLL_LONGEST = 0.05
 
 
 logger = logging.getLogger("saga_runtime")
+
+try:  # anyio's scope on asyncio itself: `anyio.CancelScope()` asks sniffio which loop runs, at every call
+    from anyio._backends._asyncio import CancelScope as _AsyncioScope
+except ImportError:  # pragma: no cover - an anyio laid out otherwise: its public scope, the same behaviour
+    _AsyncioScope = anyio.CancelScope  # type: ignore[assignment, misc]
 
 #: The caller leaving (asyncio-native; anyio raises the same on this backend).
 CANCELLED = asyncio.CancelledError
@@ -316,6 +322,12 @@ class Deadline:
             self.cancelled_caught = True
             return True
         return False
+
+
+def fence_scope() -> anyio.CancelScope:
+    """Return a new cancel scope for a saga's session (its fence): anyio's, made without asking which event loop
+    runs (the engine always runs on asyncio's)."""
+    return _AsyncioScope()
 
 
 class Fence:

@@ -141,7 +141,7 @@ async def _drive(engine: SagaEngine, plan: PlanShape, planner: Planner, resumed:
             return own_copy(engine.group_result([engine.rows[s.step_id] for s in plan.groups[g]], plan.join_of(g).mode))
         return own_copy(engine.result_for(target))  # a copy: the step it is given to may change it
 
-    by_id = engine.rows
+    by_id, verdict, groups = engine.rows, engine.verdict, engine.groups
     gates = any(step.approval for step in plan.steps)
     if gates:
         await engine.gate.load()  # its requests are part of its result, decided in an earlier run or not
@@ -151,18 +151,17 @@ async def _drive(engine: SagaEngine, plan: PlanShape, planner: Planner, resumed:
                 await engine.flush()  # its worker stops: what ran is recorded, and nothing more starts
                 raise WorkerStopped
             join = plan.join_of(g)
-            recorded = [by_id[step.step_id] for step in group]
+            # (One step a group, the sequential case, without a list comprehension's frame.)
+            recorded = [by_id[group[0].step_id]] if len(group) == 1 else [by_id[step.step_id] for step in group]
             if resumed:  # (a group of a saga run from its start holds only what this run recorded: nothing to adopt)
                 engine.adopt(recorded, join.mode)
-            if engine.failed:
+            if verdict.failed:  # (engine.failed, read at every group)
                 break
-            validated = engine.validated
             for step, row in zip(group, recorded, strict=True):
                 if row.status not in RUNNABLE:
                     continue
-                kwargs = step.kwargs
-                if kwargs is not None:
-                    validated(row, kwargs)  # used only if the row runs with the plan's own args
+                if step.kwargs is not None:
+                    groups.validated(row, step.kwargs)  # used only if the row runs with the plan's own args
                 elif planner.refs(step):
                     try:
                         engine.set_args(row, planner.resolve(step, lookup))
@@ -177,7 +176,11 @@ async def _drive(engine: SagaEngine, plan: PlanShape, planner: Planner, resumed:
                     for row in rejected:
                         engine.fail(f"step {row.step_id!r} ({row.tool_name}) was {row.error}")
                     break
-            if not await engine.run_group(recorded, join=join.mode, needed=join.needed):
+            # Nothing paused since the last group ended (unless a decision was awaited): its step's reading of the
+            # clock starts this group's (one reading where two were taken a few us apart).
+            mode = join.mode
+            needed = None if mode == "all" else join.needed  # (an `all` group needs every step)
+            if not await groups.run(recorded, join=mode, needed=needed, handed=not gated):
                 break
     except CANCELLED:
         if engine.fenced or engine.detached:
@@ -190,4 +193,4 @@ async def _drive(engine: SagaEngine, plan: PlanShape, planner: Planner, resumed:
         raise
     if engine.failed:
         return await engine.compensate()
-    return await engine.finish(_SUCCESS)
+    return await engine.finish(_SUCCESS, handed=True)  # (the last step's end, nothing paused since: the saga's)

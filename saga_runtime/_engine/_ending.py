@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Coroutine
+from datetime import datetime
 from typing import Any
 
 import anyio
@@ -30,9 +31,11 @@ _NEVER_RAN = frozenset({StepStatus.PENDING, StepStatus.WAITING})
 _SUCCESS = SagaStatus.SUCCESS  # (a module global: an enum class's attribute is slow to read on Python 3.11)
 
 
-async def write_end(journal: Journal, status: SagaStatus, error: str | None, cause: str | None = None) -> SagaResult:
+async def write_end(
+    journal: Journal, status: SagaStatus, error: str | None, cause: str | None = None, at: datetime | None = None
+) -> SagaResult:
     """Record the saga's terminal status and return its result; `error` says why it did not succeed, `cause` the
-    class name of the exception that failed it (see `Journal.end`).
+    class name of the exception that failed it, `at` a reading of the clock for its end (see `Journal.end`).
 
     Call it shielded (or from shielded work), unless `journal.writes_inline`: then it writes in
     the calling task while the write does not pause, and shielded from where it does.
@@ -47,7 +50,7 @@ async def write_end(journal: Journal, status: SagaStatus, error: str | None, cau
                 f"saga {saga.saga_id!r} cannot end SUCCESS: steps {left} never ran (a bug in saga_runtime: "
                 "please report it)"
             )
-    journal.end(status, error, cause if not succeeded else None)
+    journal.end(status, error, cause if not succeeded else None, at)
     if not journal.writes_inline:
         await _bounded(journal, journal.flush())
     else:

@@ -9,7 +9,9 @@ successes fail the saga).
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Coroutine, Sequence
+from datetime import datetime
 from typing import Any
 
 import pydantic
@@ -31,7 +33,18 @@ RUNNABLE = frozenset({StepStatus.PENDING, StepStatus.RUNNING, StepStatus.CANCELL
 # Statuses read on every step, as module constants: Python 3.11 reads an enum class's attribute through
 # EnumType.__getattr__'s slow hook, a module global at a fraction of its cost.
 _PENDING, _COMPENSATION_FAILED = StepStatus.PENDING, StepStatus.COMPENSATION_FAILED
-_current_task = asyncio.current_task
+_SUCCESS = StepStatus.SUCCESS
+if sys.version_info < (3, 12):
+    # `asyncio.current_task()` is Python code on 3.11 (a frame a step): what it reads, the running loop's entry in
+    # asyncio's table of current tasks, read here. (C code from 3.12, which keeps the table otherwise.)
+    _running_loop = asyncio.get_running_loop
+    _current_tasks: dict[asyncio.AbstractEventLoop, asyncio.Task[Any]] = asyncio.tasks._current_tasks  # type: ignore[attr-defined]
+
+    def _current_task() -> asyncio.Task[Any] | None:
+        return _current_tasks.get(_running_loop())
+
+else:
+    _current_task = asyncio.current_task
 
 _Call = tuple[StepRow, ToolSpec, dict[str, Any]]
 
@@ -47,6 +60,7 @@ class GroupRunner:
     __slots__ = (
         "_cancellation",
         "_compensator",
+        "_ended_at",
         "_journal",
         "_keyring",
         "_registry",
@@ -74,6 +88,8 @@ class GroupRunner:
         self._keyring = keyring  # opens secret arguments for the tools
         # Arguments validated when the plan was, by step: (the args they were validated from, the kwargs).
         self._validated: dict[str, tuple[Any, dict[str, Any]]] = {}
+        # When the last group's one step succeeded, run inline in this task: nothing paused since (see `ended_at`).
+        self._ended_at: datetime | None = None
 
     def validated(self, row: StepRow, kwargs: dict[str, Any]) -> None:
         """Note that `kwargs` are `row`'s current arguments validated; the step will not validate them again."""
@@ -110,8 +126,19 @@ class GroupRunner:
             return None
         return row, spec, kwargs
 
+    @property
+    def ended_at(self) -> datetime | None:
+        """Return the reading of the clock that ended the last group run, if it was one step that succeeded inline
+        (in the caller's task, no pause after its reading); else None."""
+        return self._ended_at
+
     def run(
-        self, rows: Sequence[StepRow], *, join: str = "all", needed: int | None = None
+        self,
+        rows: Sequence[StepRow],
+        *,
+        join: str = "all",
+        needed: int | None = None,
+        handed: bool = False,
     ) -> Coroutine[Any, Any, bool]:
         """Run the steps of one group concurrently; return whether the saga can go on (await it).
 
@@ -121,9 +148,14 @@ class GroupRunner:
         fails the saga), `first` (the first success wins; its running siblings are cancelled and every loser is
         compensated at once; the group fails only if every step failed), `quorum`/`any` (every step runs to its
         end; the group fails, failing the saga, with fewer than `needed` successes).
+
+        `handed`: nothing paused since the last group run ended (the plan driver's word): a sequential step's intent
+        takes that group's reading of the clock (`ended_at`) rather than reading it again.
         """
+        at = self._ended_at if handed else None
+        self._ended_at = None
         if len(rows) == 1 and join == "all" and rows[0].status is _PENDING:
-            return self._run_one(rows[0])  # the sequential case: nothing in doubt, no siblings (no coroutine more)
+            return self._run_one(rows[0], at)  # the sequential case: nothing in doubt, no siblings (no coroutine more)
         return self._run(rows, join, needed)
 
     async def _run(self, rows: Sequence[StepRow], join: str, needed: int | None) -> bool:
@@ -172,6 +204,8 @@ class GroupRunner:
             outcome = await self._cancellation.inline(self._runner.run(*calls[0]))
             if outcome is not None:  # (None: an operator's cancel cut it)
                 self.fold(outcome)
+            if calls[0][0].status is _SUCCESS and not journal.config.hooks:
+                self._ended_at = calls[0][0].finished_at  # read as it succeeded, in this task (see `_run_one`)
         else:
             siblings = Siblings(self.fold, skip=DONE)  # (DONE bears on nothing: not folded)
             siblings.start_each(self._runner.run, calls, join)
@@ -182,7 +216,7 @@ class GroupRunner:
             await self._settle_first(rows)
         return self.judge(rows, join, needed)
 
-    async def _run_one(self, row: StepRow) -> bool:
+    async def _run_one(self, row: StepRow, at: datetime | None) -> bool:
         """Run a group of one step never started (join `all`): what `run` does for it, without its bookkeeping."""
         call = self._prepare(row)
         journal, verdict = self._journal, self._verdict
@@ -194,7 +228,7 @@ class GroupRunner:
                 return False
             return self.judge((row,), "all", None)
         status, attempts, started_at = row.status, row.attempts, row.started_at
-        journal.start(row, now(), call[1].version)
+        journal.start(row, at or now(), call[1].version)
         journal.keep_lease()  # never start on an almost expired lease: extend it in the same write
         try:
             if not journal.wrote_now():
@@ -227,6 +261,8 @@ class GroupRunner:
             raise verdict.store_error
         if row.status is _COMPENSATION_FAILED:
             verdict.fail(row, f"its effect could not be undone: {row.compensation_error}")
+        elif row.status is _SUCCESS and not journal.config.hooks:
+            self._ended_at = row.finished_at  # read as it succeeded, in this task (hooks would run after it)
         return not verdict.failed
 
     def fold(self, outcome: StepOutcome, siblings: Siblings | None = None) -> None:

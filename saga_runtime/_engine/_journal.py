@@ -192,7 +192,15 @@ class Journal:
     def succeed(self, row: StepRow, result: Any) -> None:
         """Record a step's stored result and its success."""
         row.result = result
-        self.finish_step(row, _SUCCESS)
+        # `finish_step(row, SUCCESS)` written out: every step that succeeds comes here (a frame less each).
+        step_to(row, _SUCCESS)
+        row.error = row.error_type = None
+        row.finished_at = now()
+        self._dirty[row.step_id] = row
+        if self.saga.recovery_attempts:
+            self._progressed()
+        if self.config.hooks:
+            self.emit("step_finished", row, error=None)
 
     def reconciled(self, row: StepRow, result: Any, *, done: bool) -> None:
         """Record what `reconcile` found of a step of unknown outcome: done (with `result`), or not done."""
@@ -213,7 +221,7 @@ class Journal:
         row.error_type = error_type
         row.finished_at = now()
         self._dirty[row.step_id] = row
-        if status in _KNOWN:
+        if status in _KNOWN and self.saga.recovery_attempts:
             self._progressed()
         if self.config.hooks:
             self.emit("step_finished", row, error=error)
@@ -326,9 +334,10 @@ class Journal:
         self.saga.error = reason
         self._saga_dirty = True
 
-    def end(self, status: SagaStatus, error: str | None, cause: str | None = None) -> None:
+    def end(self, status: SagaStatus, error: str | None, cause: str | None = None, at: datetime | None = None) -> None:
         """Make the saga terminal (`error`: why it did not succeed; `cause`: the class name of what failed it, see
-        `ended`); no step of it reads RUNNING or WAITING after."""
+        `ended`); no step of it reads RUNNING or WAITING after. `at`: a reading of the clock taken with nothing
+        paused since (the last step's end), its end's time; else the clock is read."""
         self.saga_to(status)
         succeeded = status is _SAGA_SUCCESS
         for row in self.rows.values() if not succeeded else ():
@@ -350,7 +359,7 @@ class Journal:
             if saga.error is None:
                 saga.error = error or "the saga was cancelled by its caller"
             ended(saga, status, self.rows.values(), cause)
-        saga.finished_at = self._end_at = now()
+        saga.finished_at = self._end_at = at or now()
         saga.lease_expires_at = None
         self._ended = True
 
@@ -612,7 +621,9 @@ class Journal:
 
     def check_fence(self) -> None:
         """Raise `LeaseLostError` if fenced: nothing more may start or be written from here."""
-        self.guard.check()
+        guard = self.guard
+        if guard.fenced:  # (what `guard.check()` does, without its frame: read at every step)
+            raise guard.error()
 
     def keep_lease(self) -> None:
         """Make the next (owner-conditional) write extend the lease when too little is left to start a step on."""

@@ -83,6 +83,11 @@ class SagaEngine:
         self.detached = False
         self.shelters: Shelters | None = None  # a worker's (detached): its stop ends the saga between groups
 
+    @property
+    def groups(self) -> GroupRunner:
+        """Return the runner of the saga's groups (the plan driver feeds it a plan's groups)."""
+        return self._groups
+
     # -- what front doors read -----------------------------------------------------------------------------------------
 
     @property
@@ -217,17 +222,22 @@ class SagaEngine:
         """Compensate at once the given steps whose outcome is unknown (and, if asked, the successes)."""
         await self.compensator.compensate_unknown(rows, successes=successes)
 
-    async def finish(self, status: SagaStatus) -> SagaResult:
-        """Record the saga's terminal status and return its result; the record is written even if the caller leaves."""
-        end = write_end(self.journal, status, self.verdict.reason, self.verdict.cause)
+    async def finish(self, status: SagaStatus, *, handed: bool = False) -> SagaResult:
+        """Record the saga's terminal status and return its result; the record is written even if the caller leaves.
+
+        `handed`: nothing paused since the last group run ended (see `run_group`): its reading of the clock, if it
+        has one, is the end's time.
+        """
+        at = self._groups.ended_at if handed else None
+        end = write_end(self.journal, status, self.verdict.reason, self.verdict.cause, at)
         return await (end if self.journal.writes_inline else shielded(end))  # see write_end
 
     def run_group(
-        self, rows: Sequence[StepRow], *, join: str = "all", needed: int | None = None
+        self, rows: Sequence[StepRow], *, join: str = "all", needed: int | None = None, handed: bool = False
     ) -> Coroutine[Any, Any, bool]:
         """Run the steps of one group concurrently; return whether the saga can go on (await it; see
-        `GroupRunner.run`: its coroutine, no layer of its own)."""
-        return self._groups.run(rows, join=join, needed=needed)
+        `GroupRunner.run`: its coroutine, no layer of its own, and its `handed`)."""
+        return self._groups.run(rows, join=join, needed=needed, handed=handed)
 
     # -- approvals -----------------------------------------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from typing import Any
 import anyio
 
 from saga_runtime._engine import _journal
-from saga_runtime._engine._cancellation import cancel_requests
+from saga_runtime._engine._cancellation import cancel_requests, fence_scope
 from saga_runtime._engine._config import EngineConfig
 from saga_runtime._engine._journal import ClaimKind, let_go, park, take_over
 from saga_runtime._engine._lease import LeaseKeeper, LeaseWheel
@@ -185,7 +185,7 @@ class Session:
         self._claims = claims
         self.engine = engine
         self._where = where
-        self._fence = anyio.CancelScope()
+        self._fence = fence_scope()
         self._pending = 0
         self.keeper: LeaseKeeper | None = None
 

@@ -62,8 +62,9 @@ class MemoryStore(StoreBase, MemoryRetention, MemorySchedules, MemoryQueueContro
     def __init__(self, *, signing_key: bytes | str | None = None, keep: int | None = None) -> None:
         self._sagas: dict[str, SagaRow] = {}
         self._steps: dict[str, dict[str, StepRow]] = {}
-        # idempotency key -> (saga_id, step_id) of the step holding it: unique, as the SQL stores' constraint.
-        self._keys: dict[str, tuple[str, str]] = {}
+        # idempotency key -> the stored row of the step holding it (its saga_id and step_id name the holder): unique,
+        # as the SQL stores' constraint. The row itself, no tuple a step: nothing more per step for the GC to count.
+        self._keys: dict[str, StepRow] = {}
         # saga_id -> step_id -> approval row (the requests of that saga).
         self._approvals: dict[str, dict[str, ApprovalRow]] = {}
         self._closed = False
@@ -203,14 +204,11 @@ class MemoryStore(StoreBase, MemoryRetention, MemorySchedules, MemoryQueueContro
             raise lease_lost(saga_id, owner, self.url)
         if self._cancels and saga_id in self._cancels and self._cancel_seen.get(saga_id) != owner:
             raise lease_lost(saga_id, owner, self.url)  # a cancel its owner has not taken in (see take_cancel)
-        if fresh is not None:
-            if len(fresh) > 1 and len({row.idempotency_key for row in fresh}) != len(fresh):
-                return False  # two new rows taking one key: refused by `_write`
-            for row in fresh:
-                keys[row.idempotency_key] = (saga_id, row.step_id)
+        if fresh is not None and len(fresh) > 1 and len({row.idempotency_key for row in fresh}) != len(fresh):
+            return False  # two new rows taking one key: refused by `_write`
         if steps:
             for row in steps:
-                rows[row.step_id] = row
+                rows[row.step_id] = keys[row.idempotency_key] = row  # (a kept key: its holder's new snapshot)
             self._unsealed.add(saga_id)
         return True
 
@@ -245,7 +243,7 @@ class MemoryStore(StoreBase, MemoryRetention, MemorySchedules, MemoryQueueContro
             holder = keys.get(row.idempotency_key)
             if holder is None:
                 fresh.append(row.idempotency_key)
-            elif holder[1] != row.step_id or holder[0] != row.saga_id:
+            elif holder.step_id != row.step_id or holder.saga_id != row.saga_id:
                 self._check_batch(steps)  # raises, naming the holder as it always did
         # A key its own step holds cannot clash in the batch: another row taking it is refused above. Only keys new
         # to the store can clash, with each other, and distinct ones cannot: then the batch needs no bookkeeping.
@@ -257,7 +255,8 @@ class MemoryStore(StoreBase, MemoryRetention, MemorySchedules, MemoryQueueContro
         batch: dict[str, tuple[str, str]] = {}
         for row in steps:
             ident = (row.saga_id, row.step_id)
-            holder = batch.get(row.idempotency_key) or self._keys.get(row.idempotency_key)
+            held = self._keys.get(row.idempotency_key)
+            holder = batch.get(row.idempotency_key) or (None if held is None else (held.saga_id, held.step_id))
             if holder is not None and holder != ident:
                 raise StoreError(
                     f"step {row.step_id!r} of saga {row.saga_id!r} has idempotency key {row.idempotency_key!r}, "
@@ -284,13 +283,9 @@ class MemoryStore(StoreBase, MemoryRetention, MemorySchedules, MemoryQueueContro
             rows[step_id] = row
             if not unsealed and row.hash is None:
                 self._imported.setdefault(saga_id, {})[step_id] = row  # never sealed here: reported unsealed
-            if old is not None and old is not row and old.idempotency_key == row.idempotency_key:
-                # A new snapshot keeping its step's key: the key is held by this step already (no other step can
-                # take it), so the index stays as it is. The stored row itself changed in place says nothing.
-                continue
             if old is not None and old.idempotency_key != row.idempotency_key:
                 keys.pop(old.idempotency_key, None)
-            keys[row.idempotency_key] = (saga_id, step_id)
+            keys[row.idempotency_key] = row  # (a kept key: its holder's new snapshot)
 
     def _seal(self, saga_id: str) -> None:
         """Seal what of a saga was written unsealed and is still stored: its step rows (linked first) and its row

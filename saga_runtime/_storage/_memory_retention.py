@@ -51,7 +51,7 @@ class MemoryRetention:
     # MemoryStore's state and reads.
     _sagas: dict[str, SagaRow]
     _steps: dict[str, dict[str, StepRow]]
-    _keys: dict[str, tuple[str, str]]
+    _keys: dict[str, StepRow]
     _approvals: dict[str, dict[str, ApprovalRow]]
     _unsealed: set[str]
     _unsealed_sagas: set[str]
@@ -139,7 +139,8 @@ class MemoryRetention:
         saga_id = saga.saga_id
         self._sagas[saga_id] = tombstone(saga, at, self._signing_key)
         for row in self._steps.pop(saga_id, {}).values():
-            if self._keys.get(row.idempotency_key) == (saga_id, row.step_id):
+            holder = self._keys.get(row.idempotency_key)
+            if holder is not None and holder.saga_id == saga_id and holder.step_id == row.step_id:
                 del self._keys[row.idempotency_key]
         tables = (self._approvals, self._imported, self._queued, self._started, self._cancels, self._cancel_seen)
         for table in (*tables, self._messages, self._woken):

@@ -15,6 +15,7 @@ from saga_runtime._engine._cancellation import (
     Fence,
     Siblings,
     cancel_requests,
+    fence_scope,
     shielded,
     shielded_inline,
 )
@@ -463,3 +464,18 @@ async def test_a_deadline_lets_a_cancel_not_its_own_go_on() -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     assert ran == ["cut"]
+
+
+async def test_the_fence_scope_is_anyio_s_own_scope_cancelling_every_wait_inside_it() -> None:
+    """A session's fence scope is an anyio cancel scope: once cancelled, every wait inside it is cut until it ends."""
+    scope = fence_scope()
+    assert isinstance(scope, anyio.CancelScope)
+    cut = 0
+    with scope:
+        scope.cancel()
+        for _ in range(2):
+            try:
+                await anyio.sleep(5)
+            except anyio.get_cancelled_exc_class():
+                cut += 1
+    assert cut == 2

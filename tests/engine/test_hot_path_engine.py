@@ -201,3 +201,33 @@ async def test_the_memory_store_writes_without_pausing() -> None:
     patched = MemoryStore()
     patched.save = _HangingEnd().save  # type: ignore[method-assign]
     assert _ending.writes_pause(patched)
+
+
+async def test_the_memory_store_key_index_holds_each_step_s_stored_row() -> None:
+    """The memory store's key index names each key's step by its stored row: no earlier snapshot of it lives on."""
+    store = MemoryStore()
+    world = World()
+    executor = SagaExecutor(world.registry, store=store)
+    plan = [{"tool": "Take", "args": {"count": n, "tags": []}} for n in range(3)]
+    result = await executor.run(plan, saga_id="kept")
+    assert result.status is SagaStatus.SUCCESS
+    stored = store._steps["kept"]
+    assert len(stored) == 3
+    for step_id, row in stored.items():
+        assert store._keys[row.idempotency_key] is row, step_id
+    assert len(store._keys) == 3
+
+
+async def test_the_step_path_reads_the_task_running_now_as_asyncio_does() -> None:
+    """The sequential step path's reader of the current task returns what `asyncio.current_task()` does, per task."""
+    from saga_runtime._engine import _groups
+
+    async def seen() -> tuple[Any, Any]:
+        return _groups._current_task(), asyncio.current_task()
+
+    mine, asyncio_s = await seen()
+    assert mine is asyncio_s
+    assert mine is not None
+    other, other_asyncio_s = await asyncio.create_task(seen())
+    assert other is other_asyncio_s
+    assert other is not mine
