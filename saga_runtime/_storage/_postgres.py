@@ -454,6 +454,9 @@ class PostgresDialect(Dialect):
         # step at a time then costs one round trip per write and nothing else (a pool's release is a shielded task,
         # three turns of the event loop). Kept only while no call waits for the pool, and never inside a transaction.
         self._spare: Any = None
+        # The spare's asyncpg connection itself (the pool's proxy of it, `_spare`, is what goes back to the pool):
+        # the hot path calls it directly, without the proxy's wrapper around every method.
+        self._spare_con: Any = None
         self._spare_since = 0.0  # when the spare was last kept (time.monotonic)
         self._waiting = 0  # calls waiting for a connection from the pool
         self._listen_dsn: str | None = None  # where queue_wakeups connects (set by connect)
@@ -549,10 +552,14 @@ class PostgresDialect(Dialect):
             return records
         finally:
             if not kept:
-                try:
-                    await self._pool.release(conn)  # shielded by the pool, as in `transaction`
-                except _CATCH as exc:
-                    raise convert(exc, ERROR_MAP, self.url) from exc
+                await self._give_back(conn)
+
+    async def _give_back(self, conn: Any) -> None:
+        """Release a connection of `_autocommit_fetch` (or its inlined copy) to the pool."""
+        try:
+            await self._pool.release(conn)  # shielded by the pool, as in `transaction`
+        except _CATCH as exc:
+            raise convert(exc, ERROR_MAP, self.url) from exc
 
     async def _connection(self) -> Any:
         """Return the spare connection if it is free, else one from the pool (released by `transaction`)."""
@@ -571,14 +578,12 @@ class PostgresDialect(Dialect):
 
     def _keep(self, conn: Any) -> bool:
         """Keep `conn` as the spare if it is healthy, idle, and no call is waiting for the pool (so none starves)."""
-        if self._spare is not None or self._waiting or self.closed or not _alive(conn):
+        if self._spare is not None or self._waiting or self.closed:
             return False
-        try:
-            if conn.is_in_transaction():
-                return False
-        except _exc.InterfaceError:
+        con = conn._con  # the proxy's connection; None once the pool took it back
+        if con is None or con.is_closed() or con.is_in_transaction():
             return False
-        self._spare, self._spare_since = conn, time.monotonic()
+        self._spare, self._spare_con, self._spare_since = conn, con, time.monotonic()
         return True
 
     def _lost(self, conn: Any, exc: BaseException) -> StoreError:
@@ -617,9 +622,29 @@ class PostgresDialect(Dialect):
         shape on every connection.
         """
         if len(writes) == 1 and len(writes[0].steps) <= _VALUES_ROWS:
+            # `_autocommit_fetch`, inlined (a coroutine less per write): the hot path of a saga written alone.
             write = writes[0]
             sql, params = _alone_statement(write)
-            if await self._autocommit_fetch(sql, params) or not (write.create or write.owner is not None):
+            conn, con = self._spare, self._spare_con
+            if conn is not None and time.monotonic() - self._spare_since < _SPARE_IDLE and not con.is_closed():
+                self._spare = None  # the usual case: the spare's own connection, called without the pool's proxy
+            else:
+                con = None
+                try:
+                    conn = await self._connection()
+                except _CATCH as exc:
+                    raise convert(exc, ERROR_MAP, self.url) from exc
+            kept = False
+            try:
+                try:
+                    records = await (conn if con is None else con).fetch(sql, *params)
+                except _CATCH as exc:
+                    raise self._lost(conn, exc) from exc
+                kept = self._keep(conn)
+            finally:
+                if not kept:
+                    await self._give_back(conn)
+            if records or not (write.create or write.owner is not None):
                 return [Outcome.WRITTEN]
             return [Outcome.TAKEN if write.create else Outcome.LOST]
         sagas = [(i, write, write.saga) for i, write in enumerate(writes) if write.saga is not None]
