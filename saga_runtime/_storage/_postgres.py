@@ -246,22 +246,30 @@ def _values(columns: Sequence[str], source: str) -> str:
     return ", ".join(_value(column, source) for column in columns)
 
 
-def _source(columns: Sequence[str], extra: Sequence[str], first: int, rows: int) -> tuple[str, int]:
+def _source(
+    columns: Sequence[str], extra: Sequence[str], first: int, rows: int, constants: Sequence[str] = ()
+) -> tuple[str, int]:
     """Return the rows a part of the batch statement reads, and how many parameters they take.
 
     `rows` 0: one JSON array of arrays (`columns`, then the `extra` types, in each), one parameter; else that many
     rows of scalar parameters (VALUES), row by row. Scalars cost the client no encoding of a document, and the
     server no parsing; and only a statement of scalars gets a generic plan, kept for the prepared statement instead
-    of planning it at every call.
+    of planning it at every call. `constants` (scalar rows only): SQL literals of the first extra values, the same
+    in every row (those of a batch of one write), written into the statement instead of sent as parameters.
     """
     types = [*(_ROW_TYPES.get(c, "text") for c in columns), *extra]
     if not rows:
+        assert not constants
         return _jsonb_rows(types, first), 1
-    width = len(types)
-    values = ", ".join(
-        "(" + ", ".join(f"${first + r * width + i}::{t}" for i, t in enumerate(types)) + ")" for r in range(rows)
-    )
-    return f"(VALUES {values})", rows * width
+    fixed = {len(columns) + i: f"{literal}::{extra[i]}" for i, literal in enumerate(constants)}
+    sent = [i for i in range(len(types)) if i not in fixed]
+    width = len(sent)
+
+    def row(r: int) -> str:
+        at = {i: f"${first + r * width + k}::{types[i]}" for k, i in enumerate(sent)}
+        return "(" + ", ".join(fixed[i] if i in fixed else at[i] for i in range(len(types))) + ")"
+
+    return f"(VALUES {', '.join(row(r) for r in range(rows))})", rows * width
 
 
 _SAGAS = ", ".join(SAGA_COLUMNS)
@@ -274,7 +282,14 @@ _MODES = {mode: frozenset(() if mode is None else (mode,)) for mode in (None, "c
 
 
 @functools.lru_cache(maxsize=256)
-def _batch_statement(modes: frozenset[str], checks: int, steps: bool, saga_rows: int = 0, step_rows: int = 0) -> str:
+def _batch_statement(
+    modes: frozenset[str],
+    checks: int,
+    steps: bool,
+    saga_rows: int = 0,
+    step_rows: int = 0,
+    gated: bool | None = None,
+) -> str:
     """Return the one statement that writes a batch of this shape (only the parts it needs: each plans quickly).
 
     Parameters, for the parts present: the saga rows as one JSON array of arrays, each row's columns then its write
@@ -289,12 +304,17 @@ def _batch_statement(modes: frozenset[str], checks: int, steps: bool, saga_rows:
     owner and no saga row lock their saga row `FOR UPDATE` where the owner matches (re-checked likewise). A gated
     step row (of a create or an owner-conditional write) is written only if its write passed.
     Returns the indexes of the writes that passed their condition.
+
+    `gated` given (a batch of one write, in scalars): the write's index (0), its mode and whether its step rows are
+    gated are the statement's own constants, not parameters (fewer parameters for the driver to encode).
     """
+    one = gated is not None
     parts: list[str] = []
     passed: list[str] = []
     n = 1
     if modes:
-        source, used = _source(SAGA_COLUMNS, ("int4", "text", "text"), n, saga_rows)
+        constants = ("0", f"'{next(iter(modes))}'") if one else ()
+        source, used = _source(SAGA_COLUMNS, ("int4", "text", "text"), n, saga_rows, constants)
         parts.append(f"u AS (SELECT * FROM {source} AS u({_SAGAS}, w, mode, expected))")
         n += used
         insert = f"INSERT INTO sagas ({_SAGAS}) SELECT {_values(SAGA_COLUMNS, 'u')} FROM u"
@@ -325,17 +345,19 @@ def _batch_statement(modes: frozenset[str], checks: int, steps: bool, saga_rows:
             if checks > 1
             # One check (a lone save: the usual case) in scalars: PostgreSQL costs an array as 10 elements, so only
             # this form gets a generic plan, kept for the prepared statement instead of planning it at every call.
-            else f"checked AS (SELECT ${n}::int4 AS w FROM sagas t WHERE t.saga_id = ${n + 1}::text "
-            f"AND t.owner = ${n + 2}::text AND {unasked(f'${n + 2}::text', 't.')} FOR UPDATE)"
+            else f"checked AS (SELECT {'0' if one else f'${n}'}::int4 AS w FROM sagas t "
+            f"WHERE t.saga_id = ${n + 1 - one}::text AND t.owner = ${n + 2 - one}::text "
+            f"AND {unasked(f'${n + 2 - one}::text', 't.')} FOR UPDATE)"
         )
         passed.append("SELECT w FROM checked")
-        n += 3 if checks == 1 else 1
+        n += (3 - one) if checks == 1 else 1
     if passed:
         parts.append(f"passed AS ({' UNION ALL '.join(passed)})")
     if steps:
         step_set = ", ".join(f"{c} = excluded.{c}" for c in STEP_COLUMNS[3:])
         gate = " WHERE NOT s.gated OR s.w IN (SELECT w FROM passed)" if passed else ""
-        source, _ = _source(STEP_COLUMNS, ("int4", "bool"), n, step_rows)
+        constants = ("0", "true" if gated else "false") if one else ()
+        source, _ = _source(STEP_COLUMNS, ("int4", "bool"), n, step_rows, constants)
         parts.append(
             f"stepped AS (INSERT INTO steps ({_STEPS}) SELECT {_values(STEP_COLUMNS, 's')} "
             f"FROM {source} AS s({_STEPS}, w, gated){gate} "
@@ -363,14 +385,14 @@ def _alone_statement(write: Write) -> tuple[str, list[Any]]:
     if write.saga is not None:
         mode = _mode(write)
         params += write.saga
-        params += (0, mode, write.owner)
+        params.append(write.owner)
     elif write.owner is not None:
         checks = 1
-        params += (0, write.saga_id, write.owner)
+        params += (write.saga_id, write.owner)
     for row in write.steps:
         params += row
-        params += (0, conditional)
-    return _batch_statement(_MODES[mode], checks, bool(write.steps), int(mode is not None), len(write.steps)), params
+    steps = len(write.steps)
+    return _batch_statement(_MODES[mode], checks, steps > 0, int(mode is not None), steps, conditional), params
 
 
 # What PostgreSQL's SQL differs in (saga_runtime._storage._flavour): the database's clock (`now()` is STABLE, so
