@@ -106,11 +106,7 @@ class Batcher:
             finally:
                 self._busy -= write.keys
                 self._direct -= 1
-                if self._closed_error is None:
-                    if self._queue:
-                        self._wake()
-                elif not self._direct and self._direct_done is not None and not self._direct_done.done():
-                    self._direct_done.set_result(None)
+                self._direct_ended()
             if isinstance(outcome, Exception):
                 raise outcome
             return outcome
@@ -120,6 +116,14 @@ class Batcher:
         self._wake()
         # Cancelled here, the future is cancelled: a flusher drops the write, or ignores its outcome.
         return await future
+
+    def _direct_ended(self) -> None:
+        """After a write in its caller's task: wake a flusher for the writes queued meanwhile, or tell `close`."""
+        if self._closed_error is None:
+            if self._queue:
+                self._wake()
+        elif not self._direct and self._direct_done is not None and not self._direct_done.done():
+            self._direct_done.set_result(None)
 
     def _wake(self) -> None:
         """Start a flusher if a write is ready, no flusher is about to take it, and a slot is free."""
