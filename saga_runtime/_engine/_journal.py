@@ -430,7 +430,9 @@ class Journal:
                     return
                 lock = self._write_lock
                 assert lock is not None  # (a store that pauses: see __init__)
-                async with lock:
+                # `async with lock`, without its two coroutines (__aenter__, __aexit__) around every write.
+                await lock.acquire()
+                try:
                     batch = self._batch()
                     if batch is not None:
                         try:
@@ -440,6 +442,8 @@ class Journal:
                             raise
                         self._written(batch)
                     return
+                finally:
+                    lock.release()
             except LeaseLostError:
                 if self.owner is None:
                     raise

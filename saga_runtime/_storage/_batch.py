@@ -74,8 +74,11 @@ Flush = Callable[[Sequence[Write]], Awaitable[Sequence[Outcome | Exception]]]
 class Batcher:
     """Queue writes and commit them in shared batches through `flush`, at most `slots` batches at a time."""
 
-    def __init__(self, flush: Flush, *, slots: int) -> None:
+    def __init__(self, flush: Flush, *, slots: int, alone: Flush | None = None) -> None:
         self._flush = flush
+        # What writes a batch of one write in its caller's task (`flush` unless told): a flush's retry of each
+        # write alone is nothing to a batch of one, which may then skip it.
+        self._flush_alone = flush if alone is None else alone
         self._slots = max(1, slots)
         self._closed_error: Exception | None = None  # what refuses writes once closed
         self._queue: deque[Write] = deque()
@@ -90,7 +93,23 @@ class Batcher:
         if self._closed_error is not None:
             raise self._closed_error
         if not self._queue and not self._flushers and not self._direct:
-            return await self._alone(write)
+            # Written alone in the caller's own task: nothing else is being written, so no flusher is needed. It
+            # takes a slot like a batch, so writes arriving meanwhile queue up (and gather) behind it. Cancelled,
+            # the caller only interrupts its own write. (Inlined here: the hot path of a saga written alone.)
+            self._direct += 1
+            self._busy |= write.keys
+            try:
+                try:
+                    outcome: Outcome | Exception = (await self._flush_alone([write]))[0]
+                except Exception as exc:
+                    outcome = exc
+            finally:
+                self._busy -= write.keys
+                self._direct -= 1
+                self._direct_ended()
+            if isinstance(outcome, Exception):
+                raise outcome
+            return outcome
         future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
         write.future = future
         self._queue.append(write)
@@ -98,30 +117,13 @@ class Batcher:
         # Cancelled here, the future is cancelled: a flusher drops the write, or ignores its outcome.
         return await future
 
-    async def _alone(self, write: Write) -> Outcome:
-        """Write `write` in the caller's own task: nothing else is being written, so no flusher is needed.
-
-        It takes a slot like a batch, so writes arriving meanwhile queue up (and gather) behind it. Cancelled, the
-        caller only interrupts its own write.
-        """
-        self._direct += 1
-        self._busy |= write.keys
-        try:
-            try:  # `_outcomes`, inlined: the hot path of a saga written one at a time
-                outcome: Outcome | Exception = (await self._flush([write]))[0]
-            except Exception as exc:
-                outcome = exc
-        finally:
-            self._busy -= write.keys
-            self._direct -= 1
-            if self._closed_error is None:
-                if self._queue:
-                    self._wake()
-            elif not self._direct and self._direct_done is not None and not self._direct_done.done():
-                self._direct_done.set_result(None)
-        if isinstance(outcome, Exception):
-            raise outcome
-        return outcome
+    def _direct_ended(self) -> None:
+        """After a write in its caller's task: wake a flusher for the writes queued meanwhile, or tell `close`."""
+        if self._closed_error is None:
+            if self._queue:
+                self._wake()
+        elif not self._direct and self._direct_done is not None and not self._direct_done.done():
+            self._direct_done.set_result(None)
 
     def _wake(self) -> None:
         """Start a flusher if a write is ready, no flusher is about to take it, and a slot is free."""

@@ -105,6 +105,9 @@ class RowCodec:
         self.dialect = dialect
         self._bytes_ids = dialect.ids_as_bytes
         self._time_value = dialect.time_value
+        # A driver taking a UTC time as it is (PostgreSQL's): step rows' times, UTC already, go without a call.
+        probe = datetime(2000, 1, 1, tzinfo=UTC)
+        self._utc_as_is = dialect.time_value(probe) is probe
         self._local_clock = dialect.local_clock
         self._lease_length = dialect.lease_length
 
@@ -214,6 +217,17 @@ class RowCodec:
             result_text = self.json_in(result, f"the result of {what}")
         time_in = self.time_in
         started, finished, compensated = row.started_at, row.finished_at, row.compensated_at
+        if self._utc_as_is:  # `time_in` of each, inlined for the times it would return as they are
+            if started is not None and started.tzinfo is not UTC:
+                started = time_in(started)
+            if finished is not None and finished.tzinfo is not UTC:
+                finished = time_in(finished)
+            if compensated is not None and compensated.tzinfo is not UTC:
+                compensated = time_in(compensated)
+        else:
+            started = None if started is None else time_in(started)
+            finished = None if finished is None else time_in(finished)
+            compensated = None if compensated is None else time_in(compensated)
         return (
             row.saga_id,
             row.seq,
@@ -227,9 +241,9 @@ class RowCodec:
             result_text,
             row.error,
             row.error_type,
-            None if started is None else time_in(started),
-            None if finished is None else time_in(finished),
-            None if compensated is None else time_in(compensated),
+            started,
+            finished,
+            compensated,
             row.compensation_error,
             row.compensation_attempts,
             row.prev_hash,

@@ -246,22 +246,30 @@ def _values(columns: Sequence[str], source: str) -> str:
     return ", ".join(_value(column, source) for column in columns)
 
 
-def _source(columns: Sequence[str], extra: Sequence[str], first: int, rows: int) -> tuple[str, int]:
+def _source(
+    columns: Sequence[str], extra: Sequence[str], first: int, rows: int, constants: Sequence[str] = ()
+) -> tuple[str, int]:
     """Return the rows a part of the batch statement reads, and how many parameters they take.
 
     `rows` 0: one JSON array of arrays (`columns`, then the `extra` types, in each), one parameter; else that many
     rows of scalar parameters (VALUES), row by row. Scalars cost the client no encoding of a document, and the
     server no parsing; and only a statement of scalars gets a generic plan, kept for the prepared statement instead
-    of planning it at every call.
+    of planning it at every call. `constants` (scalar rows only): SQL literals of the first extra values, the same
+    in every row (those of a batch of one write), written into the statement instead of sent as parameters.
     """
     types = [*(_ROW_TYPES.get(c, "text") for c in columns), *extra]
     if not rows:
+        assert not constants
         return _jsonb_rows(types, first), 1
-    width = len(types)
-    values = ", ".join(
-        "(" + ", ".join(f"${first + r * width + i}::{t}" for i, t in enumerate(types)) + ")" for r in range(rows)
-    )
-    return f"(VALUES {values})", rows * width
+    fixed = {len(columns) + i: f"{literal}::{extra[i]}" for i, literal in enumerate(constants)}
+    sent = [i for i in range(len(types)) if i not in fixed]
+    width = len(sent)
+
+    def row(r: int) -> str:
+        at = {i: f"${first + r * width + k}::{types[i]}" for k, i in enumerate(sent)}
+        return "(" + ", ".join(fixed[i] if i in fixed else at[i] for i in range(len(types))) + ")"
+
+    return f"(VALUES {', '.join(row(r) for r in range(rows))})", rows * width
 
 
 _SAGAS = ", ".join(SAGA_COLUMNS)
@@ -274,7 +282,14 @@ _MODES = {mode: frozenset(() if mode is None else (mode,)) for mode in (None, "c
 
 
 @functools.lru_cache(maxsize=256)
-def _batch_statement(modes: frozenset[str], checks: int, steps: bool, saga_rows: int = 0, step_rows: int = 0) -> str:
+def _batch_statement(
+    modes: frozenset[str],
+    checks: int,
+    steps: bool,
+    saga_rows: int = 0,
+    step_rows: int = 0,
+    gated: bool | None = None,
+) -> str:
     """Return the one statement that writes a batch of this shape (only the parts it needs: each plans quickly).
 
     Parameters, for the parts present: the saga rows as one JSON array of arrays, each row's columns then its write
@@ -289,12 +304,17 @@ def _batch_statement(modes: frozenset[str], checks: int, steps: bool, saga_rows:
     owner and no saga row lock their saga row `FOR UPDATE` where the owner matches (re-checked likewise). A gated
     step row (of a create or an owner-conditional write) is written only if its write passed.
     Returns the indexes of the writes that passed their condition.
+
+    `gated` given (a batch of one write, in scalars): the write's index (0), its mode and whether its step rows are
+    gated are the statement's own constants, not parameters (fewer parameters for the driver to encode).
     """
+    one = gated is not None
     parts: list[str] = []
     passed: list[str] = []
     n = 1
     if modes:
-        source, used = _source(SAGA_COLUMNS, ("int4", "text", "text"), n, saga_rows)
+        constants = ("0", f"'{next(iter(modes))}'") if one else ()
+        source, used = _source(SAGA_COLUMNS, ("int4", "text", "text"), n, saga_rows, constants)
         parts.append(f"u AS (SELECT * FROM {source} AS u({_SAGAS}, w, mode, expected))")
         n += used
         insert = f"INSERT INTO sagas ({_SAGAS}) SELECT {_values(SAGA_COLUMNS, 'u')} FROM u"
@@ -325,17 +345,19 @@ def _batch_statement(modes: frozenset[str], checks: int, steps: bool, saga_rows:
             if checks > 1
             # One check (a lone save: the usual case) in scalars: PostgreSQL costs an array as 10 elements, so only
             # this form gets a generic plan, kept for the prepared statement instead of planning it at every call.
-            else f"checked AS (SELECT ${n}::int4 AS w FROM sagas t WHERE t.saga_id = ${n + 1}::text "
-            f"AND t.owner = ${n + 2}::text AND {unasked(f'${n + 2}::text', 't.')} FOR UPDATE)"
+            else f"checked AS (SELECT {'0' if one else f'${n}'}::int4 AS w FROM sagas t "
+            f"WHERE t.saga_id = ${n + 1 - one}::text AND t.owner = ${n + 2 - one}::text "
+            f"AND {unasked(f'${n + 2 - one}::text', 't.')} FOR UPDATE)"
         )
         passed.append("SELECT w FROM checked")
-        n += 3 if checks == 1 else 1
+        n += (3 - one) if checks == 1 else 1
     if passed:
         parts.append(f"passed AS ({' UNION ALL '.join(passed)})")
     if steps:
         step_set = ", ".join(f"{c} = excluded.{c}" for c in STEP_COLUMNS[3:])
         gate = " WHERE NOT s.gated OR s.w IN (SELECT w FROM passed)" if passed else ""
-        source, _ = _source(STEP_COLUMNS, ("int4", "bool"), n, step_rows)
+        constants = ("0", "true" if gated else "false") if one else ()
+        source, _ = _source(STEP_COLUMNS, ("int4", "bool"), n, step_rows, constants)
         parts.append(
             f"stepped AS (INSERT INTO steps ({_STEPS}) SELECT {_values(STEP_COLUMNS, 's')} "
             f"FROM {source} AS s({_STEPS}, w, gated){gate} "
@@ -363,14 +385,14 @@ def _alone_statement(write: Write) -> tuple[str, list[Any]]:
     if write.saga is not None:
         mode = _mode(write)
         params += write.saga
-        params += (0, mode, write.owner)
+        params.append(write.owner)
     elif write.owner is not None:
         checks = 1
-        params += (0, write.saga_id, write.owner)
+        params += (write.saga_id, write.owner)
     for row in write.steps:
         params += row
-        params += (0, conditional)
-    return _batch_statement(_MODES[mode], checks, bool(write.steps), int(mode is not None), len(write.steps)), params
+    steps = len(write.steps)
+    return _batch_statement(_MODES[mode], checks, steps > 0, int(mode is not None), steps, conditional), params
 
 
 # What PostgreSQL's SQL differs in (saga_runtime._storage._flavour): the database's clock (`now()` is STABLE, so
@@ -454,6 +476,9 @@ class PostgresDialect(Dialect):
         # step at a time then costs one round trip per write and nothing else (a pool's release is a shielded task,
         # three turns of the event loop). Kept only while no call waits for the pool, and never inside a transaction.
         self._spare: Any = None
+        # The spare's asyncpg connection itself (the pool's proxy of it, `_spare`, is what goes back to the pool):
+        # the hot path calls it directly, without the proxy's wrapper around every method.
+        self._spare_con: Any = None
         self._spare_since = 0.0  # when the spare was last kept (time.monotonic)
         self._waiting = 0  # calls waiting for a connection from the pool
         self._listen_dsn: str | None = None  # where queue_wakeups connects (set by connect)
@@ -549,10 +574,14 @@ class PostgresDialect(Dialect):
             return records
         finally:
             if not kept:
-                try:
-                    await self._pool.release(conn)  # shielded by the pool, as in `transaction`
-                except _CATCH as exc:
-                    raise convert(exc, ERROR_MAP, self.url) from exc
+                await self._give_back(conn)
+
+    async def _give_back(self, conn: Any) -> None:
+        """Release a connection of `_autocommit_fetch` (or its inlined copy) to the pool."""
+        try:
+            await self._pool.release(conn)  # shielded by the pool, as in `transaction`
+        except _CATCH as exc:
+            raise convert(exc, ERROR_MAP, self.url) from exc
 
     async def _connection(self) -> Any:
         """Return the spare connection if it is free, else one from the pool (released by `transaction`)."""
@@ -571,14 +600,12 @@ class PostgresDialect(Dialect):
 
     def _keep(self, conn: Any) -> bool:
         """Keep `conn` as the spare if it is healthy, idle, and no call is waiting for the pool (so none starves)."""
-        if self._spare is not None or self._waiting or self.closed or not _alive(conn):
+        if self._spare is not None or self._waiting or self.closed:
             return False
-        try:
-            if conn.is_in_transaction():
-                return False
-        except _exc.InterfaceError:
+        con = conn._con  # the proxy's connection; None once the pool took it back
+        if con is None or con.is_closed() or con.is_in_transaction():
             return False
-        self._spare, self._spare_since = conn, time.monotonic()
+        self._spare, self._spare_con, self._spare_since = conn, con, time.monotonic()
         return True
 
     def _lost(self, conn: Any, exc: BaseException) -> StoreError:
@@ -617,9 +644,29 @@ class PostgresDialect(Dialect):
         shape on every connection.
         """
         if len(writes) == 1 and len(writes[0].steps) <= _VALUES_ROWS:
+            # `_autocommit_fetch`, inlined (a coroutine less per write): the hot path of a saga written alone.
             write = writes[0]
             sql, params = _alone_statement(write)
-            if await self._autocommit_fetch(sql, params) or not (write.create or write.owner is not None):
+            conn, con = self._spare, self._spare_con
+            if conn is not None and time.monotonic() - self._spare_since < _SPARE_IDLE and not con.is_closed():
+                self._spare = None  # the usual case: the spare's own connection, called without the pool's proxy
+            else:
+                con = None
+                try:
+                    conn = await self._connection()
+                except _CATCH as exc:
+                    raise convert(exc, ERROR_MAP, self.url) from exc
+            kept = False
+            try:
+                try:
+                    records = await (conn if con is None else con).fetch(sql, *params)
+                except _CATCH as exc:
+                    raise self._lost(conn, exc) from exc
+                kept = self._keep(conn)
+            finally:
+                if not kept:
+                    await self._give_back(conn)
+            if records or not (write.create or write.owner is not None):
                 return [Outcome.WRITTEN]
             return [Outcome.TAKEN if write.create else Outcome.LOST]
         sagas = [(i, write, write.saga) for i, write in enumerate(writes) if write.saga is not None]

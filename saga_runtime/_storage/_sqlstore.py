@@ -153,7 +153,7 @@ class SQLStore(StoreBase, SQLRetention, SQLSchedules, SQLQueueControl):
         self._sealing = Sealing()
         self._outage = dialect.outage
         # Group commit: up to `writers` batches of writes at once.
-        self._batcher = Batcher(self._flush, slots=dialect.writers)
+        self._batcher = Batcher(self._flush, slots=dialect.writers, alone=self._flush_once)
 
     @classmethod
     async def open(cls, dialect: Dialect) -> SQLStore:

@@ -63,7 +63,7 @@ def write_of(
             size += len(args) if args.isascii() else len(args.encode())
         if result is not None:
             size += len(result) if result.isascii() else len(result.encode())
-    if len(rows) > 1 and len({(row.saga_id, row.step_id) for row in steps}) < len(rows):
+    if len(rows) > 1 and _repeats(steps):
         # One row per step: a statement may touch a row once, and the last version of a row is the one that counts.
         rows = list({(row.saga_id, row.step_id): params for row, params in zip(steps, rows, strict=True)}.values())
     saga_params = None
@@ -78,6 +78,14 @@ def write_of(
     return Write(
         what, saga_id, saga_params, rows, owner=owner, create=create, keep_lease=keep, keys=frozenset(ids), size=size
     )
+
+
+def _repeats(steps: Sequence[StepRow]) -> bool:
+    """Tell whether a step row appears twice among `steps` (two of them: compared, the usual save's)."""
+    if len(steps) == 2:
+        first, second = steps
+        return first.step_id == second.step_id and first.saga_id == second.saga_id
+    return len({(row.saga_id, row.step_id) for row in steps}) < len(steps)
 
 
 def kept_lease(saga_params: Sequence[Any]) -> tuple[Any, ...]:
