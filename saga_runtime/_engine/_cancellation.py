@@ -154,12 +154,15 @@ async def shielded(coro: Coroutine[Any, Any, T]) -> T:
     loop = asyncio.get_running_loop()
     waiter: asyncio.Future[T] = loop.create_future()
     task = loop.create_task(_handing(coro, waiter))
+    _SHIELDED.add(waiter)  # (a group's `Siblings` and a `Deadline` hold off their cancel, as for an anyio shield)
     try:
         return await waiter
     except asyncio.CancelledError as exc:
         if task.cancelled():  # the work itself was cancelled (the loop is closing)
             raise
         caught = exc
+    finally:
+        _SHIELDED.discard(waiter)
     with anyio.CancelScope(shield=True):
         while True:
             try:
@@ -174,6 +177,8 @@ async def shielded(coro: Coroutine[Any, Any, T]) -> T:
 
 
 _UNSET: Any = object()
+# The futures callers of `shielded` wait on now: such a caller is in a shield (see `_in_shield`).
+_SHIELDED: set[asyncio.Future[Any]] = set()
 
 
 async def _handing(coro: Coroutine[Any, Any, T], waiter: asyncio.Future[T]) -> Any:
@@ -240,7 +245,10 @@ class _Resumed:
 
 
 def _in_shield(task: asyncio.Task[Any]) -> bool:
-    """Tell whether `task` runs inside an anyio-shielded cancel scope now (one a scope's cancel would wait for)."""
+    """Tell whether `task` runs inside an anyio-shielded cancel scope now, or waits for `shielded` work (a cancel
+    of either is held off, as a scope's would be)."""
+    if getattr(task, "_fut_waiter", None) in _SHIELDED:  # waiting for `shielded` work: as in an anyio shield
+        return True
     try:  # anyio's record of each task's innermost cancel scope, read (never written) to honour its shields
         from anyio._backends._asyncio import _task_states
     except ImportError:  # pragma: no cover - an anyio without it: no shield is seen (the shield tests fail loudly)

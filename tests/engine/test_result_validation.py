@@ -592,3 +592,27 @@ async def test_scalar_annotations_keep_their_conversions_for_other_types() -> No
     stored = {step_id: result.step(step_id).result for step_id in ("int", "bool", "float", "int_float", "str")}
     assert stored == {"int": 7, "bool": 1, "float": 2.5, "int_float": 3.0, "str": "s"}
     assert [type(value) for value in stored.values()] == [int, int, float, float, str]
+
+
+async def test_a_refused_result_being_undone_when_a_first_race_is_won_is_undone_once() -> None:
+    """A `first` member whose refused result is still being undone when another wins is undone once, not again."""
+    registry = ToolRegistry()
+    log: list[tuple[str, Any]] = []
+
+    @registry.tool
+    class Quote:
+        async def execute(self, name: str, delay: float) -> int:
+            await anyio.sleep(delay)
+            return "junk" if name == "a" else 40  # type: ignore[return-value]
+
+        async def compensate(self, result: int | None) -> None:
+            log.append(("undo", result))
+            await anyio.sleep(0.05)  # the winner ends meanwhile
+
+    group = [{"id": n, "tool": "Quote", "args": {"name": n, "delay": d}} for n, d in (("a", 0.0), ("b", 0.01))]
+    result = await SagaExecutor(registry).run([{"group": group, "join": "first", "id": "q"}])
+
+    assert result.status is SagaStatus.SUCCESS, result.describe()
+    assert result.step("a").status is StepStatus.FAILED
+    assert result.step("a").compensation_attempts == 1
+    assert log == [("undo", "junk")]
