@@ -520,6 +520,8 @@ class MySQLDialect(Dialect):
             self._give_back(conn)
         self._waiting += 1
         try:
+            if self._wakeups:  # the pool is waking callers that waited for it: they take what was given back first
+                await asyncio.wait(list(self._wakeups))
             return await self._pool.acquire()
         except _CATCH as exc:
             raise store_error(exc, self.url) from exc
@@ -542,6 +544,10 @@ class MySQLDialect(Dialect):
         """Give `conn` back to the pool; the pool's wake-up of its waiters (a task) runs on its own, kept referenced
         here until it ends."""
         wakeup = self._pool.release(conn)
+        if wakeup.done() and self._waiting and not self.closed:
+            # A closed connection (or one left in a transaction) was dropped, and the pool wakes nobody then: wake a
+            # waiter, which opens a new connection in its place.
+            wakeup = asyncio.ensure_future(self._pool._wakeup())
         if not wakeup.done():
             self._wakeups.add(wakeup)
             wakeup.add_done_callback(self._wakeups.discard)

@@ -126,3 +126,42 @@ async def test_a_connection_left_in_a_transaction_is_not_kept(stores: Stores) ->
     await asyncio.sleep(0.2)  # the server sees the dropped connection close, and rolls its transaction back
     async with admin("mysql", url) as db:
         assert (await db.fetch("SELECT COUNT(*) FROM steps"))[0][0] == 2
+
+
+async def test_back_to_back_calls_of_one_task_do_not_starve_a_caller_waiting_for_the_pool(stores: Stores) -> None:
+    """A task calling the store back to back hands the connection to a caller waiting for it (a one-connection pool)."""
+    store = await stores.open("mysql", await stores.blank_url("mysql"), min_size=1, max_size=1)
+    await store.create_saga(make_saga("busy"), [])
+    stop = time.monotonic() + 3
+
+    async def busy() -> None:
+        while time.monotonic() < stop:
+            await store.load_saga("busy")  # (no other wait between the calls)
+
+    async def one_call() -> float:
+        await asyncio.sleep(0.05)
+        started = time.monotonic()
+        await store.list_sagas(limit=1)
+        return time.monotonic() - started
+
+    _, waited = await asyncio.gather(busy(), one_call())
+    assert waited < 1.5  # starved, it waits until the busy task stops (3 s)
+
+
+async def test_a_caller_waiting_for_the_pool_is_served_when_a_cancelled_call_drops_its_connection(
+    stores: Stores,
+) -> None:
+    """A call cancelled mid-statement drops its connection; a caller waiting for a one-connection pool gets another."""
+    store = await stores.open("mysql", await stores.blank_url("mysql"), min_size=1, max_size=1, retry_for=0)
+
+    async def slow() -> None:
+        async with store.dialect.transaction(begin=False) as tx:  # type: ignore[attr-defined]
+            await tx.fetch("SELECT SLEEP(2)")
+
+    cut = asyncio.ensure_future(slow())
+    await asyncio.sleep(0.2)
+    waiting = asyncio.ensure_future(store.list_sagas(limit=1))
+    await asyncio.sleep(0.2)
+    cut.cancel()
+    with anyio.fail_after(5):  # never woken, it would wait until another call gave a connection back
+        await waiting
