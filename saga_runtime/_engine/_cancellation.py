@@ -25,13 +25,13 @@ __all__ = [
     "CANCELLED",
     "CancelTaken",
     "Cancellation",
-    "Deadline",
     "Fence",
     "Shelters",
     "Siblings",
     "WorkerStopped",
     "cancel_requests",
     "current_task",
+    "deadline",
     "fence_scope",
     "shielded",
     "shielded_inline",
@@ -147,55 +147,21 @@ async def shielded(coro: Coroutine[Any, Any, T]) -> T:
 
     An anyio shielded scope alone holds off anyio's scopes but not a native `task.cancel()` (a caller's
     `asyncio.timeout`, `wait_for`): so the work runs in its own task, always awaited here. Bound the work itself.
-    The work hands its outcome to a future of the caller's as it ends (a turn of the loop sooner than its task's
-    callbacks, which cost as much as the task); the caller's wait is shielded from anyio's scopes only once a
-    cancel reached it (anyio re-delivers a scope's cancel every turn): most waits are never cancelled.
+    (The shield is anyio's asyncio scope made directly: the engine always runs on asyncio.)
     """
-    loop = asyncio.get_running_loop()
-    waiter: asyncio.Future[T] = loop.create_future()
-    task = loop.create_task(_handing(coro, waiter))
-    _SHIELDED.add(waiter)  # (a group's `Siblings` and a `Deadline` hold off their cancel, as for an anyio shield)
-    try:
-        return await waiter
-    except asyncio.CancelledError as exc:
-        if task.cancelled():  # the work itself was cancelled (the loop is closing)
-            raise
-        caught = exc
-    finally:
-        _SHIELDED.discard(waiter)
-    with anyio.CancelScope(shield=True):
+    task = asyncio.ensure_future(coro)
+    caught: BaseException | None = None
+    with _AsyncioScope(shield=True):
         while True:
             try:
-                await asyncio.shield(task)  # (its error, if it raised, goes on in place of the cancel)
+                result = await asyncio.shield(task)
                 break
-            except asyncio.CancelledError:
-                if task.cancelled():
+            except asyncio.CancelledError as exc:
+                if task.cancelled():  # the work itself was cancelled (the loop is closing)
                     raise
-    if waiter.done() and not waiter.cancelled() and (error := waiter.exception()) is not None:
-        raise error  # handed over just before the cancel reached the caller: it goes on in place of the cancel
-    raise caught
-
-
-_UNSET: Any = object()
-# The futures callers of `shielded` wait on now: such a caller is in a shield (see `_in_shield`).
-_SHIELDED: set[asyncio.Future[Any]] = set()
-
-
-async def _handing(coro: Coroutine[Any, Any, T], waiter: asyncio.Future[T]) -> Any:
-    """Run `coro`, handing its outcome to `waiter` while its caller waits on it; else return or raise it."""
-    try:
-        result = await coro
-    except asyncio.CancelledError:
-        if not waiter.done():
-            waiter.cancel()
-        raise
-    except Exception as exc:
-        if waiter.done():  # the caller left: it reads this task
-            raise
-        waiter.set_exception(exc)
-        return _UNSET
-    if not waiter.done():
-        waiter.set_result(result)
+                caught = exc
+    if caught is not None:
+        raise caught
     return result
 
 
@@ -245,10 +211,7 @@ class _Resumed:
 
 
 def _in_shield(task: asyncio.Task[Any]) -> bool:
-    """Tell whether `task` runs inside an anyio-shielded cancel scope now, or waits for `shielded` work (a cancel
-    of either is held off, as a scope's would be)."""
-    if getattr(task, "_fut_waiter", None) in _SHIELDED:  # waiting for `shielded` work: as in an anyio shield
-        return True
+    """Tell whether `task` runs inside an anyio-shielded cancel scope now (one a scope's cancel would wait for)."""
     try:  # anyio's record of each task's innermost cancel scope, read (never written) to honour its shields
         from anyio._backends._asyncio import _task_states
     except ImportError:  # pragma: no cover - an anyio without it: no shield is seen (the shield tests fail loudly)
@@ -268,68 +231,13 @@ def _not_started(task: asyncio.Task[Any]) -> bool:
     return inspect.iscoroutine(coro) and inspect.getcoroutinestate(coro) == inspect.CORO_CREATED
 
 
-class Deadline:
-    """Cancel the block's task `seconds` after it enters, and end that cancel at the block's end, as anyio's
-    `move_on_after` does: natively, with no cancel scope (one costs more than the rest of an undo's bookkeeping).
-
-    For a block in a task of its own (`shielded` work), which only the deadline and the loop's closing cancel. As
-    anyio's scopes do, it waits while the task is in an anyio-shielded section (looked at again after
-    `_SHIELD_POLL`, then twice as long each time up to `_SHIELD_POLL_LONGEST`) and cancels it again every turn
-    while it swallows the cancel. `cancelled_caught`: the block ended by its cancel. An infinite bound sets no timer.
-    """
-
-    __slots__ = ("_cancelling", "_delivered", "_handle", "_poll", "_seconds", "_task", "cancelled_caught")
-
-    def __init__(self, seconds: float) -> None:
-        self._seconds = seconds
-        self._handle: asyncio.TimerHandle | asyncio.Handle | None = None
-        self._delivered = 0  # the cancels it gave the task (each taken back at the end)
-        self._poll = _SHIELD_POLL
-        self.cancelled_caught = False
-
-    def __enter__(self) -> Deadline:
-        task = self._task = current_task()
-        self._cancelling = task.cancelling()
-        if not math.isinf(self._seconds):
-            self._handle = task.get_loop().call_later(self._seconds, self._cut)
-        return self
-
-    def _cut(self) -> None:
-        task = self._task
-        self._handle = None
-        if task.done():
-            return
-        loop = task.get_loop()
-        waiter = getattr(task, "_fut_waiter", None)  # (what anyio reads too)
-        if getattr(task, "_must_cancel", False) or (waiter is not None and waiter.done()):
-            self._handle = loop.call_soon(self._cut)  # a cancel not delivered yet, or about to resume: next turn
-        elif _in_shield(task):
-            self._handle = loop.call_later(self._poll, self._cut)
-            self._poll = min(self._poll * 2, _SHIELD_POLL_LONGEST)
-        else:
-            task.cancel()
-            self._delivered += 1
-            self._handle = loop.call_soon(self._cut)  # (again next turn, if it swallowed this one)
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> bool:
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
-        if not self._delivered:
-            return False
-        task = self._task
-        for _ in range(self._delivered):
-            task.uncancel()
-        self._delivered = 0
-        # Only its own cancel ends here (not the loop closing, nor another cancel of the task).
-        if (
-            exc_type is not None
-            and issubclass(exc_type, asyncio.CancelledError)
-            and task.cancelling() <= self._cancelling
-        ):
-            self.cancelled_caught = True
-            return True
-        return False
+def deadline(seconds: float) -> anyio.CancelScope:
+    """Return a cancel scope that cancels its block `seconds` after it is entered, as `anyio.move_on_after` does
+    (shields honoured, a swallowed cancel delivered again, only its own cancel ends at the block; an infinite bound
+    sets no timer): anyio's asyncio scope made directly, without asking which event loop runs."""
+    if math.isinf(seconds):
+        return _AsyncioScope()
+    return _AsyncioScope(deadline=asyncio.get_running_loop().time() + seconds)
 
 
 def fence_scope() -> anyio.CancelScope:

@@ -16,7 +16,7 @@ from typing import Any
 
 import anyio
 
-from saga_runtime._engine._cancellation import CANCELLED, Cancellation, Deadline, Siblings, shielded
+from saga_runtime._engine._cancellation import CANCELLED, Cancellation, Siblings, deadline, shielded
 from saga_runtime._engine._ending import write_end
 from saga_runtime._engine._invoker import Invoker
 from saga_runtime._engine._journal import Journal, seq_of
@@ -83,7 +83,7 @@ class Compensator:
     async def _compensate_all(self) -> SagaResult:
         journal = self._journal
         journal.check_fence()
-        with Deadline(self._timeout) as scope:
+        with deadline(self._timeout) as scope:
             journal.begin_compensation(self._verdict.reason or "the saga was cancelled by its caller")
             groups: dict[int, list[StepRow]] = {}
             in_doubt = False
@@ -148,7 +148,7 @@ class Compensator:
         return await shielded(self._bounded(row, value, known))
 
     async def _bounded(self, row: StepRow, value: Any, known: bool) -> UndoOutcome:
-        with Deadline(self._timeout):
+        with deadline(self._timeout):
             return await self.compensate_one(row, value, known=known)
         return NOT_UNDONE  # the bound ran out (recorded by `compensate_one`)
 
@@ -162,7 +162,7 @@ class Compensator:
 
     async def _bounded_refused(self, row: StepRow, value: Any) -> UndoOutcome:
         # The bound goes inside the shield: outside, the shield would keep it from ever firing.
-        with Deadline(self._timeout):
+        with deadline(self._timeout):
             return await self.compensate_one(row, value, known=True, settle=False)
         why = f"undoing refused attempt {row.attempts}: compensation_timeout ran out"
         self._journal.refused_undo_failed(row, why)

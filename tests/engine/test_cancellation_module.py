@@ -11,10 +11,10 @@ import pytest
 
 from saga_runtime import LeaseLostError, SagaExecutor, SagaStatus, ToolRegistry
 from saga_runtime._engine._cancellation import (
-    Deadline,
     Fence,
     Siblings,
     cancel_requests,
+    deadline,
     fence_scope,
     shielded,
     shielded_inline,
@@ -381,8 +381,8 @@ async def test_a_call_started_after_a_halt_is_cut_at_its_first_wait() -> None:
 
 
 async def test_shielded_work_holds_through_a_cancelled_anyio_scope_of_the_caller() -> None:
-    """A caller's anyio scope cancelled meanwhile waits for the shielded work, then ends there as it would."""
-    done = []
+    """A caller's anyio scope cancelled meanwhile waits for the shielded work, and its cancel lands at the next wait."""
+    done: list[object] = []
 
     async def work() -> str:
         await asyncio.sleep(0.05)
@@ -390,27 +390,29 @@ async def test_shielded_work_holds_through_a_cancelled_anyio_scope_of_the_caller
         return "ok"
 
     with anyio.move_on_after(0.01) as scope:
-        await shielded(work())
-    assert done == [True]
+        done.append(await shielded(work()))
+        await asyncio.sleep(5)  # the scope's cancel, held off by the shield, lands here
+        done.append("went on")
+    assert done == [True, "ok"]
     assert scope.cancelled_caught
 
 
 async def test_a_deadline_cuts_its_block_and_its_cancel_ends_there() -> None:
     """A block past its deadline is cancelled; the cancel ends at the block's end, and the task goes on uncancelled."""
-    with Deadline(0.01) as deadline:
+    with deadline(0.01) as scope:
         await asyncio.sleep(5)
-    assert deadline.cancelled_caught
+    assert scope.cancelled_caught
     assert cancel_requests() == 0
     await asyncio.sleep(0)  # the task goes on: no cancel left pending
 
 
 async def test_a_deadline_not_reached_leaves_the_block_alone() -> None:
     """A block that ends in time is not cancelled, and its deadline fires no more once it ended."""
-    with Deadline(0.05) as deadline:
+    with deadline(0.05) as scope:
         await asyncio.sleep(0)
-    assert not deadline.cancelled_caught
+    assert not scope.cancelled_caught
     await asyncio.sleep(0.08)  # past the deadline: nothing is cancelled
-    with Deadline(float("inf")) as forever:  # an infinite bound sets no timer
+    with deadline(float("inf")) as forever:  # an infinite bound sets no timer
         await asyncio.sleep(0)
     assert not forever.cancelled_caught
 
@@ -418,21 +420,21 @@ async def test_a_deadline_not_reached_leaves_the_block_alone() -> None:
 async def test_a_deadline_waits_for_an_anyio_shielded_section_then_cuts_the_block() -> None:
     """A deadline that falls in an anyio-shielded section lets it finish, then cancels the block at its next wait."""
     ended: list[str] = []
-    with Deadline(0.01) as deadline:
+    with deadline(0.01) as scope:
         with anyio.CancelScope(shield=True):
             await asyncio.sleep(0.05)
             ended.append("section done")
         await asyncio.sleep(5)
         ended.append("went on")
     assert ended == ["section done"]
-    assert deadline.cancelled_caught
+    assert scope.cancelled_caught
 
 
 async def test_a_deadline_cancels_again_a_block_that_swallowed_its_cancel() -> None:
     """A block that swallows the deadline's cancel (as 3.11's wait_for can) is cancelled again at its next wait."""
     ended: list[str] = []
     started = time.perf_counter()
-    with Deadline(0.01) as deadline:
+    with deadline(0.01) as scope:
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.sleep(5)
         ended.append("swallowed")
@@ -440,7 +442,7 @@ async def test_a_deadline_cancels_again_a_block_that_swallowed_its_cancel() -> N
         ended.append("went on")
     assert time.perf_counter() - started < 3
     assert ended == ["swallowed"]
-    assert deadline.cancelled_caught
+    assert scope.cancelled_caught
     assert cancel_requests() == 0
 
 
@@ -449,7 +451,7 @@ async def test_a_deadline_lets_a_cancel_not_its_own_go_on() -> None:
     ran: list[str] = []
 
     async def bounded() -> None:
-        with Deadline(0.01):
+        with deadline(0.01):
             try:
                 await asyncio.sleep(5)
             except asyncio.CancelledError:
