@@ -197,7 +197,21 @@ class StepRunner:
                 stuck = False
                 if raw is not _NOTHING:
                     # The attempt had its effect, but its result was refused: undo it now, with the value in hand.
-                    stuck = (await self._compensator.undo_refused(row, spec, raw)).stuck
+                    try:
+                        stuck = (await self._compensator.undo_refused(row, spec, raw)).stuck
+                    except CANCELLED:
+                        # Cancelled while the undo ran (shielded: to its end). The step ends with this attempt's
+                        # failure, its effect undone (or left standing: recorded), not in doubt: a step recorded
+                        # CANCELLED would be undone again.
+                        if row.status is StepStatus.RUNNING and not journal.fenced:
+                            standing = row.compensation_error is not None  # (`refused_undo_failed`: STUCK)
+                            journal.finish_step(
+                                row,
+                                StepStatus.COMPENSATION_FAILED if standing else StepStatus.FAILED,
+                                error=f"{describe(exc)} (then cancelled)",
+                                error_type=type(exc).__name__,
+                            )
+                        raise
                 # A refused effect that could not be undone ends the step: another attempt would only pile a new
                 # effect on one still out, and the saga fails for it anyway (see _on_failure).
                 retry = not stuck and not isinstance(exc, BudgetExceededError) and spec.retry.should_retry(exc, attempt)

@@ -7,6 +7,7 @@ sees the refused value.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import anyio.lowlevel
@@ -616,3 +617,29 @@ async def test_a_refused_result_being_undone_when_a_first_race_is_won_is_undone_
     assert result.step("a").status is StepStatus.FAILED
     assert result.step("a").compensation_attempts == 1
     assert log == [("undo", "junk")]
+
+
+async def test_a_refused_result_being_undone_when_the_caller_is_cancelled_is_undone_once() -> None:
+    """The caller cancelled (asyncio.timeout) while a refused result is undone: undone once, the step ends FAILED."""
+    registry = ToolRegistry()
+    log: list[Any] = []
+
+    @registry.tool
+    class Charge:
+        async def execute(self, n: int) -> int:
+            return "junk"  # type: ignore[return-value]
+
+        async def compensate(self, result: int | None) -> None:
+            log.append(result)
+            await anyio.sleep(0.1)  # the caller's timeout runs out meanwhile
+
+    executor = SagaExecutor(registry)
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.02):
+            await executor.run([{"id": "a", "tool": "Charge", "args": {"n": 1}}], saga_id="cut")
+    stored = await executor.store.get_saga("cut")
+    assert stored is not None
+    assert stored.status is SagaStatus.COMPENSATED
+    assert stored.step("a").status is StepStatus.FAILED
+    assert stored.step("a").error_type == "ResultValidationError"
+    assert log == ["junk"]
