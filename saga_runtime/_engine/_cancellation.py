@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import sys
 from collections.abc import Callable, Coroutine, Generator, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -38,7 +39,17 @@ T = TypeVar("T")
 
 _NOTHING: Any = object()
 
-_current_task = asyncio.current_task
+if sys.version_info < (3, 12):
+    # `asyncio.current_task()` is Python code on 3.11 (a frame a step's end): what it reads, the running loop's
+    # entry in asyncio's table of current tasks, read here. (C code from 3.12.)
+    _running_loop = asyncio.get_running_loop
+    _current_tasks: dict[asyncio.AbstractEventLoop, asyncio.Task[Any]] = asyncio.tasks._current_tasks  # type: ignore[attr-defined]
+
+    def _current_task() -> asyncio.Task[Any] | None:
+        return _current_tasks.get(_running_loop())
+
+else:
+    _current_task = asyncio.current_task
 _Task = asyncio.Task
 _create_task = asyncio.BaseEventLoop.create_task
 # Seconds between two looks at a step in an anyio-shielded section that is to be cancelled: the first soon, then
