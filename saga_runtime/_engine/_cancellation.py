@@ -392,11 +392,13 @@ class Siblings:
     def start_each(
         self, step: Callable[..., Coroutine[Any, Any, object]], calls: Iterable[Sequence[Any]], *more: Any
     ) -> None:
-        """Start `step(*call, *more)` in a task of the group for each of `calls` (`start`, a call less a step)."""
-        loop, running, step_of = self._loop, self._running, self._step
+        """Start `step(*call, *more, self)` in a task of the group for each of `calls`: a step that tells the group
+        how it ended itself, in its own coroutine, as `_step` does for one started by `start` (`ended` when it
+        returns, `raised` when it raises): no coroutine around it."""
+        loop, running = self._loop, self._running
         for call in calls:
             self._pending += 1
-            coro = step_of(step(*call, *more))
+            coro = step(*call, *more, self)
             running.add(_Task(coro, loop=loop) if self._plain else loop.create_task(coro))
             if self.cancelled and self._next is None:
                 self._cut()  # (at its first wait: see `_cut`)
@@ -406,22 +408,14 @@ class Siblings:
         a callback handle and a loop turn more per step."""
         try:
             outcome = await step
-        except CANCELLED:
-            self._ended()
-            self._settle()
-            raise
         except BaseException as exc:
-            if type(exc) is GeneratorExit:  # the task destroyed unfinished (its loop closed): nothing to note
+            if self.raised(exc):
                 raise
-            self._errors.append(exc)
-            try:
-                self._ended()
-                self.cancel()
-            finally:
-                self._settle()
-            if not isinstance(exc, Exception):
-                raise  # (KeyboardInterrupt, SystemExit: the loop sees it too, as from any task)
             return
+        self.ended(outcome)
+
+    def ended(self, outcome: object) -> None:
+        """Note that the step of the current task returned `outcome` (fold it, unless it is the one to skip)."""
         self._pending -= 1  # (`_ended`, written out)
         self._running.discard(_current_task())
         if outcome is self._skip:
@@ -436,6 +430,27 @@ class Siblings:
             self.cancel()
         finally:
             self._settle()
+
+    def raised(self, exc: BaseException) -> bool:
+        """Note that the step of the current task raised `exc`; tell whether it goes on out of the task.
+
+        Cancelled, it goes on. Any other error (a bug: steps record their failures) is the group's, raised by `wait`,
+        and cancels the other steps; a `KeyboardInterrupt` or `SystemExit` goes on too (the loop sees it, as from
+        any task). A task destroyed unfinished (its loop closed, `GeneratorExit`) notes nothing.
+        """
+        if isinstance(exc, CANCELLED):
+            self._ended()
+            self._settle()
+            return True
+        if type(exc) is GeneratorExit:
+            return True
+        self._errors.append(exc)
+        try:
+            self._ended()
+            self.cancel()
+        finally:
+            self._settle()
+        return not isinstance(exc, Exception)
 
     def _ended(self) -> None:
         """Note that the step of the current task ended (it no longer needs cancelling)."""

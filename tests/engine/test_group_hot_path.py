@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from saga_runtime import SagaExecutor, SagaStatus, StepStatus, ToolRegistry
 from saga_runtime._engine import _cancellation
 
 
@@ -20,3 +21,29 @@ async def test_siblings_read_the_task_running_now_as_asyncio_does() -> None:
     other, other_asyncio_s = await asyncio.create_task(seen())
     assert other is other_asyncio_s
     assert other is not mine
+
+
+async def test_a_parallel_group_s_step_runs_as_its_task_s_own_coroutine() -> None:
+    """Each step of a parallel group is its task's coroutine, the step runner's, with no coroutine around it; the
+    group still folds every step's end (the saga succeeds, each step recorded SUCCESS)."""
+    registry = ToolRegistry()
+    seen: list[str] = []
+
+    @registry.tool
+    class Look:
+        """Note the coroutine its task runs."""
+
+        async def execute(self, n: int) -> int:
+            task = asyncio.current_task()
+            assert task is not None
+            seen.append(task.get_coro().__qualname__)
+            await asyncio.sleep(0)
+            return n
+
+        async def compensate(self, result: int | None) -> None:
+            return None
+
+    result = await SagaExecutor(registry).run([[{"tool": "Look", "args": {"n": n}} for n in range(3)]])
+    assert result.status is SagaStatus.SUCCESS
+    assert [step.status for step in result.steps] == [StepStatus.SUCCESS] * 3
+    assert seen == ["StepRunner.run"] * 3
