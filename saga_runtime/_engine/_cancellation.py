@@ -395,10 +395,16 @@ class Siblings:
         """Start `step(*call, *more, self)` in a task of the group for each of `calls`: a step that tells the group
         how it ended itself, in its own coroutine, as `_step` does for one started by `start` (`ended` when it
         returns, `raised` when it raises): no coroutine around it."""
-        loop, running = self._loop, self._running
+        loop, running, tail = self._loop, self._running, (*more, self)
+        if self._plain and not self.cancelled:
+            # The common case written out (asyncio's own tasks, none to cut: nothing in this loop runs a step).
+            for call in calls:
+                self._pending += 1
+                running.add(_Task(step(*call, *tail), loop=loop))
+            return
         for call in calls:
             self._pending += 1
-            coro = step(*call, *more, self)
+            coro = step(*call, *tail)
             running.add(_Task(coro, loop=loop) if self._plain else loop.create_task(coro))
             if self.cancelled and self._next is None:
                 self._cut()  # (at its first wait: see `_cut`)
