@@ -47,3 +47,35 @@ async def test_a_parallel_group_s_step_runs_as_its_task_s_own_coroutine() -> Non
     assert result.status is SagaStatus.SUCCESS
     assert [step.status for step in result.steps] == [StepStatus.SUCCESS] * 3
     assert seen == ["StepRunner.run"] * 3
+
+
+async def test_a_parallel_group_s_steps_go_through_the_loop_s_task_factory_when_it_has_one() -> None:
+    """A loop with a task factory makes every step's task of a parallel group (tasks are built directly only on
+    asyncio's own loop without one)."""
+    registry = ToolRegistry()
+
+    @registry.tool
+    class Nap:
+        """Yield once."""
+
+        async def execute(self, n: int) -> int:
+            await asyncio.sleep(0)
+            return n
+
+        async def compensate(self, result: int | None) -> None:
+            return None
+
+    loop = asyncio.get_running_loop()
+    made: list[str] = []
+
+    def factory(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
+        made.append(coro.__qualname__)
+        return asyncio.Task(coro, loop=loop, **kwargs)
+
+    loop.set_task_factory(factory)
+    try:
+        result = await SagaExecutor(registry).run([[{"tool": "Nap", "args": {"n": n}} for n in range(3)]])
+    finally:
+        loop.set_task_factory(None)
+    assert result.status is SagaStatus.SUCCESS
+    assert made.count("StepRunner.run") == 3
