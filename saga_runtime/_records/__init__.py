@@ -100,6 +100,7 @@ from saga_runtime._records._rows import (
     plan_joins,
     planned_rows,
     planned_version,
+    snapshots,
     step_succeeded,
     with_unstarted,
 )
@@ -236,6 +237,7 @@ __all__ = [
     "seal_all",
     "seal_approval",
     "seal_saga",
+    "snapshots",
     "standing_of",
     "step_succeeded",
     "summary_from_rows",

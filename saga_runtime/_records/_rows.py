@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -29,6 +29,7 @@ __all__ = [
     "plan_joins",
     "planned_rows",
     "planned_version",
+    "snapshots",
     "step_succeeded",
     "with_unstarted",
 ]
@@ -297,6 +298,42 @@ class StepRow:
 
 
 _new_object = object.__new__
+
+
+def snapshots(rows: Iterable[StepRow], step_ids: Container[str]) -> list[StepRow]:
+    """Return a snapshot (`StepRow.copy`'s) of each row whose step is one of `step_ids`, in order: built in one
+    loop, as a new saga's store gets one per step announced with it."""
+    out: list[StepRow] = []
+    add, new_object = out.append, _new_object
+    for row in rows:
+        if row.step_id not in step_ids:
+            continue
+        new = new_object(StepRow)
+        new.saga_id = row.saga_id
+        new.seq = row.seq
+        new.step_id = row.step_id
+        new.group = row.group
+        new.tool_name = row.tool_name
+        new.args = row.args
+        new.idempotency_key = row.idempotency_key
+        new.status = row.status
+        new.attempts = row.attempts
+        new.result = row.result
+        new.error = row.error
+        new.error_type = row.error_type
+        new.started_at = row.started_at
+        new.finished_at = row.finished_at
+        new.compensated_at = row.compensated_at
+        new.compensation_error = row.compensation_error
+        new.compensation_attempts = row.compensation_attempts
+        new.prev_hash = row.prev_hash
+        new.hash = row.hash
+        new.tool_version = row.tool_version
+        new.reconciled = row.reconciled
+        add(new)
+    return out
+
+
 _PENDING = StepStatus.PENDING  # (a module global: an enum class's attribute is slow to read on Python 3.11)
 
 

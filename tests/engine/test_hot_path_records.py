@@ -26,6 +26,7 @@ from saga_runtime._records import (
     planned_rows,
     saga_seal,
     seal,
+    snapshots,
     verify_rows,
 )
 
@@ -398,3 +399,15 @@ def test_planned_rows_are_the_rows_the_constructor_builds() -> None:
         ]
     with pytest.raises(ValueError, match="2 steps, 1 arguments and 2 keys"):
         planned_rows("saga", planned, [{}], ["k0", "k1"])
+
+
+def test_snapshots_are_copies_of_the_rows_named_in_order() -> None:
+    """`snapshots` returns `StepRow.copy`'s of the rows whose step id is named, in order, each a row of its own."""
+    rows = [StepRow("saga", n, f"s{n}", 0, "Take", {"n": n}, f"k{n}", attempts=n, error=f"e{n}") for n in range(4)]
+    taken = snapshots(rows, {"s3", "s1"})
+    assert taken == [rows[1].copy(), rows[3].copy()]
+    assert [getattr(taken[0], f.name) for f in dataclasses.fields(StepRow)] == [
+        getattr(rows[1], f.name) for f in dataclasses.fields(StepRow)
+    ]
+    assert taken[0] is not rows[1]
+    assert taken[1] is not rows[3]
