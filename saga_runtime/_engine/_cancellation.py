@@ -48,8 +48,10 @@ if sys.version_info < (3, 12):
     def _current_task() -> asyncio.Task[Any] | None:
         return _current_tasks.get(_running_loop())
 
+    _task_in = _current_tasks.get  # the task running now in a loop known to run (no call to find it)
 else:
     _current_task = asyncio.current_task
+    _task_in = asyncio.current_task
 _Task = asyncio.Task
 _create_task = asyncio.BaseEventLoop.create_task
 # Seconds between two looks at a step in an anyio-shielded section that is to be cancelled: the first soon, then
@@ -423,7 +425,7 @@ class Siblings:
     def ended(self, outcome: object) -> None:
         """Note that the step of the current task returned `outcome` (fold it, unless it is the one to skip)."""
         self._pending -= 1  # (`_ended`, written out)
-        self._running.discard(_current_task())
+        self._running.discard(_task_in(self._loop))
         if outcome is self._skip:
             if not self._pending:
                 self._settle()
@@ -461,7 +463,7 @@ class Siblings:
     def _ended(self) -> None:
         """Note that the step of the current task ended (it no longer needs cancelling)."""
         self._pending -= 1
-        self._running.discard(_current_task())
+        self._running.discard(_task_in(self._loop))
 
     def _settle(self) -> None:
         """Wake the waiter once every step has ended."""

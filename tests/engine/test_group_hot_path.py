@@ -10,9 +10,11 @@ from saga_runtime._engine import _cancellation
 
 
 async def test_siblings_read_the_task_running_now_as_asyncio_does() -> None:
-    """The siblings' reader of the current task returns what `asyncio.current_task()` does, per task."""
+    """The siblings' readers of the current task (by the running loop, and in a loop given) return what
+    `asyncio.current_task()` does, per task."""
 
     async def seen() -> tuple[Any, Any]:
+        assert _cancellation._task_in(asyncio.get_running_loop()) is asyncio.current_task()
         return _cancellation._current_task(), asyncio.current_task()
 
     mine, asyncio_s = await seen()
