@@ -20,7 +20,7 @@ from saga_runtime._records import (
     StepRow,
     idempotency_keys,
     now,
-    planned_row,
+    planned_rows,
     to_json_value,
 )
 from saga_runtime._tools import SagaFunction, ToolRegistry
@@ -123,13 +123,9 @@ def new_plan_saga(
     )
     saga_id = saga.saga_id
     planned_steps = planned.steps
-    keys = idempotency_keys(saga_id, [step.step_id for step in planned_steps], planned.key_parts)
+    keys = idempotency_keys(saga_id, planned.step_ids, planned.key_parts)
     # Each row's arguments are the plan's own (a fresh plan's copies, which its stored JSON holds too).
-    steps = [
-        planned_row(saga_id, seq, step.step_id, step.group, step.tool_name, args, key, step.version)
-        for seq, (step, args, key) in enumerate(zip(planned_steps, planned.step_args, keys, strict=True))
-    ]
-    return saga, steps
+    return saga, planned_rows(saga_id, planned_steps, planned.step_args, keys)
 
 
 def child_call(

@@ -40,6 +40,7 @@ from saga_runtime._records import (
     read_note,
     result_from_rows,
     same_work,
+    snapshots,
 )
 from saga_runtime._storage import approvals_of
 
@@ -93,7 +94,7 @@ class Actions:
         # Only the first group's intents go with the saga: a step's row is first written at its intent.
         announced = engine.journal.announced
         created = saga.copy()
-        existing = await _journal.create(store, created, [row.copy() for row in steps if row.step_id in announced])
+        existing = await _journal.create(store, created, snapshots(steps, announced))
         if existing is None:
             engine.journal.stored_as(created)
             logger.debug("saga %s: started by %s, %d steps", saga.saga_id, drives.config.executor_id, len(steps))

@@ -13,6 +13,7 @@ import asyncio
 import inspect
 import logging
 import math
+import sys
 from collections.abc import Callable, Coroutine, Generator, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -41,7 +42,19 @@ T = TypeVar("T")
 
 _NOTHING: Any = object()
 
-_current_task = asyncio.current_task
+if sys.version_info < (3, 12):
+    # `asyncio.current_task()` is Python code on 3.11 (a frame a step's end): what it reads, the running loop's
+    # entry in asyncio's table of current tasks, read here. (C code from 3.12.)
+    _running_loop = asyncio.get_running_loop
+    _current_tasks: dict[asyncio.AbstractEventLoop, asyncio.Task[Any]] = asyncio.tasks._current_tasks  # type: ignore[attr-defined]
+
+    def _current_task() -> asyncio.Task[Any] | None:
+        return _current_tasks.get(_running_loop())
+
+    _task_in = _current_tasks.get  # the task running now in a loop known to run (no call to find it)
+else:
+    _current_task = asyncio.current_task
+    _task_in = asyncio.current_task
 _Task = asyncio.Task
 _create_task = asyncio.BaseEventLoop.create_task
 # Seconds between two looks at a step in an anyio-shielded section that is to be cancelled: the first soon, then
@@ -405,11 +418,19 @@ class Siblings:
     def start_each(
         self, step: Callable[..., Coroutine[Any, Any, object]], calls: Iterable[Sequence[Any]], *more: Any
     ) -> None:
-        """Start `step(*call, *more)` in a task of the group for each of `calls` (`start`, a call less a step)."""
-        loop, running, step_of = self._loop, self._running, self._step
+        """Start `step(*call, *more, self)` in a task of the group for each of `calls`: a step that tells the group
+        how it ended itself, in its own coroutine, as `_step` does for one started by `start` (`ended` when it
+        returns, `raised` when it raises): no coroutine around it."""
+        loop, running, tail = self._loop, self._running, (*more, self)
+        if self._plain and not self.cancelled:
+            # The common case written out (asyncio's own tasks, none to cut: nothing in this loop runs a step).
+            for call in calls:
+                self._pending += 1
+                running.add(_Task(step(*call, *tail), loop=loop))
+            return
         for call in calls:
             self._pending += 1
-            coro = step_of(step(*call, *more))
+            coro = step(*call, *tail)
             running.add(_Task(coro, loop=loop) if self._plain else loop.create_task(coro))
             if self.cancelled and self._next is None:
                 self._cut()  # (at its first wait: see `_cut`)
@@ -419,24 +440,16 @@ class Siblings:
         a callback handle and a loop turn more per step."""
         try:
             outcome = await step
-        except CANCELLED:
-            self._ended()
-            self._settle()
-            raise
         except BaseException as exc:
-            if type(exc) is GeneratorExit:  # the task destroyed unfinished (its loop closed): nothing to note
+            if self.raised(exc):
                 raise
-            self._errors.append(exc)
-            try:
-                self._ended()
-                self.cancel()
-            finally:
-                self._settle()
-            if not isinstance(exc, Exception):
-                raise  # (KeyboardInterrupt, SystemExit: the loop sees it too, as from any task)
             return
+        self.ended(outcome)
+
+    def ended(self, outcome: object) -> None:
+        """Note that the step of the current task returned `outcome` (fold it, unless it is the one to skip)."""
         self._pending -= 1  # (`_ended`, written out)
-        self._running.discard(_current_task())
+        self._running.discard(_task_in(self._loop))
         if outcome is self._skip:
             if not self._pending:
                 self._settle()
@@ -450,10 +463,31 @@ class Siblings:
         finally:
             self._settle()
 
+    def raised(self, exc: BaseException) -> bool:
+        """Note that the step of the current task raised `exc`; tell whether it goes on out of the task.
+
+        Cancelled, it goes on. Any other error (a bug: steps record their failures) is the group's, raised by `wait`,
+        and cancels the other steps; a `KeyboardInterrupt` or `SystemExit` goes on too (the loop sees it, as from
+        any task). A task destroyed unfinished (its loop closed, `GeneratorExit`) notes nothing.
+        """
+        if isinstance(exc, CANCELLED):
+            self._ended()
+            self._settle()
+            return True
+        if type(exc) is GeneratorExit:
+            return True
+        self._errors.append(exc)
+        try:
+            self._ended()
+            self.cancel()
+        finally:
+            self._settle()
+        return not isinstance(exc, Exception)
+
     def _ended(self) -> None:
         """Note that the step of the current task ended (it no longer needs cancelling)."""
         self._pending -= 1
-        self._running.discard(_current_task())
+        self._running.discard(_task_in(self._loop))
 
     def _settle(self) -> None:
         """Wake the waiter once every step has ended."""

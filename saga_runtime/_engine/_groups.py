@@ -209,6 +209,7 @@ class GroupRunner:
         else:
             siblings = Siblings(self.fold, skip=DONE)  # (DONE bears on nothing: not folded)
             siblings.start_each(self._runner.run, calls, join)
+            del calls  # (each step's coroutine holds its call: a tuple less a step for the GC while they run)
             await self._cancellation.together(siblings)
         if self._verdict.store_error is not None:
             raise self._verdict.store_error

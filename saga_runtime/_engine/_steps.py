@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 import pydantic
 
-from saga_runtime._engine._cancellation import CANCELLED, CancelTaken
+from saga_runtime._engine._cancellation import CANCELLED, CancelTaken, Siblings
 from saga_runtime._engine._compensator import Compensator
 from saga_runtime._engine._events import heard
 from saga_runtime._engine._invoker import AttemptTimeout, Invoker
@@ -79,59 +79,79 @@ class StepRunner:
         self._verdict = verdict
         self._debug = logger.isEnabledFor(logging.DEBUG)  # asked once a saga: a step's success logs nothing else
 
-    async def run(self, row: StepRow, spec: ToolSpec, kwargs: dict[str, Any], join: str = "all") -> StepOutcome:
-        """Run a step announced RUNNING to its end, recorded; return what it came to for the saga (see StepOutcome)."""
+    async def run(
+        self, row: StepRow, spec: ToolSpec, kwargs: dict[str, Any], join: str = "all", siblings: Siblings | None = None
+    ) -> StepOutcome:
+        """Run a step announced RUNNING to its end, recorded; return what it came to for the saga (see StepOutcome).
+
+        `siblings`: the group whose task runs the step, told how it ended here, as it ends (`Siblings.start_each`).
+        """
         journal = self._journal
         try:
-            if (
-                spec.execute_is_async
-                and not spec.execute_ctx_params
-                and spec.timeout is None
-                and self._invoker.direct_ok
-                and not journal.config.hooks
-                and not journal.lease_short()
-            ):
-                # The first attempt of a tool awaited as it is, in this coroutine (no layer of `_attempts`): what
-                # `_attempts` does for it; anything else about it (a failure, a result to check) goes on there.
-                try:
-                    raw = await spec.execute(**own_values(kwargs))
-                except Exception as exc:
-                    value = await self._attempts(row, spec, kwargs, _Raised(exc))
-                else:
-                    if spec.validate_result is None and (spec.result_adapter is None or type(raw) is spec.result_exact):
-                        value = raw
-                    else:
-                        value = await self._attempts(row, spec, kwargs, raw)
-            else:
-                value = await self._attempts(row, spec, kwargs)
-        except CANCELLED:
-            if row.status is StepStatus.RUNNING:
-                why = self._verdict.why_cancelled(row)
-                journal.finish_step(
-                    row, StepStatus.CANCELLED, error=f"cancelled while running: {why}", error_type="CancelledError"
-                )
-            raise
-        except _WriteFailed as exc:
-            journal.finish_step(row, StepStatus.FAILED, error=f"not retried: {exc}", error_type="StoreError")
-            return StepOutcome(row, store_error=exc.__cause__)
-        if type(value) is _StepFailed:
             try:
-                return await self._on_failure(row, spec, value, join)
-            finally:
-                del value  # its error's traceback may hold this frame (the first attempt ran here): no cycle
+                if (
+                    spec.execute_is_async
+                    and not spec.execute_ctx_params
+                    and spec.timeout is None
+                    and self._invoker.direct_ok
+                    and not journal.config.hooks
+                    and not journal.lease_short()
+                ):
+                    # The first attempt of a tool awaited as it is, in this coroutine (no layer of `_attempts`): what
+                    # `_attempts` does for it; anything else about it (a failure, a result to check) goes on there.
+                    try:
+                        raw = await spec.execute(**own_values(kwargs))
+                    except Exception as exc:
+                        value = await self._attempts(row, spec, kwargs, _Raised(exc))
+                    else:
+                        if spec.validate_result is None and (
+                            spec.result_adapter is None or type(raw) is spec.result_exact
+                        ):
+                            value = raw
+                        else:
+                            value = await self._attempts(row, spec, kwargs, raw)
+                else:
+                    value = await self._attempts(row, spec, kwargs)
+            except CANCELLED:
+                if row.status is StepStatus.RUNNING:
+                    why = self._verdict.why_cancelled(row)
+                    journal.finish_step(
+                        row, StepStatus.CANCELLED, error=f"cancelled while running: {why}", error_type="CancelledError"
+                    )
+                raise
+            except _WriteFailed as exc:
+                journal.finish_step(row, StepStatus.FAILED, error=f"not retried: {exc}", error_type="StoreError")
+                outcome = StepOutcome(row, store_error=exc.__cause__)
+            else:
+                if type(value) is _StepFailed:
+                    try:
+                        outcome = await self._on_failure(row, spec, value, join)
+                    finally:
+                        del value  # its error's traceback may hold this frame (the first attempt ran here): no cycle
+                else:
+                    try:
+                        result = to_json_value(value, what="the result", tool_name=spec.name)
+                    except ResultNotStorableError as exc:
+                        # The effect happened but cannot be recorded: undo it now, with the value in hand.
+                        journal.finish_step(row, StepStatus.FAILED, error=str(exc), error_type=type(exc).__name__)
+                        await self._compensator.compensate_now(row, value, known=True)
+                        failed = spec.retry_scope == "saga" and join == "all"
+                        outcome = StepOutcome(row, fails=str(exc)) if failed else DONE
+                    else:
+                        journal.succeed(row, result)
+                        if self._debug:
+                            logger.debug("saga %s: step %s (%s) succeeded", row.saga_id, row.step_id, row.tool_name)
+                        outcome = StepOutcome(row, won=True) if join == "first" else DONE
+        except BaseException as exc:
+            if siblings is None or siblings.raised(exc):
+                raise
+            return DONE  # (the task's result: nobody reads it; the group raises the error)
+        if siblings is not None:
+            siblings.ended(outcome)
         try:
-            result = to_json_value(value, what="the result", tool_name=spec.name)
-        except ResultNotStorableError as exc:
-            # The effect happened but cannot be recorded: undo it now, with the value in hand.
-            journal.finish_step(row, StepStatus.FAILED, error=str(exc), error_type=type(exc).__name__)
-            await self._compensator.compensate_now(row, value, known=True)
-            if spec.retry_scope == "saga" and join == "all":
-                return StepOutcome(row, fails=str(exc))
-            return DONE
-        journal.succeed(row, result)
-        if self._debug:
-            logger.debug("saga %s: step %s (%s) succeeded", row.saga_id, row.step_id, row.tool_name)
-        return StepOutcome(row, won=True) if join == "first" else DONE
+            return outcome
+        finally:
+            del outcome  # its error's traceback may hold this frame: no cycle
 
     async def reconcile(self, row: StepRow, spec: ToolSpec) -> ReconcileOutcome:
         """Settle a step of unknown outcome by its tool's `reconcile` (see saga_runtime._engine._reconcile)."""

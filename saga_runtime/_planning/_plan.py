@@ -168,9 +168,14 @@ class Plan:
         return [step.args for group in self.groups for step in group]
 
     @functools.cached_property
+    def step_ids(self) -> list[str]:
+        """Return each step's id, in plan order (shared by `fresh` copies: read it only)."""
+        return [step.step_id for step in self.steps]
+
+    @functools.cached_property
     def key_parts(self) -> list[bytes]:
         """Return each step's part of its idempotency key's hashed text, in plan order (shared by `fresh` copies)."""
-        return key_parts([step.step_id for step in self.steps])
+        return key_parts(self.step_ids)
 
     @functools.cached_property
     def _json(self) -> list[Any]:
@@ -222,7 +227,7 @@ class Plan:
         copy = Plan(self.groups, self.joins)
         known = vars(copy)  # the cached properties' values, as functools.cached_property keeps them
         known["encoded"], known["digest"], known["steps"] = self.encoded, self.digest, self.steps
-        known["key_parts"] = self.key_parts
+        known["key_parts"], known["step_ids"] = self.key_parts, self.step_ids
         known["args_shown_as_is"] = self.args_shown_as_is
         if not self._plain:
             known["step_args"] = [_own_args(args) for args in self.step_args]

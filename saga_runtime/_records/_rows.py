@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 __all__ = [
     "SagaKind",
@@ -27,8 +27,9 @@ __all__ = [
     "now",
     "plan_groups",
     "plan_joins",
-    "planned_row",
+    "planned_rows",
     "planned_version",
+    "snapshots",
     "step_succeeded",
     "with_unstarted",
 ]
@@ -297,37 +298,91 @@ class StepRow:
 
 
 _new_object = object.__new__
+
+
+def snapshots(rows: Iterable[StepRow], step_ids: Container[str]) -> list[StepRow]:
+    """Return a snapshot (`StepRow.copy`'s) of each row whose step is one of `step_ids`, in order: built in one
+    loop, as a new saga's store gets one per step announced with it."""
+    out: list[StepRow] = []
+    add, new_object = out.append, _new_object
+    for row in rows:
+        if row.step_id not in step_ids:
+            continue
+        new = new_object(StepRow)
+        new.saga_id = row.saga_id
+        new.seq = row.seq
+        new.step_id = row.step_id
+        new.group = row.group
+        new.tool_name = row.tool_name
+        new.args = row.args
+        new.idempotency_key = row.idempotency_key
+        new.status = row.status
+        new.attempts = row.attempts
+        new.result = row.result
+        new.error = row.error
+        new.error_type = row.error_type
+        new.started_at = row.started_at
+        new.finished_at = row.finished_at
+        new.compensated_at = row.compensated_at
+        new.compensation_error = row.compensation_error
+        new.compensation_attempts = row.compensation_attempts
+        new.prev_hash = row.prev_hash
+        new.hash = row.hash
+        new.tool_version = row.tool_version
+        new.reconciled = row.reconciled
+        add(new)
+    return out
+
+
 _PENDING = StepStatus.PENDING  # (a module global: an enum class's attribute is slow to read on Python 3.11)
 
 
-def planned_row(
-    saga_id: str, seq: int, step_id: str, group: int, tool_name: str, args: Any, key: str, tool_version: str
-) -> StepRow:
-    """Return `StepRow(saga_id, seq, step_id, group, tool_name, args, key, tool_version=tool_version)`: a new
-    saga's PENDING row, built as `StepRow.copy` builds one (a saga builds one per planned step)."""
-    new = _new_object(StepRow)
-    new.saga_id = saga_id
-    new.seq = seq
-    new.step_id = step_id
-    new.group = group
-    new.tool_name = tool_name
-    new.args = args
-    new.idempotency_key = key
-    new.status = _PENDING
-    new.attempts = 0
-    new.result = None
-    new.error = None
-    new.error_type = None
-    new.started_at = None
-    new.finished_at = None
-    new.compensated_at = None
-    new.compensation_error = None
-    new.compensation_attempts = 0
-    new.prev_hash = None
-    new.hash = None
-    new.tool_version = tool_version
-    new.reconciled = False
-    return new
+class Planned(Protocol):
+    """What `planned_rows` reads of a planned step (the planning layer's, not imported here)."""
+
+    @property
+    def step_id(self) -> str: ...
+    @property
+    def group(self) -> int: ...
+    @property
+    def tool_name(self) -> str: ...
+    @property
+    def version(self) -> str: ...
+
+
+def planned_rows(saga_id: str, steps: Sequence[Planned], args: Sequence[Any], keys: Sequence[str]) -> list[StepRow]:
+    """Return a new saga's PENDING rows, one per planned step in order (`seq` its place), with its arguments and
+    idempotency key by place: `StepRow(saga_id, seq, step_id, group, tool_name, args, key, tool_version=version)`,
+    built slot by slot as `StepRow.copy` builds one (a saga builds one per planned step)."""
+    if not len(steps) == len(args) == len(keys):
+        raise ValueError(f"{len(steps)} steps, {len(args)} arguments and {len(keys)} keys")
+    rows: list[StepRow] = []
+    add, new_object, pending = rows.append, _new_object, _PENDING
+    for seq, step in enumerate(steps):
+        new = new_object(StepRow)
+        new.saga_id = saga_id
+        new.seq = seq
+        new.step_id = step.step_id
+        new.group = step.group
+        new.tool_name = step.tool_name
+        new.args = args[seq]
+        new.idempotency_key = keys[seq]
+        new.status = pending
+        new.attempts = 0
+        new.result = None
+        new.error = None
+        new.error_type = None
+        new.started_at = None
+        new.finished_at = None
+        new.compensated_at = None
+        new.compensation_error = None
+        new.compensation_attempts = 0
+        new.prev_hash = None
+        new.hash = None
+        new.tool_version = step.version
+        new.reconciled = False
+        add(new)
+    return rows
 
 
 @dataclass(slots=True)

@@ -284,18 +284,49 @@ async def test_a_fold_that_raises_cancels_the_others_and_the_error_leaves_wait()
 
 
 async def test_each_step_started_together_is_folded_unless_it_returns_the_skipped_outcome() -> None:
-    """`start_each` runs one task per call; `fold` gets every outcome but `skip`, and `wait()` returns after all."""
+    """`start_each` runs one task per call, handed the group; `fold` gets every outcome noted but `skip`, and `wait()`
+    returns after all."""
     skip = object()
     folded: list[object] = []
     siblings = Siblings(lambda outcome, group: folded.append(outcome), skip=skip)
 
-    async def step(n: int, tail: str) -> object:
+    async def step(n: int, tail: str, group: Siblings) -> None:
         await asyncio.sleep(0.001 * n)
-        return skip if n % 2 else f"{n}{tail}"
+        group.ended(skip if n % 2 else f"{n}{tail}")
 
     siblings.start_each(step, [(n,) for n in range(6)], "!")
     await asyncio.wait_for(siblings.wait(), 5)
     assert sorted(map(str, folded)) == ["0!", "2!", "4!"]
+
+
+async def test_a_step_started_together_that_raises_tells_the_group_which_cancels_the_rest() -> None:
+    """A `start_each` step noting its error with `raised` ends only its own task quietly: the rest are cancelled (each
+    noting its cancel, which goes on), and `wait()` raises the error."""
+    cancelled: list[int] = []
+    goes_on: list[tuple[str, bool]] = []
+
+    async def step(n: int, group: Siblings) -> None:
+        try:
+            if n == 0:
+                raise ValueError("boom")
+            await asyncio.sleep(5)
+        except BaseException as exc:
+            if isinstance(exc, asyncio.CancelledError):
+                cancelled.append(n)
+            further = group.raised(exc)
+            goes_on.append((type(exc).__name__, further))
+            if further:
+                raise
+            return
+        group.ended(None)
+
+    siblings = Siblings()
+    siblings.start_each(step, [(n,) for n in range(3)])
+    with pytest.raises(BaseExceptionGroup) as caught:
+        await asyncio.wait_for(siblings.wait(), 5)
+    assert [type(e) for e in caught.value.exceptions] == [ValueError]
+    assert sorted(cancelled) == [1, 2]
+    assert sorted(goes_on) == [("CancelledError", True), ("CancelledError", True), ("ValueError", False)]
 
 
 def test_a_fence_refuses_once_closed_and_tells_a_lost_lease_once() -> None:

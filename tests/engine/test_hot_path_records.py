@@ -23,9 +23,10 @@ from saga_runtime._records import (
     identity_hash,
     key_parts,
     now,
-    planned_row,
+    planned_rows,
     saga_seal,
     seal,
+    snapshots,
     verify_rows,
 )
 
@@ -375,11 +376,38 @@ def test_a_row_copy_holds_every_field_of_the_row(kind: type[Any]) -> None:
         assert copy.history is not row.history
 
 
-def test_a_planned_row_is_the_row_the_constructor_builds() -> None:
-    """`planned_row` (built slot by slot) equals the StepRow its constructor builds, every field set."""
-    row = planned_row("saga", 3, "s3", 1, "Take", {"n": 1}, "sr-key", "2")
-    assert row == StepRow("saga", 3, "s3", 1, "Take", {"n": 1}, "sr-key", tool_version="2")
-    assert [getattr(row, f.name) for f in dataclasses.fields(StepRow)] == [
-        getattr(StepRow("saga", 3, "s3", 1, "Take", {"n": 1}, "sr-key", tool_version="2"), f.name)
-        for f in dataclasses.fields(StepRow)
+def test_planned_rows_are_the_rows_the_constructor_builds() -> None:
+    """`planned_rows` (built slot by slot) equal the StepRows the constructor builds, each field set, `seq` by place."""
+
+    @dataclasses.dataclass
+    class Planned:
+        step_id: str
+        group: int
+        tool_name: str
+        version: str
+
+    planned = [Planned("s0", 0, "Take", "1"), Planned("s1", 1, "Give", "2")]
+    rows = planned_rows("saga", planned, [{"n": 1}, {}], ["k0", "k1"])
+    built = [
+        StepRow("saga", 0, "s0", 0, "Take", {"n": 1}, "k0", tool_version="1"),
+        StepRow("saga", 1, "s1", 1, "Give", {}, "k1", tool_version="2"),
     ]
+    assert rows == built
+    for row, expected in zip(rows, built, strict=True):
+        assert [getattr(row, f.name) for f in dataclasses.fields(StepRow)] == [
+            getattr(expected, f.name) for f in dataclasses.fields(StepRow)
+        ]
+    with pytest.raises(ValueError, match="2 steps, 1 arguments and 2 keys"):
+        planned_rows("saga", planned, [{}], ["k0", "k1"])
+
+
+def test_snapshots_are_copies_of_the_rows_named_in_order() -> None:
+    """`snapshots` returns `StepRow.copy`'s of the rows whose step id is named, in order, each a row of its own."""
+    rows = [StepRow("saga", n, f"s{n}", 0, "Take", {"n": n}, f"k{n}", attempts=n, error=f"e{n}") for n in range(4)]
+    taken = snapshots(rows, {"s3", "s1"})
+    assert taken == [rows[1].copy(), rows[3].copy()]
+    assert [getattr(taken[0], f.name) for f in dataclasses.fields(StepRow)] == [
+        getattr(rows[1], f.name) for f in dataclasses.fields(StepRow)
+    ]
+    assert taken[0] is not rows[1]
+    assert taken[1] is not rows[3]
