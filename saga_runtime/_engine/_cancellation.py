@@ -223,6 +223,12 @@ class _Resumed:
                     return done.value
 
 
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    """Mark how `task` ended as seen (its error is raised elsewhere: asyncio would log it as never retrieved)."""
+    if not task.cancelled():
+        task.exception()
+
+
 def _in_shield(task: asyncio.Task[Any]) -> bool:
     """Tell whether `task` runs inside an anyio-shielded cancel scope now (one a scope's cancel would wait for)."""
     try:  # anyio's record of each task's innermost cancel scope, read (never written) to honour its shields
@@ -411,7 +417,10 @@ class Siblings:
         """Start `step(*args)` in a task of the group."""
         self._pending += 1
         coro = self._step(step(*args))
-        self._running.add(_Task(coro, loop=self._loop) if self._plain else self._loop.create_task(coro))
+        if self._plain:
+            self._running.add(_Task(coro, loop=self._loop))
+        else:
+            self._made(self._loop.create_task(coro))
         if self.cancelled and self._next is None:
             self._cut()  # (at its first wait: see `_cut`)
 
@@ -431,9 +440,18 @@ class Siblings:
         for call in calls:
             self._pending += 1
             coro = step(*call, *tail)
-            running.add(_Task(coro, loop=loop) if self._plain else loop.create_task(coro))
+            if self._plain:
+                running.add(_Task(coro, loop=loop))
+            else:
+                self._made(loop.create_task(coro))
             if self.cancelled and self._next is None:
                 self._cut()  # (at its first wait: see `_cut`)
+
+    def _made(self, task: asyncio.Task[Any]) -> None:
+        """Keep `task`, made by the loop's own `create_task` or task factory, as running, unless it ended already (an
+        eager task factory runs a step that never waits to its end, noted, as it is made)."""
+        if not task.done():
+            self._running.add(task)
 
     async def _step(self, step: Coroutine[Any, Any, object]) -> None:
         """Run one step in its task, and note how it ended there, as it ends: what a done callback would do, without
@@ -441,8 +459,8 @@ class Siblings:
         try:
             outcome = await step
         except BaseException as exc:
-            if self.raised(exc):
-                raise
+            if self.raised(exc.with_traceback(exc.__traceback__.tb_next if exc.__traceback__ else None)):
+                raise  # (without this frame, which holds the group that holds the error: no cycle)
             return
         self.ended(outcome)
 
@@ -468,7 +486,8 @@ class Siblings:
 
         Cancelled, it goes on. Any other error (a bug: steps record their failures) is the group's, raised by `wait`,
         and cancels the other steps; a `KeyboardInterrupt` or `SystemExit` goes on too (the loop sees it, as from
-        any task). A task destroyed unfinished (its loop closed, `GeneratorExit`) notes nothing.
+        any task), any other stays with the group (none is left unretrieved on the task). A task destroyed
+        unfinished (its loop closed, `GeneratorExit`) notes nothing.
         """
         if isinstance(exc, CANCELLED):
             self._ended()
@@ -477,12 +496,17 @@ class Siblings:
         if type(exc) is GeneratorExit:
             return True
         self._errors.append(exc)
+        task = _task_in(self._loop)
         try:
             self._ended()
             self.cancel()
         finally:
             self._settle()
-        return not isinstance(exc, Exception)
+        if not isinstance(exc, KeyboardInterrupt | SystemExit):
+            return False
+        if task is not None:
+            task.add_done_callback(_retrieved)  # (the group raises it: the task's copy is not left unretrieved)
+        return True
 
     def _ended(self) -> None:
         """Note that the step of the current task ended (it no longer needs cancelling)."""
@@ -509,6 +533,7 @@ class Siblings:
         `_SHIELD_POLL_LONGEST`: no busy loop while a shielded undo runs; it is cancelled within that time once it
         leaves the section)."""
         self._next = None
+        self._reap()
         current = _current_task()
         soon = shielded = False
         for task in self._running:
@@ -531,9 +556,21 @@ class Siblings:
             self._next = self._loop.call_later(self._poll, self._cut)
             self._poll = min(self._poll * 2, _SHIELD_POLL_LONGEST)
 
+    def _reap(self) -> None:
+        """Note the steps whose tasks ended without noting it: cancelled before their first line ran (nothing of them
+        ran; a task is cancelled so only in the turn it was made, before its first step: see `wait`)."""
+        unnoted = [task for task in self._running if task.done()]
+        if unnoted:
+            for task in unnoted:
+                self._running.discard(task)
+                self._pending -= 1
+            self._settle()
+
     async def wait(self) -> None:
         """Return once every step has ended; if the caller is cancelled meanwhile, cancel them, wait, re-raise."""
         caught: BaseException | None = None
+        if self._pending:
+            self._loop.call_soon(self._reap)  # (after the steps' first turn: any cancelled before it has ended)
         while self._pending:
             self._done = self._loop.create_future()
             try:

@@ -143,7 +143,11 @@ class StepRunner:
                             logger.debug("saga %s: step %s (%s) succeeded", row.saga_id, row.step_id, row.tool_name)
                         outcome = StepOutcome(row, won=True) if join == "first" else DONE
         except BaseException as exc:
-            if siblings is None or siblings.raised(exc):
+            if siblings is None:
+                raise
+            goes_on = siblings.raised(exc)
+            siblings = None  # (this frame, which the error's traceback holds, keeps no group: no cycle)
+            if goes_on:
                 raise
             return DONE  # (the task's result: nobody reads it; the group raises the error)
         if siblings is not None:

@@ -512,3 +512,105 @@ async def test_the_fence_scope_is_anyio_s_own_scope_cancelling_every_wait_inside
             except anyio.get_cancelled_exc_class():
                 cut += 1
     assert cut == 2
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning", "ignore::pytest.PytestUnraisableExceptionWarning")
+async def test_a_step_cancelled_before_its_first_line_still_lets_the_group_end() -> None:
+    """Steps whose tasks are cancelled in the turn they were made (nothing of them ran) still let `wait()` return."""
+    ran: list[int] = []
+
+    async def step(n: int) -> int:
+        ran.append(n)
+        await asyncio.sleep(0.01)
+        return n
+
+    siblings = Siblings(lambda outcome, group: None)
+    for n in range(3):
+        siblings.start(step, n)
+    for task in asyncio.all_tasks():  # a sweep cancelling every other task, before the steps' first turn
+        if task is not asyncio.current_task():
+            task.cancel()  # (their coroutines never start: Python warns they were never awaited)
+    with anyio.fail_after(5):
+        await siblings.wait()
+    assert ran == []
+
+
+@pytest.mark.skipif(not hasattr(asyncio, "eager_task_factory"), reason="eager task factories came with 3.12")
+async def test_steps_that_end_as_an_eager_task_factory_makes_them_leave_nothing_running() -> None:
+    """With an eager task factory, a step that ends without waiting is not kept running (no cancel loop after)."""
+    loop = asyncio.get_running_loop()
+    loop.set_task_factory(asyncio.eager_task_factory)  # type: ignore[attr-defined]
+    try:
+        registry = ToolRegistry()
+
+        @registry.tool
+        class Quick:
+            async def execute(self, n: int) -> int:
+                if n == 1:
+                    raise ValueError("refused at once")
+                return n
+
+            async def compensate(self, result: int | None) -> None:
+                return None
+
+        plan = [{"group": [{"tool": "Quick", "args": {"n": n}} for n in range(3)]}]
+        result = await SagaExecutor(registry).run(plan)
+        assert result.status is SagaStatus.COMPENSATED
+        handles = len(loop._ready)  # type: ignore[attr-defined]
+        await asyncio.sleep(0.05)
+        assert len(loop._ready) <= handles  # type: ignore[attr-defined]  # no look at the group scheduled again
+    finally:
+        loop.set_task_factory(None)
+
+
+@pytest.mark.parametrize("kind", [SystemExit, KeyboardInterrupt])
+def test_a_step_raising_systemexit_or_keyboardinterrupt_leaves_nothing_unretrieved(
+    kind: type[BaseException], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A step raising SystemExit or KeyboardInterrupt ends the loop with it, and asyncio logs no unretrieved error."""
+
+    async def main() -> None:
+        async def bad() -> None:
+            await asyncio.sleep(0)
+            raise kind()
+
+        siblings = Siblings()
+        siblings.start(bad)
+        siblings.start(asyncio.sleep, 5)
+        await siblings.wait()
+
+    with pytest.raises(kind):
+        asyncio.run(main())
+    import gc
+
+    gc.collect()
+    assert "never retrieved" not in caplog.text
+
+
+async def test_a_step_raising_leaves_no_cycle_through_the_group() -> None:
+    """A step's error, raised by `wait()`, holds no frame that holds the group: freed without the cyclic GC."""
+    import gc
+    import weakref
+
+    class Fold:
+        def __call__(self, outcome: object, group: Siblings) -> None:
+            return None
+
+    async def bad() -> None:
+        await asyncio.sleep(0)
+        raise RuntimeError("a bug")
+
+    fold = Fold()
+    held = weakref.ref(fold)  # the group holds its fold: alive as long as the group is
+    siblings = Siblings(fold)
+    del fold
+    siblings.start(bad)
+    gc.disable()
+    try:
+        with contextlib.suppress(ExceptionGroup):
+            await siblings.wait()
+        del siblings
+        await asyncio.sleep(0)
+        assert held() is None
+    finally:
+        gc.enable()

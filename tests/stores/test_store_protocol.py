@@ -143,8 +143,9 @@ async def test_a_memory_store_is_a_sagastore() -> None:
 
 
 def test_the_batcher_takes_one_flush_coroutine() -> None:
-    """The group commit is given one flush coroutine and its slots: no other callback into the store."""
-    assert list(inspect.signature(Batcher).parameters) == ["flush", "slots"]
+    """The group commit is given one flush coroutine (and, optionally, its one-try form for a write alone) and its
+    slots: no other callback into the store."""
+    assert list(inspect.signature(Batcher).parameters) == ["flush", "slots", "alone"]
     assert list(inspect.signature(Batcher.close).parameters) == ["self", "error"]
 
 
