@@ -348,24 +348,27 @@ def _schema_end_reason(dialect: Flavour) -> list[str]:
 
 
 def _schema_partial_indexes(dialect: Flavour) -> list[str]:
-    # Four indexes of the sagas table rebuilt to hold only the rows their queries can find: a saga that never
-    # queued (queue NULL), never started from a queue (started_at NULL), is not waiting on a clock (wake_at NULL)
-    # or has no end reason (end_reason NULL: running, or SUCCESS) has no entry in them, so its create and its final
-    # write touch fewer index pages. Each query reading one of them compares the column (`queue = ?`,
-    # `queue IN (...)`, `queue IS NOT NULL`, `started_at > ?`, `wake_at <= ?`, `end_reason = ?`), which implies
-    # the predicate on SQLite and PostgreSQL alike, so its plan is unchanged (tests pin the plans). MySQL/MariaDB
-    # have no partial indexes (a NULL key is stored like any other): nothing changes there.
+    # Indexes of the sagas table rebuilt to hold only the rows their queries can find: a saga that never queued
+    # (queue NULL), never started from a queue (started_at NULL), waits on no clock (wake_at NULL), has no end
+    # reason (end_reason NULL: running, or SUCCESS) or has not finished (finished_at NULL) has no entry in the
+    # index of that column, so its create and its final write touch fewer index pages. Each query reading one
+    # compares the column (`queue = ?`, `queue IN (...)`, `queue IS NOT NULL`, `started_at > ?`, `wake_at <= ?`,
+    # `end_reason = ?`, `finished_at < ?`), which implies the predicate on SQLite and PostgreSQL alike: its plan
+    # is unchanged (tests pin the plans). MySQL/MariaDB have no partial indexes (a NULL key is stored like any
+    # other): nothing changes there.
     if not dialect.partial_indexes:
         return []
     rebuilt = (
-        ("sagas_wake", "status, wake_at", "wake_at"),
-        ("sagas_queue", "queue, status, priority, created_at", "queue"),
-        ("sagas_queue_started", "queue, started_at", "started_at"),
-        ("sagas_end_reason", "end_reason, created_at, saga_id", "end_reason"),
+        ("sagas_wake", "status, wake_at", "wake_at IS NOT NULL"),
+        ("sagas_queue", "queue, status, priority, created_at", "queue IS NOT NULL"),
+        ("sagas_queue_started", "queue, started_at", "started_at IS NOT NULL"),
+        ("sagas_end_reason", "end_reason, created_at, saga_id", "end_reason IS NOT NULL"),
+        # The purge's index: only tombstones were left out so far; now the unfinished sagas are too.
+        ("sagas_retention", "finished_at, saga_id", "purged_at IS NULL AND finished_at IS NOT NULL"),
     )
     statements = []
-    for name, columns, column in rebuilt:
-        statements += [f"DROP INDEX {name}", f"CREATE INDEX {name} ON sagas ({columns}) WHERE {column} IS NOT NULL"]
+    for name, columns, where in rebuilt:
+        statements += [f"DROP INDEX {name}", f"CREATE INDEX {name} ON sagas ({columns}) WHERE {where}"]
     return statements
 
 
@@ -397,7 +400,9 @@ MIGRATIONS: list[Migration] = [
     Migration(14, "child sagas: a saga's parent", _schema_children),
     Migration(15, "when a waiting saga is due (indexed)", _schema_wake_at),
     Migration(16, "how a saga ended, indexed", _schema_end_reason),
-    Migration(17, "partial indexes: no entry for a saga that never queued, waited or ended", _schema_partial_indexes),
+    Migration(
+        17, "partial indexes: no entry for a saga that never queued, waited, ended or finished", _schema_partial_indexes
+    ),
 ]
 #: The version from which saga rows carry a seal (one written before, untouched since, has none).
 SEALED_SAGAS_VERSION = 3

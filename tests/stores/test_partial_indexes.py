@@ -1,4 +1,4 @@
-"""The indexes of schema 17 hold only the rows whose column is set: every query that read one still reads it."""
+"""The indexes of schema 17 hold only the rows their queries can find: every query that read one still reads it."""
 
 from __future__ import annotations
 
@@ -9,18 +9,21 @@ from typing import Any
 from saga_runtime._storage._approval_sql import ApprovalQueries, due_work_sql
 from saga_runtime._storage._queue_sql import QueueControlQueries
 from saga_runtime._storage._sql import Queries, ids_param
+from saga_runtime._storage._sql_retention import _Statements
 
 from .conftest import Stores, sqlite_query
 from .test_schema import _build_v1, _query
 
 _OLD, _LATE = "'2020-01-01 00:00:00'", "'2100-01-01 00:00:00'"
-# Sagas of each kind the indexes leave out or hold: never queued, waited or ended (every column NULL); finished
-# sagas of a queue (queue, started_at); ended ones (end_reason); waiting ones, due long after the queries' "now".
+# Sagas of each kind the indexes leave out or hold: never queued, waited or ended (every column NULL but
+# finished_at); finished sagas of a queue (queue, started_at); ended ones (end_reason); waiting ones, unfinished and
+# due long after the queries' "now"; running ones (every column NULL).
 _ROWS = (
-    ("plain", 4000, "SUCCESS", "NULL", "NULL", "NULL", "NULL"),
-    ("queued", 2000, "SUCCESS", "'bench'", _OLD, "NULL", "NULL"),
-    ("ended", 2000, "COMPENSATED", "NULL", "NULL", "NULL", "'failed'"),
-    ("waits", 1000, "WAITING", "NULL", "NULL", _LATE, "NULL"),
+    ("plain", 3000, "SUCCESS", "NULL", "NULL", "NULL", "NULL", _OLD),
+    ("queued", 2000, "SUCCESS", "'bench'", _OLD, "NULL", "NULL", _OLD),
+    ("ended", 2000, "COMPENSATED", "NULL", "NULL", "NULL", "'failed'", _OLD),
+    ("waits", 1000, "WAITING", "NULL", "NULL", _LATE, "NULL", "NULL"),
+    ("runs", 1000, "RUNNING", "NULL", "NULL", "NULL", "NULL", "NULL"),
 )
 
 
@@ -30,6 +33,7 @@ _PARTIAL = {
     "sagas_queue": "queue",
     "sagas_queue_started": "started_at",
     "sagas_end_reason": "end_reason",
+    "sagas_retention": "finished_at",
 }
 # Queries whose generic plan (PostgreSQL, any values) read another index, or the table, before schema 17 as after:
 # PostgreSQL keeps a statement's custom plans while the generic one costs more (the due look's wake scan, the
@@ -41,6 +45,7 @@ def _statements(store: Any) -> dict[str, tuple[str, str, tuple[Any, ...]]]:
     """Return each query reading one of the four indexes: (the index, the SQL, its parameters)."""
     flavour = store.dialect.flavour
     q, qc, aq = Queries(flavour), QueueControlQueries(flavour), ApprovalQueries(flavour)
+    purge = _Statements(flavour)
     at = store._codec.time_in(datetime.now(UTC))
     live = ("RUNNING", "COMPENSATING")
     clock = (at,) if flavour.now_sql == "?" else ()  # SQLite: the clock is a parameter
@@ -53,13 +58,14 @@ def _statements(store: Any) -> dict[str, tuple[str, str, tuple[Any, ...]]]:
         ),
         "depth": ("sagas_queue", q.queue_depth, ("bench", "QUEUED")),
         "running": ("sagas_queue", q.queue_running, ("bench", *live)),
-        "counts": ("sagas_status_lease", qc.counts, ("QUEUED", *live, "WAITING")),
+        "counts": ("sagas_status_lease|sagas_queue", qc.counts, ("QUEUED", *live, "WAITING")),
         "listed": ("sagas_queue", qc.listed[1], ("bench", "QUEUED", 10, 0)),
         "states": ("sagas_queue", qc.saga_states(1), (*live, *live, *ids_param(flavour, ["queued0"]))),
         "window": ("sagas_queue_started", q.queue_started, ("bench", at, 100)),
         "window (queues)": ("sagas_queue_started", qc.started, ("bench", at, 100)),
         "reason": ("sagas_end_reason", q.list_reason(False), ("budget", 100, 0)),
         "reason and status": ("sagas_end_reason", q.list_reason(True), ("budget", "COMPENSATED", 100, 0)),
+        "purge": ("sagas_retention", purge.candidates(2, locked=False), ("SUCCESS", "COMPENSATED", at, 100)),
     }
     for keyed in (False, True):
         for after in (False, True):
@@ -81,16 +87,16 @@ def _literal(value: Any) -> str:
 
 
 async def test_each_query_of_a_partial_index_reads_it(stores: Stores, sql_kind: str) -> None:
-    """The wake, queue-claim, queue-count, rate-window and end-reason queries each read their index by name, with
-    9,000 sagas stored, most outside it (on PostgreSQL in the plan for given values and in the generic plan)."""
+    """The wake, queue-claim, queue-count, rate-window, end-reason and purge queries each read their index by name, with
+    10,000 sagas stored, most outside it (on PostgreSQL in the plan for given values and in the generic plan)."""
     store: Any = await stores.open(sql_kind, wipe=True)
     insert = (
         "INSERT INTO sagas (saga_id, kind, status, metadata, created_at, updated_at, queue, started_at, wake_at, "
-        "end_reason) VALUES "
+        "end_reason, finished_at) VALUES "
     )
     values = ", ".join(
-        f"('{prefix}{n}', 'plan', '{status}', '{{}}', {_OLD}, {_OLD}, {queue}, {started}, {wake}, {reason})"
-        for prefix, count, status, queue, started, wake, reason in _ROWS
+        f"('{prefix}{n}', 'plan', '{status}', '{{}}', {_OLD}, {_OLD}, {queue}, {started}, {wake}, {reason}, {done})"
+        for prefix, count, status, queue, started, wake, reason, done in _ROWS
         for n in range(count)
     )
     statements = _statements(store)
@@ -113,11 +119,13 @@ async def test_each_query_of_a_partial_index_reads_it(stores: Stores, sql_kind: 
         if name.removesuffix(" (generic)") in _GENERIC_ELSEWHERE and name.endswith(" (generic)"):
             continue
         index = statements[name.removesuffix(" (generic)")][0]
+        if name == "purge" and sql_kind == "sqlite":  # no statistics: SQLite reads it by status, before 17 as after
+            index = "sagas_retention|sagas_status_lease"
         assert re.search(rf"\b({index})\b", plan), (name, plan)
 
 
 async def test_a_version_16_database_gets_the_partial_indexes(stores: Stores, sql_kind: str) -> None:
-    """Opening a version-16 database rebuilds the four indexes WHERE their column IS NOT NULL (SQLite, PostgreSQL),
+    """Opening a version-16 database rebuilds the five indexes WHERE their column IS NOT NULL (SQLite, PostgreSQL),
     rows kept and found by them; MySQL/MariaDB, without partial indexes, keep theirs whole."""
     url = await stores.blank_url(sql_kind)
     await _build_v1(stores, sql_kind, url, [], version=16)
@@ -150,5 +158,5 @@ async def test_a_version_16_database_gets_the_partial_indexes(stores: Stores, sq
     definitions = {name: str(sql) for name, sql in rows}
     for name, column in _PARTIAL.items():
         assert name in definitions, definitions
-        partial = re.search(rf"WHERE \(?{column} IS NOT NULL\)?$", definitions[name]) is not None
+        partial = re.search(rf"WHERE .*\b{column} IS NOT NULL\)*$", definitions[name]) is not None
         assert partial is (sql_kind != "mysql"), (name, definitions[name])
