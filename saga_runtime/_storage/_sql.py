@@ -369,6 +369,8 @@ def _schema_partial_indexes(dialect: Flavour) -> list[str]:
     statements = []
     for name, columns, where in rebuilt:
         statements += [f"DROP INDEX {name}", f"CREATE INDEX {name} ON sagas ({columns}) WHERE {where}"]
+    if dialect.steps_fillfactor is not None:  # pages filled from now on keep room for a step's update
+        statements.append(f"ALTER TABLE steps SET (fillfactor = {dialect.steps_fillfactor})")
     return statements
 
 
@@ -401,7 +403,9 @@ MIGRATIONS: list[Migration] = [
     Migration(15, "when a waiting saga is due (indexed)", _schema_wake_at),
     Migration(16, "how a saga ended, indexed", _schema_end_reason),
     Migration(
-        17, "partial indexes: no entry for a saga that never queued, waited, ended or finished", _schema_partial_indexes
+        17,
+        "partial indexes (no entry for a saga that never queued, waited, ended or finished); room for step updates",
+        _schema_partial_indexes,
     ),
 ]
 #: The version from which saga rows carry a seal (one written before, untouched since, has none).
