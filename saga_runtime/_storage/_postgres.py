@@ -452,6 +452,9 @@ FLAVOUR = Flavour(
     unsynced_commit=UNSYNCED_COMMIT,
     alter_one_column=False,
     partial_indexes=True,
+    # A step row is inserted at its intent, then updated once with its result: with sagas running side by side,
+    # full pages leave that update no room, and it writes a new entry in the steps' index.
+    steps_fillfactor=70,
     json_as_text=json_columns_retyped,
     time_value=lambda value: value,
     local_clock=False,
