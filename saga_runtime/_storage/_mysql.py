@@ -136,8 +136,9 @@ def _alive(conn: Any) -> bool:
     return not (reader.at_eof() or reader.exception() is not None or getattr(reader, "eof_received", False))
 
 
-def _check_server(version: str, url: str) -> None:
-    """Raise StoreError unless the server is MySQL 8.0+ or MariaDB 10.6+."""
+def _check_server(version: str, url: str) -> str:
+    """Return the server's product ("MariaDB" or "MySQL"); raise StoreError unless it is MySQL 8.0+ or MariaDB
+    10.6+."""
     product = "MariaDB" if "mariadb" in version.lower() else "MySQL"
     match = re.match(r"(\d+)\.(\d+)", version)
     found = (int(match.group(1)), int(match.group(2))) if match else (0, 0)
@@ -148,6 +149,7 @@ def _check_server(version: str, url: str) -> None:
             f"{need[0]}.{need[1]} or newer (for FOR UPDATE SKIP LOCKED and JSON columns): upgrade the server",
             url=url,
         )
+    return product
 
 
 # pymysql's escapes of a string literal (pymysql.converters.escape_string), for `_literals`: a table of the 128
@@ -347,10 +349,19 @@ def _batch_script(writes: Sequence[Write], *, split: bool = False) -> tuple[list
 # result to parse, no script, no session variable.
 _OWNED = f"EXISTS (SELECT 1 FROM sagas WHERE saga_id = %s AND owner = %s AND {unasked('%s')} FOR UPDATE)"
 _HOLDS = f"SELECT COUNT(*) FROM sagas WHERE saga_id = %s AND owner = %s AND {unasked('%s')}"
+# MariaDB's form of an owner-conditional write of step rows, for the server's time: a compound IF (MariaDB runs
+# one outside a stored program; MySQL does not) writing the rows as plain VALUES under the saga row's lock, in one
+# transaction sent with it, COMMIT included. Its count is the INSERT's when the condition held, else 0. An INSERT
+# ... SELECT from a derived table of the rows costs the server about twice a VALUES insert (a temporary table).
+_COMPOUND = f"START TRANSACTION; IF {_OWNED} THEN INSERT INTO steps ({_STEPS}) VALUES {{values}} "
+_COMPOUND_END = f" ON DUPLICATE KEY UPDATE {_STEP_SET}; END IF; COMMIT"
 
 
-def _one_statement(write: Write) -> Statement | None:
-    """Return the one statement writing `write` on its own (autocommitted), or None if it takes a script."""
+def _one_statement(write: Write, compound: bool = False) -> Statement | None:
+    """Return the one statement writing `write` on its own (autocommitted), or None if it takes a script.
+
+    With `compound` (MariaDB), an owner-conditional write of step rows is `_COMPOUND`'s three statements instead.
+    """
     if write.create:
         if write.steps:
             return None
@@ -371,6 +382,9 @@ def _one_statement(write: Write) -> Statement | None:
     if write.owner is None:
         values = ", ".join([_STEP_ROW] * len(write.steps))
         return (f"INSERT INTO steps ({_STEPS}) VALUES {values} ON DUPLICATE KEY UPDATE {_STEP_SET}", params)
+    if compound:
+        values = ", ".join([_STEP_ROW] * len(write.steps))
+        return (_COMPOUND.format(values=values) + _COMPOUND_END, [write.saga_id, write.owner, write.owner, *params])
     rows = " UNION ALL ".join([_STEP_SELECT, *[_STEP_SELECT_NEXT] * (len(write.steps) - 1)])
     return (
         f"INSERT INTO steps ({_STEPS}) SELECT * FROM ({rows}) AS v WHERE {_OWNED} ON DUPLICATE KEY UPDATE {_STEP_SET}",
@@ -456,6 +470,7 @@ class MySQLDialect(Dialect):
         self._spare_idle = spare_idle
         self._waiting = 0  # calls waiting for a connection of the pool
         self._database = database
+        self._compound = False  # MariaDB: an owner-conditional write of step rows is a compound IF (`_COMPOUND`)
 
     @classmethod
     async def connect(
@@ -503,7 +518,8 @@ class MySQLDialect(Dialect):
         dialect = cls(url, pool, database, retry_for=retry, spare_idle=min(_SPARE_IDLE, recycle))
         try:
             async with dialect.transaction(begin=False) as tx:
-                _check_server(str((await tx.fetch("SELECT VERSION()"))[0][0]), redacted)
+                product = _check_server(str((await tx.fetch("SELECT VERSION()"))[0][0]), redacted)
+            dialect._compound = product == "MariaDB"
         except BaseException:
             with anyio.move_on_after(_CLEANUP_SECONDS, shield=True):
                 await dialect.close()
@@ -612,7 +628,7 @@ class MySQLDialect(Dialect):
         statement by statement, a row each, in one transaction.
         """
         split = sum(write.size for write in writes) > _SCRIPT_BYTES
-        alone = _one_statement(writes[0]) if len(writes) == 1 and not split else None
+        alone = _one_statement(writes[0], self._compound) if len(writes) == 1 and not split else None
         if alone is not None:
             return [await self._write_alone(writes[0], alone)]
         statements, gated = _batch_script(writes, split=split)
@@ -656,11 +672,17 @@ class MySQLDialect(Dialect):
     async def _autocommit(self, sql: str, params: Sequence[Any]) -> int:
         """Run one statement (autocommitted) on a connection of the pool; return the number of rows it changed.
 
-        `transaction(begin=False)` with one `execute`, inlined for a lone write: no cursor, no context managers.
+        `transaction(begin=False)` with one `execute`, inlined for a lone write: no cursor, no context managers. A
+        `_COMPOUND` (its own transaction: START TRANSACTION, the IF, COMMIT) returns the IF's count; when one of its
+        statements fails the server runs none after it, and its transaction is rolled back here.
         """
         conn = await self._acquire()
         try:
-            return int(await conn.query(sql % _literals(conn, params) if params else sql))
+            changed = await conn.query(sql % _literals(conn, params) if params else sql)
+            if sql.startswith("START TRANSACTION"):
+                changed = await conn.next_result()  # the IF's count
+                await conn.next_result()  # COMMIT
+            return int(changed)
         except BaseException as exc:
             if not isinstance(exc, _CATCH):
                 # Cancelled mid-statement (or worse): the protocol state is unknown, so drop the connection.
@@ -670,6 +692,8 @@ class MySQLDialect(Dialect):
             if isinstance(error, StoreConnectionError):
                 # Lost (killed, server gone): closed, so the pool drops it instead of handing it out again.
                 conn.close()
+            elif not conn.closed and conn.get_transaction_status():
+                await self._rollback(conn)  # a compound's statement failed (a step's key taken): its lock let go
             raise error from exc
         finally:
             self._release(conn)

@@ -12,6 +12,8 @@ from saga_runtime import LeaseLostError
 from saga_runtime._exceptions import StoreError
 from saga_runtime._records import SagaStatus, idempotency_key
 from saga_runtime._storage import SagaStore
+from saga_runtime._storage._mysql import MySQLDialect
+from saga_runtime._storage._sqlstore import SQLStore
 
 from .conftest import Stores, as_stored, make_saga, make_steps
 
@@ -118,10 +120,9 @@ async def test_awkward_values_in_batches_of_owner_checked_saves_land_exactly(sto
         assert await store.load_saga(saga.saga_id) == (as_stored(store, saga), steps)
 
 
-async def test_a_lone_write_on_mysql_is_one_statement_with_one_result(
-    stores: Stores, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """MariaDB/MySQL: a lone owner-conditional save of step rows is one statement, not a multi-result script."""
+async def test_a_lone_write_on_mysql_is_one_round_trip(stores: Stores, monkeypatch: pytest.MonkeyPatch) -> None:
+    """MariaDB/MySQL: a lone owner-conditional save of step rows is one round trip: on MySQL one statement, on
+    MariaDB its compound IF in a transaction of its own (plain VALUES under the saga row's lock)."""
     import aiomysql
 
     store = await stores.open("mysql", wipe=True)
@@ -139,7 +140,39 @@ async def test_a_lone_write_on_mysql_is_one_statement_with_one_result(
     monkeypatch.setattr(aiomysql.Connection, "query", counted_query)
     await store.save(None, steps, owner="me")
     assert len(sent) == 1
-    assert "START TRANSACTION" not in sent[0]
+    assert isinstance(store, SQLStore)
+    assert isinstance(store.dialect, MySQLDialect)
+    async with store.dialect.transaction(begin=False) as tx:
+        version = str((await tx.fetch("SELECT VERSION()"))[0][0])
+    compound = store.dialect._compound
+    assert compound == ("mariadb" in version.lower())
+    assert sent[0].startswith("START TRANSACTION; IF EXISTS") == compound
+    assert sent[0].count("START TRANSACTION") == compound
     with pytest.raises(LeaseLostError):
         await store.save(None, steps, owner="someone else")
     assert await store.load_saga("lone") == (as_stored(store, saga), steps)
+
+
+async def test_a_lone_owned_write_on_mysql_breaking_a_key_writes_nothing_and_keeps_its_connection(
+    stores: Stores,
+) -> None:
+    """MariaDB/MySQL: a lone owner-conditional save of steps whose second row takes the first's idempotency key
+    fails whole, its transaction is rolled back (the saga row's lock let go), and its connection stays in use."""
+    store = await stores.open("mysql", wipe=True)
+    assert isinstance(store, SQLStore)
+    assert isinstance(store.dialect, MySQLDialect)
+    saga = make_saga("thief")
+    saga.owner = "me"
+    await store.create_saga(saga, [])
+    spare = store.dialect._spare
+    assert spare is not None
+    first, thief = make_steps("thief", 2)
+    thief.idempotency_key = first.idempotency_key
+    with pytest.raises(StoreError):
+        await store.save(None, [first, thief], owner="me")
+    assert store.dialect._spare is spare
+    assert not spare.get_transaction_status()
+    assert await store.load_saga("thief") == (as_stored(store, saga), [])
+    steps = make_steps("thief", 2)
+    await store.save(None, steps, owner="me")
+    assert await store.load_saga("thief") == (as_stored(store, saga), steps)
