@@ -349,18 +349,19 @@ def _batch_script(writes: Sequence[Write], *, split: bool = False) -> tuple[list
 # result to parse, no script, no session variable.
 _OWNED = f"EXISTS (SELECT 1 FROM sagas WHERE saga_id = %s AND owner = %s AND {unasked('%s')} FOR UPDATE)"
 _HOLDS = f"SELECT COUNT(*) FROM sagas WHERE saga_id = %s AND owner = %s AND {unasked('%s')}"
-# MariaDB's form of an owner-conditional write of step rows, for the server's time: a compound IF (MariaDB runs
-# one outside a stored program; MySQL does not) writing the rows as plain VALUES under the saga row's lock, in one
-# transaction sent with it, COMMIT included. Its count is the INSERT's when the condition held, else 0. An INSERT
-# ... SELECT from a derived table of the rows costs the server about twice a VALUES insert (a temporary table).
-_COMPOUND = f"START TRANSACTION; IF {_OWNED} THEN INSERT INTO steps ({_STEPS}) VALUES {{values}} "
-_COMPOUND_END = f" ON DUPLICATE KEY UPDATE {_STEP_SET}; END IF; COMMIT"
+# MariaDB's form of an owner-conditional write of step rows, for the server's time: one compound statement (MariaDB
+# runs one outside a stored program; MySQL does not) writing the rows as plain VALUES under the saga row's lock, in
+# a transaction of its own, COMMIT included: one result, its count the INSERT's when the condition held, else 0. An
+# INSERT ... SELECT from a derived table of the rows costs the server about twice a VALUES insert (a temporary
+# table); the same statements as a script of three would cost the client a result each.
+_COMPOUND = f"BEGIN NOT ATOMIC START TRANSACTION; IF {_OWNED} THEN INSERT INTO steps ({_STEPS}) VALUES {{values}} "
+_COMPOUND_END = f" ON DUPLICATE KEY UPDATE {_STEP_SET}; END IF; COMMIT; END"
 
 
 def _one_statement(write: Write, compound: bool = False) -> Statement | None:
     """Return the one statement writing `write` on its own (autocommitted), or None if it takes a script.
 
-    With `compound` (MariaDB), an owner-conditional write of step rows is `_COMPOUND`'s three statements instead.
+    With `compound` (MariaDB), an owner-conditional write of step rows is a `_COMPOUND` instead.
     """
     if write.create:
         if write.steps:
@@ -673,16 +674,12 @@ class MySQLDialect(Dialect):
         """Run one statement (autocommitted) on a connection of the pool; return the number of rows it changed.
 
         `transaction(begin=False)` with one `execute`, inlined for a lone write: no cursor, no context managers. A
-        `_COMPOUND` (its own transaction: START TRANSACTION, the IF, COMMIT) returns the IF's count; when one of its
-        statements fails the server runs none after it, and its transaction is rolled back here.
+        `_COMPOUND` opens a transaction of its own: when one of its statements fails the server runs none after it,
+        and that transaction is rolled back here.
         """
         conn = await self._acquire()
         try:
-            changed = await conn.query(sql % _literals(conn, params) if params else sql)
-            if sql.startswith("START TRANSACTION"):
-                changed = await conn.next_result()  # the IF's count
-                await conn.next_result()  # COMMIT
-            return int(changed)
+            return int(await conn.query(sql % _literals(conn, params) if params else sql))
         except BaseException as exc:
             if not isinstance(exc, _CATCH):
                 # Cancelled mid-statement (or worse): the protocol state is unknown, so drop the connection.
