@@ -349,20 +349,51 @@ def _batch_script(writes: Sequence[Write], *, split: bool = False) -> tuple[list
 # result to parse, no script, no session variable.
 _OWNED = f"EXISTS (SELECT 1 FROM sagas WHERE saga_id = %s AND owner = %s AND {unasked('%s')} FOR UPDATE)"
 _HOLDS = f"SELECT COUNT(*) FROM sagas WHERE saga_id = %s AND owner = %s AND {unasked('%s')}"
-# MariaDB's form of an owner-conditional write of step rows, for the server's time: one compound statement (MariaDB
-# runs one outside a stored program; MySQL does not) writing the rows as plain VALUES under the saga row's lock, in
-# a transaction of its own, COMMIT included: one result, its count the INSERT's when the condition held, else 0. An
-# INSERT ... SELECT from a derived table of the rows costs the server about twice a VALUES insert (a temporary
-# table); the same statements as a script of three would cost the client a result each.
-_COMPOUND = f"BEGIN NOT ATOMIC START TRANSACTION; IF {_OWNED} THEN INSERT INTO steps ({_STEPS}) VALUES {{values}} "
-_COMPOUND_END = f" ON DUPLICATE KEY UPDATE {_STEP_SET}; END IF; COMMIT; END"
+
+
+_COMPOUND_START = "BEGIN NOT ATOMIC START TRANSACTION; "
+
+
+def _compound(write: Write) -> Statement | None:
+    """MariaDB: return the one compound statement writing a lone conditional write with step rows, or None.
+
+    A compound statement (MariaDB runs one outside a stored program; MySQL does not) in a transaction of its own,
+    COMMIT included: the condition first (the saga row locked FOR UPDATE while its owner is checked, or a create's
+    insert of its saga if the id is free), then the rows as plain VALUES only if it held. One result, its count the
+    sum of its statements' (so 0 when the condition failed). For the server's time: an INSERT ... SELECT from a
+    derived table of the rows (MySQL's form) costs it about twice a VALUES insert, and a script of the statements
+    costs the client a result each.
+    """
+    if not write.steps or (write.owner is None) == (not write.create):
+        return None
+    values = ", ".join([_STEP_ROW] * len(write.steps))
+    steps = f"INSERT INTO steps ({_STEPS}) VALUES {values} ON DUPLICATE KEY UPDATE {_STEP_SET}; "
+    params = [value for row in write.steps for value in row]
+    if write.create:
+        assert write.saga is not None
+        return (
+            f"{_COMPOUND_START}INSERT INTO sagas ({_SAGAS}) VALUES {_SAGA_ROW} ON DUPLICATE KEY "
+            f"UPDATE saga_id = saga_id; IF ROW_COUNT() = 1 THEN {steps}END IF; COMMIT; END",
+            [*write.saga, *params],
+        )
+    update = ""
+    if write.saga is not None:
+        sets, saga = _update_set(write)
+        update = f"UPDATE sagas SET {sets} WHERE saga_id = %s; "
+        params += [*saga, write.saga_id]
+    return (
+        f"{_COMPOUND_START}IF {_OWNED} THEN {steps}{update}END IF; COMMIT; END",
+        [write.saga_id, write.owner, write.owner, *params],
+    )
 
 
 def _one_statement(write: Write, compound: bool = False) -> Statement | None:
     """Return the one statement writing `write` on its own (autocommitted), or None if it takes a script.
 
-    With `compound` (MariaDB), an owner-conditional write of step rows is a `_COMPOUND` instead.
+    With `compound` (MariaDB), a conditional write with step rows (an owner's, or a create's) is a `_compound`.
     """
+    if compound and (statement := _compound(write)) is not None:
+        return statement
     if write.create:
         if write.steps:
             return None
@@ -383,9 +414,6 @@ def _one_statement(write: Write, compound: bool = False) -> Statement | None:
     if write.owner is None:
         values = ", ".join([_STEP_ROW] * len(write.steps))
         return (f"INSERT INTO steps ({_STEPS}) VALUES {values} ON DUPLICATE KEY UPDATE {_STEP_SET}", params)
-    if compound:
-        values = ", ".join([_STEP_ROW] * len(write.steps))
-        return (_COMPOUND.format(values=values) + _COMPOUND_END, [write.saga_id, write.owner, write.owner, *params])
     rows = " UNION ALL ".join([_STEP_SELECT, *[_STEP_SELECT_NEXT] * (len(write.steps) - 1)])
     return (
         f"INSERT INTO steps ({_STEPS}) SELECT * FROM ({rows}) AS v WHERE {_OWNED} ON DUPLICATE KEY UPDATE {_STEP_SET}",
@@ -471,7 +499,7 @@ class MySQLDialect(Dialect):
         self._spare_idle = spare_idle
         self._waiting = 0  # calls waiting for a connection of the pool
         self._database = database
-        self._compound = False  # MariaDB: an owner-conditional write of step rows is a compound IF (`_COMPOUND`)
+        self._compound = False  # MariaDB: a lone conditional write with step rows is one compound statement
 
     @classmethod
     async def connect(
@@ -674,7 +702,7 @@ class MySQLDialect(Dialect):
         """Run one statement (autocommitted) on a connection of the pool; return the number of rows it changed.
 
         `transaction(begin=False)` with one `execute`, inlined for a lone write: no cursor, no context managers. A
-        `_COMPOUND` opens a transaction of its own: when one of its statements fails the server runs none after it,
+        `_compound` opens a transaction of its own: when one of its statements fails the server runs none after it,
         and that transaction is rolled back here.
         """
         conn = await self._acquire()
@@ -689,8 +717,10 @@ class MySQLDialect(Dialect):
             if isinstance(error, StoreConnectionError):
                 # Lost (killed, server gone): closed, so the pool drops it instead of handing it out again.
                 conn.close()
-            elif not conn.closed and conn.get_transaction_status():
-                await self._rollback(conn)  # a compound's statement failed (a step's key taken): its lock let go
+            elif not conn.closed and sql.startswith(_COMPOUND_START):
+                # A compound's statement failed (a step's key taken): roll back what it wrote before, and let its
+                # lock go. Always: an error's packet carries no status, so the connection cannot tell.
+                await self._rollback(conn)
             raise error from exc
         finally:
             self._release(conn)

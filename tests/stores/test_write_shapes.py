@@ -172,9 +172,11 @@ async def test_a_lone_owned_write_on_mysql_breaking_a_key_writes_nothing_and_kee
     first, thief = make_steps("thief", 2)
     thief.idempotency_key = first.idempotency_key
     with pytest.raises(StoreError):
-        await store.save(None, [first, thief], owner="me")
+        await store.save(saga, [first, thief], owner="me")
     assert store.dialect._spare is spare
-    assert not spare.get_transaction_status()
+    if store.dialect._compound:  # MariaDB: the server's own word (an error's packet carries no status)
+        async with store.dialect.transaction(begin=False) as tx:
+            assert (await tx.fetch("SELECT @@in_transaction"))[0][0] == 0
     assert await store.load_saga("thief") == (as_stored(store, saga), [])
     steps = make_steps("thief", 2)
     await store.save(None, steps, owner="me")
