@@ -12,6 +12,8 @@ from saga_runtime import LeaseLostError
 from saga_runtime._exceptions import StoreError
 from saga_runtime._records import SagaStatus, idempotency_key
 from saga_runtime._storage import SagaStore
+from saga_runtime._storage._mysql import MySQLDialect
+from saga_runtime._storage._sqlstore import SQLStore
 
 from .conftest import Stores, as_stored, make_saga, make_steps
 
@@ -121,7 +123,8 @@ async def test_awkward_values_in_batches_of_owner_checked_saves_land_exactly(sto
 async def test_a_lone_write_on_mysql_is_one_statement_with_one_result(
     stores: Stores, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """MariaDB/MySQL: a lone owner-conditional save of step rows is one statement, not a multi-result script."""
+    """MariaDB/MySQL: a lone owner-conditional save of step rows is one statement with one result: on MariaDB a
+    compound statement, its own transaction (plain VALUES under the saga row's lock)."""
     import aiomysql
 
     store = await stores.open("mysql", wipe=True)
@@ -139,7 +142,72 @@ async def test_a_lone_write_on_mysql_is_one_statement_with_one_result(
     monkeypatch.setattr(aiomysql.Connection, "query", counted_query)
     await store.save(None, steps, owner="me")
     assert len(sent) == 1
-    assert "START TRANSACTION" not in sent[0]
+    assert isinstance(store, SQLStore)
+    assert isinstance(store.dialect, MySQLDialect)
+    async with store.dialect.transaction(begin=False) as tx:
+        version = str((await tx.fetch("SELECT VERSION()"))[0][0])
+    compound = store.dialect._compound
+    assert compound == ("mariadb" in version.lower())
+    assert sent[0].startswith("BEGIN NOT ATOMIC START TRANSACTION; IF EXISTS") == compound
+    assert sent[0].count("START TRANSACTION") == compound
+    assert sent[0].count("; COMMIT; END") == compound
     with pytest.raises(LeaseLostError):
         await store.save(None, steps, owner="someone else")
     assert await store.load_saga("lone") == (as_stored(store, saga), steps)
+
+
+async def test_a_lone_owned_write_on_mysql_breaking_a_key_writes_nothing_and_keeps_its_connection(
+    stores: Stores,
+) -> None:
+    """MariaDB/MySQL: a lone owner-conditional save of steps whose second row takes the first's idempotency key
+    fails whole, its transaction is rolled back (the saga row's lock let go), and its connection stays in use."""
+    store = await stores.open("mysql", wipe=True)
+    assert isinstance(store, SQLStore)
+    assert isinstance(store.dialect, MySQLDialect)
+    saga = make_saga("thief")
+    saga.owner = "me"
+    await store.create_saga(saga, [])
+    spare = store.dialect._spare
+    assert spare is not None
+    first, thief = make_steps("thief", 2)
+    thief.idempotency_key = first.idempotency_key
+    with pytest.raises(StoreError):
+        await store.save(saga, [first, thief], owner="me")
+    assert store.dialect._spare is spare
+    if store.dialect._compound:  # MariaDB: the server's own word (an error's packet carries no status)
+        async with store.dialect.transaction(begin=False) as tx:
+            assert (await tx.fetch("SELECT @@in_transaction"))[0][0] == 0
+    assert await store.load_saga("thief") == (as_stored(store, saga), [])
+    steps = make_steps("thief", 2)
+    await store.save(None, steps, owner="me")
+    assert await store.load_saga("thief") == (as_stored(store, saga), steps)
+
+
+@pytest.mark.parametrize("compound", [True, False], ids=["compound", "statements"])
+async def test_lone_conditional_writes_on_mysql_in_either_form(stores: Stores, compound: bool) -> None:
+    """MariaDB/MySQL: lone conditional writes with steps (a create, an owner's steps, its saga row with steps) land
+    exactly, and write nothing when the id is taken or the owner lost, as compound statements (MariaDB) and as
+    MySQL's statements (run here on whichever server the tests have)."""
+    store = await stores.open("mysql", wipe=True)
+    assert isinstance(store, SQLStore)
+    assert isinstance(store.dialect, MySQLDialect)
+    if compound and not store.dialect._compound:
+        pytest.skip("the server is MySQL: no compound statement outside a stored program")
+    store.dialect._compound = compound
+    saga, steps = make_saga("either"), make_steps("either", 3)
+    saga.owner = "me"
+    assert await store.create_saga(saga, steps[:1]) is None
+    assert await store.create_saga(make_saga("either"), steps[1:]) is not None  # taken: nothing written
+    assert await store.load_saga("either") == (as_stored(store, saga), steps[:1])
+    steps[0].attempts = 4
+    await store.save(None, steps[:2], owner="me")
+    with pytest.raises(LeaseLostError):
+        await store.save(None, [steps[2]], owner="someone else")
+    assert await store.load_saga("either") == (as_stored(store, saga), steps[:2])
+    saga.status = SagaStatus.SUCCESS
+    await store.save(saga, steps, owner="me")
+    assert await store.load_saga("either") == (as_stored(store, saga), steps)
+    stale = make_saga("either", status=SagaStatus.COMPENSATED)
+    with pytest.raises(LeaseLostError):
+        await store.save(stale, [steps[0].copy()], owner="someone else")
+    assert await store.load_saga("either") == (as_stored(store, saga), steps)
