@@ -39,3 +39,21 @@ async def test_times_of_any_year_round_trip_to_the_microsecond(store: SagaStore)
     assert [(r.started_at, r.finished_at, r.compensated_at) for r in stored_steps] == [
         (at, _TIMES[-1 - seq], at) for seq, at in enumerate(_TIMES)
     ]
+
+
+async def test_times_of_any_year_round_trip_in_a_write_of_many_rows(store: SagaStore) -> None:
+    """A write of more rows than a scalar statement takes (PostgreSQL: JSON rows) stores every time exactly."""
+    saga = make_saga("many", status=SagaStatus.SUCCESS, created_at=_TIMES[0])
+    saga.finished_at = _TIMES[-1]
+    steps = make_steps("many", 40)
+    for row in steps:
+        at = _TIMES[row.seq % len(_TIMES)]
+        row.started_at, row.finished_at, row.compensated_at = at, _TIMES[-1 - row.seq % len(_TIMES)], None
+        row.hash = None
+    assert await store.create_saga(saga, steps) is None
+    loaded = await store.load_saga("many")
+    assert loaded is not None
+    assert loaded[0] == as_stored(store, saga)
+    assert [(r.started_at, r.finished_at, r.compensated_at) for r in loaded[1]] == [
+        (r.started_at, r.finished_at, None) for r in steps
+    ]
