@@ -213,7 +213,8 @@ def _instant(micros: str) -> str:
 def _json_default(value: Any) -> int | str:
     """Return a time or a lease length of a batch's rows as the value PostgreSQL reads it from."""
     if isinstance(value, datetime):
-        return (value - _EPOCH) // _MICROSECOND  # timezone-aware (RowCodec.time_in): read by `_instant`
+        since = value - _EPOCH  # timezone-aware (RowCodec.time_in): read by `_instant`
+        return (since.days * 86400 + since.seconds) * 1000000 + since.microseconds
     if isinstance(value, timedelta):
         return f"{value // _MICROSECOND} microseconds"
     raise TypeError(f"{type(value).__name__} is not a column value")
@@ -319,7 +320,8 @@ def _micros(params: list[Any], start: int, positions: Sequence[int]) -> None:
     for i in positions:
         value = params[start + i]
         if value is not None:
-            params[start + i] = (value - _EPOCH) // _MICROSECOND
+            since = value - _EPOCH  # (`// _MICROSECOND` costs the division of two ints made of each)
+            params[start + i] = (since.days * 86400 + since.seconds) * 1000000 + since.microseconds
 
 
 _SAGAS = ", ".join(SAGA_COLUMNS)
