@@ -25,7 +25,7 @@ import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, suppress
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
@@ -192,13 +192,29 @@ _ROW_TYPES = {
 
 
 _MICROSECOND = timedelta(microseconds=1)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _COST = SAGA_COLUMNS.index("cost")
 
 
-def _json_default(value: Any) -> str:
-    """Return a time or a lease length of a batch's rows as the text PostgreSQL reads it as."""
+def _instant(micros: str) -> str:
+    """Return the SQL of the timestamptz `micros` microseconds (an int8 expression) after the epoch.
+
+    Exact integer arithmetic (an interval times a whole number of seconds, then the microseconds left), whatever
+    the session's time zone: the instant of the datetime sent, for any datetime. Times travel as these integers:
+    the driver's timestamptz parameter compares each with its infinities and converts its zone, and a batch's JSON
+    rows would format each as text.
+    """
+    return (
+        f"('epoch'::timestamptz + ({micros} / 1000000) * interval '1 second' "
+        f"+ ({micros} % 1000000) * interval '1 microsecond')"
+    )
+
+
+def _json_default(value: Any) -> int | str:
+    """Return a time or a lease length of a batch's rows as the value PostgreSQL reads it from."""
     if isinstance(value, datetime):
-        return value.isoformat()  # timezone-aware (RowCodec.time_in): an exact instant
+        since = value - _EPOCH  # timezone-aware (RowCodec.time_in): read by `_instant`
+        return (since.days * 86400 + since.seconds) * 1000000 + since.microseconds
     if isinstance(value, timedelta):
         return f"{value // _MICROSECOND} microseconds"
     raise TypeError(f"{type(value).__name__} is not a column value")
@@ -207,9 +223,23 @@ def _json_default(value: Any) -> str:
 # A batch's rows travel as one JSON array of arrays per part (one text parameter: asyncpg encodes it at once, where
 # arrays cost a check of each element), read by the statement as jsonb (`_source`). Floats travel as their repr
 # (the shortest text that reads back as the same float, NaN and infinities too), so no number is refused.
-_ROWS_JSON = json.JSONEncoder(
+_ROWS_ENCODER = json.JSONEncoder(
     ensure_ascii=False, allow_nan=False, check_circular=False, separators=(",", ":"), default=_json_default
-).encode
+)
+_C_ENCODER = getattr(json.encoder, "c_make_encoder", None)
+# The C encoder made once (`encode` makes one per call, and goes through `iterencode`): rows are flat, no cycle.
+_ROWS_FAST: Any = (
+    _C_ENCODER(None, _json_default, json.encoder.encode_basestring, None, ":", ",", False, False, False)
+    if _C_ENCODER is not None
+    else None  # pragma: no cover - CPython has the C encoder
+)
+
+
+def _ROWS_JSON(rows: Any) -> str:
+    """Return a batch's rows (arrays of column values) as compact JSON text."""
+    if _ROWS_FAST is None:  # pragma: no cover - CPython has the C encoder
+        return _ROWS_ENCODER.encode(rows)
+    return "".join(_ROWS_FAST(rows, 0))
 
 
 def _saga_rows_json(rows: Sequence[Sequence[Any]]) -> str:
@@ -223,7 +253,10 @@ def _saga_rows_json(rows: Sequence[Sequence[Any]]) -> str:
 
 def _jsonb_rows(types: Sequence[str], param: int) -> str:
     """Return the rows of a JSON array of arrays (parameter `param`) as a subquery, each value read as its type."""
-    values = ", ".join(f"r->>{i}" if t == "text" else f"(r->>{i})::{t}" for i, t in enumerate(types))
+    values = ", ".join(
+        f"r->>{i}" if t == "text" else _instant(f"(r->>{i})::int8") if t == "timestamptz" else f"(r->>{i})::{t}"
+        for i, t in enumerate(types)
+    )
     return f"(SELECT {values} FROM jsonb_array_elements(${param}::text::jsonb) r)"
 
 
@@ -266,10 +299,29 @@ def _source(
     width = len(sent)
 
     def row(r: int) -> str:
-        at = {i: f"${first + r * width + k}::{types[i]}" for k, i in enumerate(sent)}
+        at = {i: _scalar(first + r * width + k, types[i]) for k, i in enumerate(sent)}
         return "(" + ", ".join(fixed[i] if i in fixed else at[i] for i in range(len(types))) + ")"
 
     return f"(VALUES {', '.join(row(r) for r in range(rows))})", rows * width
+
+
+def _scalar(param: int, kind: str) -> str:
+    """Return scalar parameter `param` read as `kind`; a time is sent as microseconds since the epoch (`_micros`)."""
+    return _instant(f"${param}::int8") if kind == "timestamptz" else f"${param}::{kind}"
+
+
+# The positions of the times among a saga row's and a step row's parameters (sent by `_alone_statement` as ints).
+_SAGA_TIMES = tuple(i for i, column in enumerate(SAGA_COLUMNS) if _ROW_TYPES.get(column) == "timestamptz")
+_STEP_TIMES = tuple(i for i, column in enumerate(STEP_COLUMNS) if _ROW_TYPES.get(column) == "timestamptz")
+
+
+def _micros(params: list[Any], start: int, positions: Sequence[int]) -> None:
+    """Replace the times among `params` (a row's, from `start`) with their microseconds since the epoch."""
+    for i in positions:
+        value = params[start + i]
+        if value is not None:
+            since = value - _EPOCH  # (`// _MICROSECOND` costs the division of two ints made of each)
+            params[start + i] = (since.days * 86400 + since.seconds) * 1000000 + since.microseconds
 
 
 _SAGAS = ", ".join(SAGA_COLUMNS)
@@ -385,12 +437,15 @@ def _alone_statement(write: Write) -> tuple[str, list[Any]]:
     if write.saga is not None:
         mode = _mode(write)
         params += write.saga
+        _micros(params, 0, _SAGA_TIMES)
         params.append(write.owner)
     elif write.owner is not None:
         checks = 1
         params += (write.saga_id, write.owner)
     for row in write.steps:
+        start = len(params)
         params += row
+        _micros(params, start, _STEP_TIMES)
     steps = len(write.steps)
     return _batch_statement(_MODES[mode], checks, steps > 0, int(mode is not None), steps, conditional), params
 
