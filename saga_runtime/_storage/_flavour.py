@@ -87,6 +87,8 @@ class Flavour:
     #: How full (percent) an insert leaves a page of the steps table, where an update that finds room on its row's
     #: page writes no index entry (PostgreSQL's HOT update): None, the database's own fill.
     steps_fillfactor: int | None = None
+    #: Indexes can be renamed (ALTER INDEX ... RENAME TO): a rebuilt one is built beside the old one, then swapped in.
+    index_renames: bool = False
 
     @property
     def notifies(self) -> bool:

@@ -510,6 +510,7 @@ FLAVOUR = Flavour(
     # A step row is inserted at its intent, then updated once with its result: with sagas running side by side,
     # full pages leave that update no room, and it writes a new entry in the steps' index.
     steps_fillfactor=70,
+    index_renames=True,
     json_as_text=json_columns_retyped,
     time_value=lambda value: value,
     local_clock=False,

@@ -367,8 +367,15 @@ def _schema_partial_indexes(dialect: Flavour) -> list[str]:
         ("sagas_retention", "finished_at, saga_id", "purged_at IS NULL AND finished_at IS NOT NULL"),
     )
     statements = []
-    for name, columns, where in rebuilt:
-        statements += [f"DROP INDEX {name}", f"CREATE INDEX {name} ON sagas ({columns}) WHERE {where}"]
+    if dialect.index_renames:
+        # Built beside the old ones first (a build lets the table be read), then swapped in at the end: an index's
+        # drop keeps every reader out until the commit, only for the drops and renames, not for the builds.
+        statements += [f"CREATE INDEX {name}_v17 ON sagas ({cols}) WHERE {where}" for name, cols, where in rebuilt]
+        statements += [f"DROP INDEX {name}" for name, _, _ in rebuilt]
+        statements += [f"ALTER INDEX {name}_v17 RENAME TO {name}" for name, _, _ in rebuilt]
+    else:  # (SQLite: a migration holds the one write lock anyway, and readers go on)
+        for name, columns, where in rebuilt:
+            statements += [f"DROP INDEX {name}", f"CREATE INDEX {name} ON sagas ({columns}) WHERE {where}"]
     if dialect.steps_fillfactor is not None:  # pages filled from now on keep room for a step's update
         statements.append(f"ALTER TABLE steps SET (fillfactor = {dialect.steps_fillfactor})")
     return statements

@@ -161,3 +161,18 @@ async def test_a_version_16_database_gets_the_partial_indexes(stores: Stores, sq
         assert name in definitions, definitions
         partial = re.search(rf"WHERE .*\b{column} IS NOT NULL\)*$", definitions[name]) is not None
         assert partial is (sql_kind != "mysql"), (name, definitions[name])
+
+
+def test_postgresql_builds_the_new_indexes_before_it_drops_the_old_ones() -> None:
+    """On PostgreSQL, schema 17 builds each index beside the old one, then drops and renames: no read waits on a
+    build (a drop keeps readers out until the commit)."""
+    from saga_runtime._storage._postgres import FLAVOUR as POSTGRES
+    from saga_runtime._storage._sql import MIGRATIONS
+
+    statements = list(MIGRATIONS[16].statements(POSTGRES))
+    creates = [i for i, sql in enumerate(statements) if sql.startswith("CREATE INDEX")]
+    drops = [i for i, sql in enumerate(statements) if sql.startswith("DROP INDEX")]
+    renames = [i for i, sql in enumerate(statements) if sql.startswith("ALTER INDEX")]
+    assert MIGRATIONS[16].version == 17
+    assert len(creates) == len(drops) == len(renames) == 5
+    assert max(creates) < min(drops) and max(drops) < min(renames)
