@@ -175,4 +175,5 @@ def test_postgresql_builds_the_new_indexes_before_it_drops_the_old_ones() -> Non
     renames = [i for i, sql in enumerate(statements) if sql.startswith("ALTER INDEX")]
     assert MIGRATIONS[16].version == 17
     assert len(creates) == len(drops) == len(renames) == 5
-    assert max(creates) < min(drops) and max(drops) < min(renames)
+    assert max(creates) < min(drops)
+    assert max(drops) < min(renames)
