@@ -346,9 +346,22 @@ async def _switch_to_wal(conn: aiosqlite.Connection, busy_timeout: float) -> Non
         await anyio.sleep(0.01)
 
 
+# The text of the times written lately, by identity (each time kept, so its id is not reused while it is here): a
+# step row's times are written again with each write of the row (two in three of a durable saga's times).
+_WRITTEN: dict[int, tuple[datetime, str]] = {}
+_WRITTEN_KEPT = 4096
+
+
 def _time_text(value: datetime) -> str:
     """Return a UTC time as `value.isoformat(" ", "microseconds")` does, at half its cost (RowCodec.time_in)."""
-    return iso_text_micro(value, " ")
+    known = _WRITTEN.get(id(value))
+    if known is not None and known[0] is value:
+        return known[1]
+    if len(_WRITTEN) >= _WRITTEN_KEPT:
+        _WRITTEN.clear()
+    text = iso_text_micro(value, " ")
+    _WRITTEN[id(value)] = (value, text)
+    return text
 
 
 # What SQLite's SQL differs in (saga_runtime._storage._flavour): the one machine's clock, no row locks (BEGIN

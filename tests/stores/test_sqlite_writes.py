@@ -36,6 +36,15 @@ def test_the_kept_minutes_stay_bounded() -> None:
         assert len(_times._MINUTES) <= _times._MINUTES_KEPT
 
 
+def test_the_kept_written_times_stay_bounded_and_exact() -> None:
+    """Times written again come back with their own text, and the times kept by identity never pass their bound."""
+    start = datetime(2031, 6, 1, tzinfo=UTC)
+    values = [start + timedelta(seconds=n, microseconds=n % 2) for n in range(2 * _sqlite._WRITTEN_KEPT)]
+    for value in values + values[::-1]:
+        assert _sqlite._time_text(value) == value.isoformat(" ", "microseconds")
+        assert len(_sqlite._WRITTEN) <= _sqlite._WRITTEN_KEPT
+
+
 async def _owned_save(tmp_path: Path, *, later: timedelta, lease: bool) -> list[str]:
     """Create a saga owned by "me", save it again under that owner, created `later`; return the statements run."""
     async with open_store(f"sqlite:///{tmp_path / 's.db'}") as store:
