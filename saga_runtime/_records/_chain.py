@@ -47,6 +47,7 @@ from saga_runtime._records._rows import (
     idempotency_key,
     plan_groups,
 )
+from saga_runtime._records._times import iso_text, iso_text_micro
 
 __all__ = [
     "Sealer",
@@ -105,7 +106,7 @@ _STATUS = {status: _quote(status.value) for status in StepStatus}
 
 
 def _time(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat()
+    return None if value is None else iso_text(value)
 
 
 def _plain(saga_id: Any, seq: Any, step_id: Any, group: Any, tool_name: Any, key: Any) -> bool:
@@ -199,7 +200,7 @@ def _finish(state: Any, changing: bytes, key: bytes | None) -> str:
 
 
 def _time_text(value: datetime) -> str:
-    return _quote(value.isoformat())
+    return _quote(iso_text(value))
 
 
 def _changing_text(row: StepRow, time: Callable[[datetime], str]) -> bytes:
@@ -270,7 +271,7 @@ class Sealer:
         known = self._times.get(id(value))
         if known is not None and known[0] is value:
             return known[1]
-        text = _quote(value.isoformat())
+        text = _quote(iso_text(value))
         self._times[id(value)] = (value, text)
         return text
 
@@ -353,7 +354,7 @@ def _instant(value: datetime | None) -> str | None:
         return None
     if value.tzinfo is not UTC:  # (a UTC time, as every stored one, is written as it is)
         value = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-    return value.isoformat(timespec="microseconds")
+    return iso_text_micro(value)
 
 
 def saga_seal(saga: SagaRow, key: bytes | None, *, cached: bool = False) -> str:

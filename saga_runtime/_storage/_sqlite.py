@@ -38,6 +38,7 @@ import aiosqlite
 import anyio
 
 from saga_runtime._exceptions import StoreBusyError, StoreConnectionError, StoreError, StoreFileError
+from saga_runtime._records._times import iso_text_micro
 from saga_runtime._storage._batch import Outcome, Write
 from saga_runtime._storage._dialect import Dialect
 from saga_runtime._storage._errors import ErrorMap, convert
@@ -345,27 +346,22 @@ async def _switch_to_wal(conn: aiosqlite.Connection, busy_timeout: float) -> Non
         await anyio.sleep(0.01)
 
 
-# The text of a time up to its minute, by (year, month, day, hour, minute): a saga's times share a few minutes.
-_MINUTES: dict[tuple[int, int, int, int, int], str] = {}
-_MINUTES_KEPT = 1024
-# A second's text and its dot, by the second.
-_SECONDS = tuple(f"{second:02}." for second in range(60))
+# The text of the times written lately, by identity (each time kept, so its id is not reused while it is here): a
+# step row's times are written again with each write of the row (two in three of a durable saga's times).
+_WRITTEN: dict[int, tuple[datetime, str]] = {}
+_WRITTEN_KEPT = 4096
 
 
 def _time_text(value: datetime) -> str:
-    """Return a UTC time as `value.isoformat(" ", "microseconds")` does, at half its cost.
-
-    isoformat formats each field with C's printf (about 14 K instructions a time, 36 times a durable saga); the
-    minute's text is kept, and the rest formatted by Python. Only UTC times come here (RowCodec.time_in).
-    """
-    head = _MINUTES.get((value.year, value.month, value.day, value.hour, value.minute))
-    if head is None:
-        if len(_MINUTES) >= _MINUTES_KEPT:
-            _MINUTES.clear()
-        minute = (value.year, value.month, value.day, value.hour, value.minute)
-        head = _MINUTES[minute] = f"{minute[0]:04}-{minute[1]:02}-{minute[2]:02} {minute[3]:02}:{minute[4]:02}:"
-    # UP031 ignored: %-formatting an int costs about 900 instructions less than a format spec.
-    return head + _SECONDS[value.second] + "%06d+00:00" % value.microsecond  # noqa: UP031
+    """Return a UTC time as `value.isoformat(" ", "microseconds")` does, at half its cost (RowCodec.time_in)."""
+    known = _WRITTEN.get(id(value))
+    if known is not None and known[0] is value:
+        return known[1]
+    if len(_WRITTEN) >= _WRITTEN_KEPT:
+        _WRITTEN.clear()
+    text = iso_text_micro(value, " ")
+    _WRITTEN[id(value)] = (value, text)
+    return text
 
 
 # What SQLite's SQL differs in (saga_runtime._storage._flavour): the one machine's clock, no row locks (BEGIN

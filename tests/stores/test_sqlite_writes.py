@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from saga_runtime import LeaseLostError, SagaStatus, open_store
+from saga_runtime._records import _times
 from saga_runtime._storage import _sqlite
 from saga_runtime._storage._sqlstore import SQLStore
 
@@ -29,10 +30,19 @@ def test_a_time_is_written_as_isoformat_writes_it() -> None:
 def test_the_kept_minutes_stay_bounded() -> None:
     """The minutes' texts kept for formatting times never grow past their bound, however many minutes pass."""
     start = datetime(2030, 1, 1, tzinfo=UTC)
-    for minute in range(3 * _sqlite._MINUTES_KEPT):
+    for minute in range(3 * _times._MINUTES_KEPT):
         value = start + timedelta(minutes=minute, seconds=minute % 60, microseconds=minute)
         assert _sqlite._time_text(value) == value.isoformat(" ", "microseconds")
-        assert len(_sqlite._MINUTES) <= _sqlite._MINUTES_KEPT
+        assert len(_times._MINUTES) <= _times._MINUTES_KEPT
+
+
+def test_the_kept_written_times_stay_bounded_and_exact() -> None:
+    """Times written again come back with their own text, and the times kept by identity never pass their bound."""
+    start = datetime(2031, 6, 1, tzinfo=UTC)
+    values = [start + timedelta(seconds=n, microseconds=n % 2) for n in range(2 * _sqlite._WRITTEN_KEPT)]
+    for value in values + values[::-1]:
+        assert _sqlite._time_text(value) == value.isoformat(" ", "microseconds")
+        assert len(_sqlite._WRITTEN) <= _sqlite._WRITTEN_KEPT
 
 
 async def _owned_save(tmp_path: Path, *, later: timedelta, lease: bool) -> list[str]:
