@@ -46,3 +46,16 @@ def test_the_extremes_and_a_subclass_are_written_as_isoformat() -> None:
     stamp = _Stamp(2024, 5, 17, 9, 30, tzinfo=UTC)
     assert iso_text(stamp) == stamp.isoformat()
     assert iso_text_micro(stamp) == stamp.isoformat("T", "microseconds")
+
+
+class _TimespecOnly(datetime):
+    """A datetime subclass whose isoformat takes `timespec` alone (as some libraries' do)."""
+
+    def isoformat(self, timespec: str = "auto") -> str:  # type: ignore[override]
+        return super().isoformat("T", timespec)
+
+
+def test_a_time_whose_isoformat_takes_timespec_alone_is_written_as_before() -> None:
+    """A seal's instant of such a subclass is written as its isoformat(timespec=...) writes it, as before."""
+    value = _TimespecOnly(2024, 5, 17, 9, 30, tzinfo=UTC)
+    assert iso_text_micro(value) == "2024-05-17T09:30:00.000000+00:00"

@@ -42,7 +42,8 @@ def iso_text(value: datetime) -> str:
 def iso_text_micro(value: datetime, sep: str = "T") -> str:
     """Return `value.isoformat(sep, "microseconds")`."""
     if value.tzinfo is not UTC or type(value) is not datetime:
-        return value.isoformat(sep, "microseconds")
+        # (Called as the seal's `_instant` called it before: a subclass's own isoformat may take `timespec` only.)
+        return value.isoformat(timespec="microseconds") if sep == "T" else value.isoformat(sep, "microseconds")
     minute = (value.year, value.month, value.day, value.hour, value.minute, sep)
     head = _MINUTES.get(minute) or _head(minute)
     return head + _SECONDS[value.second] + "%06d+00:00" % value.microsecond  # noqa: UP031

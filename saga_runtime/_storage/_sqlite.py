@@ -359,7 +359,8 @@ def _time_text(value: datetime) -> str:
         return known[1]
     if len(_WRITTEN) >= _WRITTEN_KEPT:
         _WRITTEN.clear()
-    text = iso_text_micro(value, " ")
+    # (A subclass's own isoformat is not asked: the column holds the base text, which sorts as time does.)
+    text = iso_text_micro(value, " ") if type(value) is datetime else datetime.isoformat(value, " ", "microseconds")
     _WRITTEN[id(value)] = (value, text)
     return text
 

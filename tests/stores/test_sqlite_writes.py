@@ -27,6 +27,19 @@ def test_a_time_is_written_as_isoformat_writes_it() -> None:
         assert _sqlite._time_text(value) == value.isoformat(" ", "microseconds")
 
 
+class _Stamp(datetime):
+    """A datetime subclass whose own isoformat writes other text."""
+
+    def isoformat(self, sep: str = "T", timespec: str = "auto") -> str:
+        return "stamp:" + super().isoformat(sep, timespec)
+
+
+def test_a_subclassed_time_is_written_as_the_base_text() -> None:
+    """A datetime subclass's own isoformat is not asked: the column holds the base text, which sorts as time does."""
+    value = _Stamp(2024, 5, 17, 9, 30, 15, 7, tzinfo=UTC)
+    assert _sqlite._time_text(value) == "2024-05-17 09:30:15.000007+00:00"
+
+
 def test_the_kept_minutes_stay_bounded() -> None:
     """The minutes' texts kept for formatting times never grow past their bound, however many minutes pass."""
     start = datetime(2030, 1, 1, tzinfo=UTC)
