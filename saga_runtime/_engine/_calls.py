@@ -43,10 +43,11 @@ _NO_OUTPUT: Any = object()
 class CallDriver:
     """The driver a dynamic saga feeds one call group at a time, and ends once its code is done."""
 
-    __slots__ = ("defers", "diverged", "engine", "waiting")
+    __slots__ = ("defers", "diverged", "engine", "groups", "waiting")
 
     def __init__(self, engine: SagaEngine, *, defers: bool = False) -> None:
         self.engine = engine
+        self.groups = engine.groups  # its group runner, fed a new call itself (as the plan driver feeds a group)
         # A saga function's driver: a call's success is written with the saga's next write (the next call's intent,
         # a wait, a publication, its end), not on its own; see `feed`.
         self.defers = defers
@@ -110,9 +111,9 @@ class CallDriver:
         if engine.shelters is not None and engine.shelters.stopping:
             await engine.flush()  # its worker stops: what ran is recorded, and nothing more starts
             raise WorkerStopped
-        engine.add_step(row)
-        ok = await engine.run_group((row,))
-        engine.forgive()  # the calling code decides whether a failure ends the saga
+        engine.journal.add_step(row)  # (`engine.add_step` and `run_group`, written out: no pass-through frames)
+        ok = await self.groups.run((row,))  # never `handed`: the saga's code ran since the last call ended
+        engine.verdict.forgive()  # the calling code decides whether a failure ends the saga
         if ok and self.defers and row.status is StepStatus.SUCCESS:
             return  # written with the saga's next write (see `feed`)
         await engine.compensate_unknown((row,))
