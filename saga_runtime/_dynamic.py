@@ -330,7 +330,6 @@ class DynamicSaga:
             or self._closed
             or driver.diverged is not None
             or self._waiting is not None
-            or engine.verdict.halted is not None
             or self._next_seq < len(self._record)
             or type(tool) is not str
             or tool in self._approval_required
@@ -341,7 +340,7 @@ class DynamicSaga:
             return None
         seq = self._next_seq
         step_id = f"{tool}-{seq}"
-        if step_id in engine.rows or engine.gate.request_of(step_id) is not None:
+        if not driver.takes_new(step_id):  # (an operator's cancel, or the id taken: the group says what is wrong)
             return None
         # Stored as they are and taken as they are by plain fields: checked in one walk; else the long way.
         kwargs = stored_kwargs(spec, args)

@@ -104,6 +104,16 @@ class CallDriver:
             # record: run again under their keys, as any call of unknown outcome.
         return ok, refused
 
+    def takes_new(self, step_id: str) -> bool:
+        """Tell whether a new call may go live as `step_id`: no operator's cancel stopped the saga, and no call or
+        decision request of the saga holds that id (what `run_new` needs; in one look, a frame a call)."""
+        engine = self.engine
+        return (
+            engine.verdict.cancellation.halted is None
+            and step_id not in engine.journal.rows
+            and step_id not in engine.gate.rows
+        )
+
     async def run_new(self, row: StepRow) -> None:
         """Run a call new to the saga that needs no decision, as a group of its own: `feed((row,), join="all")`
         without what only a group, a recorded call or a decision needs."""
