@@ -123,7 +123,9 @@ class CallDriver:
             raise WorkerStopped
         engine.journal.add_step(row)  # (`engine.add_step` and `run_group`, written out: no pass-through frames)
         ok = await self.groups.run((row,))  # never `handed`: the saga's code ran since the last call ended
-        engine.verdict.forgive()  # the calling code decides whether a failure ends the saga
+        verdict = engine.verdict
+        if verdict.failed:  # (nothing to forgive otherwise: a frame less a success)
+            verdict.forgive()  # the calling code decides whether a failure ends the saga
         if ok and self.defers and row.status is StepStatus.SUCCESS:
             return  # written with the saga's next write (see `feed`)
         await engine.compensate_unknown((row,))
