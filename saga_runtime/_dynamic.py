@@ -314,7 +314,8 @@ class DynamicSaga:
             return result
         driver = self._driver
         assert driver is not None
-        await driver.run_new(row)
+        if not driver.done_new(row, await driver.run_new(row)):
+            await driver.ran_new(row)
         result = row.result
         if row.status is StepStatus.SUCCESS and type(result) is not dict and type(result) is not list:
             return result  # a scalar: `_outcome`'s own copy is itself

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -114,22 +114,35 @@ class CallDriver:
             and step_id not in engine.gate.rows
         )
 
-    async def run_new(self, row: StepRow) -> None:
+    def run_new(self, row: StepRow) -> Coroutine[Any, Any, bool]:
         """Run a call new to the saga that needs no decision, as a group of its own: `feed((row,), join="all")`
-        without what only a group, a recorded call or a decision needs."""
+        without what only a group, a recorded call or a decision needs. Return its group's run (await it: whether
+        the call held), then await `ran_new` unless `done_new` says the call is done.
+
+        (Its parts apart, the caller awaiting the group runner itself: a coroutine layer less a call.)
+        """
         engine = self.engine
         if engine.shelters is not None and engine.shelters.stopping:
-            await engine.flush()  # its worker stops: what ran is recorded, and nothing more starts
-            raise WorkerStopped
+            return self._stopped()
         engine.journal.add_step(row)  # (`engine.add_step` and `run_group`, written out: no pass-through frames)
-        ok = await self.groups.run((row,))  # never `handed`: the saga's code ran since the last call ended
-        verdict = engine.verdict
-        if verdict.failed:  # (nothing to forgive otherwise: a frame less a success)
-            verdict.forgive()  # the calling code decides whether a failure ends the saga
-        if ok and self.defers and row.status is StepStatus.SUCCESS:
-            return  # written with the saga's next write (see `feed`)
+        return self.groups.run((row,))  # never `handed`: the saga's code ran since the last call ended
+
+    def done_new(self, row: StepRow, ok: bool) -> bool:
+        """Tell whether a new call run by `run_new` is done with: a saga function's success, written with the
+        saga's next write (see `feed`); else `ran_new` follows."""
+        return ok and self.defers and row.status is StepStatus.SUCCESS
+
+    async def ran_new(self, row: StepRow) -> None:
+        """End a new call `run_new` ran that is not `done_new`: its failure forgiven (the calling code decides
+        whether it ends the saga), an unknown outcome compensated, all of it written before the caller sees it."""
+        engine = self.engine
+        engine.verdict.forgive()
         await engine.compensate_unknown((row,))
         await engine.flush()  # durable before the caller sees a result
+
+    async def _stopped(self) -> bool:
+        await self.engine.flush()  # its worker stops: what ran is recorded, and nothing more starts
+        raise WorkerStopped
 
     async def settle(self) -> None:
         """Write what the saga's code has seen and the store has not (a saga function's last successes) before a
