@@ -314,10 +314,13 @@ class DynamicSaga:
             return result
         driver = self._driver
         assert driver is not None
-        if not driver.done_new(row, await driver.run_new(row)):
+        ok = await driver.run_new(row)
+        succeeded = row.status is StepStatus.SUCCESS
+        if not (ok and succeeded and driver.defers):  # done with (see `run_new`), else ended
             await driver.ran_new(row)
+            succeeded = row.status is StepStatus.SUCCESS
         result = row.result
-        if row.status is StepStatus.SUCCESS and type(result) is not dict and type(result) is not list:
+        if succeeded and type(result) is not dict and type(result) is not list:
             return result  # a scalar: `_outcome`'s own copy is itself
         return self._outcome(row)
 

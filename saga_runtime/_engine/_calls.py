@@ -117,7 +117,8 @@ class CallDriver:
     def run_new(self, row: StepRow) -> Coroutine[Any, Any, bool]:
         """Run a call new to the saga that needs no decision, as a group of its own: `feed((row,), join="all")`
         without what only a group, a recorded call or a decision needs. Return its group's run (await it: whether
-        the call held), then await `ran_new` unless `done_new` says the call is done.
+        the call held), then await `ran_new` unless the call is done with: held, and a saga function's success
+        (`defers`: written with the saga's next write, see `feed`).
 
         (Its parts apart, the caller awaiting the group runner itself: a coroutine layer less a call.)
         """
@@ -127,14 +128,10 @@ class CallDriver:
         engine.journal.add_step(row)  # (`engine.add_step` and `run_group`, written out: no pass-through frames)
         return self.groups.run((row,))  # never `handed`: the saga's code ran since the last call ended
 
-    def done_new(self, row: StepRow, ok: bool) -> bool:
-        """Tell whether a new call run by `run_new` is done with: a saga function's success, written with the
-        saga's next write (see `feed`); else `ran_new` follows."""
-        return ok and self.defers and row.status is StepStatus.SUCCESS
-
     async def ran_new(self, row: StepRow) -> None:
-        """End a new call `run_new` ran that is not `done_new`: its failure forgiven (the calling code decides
-        whether it ends the saga), an unknown outcome compensated, all of it written before the caller sees it."""
+        """End a new call `run_new` ran that is not done with (see there): its failure forgiven (the calling code
+        decides whether it ends the saga), an unknown outcome compensated, all of it written before the caller sees
+        it."""
         engine = self.engine
         engine.verdict.forgive()
         await engine.compensate_unknown((row,))
