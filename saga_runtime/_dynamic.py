@@ -344,8 +344,8 @@ class DynamicSaga:
             return None
         seq = self._next_seq
         step_id = f"{tool}-{seq}"
-        if not driver.takes_new(step_id):  # (an operator's cancel, or the id taken: the group says what is wrong)
-            return None
+        if driver.cancellation.halted is not None or step_id in driver.calls or step_id in driver.requests:
+            return None  # an operator's cancel, or the id taken: the group says what is wrong
         # Stored as they are and taken as they are by plain fields: checked in one walk; else the long way.
         kwargs = stored_kwargs(spec, args)
         if kwargs is None:

@@ -43,11 +43,14 @@ _NO_OUTPUT: Any = object()
 class CallDriver:
     """The driver a dynamic saga feeds one call group at a time, and ends once its code is done."""
 
-    __slots__ = ("defers", "diverged", "engine", "groups", "waiting")
+    __slots__ = ("calls", "cancellation", "defers", "diverged", "engine", "groups", "requests", "waiting")
 
     def __init__(self, engine: SagaEngine, *, defers: bool = False) -> None:
         self.engine = engine
         self.groups = engine.groups  # its group runner, fed a new call itself (as the plan driver feeds a group)
+        # What a new call's id is looked up in, read: the saga's calls and decision requests by step id, and its
+        # cancellation (`halted`: an operator's cancel stopped it). The engine's own, never replaced while it runs.
+        self.calls, self.requests, self.cancellation = engine.rows, engine.gate.rows, engine.verdict.cancellation
         # A saga function's driver: a call's success is written with the saga's next write (the next call's intent,
         # a wait, a publication, its end), not on its own; see `feed`.
         self.defers = defers
@@ -103,16 +106,6 @@ class CallDriver:
             # call's intent, a wait, a publication, its end). A crash before it leaves the calls RUNNING in the
             # record: run again under their keys, as any call of unknown outcome.
         return ok, refused
-
-    def takes_new(self, step_id: str) -> bool:
-        """Tell whether a new call may go live as `step_id`: no operator's cancel stopped the saga, and no call or
-        decision request of the saga holds that id (what `run_new` needs; in one look, a frame a call)."""
-        engine = self.engine
-        return (
-            engine.verdict.cancellation.halted is None
-            and step_id not in engine.journal.rows
-            and step_id not in engine.gate.rows
-        )
 
     def run_new(self, row: StepRow) -> Coroutine[Any, Any, bool]:
         """Run a call new to the saga that needs no decision, as a group of its own: `feed((row,), join="all")`

@@ -28,6 +28,9 @@ async def test_a_new_call_made_once_its_worker_stops_writes_what_ran_and_starts_
         flush=flush,
         journal=SimpleNamespace(add_step=added.append),
         groups=SimpleNamespace(run=run),
+        rows={},
+        gate=SimpleNamespace(rows={}),
+        verdict=SimpleNamespace(cancellation=SimpleNamespace(halted=None)),
     )
     driver = CallDriver(engine, defers=True)
     row = StepRow("saga", 0, "Noop-0", 0, "Noop", {"n": 0}, "key")
