@@ -314,9 +314,13 @@ class DynamicSaga:
             return result
         driver = self._driver
         assert driver is not None
-        await driver.run_new(row)
+        ok = await driver.run_new(row)
+        succeeded = row.status is StepStatus.SUCCESS
+        if not (ok and succeeded and driver.defers):  # done with (see `run_new`), else ended
+            await driver.ran_new(row)
+            succeeded = row.status is StepStatus.SUCCESS
         result = row.result
-        if row.status is StepStatus.SUCCESS and type(result) is not dict and type(result) is not list:
+        if succeeded and type(result) is not dict and type(result) is not list:
             return result  # a scalar: `_outcome`'s own copy is itself
         return self._outcome(row)
 
@@ -330,7 +334,6 @@ class DynamicSaga:
             or self._closed
             or driver.diverged is not None
             or self._waiting is not None
-            or engine.verdict.halted is not None
             or self._next_seq < len(self._record)
             or type(tool) is not str
             or tool in self._approval_required
@@ -341,8 +344,8 @@ class DynamicSaga:
             return None
         seq = self._next_seq
         step_id = f"{tool}-{seq}"
-        if step_id in engine.rows or engine.gate.request_of(step_id) is not None:
-            return None
+        if driver.cancellation.halted is not None or step_id in driver.calls or step_id in driver.requests:
+            return None  # an operator's cancel, or the id taken: the group says what is wrong
         # Stored as they are and taken as they are by plain fields: checked in one walk; else the long way.
         kwargs = stored_kwargs(spec, args)
         if kwargs is None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -43,10 +43,14 @@ _NO_OUTPUT: Any = object()
 class CallDriver:
     """The driver a dynamic saga feeds one call group at a time, and ends once its code is done."""
 
-    __slots__ = ("defers", "diverged", "engine", "waiting")
+    __slots__ = ("calls", "cancellation", "defers", "diverged", "engine", "groups", "requests", "waiting")
 
     def __init__(self, engine: SagaEngine, *, defers: bool = False) -> None:
         self.engine = engine
+        self.groups = engine.groups  # its group runner, fed a new call itself (as the plan driver feeds a group)
+        # What a new call's id is looked up in, read: the saga's calls and decision requests by step id, and its
+        # cancellation (`halted`: an operator's cancel stopped it). The engine's own, never replaced while it runs.
+        self.calls, self.requests, self.cancellation = engine.rows, engine.gate.rows, engine.verdict.cancellation
         # A saga function's driver: a call's success is written with the saga's next write (the next call's intent,
         # a wait, a publication, its end), not on its own; see `feed`.
         self.defers = defers
@@ -103,20 +107,32 @@ class CallDriver:
             # record: run again under their keys, as any call of unknown outcome.
         return ok, refused
 
-    async def run_new(self, row: StepRow) -> None:
+    def run_new(self, row: StepRow) -> Coroutine[Any, Any, bool]:
         """Run a call new to the saga that needs no decision, as a group of its own: `feed((row,), join="all")`
-        without what only a group, a recorded call or a decision needs."""
+        without what only a group, a recorded call or a decision needs. Return its group's run (await it: whether
+        the call held), then await `ran_new` unless the call is done with: held, and a saga function's success
+        (`defers`: written with the saga's next write, see `feed`).
+
+        (Its parts apart, the caller awaiting the group runner itself: a coroutine layer less a call.)
+        """
         engine = self.engine
         if engine.shelters is not None and engine.shelters.stopping:
-            await engine.flush()  # its worker stops: what ran is recorded, and nothing more starts
-            raise WorkerStopped
-        engine.add_step(row)
-        ok = await engine.run_group((row,))
-        engine.forgive()  # the calling code decides whether a failure ends the saga
-        if ok and self.defers and row.status is StepStatus.SUCCESS:
-            return  # written with the saga's next write (see `feed`)
+            return self._stopped()
+        engine.journal.add_step(row)  # (`engine.add_step` and `run_group`, written out: no pass-through frames)
+        return self.groups.run((row,))  # never `handed`: the saga's code ran since the last call ended
+
+    async def ran_new(self, row: StepRow) -> None:
+        """End a new call `run_new` ran that is not done with (see there): its failure forgiven (the calling code
+        decides whether it ends the saga), an unknown outcome compensated, all of it written before the caller sees
+        it."""
+        engine = self.engine
+        engine.verdict.forgive()
         await engine.compensate_unknown((row,))
         await engine.flush()  # durable before the caller sees a result
+
+    async def _stopped(self) -> bool:
+        await self.engine.flush()  # its worker stops: what ran is recorded, and nothing more starts
+        raise WorkerStopped
 
     async def settle(self) -> None:
         """Write what the saga's code has seen and the store has not (a saga function's last successes) before a

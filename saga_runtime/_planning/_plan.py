@@ -619,16 +619,21 @@ def stored_kwargs(spec: ToolSpec, args: Any) -> dict[str, Any] | None:
     """Return `spec.validate_args(args)` when `args` are `stored_as_is` and the tool's plain fields take each as it
     is (`plain_kwargs`), both checked in one walk; else None (the caller checks them the long way: its errors)."""
     plain = spec.plain
-    if plain is None or type(args) is not dict or len(args) > len(plain):
+    if plain is None or type(args) is not dict:
+        return None
+    given, fields = len(args), len(plain)
+    if given > fields:
         return None
     chars = 0
     for name, value in args.items():
         taken = plain.get(name)
-        size = _as_is_chars(value)
+        kind = type(value)
+        # (`_as_is_chars`, its integer case written out: a frame less an argument)
+        size = (32 if MIN_JSON_INT <= value <= MAX_JSON_INT else -1) if kind is int else _as_is_chars(value)
         if (
             taken is None
             or size < 0
-            or (taken[0] is not None and type(value) not in taken[0])
+            or (taken[0] is not None and kind not in taken[0])
             or not name.isascii()
             or "\x00" in name
         ):
@@ -636,7 +641,7 @@ def stored_kwargs(spec: ToolSpec, args: Any) -> dict[str, Any] | None:
         chars += size + len(name)
     if chars > _AS_IS_CHARS:
         return None
-    if len(args) == len(plain):
+    if given == fields:
         return dict(args)
     return plain_kwargs(plain, args)  # (the defaults of the fields not given)
 
