@@ -148,3 +148,18 @@ async def test_batches_of_writes_make_a_new_connection_look_up_no_type(stores: S
         prepared = [text for (text,) in await tx.fetch("SELECT statement FROM pg_prepared_statements")]
     assert any("jsonb_array_elements(" in text for text in prepared)  # batches of several writes were written
     assert not [text for text in prepared if "pg_type" in text]
+
+
+async def test_a_lone_write_after_the_driver_dropped_its_statements_prepares_them_again(stores: Stores) -> None:
+    """Statements the driver let go of (its cache dropped: reload_schema_state) are prepared again, not run stale."""
+    store = await open_store_kept(stores, await stores.blank_url("postgresql"))
+    executor = SagaExecutor(registry, store=store)
+    assert (await executor.run(PLAN)).status is SagaStatus.SUCCESS
+    spare = store.dialect._spare_con  # type: ignore[attr-defined]
+    assert spare is not None
+    await spare.reload_schema_state()  # closes every statement it had prepared
+    assert len(await store.list_sagas()) == 1  # a statement prepared anew: the closed ones are dropped on the server
+    for _ in range(2):
+        assert (await executor.run(PLAN)).status is SagaStatus.SUCCESS
+    async with store._transaction(begin=False) as tx:  # type: ignore[attr-defined]
+        assert (await tx.fetch("SELECT count(*) FROM steps WHERE status = 'SUCCESS'"))[0][0] == 3 * len(PLAN)
