@@ -403,20 +403,35 @@ def _batch_statement(
         )
         passed.append("SELECT w FROM checked")
         n += (3 - one) if checks == 1 else 1
-    if passed:
+    # What holds the indexes of the writes that passed: the one part that tells (a lone save's `checked`, say) as
+    # it is, or the union of the parts (each a node less for the server to set up at every run).
+    passing = "passed"
+    if len(passed) == 1 and passed[0].startswith(_READ_W):
+        passing = passed[0].removeprefix(_READ_W)
+    elif passed:
         parts.append(f"passed AS ({' UNION ALL '.join(passed)})")
     if steps:
         step_set = ", ".join(f"{c} = excluded.{c}" for c in STEP_COLUMNS[3:])
-        gate = " WHERE NOT s.gated OR s.w IN (SELECT w FROM passed)" if passed else ""
-        constants = ("0", "true" if gated else "false") if one else ()
-        source, _ = _source(STEP_COLUMNS, ("int4", "bool"), n, step_rows, constants)
+        if one:
+            # The one write's rows: written if it passed (when gated), a test run once (an InitPlan), not a hashed
+            # lookup of each row's write index, which they do not carry.
+            gate = f" WHERE EXISTS (SELECT FROM {passing})" if passed and gated else ""
+            source, _ = _source(STEP_COLUMNS, (), n, step_rows)
+            columns = _STEPS
+        else:
+            gate = f" WHERE NOT s.gated OR s.w IN (SELECT w FROM {passing})" if passed else ""
+            source, _ = _source(STEP_COLUMNS, ("int4", "bool"), n, step_rows)
+            columns = f"{_STEPS}, w, gated"
         parts.append(
             f"stepped AS (INSERT INTO steps ({_STEPS}) SELECT {_values(STEP_COLUMNS, 's')} "
-            f"FROM {source} AS s({_STEPS}, w, gated){gate} "
+            f"FROM {source} AS s({columns}){gate} "
             f"ON CONFLICT (saga_id, step_id) DO UPDATE SET {step_set})"
         )
     # Data-modifying parts run to completion whether or not the final SELECT reads them.
-    return f"WITH {', '.join(parts)} SELECT w FROM {'passed' if passed else '(SELECT 0 AS w) AS nothing WHERE false'}"
+    return f"WITH {', '.join(parts)} SELECT w FROM {passing if passed else '(SELECT 0 AS w) AS nothing WHERE false'}"
+
+
+_READ_W = "SELECT w FROM "
 
 
 def _mode(write: Write) -> str:
