@@ -210,6 +210,22 @@ def _instant(micros: str) -> str:
     )
 
 
+# Microseconds from the epoch a float8 holds exactly (the years 1685 to 2255): a time within them is read by
+# `_near_instant`.
+_NEAR = 1 << 53
+
+
+def _near_instant(micros: str) -> str:
+    """Return the SQL of the timestamptz `micros` microseconds (an int8 expression, less than `_NEAR` either way)
+    after the epoch.
+
+    One product and one sum (`_instant` takes five operations and two casts: a server's work at every run, for each
+    time of a lone write): the int8 becomes a float8 to multiply the interval, exact within `_NEAR`, and an interval
+    of microseconds alone adds the same instant whatever the session's time zone.
+    """
+    return f"('epoch'::timestamptz + {micros} * interval '1 microsecond')"
+
+
 def _json_default(value: Any) -> int | str:
     """Return a time or a lease length of a batch's rows as the value PostgreSQL reads it from."""
     if isinstance(value, datetime):
@@ -280,7 +296,13 @@ def _values(columns: Sequence[str], source: str) -> str:
 
 
 def _source(
-    columns: Sequence[str], extra: Sequence[str], first: int, rows: int, constants: Sequence[str] = ()
+    columns: Sequence[str],
+    extra: Sequence[str],
+    first: int,
+    rows: int,
+    constants: Sequence[str] = (),
+    *,
+    near: bool = False,
 ) -> tuple[str, int]:
     """Return the rows a part of the batch statement reads, and how many parameters they take.
 
@@ -288,7 +310,8 @@ def _source(
     rows of scalar parameters (VALUES), row by row. Scalars cost the client no encoding of a document, and the
     server no parsing; and only a statement of scalars gets a generic plan, kept for the prepared statement instead
     of planning it at every call. `constants` (scalar rows only): SQL literals of the first extra values, the same
-    in every row (those of a batch of one write), written into the statement instead of sent as parameters.
+    in every row (those of a batch of one write), written into the statement instead of sent as parameters. `near`
+    (scalar rows only): every time sent is within `_NEAR` of the epoch (`_scalar`).
     """
     types = [*(_ROW_TYPES.get(c, "text") for c in columns), *extra]
     if not rows:
@@ -299,15 +322,18 @@ def _source(
     width = len(sent)
 
     def row(r: int) -> str:
-        at = {i: _scalar(first + r * width + k, types[i]) for k, i in enumerate(sent)}
+        at = {i: _scalar(first + r * width + k, types[i], near) for k, i in enumerate(sent)}
         return "(" + ", ".join(fixed[i] if i in fixed else at[i] for i in range(len(types))) + ")"
 
     return f"(VALUES {', '.join(row(r) for r in range(rows))})", rows * width
 
 
-def _scalar(param: int, kind: str) -> str:
-    """Return scalar parameter `param` read as `kind`; a time is sent as microseconds since the epoch (`_micros`)."""
-    return _instant(f"${param}::int8") if kind == "timestamptz" else f"${param}::{kind}"
+def _scalar(param: int, kind: str, near: bool = False) -> str:
+    """Return scalar parameter `param` read as `kind`; a time is sent as microseconds since the epoch (`_micros`),
+    read by `_near_instant` if `near` (every time of the statement's write is within `_NEAR` of the epoch)."""
+    if kind == "timestamptz":
+        return _near_instant(f"${param}::int8") if near else _instant(f"${param}::int8")
+    return f"${param}::{kind}"
 
 
 # The positions of the times among a saga row's and a step row's parameters (sent by `_alone_statement` as ints).
@@ -315,13 +341,18 @@ _SAGA_TIMES = tuple(i for i, column in enumerate(SAGA_COLUMNS) if _ROW_TYPES.get
 _STEP_TIMES = tuple(i for i, column in enumerate(STEP_COLUMNS) if _ROW_TYPES.get(column) == "timestamptz")
 
 
-def _micros(params: list[Any], start: int, positions: Sequence[int]) -> None:
-    """Replace the times among `params` (a row's, from `start`) with their microseconds since the epoch."""
+def _micros(params: list[Any], start: int, positions: Sequence[int]) -> bool:
+    """Replace the times among `params` (a row's, from `start`) with their microseconds since the epoch; return
+    whether each is within `_NEAR` of it."""
+    near = True
     for i in positions:
         value = params[start + i]
         if value is not None:
             since = value - _EPOCH  # (`// _MICROSECOND` costs the division of two ints made of each)
-            params[start + i] = (since.days * 86400 + since.seconds) * 1000000 + since.microseconds
+            micros = params[start + i] = (since.days * 86400 + since.seconds) * 1000000 + since.microseconds
+            if not -_NEAR < micros < _NEAR:
+                near = False
+    return near
 
 
 _SAGAS = ", ".join(SAGA_COLUMNS)
@@ -341,6 +372,7 @@ def _batch_statement(
     saga_rows: int = 0,
     step_rows: int = 0,
     gated: bool | None = None,
+    near: bool = False,
 ) -> str:
     """Return the one statement that writes a batch of this shape (only the parts it needs: each plans quickly).
 
@@ -358,7 +390,8 @@ def _batch_statement(
     Returns the indexes of the writes that passed their condition.
 
     `gated` given (a batch of one write, in scalars): the write's index (0), its mode and whether its step rows are
-    gated are the statement's own constants, not parameters (fewer parameters for the driver to encode).
+    gated are the statement's own constants, not parameters (fewer parameters for the driver to encode); `near`:
+    every time among its scalars is within `_NEAR` of the epoch (read the cheaper way: `_near_instant`).
     """
     one = gated is not None
     parts: list[str] = []
@@ -368,7 +401,7 @@ def _batch_statement(
         # The one saga row written straight from its parameters (no rows to scan and join: fewer nodes for the
         # server to set up at every run); the expected owner is a parameter of an update only.
         mode = next(iter(modes))
-        given = [_scalar(n + i, _ROW_TYPES.get(column, "text")) for i, column in enumerate(SAGA_COLUMNS)]
+        given = [_scalar(n + i, _ROW_TYPES.get(column, "text"), near) for i, column in enumerate(SAGA_COLUMNS)]
         at = SAGA_COLUMNS.index("lease_expires_at")
         values = [*given[:at], f"clock_timestamp() + {given[at]}", *given[at + 1 :]]  # a lease: what is left of it
         n += len(SAGA_COLUMNS)
@@ -391,7 +424,7 @@ def _batch_statement(
                 parts.append(f"upserted AS ({insert} ON CONFLICT (saga_id) DO UPDATE SET {saga_set})")
     elif modes:
         constants = ("0", f"'{next(iter(modes))}'") if one else ()
-        source, used = _source(SAGA_COLUMNS, ("int4", "text", "text"), n, saga_rows, constants)
+        source, used = _source(SAGA_COLUMNS, ("int4", "text", "text"), n, saga_rows, constants, near=near)
         parts.append(f"u AS (SELECT * FROM {source} AS u({_SAGAS}, w, mode, expected))")
         n += used
         insert = f"INSERT INTO sagas ({_SAGAS}) SELECT {_values(SAGA_COLUMNS, 'u')} FROM u"
@@ -441,7 +474,7 @@ def _batch_statement(
             # The one write's rows: written if it passed (when gated), a test run once (an InitPlan), not a hashed
             # lookup of each row's write index, which they do not carry.
             gate = f" WHERE EXISTS (SELECT FROM {passing})" if passed and gated else ""
-            source, _ = _source(STEP_COLUMNS, (), n, step_rows)
+            source, _ = _source(STEP_COLUMNS, (), n, step_rows, near=near)
             columns = _STEPS
         else:
             gate = f" WHERE NOT s.gated OR s.w IN (SELECT w FROM {passing})" if passed else ""
@@ -474,10 +507,11 @@ def _alone_statement(write: Write) -> tuple[str, list[Any]]:
     params: list[Any] = []
     checks = 0
     mode = None
+    near = True
     if write.saga is not None:
         mode = _mode(write)
         params += write.saga
-        _micros(params, 0, _SAGA_TIMES)
+        near = _micros(params, 0, _SAGA_TIMES)
         if mode in ("update", "keep"):  # the expected owner (see `_batch_statement`: created and upserted have none)
             params.append(write.owner)
     elif write.owner is not None:
@@ -486,9 +520,11 @@ def _alone_statement(write: Write) -> tuple[str, list[Any]]:
     for row in write.steps:
         start = len(params)
         params += row
-        _micros(params, start, _STEP_TIMES)
+        if not _micros(params, start, _STEP_TIMES):
+            near = False
     steps = len(write.steps)
-    return _batch_statement(_MODES[mode], checks, steps > 0, int(mode is not None), steps, conditional), params
+    shape = _batch_statement(_MODES[mode], checks, steps > 0, int(mode is not None), steps, conditional, near)
+    return shape, params
 
 
 # What PostgreSQL's SQL differs in (saga_runtime._storage._flavour): the database's clock (`now()` is STABLE, so

@@ -57,3 +57,35 @@ async def test_times_of_any_year_round_trip_in_a_write_of_many_rows(store: SagaS
     assert [(r.started_at, r.finished_at, r.compensated_at) for r in loaded[1]] == [
         (r.started_at, r.finished_at, None) for r in steps
     ]
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_FLOAT_EXACT = 1 << 53  # microseconds: PostgreSQL reads times within this of the epoch the cheaper way
+_EDGES = [
+    _EPOCH + timedelta(microseconds=_FLOAT_EXACT - 1),
+    _EPOCH - timedelta(microseconds=_FLOAT_EXACT - 1),
+    _EPOCH + timedelta(microseconds=_FLOAT_EXACT),
+    _EPOCH - timedelta(microseconds=_FLOAT_EXACT),
+    _EPOCH + timedelta(microseconds=_FLOAT_EXACT + 1),
+    datetime(2026, 11, 29, 0, 30, 15, 999999, tzinfo=UTC),
+]
+
+
+async def test_times_either_side_of_where_a_float_stops_being_exact_round_trip_in_lone_writes(
+    store: SagaStore,
+) -> None:
+    """Lone writes of times just within and just beyond 2**53 microseconds of the epoch store each exactly."""
+    saga = make_saga("edges", created_at=_EDGES[-1])
+    steps = make_steps("edges", len(_EDGES))
+    for row, at in zip(steps, _EDGES, strict=True):
+        row.started_at, row.finished_at, row.compensated_at = at, _EDGES[-1], None
+        row.hash = None
+    assert await store.create_saga(saga, steps[:1]) is None
+    for row in steps[1:]:  # one row a write: some with every time within, some with one beyond
+        await store.save(None, [row])
+    saga.finished_at = _EDGES[1]
+    await store.save(saga, [])
+    loaded = await store.load_saga("edges")
+    assert loaded is not None
+    assert loaded[0] == as_stored(store, saga)
+    assert [(r.started_at, r.finished_at) for r in loaded[1]] == [(at, _EDGES[-1]) for at in _EDGES]
