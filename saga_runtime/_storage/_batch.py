@@ -130,7 +130,8 @@ class Batcher:
         """Give back the slot `alone` took for `write` (written, failed or interrupted)."""
         self._busy -= write.keys
         self._direct -= 1
-        self._direct_ended()
+        if self._queue or self._closed_error is not None:  # (else `_direct_ended` has nothing to do)
+            self._direct_ended()
 
     def _direct_ended(self) -> None:
         """After a write in its caller's task: wake a flusher for the writes queued meanwhile, or tell `close`."""

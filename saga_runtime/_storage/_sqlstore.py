@@ -410,7 +410,8 @@ class SQLStore(StoreBase, SQLRetention, SQLSchedules, SQLQueueControl):
         locked); else write nothing and raise LeaseLostError. With `lease` False too, the stored lease stays.
         Concurrent saves share commits (group commit).
         """
-        self._check_open()
+        if self._closed:
+            self._check_open()
         self._sealing.steps(steps)
         if saga is not None:
             self._sealing.saga(saga, reseal=reseal)

@@ -68,7 +68,12 @@ def write_of(
             size += len(args) if args.isascii() else len(args.encode())
         if result is not None:
             size += len(result) if result.isascii() else len(result.encode())
-    if len(rows) > 1 and _repeats(steps):
+    if len(rows) > 1 and (
+        _repeats(steps)
+        if len(rows) > 2
+        # (`_repeats` of the usual save's two rows, inlined)
+        else steps[0].step_id == steps[1].step_id and steps[0].saga_id == steps[1].saga_id
+    ):
         # One row per step: a statement may touch a row once, and the last version of a row is the one that counts.
         rows = list({(row.saga_id, row.step_id): params for row, params in zip(steps, rows, strict=True)}.values())
     saga_params = None
@@ -92,10 +97,7 @@ def write_of(
 
 
 def _repeats(steps: Sequence[StepRow]) -> bool:
-    """Tell whether a step row appears twice among `steps` (two of them: compared, the usual save's)."""
-    if len(steps) == 2:
-        first, second = steps
-        return first.step_id == second.step_id and first.saga_id == second.saga_id
+    """Tell whether a step row appears twice among `steps`."""
     return len({(row.saga_id, row.step_id) for row in steps}) < len(steps)
 
 
