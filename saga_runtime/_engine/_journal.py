@@ -562,12 +562,14 @@ class Journal:
             return None
         links = self._links
         steps = []
+        # The end's write hands the store the rows themselves: nothing changes them after it (a snapshot for free).
+        ended = self._ended
         for row in dirty.values():
             if row.hash is not None:
                 row.hash = None  # the store seals it afresh (and links it, unless linked here)
             if links is not None:
                 row.prev_hash = links.get(row.seq) or self._link(row)
-            steps.append(row.copy())
+            steps.append(row if ended else row.copy())
         dirty.clear()
         saga = None
         sent = 0.0
