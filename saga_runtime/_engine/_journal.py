@@ -435,12 +435,22 @@ class Journal:
                 try:
                     batch = self._batch()
                     if batch is not None:
+                        saga, steps, sent, reseal, lease = batch
                         try:
-                            await self.store.save(batch[0], batch[1], owner=self.owner, reseal=batch[3], lease=batch[4])
+                            await self.store.save(saga, steps, owner=self.owner, reseal=reseal, lease=lease)
                         except BaseException:
                             self._unwritten(batch)
                             raise
-                        self._written(batch)
+                        if saga is not None:  # believed now that it is stored: the row's new lease and seal
+                            mine = self.saga
+                            mine.updated_at, mine.lease_expires_at, mine.seal = (
+                                saga.updated_at,
+                                saga.lease_expires_at,
+                                saga.seal,
+                            )
+                            self._seal_known = True
+                            if sent and self.owner is not None:
+                                self.lease.confirmed(sent)
                     return
                 finally:
                     lock.release()
@@ -544,18 +554,23 @@ class Journal:
     def _batch(self) -> tuple[SagaRow | None, list[StepRow], float, bool, bool] | None:
         """Take what is to write: (saga row copy or None, step row copies, lease mark, reseal, lease written);
         None: nothing."""
-        self.guard.check()
-        if not self._dirty and not self._saga_dirty and not self._saga_touched:
+        guard = self.guard
+        if guard.fenced:  # (`guard.check()`, without its frame: read at every write)
+            raise guard.error()
+        dirty = self._dirty
+        if not dirty and not self._saga_dirty and not self._saga_touched:
             return None
         links = self._links
         steps = []
-        for row in self._dirty.values():
+        # The end's write hands the store the rows themselves: nothing changes them after it (a snapshot for free).
+        ended = self._ended
+        for row in dirty.values():
             if row.hash is not None:
                 row.hash = None  # the store seals it afresh (and links it, unless linked here)
             if links is not None:
                 row.prev_hash = links.get(row.seq) or self._link(row)
-            steps.append(row.copy())
-        self._dirty.clear()
+            steps.append(row if ended else row.copy())
+        dirty.clear()
         saga = None
         sent = 0.0
         lease = True
@@ -572,14 +587,6 @@ class Journal:
                     sent = self.lease.mark()
             self._saga_dirty = self._saga_touched = False
         return saga, steps, sent, reseal, lease
-
-    def _written(self, batch: tuple[SagaRow | None, list[StepRow], float, bool, bool]) -> None:
-        saga, _, sent, _, _ = batch
-        if saga is not None:
-            self.saga.updated_at, self.saga.lease_expires_at = saga.updated_at, saga.lease_expires_at
-            self.saga.seal, self._seal_known = saga.seal, True
-            if sent and self.owner is not None:
-                self.lease.confirmed(sent)
 
     def _unwritten(self, batch: tuple[SagaRow | None, list[StepRow], float, bool, bool]) -> None:
         """Keep the rows of a write that failed dirty."""

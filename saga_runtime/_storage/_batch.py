@@ -90,23 +90,16 @@ class Batcher:
 
     async def submit(self, write: Write) -> Outcome:
         """Queue `write` and return its outcome once its batch committed; raise what failed it."""
-        if self._closed_error is not None:
-            raise self._closed_error
-        if not self._queue and not self._flushers and not self._direct:
-            # Written alone in the caller's own task: nothing else is being written, so no flusher is needed. It
-            # takes a slot like a batch, so writes arriving meanwhile queue up (and gather) behind it. Cancelled,
-            # the caller only interrupts its own write. (Inlined here: the hot path of a saga written alone.)
-            self._direct += 1
-            self._busy |= write.keys
+        if self.alone(write):
+            # Written alone in the caller's own task (see `alone`). Cancelled, the caller only interrupts its own
+            # write.
             try:
                 try:
                     outcome: Outcome | Exception = (await self._flush_alone([write]))[0]
                 except Exception as exc:
                     outcome = exc
             finally:
-                self._busy -= write.keys
-                self._direct -= 1
-                self._direct_ended()
+                self.alone_done(write)
             if isinstance(outcome, Exception):
                 raise outcome
             return outcome
@@ -116,6 +109,29 @@ class Batcher:
         self._wake()
         # Cancelled here, the future is cancelled: a flusher drops the write, or ignores its outcome.
         return await future
+
+    def alone(self, write: Write) -> bool:
+        """Take a slot for `write` to be written alone in its caller's task, if nothing else is being written; tell
+        whether it was taken (False: `submit` it). Raise the close's error once closed.
+
+        Nothing else being written, no flusher is needed: the write takes a slot like a batch, so writes arriving
+        meanwhile queue up (and gather) behind it. Whoever took the slot writes `write` as one batch of its own,
+        then calls `alone_done` whatever came of it. (The store's hot path takes it without a coroutine of ours.)
+        """
+        if self._closed_error is not None:
+            raise self._closed_error
+        if self._queue or self._flushers or self._direct:
+            return False
+        self._direct += 1
+        self._busy |= write.keys
+        return True
+
+    def alone_done(self, write: Write) -> None:
+        """Give back the slot `alone` took for `write` (written, failed or interrupted)."""
+        self._busy -= write.keys
+        self._direct -= 1
+        if self._queue or self._closed_error is not None:  # (else `_direct_ended` has nothing to do)
+            self._direct_ended()
 
     def _direct_ended(self) -> None:
         """After a write in its caller's task: wake a flusher for the writes queued meanwhile, or tell `close`."""

@@ -53,38 +53,51 @@ def write_of(
     # counted in UTF-8 bytes (a character may take four).
     size = 0
     rows: list[tuple[Any, ...]] = []
-    ids: set[str] = set()
+    saga_id = None if saga is None else saga.saga_id
+    mixed = False  # rows of more than one saga among them (the usual write's are all of one)
     for row in steps:
         params = step_params(row)
         rows.append(params)
-        ids.add(row.saga_id)
+        if row.saga_id != saga_id:
+            if saga_id is None:
+                saga_id = row.saga_id
+            else:
+                mixed = True
         args, result = params[5], params[9]
         if args is not None:
             size += len(args) if args.isascii() else len(args.encode())
         if result is not None:
             size += len(result) if result.isascii() else len(result.encode())
-    if len(rows) > 1 and _repeats(steps):
+    if len(rows) > 1 and (
+        _repeats(steps)
+        if len(rows) > 2
+        # (`_repeats` of the usual save's two rows, inlined)
+        else steps[0].step_id == steps[1].step_id and steps[0].saga_id == steps[1].saga_id
+    ):
         # One row per step: a statement may touch a row once, and the last version of a row is the one that counts.
         rows = list({(row.saga_id, row.step_id): params for row, params in zip(steps, rows, strict=True)}.values())
     saga_params = None
     if saga is not None:
         saga_params = codec.saga_params(saga)
-        ids.add(saga.saga_id)
         size += _bytes(saga_params[2]) + _bytes(saga_params[10])
-    if owner is not None and len(ids) > 1:
-        raise ValueError(f"an owner-conditional save writes the rows of one saga, not of {sorted(ids)}")
-    saga_id = saga.saga_id if saga is not None else min(ids)
+    assert saga_id is not None
+    keys = frozenset((saga_id,))
+    if mixed:
+        ids = {row.saga_id for row in steps}
+        if saga is not None:
+            ids.add(saga_id)
+        if owner is not None:
+            raise ValueError(f"an owner-conditional save writes the rows of one saga, not of {sorted(ids)}")
+        keys = frozenset(ids)
+        if saga is None:
+            saga_id = min(ids)
     keep = not lease and saga_params is not None and owner is not None and not create
-    return Write(
-        what, saga_id, saga_params, rows, owner=owner, create=create, keep_lease=keep, keys=frozenset(ids), size=size
-    )
+    # (Positional: a call with keywords costs the dataclass's __init__ a dict of them, on every write.)
+    return Write(what, saga_id, saga_params, rows, owner, create, keep, keys, size)
 
 
 def _repeats(steps: Sequence[StepRow]) -> bool:
-    """Tell whether a step row appears twice among `steps` (two of them: compared, the usual save's)."""
-    if len(steps) == 2:
-        first, second = steps
-        return first.step_id == second.step_id and first.saga_id == second.saga_id
+    """Tell whether a step row appears twice among `steps`."""
     return len({(row.saga_id, row.step_id) for row in steps}) < len(steps)
 
 
