@@ -8,9 +8,7 @@ from collections.abc import Coroutine
 from datetime import datetime
 from typing import Any
 
-import anyio
-
-from saga_runtime._engine._cancellation import shielded, shielded_inline
+from saga_runtime._engine._cancellation import deadline, shielded, shielded_inline
 from saga_runtime._engine._events import heard
 from saga_runtime._engine._journal import Journal, inline_writer
 from saga_runtime._engine._notices import changed
@@ -68,7 +66,7 @@ async def write_end(
 
 async def _bounded(journal: Journal, write: Coroutine[Any, Any, None]) -> None:
     bound = final_write_bound(journal.store)
-    with anyio.move_on_after(bound) as scope:
+    with deadline(bound) as scope:  # (anyio.move_on_after's scope, without asking which event loop runs)
         await write
     if scope.cancelled_caught:
         raise StoreError(

@@ -52,6 +52,7 @@ class Claims:
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
         self._wheel: LeaseWheel | None = None
+        self._lease_span = timedelta(seconds=config.lease_timeout)  # (the config is frozen: one timedelta for all)
 
     def lease_wheel(self) -> LeaseWheel:
         """Return the wheel the leases of this executor's sagas are renewed by, on the running loop."""
@@ -63,7 +64,7 @@ class Claims:
 
     def lease_until(self, start: Any) -> Any:
         """Return when a lease taken at `start` expires."""
-        return start + timedelta(seconds=self.config.lease_timeout)
+        return start + self._lease_span
 
     def new_saga(
         self,
@@ -206,7 +207,8 @@ class Session:
         """Leave the session in the task that entered it; raise what the caller must see (see the class)."""
         engine = self.engine
         try:
-            await self.stop_renewing()
+            if self.keeper is not None:  # (`stop_renewing`, without its coroutine)
+                await self.keeper.stop()
             saga = engine.saga
             stopped = engine.fenced and not engine.lease_lost and saga.status is not _WAITING
             if engine.detached and stopped and not saga.status.is_terminal:
