@@ -30,7 +30,6 @@ from saga_runtime._records import (
     SagaResult,
     Schedule,
     SecretKeyring,
-    StepRow,
 )
 from saga_runtime._schedules import Schedules
 from saga_runtime._starting import (
@@ -194,28 +193,20 @@ class SagaExecutor:
         saga's steps, its return value `result.output`; an exception leaving it compensates every call made.
         """
         function = target(self.registry, plan, args)
-        work: Any
         if function is not None:
-            saga = function_saga(self._drives, function, args, saga_id, budget, metadata)
+            fn_saga = function_saga(self._drives, function, args, saga_id, budget, metadata)
             await self._resources.enter()
-            work = self._planner.body(saga)
-            assert work is not None  # a saga function's saga
-            steps: list[StepRow] = []
-            announce = shown = False
-        else:
-            planned = build_plan(plan, self.registry, policy=policy, keyring=self._drives.config.keyring)
-            await self._resources.enter()  # before anything is stored: a lifespan that fails runs nothing
-            saga, steps = new_plan_saga(self._drives, planned, saga_id, budget, metadata)
-            # The first group's intent (RUNNING, attempt 1) is committed with the saga itself: one write less
-            # (unless a step of it waits for a person's decision first).
-            work, announce, shown = planned, not planned.first_held, planned.args_shown_as_is
-        actions = self._actions
-        started = await actions.begin(work, saga, steps, announce=announce, args_shown_as_is=shown)
-        if isinstance(started, SagaResult):
-            return started  # stored already: finished, or waiting for a decision
-        # The claim held here, in the caller's coroutine: the saga's drive is awaited with no layer between.
-        async with started.claim as held:
-            return await actions.go(started, held)
+            body = self._planner.body(fn_saga)
+            assert body is not None  # a saga function's saga
+            return await self._actions.run(body, fn_saga, [], announce=False)
+        planned = build_plan(plan, self.registry, policy=policy, keyring=self._drives.config.keyring)
+        await self._resources.enter()  # before anything is stored: a lifespan that fails runs nothing
+        saga, steps = new_plan_saga(self._drives, planned, saga_id, budget, metadata)
+        # The first group's intent (RUNNING, attempt 1) is committed with the saga itself: one write less (unless a
+        # step of it waits for a person's decision first).
+        return await self._actions.run(
+            planned, saga, steps, announce=not planned.first_held, args_shown_as_is=planned.args_shown_as_is
+        )
 
     async def submit(
         self,

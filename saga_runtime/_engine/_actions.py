@@ -7,19 +7,16 @@ needs tools this executor lacks records what it can and leaves the rest for a wo
 from __future__ import annotations
 
 import logging
-from collections.abc import Coroutine
-from typing import Any
 
 from saga_runtime._engine import _journal
 from saga_runtime._engine._approvals import Decisions
 from saga_runtime._engine._calls import CallBody
-from saga_runtime._engine._claim import Claim, Drives
+from saga_runtime._engine._claim import Drives
 from saga_runtime._engine._driver import Planner, PlanShape, drive
 from saga_runtime._engine._events import SagaEvent, emit
 from saga_runtime._engine._notices import changed
 from saga_runtime._engine._queueing import Queues
 from saga_runtime._engine._recovery import Recovery
-from saga_runtime._engine._saga import SagaEngine
 from saga_runtime._exceptions import (
     ApprovalError,
     IdempotencyConflictError,
@@ -47,7 +44,7 @@ from saga_runtime._records import (
 )
 from saga_runtime._storage import approvals_of
 
-__all__ = ["Actions", "Started"]
+__all__ = ["Actions"]
 
 logger = logging.getLogger("saga_runtime")
 
@@ -77,7 +74,7 @@ class Actions:
         """Return the planner the front door handed down."""
         return self._planner
 
-    async def begin(
+    async def run(
         self,
         work: PlanShape | CallBody,
         saga: SagaRow,
@@ -85,14 +82,10 @@ class Actions:
         *,
         announce: bool,
         args_shown_as_is: bool = False,
-    ) -> SagaResult | Started:
-        """Store a new saga (`work`: its plan, or a saga function's code) and return how it is started: drive it as
-        `async with started.claim as held: return await actions.go(started, held)`. An existing one is returned
-        finished, or started again (resumed) if its owner is gone. `announce`: the first group's intent is written
-        with the saga. `args_shown_as_is`: no step's arguments hold a secret to mask (`Plan.args_shown_as_is`).
-
-        (Two halves, not one coroutine: the front door holds the claim itself, so no layer of ours stands around
-        every pause of the saga.)
+    ) -> SagaResult:
+        """Store a new saga and drive it (`work`: its plan, or a saga function's code); an existing one is returned
+        finished, or resumed if its owner is gone. `announce`: the first group's intent is written with the saga.
+        `args_shown_as_is`: no step's arguments hold a secret to mask (`Plan.args_shown_as_is`).
         """
         drives = self._drives
         store = drives.config.store
@@ -105,35 +98,32 @@ class Actions:
         if existing is None:
             engine.journal.stored_as(created)
             logger.debug("saga %s: started by %s, %d steps", saga.saga_id, drives.config.executor_id, len(steps))
-            return Started(drives.claim(saga, take="new"), work, engine, None)
-        stored, rows = existing
-        if self._finished(saga, stored, rows) or stored.status is SagaStatus.WAITING:
-            # Finished, or waiting for a decision: the stored result, and no tool called.
-            return result_from_rows(stored, rows, await self.approvals_of(stored))
-        if stored.parent_id is not None and stored.parent_id != saga.parent_id:
-            # A live child is driven through its parent only (saga_runtime._engine._children).
-            raise SagaInProgressError(
-                f"saga {saga.saga_id!r} is a child of saga {stored.parent_id!r}, driven through its parent only: "
-                "run its parent, or wait for it",
-                saga_id=saga.saga_id,
-                owner=stored.owner,
-                lease_expires_at=stored.lease_expires_at,
-            )
-        return Started(drives.claim(stored, rows, take="orphan"), work, None, stored.owner)
-
-    def go(self, started: Started, held: Claim | None) -> Coroutine[Any, Any, SagaResult]:
-        """Return what drives a saga `begin` started, once its claim is entered (`held`: what entering yielded);
-        raise `SagaInProgressError` if the claim was not given (await it, inside the claim's block)."""
-        if held is None:
-            raise started.claim.in_progress(
-                "wait for it and read its result with store.get_saga(), or run it again once it has finished"
-            )
-        resumed = started.engine is None
-        if resumed:
-            logger.info("saga %s: resuming where its previous owner %r left it", held.saga.saga_id, started.owner)
-        engine = held.start(started.engine)
-        engine.emit("saga_started")
-        return drive(engine, started.work, self._planner, resumed=resumed)
+            claim = drives.claim(saga, take="new")
+        else:
+            stored, rows = existing
+            if self._finished(saga, stored, rows) or stored.status is SagaStatus.WAITING:
+                # Finished, or waiting for a decision: the stored result, and no tool called.
+                return result_from_rows(stored, rows, await self.approvals_of(stored))
+            if stored.parent_id is not None and stored.parent_id != saga.parent_id:
+                # A live child is driven through its parent only (saga_runtime._engine._children).
+                raise SagaInProgressError(
+                    f"saga {saga.saga_id!r} is a child of saga {stored.parent_id!r}, driven through its parent only: "
+                    "run its parent, or wait for it",
+                    saga_id=saga.saga_id,
+                    owner=stored.owner,
+                    lease_expires_at=stored.lease_expires_at,
+                )
+            claim = drives.claim(stored, rows, take="orphan")
+        async with claim as held:
+            if held is None:
+                raise claim.in_progress(
+                    "wait for it and read its result with store.get_saga(), or run it again once it has finished"
+                )
+            if existing is not None:
+                logger.info("saga %s: resuming where its previous owner %r left it", saga.saga_id, existing[0].owner)
+            engine = held.start(engine if existing is None else None)
+            engine.emit("saga_started")
+            return await drive(engine, work, self._planner, resumed=existing is not None)
 
     @staticmethod
     def _finished(attempted: SagaRow, saga: SagaRow, steps: list[StepRow]) -> bool:
@@ -337,15 +327,3 @@ class Actions:
             engine.reopen_compensation()  # its failed compensations are due again; none done is redone
             engine.emit("saga_started")
             return await engine.compensate()
-
-
-class Started:
-    """A saga `Actions.begin` stored (or found, its owner gone): the claim to drive it in, and what drives it."""
-
-    __slots__ = ("claim", "engine", "owner", "work")
-
-    def __init__(self, claim: Claim, work: PlanShape | CallBody, engine: SagaEngine | None, owner: str | None) -> None:
-        self.claim = claim
-        self.work = work
-        self.engine = engine  # a new saga's (None: one found stored, resumed over its rows as claimed)
-        self.owner = owner  # the previous owner of one found stored
