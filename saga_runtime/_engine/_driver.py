@@ -20,6 +20,7 @@ from saga_runtime._records import (
     SagaResult,
     SagaRow,
     SagaStatus,
+    StepStatus,
     own_copy,
 )
 
@@ -30,6 +31,7 @@ logger = logging.getLogger("saga_runtime")
 # Statuses read for every saga, as module constants: Python 3.11 reads an enum class's attribute through
 # EnumType.__getattr__'s slow hook, a module global at a fraction of its cost.
 _SUCCESS, _COMPENSATING = SagaStatus.SUCCESS, SagaStatus.COMPENSATING
+_PENDING = StepStatus.PENDING
 
 
 class PlanStep(Protocol):
@@ -153,12 +155,20 @@ async def drive_plan(engine: SagaEngine, plan: PlanShape, planner: Planner, *, r
                 join = plan.join_of(g)
                 # (One step a group, the sequential case, without a list comprehension's frame.)
                 recorded = [by_id[group[0].step_id]] if len(group) == 1 else [by_id[step.step_id] for step in group]
-                if (
-                    resumed
-                ):  # (a group of a saga run from its start holds only what this run recorded: nothing to adopt)
+                # (A group of a saga run from its start holds only what this run recorded: nothing to adopt.)
+                if resumed:
                     engine.adopt(recorded, join.mode)
                 if verdict.failed:  # (engine.failed, read at every group)
                     break
+                if len(group) == 1 and join.mode == "all":
+                    step, row = group[0], recorded[0]
+                    if step.kwargs is not None and row.status is _PENDING and not step.approval:
+                        # The sequential case: one step never started, its arguments the plan's, validated with it
+                        # (no `$ref`, no decision to wait for), run with them at once. Nothing paused since the last
+                        # group ended: its step's reading of the clock starts this one's.
+                        if not await groups.run_one(row, step.kwargs):
+                            break
+                        continue
                 for step, row in zip(group, recorded, strict=True):
                     if row.status not in RUNNABLE:
                         continue
