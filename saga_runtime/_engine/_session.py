@@ -168,8 +168,10 @@ class Claims:
 
 def new_saga_id() -> str:
     """Return a fresh saga id: what `uuid.uuid4().hex` returns, without building a UUID object."""
-    n = int.from_bytes(os.urandom(16), "big") & ~(0xF000 << 64 | 0xC000 << 48) | 0x4000 << 64 | 0x8000 << 48
-    return f"{n:032x}"
+    raw = bytearray(os.urandom(16))
+    raw[6] = raw[6] & 0x0F | 0x40  # version 4
+    raw[8] = raw[8] & 0x3F | 0x80  # the RFC 4122 variant
+    return raw.hex()
 
 
 class Session:
