@@ -51,7 +51,7 @@ async def write_end(
     journal.end(status, error, cause if not succeeded else None, at)
     if not journal.writes_inline:
         await _bounded(journal, journal.flush())
-    else:
+    elif not journal.wrote_now():  # (written in this code, no coroutine; else refused: flush takes it from there)
         await shielded_inline(journal.flush(), lambda rest: shielded(_bounded(journal, rest)))
     changed(journal.store, saga.saga_id)  # its readers in this process stop now
     result = result_from_rows(
