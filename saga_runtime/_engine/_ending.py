@@ -6,6 +6,7 @@ import logging
 import math
 from collections.abc import Coroutine
 from datetime import datetime
+from operator import attrgetter
 from typing import Any
 
 from saga_runtime._engine._cancellation import deadline, shielded, shielded_inline
@@ -26,6 +27,7 @@ logger = logging.getLogger("saga_runtime")
 _FINAL_WRITE_MARGIN = 10.0
 # Steps that never ran: a saga holding one has not succeeded.
 _NEVER_RAN = frozenset({StepStatus.PENDING, StepStatus.WAITING})
+_status = attrgetter("status")
 _SUCCESS = SagaStatus.SUCCESS  # (a module global: an enum class's attribute is slow to read on Python 3.11)
 
 
@@ -41,13 +43,13 @@ async def write_end(
     journal.check_fence()  # another executor owns the saga: its end is not ours to record
     saga = journal.saga
     succeeded = status is _SUCCESS
-    if succeeded:
+    if succeeded and not _NEVER_RAN.isdisjoint(map(_status, journal.rows.values())):  # (looked for in C)
+        # A bug, never a user's error: a saga that skipped a step must not say it succeeded.
         left = [row.step_id for row in journal.rows.values() if row.status in _NEVER_RAN]
-        if left:  # a bug, never a user's error: a saga that skipped a step must not say it succeeded
-            raise TransitionError(
-                f"saga {saga.saga_id!r} cannot end SUCCESS: steps {left} never ran (a bug in saga_runtime: "
-                "please report it)"
-            )
+        raise TransitionError(
+            f"saga {saga.saga_id!r} cannot end SUCCESS: steps {left} never ran (a bug in saga_runtime: "
+            "please report it)"
+        )
     journal.end(status, error, cause if not succeeded else None, at)
     if not journal.writes_inline:
         await _bounded(journal, journal.flush())
@@ -57,7 +59,8 @@ async def write_end(
     result = result_from_rows(
         saga, list(journal.rows.values()), journal.approvals, complete=True, args_shown=journal.args_shown_as_is
     )
-    journal.emit("saga_finished", error=saga.error, reason=result.end_reason)
+    if journal.config.hooks:  # (no event built for no hook)
+        journal.emit("saga_finished", error=saga.error, reason=result.end_reason)
     level = logging.INFO if succeeded else logging.WARNING
     if heard(logger, level):  # (a record built for nobody costs as much as a step)
         logger.log(level, "saga %s ended %s%s", saga.saga_id, status.value, f": {saga.error}" if saga.error else "")

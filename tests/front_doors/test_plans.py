@@ -1,6 +1,5 @@
 """Plans: their shapes, step ids, `$ref`s, groups, PlanPolicy and the irreversible rule."""
 
-import uuid
 from typing import Any
 
 import pytest
@@ -574,13 +573,3 @@ async def test_a_dynamic_step_id_holding_nul_is_refused_before_the_call() -> Non
         with pytest.raises(PlanValidationError, match="NUL"):
             await saga.group([("Noop", {}, "step\x00one")])
     assert calls == []
-
-
-async def test_a_saga_run_without_an_id_gets_a_fresh_version_4_uuid() -> None:
-    """A saga run without a saga_id is named by a fresh random UUID (version 4, RFC 4122 variant) in hex."""
-    executor = SagaExecutor(make_registry([]))
-    ids = [(await executor.run([{"tool": "Echo", "args": {"value": n}}])).saga_id for n in range(50)]
-    assert len(set(ids)) == len(ids)
-    for saga_id in ids:
-        parsed = uuid.UUID(hex=saga_id)
-        assert (parsed.version, parsed.variant, parsed.hex) == (4, uuid.RFC_4122, saga_id)
