@@ -63,6 +63,8 @@ class PlanShape(Protocol):
     def steps(self) -> Sequence[PlanStep]: ...
     @property
     def gated(self) -> bool: ...
+    @property
+    def group_joins(self) -> Sequence[PlanJoin]: ...
     def join_of(self, group: int) -> PlanJoin: ...
     def group_ids(self) -> dict[str, int]: ...
 
@@ -148,11 +150,10 @@ async def drive_plan(engine: SagaEngine, plan: PlanShape, planner: Planner, *, r
         if gates:
             await engine.gate.load()  # its requests are part of its result, decided in an earlier run or not
         try:
-            for g, group in enumerate(plan.groups):
+            for group, join in zip(plan.groups, plan.group_joins, strict=True):
                 if engine.shelters is not None and engine.shelters.stopping:
                     await engine.flush()  # its worker stops: what ran is recorded, and nothing more starts
                     raise WorkerStopped
-                join = plan.join_of(g)
                 # (One step a group, the sequential case, without a list comprehension's frame.)
                 recorded = [by_id[group[0].step_id]] if len(group) == 1 else [by_id[step.step_id] for step in group]
                 # (A group of a saga run from its start holds only what this run recorded: nothing to adopt.)

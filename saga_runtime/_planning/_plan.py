@@ -154,8 +154,18 @@ class Plan:
         return self.joins[group] if group < len(self.joins) else _ALL
 
     def group_ids(self) -> dict[str, int]:
-        """Return the ids given to groups, with their index."""
+        """Return the ids given to groups, with their index (one dict per plan, shared by its `fresh` copies: read it
+        only)."""
+        return self._group_ids
+
+    @functools.cached_property
+    def _group_ids(self) -> dict[str, int]:
         return {join.id: g for g, join in enumerate(self.joins) if join.id is not None}
+
+    @functools.cached_property
+    def group_joins(self) -> tuple[Join, ...]:
+        """Return how each group ends, in plan order (`join_of` of each; shared by `fresh` copies)."""
+        return tuple(self.join_of(g) for g in range(len(self.groups)))
 
     def to_json(self) -> list[Any]:
         """Return the plan as stored: groups of `{"id", "tool", "args"}`, a join other than `all` spelled out."""
@@ -239,6 +249,8 @@ class Plan:
             args_shown_as_is=self.args_shown_as_is,
             gated=self.gated,
             first_held=self.first_held,
+            _group_ids=self._group_ids,
+            group_joins=self.group_joins,
         )
         if not self._plain:
             known["step_args"] = [_own_args(args) for args in self.step_args]
