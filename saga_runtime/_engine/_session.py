@@ -200,17 +200,12 @@ class Session:
             self.engine.journal, self._fence.cancel, on_cancel=self.engine.cancel, wheel=self._claims.lease_wheel()
         ).start()
 
-    async def stop_renewing(self) -> None:
-        """Stop renewing the lease (it runs out; the saga stays this executor's until then)."""
-        if self.keeper is not None:
-            await self.keeper.stop()
-
     async def exit(self, exc: BaseException | None) -> None:
         """Leave the session in the task that entered it; raise what the caller must see (see the class)."""
         engine = self.engine
         try:
-            if self.keeper is not None:  # (`stop_renewing`, without its coroutine)
-                await self.keeper.stop()
+            if self.keeper is not None:
+                await self.keeper.stop()  # the lease is renewed no more
             saga = engine.saga
             stopped = engine.fenced and not engine.lease_lost and saga.status is not _WAITING
             if engine.detached and stopped and not saga.status.is_terminal:
