@@ -195,18 +195,19 @@ class SagaExecutor:
         function = target(self.registry, plan, args)
         if function is not None:
             fn_saga = function_saga(self._drives, function, args, saga_id, budget, metadata)
-            await self._resources.enter()
+            if not self._resources.entered:  # (entered, or none to enter: no coroutine to ask)
+                await self._resources.enter()
             body = self._planner.body(fn_saga)
             assert body is not None  # a saga function's saga
             return await self._actions.run(body, fn_saga, [], announce=False)
         planned = build_plan(plan, self.registry, policy=policy, keyring=self._drives.config.keyring)
-        await self._resources.enter()  # before anything is stored: a lifespan that fails runs nothing
+        if not self._resources.entered:  # before anything is stored: a lifespan that fails runs nothing
+            await self._resources.enter()
         saga, steps = new_plan_saga(self._drives, planned, saga_id, budget, metadata)
         # The first group's intent (RUNNING, attempt 1) is committed with the saga itself: one write less (unless a
         # step of it waits for a person's decision first).
-        held = bool(planned.groups) and any(step.approval for step in planned.groups[0])
         return await self._actions.run(
-            planned, saga, steps, announce=not held, args_shown_as_is=planned.args_shown_as_is
+            planned, saga, steps, announce=not planned.first_held, args_shown_as_is=planned.args_shown_as_is
         )
 
     async def submit(

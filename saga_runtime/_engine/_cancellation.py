@@ -144,7 +144,7 @@ def cancel_requests() -> int:
     A fence's scope swallows the cancellation it caused; a caller's cancel landing in the same turn stays counted
     here, so comparing with the count taken before tells a lost lease from the caller leaving.
     """
-    task = asyncio.current_task()
+    task = _current_task()  # (asyncio.current_task's lookup, without its frame on 3.11)
     return 0 if task is None else task.cancelling()
 
 
@@ -162,7 +162,7 @@ async def shielded(coro: Coroutine[Any, Any, T]) -> T:
     `asyncio.timeout`, `wait_for`): so the work runs in its own task, always awaited here. Bound the work itself.
     (The shield is anyio's asyncio scope made directly: the engine always runs on asyncio.)
     """
-    task = asyncio.ensure_future(coro)
+    task = asyncio.get_running_loop().create_task(coro)  # (what `ensure_future` does with a coroutine)
     caught: BaseException | None = None
     with _AsyncioScope(shield=True):
         while True:

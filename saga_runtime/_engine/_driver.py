@@ -9,7 +9,7 @@ stored saga, resolves a step's `$ref`s, or gets a saga function's body, through 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Protocol
 
 from saga_runtime._engine._approvals import HOLDABLE
@@ -20,6 +20,7 @@ from saga_runtime._records import (
     SagaResult,
     SagaRow,
     SagaStatus,
+    StepStatus,
     own_copy,
 )
 
@@ -30,6 +31,7 @@ logger = logging.getLogger("saga_runtime")
 # Statuses read for every saga, as module constants: Python 3.11 reads an enum class's attribute through
 # EnumType.__getattr__'s slow hook, a module global at a fraction of its cost.
 _SUCCESS, _COMPENSATING = SagaStatus.SUCCESS, SagaStatus.COMPENSATING
+_PENDING = StepStatus.PENDING
 
 
 class PlanStep(Protocol):
@@ -59,6 +61,10 @@ class PlanShape(Protocol):
     def groups(self) -> Sequence[Sequence[PlanStep]]: ...
     @property
     def steps(self) -> Sequence[PlanStep]: ...
+    @property
+    def gated(self) -> bool: ...
+    @property
+    def group_joins(self) -> Sequence[PlanJoin]: ...
     def join_of(self, group: int) -> PlanJoin: ...
     def group_ids(self) -> dict[str, int]: ...
 
@@ -92,20 +98,23 @@ def work_of(planner: Planner, saga: SagaRow) -> Work:
     return planner.build(saga.plan) if saga.kind == "plan" else planner.body(saga)
 
 
-async def drive(engine: SagaEngine, work: Work, planner: Planner, *, resumed: bool = False) -> SagaResult:
-    """Drive a claimed saga by its work to its end or its wait: every entry point's one way to drive a saga.
+def drive(
+    engine: SagaEngine, work: Work, planner: Planner, *, resumed: bool = False
+) -> Coroutine[Any, Any, SagaResult]:
+    """Drive a claimed saga by its work to its end or its wait: every entry point's one way to drive a saga (await
+    it: the coroutine of what drives it, no layer of its own around every pause of the saga).
 
     `resumed`: its record is gone over again (taken over, decided, due): a saga function's code is told so.
     """
     if work is None:  # a dynamic saga whose code is gone: nothing can go on with it
         engine.fail("its process stopped in the middle of the saga; recovery compensated it")
-        return await engine.compensate()
+        return engine.compensate()
     if not callable(work):
-        return await drive_plan(engine, work, planner, resumed=resumed)
+        return drive_plan(engine, work, planner, resumed=resumed)
     if resumed:
         engine.emit("saga_resumed")
     name = engine.saga.plan.get("function") if isinstance(engine.saga.plan, dict) else None
-    return await drive_calls(engine, work, what=f"saga function {name!r}")
+    return drive_calls(engine, work, what=f"saga function {name!r}")
 
 
 async def drive_plan(engine: SagaEngine, plan: PlanShape, planner: Planner, *, resumed: bool = True) -> SagaResult:
@@ -115,82 +124,91 @@ async def drive_plan(engine: SagaEngine, plan: PlanShape, planner: Planner, *, r
     no recorded outcome to take in before each group.
     """
     try:
-        return await _drive(engine, plan, planner, resumed)
+        if engine.saga.status is _COMPENSATING:
+            # The saga's error names why it compensates; a record without one (written by an older version) gets it
+            # from its first failed group.
+            for g, group in enumerate(plan.groups):
+                if engine.failed or engine.saga.error is not None:
+                    break
+                join, rows = plan.join_of(g), [engine.rows[step.step_id] for step in group]
+                engine.adopt(rows, join.mode)
+                if join.mode != "all" and not any(row.status in RUNNABLE for row in rows):
+                    engine.judge(rows, join.mode, join.needed)
+            return await engine.compensate()
+        group_ids = plan.group_ids()
+
+        def lookup(target: str) -> Any:
+            if target in group_ids:
+                g = group_ids[target]
+                return own_copy(
+                    engine.group_result([engine.rows[s.step_id] for s in plan.groups[g]], plan.join_of(g).mode)
+                )
+            return own_copy(engine.result_for(target))  # a copy: the step it is given to may change it
+
+        by_id, verdict, groups = engine.rows, engine.verdict, engine.groups
+        gates = plan.gated
+        if gates:
+            await engine.gate.load()  # its requests are part of its result, decided in an earlier run or not
+        try:
+            for group, join in zip(plan.groups, plan.group_joins, strict=True):
+                if engine.shelters is not None and engine.shelters.stopping:
+                    await engine.flush()  # its worker stops: what ran is recorded, and nothing more starts
+                    raise WorkerStopped
+                # (One step a group, the sequential case, without a list comprehension's frame.)
+                recorded = [by_id[group[0].step_id]] if len(group) == 1 else [by_id[step.step_id] for step in group]
+                # (A group of a saga run from its start holds only what this run recorded: nothing to adopt.)
+                if resumed:
+                    engine.adopt(recorded, join.mode)
+                if verdict.failed:  # (engine.failed, read at every group)
+                    break
+                if len(group) == 1 and join.mode == "all":
+                    step, row = group[0], recorded[0]
+                    if step.kwargs is not None and row.status is _PENDING and not step.approval:
+                        # The sequential case: one step never started, its arguments the plan's, validated with it
+                        # (no `$ref`, no decision to wait for), run with them at once. Nothing paused since the last
+                        # group ended: its step's reading of the clock starts this one's.
+                        if not await groups.run_one(row, step.kwargs):
+                            break
+                        continue
+                for step, row in zip(group, recorded, strict=True):
+                    if row.status not in RUNNABLE:
+                        continue
+                    if step.kwargs is not None:
+                        groups.validated(row, step.kwargs)  # used only if the row runs with the plan's own args
+                    elif planner.refs(step):
+                        try:
+                            engine.set_args(row, planner.resolve(step, lookup))
+                        except (ValueError, LookupError) as exc:
+                            engine.fail_before_start(row, exc)
+                gated = gates and [
+                    r for s, r in zip(group, recorded, strict=True) if s.approval and r.status in HOLDABLE
+                ]
+                if gated and not engine.failed:
+                    waiting, rejected = await engine.hold(gated)
+                    if waiting:
+                        return await engine.wait_for_decisions()  # the saga stops here until every request is decided
+                    if rejected:
+                        for row in rejected:
+                            engine.fail(f"step {row.step_id!r} ({row.tool_name}) was {row.error}")
+                        break
+                # Nothing paused since the last group ended (unless a decision was awaited): its step's reading of the
+                # clock starts this group's (one reading where two were taken a few us apart).
+                mode = join.mode
+                needed = None if mode == "all" else join.needed  # (an `all` group needs every step)
+                if not await groups.run(recorded, join=mode, needed=needed, handed=not gated):
+                    break
+        except CANCELLED:
+            if engine.fenced or engine.detached:
+                # Another executor owns the saga now, or a recovering worker is shutting down: it is not undone from
+                # here; its owner (or the next recovery) drives it on from its records.
+                engine.stop()
+                raise
+            logger.warning("saga %s: cancelled by its caller, compensating", engine.saga.saga_id)
+            await engine.compensate()
+            raise
+        if engine.failed:
+            return await engine.compensate()
+        return await engine.finish(_SUCCESS, handed=True)  # (the last step's end, nothing paused since: the saga's)
     finally:
         # Each error's traceback holds the engine: let go of them, so refcounting frees it, not the GC.
         engine.verdict.errors.clear()
-
-
-async def _drive(engine: SagaEngine, plan: PlanShape, planner: Planner, resumed: bool) -> SagaResult:
-    if engine.saga.status is _COMPENSATING:
-        # The saga's error names why it compensates; a record without one (written by an older version) gets it
-        # from its first failed group.
-        for g, group in enumerate(plan.groups):
-            if engine.failed or engine.saga.error is not None:
-                break
-            join, rows = plan.join_of(g), [engine.rows[step.step_id] for step in group]
-            engine.adopt(rows, join.mode)
-            if join.mode != "all" and not any(row.status in RUNNABLE for row in rows):
-                engine.judge(rows, join.mode, join.needed)
-        return await engine.compensate()
-    group_ids = plan.group_ids()
-
-    def lookup(target: str) -> Any:
-        if target in group_ids:
-            g = group_ids[target]
-            return own_copy(engine.group_result([engine.rows[s.step_id] for s in plan.groups[g]], plan.join_of(g).mode))
-        return own_copy(engine.result_for(target))  # a copy: the step it is given to may change it
-
-    by_id, verdict, groups = engine.rows, engine.verdict, engine.groups
-    gates = any(step.approval for step in plan.steps)
-    if gates:
-        await engine.gate.load()  # its requests are part of its result, decided in an earlier run or not
-    try:
-        for g, group in enumerate(plan.groups):
-            if engine.shelters is not None and engine.shelters.stopping:
-                await engine.flush()  # its worker stops: what ran is recorded, and nothing more starts
-                raise WorkerStopped
-            join = plan.join_of(g)
-            # (One step a group, the sequential case, without a list comprehension's frame.)
-            recorded = [by_id[group[0].step_id]] if len(group) == 1 else [by_id[step.step_id] for step in group]
-            if resumed:  # (a group of a saga run from its start holds only what this run recorded: nothing to adopt)
-                engine.adopt(recorded, join.mode)
-            if verdict.failed:  # (engine.failed, read at every group)
-                break
-            for step, row in zip(group, recorded, strict=True):
-                if row.status not in RUNNABLE:
-                    continue
-                if step.kwargs is not None:
-                    groups.validated(row, step.kwargs)  # used only if the row runs with the plan's own args
-                elif planner.refs(step):
-                    try:
-                        engine.set_args(row, planner.resolve(step, lookup))
-                    except (ValueError, LookupError) as exc:
-                        engine.fail_before_start(row, exc)
-            gated = gates and [r for s, r in zip(group, recorded, strict=True) if s.approval and r.status in HOLDABLE]
-            if gated and not engine.failed:
-                waiting, rejected = await engine.hold(gated)
-                if waiting:
-                    return await engine.wait_for_decisions()  # the saga stops here until every request is decided
-                if rejected:
-                    for row in rejected:
-                        engine.fail(f"step {row.step_id!r} ({row.tool_name}) was {row.error}")
-                    break
-            # Nothing paused since the last group ended (unless a decision was awaited): its step's reading of the
-            # clock starts this group's (one reading where two were taken a few us apart).
-            mode = join.mode
-            needed = None if mode == "all" else join.needed  # (an `all` group needs every step)
-            if not await groups.run(recorded, join=mode, needed=needed, handed=not gated):
-                break
-    except CANCELLED:
-        if engine.fenced or engine.detached:
-            # Another executor owns the saga now, or a recovering worker is shutting down: it is not undone from
-            # here; its owner (or the next recovery) drives it on from its records.
-            engine.stop()
-            raise
-        logger.warning("saga %s: cancelled by its caller, compensating", engine.saga.saga_id)
-        await engine.compensate()
-        raise
-    if engine.failed:
-        return await engine.compensate()
-    return await engine.finish(_SUCCESS, handed=True)  # (the last step's end, nothing paused since: the saga's)

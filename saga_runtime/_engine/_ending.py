@@ -6,11 +6,10 @@ import logging
 import math
 from collections.abc import Coroutine
 from datetime import datetime
+from operator import attrgetter
 from typing import Any
 
-import anyio
-
-from saga_runtime._engine._cancellation import shielded, shielded_inline
+from saga_runtime._engine._cancellation import deadline, shielded, shielded_inline
 from saga_runtime._engine._events import heard
 from saga_runtime._engine._journal import Journal, inline_writer
 from saga_runtime._engine._notices import changed
@@ -28,6 +27,7 @@ logger = logging.getLogger("saga_runtime")
 _FINAL_WRITE_MARGIN = 10.0
 # Steps that never ran: a saga holding one has not succeeded.
 _NEVER_RAN = frozenset({StepStatus.PENDING, StepStatus.WAITING})
+_status = attrgetter("status")
 _SUCCESS = SagaStatus.SUCCESS  # (a module global: an enum class's attribute is slow to read on Python 3.11)
 
 
@@ -43,23 +43,24 @@ async def write_end(
     journal.check_fence()  # another executor owns the saga: its end is not ours to record
     saga = journal.saga
     succeeded = status is _SUCCESS
-    if succeeded:
+    if succeeded and not _NEVER_RAN.isdisjoint(map(_status, journal.rows.values())):  # (looked for in C)
+        # A bug, never a user's error: a saga that skipped a step must not say it succeeded.
         left = [row.step_id for row in journal.rows.values() if row.status in _NEVER_RAN]
-        if left:  # a bug, never a user's error: a saga that skipped a step must not say it succeeded
-            raise TransitionError(
-                f"saga {saga.saga_id!r} cannot end SUCCESS: steps {left} never ran (a bug in saga_runtime: "
-                "please report it)"
-            )
+        raise TransitionError(
+            f"saga {saga.saga_id!r} cannot end SUCCESS: steps {left} never ran (a bug in saga_runtime: "
+            "please report it)"
+        )
     journal.end(status, error, cause if not succeeded else None, at)
     if not journal.writes_inline:
         await _bounded(journal, journal.flush())
-    else:
+    elif not journal.wrote_now():  # (written in this code, no coroutine; else refused: flush takes it from there)
         await shielded_inline(journal.flush(), lambda rest: shielded(_bounded(journal, rest)))
     changed(journal.store, saga.saga_id)  # its readers in this process stop now
     result = result_from_rows(
         saga, list(journal.rows.values()), journal.approvals, complete=True, args_shown=journal.args_shown_as_is
     )
-    journal.emit("saga_finished", error=saga.error, reason=result.end_reason)
+    if journal.config.hooks:  # (no event built for no hook)
+        journal.emit("saga_finished", error=saga.error, reason=result.end_reason)
     level = logging.INFO if succeeded else logging.WARNING
     if heard(logger, level):  # (a record built for nobody costs as much as a step)
         logger.log(level, "saga %s ended %s%s", saga.saga_id, status.value, f": {saga.error}" if saga.error else "")
@@ -68,7 +69,7 @@ async def write_end(
 
 async def _bounded(journal: Journal, write: Coroutine[Any, Any, None]) -> None:
     bound = final_write_bound(journal.store)
-    with anyio.move_on_after(bound) as scope:
+    with deadline(bound) as scope:  # (anyio.move_on_after's scope, without asking which event loop runs)
         await write
     if scope.cancelled_caught:
         raise StoreError(

@@ -158,6 +158,14 @@ class GroupRunner:
             return self._run_one(rows[0], at)  # the sequential case: nothing in doubt, no siblings (no coroutine more)
         return self._run(rows, join, needed)
 
+    def run_one(self, row: StepRow, kwargs: dict[str, Any]) -> Coroutine[Any, Any, bool]:
+        """Run a group of one step never started (join `all`) whose `kwargs` are its current arguments validated (a
+        plan's own, validated with it); return whether the saga can go on (await it). What `run` does for it with
+        `handed` (nothing paused since the last group run ended), without looking the arguments up."""
+        at = self._ended_at
+        self._ended_at = None
+        return self._run_one(row, at, kwargs)
+
     async def _run(self, rows: Sequence[StepRow], join: str, needed: int | None) -> bool:
         journal = self._journal
         for row in rows:  # outcomes in doubt from before: settled by reconcile, if the tool has one, first
@@ -217,9 +225,11 @@ class GroupRunner:
             await self._settle_first(rows)
         return self.judge(rows, join, needed)
 
-    async def _run_one(self, row: StepRow, at: datetime | None) -> bool:
-        """Run a group of one step never started (join `all`): what `run` does for it, without its bookkeeping."""
-        call = self._prepare(row)
+    async def _run_one(self, row: StepRow, at: datetime | None, kwargs: dict[str, Any] | None = None) -> bool:
+        """Run a group of one step never started (join `all`): what `run` does for it, without its bookkeeping.
+
+        `kwargs`: its current arguments validated (see `run_one`); None: looked up, or validated, here."""
+        call = self._prepare(row) if kwargs is None else (row, self._registry.get(row.tool_name), kwargs)
         journal, verdict = self._journal, self._verdict
         if call is None or verdict.failed:
             if verdict.failed:

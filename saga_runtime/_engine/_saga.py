@@ -222,15 +222,16 @@ class SagaEngine:
         """Compensate at once the given steps whose outcome is unknown (and, if asked, the successes)."""
         await self.compensator.compensate_unknown(rows, successes=successes)
 
-    async def finish(self, status: SagaStatus, *, handed: bool = False) -> SagaResult:
-        """Record the saga's terminal status and return its result; the record is written even if the caller leaves.
+    def finish(self, status: SagaStatus, *, handed: bool = False) -> Coroutine[Any, Any, SagaResult]:
+        """Record the saga's terminal status and return its result (await it: the coroutine of the write, no layer
+        of its own); the record is written even if the caller leaves.
 
         `handed`: nothing paused since the last group run ended (see `run_group`): its reading of the clock, if it
         has one, is the end's time.
         """
         at = self._groups.ended_at if handed else None
         end = write_end(self.journal, status, self.verdict.reason, self.verdict.cause, at)
-        return await (end if self.journal.writes_inline else shielded(end))  # see write_end
+        return end if self.journal.writes_inline else shielded(end)  # see write_end
 
     def run_group(
         self, rows: Sequence[StepRow], *, join: str = "all", needed: int | None = None, handed: bool = False

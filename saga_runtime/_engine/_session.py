@@ -52,6 +52,7 @@ class Claims:
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
         self._wheel: LeaseWheel | None = None
+        self._lease_span = timedelta(seconds=config.lease_timeout)  # (the config is frozen: one timedelta for all)
 
     def lease_wheel(self) -> LeaseWheel:
         """Return the wheel the leases of this executor's sagas are renewed by, on the running loop."""
@@ -63,7 +64,7 @@ class Claims:
 
     def lease_until(self, start: Any) -> Any:
         """Return when a lease taken at `start` expires."""
-        return start + timedelta(seconds=self.config.lease_timeout)
+        return start + self._lease_span
 
     def new_saga(
         self,
@@ -167,8 +168,10 @@ class Claims:
 
 def new_saga_id() -> str:
     """Return a fresh saga id: what `uuid.uuid4().hex` returns, without building a UUID object."""
-    n = int.from_bytes(os.urandom(16), "big") & ~(0xF000 << 64 | 0xC000 << 48) | 0x4000 << 64 | 0x8000 << 48
-    return f"{n:032x}"
+    raw = bytearray(os.urandom(16))
+    raw[6] = raw[6] & 0x0F | 0x40  # version 4
+    raw[8] = raw[8] & 0x3F | 0x80  # the RFC 4122 variant
+    return raw.hex()
 
 
 class Session:
@@ -197,16 +200,12 @@ class Session:
             self.engine.journal, self._fence.cancel, on_cancel=self.engine.cancel, wheel=self._claims.lease_wheel()
         ).start()
 
-    async def stop_renewing(self) -> None:
-        """Stop renewing the lease (it runs out; the saga stays this executor's until then)."""
-        if self.keeper is not None:
-            await self.keeper.stop()
-
     async def exit(self, exc: BaseException | None) -> None:
         """Leave the session in the task that entered it; raise what the caller must see (see the class)."""
         engine = self.engine
         try:
-            await self.stop_renewing()
+            if self.keeper is not None:
+                await self.keeper.stop()  # the lease is renewed no more
             saga = engine.saga
             stopped = engine.fenced and not engine.lease_lost and saga.status is not _WAITING
             if engine.detached and stopped and not saga.status.is_terminal:

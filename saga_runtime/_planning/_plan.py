@@ -154,8 +154,18 @@ class Plan:
         return self.joins[group] if group < len(self.joins) else _ALL
 
     def group_ids(self) -> dict[str, int]:
-        """Return the ids given to groups, with their index."""
+        """Return the ids given to groups, with their index (one dict per plan, shared by its `fresh` copies: read it
+        only)."""
+        return self._group_ids
+
+    @functools.cached_property
+    def _group_ids(self) -> dict[str, int]:
         return {join.id: g for g, join in enumerate(self.joins) if join.id is not None}
+
+    @functools.cached_property
+    def group_joins(self) -> tuple[Join, ...]:
+        """Return how each group ends, in plan order (`join_of` of each; shared by `fresh` copies)."""
+        return tuple(self.join_of(g) for g in range(len(self.groups)))
 
     def to_json(self) -> list[Any]:
         """Return the plan as stored: groups of `{"id", "tool", "args"}`, a join other than `all` spelled out."""
@@ -224,11 +234,24 @@ class Plan:
         Its planned steps are shared (nothing changes a planned step); only for plans whose kwargs hold no
         container (`reusable`): they are shared too.
         """
-        copy = Plan(self.groups, self.joins)
-        known = vars(copy)  # the cached properties' values, as functools.cached_property keeps them
-        known["encoded"], known["digest"], known["steps"] = self.encoded, self.digest, self.steps
-        known["key_parts"], known["step_ids"] = self.key_parts, self.step_ids
-        known["args_shown_as_is"] = self.args_shown_as_is
+        # Its fields and the cached properties' values, set in its own dict in one call (as functools.cached_property
+        # keeps them; a frozen dataclass's __init__ would set each field through object.__setattr__).
+        copy = _new_object(Plan)
+        known = vars(copy)
+        known.update(
+            groups=self.groups,
+            joins=self.joins,
+            encoded=self.encoded,
+            digest=self.digest,
+            steps=self.steps,
+            key_parts=self.key_parts,
+            step_ids=self.step_ids,
+            args_shown_as_is=self.args_shown_as_is,
+            gated=self.gated,
+            first_held=self.first_held,
+            _group_ids=self._group_ids,
+            group_joins=self.group_joins,
+        )
         if not self._plain:
             known["step_args"] = [_own_args(args) for args in self.step_args]
             return copy
@@ -245,6 +268,17 @@ class Plan:
             json.append(steps)
         known["step_args"], known["_json"] = step_args, json
         return copy
+
+    @functools.cached_property
+    def gated(self) -> bool:
+        """Tell whether a step of the plan waits for a person's decision (known once: `fresh` copies share it)."""
+        return any(step.approval for step in self.steps)
+
+    @functools.cached_property
+    def first_held(self) -> bool:
+        """Tell whether a step of the first group waits for a person's decision: its intent cannot be written with
+        the saga (known once: `fresh` copies share it)."""
+        return bool(self.groups) and any(step.approval for step in self.groups[0])
 
     @functools.cached_property
     def args_shown_as_is(self) -> bool:
@@ -272,6 +306,8 @@ class Plan:
             for step in group
         )
 
+
+_new_object = object.__new__
 
 # Values a copy of a plan may share with it: immutable.
 _SHARED = frozenset({str, int, float, bool, type(None)})

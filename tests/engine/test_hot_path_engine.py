@@ -14,8 +14,10 @@ import pytest
 from cancelling import cancel_once
 
 from saga_runtime import SagaExecutor, SagaStatus, StepStatus, StoreError, ToolRegistry
-from saga_runtime._engine import _ending
+from saga_runtime._engine import TransitionError, _ending
+from saga_runtime._planning import build_plan
 from saga_runtime._records import SagaRow, StepRow
+from saga_runtime._starting import new_plan_saga
 from saga_runtime._storage import MemoryStore
 
 HANDSHAKE = 5.0
@@ -231,3 +233,18 @@ async def test_the_step_path_reads_the_task_running_now_as_asyncio_does() -> Non
     other, other_asyncio_s = await asyncio.create_task(seen())
     assert other is other_asyncio_s
     assert other is not mine
+
+
+async def test_a_saga_holding_a_step_that_never_ran_cannot_end_success() -> None:
+    """The end refuses SUCCESS while a step never ran (a bug guard): it names only the steps never run."""
+    world = World()
+    executor = SagaExecutor(world.registry)
+    plan = build_plan(
+        [{"tool": "Take", "args": {"count": n, "tags": []}, "id": f"t{n}"} for n in range(3)], world.registry
+    )
+    saga, steps = new_plan_saga(executor._drives, plan, None, None, None)
+    engine = executor._drives.claims.start_plan(saga, steps)  # the first group announced RUNNING with the saga
+
+    with pytest.raises(TransitionError, match=r"steps \['t1', 't2'\] never ran"):
+        await engine.finish(SagaStatus.SUCCESS)
+    assert engine.saga.status is SagaStatus.RUNNING
