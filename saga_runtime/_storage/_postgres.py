@@ -397,7 +397,7 @@ def _batch_statement(
     parts: list[str] = []
     passed: list[str] = []
     n = 1
-    if one and modes and not modes & {"keep"}:
+    if one and modes and "keep" not in modes:
         # The one saga row written straight from its parameters (no rows to scan and join: fewer nodes for the
         # server to set up at every run); the expected owner is a parameter of an update only.
         mode = next(iter(modes))
@@ -617,10 +617,13 @@ class PostgresDialect(Dialect):
         self._spare_con: Any = None
         self._spare_since = 0.0  # when the spare was last kept (time.monotonic)
         # The lone write's statements prepared on one asyncpg connection (`_prepared_on`), by their SQL: run through
-        # the driver's protocol directly (`_run_prepared`), without the four coroutines and the statement cache
-        # lookup of `fetch` around it: a fifth of a lone write's client time.
+        # the driver's protocol directly (`_run_prepared`), without the four coroutines of `fetch` around it (about
+        # 25 K instructions a write). Kept by their keys in the driver's own cache, looked up there at each run: a
+        # look-up marks the statement used (the cache drops the one used longest ago first) and drops one the driver
+        # closed.
         self._prepared: dict[str, Any] = {}
         self._prepared_on: Any = None
+        self._direct = True  # False once this asyncpg turned out not to take the direct call: `fetch` always
         self._waiting = 0  # calls waiting for a connection from the pool
         self._listen_dsn: str | None = None  # where queue_wakeups connects (set by connect)
         self._listen_timeout = 10.0
@@ -754,11 +757,13 @@ class PostgresDialect(Dialect):
         if con is not self._prepared_on:
             self._prepared, self._prepared_on = {}, con
         try:
-            state = con._stmt_cache.get((sql, con._protocol.get_record_class(), False))
+            key = (sql, con._protocol.get_record_class(), False)
+            known = con._stmt_cache.get(key) is not None
         except AttributeError:  # pragma: no cover - another asyncpg: `fetch` always
+            self._direct = False
             return
-        if state is not None:
-            self._prepared[sql] = state
+        if known:
+            self._prepared[sql] = key
 
     def _lost(self, conn: Any, exc: BaseException) -> StoreError:
         """Return the StoreError of a driver error; if the connection is lost, close it so the pool never reuses it.
@@ -814,12 +819,22 @@ class PostgresDialect(Dialect):
                     if con is None:
                         records = await conn.fetch(sql, *params)
                     else:
-                        state = self._prepared.get(sql) if con is self._prepared_on else None
-                        if state is not None and not state.closed:  # closed: dropped from the driver's cache
-                            records = await _run_prepared(con, state, params)
+                        key = self._prepared.get(sql) if con is self._prepared_on else None
+                        # (None from the cache: the driver dropped or closed it; `fetch` prepares it again)
+                        state = None if key is None else con._stmt_cache.get(key)
+                        running = None
+                        if state is not None:
+                            try:
+                                running = _run_prepared(con, state, params)
+                            except (TypeError, AttributeError):  # pragma: no cover - an asyncpg of other internals
+                                self._direct = False
+                                self._prepared.clear()
+                        if running is not None:
+                            records = await running
                         else:
                             records = await con.fetch(sql, *params)
-                            self._remember(con, sql)
+                            if self._direct:
+                                self._remember(con, sql)
                 except _exc.InvalidCachedStatementError:
                     # The statement outlived a change of its tables (a migration): `fetch` prepares it again.
                     self._prepared.clear()

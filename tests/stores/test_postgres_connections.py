@@ -12,9 +12,11 @@ import time
 from typing import Any
 
 import anyio
+import pytest
 
 from saga_runtime import SagaExecutor, SagaStatus, ToolRegistry
 from saga_runtime._storage import SagaStore
+from saga_runtime._storage import _postgres as postgres_dialect
 
 from .conftest import Stores, make_saga, make_steps
 from .test_reconnect import admin
@@ -163,3 +165,22 @@ async def test_a_lone_write_after_the_driver_dropped_its_statements_prepares_the
         assert (await executor.run(PLAN)).status is SagaStatus.SUCCESS
     async with store._transaction(begin=False) as tx:  # type: ignore[attr-defined]
         assert (await tx.fetch("SELECT count(*) FROM steps WHERE status = 'SUCCESS'"))[0][0] == 3 * len(PLAN)
+
+
+async def test_lone_writes_run_their_prepared_statement_directly(
+    stores: Stores, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A saga written alone runs its writes' statements prepared once through the driver's protocol call."""
+    calls: list[str] = []
+    direct = postgres_dialect._run_prepared
+
+    def counted(con: Any, state: Any, params: Any) -> Any:
+        calls.append(state.name)
+        return direct(con, state, params)
+
+    monkeypatch.setattr(postgres_dialect, "_run_prepared", counted)
+    store = await open_store_kept(stores, await stores.blank_url("postgresql"))
+    executor = SagaExecutor(registry, store=store)
+    for _ in range(3):
+        assert (await executor.run(PLAN)).status is SagaStatus.SUCCESS
+    assert len(calls) >= 2 * len(PLAN)  # the later sagas' writes: each statement prepared by its first run

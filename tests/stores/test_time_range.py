@@ -89,3 +89,23 @@ async def test_times_either_side_of_where_a_float_stops_being_exact_round_trip_i
     assert loaded is not None
     assert loaded[0] == as_stored(store, saga)
     assert [(r.started_at, r.finished_at) for r in loaded[1]] == [(at, _EDGES[-1]) for at in _EDGES]
+
+
+async def test_times_either_side_of_where_a_float_stops_being_exact_round_trip_in_writes_of_many_rows(
+    store: SagaStore,
+) -> None:
+    """Writes of more rows than a scalar statement takes, all times within 2**53 microseconds of the epoch or one
+    beyond, store each exactly."""
+    within = [at for at in _EDGES if abs((at - _EPOCH) // timedelta(microseconds=1)) < _FLOAT_EXACT]
+    for saga_id, times in (("within", within), ("beyond", _EDGES)):
+        saga = make_saga(saga_id, created_at=times[0])
+        steps = make_steps(saga_id, 40)
+        for row in steps:
+            at = times[row.seq % len(times)]
+            row.started_at, row.finished_at, row.compensated_at = at, times[-1 - row.seq % len(times)], None
+            row.hash = None
+        assert await store.create_saga(saga, steps) is None
+        loaded = await store.load_saga(saga_id)
+        assert loaded is not None
+        assert loaded[0] == as_stored(store, saga)
+        assert [(r.started_at, r.finished_at) for r in loaded[1]] == [(r.started_at, r.finished_at) for r in steps]
