@@ -145,13 +145,14 @@ class _SQLiteTransaction:
         self.unbegun = False
         self.begun = False
 
-    def _begins(self) -> bool:
-        """Tell whether the next trip opens the transaction (and note that it does)."""
-        if not self.unbegun:
-            return False
-        self.unbegun = False
-        self.begun = True
-        return True
+    def _begins(self) -> int:
+        """Tell what the next trip finds: `_ALONE` (no transaction: autocommit), `_BEGIN` (it opens the transaction,
+        noted as begun) or `_INSIDE` (the transaction is open)."""
+        if self.unbegun:
+            self.unbegun = False
+            self.begun = True
+            return _BEGIN
+        return _INSIDE if self.begun else _ALONE
 
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
         # One trip: aiosqlite's own execute is one, and closing its cursor (`async with`) a second.
@@ -165,31 +166,42 @@ class _SQLiteTransaction:
     async def call(self, function: Callable[[sqlite3.Connection], _T]) -> _T:
         """Run `function` on the connection's own thread, given the sqlite3 connection: one hop for many statements."""
         conn = self._conn
-        begin = self._begins()
+        state = self._begins()
         # aiosqlite runs each of its calls as a function on its thread (Connection._execute, in every version since
         # 0.17). The sqlite3 connection is looked up there, so a closed one fails as any call on it does.
         execute: Callable[[Callable[[], _T]], Awaitable[_T]] = conn._execute
-        return await execute(lambda: function(_opened(conn, begin)))
+        return await execute(lambda: function(_opened(conn, state)))
 
 
-def _opened(conn: aiosqlite.Connection, begin: bool) -> sqlite3.Connection:
-    """Return the sqlite3 connection on aiosqlite's thread (a closed one fails), its transaction begun if `begin`."""
+# What a trip to aiosqlite's thread finds (`_SQLiteTransaction._begins`).
+_ALONE, _BEGIN, _INSIDE = 0, 1, 2
+
+
+def _opened(conn: aiosqlite.Connection, state: int) -> sqlite3.Connection:
+    """Return the sqlite3 connection on aiosqlite's thread (a closed one fails), its transaction begun if `state` is
+    `_BEGIN`.
+
+    Inside a transaction that is no longer open (its BEGIN failed and the caller went on, or SQLite rolled it back
+    whole: a full disk, an I/O error), a statement fails instead of committing on its own.
+    """
     connection = conn._conn
-    if begin:
+    if state == _BEGIN:
         # IMMEDIATE: the write lock first, before the transaction's first statement (see SQLiteDialect.transaction).
         connection.execute("BEGIN IMMEDIATE")
+    elif state == _INSIDE and not connection.in_transaction:
+        raise sqlite3.OperationalError("the transaction is not open (its BEGIN failed, or SQLite rolled it back)")
     return connection
 
 
-def _changes(conn: aiosqlite.Connection, begin: bool, sql: str, params: Sequence[Any]) -> int:
+def _changes(conn: aiosqlite.Connection, state: int, sql: str, params: Sequence[Any]) -> int:
     """Run one statement on aiosqlite's thread; return the rows it changed."""
     # sqlite3 runs a statement that returns no rows to its end within execute(), and resets it there.
-    return _opened(conn, begin).execute(sql, params).rowcount
+    return _opened(conn, state).execute(sql, params).rowcount
 
 
-def _rows(conn: aiosqlite.Connection, begin: bool, sql: str, params: Sequence[Any]) -> list[Any]:
+def _rows(conn: aiosqlite.Connection, state: int, sql: str, params: Sequence[Any]) -> list[Any]:
     """Run a query on aiosqlite's thread; return all its records."""
-    return _opened(conn, begin).execute(sql, params).fetchall()
+    return _opened(conn, state).execute(sql, params).fetchall()
 
 
 # Errors of one write of a batch (a constraint, a value the driver refuses): the batch is written again write by

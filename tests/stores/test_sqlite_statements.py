@@ -127,3 +127,28 @@ async def test_a_failed_transaction_writes_nothing_and_one_without_statements_se
         assert seen[-2].startswith("INSERT INTO holds"), seen
         assert seen[-1] == "COMMIT", seen
         assert seen.count("BEGIN IMMEDIATE") == 1, seen
+
+
+async def test_a_transaction_whose_begin_failed_writes_nothing_though_its_body_goes_on(tmp_path: Path) -> None:
+    """A body that swallows its first statement's error (BEGIN refused: the database busy) writes nothing after it."""
+    import sqlite3
+
+    path = tmp_path / "s.db"
+    async with open_store(f"sqlite:///{path}", busy_timeout=0.2) as store:
+        assert isinstance(store, SQLStore)
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+        hold = "INSERT INTO holds (saga_id, reason, held_at) VALUES (?, ?, ?)"
+
+        async def swallowing() -> None:
+            async with store.dialect.transaction(begin=True) as tx:
+                with pytest.raises(sqlite3.OperationalError):
+                    await tx.fetch("SELECT 1")  # BEGIN IMMEDIATE rides with it, and fails
+                other.execute("ROLLBACK")  # the lock free now: a statement would commit on its own
+                await tx.execute(hold, ("a", "held", "2026-01-01"))
+
+        with pytest.raises(Exception, match="not open"):
+            await swallowing()
+        other.close()
+        async with store.dialect.transaction(begin=False) as tx:
+            assert (await tx.fetch("SELECT COUNT(*) FROM holds"))[0][0] == 0
