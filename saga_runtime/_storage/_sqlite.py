@@ -135,25 +135,73 @@ def sqlite_path(url: str) -> str:
 
 
 class _SQLiteTransaction:
-    __slots__ = ("_conn",)
+    """A transaction's statements, each one trip to aiosqlite's thread; BEGIN IMMEDIATE rides with the first."""
+
+    __slots__ = ("_conn", "begun", "unbegun")
 
     def __init__(self, conn: aiosqlite.Connection) -> None:
         self._conn = conn
+        # unbegun: the transaction is to begin with its first statement (SQLiteDialect.transaction); begun: it did.
+        self.unbegun = False
+        self.begun = False
+
+    def _begins(self) -> int:
+        """Tell what the next trip finds: `_ALONE` (no transaction: autocommit), `_BEGIN` (it opens the transaction,
+        noted as begun) or `_INSIDE` (the transaction is open)."""
+        if self.unbegun:
+            self.unbegun = False
+            self.begun = True
+            return _BEGIN
+        return _INSIDE if self.begun else _ALONE
 
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
-        async with self._conn.execute(sql, params) as cursor:
-            return cursor.rowcount
+        # One trip: aiosqlite's own execute is one, and closing its cursor (`async with`) a second.
+        run: Callable[..., Awaitable[int]] = self._conn._execute
+        return await run(_changes, self._conn, self._begins(), sql, params)
 
     async def fetch(self, sql: str, params: Sequence[Any] = ()) -> Sequence[Sequence[Any]]:
-        return list(await self._conn.execute_fetchall(sql, params))
+        run: Callable[..., Awaitable[list[Any]]] = self._conn._execute
+        return await run(_rows, self._conn, self._begins(), sql, params)
 
     async def call(self, function: Callable[[sqlite3.Connection], _T]) -> _T:
         """Run `function` on the connection's own thread, given the sqlite3 connection: one hop for many statements."""
         conn = self._conn
+        state = self._begins()
         # aiosqlite runs each of its calls as a function on its thread (Connection._execute, in every version since
         # 0.17). The sqlite3 connection is looked up there, so a closed one fails as any call on it does.
         execute: Callable[[Callable[[], _T]], Awaitable[_T]] = conn._execute
-        return await execute(lambda: function(conn._conn))
+        return await execute(lambda: function(_opened(conn, state)))
+
+
+# What a trip to aiosqlite's thread finds (`_SQLiteTransaction._begins`).
+_ALONE, _BEGIN, _INSIDE = 0, 1, 2
+
+
+def _opened(conn: aiosqlite.Connection, state: int) -> sqlite3.Connection:
+    """Return the sqlite3 connection on aiosqlite's thread (a closed one fails), its transaction begun if `state` is
+    `_BEGIN`.
+
+    Inside a transaction that is no longer open (its BEGIN failed and the caller went on, or SQLite rolled it back
+    whole: a full disk, an I/O error), a statement fails instead of committing on its own.
+    """
+    connection = conn._conn
+    if state == _BEGIN:
+        # IMMEDIATE: the write lock first, before the transaction's first statement (see SQLiteDialect.transaction).
+        connection.execute("BEGIN IMMEDIATE")
+    elif state == _INSIDE and not connection.in_transaction:
+        raise sqlite3.OperationalError("the transaction is not open (its BEGIN failed, or SQLite rolled it back)")
+    return connection
+
+
+def _changes(conn: aiosqlite.Connection, state: int, sql: str, params: Sequence[Any]) -> int:
+    """Run one statement on aiosqlite's thread; return the rows it changed."""
+    # sqlite3 runs a statement that returns no rows to its end within execute(), and resets it there.
+    return _opened(conn, state).execute(sql, params).rowcount
+
+
+def _rows(conn: aiosqlite.Connection, state: int, sql: str, params: Sequence[Any]) -> list[Any]:
+    """Run a query on aiosqlite's thread; return all its records."""
+    return _opened(conn, state).execute(sql, params).fetchall()
 
 
 # Errors of one write of a batch (a constraint, a value the driver refuses): the batch is written again write by
@@ -497,17 +545,24 @@ class SQLiteDialect(Dialect):
                         # Autocommit: each statement is atomic (and durable) on its own.
                         yield self._tx
                     else:
-                        # IMMEDIATE: take the write lock now, so two processes never both read then write (no
-                        # upgrade deadlock) and a busy database fails at BEGIN, before anything was done.
+                        # IMMEDIATE: take the write lock before the first statement, so two processes never both
+                        # read then write (no upgrade deadlock) and a busy database fails at BEGIN, before anything
+                        # was done. BEGIN runs in the first statement's trip to aiosqlite's thread (one trip fewer);
+                        # a transaction that runs no statement begins and commits nothing.
+                        tx = self._tx
+                        tx.unbegun, tx.begun = True, False
                         try:
                             # Inside the try: a caller cancelled while BEGIN runs on aiosqlite's thread still rolls
                             # back.
-                            await self._conn.execute("BEGIN IMMEDIATE")
-                            yield self._tx
-                            await self._conn.execute("COMMIT")
+                            yield tx
+                            if tx.begun:
+                                await tx.execute("COMMIT")
                         except BaseException:
-                            await self._rollback()
+                            if tx.begun:
+                                await self._rollback()
                             raise
+                        finally:
+                            tx.unbegun = tx.begun = False
             except ValueError as exc:
                 lost = self._lost(exc)
                 if lost is exc:

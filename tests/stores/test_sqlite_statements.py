@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -10,7 +12,7 @@ from saga_runtime import LeaseLostError, SagaExecutor, ToolRegistry, open_store
 from saga_runtime._storage._sqlite import SQLiteDialect
 from saga_runtime._storage._sqlstore import SQLStore
 
-from .conftest import make_saga, make_steps
+from .conftest import T0, make_saga, make_steps
 
 registry = ToolRegistry()
 
@@ -64,3 +66,89 @@ async def test_a_lone_step_write_is_one_statement(tmp_path: Path) -> None:
         with pytest.raises(LeaseLostError):
             await store.save(None, steps, owner="someone else")
         assert await store.load_saga("one") == (saga, steps)
+
+
+def _trips(store: SQLStore) -> list[int]:
+    """Count, from now on, the functions the store sends to its aiosqlite thread (each a trip there and back)."""
+    conn = store.dialect._conn  # type: ignore[attr-defined]
+    sent = conn._execute
+    count = [0]
+
+    async def counted(function: Any, *args: Any, **kwargs: Any) -> Any:
+        count[0] += 1
+        return await sent(function, *args, **kwargs)
+
+    conn._execute = counted
+    return count
+
+
+async def test_a_claim_sends_each_statement_in_one_trip_with_begin_in_the_first(tmp_path: Path) -> None:
+    """A recovery claim takes one trip to SQLite's thread per statement: BEGIN IMMEDIATE goes with the first."""
+    async with open_store(f"sqlite:///{tmp_path / 's.db'}") as store:
+        assert isinstance(store, SQLStore)
+        await store.create_saga(make_saga("orphan", full=False), make_steps("orphan", 2))
+        await store.claim_saga("orphan", "dead", T0, T0)  # a lease long expired
+        seen: list[str] = []
+        await _traced(store, seen)
+        trips = _trips(store)
+        taken = await store.claim_expired("me", T0 + timedelta(days=2), T0 + timedelta(days=1))
+        assert [saga.saga_id for saga, _ in taken] == ["orphan"]
+        assert (seen[0], seen[-1]) == ("BEGIN IMMEDIATE", "COMMIT"), seen
+        assert trips[0] == len(seen) - 1, seen
+        loaded = await store.load_saga("orphan")
+        assert loaded is not None
+        assert loaded[0].owner == "me"
+
+
+async def test_a_failed_transaction_writes_nothing_and_one_without_statements_sends_none(tmp_path: Path) -> None:
+    """A transaction failing after a write rolls it back; one failing before its first statement sends nothing."""
+    async with open_store(f"sqlite:///{tmp_path / 's.db'}") as store:
+        assert isinstance(store, SQLStore)
+        dialect = store.dialect
+        hold = "INSERT INTO holds (saga_id, reason, held_at) VALUES (?, ?, ?)"
+
+        async def failing(write: bool) -> None:
+            async with dialect.transaction(begin=True) as tx:
+                if write:
+                    assert await tx.execute(hold, ("h", "why", "2024-05-17")) == 1
+                raise RuntimeError("the transaction's caller failed")
+
+        with pytest.raises(RuntimeError):
+            await failing(write=True)
+        seen: list[str] = []
+        await _traced(store, seen)
+        with pytest.raises(RuntimeError):
+            await failing(write=False)
+        assert seen == []
+        async with dialect.transaction(begin=False) as tx:
+            assert await tx.fetch("SELECT COUNT(*) FROM holds") == [(0,)]
+        async with dialect.transaction(begin=True) as tx:
+            assert await tx.execute(hold, ("h", "why", "2024-05-17")) == 1
+        assert seen[-2].startswith("INSERT INTO holds"), seen
+        assert seen[-1] == "COMMIT", seen
+        assert seen.count("BEGIN IMMEDIATE") == 1, seen
+
+
+async def test_a_transaction_whose_begin_failed_writes_nothing_though_its_body_goes_on(tmp_path: Path) -> None:
+    """A body that swallows its first statement's error (BEGIN refused: the database busy) writes nothing after it."""
+    import sqlite3
+
+    path = tmp_path / "s.db"
+    async with open_store(f"sqlite:///{path}", busy_timeout=0.2) as store:
+        assert isinstance(store, SQLStore)
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+        hold = "INSERT INTO holds (saga_id, reason, held_at) VALUES (?, ?, ?)"
+
+        async def swallowing() -> None:
+            async with store.dialect.transaction(begin=True) as tx:
+                with pytest.raises(sqlite3.OperationalError):
+                    await tx.fetch("SELECT 1")  # BEGIN IMMEDIATE rides with it, and fails
+                other.execute("ROLLBACK")  # the lock free now: a statement would commit on its own
+                await tx.execute(hold, ("a", "held", "2026-01-01"))
+
+        with pytest.raises(Exception, match="not open"):
+            await swallowing()
+        other.close()
+        async with store.dialect.transaction(begin=False) as tx:
+            assert (await tx.fetch("SELECT COUNT(*) FROM holds"))[0][0] == 0
