@@ -9,7 +9,7 @@ stored saga, resolves a step's `$ref`s, or gets a saga function's body, through 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, Protocol
 
 from saga_runtime._engine._approvals import HOLDABLE
@@ -66,7 +66,7 @@ class PlanShape(Protocol):
     @property
     def group_joins(self) -> Sequence[PlanJoin]: ...
     def join_of(self, group: int) -> PlanJoin: ...
-    def group_ids(self) -> dict[str, int]: ...
+    def group_ids(self) -> Mapping[str, int]: ...
 
 
 class Planner(Protocol):

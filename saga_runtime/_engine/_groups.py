@@ -229,7 +229,18 @@ class GroupRunner:
         """Run a group of one step never started (join `all`): what `run` does for it, without its bookkeeping.
 
         `kwargs`: its current arguments validated (see `run_one`); None: looked up, or validated, here."""
-        call = self._prepare(row) if kwargs is None else (row, self._registry.get(row.tool_name), kwargs)
+        call: _Call | None
+        if kwargs is not None:
+            call = (row, self._registry.get(row.tool_name), kwargs)
+        else:
+            # (`_prepare`, its common case written out: the arguments validated by whoever made the call, noted by
+            # `validated`: a frame less a saga function's call.)
+            validated = self._validated
+            known = validated.pop(row.step_id, None) if validated else None
+            if known is not None and known[0] is row.args:
+                call = (row, self._registry.get(row.tool_name), known[1])
+            else:
+                call = self._prepare(row, known)
         journal, verdict = self._journal, self._verdict
         if call is None or verdict.failed:
             if verdict.failed:

@@ -6,6 +6,7 @@ import functools
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -153,14 +154,14 @@ class Plan:
         """Return how group number `group` ends."""
         return self.joins[group] if group < len(self.joins) else _ALL
 
-    def group_ids(self) -> dict[str, int]:
-        """Return the ids given to groups, with their index (one dict per plan, shared by its `fresh` copies: read it
-        only)."""
+    def group_ids(self) -> Mapping[str, int]:
+        """Return the ids given to groups, with their index (one read-only mapping per plan, shared by its `fresh`
+        copies)."""
         return self._group_ids
 
     @functools.cached_property
-    def _group_ids(self) -> dict[str, int]:
-        return {join.id: g for g, join in enumerate(self.joins) if join.id is not None}
+    def _group_ids(self) -> Mapping[str, int]:
+        return MappingProxyType({join.id: g for g, join in enumerate(self.joins) if join.id is not None})
 
     @functools.cached_property
     def group_joins(self) -> tuple[Join, ...]:
