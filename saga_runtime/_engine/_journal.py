@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from time import monotonic
@@ -142,9 +143,11 @@ class Journal:
         # The clock's reading of the end (the saga's finished_at), until the write that records it: that write's
         # updated_at (one instant: the end is written at once, nothing happens to the saga in between).
         self._end_at: datetime | None = None
-        # asyncio.Lock: it does not yield to the loop when nobody holds it. A store whose write never pauses
-        # (`writes_inline`: the memory store) is written in the calling code, without it.
-        self._write_lock = asyncio.Lock() if inline is None else None
+        # One write at a time to a store whose write pauses (a group's steps flush at once): `_writing` while one is
+        # under way, the flushes waiting their turn in order (`_wait_turn`). A store whose write never pauses
+        # (`writes_inline`: the memory store) is written in the calling code, without turns.
+        self._writing = False
+        self._turns: deque[asyncio.Future[None]] = deque()
         self._write_now = inline
         self.guard = Fence(saga.saga_id)
         self.lease = LeaseClock(config.lease_timeout, saga.lease_expires_at if owner is not None else None)
@@ -428,10 +431,12 @@ class Journal:
                 if self._write_now is not None:
                     self._write_inline()  # the write never pauses: no other write can be under way (no lock)
                     return
-                lock = self._write_lock
-                assert lock is not None  # (a store that pauses: see __init__)
-                # `async with lock`, without its two coroutines (__aenter__, __aexit__) around every write.
-                await lock.acquire()
+                # What `async with asyncio.Lock()` does, without a coroutine (`acquire`) and two calls (`release`)
+                # around every write when no other write of the saga is under way (the usual case).
+                if self._writing:
+                    await self._wait_turn()
+                else:
+                    self._writing = True
                 try:
                     batch = self._batch()
                     if batch is not None:
@@ -453,7 +458,7 @@ class Journal:
                                 self.lease.confirmed(sent)
                     return
                 finally:
-                    lock.release()
+                    self._hand_on()
             except LeaseLostError:
                 if self.owner is None:
                     raise
@@ -468,6 +473,27 @@ class Journal:
                 )
                 self.fence(lost=True)
                 raise
+
+    async def _wait_turn(self) -> None:
+        """Wait until the write under way (and those waiting before) handed on the turn to write (`_hand_on`)."""
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._turns.append(turn)
+        try:
+            await turn
+        except asyncio.CancelledError:
+            if turn.done() and not turn.cancelled():
+                self._hand_on()  # cancelled as the turn came: the next one writes
+            raise
+
+    def _hand_on(self) -> None:
+        """End this write's turn: the first flush still waiting writes next, else nobody is writing."""
+        turns = self._turns
+        while turns:
+            turn = turns.popleft()
+            if not turn.done():  # (done: its waiter was cancelled)
+                turn.set_result(None)
+                return
+        self._writing = False
 
     @property
     def writes_inline(self) -> bool:
