@@ -529,7 +529,8 @@ class Journal:
             return
         links = self._links
         steps = []
-        # The end's write hands the store the rows themselves: nothing changes them after it (a snapshot for free).
+        # The end's write hands the store the rows themselves: the engine changes them no more after it (a snapshot
+        # for free); the store seals them (hash, link) and must copy what it keeps.
         ended = self._ended
         for row in dirty.values():
             if row.hash is not None:
@@ -588,7 +589,8 @@ class Journal:
             return None
         links = self._links
         steps = []
-        # The end's write hands the store the rows themselves: nothing changes them after it (a snapshot for free).
+        # The end's write hands the store the rows themselves: the engine changes them no more after it (a snapshot
+        # for free); the store seals them (hash, link) and must copy what it keeps.
         ended = self._ended
         for row in dirty.values():
             if row.hash is not None:

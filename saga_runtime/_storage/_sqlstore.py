@@ -326,7 +326,8 @@ class SQLStore(StoreBase, SQLRetention, SQLSchedules, SQLQueueControl):
     async def _flush_once(self, writes: Sequence[Write]) -> Sequence[Outcome | Exception]:
         """Write one batch (one transaction), retried on a fresh connection while the connection is lost.
 
-        The first try is `_retrying`'s, inlined: the hot path of every write, one coroutine instead of three.
+        The first try is `_retrying`'s, inlined: the hot path of every write, one coroutine instead of three. A save
+        written alone repeats this first try in `save` itself (no coroutine of its own): a change here goes there too.
         """
         write_batch = self._write_batch
         started = time.monotonic()
