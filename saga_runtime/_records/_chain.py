@@ -47,7 +47,7 @@ from saga_runtime._records._rows import (
     idempotency_key,
     plan_groups,
 )
-from saga_runtime._records._times import iso_text, iso_text_micro
+from saga_runtime._records._times import iso_json, iso_text, iso_text_micro
 
 __all__ = [
     "Sealer",
@@ -104,6 +104,29 @@ _text = canonical_json
 _quote = json.encoder.encode_basestring  # the text canonical_json writes for a str
 _STATUS = {status: _quote(status.value) for status in StepStatus}
 
+# The JSON text of str values written lately, by value: a saga's id is in every identity and seal of its rows, a
+# plan's step ids and tool names in those of every saga of the plan, a step's key in its identity and its seal, a
+# link (an identity hash) in each seal of its row. Quoting scans each character (about 40 instructions a
+# character); a lookup hashes the str once (its hash is kept in the object). Emptied when full.
+_QUOTED: dict[str, str] = {}
+_QUOTED_KEPT = 4096
+
+
+def _quoted(text: str) -> str:
+    """Return `_quote(text)` for a str `text` (of type str exactly), remembering it (`_QUOTED.get` first)."""
+    if len(_QUOTED) >= _QUOTED_KEPT:
+        _QUOTED.clear()
+    quoted = _QUOTED[text] = _quote(text)
+    return quoted
+
+
+def _hex_link(digest: str) -> str:
+    """Return the identity hash `digest` (hex: nothing to escape), noting its JSON text for the seals linking to it."""
+    if len(_QUOTED) >= _QUOTED_KEPT:
+        _QUOTED.clear()
+    _QUOTED[digest] = f'"{digest}"'
+    return digest
+
 
 def _time(value: datetime | None) -> str | None:
     return None if value is None else iso_text(value)
@@ -135,13 +158,14 @@ def identity_hash(row: StepRow | None, saga_id: str) -> str:
             row.idempotency_key,
         )
         if _plain(saga, seq, step, group, tool, key):
+            get = _QUOTED.get
             text = (
-                f"[{_quote(saga)},{int.__repr__(seq)},{_quote(step)},{int.__repr__(group)},{_quote(tool)},"
-                f"{_quote(key)}]"
+                f"[{get(saga) or _quoted(saga)},{seq},{get(step) or _quoted(step)},{group},"
+                f"{get(tool) or _quoted(tool)},{get(key) or _quoted(key)}]"
             )
         else:
             text = _text([saga, seq, step, group, tool, key])
-    return hashlib.sha256(text.encode()).hexdigest()
+    return _hex_link(hashlib.sha256(text.encode()).hexdigest())
 
 
 # A row's seal hashes the canonical JSON text of one array: saga id, seq, step id, group, tool, arguments
@@ -157,9 +181,10 @@ def identity_hash(row: StepRow | None, saga_id: str) -> str:
 def _fixed(row: StepRow, args: Any) -> bytes:
     saga, seq, step, group, tool, key = row.saga_id, row.seq, row.step_id, row.group, row.tool_name, row.idempotency_key
     if _plain(saga, seq, step, group, tool, key):
+        get = _QUOTED.get
         return (
-            f"[{_quote(saga)},{int.__repr__(seq)},{_quote(step)},{int.__repr__(group)},{_quote(tool)},"
-            f"{_text(args)},{_quote(key)},"
+            f"[{get(saga) or _quoted(saga)},{seq},{get(step) or _quoted(step)},{group},"
+            f"{get(tool) or _quoted(tool)},{_text(args)},{get(key) or _quoted(key)},"
         ).encode()
     return (_text([saga, seq, step, group, tool, args, key])[:-1] + ",").encode()
 
@@ -199,8 +224,7 @@ def _finish(state: Any, changing: bytes, key: bytes | None) -> str:
     return digest if key is None else "hmac:" + digest
 
 
-def _time_text(value: datetime) -> str:
-    return _quote(iso_text(value))
+_time_text = iso_json
 
 
 def _changing_text(row: StepRow, time: Callable[[datetime], str]) -> bytes:
@@ -211,10 +235,11 @@ def _changing_text(row: StepRow, time: Callable[[datetime], str]) -> bytes:
     attempts, undo_attempts, result = row.attempts, row.compensation_attempts, row.result
     if type(attempts) is not int or type(undo_attempts) is not int or row.tool_version != "1" or row.reconciled:
         return _changing(row)
+    # (An f-string writes an int, of type int exactly, as int.__repr__ does: `result_text` may be one.)
     if result is None:
-        result_text = "null"
+        result_text: Any = "null"
     elif type(result) is int:
-        result_text = int.__repr__(result)
+        result_text = result
     elif type(result) is str:
         result_text = _quote(result)
     else:
@@ -223,14 +248,14 @@ def _changing_text(row: StepRow, time: Callable[[datetime], str]) -> bytes:
     started, finished, compensated = row.started_at, row.finished_at, row.compensated_at
     try:
         return (
-            f"{_STATUS[row.status]},{int.__repr__(attempts)},{result_text},"
+            f"{_STATUS[row.status]},{attempts},{result_text},"
             f"{'null' if error is None else _quote(error)},"
             f"{'null' if error_type is None else _quote(error_type)},"
             f"{'null' if started is None else time(started)},"
             f"{'null' if finished is None else time(finished)},"
             f"{'null' if compensated is None else time(compensated)},"
-            f"{'null' if undo_error is None else _quote(undo_error)},{int.__repr__(undo_attempts)},"
-            f"{'null' if link is None else _quote(link)}]"
+            f"{'null' if undo_error is None else _quote(undo_error)},{undo_attempts},"
+            f"{'null' if link is None else _QUOTED.get(link) or _quote(link)}]"
         ).encode()
     except (KeyError, TypeError, AttributeError):  # a value of another type: the general encoder says what it is
         return _changing(row)
@@ -271,7 +296,7 @@ class Sealer:
         known = self._times.get(id(value))
         if known is not None and known[0] is value:
             return known[1]
-        text = _quote(iso_text(value))
+        text = iso_json(value)
         self._times[id(value)] = (value, text)
         return text
 
