@@ -92,6 +92,8 @@ def _normal_copy(value: Any) -> Any:
     """Return `_normal(value)` in containers of its own (a copy to compare the value with later)."""
     kind = type(value)
     if kind is dict:
+        if _PLAIN.issuperset(map(type, value.values())):  # (the usual arguments: no float, no container inside)
+            return value.copy()
         return {key: _normal_copy(item) for key, item in value.items()}
     if kind is list:
         return [_normal_copy(item) for item in value]
