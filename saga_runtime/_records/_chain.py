@@ -32,7 +32,7 @@ import contextlib
 import hashlib
 import hmac
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -134,18 +134,6 @@ def _time(value: datetime | None) -> str | None:
     return None if value is None else iso_text(value)
 
 
-def _plain(saga_id: Any, seq: Any, step_id: Any, group: Any, tool_name: Any, key: Any) -> bool:
-    """Tell whether a row's identity holds plain str and int values (which the f-strings below write as JSON)."""
-    return (
-        type(seq) is int
-        and type(group) is int
-        and type(saga_id) is str
-        and type(step_id) is str
-        and type(tool_name) is str
-        and type(key) is str
-    )
-
-
 def identity_hash(row: StepRow | None, saga_id: str) -> str:
     """Return the hash of a row's identity (what never changes), or of the saga id for the link before the first."""
     if row is None:
@@ -159,7 +147,15 @@ def identity_hash(row: StepRow | None, saga_id: str) -> str:
             row.tool_name,
             row.idempotency_key,
         )
-        if _plain(saga, seq, step, group, tool, key):
+        # Plain str and int values (which the f-string writes as JSON; the test inlined: it runs for every link).
+        if (
+            type(seq) is int
+            and type(group) is int
+            and type(saga) is str
+            and type(step) is str
+            and type(tool) is str
+            and type(key) is str
+        ):
             get = _QUOTED.get
             text = (
                 f"[{get(saga) or _quoted(saga)},{seq},{get(step) or _quoted(step)},{group},"
@@ -182,7 +178,14 @@ def identity_hash(row: StepRow | None, saga_id: str) -> str:
 
 def _fixed(row: StepRow, args: Any) -> bytes:
     saga, seq, step, group, tool, key = row.saga_id, row.seq, row.step_id, row.group, row.tool_name, row.idempotency_key
-    if _plain(saga, seq, step, group, tool, key):
+    if (
+        type(seq) is int
+        and type(group) is int
+        and type(saga) is str
+        and type(step) is str
+        and type(tool) is str
+        and type(key) is str
+    ):  # plain str and int values, which the f-string writes as JSON
         get = _QUOTED.get
         return (
             f"[{get(saga) or _quoted(saga)},{seq},{get(step) or _quoted(step)},{group},"
@@ -226,13 +229,19 @@ def _finish(state: Any, changing: bytes, key: bytes | None) -> str:
     return digest if key is None else "hmac:" + digest
 
 
-_time_text = iso_json
+def _time_text(times: dict[int, tuple[datetime, str]], value: datetime) -> str:
+    """Return the JSON text of a time, noting it in `times` (by identity: equal instants in other offsets have other
+    text); `_changing_text` reads a time noted there itself."""
+    text = iso_json(value)
+    times[id(value)] = (value, text)
+    return text
 
 
-def _changing_text(row: StepRow, time: Callable[[datetime], str]) -> bytes:
+def _changing_text(row: StepRow, times: dict[int, tuple[datetime, str]]) -> bytes:
     """Return the text `_changing(row)` gives, written directly when every value is of a plain type.
 
-    `time` writes a datetime's JSON text (a sealer remembers the times it wrote).
+    `times`: the JSON text of the times written before, by identity (a sealer's, kept across its seals: a row's
+    start is in each of its seals after it). Read here, not through a call: a seal writes up to three times.
     """
     attempts, undo_attempts, result = row.attempts, row.compensation_attempts, row.result
     if type(attempts) is not int or type(undo_attempts) is not int or row.tool_version != "1" or row.reconciled:
@@ -249,13 +258,24 @@ def _changing_text(row: StepRow, time: Callable[[datetime], str]) -> bytes:
     error, error_type, undo_error, link = row.error, row.error_type, row.compensation_error, row.prev_hash
     started, finished, compensated = row.started_at, row.finished_at, row.compensated_at
     try:
+        if started is None:
+            started_text = "null"
+        elif (known := times.get(id(started))) is not None and known[0] is started:
+            started_text = known[1]
+        else:
+            started_text = _time_text(times, started)
+        if finished is None:
+            finished_text = "null"
+        elif (known := times.get(id(finished))) is not None and known[0] is finished:
+            finished_text = known[1]
+        else:
+            finished_text = _time_text(times, finished)
         return (
             f"{_STATUS[row.status]},{attempts},{result_text},"
             f"{'null' if error is None else _quote(error)},"
             f"{'null' if error_type is None else _quote(error_type)},"
-            f"{'null' if started is None else time(started)},"
-            f"{'null' if finished is None else time(finished)},"
-            f"{'null' if compensated is None else time(compensated)},"
+            f"{started_text},{finished_text},"
+            f"{'null' if compensated is None else _time_text(times, compensated)},"
             f"{'null' if undo_error is None else _quote(undo_error)},{undo_attempts},"
             f"{'null' if link is None else _QUOTED.get(link) or _quote(link)}]"
         ).encode()
@@ -264,7 +284,7 @@ def _changing_text(row: StepRow, time: Callable[[datetime], str]) -> bytes:
 
 
 def _seal_of(row: StepRow, key: bytes | None) -> str:
-    text = _fixed(row, _normal(row.args)) + _changing_text(row, _time_text)
+    text = _fixed(row, _normal(row.args)) + _changing_text(row, {})
     if key is None:
         return hashlib.sha256(text).hexdigest()
     return "hmac:" + hmac.new(key, text, hashlib.sha256).hexdigest()
@@ -294,14 +314,6 @@ class Sealer:
         # The text of each time sealed, by identity (equal instants in other offsets have other text).
         self._times: dict[int, tuple[datetime, str]] = {}
 
-    def _time(self, value: datetime) -> str:
-        known = self._times.get(id(value))
-        if known is not None and known[0] is value:
-            return known[1]
-        text = iso_json(value)
-        self._times[id(value)] = (value, text)
-        return text
-
     def seal(self, row: StepRow, link: str | None) -> None:
         """Link `row` to the identity hash `link` of the row before it, and seal its content."""
         row.prev_hash = link
@@ -317,10 +329,10 @@ class Sealer:
         key = self._key
         if key is None:  # `_finish`, inlined: the usual seal, without a signing key
             state = state.copy()
-            state.update(_changing_text(row, self._time))
+            state.update(_changing_text(row, self._times))
             row.hash = state.hexdigest()
         else:
-            row.hash = _finish(state.copy(), _changing_text(row, self._time), key)
+            row.hash = _finish(state.copy(), _changing_text(row, self._times), key)
 
 
 def extend_head(head: str | None, row: StepRow) -> str:
