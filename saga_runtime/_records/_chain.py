@@ -396,19 +396,86 @@ def _instant(value: datetime | None) -> str | None:
     return iso_text_micro(value)
 
 
+_SAGA_STATUS = {status: _quote(status.value) for status in SagaStatus}
+
+
+def _instant_json(value: datetime | None) -> str:
+    """Return the JSON text of `_instant(value)` (a datetime's own isoformat holds nothing to escape)."""
+    if value is None:
+        return "null"
+    if type(value) is datetime:
+        return f'"{_instant(value)}"'
+    return _quote(_instant(value))  # type: ignore[arg-type]
+
+
+def _saga_text(saga: SagaRow, digest: str) -> str:
+    """Return the canonical JSON text of a saga row's sealed array (see `saga_seal`), written value by value.
+
+    About half the general encoder's instructions: the ids and the digest are quoted once (`_QUOTED`, or hex), the
+    times written as text directly. Raises TypeError, KeyError or AttributeError for a value of an unusual type
+    (`saga_seal` then takes the general encoder).
+    """
+    # (Any: a row read from a store, or built by hand, may hold a value of another type than its annotation.)
+    saga_id: Any = saga.saga_id
+    kind: Any = saga.kind
+    plan_hash: Any = saga.plan_hash
+    tokens: Any = saga.tokens
+    error: Any = saga.error
+    budget, metadata, parked = saga.budget, saga.metadata, saga.parked_from
+    if not (
+        type(saga_id) is str
+        and type(kind) is str
+        and type(tokens) is int
+        and (plan_hash is None or type(plan_hash) is str)
+        and (error is None or type(error) is str)
+    ):
+        raise TypeError("a value of another type than str, int or None")
+    get = _QUOTED.get
+    text = (
+        f'["saga",{get(saga_id) or _quoted(saga_id)},{get(kind) or _quoted(kind)},{get(digest) or _quoted(digest)},'
+        f"{'null' if plan_hash is None else get(plan_hash) or _quoted(plan_hash)},{_SAGA_STATUS[saga.status]},"
+        f'{"null" if budget is None else _text(_normal(budget))},"{float(saga.cost)!r}",{tokens},'
+        f"{'{}' if metadata == {} else _text(_normal(metadata))},{'null' if error is None else _quote(error)},"
+        f"{_instant_json(saga.created_at)},{_instant_json(saga.finished_at)},"
+        f"{'null' if parked is None else _SAGA_STATUS[parked]}"
+    )
+    if saga.purged_at is not None:
+        text += "," + _instant_json(saga.purged_at)
+    if saga.history:
+        text += "," + _text(_normal(saga.history))
+    if saga.parent_id is not None:
+        text += "," + _text(_normal({"parent": saga.parent_id}))
+    return text + "]"
+
+
 def saga_seal(saga: SagaRow, key: bytes | None, *, cached: bool = False) -> str:
     """Return the seal of a saga row's content (SHA-256, or HMAC-SHA-256 with a key, then prefixed "hmac:").
 
     `cached`: the plan's digest may come from an earlier seal of the same plan object (writers seal one saga's row
-    again and again; plans are never changed in place). A check of a record computes it afresh.
+    again and again; plans are never changed in place), and the text is written value by value (`_saga_text`). A
+    check of a record computes it afresh, with the general encoder.
     """
+    digest = _plan_digest(saga.plan, cached=cached)
+    text: bytes | None = None
+    if cached:
+        with contextlib.suppress(TypeError, KeyError, AttributeError):  # an unusual value: the general encoder's
+            text = _saga_text(saga, digest).encode()
+    if text is None:
+        text = _saga_parts_text(saga, digest)
+    if key is None:
+        return hashlib.sha256(text).hexdigest()
+    return "hmac:" + hmac.new(key, text, hashlib.sha256).hexdigest()
+
+
+def _saga_parts_text(saga: SagaRow, digest: str) -> bytes:
+    """Return the canonical JSON text of a saga row's sealed array, by the general encoder (the seal's definition)."""
     status = saga.status
     parked = saga.parked_from
     parts = [
         "saga",
         saga.saga_id,
         saga.kind,
-        _plan_digest(saga.plan, cached=cached),
+        digest,
         saga.plan_hash,
         getattr(status, "value", status),
         _normal(saga.budget),
@@ -426,10 +493,7 @@ def saga_seal(saga: SagaRow, key: bytes | None, *, cached: bool = False) -> str:
         parts.append(_normal(saga.history))
     if saga.parent_id is not None:  # a child saga's: sealed with its parent (a saga of its own's stays as it was)
         parts.append(_normal({"parent": saga.parent_id}))
-    text = _text(parts).encode()
-    if key is None:
-        return hashlib.sha256(text).hexdigest()
-    return "hmac:" + hmac.new(key, text, hashlib.sha256).hexdigest()
+    return _text(parts).encode()
 
 
 def seal_saga(saga: SagaRow, key: bytes | None) -> None:

@@ -20,6 +20,13 @@ _TIMES = st.one_of(
     st.datetimes(timezones=st.just(UTC)),
     st.datetimes(timezones=st.builds(lambda m: timezone(timedelta(minutes=m)), st.integers(-1439, 1439))),
 )
+# A saga row's times are sealed in UTC: any time that has a UTC one (as every stored time has).
+_SAGA_TIME = st.datetimes(
+    min_value=datetime(2, 1, 1),
+    max_value=datetime(9998, 12, 31),
+    timezones=st.one_of(st.just(UTC), st.builds(lambda m: timezone(timedelta(minutes=m)), st.integers(-1439, 1439))),
+)
+_SAGA_TIMES = st.one_of(st.none(), _SAGA_TIME)
 _JSON = st.recursive(
     st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False, allow_infinity=False), _TEXT),
     lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(_TEXT, inner, max_size=3)),
@@ -97,32 +104,35 @@ def test_identity_hashes_are_the_general_encoders(row: StepRow) -> None:
     assert identity_hash(None, row.saga_id) == hashlib.sha256(_dumps(["saga", row.saga_id]).encode()).hexdigest()
 
 
-@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    _TEXT,
-    st.sampled_from(["plan", "dynamic"]),
-    _JSON,
-    st.sampled_from(list(SagaStatus)),
-    st.datetimes(timezones=st.just(UTC)),
-    _TIMES,
-    st.one_of(st.none(), st.dictionaries(_TEXT, _JSON, max_size=2)),
-    st.dictionaries(_TEXT, _JSON, max_size=2),
-    st.sampled_from([None, b"signing-key"]),
-)
-def test_saga_seals_cached_are_the_uncached(
-    saga_id: str,
-    kind: Any,
-    plan: Any,
-    status: SagaStatus,
-    created: datetime,
-    finished: datetime | None,
-    budget: dict[str, Any] | None,
-    metadata: dict[str, Any],
-    key: bytes | None,
-) -> None:
-    """A saga row sealed twice (its plan's digest kept) seals as a check of the record computes it afresh."""
-    saga = SagaRow(saga_id, kind, plan, None, status, created, created, budget=budget, metadata=metadata)
-    saga.finished_at = finished
+@st.composite
+def _saga_rows(draw: st.DrawFn) -> SagaRow:
+    created = draw(st.datetimes(timezones=st.just(UTC)))
+    return SagaRow(
+        draw(st.one_of(_TEXT, st.just("saga-1"))),
+        draw(st.sampled_from(["plan", "dynamic"])),
+        draw(_JSON),
+        draw(st.one_of(st.none(), st.just(identity_hash(None, "s")), _TEXT)),
+        draw(st.sampled_from(list(SagaStatus))),
+        draw(st.one_of(st.just(created), _SAGA_TIME)),
+        created,
+        budget=draw(st.one_of(st.none(), st.dictionaries(_TEXT, _JSON, max_size=2))),
+        cost=draw(st.one_of(st.floats(), st.integers(-5, 5))),
+        tokens=draw(st.one_of(st.integers(0, 10**20), st.booleans())),
+        metadata=draw(st.dictionaries(_TEXT, _JSON, max_size=2)),
+        error=draw(st.one_of(st.none(), _TEXT)),
+        finished_at=draw(_SAGA_TIMES),
+        parked_from=draw(st.one_of(st.none(), st.sampled_from(list(SagaStatus)))),
+        purged_at=draw(_SAGA_TIMES),
+        history=draw(st.lists(st.dictionaries(_TEXT, _JSON, max_size=2), max_size=2)),
+        parent_id=draw(st.one_of(st.none(), _TEXT)),
+    )
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(_saga_rows(), st.sampled_from([None, b"signing-key"]))
+def test_saga_seals_written_directly_are_the_general_encoders(saga: SagaRow, key: bytes | None) -> None:
+    """A writer's saga seal (its text written value by value, the plan's digest kept) is the general encoder's,
+    as a check of the record computes it afresh, for any content, sealed once or again."""
     uncached = saga_seal(saga, key)
     assert saga_seal(saga, key, cached=True) == uncached
     assert saga_seal(saga, key, cached=True) == uncached
