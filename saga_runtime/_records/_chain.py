@@ -435,7 +435,8 @@ def _saga_text(saga: SagaRow, digest: str) -> str:
         f'["saga",{get(saga_id) or _quoted(saga_id)},{get(kind) or _quoted(kind)},{get(digest) or _quoted(digest)},'
         f"{'null' if plan_hash is None else get(plan_hash) or _quoted(plan_hash)},{_SAGA_STATUS[saga.status]},"
         f'{"null" if budget is None else _text(_normal(budget))},"{float(saga.cost)!r}",{tokens},'
-        f"{'{}' if metadata == {} else _text(_normal(metadata))},{'null' if error is None else _quote(error)},"
+        f"{'{}' if type(metadata) is dict and not metadata else _text(_normal(metadata))},"
+        f"{'null' if error is None else _quote(error)},"
         f"{_instant_json(saga.created_at)},{_instant_json(saga.finished_at)},"
         f"{'null' if parked is None else _SAGA_STATUS[parked]}"
     )

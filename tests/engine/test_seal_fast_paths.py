@@ -5,9 +5,12 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+from collections import UserDict
 from datetime import UTC, datetime, timedelta, timezone
+from types import MappingProxyType
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -138,3 +141,14 @@ def test_saga_seals_written_directly_are_the_general_encoders(saga: SagaRow, key
     assert saga_seal(saga, key, cached=True) == uncached
     saga.cost, saga.tokens = 2.5, 7
     assert saga_seal(saga, key, cached=True) == saga_seal(saga, key)
+
+
+@pytest.mark.parametrize("metadata", [MappingProxyType({}), UserDict(), MappingProxyType({"a": 1})])
+def test_a_saga_seal_refuses_metadata_the_general_encoder_refuses(metadata: Any) -> None:
+    """Metadata of a mapping type JSON cannot write (even an empty one) fails a writer's seal as the general one."""
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    saga = SagaRow("s", "plan", None, None, SagaStatus.RUNNING, at, at, metadata=metadata)
+    with pytest.raises(TypeError):
+        saga_seal(saga, None)
+    with pytest.raises(TypeError):
+        saga_seal(saga, None, cached=True)
