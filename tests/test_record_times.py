@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta, timezone
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from saga_runtime._records._times import iso_text, iso_text_micro
+from saga_runtime._records._times import iso_json, iso_text, iso_text_micro
 
 _ZONES = st.one_of(
     st.none(),
@@ -46,6 +47,7 @@ def test_the_extremes_and_a_subclass_are_written_as_isoformat() -> None:
     stamp = _Stamp(2024, 5, 17, 9, 30, tzinfo=UTC)
     assert iso_text(stamp) == stamp.isoformat()
     assert iso_text_micro(stamp) == stamp.isoformat("T", "microseconds")
+    assert iso_json(stamp) == json.dumps(stamp.isoformat(), ensure_ascii=False)
 
 
 class _TimespecOnly(datetime):
@@ -59,3 +61,11 @@ def test_a_time_whose_isoformat_takes_timespec_alone_is_written_as_before() -> N
     """A seal's instant of such a subclass is written as its isoformat(timespec=...) writes it, as before."""
     value = _TimespecOnly(2024, 5, 17, 9, 30, tzinfo=UTC)
     assert iso_text_micro(value) == "2024-05-17T09:30:00.000000+00:00"
+
+
+@given(st.datetimes(timezones=_ZONES))
+def test_iso_json_is_the_json_text_of_isoformat(value: datetime) -> None:
+    """iso_json gives the JSON text (quoted, as seals write it) of value.isoformat() for any time."""
+    assert iso_json(value) == json.dumps(value.isoformat(), ensure_ascii=False)
+    whole = value.replace(microsecond=0)
+    assert iso_json(whole) == json.dumps(whole.isoformat(), ensure_ascii=False)

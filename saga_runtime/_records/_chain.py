@@ -32,7 +32,7 @@ import contextlib
 import hashlib
 import hmac
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -47,7 +47,7 @@ from saga_runtime._records._rows import (
     idempotency_key,
     plan_groups,
 )
-from saga_runtime._records._times import iso_text, iso_text_micro
+from saga_runtime._records._times import iso_json, iso_text, iso_text_micro
 
 __all__ = [
     "Sealer",
@@ -92,6 +92,8 @@ def _normal_copy(value: Any) -> Any:
     """Return `_normal(value)` in containers of its own (a copy to compare the value with later)."""
     kind = type(value)
     if kind is dict:
+        if _PLAIN.issuperset(map(type, value.values())):  # (the usual arguments: no float, no container inside)
+            return value.copy()
         return {key: _normal_copy(item) for key, item in value.items()}
     if kind is list:
         return [_normal_copy(item) for item in value]
@@ -104,21 +106,32 @@ _text = canonical_json
 _quote = json.encoder.encode_basestring  # the text canonical_json writes for a str
 _STATUS = {status: _quote(status.value) for status in StepStatus}
 
+# The JSON text of str values written lately, by value: a saga's id is in every identity and seal of its rows, a
+# plan's step ids and tool names in those of every saga of the plan, a step's key in its identity and its seal, a
+# link (an identity hash) in each seal of its row. Quoting scans each character (about 40 instructions a
+# character); a lookup hashes the str once (its hash is kept in the object). Emptied when full.
+_QUOTED: dict[str, str] = {}
+_QUOTED_KEPT = 4096
+
+
+def _quoted(text: str) -> str:
+    """Return `_quote(text)` for a str `text` (of type str exactly), remembering it (`_QUOTED.get` first)."""
+    if len(_QUOTED) >= _QUOTED_KEPT:
+        _QUOTED.clear()
+    quoted = _QUOTED[text] = _quote(text)
+    return quoted
+
+
+def _hex_link(digest: str) -> str:
+    """Return the identity hash `digest` (hex: nothing to escape), noting its JSON text for the seals linking to it."""
+    if len(_QUOTED) >= _QUOTED_KEPT:
+        _QUOTED.clear()
+    _QUOTED[digest] = f'"{digest}"'
+    return digest
+
 
 def _time(value: datetime | None) -> str | None:
     return None if value is None else iso_text(value)
-
-
-def _plain(saga_id: Any, seq: Any, step_id: Any, group: Any, tool_name: Any, key: Any) -> bool:
-    """Tell whether a row's identity holds plain str and int values (which the f-strings below write as JSON)."""
-    return (
-        type(seq) is int
-        and type(group) is int
-        and type(saga_id) is str
-        and type(step_id) is str
-        and type(tool_name) is str
-        and type(key) is str
-    )
 
 
 def identity_hash(row: StepRow | None, saga_id: str) -> str:
@@ -134,14 +147,23 @@ def identity_hash(row: StepRow | None, saga_id: str) -> str:
             row.tool_name,
             row.idempotency_key,
         )
-        if _plain(saga, seq, step, group, tool, key):
+        # Plain str and int values (which the f-string writes as JSON; the test inlined: it runs for every link).
+        if (
+            type(seq) is int
+            and type(group) is int
+            and type(saga) is str
+            and type(step) is str
+            and type(tool) is str
+            and type(key) is str
+        ):
+            get = _QUOTED.get
             text = (
-                f"[{_quote(saga)},{int.__repr__(seq)},{_quote(step)},{int.__repr__(group)},{_quote(tool)},"
-                f"{_quote(key)}]"
+                f"[{get(saga) or _quoted(saga)},{seq},{get(step) or _quoted(step)},{group},"
+                f"{get(tool) or _quoted(tool)},{get(key) or _quoted(key)}]"
             )
         else:
             text = _text([saga, seq, step, group, tool, key])
-    return hashlib.sha256(text.encode()).hexdigest()
+    return _hex_link(hashlib.sha256(text.encode()).hexdigest())
 
 
 # A row's seal hashes the canonical JSON text of one array: saga id, seq, step id, group, tool, arguments
@@ -156,10 +178,18 @@ def identity_hash(row: StepRow | None, saga_id: str) -> str:
 
 def _fixed(row: StepRow, args: Any) -> bytes:
     saga, seq, step, group, tool, key = row.saga_id, row.seq, row.step_id, row.group, row.tool_name, row.idempotency_key
-    if _plain(saga, seq, step, group, tool, key):
+    if (
+        type(seq) is int
+        and type(group) is int
+        and type(saga) is str
+        and type(step) is str
+        and type(tool) is str
+        and type(key) is str
+    ):  # plain str and int values, which the f-string writes as JSON
+        get = _QUOTED.get
         return (
-            f"[{_quote(saga)},{int.__repr__(seq)},{_quote(step)},{int.__repr__(group)},{_quote(tool)},"
-            f"{_text(args)},{_quote(key)},"
+            f"[{get(saga) or _quoted(saga)},{seq},{get(step) or _quoted(step)},{group},"
+            f"{get(tool) or _quoted(tool)},{_text(args)},{get(key) or _quoted(key)},"
         ).encode()
     return (_text([saga, seq, step, group, tool, args, key])[:-1] + ",").encode()
 
@@ -199,22 +229,28 @@ def _finish(state: Any, changing: bytes, key: bytes | None) -> str:
     return digest if key is None else "hmac:" + digest
 
 
-def _time_text(value: datetime) -> str:
-    return _quote(iso_text(value))
+def _time_text(times: dict[int, tuple[datetime, str]], value: datetime) -> str:
+    """Return the JSON text of a time, noting it in `times` (by identity: equal instants in other offsets have other
+    text); `_changing_text` reads a time noted there itself."""
+    text = iso_json(value)
+    times[id(value)] = (value, text)
+    return text
 
 
-def _changing_text(row: StepRow, time: Callable[[datetime], str]) -> bytes:
+def _changing_text(row: StepRow, times: dict[int, tuple[datetime, str]]) -> bytes:
     """Return the text `_changing(row)` gives, written directly when every value is of a plain type.
 
-    `time` writes a datetime's JSON text (a sealer remembers the times it wrote).
+    `times`: the JSON text of the times written before, by identity (a sealer's, kept across its seals: a row's
+    start is in each of its seals after it). Read here, not through a call: a seal writes up to three times.
     """
     attempts, undo_attempts, result = row.attempts, row.compensation_attempts, row.result
     if type(attempts) is not int or type(undo_attempts) is not int or row.tool_version != "1" or row.reconciled:
         return _changing(row)
+    # (An f-string writes an int, of type int exactly, as int.__repr__ does: `result_text` may be one.)
     if result is None:
-        result_text = "null"
+        result_text: Any = "null"
     elif type(result) is int:
-        result_text = int.__repr__(result)
+        result_text = result
     elif type(result) is str:
         result_text = _quote(result)
     else:
@@ -222,22 +258,33 @@ def _changing_text(row: StepRow, time: Callable[[datetime], str]) -> bytes:
     error, error_type, undo_error, link = row.error, row.error_type, row.compensation_error, row.prev_hash
     started, finished, compensated = row.started_at, row.finished_at, row.compensated_at
     try:
+        if started is None:
+            started_text = "null"
+        elif (known := times.get(id(started))) is not None and known[0] is started:
+            started_text = known[1]
+        else:
+            started_text = _time_text(times, started)
+        if finished is None:
+            finished_text = "null"
+        elif (known := times.get(id(finished))) is not None and known[0] is finished:
+            finished_text = known[1]
+        else:
+            finished_text = _time_text(times, finished)
         return (
-            f"{_STATUS[row.status]},{int.__repr__(attempts)},{result_text},"
+            f"{_STATUS[row.status]},{attempts},{result_text},"
             f"{'null' if error is None else _quote(error)},"
             f"{'null' if error_type is None else _quote(error_type)},"
-            f"{'null' if started is None else time(started)},"
-            f"{'null' if finished is None else time(finished)},"
-            f"{'null' if compensated is None else time(compensated)},"
-            f"{'null' if undo_error is None else _quote(undo_error)},{int.__repr__(undo_attempts)},"
-            f"{'null' if link is None else _quote(link)}]"
+            f"{started_text},{finished_text},"
+            f"{'null' if compensated is None else _time_text(times, compensated)},"
+            f"{'null' if undo_error is None else _quote(undo_error)},{undo_attempts},"
+            f"{'null' if link is None else _QUOTED.get(link) or _quote(link)}]"
         ).encode()
     except (KeyError, TypeError, AttributeError):  # a value of another type: the general encoder says what it is
         return _changing(row)
 
 
 def _seal_of(row: StepRow, key: bytes | None) -> str:
-    text = _fixed(row, _normal(row.args)) + _changing_text(row, _time_text)
+    text = _fixed(row, _normal(row.args)) + _changing_text(row, {})
     if key is None:
         return hashlib.sha256(text).hexdigest()
     return "hmac:" + hmac.new(key, text, hashlib.sha256).hexdigest()
@@ -267,14 +314,6 @@ class Sealer:
         # The text of each time sealed, by identity (equal instants in other offsets have other text).
         self._times: dict[int, tuple[datetime, str]] = {}
 
-    def _time(self, value: datetime) -> str:
-        known = self._times.get(id(value))
-        if known is not None and known[0] is value:
-            return known[1]
-        text = _quote(iso_text(value))
-        self._times[id(value)] = (value, text)
-        return text
-
     def seal(self, row: StepRow, link: str | None) -> None:
         """Link `row` to the identity hash `link` of the row before it, and seal its content."""
         row.prev_hash = link
@@ -290,10 +329,10 @@ class Sealer:
         key = self._key
         if key is None:  # `_finish`, inlined: the usual seal, without a signing key
             state = state.copy()
-            state.update(_changing_text(row, self._time))
+            state.update(_changing_text(row, self._times))
             row.hash = state.hexdigest()
         else:
-            row.hash = _finish(state.copy(), _changing_text(row, self._time), key)
+            row.hash = _finish(state.copy(), _changing_text(row, self._times), key)
 
 
 def extend_head(head: str | None, row: StepRow) -> str:
@@ -357,19 +396,87 @@ def _instant(value: datetime | None) -> str | None:
     return iso_text_micro(value)
 
 
+_SAGA_STATUS = {status: _quote(status.value) for status in SagaStatus}
+
+
+def _instant_json(value: datetime | None) -> str:
+    """Return the JSON text of `_instant(value)` (a datetime's own isoformat holds nothing to escape)."""
+    if value is None:
+        return "null"
+    if type(value) is datetime:
+        return f'"{_instant(value)}"'
+    return _quote(_instant(value))  # type: ignore[arg-type]
+
+
+def _saga_text(saga: SagaRow, digest: str) -> str:
+    """Return the canonical JSON text of a saga row's sealed array (see `saga_seal`), written value by value.
+
+    About half the general encoder's instructions: the ids and the digest are quoted once (`_QUOTED`, or hex), the
+    times written as text directly. Raises TypeError, KeyError or AttributeError for a value of an unusual type
+    (`saga_seal` then takes the general encoder).
+    """
+    # (Any: a row read from a store, or built by hand, may hold a value of another type than its annotation.)
+    saga_id: Any = saga.saga_id
+    kind: Any = saga.kind
+    plan_hash: Any = saga.plan_hash
+    tokens: Any = saga.tokens
+    error: Any = saga.error
+    budget, metadata, parked = saga.budget, saga.metadata, saga.parked_from
+    if not (
+        type(saga_id) is str
+        and type(kind) is str
+        and type(tokens) is int
+        and (plan_hash is None or type(plan_hash) is str)
+        and (error is None or type(error) is str)
+    ):
+        raise TypeError("a value of another type than str, int or None")
+    get = _QUOTED.get
+    text = (
+        f'["saga",{get(saga_id) or _quoted(saga_id)},{get(kind) or _quoted(kind)},{get(digest) or _quoted(digest)},'
+        f"{'null' if plan_hash is None else get(plan_hash) or _quoted(plan_hash)},{_SAGA_STATUS[saga.status]},"
+        f'{"null" if budget is None else _text(_normal(budget))},"{float(saga.cost)!r}",{tokens},'
+        f"{'{}' if type(metadata) is dict and not metadata else _text(_normal(metadata))},"
+        f"{'null' if error is None else _quote(error)},"
+        f"{_instant_json(saga.created_at)},{_instant_json(saga.finished_at)},"
+        f"{'null' if parked is None else _SAGA_STATUS[parked]}"
+    )
+    if saga.purged_at is not None:
+        text += "," + _instant_json(saga.purged_at)
+    if saga.history:
+        text += "," + _text(_normal(saga.history))
+    if saga.parent_id is not None:
+        text += "," + _text(_normal({"parent": saga.parent_id}))
+    return text + "]"
+
+
 def saga_seal(saga: SagaRow, key: bytes | None, *, cached: bool = False) -> str:
     """Return the seal of a saga row's content (SHA-256, or HMAC-SHA-256 with a key, then prefixed "hmac:").
 
     `cached`: the plan's digest may come from an earlier seal of the same plan object (writers seal one saga's row
-    again and again; plans are never changed in place). A check of a record computes it afresh.
+    again and again; plans are never changed in place), and the text is written value by value (`_saga_text`). A
+    check of a record computes it afresh, with the general encoder.
     """
+    digest = _plan_digest(saga.plan, cached=cached)
+    text: bytes | None = None
+    if cached:
+        with contextlib.suppress(TypeError, KeyError, AttributeError):  # an unusual value: the general encoder's
+            text = _saga_text(saga, digest).encode()
+    if text is None:
+        text = _saga_parts_text(saga, digest)
+    if key is None:
+        return hashlib.sha256(text).hexdigest()
+    return "hmac:" + hmac.new(key, text, hashlib.sha256).hexdigest()
+
+
+def _saga_parts_text(saga: SagaRow, digest: str) -> bytes:
+    """Return the canonical JSON text of a saga row's sealed array, by the general encoder (the seal's definition)."""
     status = saga.status
     parked = saga.parked_from
     parts = [
         "saga",
         saga.saga_id,
         saga.kind,
-        _plan_digest(saga.plan, cached=cached),
+        digest,
         saga.plan_hash,
         getattr(status, "value", status),
         _normal(saga.budget),
@@ -387,10 +494,7 @@ def saga_seal(saga: SagaRow, key: bytes | None, *, cached: bool = False) -> str:
         parts.append(_normal(saga.history))
     if saga.parent_id is not None:  # a child saga's: sealed with its parent (a saga of its own's stays as it was)
         parts.append(_normal({"parent": saga.parent_id}))
-    text = _text(parts).encode()
-    if key is None:
-        return hashlib.sha256(text).hexdigest()
-    return "hmac:" + hmac.new(key, text, hashlib.sha256).hexdigest()
+    return _text(parts).encode()
 
 
 def seal_saga(saga: SagaRow, key: bytes | None) -> None:
