@@ -71,6 +71,8 @@ logger = logging.getLogger("saga_runtime")
 Call = tuple[str, Mapping[str, Any]] | tuple[str, Mapping[str, Any], str] | Step
 
 _UNKNOWN = (StepStatus.RUNNING, StepStatus.CANCELLED)
+# Read on every call, as a module constant: Python 3.11 reads an enum class's attribute through a slow hook.
+_SUCCESS = StepStatus.SUCCESS
 
 
 class DynamicSaga:
@@ -308,27 +310,12 @@ class DynamicSaga:
 
         A failure raises `StepFailedError` after retries (an unknown outcome is compensated first).
         """
-        row = self._new_call(tool, args)
-        if row is None:  # anything but a new plain call, live: the group of one does it (and says what is wrong)
-            (result,) = await self.group([(tool, args)])
-            return result
-        driver = self._driver
-        assert driver is not None
-        ok = await driver.run_new(row)
-        succeeded = row.status is StepStatus.SUCCESS
-        if not (ok and succeeded and driver.defers):  # done with (see `run_new`), else ended
-            await driver.ran_new(row)
-            succeeded = row.status is StepStatus.SUCCESS
-        result = row.result
-        if succeeded and type(result) is not dict and type(result) is not list:
-            return result  # a scalar: `_outcome`'s own copy is itself
-        return self._outcome(row)
-
-    def _new_call(self, tool: str, args: dict[str, Any]) -> StepRow | None:
-        """Return the row of a live saga's next call when it is new and plain (what `group` would build for it:
-        arguments validated once, stored as they are; no decision to wait for), else None."""
+        # A live saga's next call, new and plain (arguments validated once, stored as they are; no decision to wait
+        # for), is run here: its row built as `group` would build it, handed to the driver with its arguments
+        # validated, without a group's checks (a saga function's every call comes this way).
         engine, driver = self._engine, self._driver
-        if (
+        kwargs: dict[str, Any] | None = None
+        if not (
             engine is None
             or driver is None
             or self._closed
@@ -337,24 +324,24 @@ class DynamicSaga:
             or self._next_seq < len(self._record)
             or type(tool) is not str
             or tool in self._approval_required
+            or tool in BUILTIN_TOOLS  # (the group refuses a built-in one)
+            or (spec := self._registry.find(tool)) is None
+            or spec.approval
+            or spec.secrets
         ):
-            return None
-        spec = None if tool in BUILTIN_TOOLS else self._registry.find(tool)  # (the group refuses a built-in one)
-        if spec is None or spec.approval or spec.secrets:
-            return None
-        seq = self._next_seq
-        step_id = f"{tool}-{seq}"
-        if driver.cancellation.halted is not None or step_id in driver.calls or step_id in driver.requests:
-            return None  # an operator's cancel, or the id taken: the group says what is wrong
-        # Stored as they are and taken as they are by plain fields: checked in one walk; else the long way.
-        kwargs = stored_kwargs(spec, args)
-        if kwargs is None:
-            if not stored_as_is(args):
-                return None
-            try:
-                kwargs = spec.validate_args(args)
-            except pydantic.ValidationError:
-                return None
+            seq = self._next_seq
+            step_id = f"{tool}-{seq}"
+            # Not an operator's cancel, nor an id taken (the group says what is wrong with those).
+            if driver.cancellation.halted is None and step_id not in driver.calls and step_id not in driver.requests:
+                # Stored as they are and taken as they are by plain fields: checked in one walk; else the long way.
+                kwargs = stored_kwargs(spec, args)
+                if kwargs is None and stored_as_is(args):
+                    with contextlib.suppress(pydantic.ValidationError):
+                        kwargs = spec.validate_args(args)
+        if kwargs is None:  # anything but a new plain call, live: the group of one does it (and says what is wrong)
+            (result,) = await self.group([(tool, args)])
+            return result
+        assert driver is not None
         row = StepRow(
             self.saga_id,
             seq,
@@ -366,8 +353,15 @@ class DynamicSaga:
             tool_version=spec.version,
         )
         self._next_seq, self._next_group = seq + 1, self._next_group + 1
-        engine.validated(row, kwargs)
-        return row
+        ok = await driver.run_new(row, kwargs)
+        succeeded = row.status is _SUCCESS
+        if not (ok and succeeded and driver.defers):  # done with (see `run_new`), else ended
+            await driver.ran_new(row)
+            succeeded = row.status is _SUCCESS
+        result = row.result
+        if succeeded and type(result) is not dict and type(result) is not list:
+            return result  # a scalar: `_outcome`'s own copy is itself
+        return self._outcome(row)
 
     async def group(
         self,

@@ -166,6 +166,14 @@ class GroupRunner:
         self._ended_at = None
         return self._run_one(row, at, kwargs)
 
+    def run_new(self, row: StepRow, kwargs: dict[str, Any]) -> Coroutine[Any, Any, bool]:
+        """Run a group of one step never started (join `all`) whose `kwargs` are its current arguments validated (a
+        saga function's new call, validated as it was made); return whether the saga can go on (await it). What
+        `run` does for it without `handed` (the saga's code ran since the last group ended: its intent reads the
+        clock), without looking the arguments up."""
+        self._ended_at = None
+        return self._run_one(row, None, kwargs)
+
     async def _run(self, rows: Sequence[StepRow], join: str, needed: int | None) -> bool:
         journal = self._journal
         for row in rows:  # outcomes in doubt from before: settled by reconcile, if the tool has one, first
