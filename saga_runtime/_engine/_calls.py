@@ -24,6 +24,7 @@ from saga_runtime._engine._saga import SagaEngine
 from saga_runtime._exceptions import SagaError, SagaFailedError, describe
 from saga_runtime._records import SagaResult, SagaRow, SagaStatus, StepRow, StepStatus, now, result_from_rows
 from saga_runtime._storage import cancel_requested, has, messages_for, messages_of
+from saga_runtime._tools import ToolSpec
 
 __all__ = ["CallBody", "CallDriver", "Released", "awaited_topic", "drive_calls", "due", "due_with", "receive", "send"]
 
@@ -113,11 +114,12 @@ class CallDriver:
             # record: run again under their keys, as any call of unknown outcome.
         return ok, refused
 
-    def run_new(self, row: StepRow, kwargs: dict[str, Any]) -> Coroutine[Any, Any, bool]:
-        """Run a call new to the saga that needs no decision, `kwargs` its arguments validated, as a group of its
-        own: `feed((row,), join="all")` without what only a group, a recorded call or a decision needs. Return its
-        group's run (await it: whether the call held), then await `ran_new` unless the call is done with: held, and
-        a saga function's success (`defers`: written with the saga's next write, see `feed`).
+    def run_new(self, row: StepRow, kwargs: dict[str, Any], spec: ToolSpec) -> Coroutine[Any, Any, bool]:
+        """Run a call new to the saga that needs no decision, `kwargs` its arguments validated (`spec` its tool's,
+        the registry's), as a group of its own: `feed((row,), join="all")` without what only a group, a recorded
+        call or a decision needs. Return its group's run (await it: whether the call held), then await `ran_new`
+        unless the call is done with: held, and a saga function's success (`defers`: written with the saga's next
+        write, see `feed`).
 
         (Its parts apart, the caller awaiting the group runner itself: a coroutine layer less a call.)
         """
@@ -125,7 +127,7 @@ class CallDriver:
         if engine.shelters is not None and engine.shelters.stopping:
             return self._stopped()
         engine.journal.add_step(row)  # (`engine.add_step` and `run_group`, written out: no pass-through frames)
-        return self.groups.run_new(row, kwargs)
+        return self.groups.run_new(row, kwargs, spec)
 
     async def ran_new(self, row: StepRow) -> None:
         """End a new call `run_new` ran that is not done with (see there): its failure forgiven (the calling code

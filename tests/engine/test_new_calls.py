@@ -35,6 +35,6 @@ async def test_a_new_call_made_once_its_worker_stops_writes_what_ran_and_starts_
     driver = CallDriver(engine, defers=True)
     row = StepRow("saga", 0, "Noop-0", 0, "Noop", {"n": 0}, "key")
     with pytest.raises(WorkerStopped):
-        await driver.run_new(row, {"n": 0})
+        await driver.run_new(row, {"n": 0}, SimpleNamespace(version="1"))
     assert flushed == [True]
     assert added == []
