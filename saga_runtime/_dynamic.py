@@ -62,7 +62,7 @@ from saga_runtime._records import (
 )
 from saga_runtime._starting import checked_json, child_call, target
 from saga_runtime._storage import approvals_of, sagas
-from saga_runtime._tools import BUILTIN_TOOLS, CHILD_TOOL, ToolRegistry, builtin_tool_message
+from saga_runtime._tools import BUILTIN_TOOLS, CHILD_TOOL, ToolRegistry, ToolSpec, builtin_tool_message
 
 __all__ = ["DynamicSaga"]
 
@@ -120,6 +120,7 @@ class DynamicSaga:
         self._closed = False
         self.result: SagaResult | None = None
         self._approval_required = frozenset(approval_required or ())  # besides tools registered approval=True
+        self._plain_tools: dict[str, ToolSpec] = {}  # the tools whose new calls `call` runs itself, by name
         self._requests: dict[str, ApprovalRow] = {}  # a recorded saga's requests, by step id
         self._waiting: ApprovalPendingError | None = None  # once set, every later call raises it
 
@@ -324,10 +325,7 @@ class DynamicSaga:
             or self._next_seq < len(self._record)
             or type(tool) is not str
             or tool in self._approval_required
-            or tool in BUILTIN_TOOLS  # (the group refuses a built-in one)
-            or (spec := self._registry.find(tool)) is None
-            or spec.approval
-            or spec.secrets
+            or ((spec := self._plain_tools.get(tool)) is None and (spec := self._plain_tool(tool)) is None)
         ):
             seq = self._next_seq
             step_id = f"{tool}-{seq}"
@@ -360,6 +358,16 @@ class DynamicSaga:
         if succeeded and type(result) is not dict and type(result) is not list:
             return result  # a scalar: `_outcome`'s own copy is itself
         return self._outcome(row)
+
+    def _plain_tool(self, tool: str) -> ToolSpec | None:
+        """Return the spec of a registered tool a new call of which `call` runs itself (no decision to wait for, no
+        secret to encrypt; not a built-in one, which the group refuses), kept for the saga's next calls; else None.
+        """
+        spec = None if tool in BUILTIN_TOOLS else self._registry.find(tool)
+        if spec is None or spec.approval or spec.secrets:
+            return None
+        self._plain_tools[tool] = spec
+        return spec
 
     async def group(
         self,
