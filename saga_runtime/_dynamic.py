@@ -275,7 +275,8 @@ class DynamicSaga:
         self._function = function
         self._entered = True
         self._engine, self._driver = engine, driver
-        self._record = sorted(engine.rows.values(), key=lambda r: r.seq)
+        rows = engine.rows
+        self._record = sorted(rows.values(), key=lambda r: r.seq) if rows else []  # (none: run from its start)
         self._stored = (saga, self._record)
         return self
 

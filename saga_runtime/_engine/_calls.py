@@ -238,39 +238,36 @@ async def drive_calls(engine: SagaEngine, body: CallBody, *, what: str) -> SagaR
     Calls recorded are served, the first one not recorded goes live; an exception leaving the code compensates.
     """
     try:
-        return await _drive_calls(engine, body, what)
-    finally:
-        engine.verdict.errors.clear()
-
-
-async def _drive_calls(engine: SagaEngine, body: CallBody, what: str) -> SagaResult:
-    if engine.compensating:
-        return await engine.compensate()  # died while being undone: finish that, never forward
-    rows = engine.rows.values()
-    registry = engine.config.registry
-    if any(
-        row.status in _DECIDING or ((spec := registry.find(row.tool_name)) is not None and spec.approval)
-        for row in rows
-    ):
-        await engine.gate.load()  # its requests, decided in an earlier run or not
-    driver = CallDriver(engine, defers=True)
-    result: SagaResult | None
-    try:
-        output = await body(driver, engine)
-    except CANCELLED as exc:
-        if engine.fenced or engine.detached:
-            engine.stop()  # another executor owns it, or its worker stops: driven on from its records
+        if engine.compensating:
+            return await engine.compensate()  # died while being undone: finish that, never forward
+        rows = engine.rows.values()
+        registry = engine.config.registry
+        if rows and any(  # (a saga run from its start has no record to look at)
+            row.status in _DECIDING or ((spec := registry.find(row.tool_name)) is not None and spec.approval)
+            for row in rows
+        ):
+            await engine.gate.load()  # its requests, decided in an earlier run or not
+        driver = CallDriver(engine, defers=True)
+        result: SagaResult | None
+        try:
+            output = await body(driver, engine)
+        except CANCELLED as exc:
+            if engine.fenced or engine.detached:
+                engine.stop()  # another executor owns it, or its worker stops: driven on from its records
+                raise
+            logger.warning("saga %s: cancelled by its caller, compensating", engine.saga.saga_id)
+            await driver.end(exc, what=what)
             raise
-        logger.warning("saga %s: cancelled by its caller, compensating", engine.saga.saga_id)
-        await driver.end(exc, what=what)
-        raise
-    except Released:
-        result = driver.waiting  # WAITING: resumed over its record when due
-    except Exception as exc:
-        result = await driver.end(exc, what=what)
-    else:
-        result = await driver.end(what=what, output=output)
-    return result if result is not None else result_from_rows(engine.saga, list(engine.rows.values()))
+        except Released:
+            result = driver.waiting  # WAITING: resumed over its record when due
+        except Exception as exc:
+            result = await driver.end(exc, what=what)
+        else:
+            result = await driver.end(what=what, output=output)
+        return result if result is not None else result_from_rows(engine.saga, list(engine.rows.values()))
+    finally:
+        # Each error's traceback holds the engine: let go of them, so refcounting frees it, not the GC.
+        engine.verdict.errors.clear()
 
 
 # How often a wait in the process looks for a message (and for an operator's cancel).
