@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import Coroutine, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import pydantic
@@ -47,6 +47,7 @@ else:
     _current_task = asyncio.current_task
 
 _Call = tuple[StepRow, ToolSpec, dict[str, Any]]
+_clock = datetime.now  # (read as `now()` reads it: in UTC)
 
 
 def succeeded(row: StepRow) -> bool:
@@ -260,7 +261,7 @@ class GroupRunner:
         if spec is None:
             spec = self._registry.get(row.tool_name)
         status, attempts, started_at = row.status, row.attempts, row.started_at
-        journal.start(row, at or now(), spec.version)
+        journal.start(row, at or _clock(UTC), spec.version)  # (`now()`, written out: a frame less a call)
         journal.keep_lease()  # never start on an almost expired lease: extend it in the same write
         try:
             if not journal.wrote_now():
