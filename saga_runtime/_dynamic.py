@@ -62,7 +62,7 @@ from saga_runtime._records import (
 )
 from saga_runtime._starting import checked_json, child_call, target
 from saga_runtime._storage import approvals_of, sagas
-from saga_runtime._tools import BUILTIN_TOOLS, CHILD_TOOL, ToolRegistry, builtin_tool_message
+from saga_runtime._tools import BUILTIN_TOOLS, CHILD_TOOL, ToolRegistry, ToolSpec, builtin_tool_message
 
 __all__ = ["DynamicSaga"]
 
@@ -71,6 +71,8 @@ logger = logging.getLogger("saga_runtime")
 Call = tuple[str, Mapping[str, Any]] | tuple[str, Mapping[str, Any], str] | Step
 
 _UNKNOWN = (StepStatus.RUNNING, StepStatus.CANCELLED)
+# Read on every call, as a module constant: Python 3.11 reads an enum class's attribute through a slow hook.
+_SUCCESS = StepStatus.SUCCESS
 
 
 class DynamicSaga:
@@ -118,6 +120,7 @@ class DynamicSaga:
         self._closed = False
         self.result: SagaResult | None = None
         self._approval_required = frozenset(approval_required or ())  # besides tools registered approval=True
+        self._plain_tools: dict[str, ToolSpec] = {}  # the tools whose new calls `call` runs itself, by name
         self._requests: dict[str, ApprovalRow] = {}  # a recorded saga's requests, by step id
         self._waiting: ApprovalPendingError | None = None  # once set, every later call raises it
 
@@ -272,7 +275,8 @@ class DynamicSaga:
         self._function = function
         self._entered = True
         self._engine, self._driver = engine, driver
-        self._record = sorted(engine.rows.values(), key=lambda r: r.seq)
+        rows = engine.rows
+        self._record = sorted(rows.values(), key=lambda r: r.seq) if rows else []  # (none: run from its start)
         self._stored = (saga, self._record)
         return self
 
@@ -308,27 +312,12 @@ class DynamicSaga:
 
         A failure raises `StepFailedError` after retries (an unknown outcome is compensated first).
         """
-        row = self._new_call(tool, args)
-        if row is None:  # anything but a new plain call, live: the group of one does it (and says what is wrong)
-            (result,) = await self.group([(tool, args)])
-            return result
-        driver = self._driver
-        assert driver is not None
-        ok = await driver.run_new(row)
-        succeeded = row.status is StepStatus.SUCCESS
-        if not (ok and succeeded and driver.defers):  # done with (see `run_new`), else ended
-            await driver.ran_new(row)
-            succeeded = row.status is StepStatus.SUCCESS
-        result = row.result
-        if succeeded and type(result) is not dict and type(result) is not list:
-            return result  # a scalar: `_outcome`'s own copy is itself
-        return self._outcome(row)
-
-    def _new_call(self, tool: str, args: dict[str, Any]) -> StepRow | None:
-        """Return the row of a live saga's next call when it is new and plain (what `group` would build for it:
-        arguments validated once, stored as they are; no decision to wait for), else None."""
+        # A live saga's next call, new and plain (arguments validated once, stored as they are; no decision to wait
+        # for), is run here: its row built as `group` would build it, handed to the driver with its arguments
+        # validated, without a group's checks (a saga function's every call comes this way).
         engine, driver = self._engine, self._driver
-        if (
+        kwargs: dict[str, Any] | None = None
+        if not (
             engine is None
             or driver is None
             or self._closed
@@ -337,37 +326,49 @@ class DynamicSaga:
             or self._next_seq < len(self._record)
             or type(tool) is not str
             or tool in self._approval_required
+            or ((spec := self._plain_tools.get(tool)) is None and (spec := self._plain_tool(tool)) is None)
         ):
-            return None
-        spec = None if tool in BUILTIN_TOOLS else self._registry.find(tool)  # (the group refuses a built-in one)
+            seq = self._next_seq
+            step_id = f"{tool}-{seq}"
+            # Not an operator's cancel, nor an id taken (the group says what is wrong with those).
+            if driver.cancellation.halted is None and step_id not in driver.calls and step_id not in driver.requests:
+                # Stored as they are and taken as they are by plain fields: checked in one walk; else the long way.
+                kwargs = stored_kwargs(spec, args)
+                if kwargs is None and stored_as_is(args):
+                    with contextlib.suppress(pydantic.ValidationError):
+                        kwargs = spec.validate_args(args)
+        if kwargs is None:  # anything but a new plain call, live: the group of one does it (and says what is wrong)
+            (result,) = await self.group([(tool, args)])
+            return result
+        assert driver is not None
+        assert spec is not None
+        group, key, version = self._next_group, self._key(step_id), spec.version
+        # (`call`'s own dict of its **args as the row's: nobody else holds it. A tool of the default version "1",
+        # the usual one, is given no keyword: binding one costs a third of the row's construction.)
+        if version == "1":
+            row = StepRow(self.saga_id, seq, step_id, group, tool, args, key)
+        else:
+            row = StepRow(self.saga_id, seq, step_id, group, tool, args, key, tool_version=version)
+        self._next_seq, self._next_group = seq + 1, group + 1
+        ok = await driver.run_new(row, kwargs, spec)
+        succeeded = row.status is _SUCCESS
+        if not (ok and succeeded and driver.defers):  # done with (see `run_new`), else ended
+            await driver.ran_new(row)
+            succeeded = row.status is _SUCCESS
+        result = row.result
+        if succeeded and type(result) is not dict and type(result) is not list:
+            return result  # a scalar: `_outcome`'s own copy is itself
+        return self._outcome(row)
+
+    def _plain_tool(self, tool: str) -> ToolSpec | None:
+        """Return the spec of a registered tool a new call of which `call` runs itself (no decision to wait for, no
+        secret to encrypt; not a built-in one, which the group refuses), kept for the saga's next calls; else None.
+        """
+        spec = None if tool in BUILTIN_TOOLS else self._registry.find(tool)
         if spec is None or spec.approval or spec.secrets:
             return None
-        seq = self._next_seq
-        step_id = f"{tool}-{seq}"
-        if driver.cancellation.halted is not None or step_id in driver.calls or step_id in driver.requests:
-            return None  # an operator's cancel, or the id taken: the group says what is wrong
-        # Stored as they are and taken as they are by plain fields: checked in one walk; else the long way.
-        kwargs = stored_kwargs(spec, args)
-        if kwargs is None:
-            if not stored_as_is(args):
-                return None
-            try:
-                kwargs = spec.validate_args(args)
-            except pydantic.ValidationError:
-                return None
-        row = StepRow(
-            self.saga_id,
-            seq,
-            step_id,
-            self._next_group,
-            tool,
-            args,  # `call`'s own dict (of its **args): nobody else holds it
-            self._key(step_id),
-            tool_version=spec.version,
-        )
-        self._next_seq, self._next_group = seq + 1, self._next_group + 1
-        engine.validated(row, kwargs)
-        return row
+        self._plain_tools[tool] = spec
+        return spec
 
     async def group(
         self,

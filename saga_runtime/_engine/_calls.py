@@ -10,6 +10,7 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from datetime import datetime, timedelta
+from operator import attrgetter
 from typing import Any
 
 import anyio
@@ -23,6 +24,7 @@ from saga_runtime._engine._saga import SagaEngine
 from saga_runtime._exceptions import SagaError, SagaFailedError, describe
 from saga_runtime._records import SagaResult, SagaRow, SagaStatus, StepRow, StepStatus, now, result_from_rows
 from saga_runtime._storage import cancel_requested, has, messages_for, messages_of
+from saga_runtime._tools import ToolSpec
 
 __all__ = ["CallBody", "CallDriver", "Released", "awaited_topic", "drive_calls", "due", "due_with", "receive", "send"]
 
@@ -37,6 +39,11 @@ class Released(BaseException):
 # and returns the function's return value (a JSON value).
 CallBody = Callable[["CallDriver", SagaEngine], Awaitable[Any]]
 _UNKNOWN = (StepStatus.PENDING, StepStatus.RUNNING, StepStatus.CANCELLED)
+# Statuses read for every saga, as module constants: Python 3.11 reads an enum class's attribute through
+# EnumType.__getattr__'s slow hook, a module global at a fraction of its cost.
+_COMPENSATION_FAILED, _DECIDING = StepStatus.COMPENSATION_FAILED, (StepStatus.WAITING, StepStatus.REJECTED)
+_SAGA_SUCCESS = SagaStatus.SUCCESS
+_status_of = attrgetter("status")
 _NO_OUTPUT: Any = object()
 
 
@@ -107,11 +114,12 @@ class CallDriver:
             # record: run again under their keys, as any call of unknown outcome.
         return ok, refused
 
-    def run_new(self, row: StepRow) -> Coroutine[Any, Any, bool]:
-        """Run a call new to the saga that needs no decision, as a group of its own: `feed((row,), join="all")`
-        without what only a group, a recorded call or a decision needs. Return its group's run (await it: whether
-        the call held), then await `ran_new` unless the call is done with: held, and a saga function's success
-        (`defers`: written with the saga's next write, see `feed`).
+    def run_new(self, row: StepRow, kwargs: dict[str, Any], spec: ToolSpec) -> Coroutine[Any, Any, bool]:
+        """Run a call new to the saga that needs no decision, `kwargs` its arguments validated (`spec` its tool's,
+        the registry's), as a group of its own: `feed((row,), join="all")` without what only a group, a recorded
+        call or a decision needs. Return its group's run (await it: whether the call held), then await `ran_new`
+        unless the call is done with: held, and a saga function's success (`defers`: written with the saga's next
+        write, see `feed`).
 
         (Its parts apart, the caller awaiting the group runner itself: a coroutine layer less a call.)
         """
@@ -119,7 +127,7 @@ class CallDriver:
         if engine.shelters is not None and engine.shelters.stopping:
             return self._stopped()
         engine.journal.add_step(row)  # (`engine.add_step` and `run_group`, written out: no pass-through frames)
-        return self.groups.run((row,))  # never `handed`: the saga's code ran since the last call ended
+        return self.groups.run_new(row, kwargs, spec)
 
     async def ran_new(self, row: StepRow) -> None:
         """End a new call `run_new` ran that is not done with (see there): its failure forgiven (the calling code
@@ -212,13 +220,14 @@ class CallDriver:
         elif engine.verdict.halted is not None:
             pass  # an operator's cancel stopped it (its code caught the cut call's error): its reason stands
         else:
-            stuck = next((row for row in engine.rows.values() if row.status is StepStatus.COMPENSATION_FAILED), None)
-            if stuck is None:
+            rows = engine.rows.values()
+            if _COMPENSATION_FAILED not in map(_status_of, rows):  # (the calls' statuses looked at in C)
                 if output is not _NO_OUTPUT and output is not None:
                     returned(engine.saga, output)
                     engine.journal.touch_saga()  # sealed with the saga row's end
-                return await engine.finish(SagaStatus.SUCCESS)
+                return await engine.finish(_SAGA_SUCCESS)
             # An effect that could not be undone must not end in SUCCESS.
+            stuck = next(row for row in rows if row.status is _COMPENSATION_FAILED)
             engine.fail(f"call {stuck.step_id!r} ({stuck.tool_name}) has an effect that could not be undone")
         return await engine.compensate()
 
@@ -229,40 +238,36 @@ async def drive_calls(engine: SagaEngine, body: CallBody, *, what: str) -> SagaR
     Calls recorded are served, the first one not recorded goes live; an exception leaving the code compensates.
     """
     try:
-        return await _drive_calls(engine, body, what)
-    finally:
-        engine.verdict.errors.clear()
-
-
-async def _drive_calls(engine: SagaEngine, body: CallBody, what: str) -> SagaResult:
-    if engine.compensating:
-        return await engine.compensate()  # died while being undone: finish that, never forward
-    rows = engine.rows.values()
-    registry = engine.config.registry
-    if any(
-        row.status in (StepStatus.WAITING, StepStatus.REJECTED)
-        or ((spec := registry.find(row.tool_name)) is not None and spec.approval)
-        for row in rows
-    ):
-        await engine.gate.load()  # its requests, decided in an earlier run or not
-    driver = CallDriver(engine, defers=True)
-    result: SagaResult | None
-    try:
-        output = await body(driver, engine)
-    except CANCELLED as exc:
-        if engine.fenced or engine.detached:
-            engine.stop()  # another executor owns it, or its worker stops: driven on from its records
+        if engine.compensating:
+            return await engine.compensate()  # died while being undone: finish that, never forward
+        rows = engine.rows.values()
+        registry = engine.config.registry
+        if rows and any(  # (a saga run from its start has no record to look at)
+            row.status in _DECIDING or ((spec := registry.find(row.tool_name)) is not None and spec.approval)
+            for row in rows
+        ):
+            await engine.gate.load()  # its requests, decided in an earlier run or not
+        driver = CallDriver(engine, defers=True)
+        result: SagaResult | None
+        try:
+            output = await body(driver, engine)
+        except CANCELLED as exc:
+            if engine.fenced or engine.detached:
+                engine.stop()  # another executor owns it, or its worker stops: driven on from its records
+                raise
+            logger.warning("saga %s: cancelled by its caller, compensating", engine.saga.saga_id)
+            await driver.end(exc, what=what)
             raise
-        logger.warning("saga %s: cancelled by its caller, compensating", engine.saga.saga_id)
-        await driver.end(exc, what=what)
-        raise
-    except Released:
-        result = driver.waiting  # WAITING: resumed over its record when due
-    except Exception as exc:
-        result = await driver.end(exc, what=what)
-    else:
-        result = await driver.end(what=what, output=output)
-    return result if result is not None else result_from_rows(engine.saga, list(engine.rows.values()))
+        except Released:
+            result = driver.waiting  # WAITING: resumed over its record when due
+        except Exception as exc:
+            result = await driver.end(exc, what=what)
+        else:
+            result = await driver.end(what=what, output=output)
+        return result if result is not None else result_from_rows(engine.saga, list(engine.rows.values()))
+    finally:
+        # Each error's traceback holds the engine: let go of them, so refcounting frees it, not the GC.
+        engine.verdict.errors.clear()
 
 
 # How often a wait in the process looks for a message (and for an operator's cancel).

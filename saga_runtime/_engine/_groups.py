@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import Coroutine, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import pydantic
@@ -47,6 +47,7 @@ else:
     _current_task = asyncio.current_task
 
 _Call = tuple[StepRow, ToolSpec, dict[str, Any]]
+_clock = datetime.now  # (read as `now()` reads it: in UTC)
 
 
 def succeeded(row: StepRow) -> bool:
@@ -166,6 +167,14 @@ class GroupRunner:
         self._ended_at = None
         return self._run_one(row, at, kwargs)
 
+    def run_new(self, row: StepRow, kwargs: dict[str, Any], spec: ToolSpec) -> Coroutine[Any, Any, bool]:
+        """Run a group of one step never started (join `all`) whose `kwargs` are its current arguments validated (a
+        saga function's new call, validated as it was made), `spec` its tool's; return whether the saga can go on
+        (await it). What `run` does for it without `handed` (the saga's code ran since the last group ended: its
+        intent reads the clock), without looking the arguments or the tool up."""
+        self._ended_at = None
+        return self._run_one(row, None, kwargs, spec)
+
     async def _run(self, rows: Sequence[StepRow], join: str, needed: int | None) -> bool:
         journal = self._journal
         for row in rows:  # outcomes in doubt from before: settled by reconcile, if the tool has one, first
@@ -225,32 +234,34 @@ class GroupRunner:
             await self._settle_first(rows)
         return self.judge(rows, join, needed)
 
-    async def _run_one(self, row: StepRow, at: datetime | None, kwargs: dict[str, Any] | None = None) -> bool:
+    async def _run_one(
+        self, row: StepRow, at: datetime | None, kwargs: dict[str, Any] | None = None, spec: ToolSpec | None = None
+    ) -> bool:
         """Run a group of one step never started (join `all`): what `run` does for it, without its bookkeeping.
 
-        `kwargs`: its current arguments validated (see `run_one`); None: looked up, or validated, here."""
-        call: _Call | None
-        if kwargs is not None:
-            call = (row, self._registry.get(row.tool_name), kwargs)
-        else:
+        `kwargs`: its current arguments validated (see `run_one`); None: looked up, or validated, here. `spec`: its
+        tool's (the registry's), known to the caller; None: looked up here."""
+        if kwargs is None:
             # (`_prepare`, its common case written out: the arguments validated by whoever made the call, noted by
-            # `validated`: a frame less a saga function's call.)
+            # `validated`: a frame less a step.)
             validated = self._validated
             known = validated.pop(row.step_id, None) if validated else None
             if known is not None and known[0] is row.args:
-                call = (row, self._registry.get(row.tool_name), known[1])
-            else:
-                call = self._prepare(row, known)
+                kwargs = known[1]
+            elif (call := self._prepare(row, known)) is not None:
+                _, spec, kwargs = call
         journal, verdict = self._journal, self._verdict
-        if call is None or verdict.failed:
+        if kwargs is None or verdict.failed:
             if verdict.failed:
                 if self._cancellation.halted:
                     journal.explain(row, f"not run: {self._cancellation.halted}", "Cancelled")
                 await journal.flush()
                 return False
             return self.judge((row,), "all", None)
+        if spec is None:
+            spec = self._registry.get(row.tool_name)
         status, attempts, started_at = row.status, row.attempts, row.started_at
-        journal.start(row, at or now(), call[1].version)
+        journal.start(row, at or _clock(UTC), spec.version)  # (`now()`, written out: a frame less a call)
         journal.keep_lease()  # never start on an almost expired lease: extend it in the same write
         try:
             if not journal.wrote_now():
@@ -271,7 +282,7 @@ class GroupRunner:
             cancellation.running = _current_task()  # (asyncio's own: the engine always runs in a task)
             if cancellation.halted:
                 cancellation.cut_self()  # halted while the intent was written
-            outcome = await self._runner.run(call[0], call[1], call[2])
+            outcome = await self._runner.run(row, spec, kwargs)
             if outcome is not DONE:
                 self.fold(outcome)
         except CANCELLED:

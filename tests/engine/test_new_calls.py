@@ -27,7 +27,7 @@ async def test_a_new_call_made_once_its_worker_stops_writes_what_ran_and_starts_
         shelters=SimpleNamespace(stopping=True),
         flush=flush,
         journal=SimpleNamespace(add_step=added.append),
-        groups=SimpleNamespace(run=run),
+        groups=SimpleNamespace(run=run, run_new=run),
         rows={},
         gate=SimpleNamespace(rows={}),
         verdict=SimpleNamespace(cancellation=SimpleNamespace(halted=None)),
@@ -35,6 +35,6 @@ async def test_a_new_call_made_once_its_worker_stops_writes_what_ran_and_starts_
     driver = CallDriver(engine, defers=True)
     row = StepRow("saga", 0, "Noop-0", 0, "Noop", {"n": 0}, "key")
     with pytest.raises(WorkerStopped):
-        await driver.run_new(row)
+        await driver.run_new(row, {"n": 0}, SimpleNamespace(version="1"))
     assert flushed == [True]
     assert added == []
