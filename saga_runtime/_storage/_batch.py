@@ -9,7 +9,8 @@ into the store: it returns each write's outcome (or its own error), and an error
 
 Rules the batcher keeps:
 
-- At most `slots` batches at once (1 for SQLite's single writer, more for a server's connection pool).
+- At most `slots` batches at once (1 for SQLite's single writer, more for a server's connection pool). With more
+  than one slot, a queue of many writes found by the only flusher goes as two batches at once (`SPLIT_AT`).
 - No two writes of the same saga in one batch or in two batches at once, and the writes of a saga keep their order:
   a statement may touch a row once, and a later write of a saga must land after an earlier one.
 - A caller cancelled while waiting leaves alone: a write not yet taken is dropped, one being written goes on for the
@@ -39,6 +40,8 @@ __all__ = ["Batcher", "Outcome", "Write", "lease_lost"]
 # (parameters, packet size: MariaDB's max_allowed_packet is 16 MiB by default, and MySQL may escape each byte into
 # two). A larger write still goes, alone (the MySQL store splits it into statements of one row).
 MAX_BATCH = 100
+# Writes queued from which a lone batch is split in two (see `Batcher._take`).
+SPLIT_AT = 8
 MAX_BATCH_BYTES = 4 << 20
 _CLOSE_SECONDS = 5.0
 
@@ -165,6 +168,13 @@ class Batcher:
         """Remove and return the next batch: ready writes in order, one per saga, none of a saga being written."""
         batch: list[Write] = []
         size = 0
+        limit = MAX_BATCH
+        if self._slots > 1 and len(self._flushers) == 1 and len(self._queue) >= 2 * SPLIT_AT:
+            # The only flusher (this one) takes half the queue and leaves the rest to a second slot: while one batch
+            # is on the database, the callers of the other go on (their next writes queue up), instead of every caller
+            # waiting for one large batch, then the database for all of them. (50 sagas at a time on PostgreSQL: 10%
+            # less time a saga; more batches at once cost the client more than they save.)
+            limit = min(MAX_BATCH, (len(self._queue) + 1) // 2)
         blocked: set[str] = set()  # a write left behind holds back the later writes of its sagas
         kept: deque[Write] = deque()
         while self._queue:
@@ -172,7 +182,7 @@ class Batcher:
             assert write.future is not None
             if write.future.done():  # its caller left before it was taken
                 continue
-            full = batch and (len(batch) >= MAX_BATCH or size + write.size > MAX_BATCH_BYTES)
+            full = batch and (len(batch) >= limit or size + write.size > MAX_BATCH_BYTES)
             if full or not write.keys.isdisjoint(blocked) or not write.keys.isdisjoint(self._busy):
                 blocked |= write.keys
                 kept.append(write)

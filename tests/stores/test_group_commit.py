@@ -256,3 +256,22 @@ async def test_a_sqlite_batch_that_finds_the_database_locked_fails_once(stores: 
     assert len(batches.seen) == 2  # the first save alone, then the other five together: no write retried alone
     for saga_id in ids:
         assert await is_untouched(store, saga_id), saga_id
+
+
+@pytest.mark.parametrize("kind", ["postgresql", "mysql"])
+async def test_many_queued_saves_go_as_two_batches_at_once_on_a_server(stores: Stores, kind: str) -> None:
+    """On a server store, saves queued behind a lone write are written as two batches at the same time, not one."""
+    store = await stores.open(kind, wipe=True)
+    ids = await create(store, 31)
+    batches = Batches(store, holds=3)
+    first = asyncio.ensure_future(store.save(None, finished(ids[0]), owner=OWNER))
+    await batches.held(0)  # the lone write, held: the others queue behind it
+    rest = [asyncio.ensure_future(store.save(None, finished(saga_id), owner=OWNER)) for saga_id in ids[1:]]
+    await batches.held(1)
+    await batches.held(2)  # both batches of the queue are being written while neither has ended
+    assert sorted(len(batch) for batch in batches.seen[1:]) == [15, 15]
+    for n in range(3):
+        batches.release(n)
+    await asyncio.wait_for(asyncio.gather(first, *rest), 20)
+    for saga_id in ids:
+        assert await is_finished(store, saga_id), saga_id
