@@ -227,7 +227,7 @@ class CallDriver:
                     engine.journal.touch_saga()  # sealed with the saga row's end
                 return await engine.finish(_SAGA_SUCCESS)
             # An effect that could not be undone must not end in SUCCESS.
-            stuck = next(row for row in rows if row.status is _COMPENSATION_FAILED)
+            stuck = next(row for row in rows if row.status == _COMPENSATION_FAILED)
             engine.fail(f"call {stuck.step_id!r} ({stuck.tool_name}) has an effect that could not be undone")
         return await engine.compensate()
 
