@@ -113,6 +113,7 @@ class Actions:
                     owner=stored.owner,
                     lease_expires_at=stored.lease_expires_at,
                 )
+            previous = stored.owner  # (before the claim: a claim makes the stored row this executor's)
             claim = drives.claim(stored, rows, take="orphan")
         async with claim as held:
             if held is None:
@@ -120,7 +121,8 @@ class Actions:
                     "wait for it and read its result with store.get_saga(), or run it again once it has finished"
                 )
             if existing is not None:
-                logger.info("saga %s: resuming where its previous owner %r left it", saga.saga_id, existing[0].owner)
+                left = "its last owner, who released it," if previous is None else f"its previous owner {previous!r}"
+                logger.info("saga %s: resuming where %s left it", saga.saga_id, left)
             engine = held.start(engine if existing is None else None)
             engine.emit("saga_started")
             return await drive(engine, work, self._planner, resumed=existing is not None)

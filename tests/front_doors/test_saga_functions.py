@@ -692,3 +692,19 @@ def test_a_saga_function_argument_pydantic_cannot_check_is_refused_at_registrati
     with pytest.raises(TypeError, match="uses"):
         registry.saga(uses)
     assert registry.function("uses") is None
+
+
+async def test_running_a_stopped_workers_saga_id_again_resumes_it_and_logs_who_left_it(
+    registry: ToolRegistry, ledger: Ledger, caplog: pytest.LogCaptureFixture
+) -> None:
+    """run() of a stopped worker's saga id resumes it, and the log says who left it (not the executor resuming it)."""
+    store = MemoryStore()
+    first = SagaExecutor(registry, store, compensation_timeout=0.2, lease_timeout=0.2, executor_id="left-worker")
+    await stop_worker_mid_call(first, ledger, "again", city="Oslo")
+    await asyncio.sleep(0.4)  # its lease runs out
+    second = SagaExecutor(registry, store, executor_id="new-worker")
+    with caplog.at_level(logging.INFO, logger="saga_runtime"):
+        result = await second.run("trip", args={"city": "Oslo"}, saga_id="again")
+    assert result.status is SagaStatus.SUCCESS
+    resumed = [record.getMessage() for record in caplog.records if "resuming where" in record.getMessage()]
+    assert resumed == ["saga again: resuming where its last owner, who released it, left it"]
