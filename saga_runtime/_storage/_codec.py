@@ -88,6 +88,7 @@ def _JSON(value: Any) -> str:
 
 
 _UNENCODABLE = (TypeError, ValueError, RecursionError)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class RowCodec:
@@ -101,8 +102,11 @@ class RowCodec:
     keeps its sign (PostgreSQL's JSONB and MySQL's JSON rewrite numbers).
     """
 
-    def __init__(self, dialect: Flavour) -> None:
+    def __init__(self, dialect: Flavour, *, step_micros: bool = False) -> None:
+        """`step_micros`: step rows' times go out as whole microseconds since the epoch (ints), for a dialect whose
+        statements read them so (PostgreSQL's batch writer: no driver conversion of a timestamptz per time)."""
         self.dialect = dialect
+        self._step_micros = step_micros
         self._bytes_ids = dialect.ids_as_bytes
         self._time_value = dialect.time_value
         # A driver taking a UTC time as it is (PostgreSQL's): step rows' times, UTC already, go without a call.
@@ -175,32 +179,52 @@ class RowCodec:
 
     def saga_params(self, row: SagaRow) -> tuple[Any, ...]:
         """Return the parameters of a saga row, in SAGA_COLUMNS order (its lease as LEASE_SQL takes it)."""
-        what = f"saga {row.saga_id!r}"
-        json_in = self.json_in
+        plan, budget, metadata, history, waiting_for = row.plan, row.budget, row.metadata, row.history, row.waiting_for
+        plan_text: str | None
+        budget_text: str | None
+        metadata_text: str | None
+        history_text: str | None
+        waiting_text: str | None
+        try:  # the hot path: the error message (naming the saga) is only built for a value that is not JSON
+            # `_JSON` of each, inlined (a frame less per value).
+            plan_text = None if plan is None else "".join(_FAST(plan, 0))
+            budget_text = None if budget is None else "".join(_FAST(budget, 0))
+            metadata_text = None if metadata is None else "".join(_FAST(metadata, 0))
+            history_text = "".join(_FAST(history, 0)) if history else None
+            waiting_text = None if waiting_for is None else "".join(_FAST(waiting_for, 0))
+        except _UNENCODABLE:
+            what = f"saga {row.saga_id!r}"
+            json_in = self.json_in
+            plan_text = json_in(plan, f"the plan of {what}")
+            budget_text = json_in(budget, f"the budget of {what}")
+            metadata_text = json_in(metadata, f"the metadata of {what}")
+            history_text = json_in(history, f"the history of {what}") if history else None
+            waiting_text = json_in(waiting_for, f"the waiting note of {what}")
+        status = row.status
         return (
             row.saga_id,
             row.kind,
-            None if row.plan is None else json_in(row.plan, f"the plan of {what}"),
+            plan_text,
             row.plan_hash,
-            row.status.value,
+            status._value_,  # not `.value`: a property, two Python calls
             row.owner,
             self.lease_in(row.lease_expires_at),
-            None if row.budget is None else json_in(row.budget, f"the budget of {what}"),
+            budget_text,
             float(row.cost),
             int(row.tokens),
-            json_in(row.metadata, f"the metadata of {what}"),
+            metadata_text,
             row.error,
             self.time_in(row.created_at),
             self.time_in(row.updated_at),
             self.time_in(row.finished_at),
             int(row.recovery_attempts),
-            None if row.parked_from is None else row.parked_from.value,
+            None if row.parked_from is None else row.parked_from._value_,
             self.time_in(row.purged_at),
             row.seal,
-            json_in(row.history, f"the history of {what}") if row.history else None,
-            None if row.waiting_for is None else json_in(row.waiting_for, f"the waiting note of {what}"),
+            history_text,
+            waiting_text,
             row.parent_id,
-            end_of(row.status, (), row.history)[0] if row.status in _ENDED else None,
+            end_of(status, (), history)[0] if status in _ENDED else None,
             self.time_in(wake_time(row)),
         )
 
@@ -218,8 +242,20 @@ class RowCodec:
             what = f"step {row.step_id!r} ({row.tool_name}) of saga {row.saga_id!r}"
             args_text = self.json_in(args, f"the args of {what}")
             result_text = self.json_in(result, f"the result of {what}")
-        started, finished, compensated = row.started_at, row.finished_at, row.compensated_at
-        if self._utc_as_is:  # `time_in` of each, inlined for the times it would return as they are
+        started: Any = row.started_at
+        finished: Any = row.finished_at
+        compensated: Any = row.compensated_at
+        if self._step_micros:  # `_micros` of each, inlined (UTC times, the engine's, without a call)
+            if started is not None:
+                since = (started if started.tzinfo is UTC else self.time_in(started)) - _EPOCH
+                started = (since.days * 86400 + since.seconds) * 1000000 + since.microseconds
+            if finished is not None:
+                since = (finished if finished.tzinfo is UTC else self.time_in(finished)) - _EPOCH
+                finished = (since.days * 86400 + since.seconds) * 1000000 + since.microseconds
+            if compensated is not None:
+                since = (compensated if compensated.tzinfo is UTC else self.time_in(compensated)) - _EPOCH
+                compensated = (since.days * 86400 + since.seconds) * 1000000 + since.microseconds
+        elif self._utc_as_is:  # `time_in` of each, inlined for the times it would return as they are
             if started is not None and started.tzinfo is not UTC:
                 started = self.time_in(started)
             if finished is not None and finished.tzinfo is not UTC:

@@ -20,6 +20,7 @@ import asyncio
 import functools
 import json
 import logging
+import operator
 import socket
 import time
 import weakref
@@ -35,6 +36,7 @@ import asyncpg
 from saga_runtime._exceptions import StoreBusyError, StoreConnectionError, StoreError
 from saga_runtime._records import DECISION_WAKE
 from saga_runtime._storage._batch import Outcome, Write
+from saga_runtime._storage._codec import RowCodec
 from saga_runtime._storage._dialect import Dialect
 from saga_runtime._storage._errors import CONNECT_ADVICE, ErrorMap, convert, mapping_errors
 from saga_runtime._storage._flavour import Notices
@@ -339,6 +341,7 @@ def _scalar(param: int, kind: str, near: bool = False) -> str:
 # The positions of the times among a saga row's and a step row's parameters (sent by `_alone_statement` as ints).
 _SAGA_TIMES = tuple(i for i, column in enumerate(SAGA_COLUMNS) if _ROW_TYPES.get(column) == "timestamptz")
 _STEP_TIMES = tuple(i for i, column in enumerate(STEP_COLUMNS) if _ROW_TYPES.get(column) == "timestamptz")
+_step_times = operator.itemgetter(*_STEP_TIMES)
 
 
 def _micros(params: list[Any], start: int, positions: Sequence[int]) -> bool:
@@ -518,10 +521,11 @@ def _alone_statement(write: Write) -> tuple[str, list[Any]]:
         checks = 1
         params += (write.saga_id, write.owner)
     for row in write.steps:
-        start = len(params)
         params += row
-        if not _micros(params, start, _STEP_TIMES):
-            near = False
+        if near:  # (its times are microseconds already: RowCodec's `step_micros`)
+            for value in _step_times(row):
+                if value is not None and not -_NEAR < value < _NEAR:
+                    near = False
     steps = len(write.steps)
     shape = _batch_statement(_MODES[mode], checks, steps > 0, int(mode is not None), steps, conditional, near)
     return shape, params
@@ -607,6 +611,9 @@ class PostgresDialect(Dialect):
 
     def __init__(self, url: str, pool: Any, *, retry_for: float = DEFAULT_RETRY_FOR) -> None:
         super().__init__(url, retry_for=retry_for, writers=pool.get_max_size())
+        # Step rows' times as microseconds since the epoch, as `_alone_statement`'s scalars and a batch's JSON rows
+        # send them: converted once, as the codec makes the row, not again in a copy of its parameters.
+        self.codec = RowCodec(self.flavour, step_micros=True)
         self._pool = pool
         # One connection the store keeps between calls instead of handing it back to the pool: a saga written one
         # step at a time then costs one round trip per write and nothing else (a pool's release is a shielded task,

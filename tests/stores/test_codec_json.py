@@ -69,3 +69,10 @@ def test_a_saga_row_written_again_carries_each_value_it_holds_now() -> None:
     assert stored() == {"plan": saga.plan, "budget": saga.budget, "metadata": {"who": "ann"}, "history": saga.history}
     saga.history = []
     assert stored()["history"] is None
+
+
+def test_a_saga_value_json_cannot_hold_is_refused_by_name() -> None:
+    """A saga row's metadata that is not JSON is a StoreError naming the saga and the column."""
+    saga = SagaRow("saga-1", "plan", {"steps": []}, "h", SagaStatus.RUNNING, now(), now(), metadata={"x": object()})
+    with pytest.raises(StoreError, match=r"the metadata of saga 'saga-1' cannot be stored as JSON"):
+        RowCodec(flavour_of("postgresql")).saga_params(saga)

@@ -4,6 +4,7 @@ update) changes no outcome."""
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -211,3 +212,18 @@ async def test_lone_conditional_writes_on_mysql_in_either_form(stores: Stores, c
     with pytest.raises(LeaseLostError):
         await store.save(stale, [steps[0].copy()], owner="someone else")
     assert await store.load_saga("either") == (as_stored(store, saga), steps)
+
+
+async def test_step_times_of_any_year_round_trip_exactly(store: SagaStore) -> None:
+    """Step times centuries from 1970 (past a float's exact microseconds) are stored exactly by creates and saves."""
+    saga, steps = make_saga("far-times"), make_steps("far-times", 2)
+    saga.owner = "me"
+    steps[0].started_at = datetime(1650, 3, 4, 5, 6, 7, 890123, tzinfo=UTC)
+    steps[0].finished_at = datetime(2300, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
+    await store.create_saga(saga, steps)
+    assert await store.load_saga("far-times") == (as_stored(store, saga), steps)
+    steps[1].started_at = datetime(2299, 1, 1, 0, 0, 0, 1, tzinfo=UTC)
+    steps[1].compensated_at = datetime(1655, 6, 7, 8, 9, 10, 111111, tzinfo=UTC)
+    steps[1].attempts = 5
+    await store.save(None, [steps[1]], owner="me")
+    assert await store.load_saga("far-times") == (as_stored(store, saga), steps)
