@@ -506,29 +506,43 @@ def _mode(write: Write) -> str:
 
 def _alone_statement(write: Write) -> tuple[str, list[Any]]:
     """Return `_batch_statement` for a batch of the one `write` in scalar parameters, and its parameters."""
-    conditional = write.create or write.owner is not None
-    params: list[Any] = []
+    saga, owner, steps = write.saga, write.owner, write.steps
     checks = 0
     mode = None
     near = True
-    if write.saga is not None:
-        mode = _mode(write)
-        params += write.saga
+    if saga is not None:
+        mode = "create" if write.create else "upsert" if owner is None else "keep" if write.keep_lease else "update"
+        params = [*saga]
         near = _micros(params, 0, _SAGA_TIMES)
-        if mode in ("update", "keep"):  # the expected owner (see `_batch_statement`: created and upserted have none)
-            params.append(write.owner)
-    elif write.owner is not None:
+        if owner is not None and mode != "create":  # the expected owner (`_batch_statement`: a create has none)
+            params.append(owner)
+    elif owner is not None:
         checks = 1
-        params += (write.saga_id, write.owner)
-    for row in write.steps:
+        params = [write.saga_id, owner]
+    else:
+        params = []
+    for row in steps:
         params += row
         if near:  # (its times are microseconds already: RowCodec's `step_micros`)
-            for value in _step_times(row):
-                if value is not None and not -_NEAR < value < _NEAR:
-                    near = False
-    steps = len(write.steps)
-    shape = _batch_statement(_MODES[mode], checks, steps > 0, int(mode is not None), steps, conditional, near)
+            started, finished, compensated = _step_times(row)
+            if not (
+                (started is None or -_NEAR < started < _NEAR)
+                and (finished is None or -_NEAR < finished < _NEAR)
+                and (compensated is None or -_NEAR < compensated < _NEAR)
+            ):
+                near = False
+    key = (mode, checks, len(steps), write.create or owner is not None, near)
+    shape = _ALONE_SHAPES.get(key)
+    if shape is None:
+        count = len(steps)
+        shape = _ALONE_SHAPES[key] = _batch_statement(
+            _MODES[mode], checks, count > 0, int(mode is not None), count, key[3], near
+        )
     return shape, params
+
+
+# `_alone_statement`'s statements by their shape: (mode, checks, step rows, conditional, near).
+_ALONE_SHAPES: dict[tuple[str | None, int, int, bool, bool], str] = {}
 
 
 # What PostgreSQL's SQL differs in (saga_runtime._storage._flavour): the database's clock (`now()` is STABLE, so
