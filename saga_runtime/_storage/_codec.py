@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -88,6 +89,21 @@ def _JSON(value: Any) -> str:
 
 
 _UNENCODABLE = (TypeError, ValueError, RecursionError)
+
+# The JSON text of the plans written lately, by identity (the object is kept, so its id is not reused): a saga's
+# row is written at its creation and at its end (and at each park, wait or lease change in between) with the same
+# plan object, and writers never change a plan in place (see saga_seal), so the text is encoded once per saga.
+_PLAN_TEXTS: dict[int, tuple[Any, str]] = {}
+_PLAN_TEXTS_KEPT = 256  # sagas in flight, about: each kept plan is held until pushed out
+
+
+def _remember_plan_text(plan: Any, text: str) -> None:
+    if len(_PLAN_TEXTS) >= _PLAN_TEXTS_KEPT:
+        with contextlib.suppress(StopIteration, KeyError, RuntimeError):  # (another thread took it)
+            del _PLAN_TEXTS[next(iter(_PLAN_TEXTS))]  # the oldest out
+    _PLAN_TEXTS[id(plan)] = (plan, text)
+
+
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -187,7 +203,13 @@ class RowCodec:
         waiting_text: str | None
         try:  # the hot path: the error message (naming the saga) is only built for a value that is not JSON
             # `_JSON` of each, inlined (a frame less per value).
-            plan_text = None if plan is None else "".join(_FAST(plan, 0))
+            if plan is None:
+                plan_text = None
+            elif (known := _PLAN_TEXTS.get(id(plan))) is not None and known[0] is plan:
+                plan_text = known[1]
+            else:
+                plan_text = "".join(_FAST(plan, 0))
+                _remember_plan_text(plan, plan_text)
             budget_text = None if budget is None else "".join(_FAST(budget, 0))
             metadata_text = None if metadata is None else "".join(_FAST(metadata, 0))
             history_text = "".join(_FAST(history, 0)) if history else None

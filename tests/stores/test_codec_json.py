@@ -71,6 +71,25 @@ def test_a_saga_row_written_again_carries_each_value_it_holds_now() -> None:
     assert stored()["history"] is None
 
 
+def test_a_plan_written_again_is_encoded_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A saga row written again with the same plan object reuses the plan's text; an equal new object is encoded."""
+    from saga_runtime._storage import _codec
+
+    encoded: list[Any] = []
+    fast = _codec._FAST
+    monkeypatch.setattr(_codec, "_FAST", lambda value, level: encoded.append(value) or fast(value, level))
+    codec = RowCodec(flavour_of("postgresql"))
+    plan = [[{"id": "s0", "tool": "Tool", "args": {"n": 1}}]]
+    saga = SagaRow("saga-1", "plan", plan, "h", SagaStatus.RUNNING, now(), now())
+    first = codec.saga_params(saga)[2]
+    saga.status = SagaStatus.SUCCESS
+    assert codec.saga_params(saga.copy())[2] == first
+    assert sum(value is plan for value in encoded) == 1
+    saga.plan = json.loads(json.dumps(plan))
+    assert codec.saga_params(saga)[2] == first
+    assert sum(value is saga.plan for value in encoded) == 1
+
+
 def test_a_saga_value_json_cannot_hold_is_refused_by_name() -> None:
     """A saga row's metadata that is not JSON is a StoreError naming the saga and the column."""
     saga = SagaRow("saga-1", "plan", {"steps": []}, "h", SagaStatus.RUNNING, now(), now(), metadata={"x": object()})
