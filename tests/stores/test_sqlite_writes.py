@@ -13,7 +13,7 @@ from saga_runtime._records import _times
 from saga_runtime._storage import _sqlite
 from saga_runtime._storage._sqlstore import SQLStore
 
-from .conftest import make_saga
+from .conftest import make_saga, make_steps
 
 
 def test_a_time_is_written_as_isoformat_writes_it() -> None:
@@ -106,3 +106,23 @@ async def test_an_owners_update_by_another_owner_writes_nothing(tmp_path: Path) 
             with pytest.raises(LeaseLostError):
                 await store.save(changed, [], owner="someone else")
         assert await store.load_saga("one") == before
+
+
+@pytest.mark.parametrize("count", [1, 2, 3])
+async def test_a_lone_write_of_step_rows_lands_only_under_the_sagas_owner(tmp_path: Path, count: int) -> None:
+    """Step rows written alone under an owner the saga does not name are lost whole; under its owner they land."""
+    async with open_store(f"sqlite:///{tmp_path / 's.db'}") as store:
+        saga = make_saga("one")
+        saga.owner = "me"
+        await store.create_saga(saga, [])
+        steps = make_steps("one", count)
+        with pytest.raises(LeaseLostError):
+            await store.save(None, steps, owner="someone else")
+        loaded = await store.load_saga("one")
+        assert loaded is not None
+        assert loaded[1] == []
+        await store.save(None, steps, owner="me")
+        await store.save(None, steps, owner="me")  # again: the stored rows updated in place
+        loaded = await store.load_saga("one")
+        assert loaded is not None
+        assert loaded[1] == steps
