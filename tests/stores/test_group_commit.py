@@ -275,3 +275,38 @@ async def test_many_queued_saves_go_as_two_batches_at_once_on_a_server(stores: S
     await asyncio.wait_for(asyncio.gather(first, *rest), 20)
     for saga_id in ids:
         assert await is_finished(store, saga_id), saga_id
+
+
+@pytest.mark.parametrize("kind", ["postgresql", "mysql"])
+async def test_few_saves_arriving_while_many_are_written_wait_and_join_the_next_writes(
+    stores: Stores, kind: str
+) -> None:
+    """On a server store, two saves arriving while 32 are being written take no slot of their own: once a batch
+    commits, they go in one batch with the saves its callers make next."""
+    store = await stores.open(kind, wipe=True)
+    ids = await create(store, 35)
+    batches = Batches(store, holds=3)
+
+    async def twice(saga_id: str) -> None:
+        await store.save(None, finished(saga_id), owner=OWNER)
+        await store.save(None, finished(saga_id), owner=OWNER)
+
+    first = asyncio.ensure_future(store.save(None, finished(ids[0]), owner=OWNER))
+    await batches.held(0)  # the lone write, held: the next 32 queue behind it and go as two batches of 16
+    halves = [asyncio.ensure_future(twice(saga_id)) for saga_id in ids[1:33]]
+    await batches.held(1)
+    await batches.held(2)
+    late = [asyncio.ensure_future(store.save(None, finished(saga_id), owner=OWNER)) for saga_id in ids[33:]]
+    await asyncio.sleep(0.05)
+    assert len(batches.seen) == 3  # the two late saves wait: no batch of their own
+    batches.release(1)
+    for _ in range(200):
+        if len(batches.seen) > 3:
+            break
+        await asyncio.sleep(0.01)
+    assert sorted(batches.seen[3]) == sorted([*batches.seen[1], *ids[33:]])  # the late two and the second saves
+    batches.release(0)
+    batches.release(2)
+    await asyncio.wait_for(asyncio.gather(first, *halves, *late), 20)
+    for saga_id in ids:
+        assert await is_finished(store, saga_id), saga_id
