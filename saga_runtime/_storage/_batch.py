@@ -228,10 +228,12 @@ class Batcher:
                     self._writing -= len(batch)
                     for write in batch:
                         self._busy -= write.keys
-                if self._slots > 1:
-                    # The batch's callers run first (their futures' callbacks are ahead of this one in the loop's
-                    # queue): the writes they make next go in this flusher's next batch, not in one of a flusher
-                    # started for the first of them. Meanwhile this flusher counts as about to take a batch.
+                if self._slots > 1 and len(batch) >= 2 * SPLIT_AT:
+                    # Under load (a batch of many), the batch's callers run first (their futures' callbacks are
+                    # ahead of this one in the loop's queue): the writes they make next go in this flusher's next
+                    # batch, with those waiting for it (see `_wake`), not in one of a flusher started for the first
+                    # of them. Meanwhile this flusher counts as about to take a batch. (A few callers: the first of
+                    # their next writes may go alone at once.)
                     idle = True
                     self._idle += 1
                     await asyncio.sleep(0)
