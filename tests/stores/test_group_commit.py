@@ -310,3 +310,33 @@ async def test_few_saves_arriving_while_many_are_written_wait_and_join_the_next_
     await asyncio.wait_for(asyncio.gather(first, *halves, *late), 20)
     for saga_id in ids:
         assert await is_finished(store, saga_id), saga_id
+
+
+@pytest.mark.parametrize("kind", ["postgresql", "mysql"])
+async def test_after_a_batch_of_a_few_the_next_write_of_its_callers_goes_alone_at_once(
+    stores: Stores, kind: str
+) -> None:
+    """On a server store, once a batch of five commits, the first of its callers' next saves is written alone in its
+    caller's task (no flusher waits to gather them: that is for batches of many)."""
+    store = await stores.open(kind, wipe=True)
+    ids = await create(store, 6)
+    batches = Batches(store, holds=2)
+    callers: dict[str, asyncio.Task[Any] | None] = {}
+
+    async def twice(saga_id: str) -> None:
+        await store.save(None, finished(saga_id), owner=OWNER)
+        callers[saga_id] = asyncio.current_task()
+        await store.save(None, finished(saga_id), owner=OWNER)
+
+    first = asyncio.ensure_future(store.save(None, finished(ids[0]), owner=OWNER))
+    await batches.held(0)
+    rest = [asyncio.ensure_future(twice(saga_id)) for saga_id in ids[1:]]
+    await batches.held(1)  # the five, in one batch
+    batches.release(0)
+    batches.release(1)
+    await asyncio.wait_for(asyncio.gather(first, *rest), 20)
+    assert sorted(batches.seen[1]) == ids[1:]
+    alone = batches.seen[2]
+    assert len(alone) == 1
+    assert batches.tasks[2] is callers[alone[0]]
+    assert sorted(saga_id for batch in batches.seen[2:] for saga_id in batch) == ids[1:]
