@@ -159,13 +159,17 @@ class Batcher:
         at a time on PostgreSQL: a saga out of step with the others no longer goes as batches of one; a third fewer
         batches.)
         """
-        if self._writing >= 2 * SPLIT_AT and len(self._queue) < SPLIT_AT and self._slots > 1:
+        if self._gathering():
             return
         if not self._idle and len(self._flushers) + self._direct < self._slots and self._ready():
             self._idle += 1
             # A context of its own: a flusher writes for every caller, so it carries none's context variables.
             flusher = asyncio.get_running_loop().create_task(self._flusher(), context=contextvars.Context())
             self._flushers.add(flusher)
+
+    def _gathering(self) -> bool:
+        """Tell whether the queued writes are few while many are being written: they wait for a batch to end."""
+        return self._writing >= 2 * SPLIT_AT and len(self._queue) < SPLIT_AT and self._slots > 1
 
     def _ready(self) -> bool:
         """Tell whether a queued write could go into a batch now (its sagas are not being written)."""
@@ -213,7 +217,9 @@ class Batcher:
         idle = True
         try:
             while self._closed_error is None:
-                batch = self._take()
+                # A few writes while many are being written: left to the flusher of a batch that ends (a flusher
+                # always takes the queue after its batch unless others are still writing many).
+                batch = [] if self._gathering() else self._take()
                 if idle:
                     self._idle -= 1
                     idle = False
@@ -228,12 +234,12 @@ class Batcher:
                     self._writing -= len(batch)
                     for write in batch:
                         self._busy -= write.keys
-                if self._slots > 1 and len(batch) >= 2 * SPLIT_AT:
-                    # Under load (a batch of many), the batch's callers run first (their futures' callbacks are
-                    # ahead of this one in the loop's queue): the writes they make next go in this flusher's next
-                    # batch, with those waiting for it (see `_wake`), not in one of a flusher started for the first
-                    # of them. Meanwhile this flusher counts as about to take a batch. (A few callers: the first of
-                    # their next writes may go alone at once.)
+                if self._slots > 1 and (len(batch) >= 2 * SPLIT_AT or self._writing >= 2 * SPLIT_AT):
+                    # Under load (a batch of many, or many being written), the batch's callers run first (their
+                    # futures' callbacks are ahead of this one in the loop's queue): the writes they make next go in
+                    # this flusher's next batch, with those waiting for it (see `_wake`), not in one of a flusher
+                    # started for the first of them. Meanwhile this flusher counts as about to take a batch. (A few
+                    # callers, and few writes elsewhere: the first of their next writes may go alone at once.)
                     idle = True
                     self._idle += 1
                     await asyncio.sleep(0)
