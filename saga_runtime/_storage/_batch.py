@@ -12,10 +12,10 @@ Rules the batcher keeps:
 - At most `slots` batches at once (1 for SQLite's single writer, more for a server's connection pool). With more
   than one slot, a queue of many writes found by the only flusher goes as two batches at once (`SPLIT_AT`).
 - With more than one slot, a flusher whose batch committed lets its callers run before it takes the next batch
-  (their next writes join it), and a few writes arriving while many are being written wait for that next batch
-  instead of taking a slot of their own (`SPLIT_AT`): under load, every batch costs the client and the database
-  alike, and the writes of a saga out of step with the others would otherwise go as batches of one, write after
-  write.
+  (their next writes join it), and a few writes queued while many are being written wait for the next batch of a
+  flusher whose batch ends instead of taking a slot of their own (`SPLIT_AT`): under load, every batch costs the
+  client and the database alike, and the writes of a saga out of step with the others would otherwise go as batches
+  of one, write after write.
 - No two writes of the same saga in one batch or in two batches at once, and the writes of a saga keep their order:
   a statement may touch a row once, and a later write of a saga must land after an earlier one.
 - A caller cancelled while waiting leaves alone: a write not yet taken is dropped, one being written goes on for the
@@ -94,7 +94,7 @@ class Batcher:
         self._busy: set[str] = set()  # saga ids of the writes being written
         self._writing = 0  # writes in the batches the flushers are writing
         self._flushers: set[asyncio.Task[None]] = set()
-        self._idle = 0  # flushers started that have not taken their first batch yet
+        self._idle = 0  # flushers about to take a batch (started, or letting their last batch's callers run first)
         self._direct = 0  # writes written alone in their callers' tasks (a slot each)
         self._direct_done: asyncio.Future[None] | None = None  # made by close(): set when the last of them ends
 
