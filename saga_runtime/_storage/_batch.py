@@ -169,7 +169,7 @@ class Batcher:
 
     def _gathering(self) -> bool:
         """Tell whether the queued writes are few while many are being written: they wait for a batch to end."""
-        return self._writing >= 2 * SPLIT_AT and len(self._queue) < SPLIT_AT and self._slots > 1
+        return self._slots > 1 and self._writing >= 2 * SPLIT_AT and len(self._queue) < SPLIT_AT
 
     def _ready(self) -> bool:
         """Tell whether a queued write could go into a batch now (its sagas are not being written)."""
