@@ -275,3 +275,109 @@ async def test_many_queued_saves_go_as_two_batches_at_once_on_a_server(stores: S
     await asyncio.wait_for(asyncio.gather(first, *rest), 20)
     for saga_id in ids:
         assert await is_finished(store, saga_id), saga_id
+
+
+@pytest.mark.parametrize("kind", ["postgresql", "mysql"])
+async def test_few_saves_arriving_while_many_are_written_wait_and_join_the_next_writes(
+    stores: Stores, kind: str
+) -> None:
+    """On a server store, two saves arriving while 32 are being written take no slot of their own: once a batch
+    commits, they go in one batch with the saves its callers make next."""
+    store = await stores.open(kind, wipe=True)
+    ids = await create(store, 35)
+    batches = Batches(store, holds=3)
+
+    async def twice(saga_id: str) -> None:
+        await store.save(None, finished(saga_id), owner=OWNER)
+        await store.save(None, finished(saga_id), owner=OWNER)
+
+    first = asyncio.ensure_future(store.save(None, finished(ids[0]), owner=OWNER))
+    await batches.held(0)  # the lone write, held: the next 32 queue behind it and go as two batches of 16
+    halves = [asyncio.ensure_future(twice(saga_id)) for saga_id in ids[1:33]]
+    await batches.held(1)
+    await batches.held(2)
+    late = [asyncio.ensure_future(store.save(None, finished(saga_id), owner=OWNER)) for saga_id in ids[33:]]
+    await asyncio.sleep(0.05)
+    assert len(batches.seen) == 3  # the two late saves wait: no batch of their own
+    batches.release(1)
+    for _ in range(200):
+        if len(batches.seen) > 3:
+            break
+        await asyncio.sleep(0.01)
+    assert sorted(batches.seen[3]) == sorted([*batches.seen[1], *ids[33:]])  # the late two and the second saves
+    batches.release(0)
+    batches.release(2)
+    await asyncio.wait_for(asyncio.gather(first, *halves, *late), 20)
+    for saga_id in ids:
+        assert await is_finished(store, saga_id), saga_id
+
+
+@pytest.mark.parametrize("kind", ["postgresql", "mysql"])
+async def test_after_a_batch_of_a_few_the_next_write_of_its_callers_goes_alone_at_once(
+    stores: Stores, kind: str
+) -> None:
+    """On a server store, once a batch of five commits, the first of its callers' next saves is written alone in its
+    caller's task (no flusher waits to gather them: that is for batches of many)."""
+    store = await stores.open(kind, wipe=True)
+    ids = await create(store, 6)
+    batches = Batches(store, holds=2)
+    callers: dict[str, asyncio.Task[Any] | None] = {}
+
+    async def twice(saga_id: str) -> None:
+        await store.save(None, finished(saga_id), owner=OWNER)
+        callers[saga_id] = asyncio.current_task()
+        await store.save(None, finished(saga_id), owner=OWNER)
+
+    first = asyncio.ensure_future(store.save(None, finished(ids[0]), owner=OWNER))
+    await batches.held(0)
+    rest = [asyncio.ensure_future(twice(saga_id)) for saga_id in ids[1:]]
+    await batches.held(1)  # the five, in one batch
+    batches.release(0)
+    batches.release(1)
+    await asyncio.wait_for(asyncio.gather(first, *rest), 20)
+    assert sorted(batches.seen[1]) == ids[1:]
+    alone = batches.seen[2]
+    assert len(alone) == 1
+    assert batches.tasks[2] is callers[alone[0]]
+    assert sorted(saga_id for batch in batches.seen[2:] for saga_id in batch) == ids[1:]
+
+
+@pytest.mark.parametrize("kind", ["postgresql", "mysql"])
+async def test_the_flusher_of_a_small_batch_leaves_a_few_saves_to_a_batch_of_many(stores: Stores, kind: str) -> None:
+    """On a server store, while 32 saves are being written, the flusher of a batch of eight that ends takes none of
+    two saves waiting: they go with the next saves of the first batch of many to end."""
+    store = await stores.open(kind, wipe=True)
+    ids = await create(store, 43)
+    batches = Batches(store, holds=4)
+
+    async def twice(saga_id: str) -> None:
+        await store.save(None, finished(saga_id), owner=OWNER)
+        await store.save(None, finished(saga_id), owner=OWNER)
+
+    def save(saga_id: str) -> asyncio.Future[None]:
+        return asyncio.ensure_future(store.save(None, finished(saga_id), owner=OWNER))
+
+    first = save(ids[0])
+    await batches.held(0)
+    halves = [asyncio.ensure_future(twice(saga_id)) for saga_id in ids[1:33]]
+    await batches.held(1)
+    await batches.held(2)  # 32 being written
+    eight = [save(saga_id) for saga_id in ids[33:41]]  # eight queued: a batch of their own
+    await batches.held(3)
+    assert sorted(batches.seen[3]) == ids[33:41]
+    late = [save(saga_id) for saga_id in ids[41:]]
+    batches.release(3)
+    await asyncio.wait_for(asyncio.gather(*eight), 20)
+    await asyncio.sleep(0.05)
+    assert len(batches.seen) == 4  # the two late saves still wait
+    batches.release(1)
+    for _ in range(200):
+        if len(batches.seen) > 4:
+            break
+        await asyncio.sleep(0.01)
+    assert sorted(batches.seen[4]) == sorted([*batches.seen[1], *ids[41:]])
+    batches.release(0)
+    batches.release(2)
+    await asyncio.wait_for(asyncio.gather(first, *halves, *late), 20)
+    for saga_id in ids:
+        assert await is_finished(store, saga_id), saga_id
