@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from datetime import datetime
@@ -121,6 +122,10 @@ def import_rows(data: Mapping[str, Any]) -> tuple[SagaRow, list[StepRow]]:
             if key in saga_values:
                 saga_values[key] = _parse_time(saga_values[key])
         saga_values["status"] = SagaStatus(saga_values["status"])
+        # The row owns its plan: writers take a plan object as never changed in place (its digest and text are
+        # remembered by identity), while the document's may be edited and imported again.
+        if "plan" in saga_values:
+            saga_values["plan"] = copy.deepcopy(saga_values["plan"])
         if saga_values.get("parked_from") is not None:
             saga_values["parked_from"] = SagaStatus(saga_values["parked_from"])
         saga = SagaRow(**saga_values)

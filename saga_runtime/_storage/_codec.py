@@ -93,8 +93,12 @@ _UNENCODABLE = (TypeError, ValueError, RecursionError)
 # The JSON text of the plans written lately, by identity (the object is kept, so its id is not reused): a saga's
 # row is written at its creation and at its end (and at each park, wait or lease change in between) with the same
 # plan object, and writers never change a plan in place (see saga_seal), so the text is encoded once per saga.
+# Held from a saga's first write to its last (a terminal status), at most _PLAN_TEXTS_KEPT plans (the oldest pushed
+# out) and none larger than _PLAN_TEXT_LARGEST characters: at most a few MB however large plans are.
 _PLAN_TEXTS: dict[int, tuple[Any, str]] = {}
-_PLAN_TEXTS_KEPT = 256  # sagas in flight, about: each kept plan is held until pushed out
+_PLAN_TEXTS_KEPT = 256  # sagas in flight, about
+_PLAN_TEXT_LARGEST = 16 * 1024
+_TERMINAL = frozenset(status for status in SagaStatus if status.is_terminal)
 
 
 def _remember_plan_text(plan: Any, text: str) -> None:
@@ -207,9 +211,12 @@ class RowCodec:
                 plan_text = None
             elif (known := _PLAN_TEXTS.get(id(plan))) is not None and known[0] is plan:
                 plan_text = known[1]
+                if row.status in _TERMINAL:  # the saga's last write: its plan need not be held any longer
+                    _PLAN_TEXTS.pop(id(plan), None)
             else:
                 plan_text = "".join(_FAST(plan, 0))
-                _remember_plan_text(plan, plan_text)
+                if len(plan_text) <= _PLAN_TEXT_LARGEST and row.status not in _TERMINAL:
+                    _remember_plan_text(plan, plan_text)
             budget_text = None if budget is None else "".join(_FAST(budget, 0))
             metadata_text = None if metadata is None else "".join(_FAST(metadata, 0))
             history_text = "".join(_FAST(history, 0)) if history else None

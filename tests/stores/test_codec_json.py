@@ -90,6 +90,23 @@ def test_a_plan_written_again_is_encoded_once(monkeypatch: pytest.MonkeyPatch) -
     assert sum(value is saga.plan for value in encoded) == 1
 
 
+def test_a_plan_text_is_held_only_while_its_saga_runs() -> None:
+    """A plan's text is let go at its saga's terminal write, and a large plan's text is never held."""
+    from saga_runtime._storage import _codec
+
+    codec = RowCodec(flavour_of("postgresql"))
+    plan = [[{"id": "s0", "tool": "Tool", "args": {"n": 1}}]]
+    saga = SagaRow("saga-1", "plan", plan, "h", SagaStatus.RUNNING, now(), now())
+    codec.saga_params(saga)
+    assert id(plan) in _codec._PLAN_TEXTS
+    saga.status = SagaStatus.SUCCESS
+    codec.saga_params(saga)
+    assert id(plan) not in _codec._PLAN_TEXTS
+    large = [[{"id": "s0", "tool": "Tool", "args": {"text": "x" * (_codec._PLAN_TEXT_LARGEST + 1)}}]]
+    codec.saga_params(SagaRow("saga-2", "plan", large, "h", SagaStatus.RUNNING, now(), now()))
+    assert id(large) not in _codec._PLAN_TEXTS
+
+
 def test_a_saga_value_json_cannot_hold_is_refused_by_name() -> None:
     """A saga row's metadata that is not JSON is a StoreError naming the saga and the column."""
     saga = SagaRow("saga-1", "plan", {"steps": []}, "h", SagaStatus.RUNNING, now(), now(), metadata={"x": object()})

@@ -8,6 +8,7 @@ from datetime import datetime
 import pytest
 
 from saga_runtime._exceptions import IdempotencyConflictError, StoreError
+from saga_runtime._records._export import import_rows
 from saga_runtime._storage import SagaStore
 
 from .conftest import KINDS, Near, Stores, as_stored, local_clock, make_saga, make_steps
@@ -77,3 +78,15 @@ async def test_import_of_a_malformed_document_raises_store_error(store: SagaStor
     with pytest.raises(StoreError, match="not a saga export"):
         await store.import_saga({"hello": "world"})
     assert await store.list_sagas() == []
+
+
+async def test_an_imported_row_owns_its_plan(store: SagaStore) -> None:
+    """An imported saga row holds its own plan: editing the document afterwards changes nothing imported."""
+    await store.create_saga(make_saga("exp-5"), make_steps("exp-5", 1))
+    document = await store.export_saga("exp-5")
+    saga, _ = import_rows(document)
+    assert saga.plan == document["saga"]["plan"]
+    assert saga.plan is not document["saga"]["plan"]
+    stored = json.loads(json.dumps(saga.plan))
+    document["saga"]["plan"]["edited"] = True
+    assert saga.plan == stored
