@@ -16,6 +16,7 @@ import math
 import sys
 from collections.abc import Callable, Coroutine, Generator, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 from typing import Any, TypeVar
 
 import anyio
@@ -162,20 +163,30 @@ async def shielded(coro: Coroutine[Any, Any, T]) -> T:
     `asyncio.timeout`, `wait_for`): so the work runs in its own task, always awaited here. Bound the work itself.
     (The shield is anyio's asyncio scope made directly: the engine always runs on asyncio.)
     """
-    task = asyncio.get_running_loop().create_task(coro)  # (what `ensure_future` does with a coroutine)
+    loop = asyncio.get_running_loop()
+    task = loop.create_task(coro)  # (what `ensure_future` does with a coroutine)
     caught: BaseException | None = None
     with _AsyncioScope(shield=True):
-        while True:
+        # What `await asyncio.shield(task)` does, again after each cancel of this task, without its layer of
+        # callbacks (two closures, two callbacks): a future of this task's own, woken by the task's end (a cancel
+        # of this task cancels that future, never the task).
+        while not task.done():
+            waiter = loop.create_future()
+            task.add_done_callback(partial(_wake, waiter))
             try:
-                result = await asyncio.shield(task)
-                break
+                await waiter
             except asyncio.CancelledError as exc:
-                if task.cancelled():  # the work itself was cancelled (the loop is closing)
-                    raise
                 caught = exc
+    result = task.result()  # (its error; cancelled: the work itself was, the loop closing)
     if caught is not None:
         raise caught
     return result
+
+
+def _wake(waiter: asyncio.Future[None], _: object) -> None:
+    """Wake the task awaiting `waiter` (the task it waits for ended), unless it was cancelled meanwhile."""
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 async def shielded_inline(
