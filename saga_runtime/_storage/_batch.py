@@ -48,6 +48,9 @@ MAX_BATCH = 100
 # Writes queued from which a lone batch is split in two (see `Batcher._take`); with at least as many as twice this
 # being written, fewer queued than this wait for a batch to end (see `Batcher._wake`).
 SPLIT_AT = 8
+# How long, at most, a few writes wait for a batch to end while many are being written (see `Batcher._gathering`):
+# a few commits' time on a server.
+GATHER_SECONDS = 0.025
 MAX_BATCH_BYTES = 4 << 20
 _CLOSE_SECONDS = 5.0
 
@@ -93,6 +96,8 @@ class Batcher:
         self._queue: deque[Write] = deque()
         self._busy: set[str] = set()  # saga ids of the writes being written
         self._writing = 0  # writes in the batches the flushers are writing
+        self._gather_timer: asyncio.TimerHandle | None = None  # set while queued writes wait for a batch to end
+        self._gather_until = 0.0  # (loop time) when they stop waiting
         self._flushers: set[asyncio.Task[None]] = set()
         self._idle = 0  # flushers about to take a batch (started, or letting their last batch's callers run first)
         self._direct = 0  # writes written alone in their callers' tasks (a slot each)
@@ -168,8 +173,26 @@ class Batcher:
             self._flushers.add(flusher)
 
     def _gathering(self) -> bool:
-        """Tell whether the queued writes are few while many are being written: they wait for a batch to end."""
-        return self._slots > 1 and self._writing >= 2 * SPLIT_AT and len(self._queue) < SPLIT_AT
+        """Tell whether the queued writes are few while many are being written: they wait for a batch to end.
+
+        Never longer than `GATHER_SECONDS` from the first of them: a batch that does not end (a row lock held
+        elsewhere, a slow statement, a connection gone quiet) must not hold up other sagas' writes while a slot is
+        free. A timer wakes the batcher then; the wait is over once a flusher took the queue.
+        """
+        if not (self._queue and self._slots > 1 and self._writing >= 2 * SPLIT_AT and len(self._queue) < SPLIT_AT):
+            return False
+        loop = asyncio.get_running_loop()
+        if self._gather_timer is None:
+            self._gather_until = loop.time() + GATHER_SECONDS
+            self._gather_timer = loop.call_later(GATHER_SECONDS, self._wake)
+            return True
+        return loop.time() < self._gather_until
+
+    def _gathered(self) -> None:
+        """End the writes' wait for a batch to end (a flusher took the queue, or the batcher closes)."""
+        if self._gather_timer is not None:
+            self._gather_timer.cancel()
+            self._gather_timer = None
 
     def _ready(self) -> bool:
         """Tell whether a queued write could go into a batch now (its sagas are not being written)."""
@@ -220,6 +243,8 @@ class Batcher:
                 # A few writes while many are being written: left to the flusher of a batch that ends (a flusher
                 # always takes the queue after its batch unless others are still writing many).
                 batch = [] if self._gathering() else self._take()
+                if batch:
+                    self._gathered()
                 if idle:
                     self._idle -= 1
                     idle = False
@@ -276,6 +301,7 @@ class Batcher:
     async def close(self, error: Exception) -> None:
         """Refuse new writes, fail the queued ones with `error`, and wait (bounded) for the batches being written."""
         self._closed_error = error
+        self._gathered()
         while self._queue:
             _resolve(self._queue.popleft(), error)
         writing: list[asyncio.Future[Any]] = [*self._flushers]

@@ -16,7 +16,7 @@ import pytest
 
 from saga_runtime._exceptions import LeaseLostError, StoreBusyError, StoreError
 from saga_runtime._records import SagaStatus, StepRow, StepStatus, idempotency_key
-from saga_runtime._storage import SagaStore
+from saga_runtime._storage import SagaStore, _batch
 from saga_runtime._storage._sqlstore import SQLStore
 
 from .conftest import Stores, as_stored, make_saga, make_steps, sqlite_file
@@ -279,10 +279,10 @@ async def test_many_queued_saves_go_as_two_batches_at_once_on_a_server(stores: S
 
 @pytest.mark.parametrize("kind", ["postgresql", "mysql"])
 async def test_few_saves_arriving_while_many_are_written_wait_and_join_the_next_writes(
-    stores: Stores, kind: str
+    stores: Stores, kind: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """On a server store, two saves arriving while 32 are being written take no slot of their own: once a batch
-    commits, they go in one batch with the saves its callers make next."""
+    """On a server store, two saves arriving while 32 are written wait, then join a batch's callers' next saves."""
+    monkeypatch.setattr(_batch, "GATHER_SECONDS", 60.0)  # the wait watched here is not cut short
     store = await stores.open(kind, wipe=True)
     ids = await create(store, 35)
     batches = Batches(store, holds=3)
@@ -316,8 +316,7 @@ async def test_few_saves_arriving_while_many_are_written_wait_and_join_the_next_
 async def test_after_a_batch_of_a_few_the_next_write_of_its_callers_goes_alone_at_once(
     stores: Stores, kind: str
 ) -> None:
-    """On a server store, once a batch of five commits, the first of its callers' next saves is written alone in its
-    caller's task (no flusher waits to gather them: that is for batches of many)."""
+    """On a server store, after a batch of five commits, its callers' first next save goes alone in its own task."""
     store = await stores.open(kind, wipe=True)
     ids = await create(store, 6)
     batches = Batches(store, holds=2)
@@ -343,9 +342,11 @@ async def test_after_a_batch_of_a_few_the_next_write_of_its_callers_goes_alone_a
 
 
 @pytest.mark.parametrize("kind", ["postgresql", "mysql"])
-async def test_the_flusher_of_a_small_batch_leaves_a_few_saves_to_a_batch_of_many(stores: Stores, kind: str) -> None:
-    """On a server store, while 32 saves are being written, the flusher of a batch of eight that ends takes none of
-    two saves waiting: they go with the next saves of the first batch of many to end."""
+async def test_the_flusher_of_a_small_batch_leaves_a_few_saves_to_a_batch_of_many(
+    stores: Stores, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a server store, while 32 saves are written, a batch of eight leaves two waiting saves to one of many."""
+    monkeypatch.setattr(_batch, "GATHER_SECONDS", 60.0)  # the wait watched here is not cut short
     store = await stores.open(kind, wipe=True)
     ids = await create(store, 43)
     batches = Batches(store, holds=4)
@@ -379,5 +380,27 @@ async def test_the_flusher_of_a_small_batch_leaves_a_few_saves_to_a_batch_of_man
     batches.release(0)
     batches.release(2)
     await asyncio.wait_for(asyncio.gather(first, *halves, *late), 20)
+    for saga_id in ids:
+        assert await is_finished(store, saga_id), saga_id
+
+
+@pytest.mark.parametrize("kind", ["postgresql", "mysql"])
+async def test_saves_waiting_for_a_batch_that_does_not_end_go_after_a_bound(stores: Stores, kind: str) -> None:
+    """On a server store, a few saves waiting while 32 are being written go on a free slot once GATHER_SECONDS pass."""
+    store = await stores.open(kind, wipe=True)
+    ids = await create(store, 35)
+    batches = Batches(store, holds=3)
+    first = asyncio.ensure_future(store.save(None, finished(ids[0]), owner=OWNER))
+    await batches.held(0)
+    many = [asyncio.ensure_future(store.save(None, finished(saga_id), owner=OWNER)) for saga_id in ids[1:33]]
+    await batches.held(1)
+    await batches.held(2)  # 32 being written, held (a row lock elsewhere, say)
+    late = [asyncio.ensure_future(store.save(None, finished(saga_id), owner=OWNER)) for saga_id in ids[33:]]
+    await asyncio.wait_for(asyncio.gather(*late), 10)  # written while the batches of many are still held
+    assert len(batches.seen) == 4
+    assert sorted(batches.seen[3]) == ids[33:]
+    for n in range(3):
+        batches.release(n)
+    await asyncio.wait_for(asyncio.gather(first, *many), 20)
     for saga_id in ids:
         assert await is_finished(store, saga_id), saga_id
