@@ -52,7 +52,6 @@ from saga_runtime._storage._sql import (
     MIGRATIONS,
     SAGA_COLUMNS,
     SEALED_SAGAS_VERSION,
-    STEP_COLUMNS,
     schema_too_new,
     version_table_ddl,
 )
@@ -66,8 +65,6 @@ logger = logging.getLogger("saga_runtime")
 
 # Ids per `IN (...)` list: well under every driver's limit on parameters of one statement.
 _IN_CHUNK = 500
-# Where a step row's id and seal are among its parameters (a write's `steps`).
-_STEP_ID, _SEAL = STEP_COLUMNS.index("step_id"), STEP_COLUMNS.index("hash")
 _DUE_WORK: tuple[DueWork, ...] = ("queued", "schedules", "approvals", "waiting", "orphans")  # due_work's columns
 # Queued sagas a claim passes over at most (refused by the worker, or of a key filled by the claim itself).
 _PASS_OVER_MAX = 1000
@@ -215,10 +212,9 @@ class SQLStore(StoreBase, SQLRetention, SQLSchedules, SQLQueueControl):
         if self._closed:
             raise StoreError(f"the store {self._url} is closed; open a new one with open_store()", url=self._url)
 
-    #: A write's rows are made into parameters (and sealed) before it first pauses, and nothing reads the rows again
-    #: (a retry's check of its own lost commit compares the seals sent, `_stored_as`): a writer may hand the rows
-    #: themselves and change them while the write is under way (the journal: its rows, not copies of them; see
-    #: `Journal._batch`).
+    #: A write's rows are made into parameters before it first pauses, and nothing of them is kept but for a retry's
+    #: check of its own lost commit (`_stored_as`): a writer may hand the rows themselves, none of which it changes
+    #: until the write returns (the journal: its rows, not copies of them; see `Journal._batch`).
     takes_rows_at_once = True
 
     @property
@@ -452,23 +448,18 @@ class SQLStore(StoreBase, SQLRetention, SQLSchedules, SQLQueueControl):
         else:
             outcome = await batcher.submit(write)
         if outcome is _LOST:
-            if write.tries > 1 and await self._stored_as(saga, write):
+            if write.tries > 1 and await self._stored_as(saga, steps):
                 return  # a lost try had committed it (a release or a park changes the owner it checks)
             raise lease_lost(write.saga_id, owner, self._url)
 
-    async def _stored_as(self, saga: SagaRow | None, write: Write) -> bool:
-        """Tell whether the store holds exactly what `write` sent (what a retried write's lost try may have committed).
-
-        Step rows are compared by their seals as sent (a seal covers every column of its row): the rows themselves
-        may have changed since (a writer hands its own, and a sibling step's task may move one on after a cancel).
-        """
-        stored = await self.load_saga(write.saga_id)
+    async def _stored_as(self, saga: SagaRow | None, steps: Sequence[StepRow]) -> bool:
+        """Tell whether the store holds exactly these rows (what a retried write's lost try may have committed)."""
+        saga_id = saga.saga_id if saga is not None else steps[0].saga_id if steps else None
+        stored = None if saga_id is None else await self.load_saga(saga_id)
         if stored is None:
             return False
-        seals = {row.step_id: row.hash for row in stored[1]}
-        return (saga is None or stored[0] == saga) and all(
-            seals.get(params[_STEP_ID]) == params[_SEAL] for params in write.steps
-        )
+        by_id = {row.step_id: row for row in stored[1]}
+        return (saga is None or stored[0] == saga) and all(by_id.get(row.step_id) == row for row in steps)
 
     async def _load_once(self, saga_id: str) -> tuple[SagaRow, list[StepRow]] | None:
         async with self._transaction(begin=False) as tx:
