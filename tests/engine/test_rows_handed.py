@@ -42,7 +42,7 @@ class _PausingStore(MemoryStore):
 async def test_a_sql_store_is_handed_the_journals_rows(tmp_path: Path) -> None:
     """A SQL store (takes_rows_at_once) gets a step's own row at its intent and at its result: no copy a write."""
     async with open_store(f"sqlite:///{tmp_path / 'sagas.db'}") as store:
-        assert getattr(type(store), "takes_rows_at_once", None) is True
+        assert type(store).takes_rows_at_once is True
         handed: list[StepRow] = []
         save = store.save
 
