@@ -152,7 +152,7 @@ class Journal:
         # The store makes a write's rows into its parameters at once and keeps nothing of them (a SQL store's
         # `takes_rows_at_once`, declared by its class): it gets the rows themselves, not copies (none of them changes
         # while its write is under way: a row is written in turn, and changed again once that write returned).
-        self._rows_taken = inline is None and getattr(type(self.store), "takes_rows_at_once", False) is True
+        self._rows_taken = getattr(type(self.store), "takes_rows_at_once", False) is True
         self.guard = Fence(saga.saga_id)
         self.lease = LeaseClock(config.lease_timeout, saga.lease_expires_at if owner is not None else None)
         self._keep_margin = config.lease_timeout * _LEASE_MARGIN
