@@ -149,10 +149,6 @@ class Journal:
         self._writing = False
         self._turns: deque[asyncio.Future[None]] = deque()
         self._write_now = inline
-        # The store makes a write's rows into its parameters at once and keeps nothing of them (a SQL store's
-        # `takes_rows_at_once`, declared by its class): it gets the rows themselves, not copies (none of them changes
-        # while its write is under way: a row is written in turn, and changed again once that write returned).
-        self._rows_taken = getattr(type(self.store), "takes_rows_at_once", False) is True
         self.guard = Fence(saga.saga_id)
         self.lease = LeaseClock(config.lease_timeout, saga.lease_expires_at if owner is not None else None)
         self._keep_margin = config.lease_timeout * _LEASE_MARGIN
@@ -594,15 +590,14 @@ class Journal:
         links = self._links
         steps = []
         # The end's write hands the store the rows themselves: the engine changes them no more after it (a snapshot
-        # for free); the store seals them (hash, link) and must copy what it keeps. So does every write to a store
-        # that takes them at once (`_rows_taken`).
-        taken = self._ended or self._rows_taken
+        # for free); the store seals them (hash, link) and must copy what it keeps.
+        ended = self._ended
         for row in dirty.values():
             if row.hash is not None:
                 row.hash = None  # the store seals it afresh (and links it, unless linked here)
             if links is not None:
                 row.prev_hash = links.get(row.seq) or self._link(row)
-            steps.append(row if taken else row.copy())
+            steps.append(row if ended else row.copy())
         dirty.clear()
         saga = None
         sent = 0.0

@@ -212,11 +212,6 @@ class SQLStore(StoreBase, SQLRetention, SQLSchedules, SQLQueueControl):
         if self._closed:
             raise StoreError(f"the store {self._url} is closed; open a new one with open_store()", url=self._url)
 
-    #: A write's rows are made into parameters before it first pauses, and nothing of them is kept but for a retry's
-    #: check of its own lost commit (`_stored_as`): a writer may hand the rows themselves, none of which it changes
-    #: until the write returns (the journal: its rows, not copies of them; see `Journal._batch`).
-    takes_rows_at_once = True
-
     @property
     def writes_inline(self) -> None:
         """Return None: a database write pauses (its commit is awaited)."""
