@@ -122,10 +122,6 @@ def import_rows(data: Mapping[str, Any]) -> tuple[SagaRow, list[StepRow]]:
             if key in saga_values:
                 saga_values[key] = _parse_time(saga_values[key])
         saga_values["status"] = SagaStatus(saga_values["status"])
-        # The row owns its plan: writers take a plan object as never changed in place (its digest and text are
-        # remembered by identity), while the document's may be edited and imported again.
-        if "plan" in saga_values:
-            saga_values["plan"] = copy.deepcopy(saga_values["plan"])
         if saga_values.get("parked_from") is not None:
             saga_values["parked_from"] = SagaStatus(saga_values["parked_from"])
         saga = SagaRow(**saga_values)
@@ -147,6 +143,9 @@ def import_rows(data: Mapping[str, Any]) -> tuple[SagaRow, list[StepRow]]:
                 *((f"step {row.step_id!r}: the result", row.result, MAX_JSON_DEPTH) for row in steps),
             ]
         )
+        # The row owns its plan (of a depth known bounded now): writers take a plan object as never changed in place
+        # (its digest and text are remembered by identity), while the document's may be edited and imported again.
+        saga.plan = copy.deepcopy(saga.plan)
     except (KeyError, TypeError, ValueError) as exc:
         raise StoreError(f"the saga export is malformed ({type(exc).__name__}: {exc}); it cannot be imported") from None
     return saga, steps
