@@ -277,6 +277,25 @@ async def test_many_queued_saves_go_as_two_batches_at_once_on_a_server(stores: S
         assert await is_finished(store, saga_id), saga_id
 
 
+def save_owned(store: SagaStore, saga_id: str) -> asyncio.Future[None]:
+    """Start a save of a saga's finished steps under OWNER, in a task of its own."""
+    return asyncio.ensure_future(store.save(None, finished(saga_id), owner=OWNER))
+
+
+async def save_twice(store: SagaStore, saga_id: str) -> None:
+    """Save a saga's finished steps under OWNER twice, one save after the other."""
+    await store.save(None, finished(saga_id), owner=OWNER)
+    await store.save(None, finished(saga_id), owner=OWNER)
+
+
+async def more_batches_than(batches: Batches, count: int) -> None:
+    """Return once more than `count` batches were seen (at most about 2 s)."""
+    for _ in range(200):
+        if len(batches.seen) > count:
+            return
+        await asyncio.sleep(0.01)
+
+
 @pytest.mark.parametrize("kind", ["postgresql", "mysql"])
 async def test_few_saves_arriving_while_many_are_written_wait_and_join_the_next_writes(
     stores: Stores, kind: str, monkeypatch: pytest.MonkeyPatch
@@ -287,23 +306,16 @@ async def test_few_saves_arriving_while_many_are_written_wait_and_join_the_next_
     ids = await create(store, 35)
     batches = Batches(store, holds=3)
 
-    async def twice(saga_id: str) -> None:
-        await store.save(None, finished(saga_id), owner=OWNER)
-        await store.save(None, finished(saga_id), owner=OWNER)
-
-    first = asyncio.ensure_future(store.save(None, finished(ids[0]), owner=OWNER))
+    first = save_owned(store, ids[0])
     await batches.held(0)  # the lone write, held: the next 32 queue behind it and go as two batches of 16
-    halves = [asyncio.ensure_future(twice(saga_id)) for saga_id in ids[1:33]]
+    halves = [asyncio.ensure_future(save_twice(store, saga_id)) for saga_id in ids[1:33]]
     await batches.held(1)
     await batches.held(2)
-    late = [asyncio.ensure_future(store.save(None, finished(saga_id), owner=OWNER)) for saga_id in ids[33:]]
+    late = [save_owned(store, saga_id) for saga_id in ids[33:]]
     await asyncio.sleep(0.05)
     assert len(batches.seen) == 3  # the two late saves wait: no batch of their own
     batches.release(1)
-    for _ in range(200):
-        if len(batches.seen) > 3:
-            break
-        await asyncio.sleep(0.01)
+    await more_batches_than(batches, 3)
     assert sorted(batches.seen[3]) == sorted([*batches.seen[1], *ids[33:]])  # the late two and the second saves
     batches.release(0)
     batches.release(2)
@@ -327,7 +339,7 @@ async def test_after_a_batch_of_a_few_the_next_write_of_its_callers_goes_alone_a
         callers[saga_id] = asyncio.current_task()
         await store.save(None, finished(saga_id), owner=OWNER)
 
-    first = asyncio.ensure_future(store.save(None, finished(ids[0]), owner=OWNER))
+    first = save_owned(store, ids[0])
     await batches.held(0)
     rest = [asyncio.ensure_future(twice(saga_id)) for saga_id in ids[1:]]
     await batches.held(1)  # the five, in one batch
@@ -351,31 +363,21 @@ async def test_the_flusher_of_a_small_batch_leaves_a_few_saves_to_a_batch_of_man
     ids = await create(store, 43)
     batches = Batches(store, holds=4)
 
-    async def twice(saga_id: str) -> None:
-        await store.save(None, finished(saga_id), owner=OWNER)
-        await store.save(None, finished(saga_id), owner=OWNER)
-
-    def save(saga_id: str) -> asyncio.Future[None]:
-        return asyncio.ensure_future(store.save(None, finished(saga_id), owner=OWNER))
-
-    first = save(ids[0])
+    first = save_owned(store, ids[0])
     await batches.held(0)
-    halves = [asyncio.ensure_future(twice(saga_id)) for saga_id in ids[1:33]]
+    halves = [asyncio.ensure_future(save_twice(store, saga_id)) for saga_id in ids[1:33]]
     await batches.held(1)
     await batches.held(2)  # 32 being written
-    eight = [save(saga_id) for saga_id in ids[33:41]]  # eight queued: a batch of their own
+    eight = [save_owned(store, saga_id) for saga_id in ids[33:41]]  # eight queued: a batch of their own
     await batches.held(3)
     assert sorted(batches.seen[3]) == ids[33:41]
-    late = [save(saga_id) for saga_id in ids[41:]]
+    late = [save_owned(store, saga_id) for saga_id in ids[41:]]
     batches.release(3)
     await asyncio.wait_for(asyncio.gather(*eight), 20)
     await asyncio.sleep(0.05)
     assert len(batches.seen) == 4  # the two late saves still wait
     batches.release(1)
-    for _ in range(200):
-        if len(batches.seen) > 4:
-            break
-        await asyncio.sleep(0.01)
+    await more_batches_than(batches, 4)
     assert sorted(batches.seen[4]) == sorted([*batches.seen[1], *ids[41:]])
     batches.release(0)
     batches.release(2)
@@ -390,12 +392,12 @@ async def test_saves_waiting_for_a_batch_that_does_not_end_go_after_a_bound(stor
     store = await stores.open(kind, wipe=True)
     ids = await create(store, 35)
     batches = Batches(store, holds=3)
-    first = asyncio.ensure_future(store.save(None, finished(ids[0]), owner=OWNER))
+    first = save_owned(store, ids[0])
     await batches.held(0)
-    many = [asyncio.ensure_future(store.save(None, finished(saga_id), owner=OWNER)) for saga_id in ids[1:33]]
+    many = [save_owned(store, saga_id) for saga_id in ids[1:33]]
     await batches.held(1)
     await batches.held(2)  # 32 being written, held (a row lock elsewhere, say)
-    late = [asyncio.ensure_future(store.save(None, finished(saga_id), owner=OWNER)) for saga_id in ids[33:]]
+    late = [save_owned(store, saga_id) for saga_id in ids[33:]]
     await asyncio.wait_for(asyncio.gather(*late), 10)  # written while the batches of many are still held
     assert len(batches.seen) == 4
     assert sorted(batches.seen[3]) == ids[33:]
