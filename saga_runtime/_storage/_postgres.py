@@ -511,7 +511,7 @@ def _alone_statement(write: Write) -> tuple[str, list[Any]]:
     mode = None
     near = True
     if saga is not None:
-        mode = "create" if write.create else "upsert" if owner is None else "keep" if write.keep_lease else "update"
+        mode = _mode(write)
         params = [*saga]
         near = _micros(params, 0, _SAGA_TIMES)
         if owner is not None and mode != "create":  # the expected owner (`_batch_statement`: a create has none)
