@@ -170,11 +170,12 @@ async def drive_plan(engine: SagaEngine, plan: PlanShape, planner: Planner, *, r
                         if not await groups.run_one(row, step.kwargs):
                             break
                         continue
+                noted = groups.noted  # (what `groups.validated` notes, noted here: a call less a step)
                 for step, row in zip(group, recorded, strict=True):
                     if row.status not in RUNNABLE:
                         continue
-                    if step.kwargs is not None:
-                        groups.validated(row, step.kwargs)  # used only if the row runs with the plan's own args
+                    if (kwargs := step.kwargs) is not None:
+                        noted[row.step_id] = (row.args, kwargs)  # used only if the row runs with the plan's own args
                     elif planner.refs(step):
                         try:
                             engine.set_args(row, planner.resolve(step, lookup))

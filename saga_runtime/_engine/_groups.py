@@ -12,6 +12,7 @@ import asyncio
 import sys
 from collections.abc import Coroutine, Sequence
 from datetime import UTC, datetime
+from operator import attrgetter
 from typing import Any
 
 import pydantic
@@ -47,6 +48,7 @@ else:
     _current_task = asyncio.current_task
 
 _Call = tuple[StepRow, ToolSpec, dict[str, Any]]
+_step_id = attrgetter("step_id")
 _clock = datetime.now  # (read as `now()` reads it: in UTC)
 
 
@@ -95,6 +97,12 @@ class GroupRunner:
     def validated(self, row: StepRow, kwargs: dict[str, Any]) -> None:
         """Note that `kwargs` are `row`'s current arguments validated; the step will not validate them again."""
         self._validated[row.step_id] = (row.args, kwargs)
+
+    @property
+    def noted(self) -> dict[str, tuple[Any, dict[str, Any]]]:
+        """Return what `validated` notes, by step id: (the arguments validated, the kwargs), for a caller noting a
+        whole group's (a plan's) in its own loop, a call less a step."""
+        return self._validated
 
     def fail_before_start(self, row: StepRow, exc: BaseException) -> None:
         """Record that a step could not start (its arguments could not be prepared).
@@ -177,30 +185,42 @@ class GroupRunner:
 
     async def _run(self, rows: Sequence[StepRow], join: str, needed: int | None) -> bool:
         journal = self._journal
-        for row in rows:  # outcomes in doubt from before: settled by reconcile, if the tool has one, first
-            if row.status in UNKNOWN and not (
-                row.reconciled or row.compensation_attempts or row.step_id in journal.announced
-            ):
-                spec = self._registry.get(row.tool_name)
-                # Cut by an operator's cancel as a running call is (its outcome then stays unknown); once halted,
-                # no more tool code runs forward: the step is compensated as unknown.
-                if spec.reconcile is not None and not self._cancellation.halted:
-                    await self._cancellation.inline(self._runner.reconcile(row, spec))
-        if join == "first" and any(succeeded(row) for row in rows):
-            await self._settle_first(rows)  # resumed: the recorded winner stands, the rest lose
-            return self._nothing_left_out(rows)
-        undoing = [row for row in rows if row.status in UNKNOWN and row.compensation_attempts > 0]
-        if undoing:
-            await self._finish_undoing(undoing, join)
+        announced = journal.announced
+        # The saga's first group, its intents written with the saga itself: every step new and RUNNING, none in
+        # doubt from before, none undone, no winner recorded. The three looks below find nothing for it: not taken.
+        fresh = len(announced) == len(rows) and announced.issuperset(map(_step_id, rows))
+        undoing: list[StepRow] = []
+        if not fresh:
+            for row in rows:  # outcomes in doubt from before: settled by reconcile, if the tool has one, first
+                if row.status in UNKNOWN and not (
+                    row.reconciled or row.compensation_attempts or row.step_id in announced
+                ):
+                    spec = self._registry.get(row.tool_name)
+                    # Cut by an operator's cancel as a running call is (its outcome then stays unknown); once halted,
+                    # no more tool code runs forward: the step is compensated as unknown.
+                    if spec.reconcile is not None and not self._cancellation.halted:
+                        await self._cancellation.inline(self._runner.reconcile(row, spec))
+            if join == "first" and any(succeeded(row) for row in rows):
+                await self._settle_first(rows)  # resumed: the recorded winner stands, the rest lose
+                return self._nothing_left_out(rows)
+            undoing = [row for row in rows if row.status in UNKNOWN and row.compensation_attempts > 0]
+            if undoing:
+                await self._finish_undoing(undoing, join)
         calls: list[_Call] = []
         validated, spec_of = self._validated, self._registry.get
+        # The tool of the step before, and its spec: a group often calls one tool many times (one look-up for them).
+        name: str | None = None
+        tool: ToolSpec  # (set with `name`, at the first step)
         for row in rows:
             if row.status not in RUNNABLE or (undoing and row in undoing):
                 continue
             # (`_prepare`, its common case written out: arguments validated with the plan, one call less a step.)
             known = validated.pop(row.step_id, None) if validated else None
             if known is not None and known[0] is row.args:
-                calls.append((row, spec_of(row.tool_name), known[1]))
+                if row.tool_name != name:
+                    name = row.tool_name
+                    tool = spec_of(name)
+                calls.append((row, tool, known[1]))
             elif (call := self._prepare(row, known)) is not None:
                 calls.append(call)
         if self._verdict.failed:
@@ -213,7 +233,7 @@ class GroupRunner:
             return False
         if not calls:
             return self.judge(rows, join, needed)
-        calls = await self._announce(calls, join)
+        calls = await self._announce(calls, join, fresh)
         if not calls:
             return self.judge(rows, join, needed)  # an operator's cancel was taken in: nothing started
         if len(calls) == 1 and join == "all":
@@ -329,12 +349,18 @@ class GroupRunner:
             if join == "all" and self._registry.get(row.tool_name).retry_scope == "saga":
                 self._verdict.fail(row, row.error or "undone")
 
-    async def _announce(self, calls: list[_Call], join: str) -> list[_Call]:
-        """Commit the intents (RUNNING, attempt n) of the calls not yet announced; return every call to start."""
+    async def _announce(self, calls: list[_Call], join: str, fresh: bool = False) -> list[_Call]:
+        """Commit the intents (RUNNING, attempt n) of the calls not yet announced; return every call to start.
+
+        `fresh`: the calls are of the saga's first group, every step of it announced with the saga."""
         journal = self._journal
         ready: list[_Call] = []
         announced = journal.announced
-        if announced:
+        if fresh and len(calls) == len(announced):
+            # Every call announced with the saga (its first group, all of it runs): nothing to sort out.
+            announced.clear()
+            ready, calls = calls, []
+        elif announced:
             waiting: list[_Call] = []
             for call in calls:
                 step_id = call[0].step_id

@@ -12,7 +12,7 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from time import monotonic
 from typing import Any, Literal
 
@@ -20,7 +20,7 @@ from saga_runtime._engine._cancellation import CancelTaken, Fence
 from saga_runtime._engine._clock import LeaseClock
 from saga_runtime._engine._config import EngineConfig
 from saga_runtime._engine._events import EventKind, emit, event_of
-from saga_runtime._engine._transitions import saga_to, step_to
+from saga_runtime._engine._transitions import STEP_MOVES, saga_to, step_to
 from saga_runtime._exceptions import LeaseLostError, StoreError
 from saga_runtime._records import (
     REJECTED,
@@ -101,6 +101,7 @@ _WAITING, _SAGA_SUCCESS = StepStatus.WAITING, SagaStatus.SUCCESS
 _COMPENSATING = SagaStatus.COMPENSATING
 # The statuses a saga holds its lease in.
 _LIVE = frozenset({SagaStatus.RUNNING, SagaStatus.COMPENSATING})
+_clock = datetime.now  # (read as `now()` reads it: in UTC)
 
 
 class Journal:
@@ -195,10 +196,14 @@ class Journal:
     def succeed(self, row: StepRow, result: Any) -> None:
         """Record a step's stored result and its success."""
         row.result = result
-        # `finish_step(row, SUCCESS)` written out: every step that succeeds comes here (a frame less each).
-        step_to(row, _SUCCESS)
+        # `finish_step(row, SUCCESS)` written out: every step that succeeds comes here (a frame less each), and
+        # `step_to` and `now()` too (the move checked against the same table; a move it refuses goes through
+        # `step_to`, which raises).
+        if _SUCCESS not in STEP_MOVES[row.status]:
+            step_to(row, _SUCCESS)
+        row.status = _SUCCESS
         row.error = row.error_type = None
-        row.finished_at = now()
+        row.finished_at = _clock(UTC)
         self._dirty[row.step_id] = row
         if self.saga.recovery_attempts:
             self._progressed()
