@@ -443,10 +443,15 @@ class Siblings:
         returns, `raised` when it raises): no coroutine around it."""
         loop, running, tail = self._loop, self._running, (*more, self)
         if self._plain and not self.cancelled:
-            # The common case written out (asyncio's own tasks, none to cut: nothing in this loop runs a step).
-            for call in calls:
-                self._pending += 1
-                running.add(_Task(step(*call, *tail), loop=loop))
+            # The common case written out (asyncio's own tasks, none to cut: nothing in this loop runs a step), the
+            # count kept in a local until the last task is made.
+            pending, add = self._pending, running.add
+            try:
+                for call in calls:
+                    pending += 1
+                    add(_Task(step(*call, *tail), loop=loop))
+            finally:
+                self._pending = pending
             return
         for call in calls:
             self._pending += 1

@@ -153,7 +153,8 @@ class Journal:
         self.guard = Fence(saga.saga_id)
         self.lease = LeaseClock(config.lease_timeout, saga.lease_expires_at if owner is not None else None)
         self._keep_margin = config.lease_timeout * _LEASE_MARGIN
-        self._invoke_margin = config.lease_timeout * _INVOKE_MARGIN
+        # No tool starts on less lease than this left (seconds; see `lease_short`, which a step's start writes out).
+        self.invoke_margin = config.lease_timeout * _INVOKE_MARGIN
         self._lease_span = timedelta(seconds=config.lease_timeout)  # what a write extends the lease by
         # The saga's approval requests as last known (kept by the Gate; part of its result).
         self.approvals: list[ApprovalRow] = []
@@ -678,7 +679,7 @@ class Journal:
     def lease_short(self) -> bool:
         """Tell whether too little of the lease is known to be left to invoke a tool on (see `confirm_lease`)."""
         until = self.lease.until
-        return self.owner is not None and until is not None and until - monotonic() <= self._invoke_margin
+        return self.owner is not None and until is not None and until - monotonic() <= self.invoke_margin
 
     async def confirm_lease(self) -> None:
         """Make sure by this process's clock that the lease is good before a tool runs (else extend it, or fence)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+from time import monotonic
 from typing import Any
 
 import anyio
@@ -95,7 +96,12 @@ class StepRunner:
                     and spec.timeout is None
                     and self._invoker.direct_ok
                     and not journal.config.hooks
-                    and not journal.lease_short()
+                    # (`not journal.lease_short()`, written out: a frame less a step)
+                    and (
+                        (until := journal.lease.until) is None
+                        or until - monotonic() > journal.invoke_margin
+                        or journal.owner is None
+                    )
                 ):
                     # The first attempt of a tool awaited as it is, in this coroutine (no layer of `_attempts`): what
                     # `_attempts` does for it; anything else about it (a failure, a result to check) goes on there.
