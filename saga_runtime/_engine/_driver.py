@@ -170,13 +170,13 @@ async def drive_plan(engine: SagaEngine, plan: PlanShape, planner: Planner, *, r
                         if not await groups.run_one(row, step.kwargs):
                             break
                         continue
-                noted = groups.noted  # (what `groups.validated` notes, noted here: a call less a step)
+                # Each step's arguments validated with the plan, handed to the group's run (used only if the step
+                # runs: a step with `$ref`s has none, and is given its arguments resolved here).
+                given: list[dict[str, Any] | None] = []
                 for step, row in zip(group, recorded, strict=True):
-                    if row.status not in RUNNABLE:
-                        continue
-                    if (kwargs := step.kwargs) is not None:
-                        noted[row.step_id] = (row.args, kwargs)  # used only if the row runs with the plan's own args
-                    elif planner.refs(step):
+                    kwargs = step.kwargs
+                    given.append(kwargs)
+                    if kwargs is None and row.status in RUNNABLE and planner.refs(step):
                         try:
                             engine.set_args(row, planner.resolve(step, lookup))
                         except (ValueError, LookupError) as exc:
@@ -196,7 +196,7 @@ async def drive_plan(engine: SagaEngine, plan: PlanShape, planner: Planner, *, r
                 # clock starts this group's (one reading where two were taken a few us apart).
                 mode = join.mode
                 needed = None if mode == "all" else join.needed  # (an `all` group needs every step)
-                if not await groups.run(recorded, join=mode, needed=needed, handed=not gated):
+                if not await groups.run(recorded, join=mode, needed=needed, handed=not gated, kwargs=given):
                     break
         except CANCELLED:
             if engine.fenced or engine.detached:

@@ -12,6 +12,7 @@ import asyncio
 import sys
 from collections.abc import Coroutine, Sequence
 from datetime import UTC, datetime
+from itertools import repeat
 from operator import attrgetter
 from typing import Any
 
@@ -49,6 +50,7 @@ else:
 
 _Call = tuple[StepRow, ToolSpec, dict[str, Any]]
 _step_id = attrgetter("step_id")
+_NONE_EACH = repeat(None)  # no step's arguments given (see `GroupRunner.run`)
 _clock = datetime.now  # (read as `now()` reads it: in UTC)
 
 
@@ -98,12 +100,6 @@ class GroupRunner:
         """Note that `kwargs` are `row`'s current arguments validated; the step will not validate them again."""
         self._validated[row.step_id] = (row.args, kwargs)
 
-    @property
-    def noted(self) -> dict[str, tuple[Any, dict[str, Any]]]:
-        """Return what `validated` notes, by step id: (the arguments validated, the kwargs), for a caller noting a
-        whole group's (a plan's) in its own loop, a call less a step."""
-        return self._validated
-
     def fail_before_start(self, row: StepRow, exc: BaseException) -> None:
         """Record that a step could not start (its arguments could not be prepared).
 
@@ -148,6 +144,7 @@ class GroupRunner:
         join: str = "all",
         needed: int | None = None,
         handed: bool = False,
+        kwargs: Sequence[dict[str, Any] | None] | None = None,
     ) -> Coroutine[Any, Any, bool]:
         """Run the steps of one group concurrently; return whether the saga can go on (await it).
 
@@ -160,12 +157,16 @@ class GroupRunner:
 
         `handed`: nothing paused since the last group run ended (the plan driver's word): a sequential step's intent
         takes that group's reading of the clock (`ended_at`) rather than reading it again.
+
+        `kwargs`: by step of `rows`, its current arguments validated (a plan's own, validated with it), or None
+        (looked up as `validated` noted them, or validated as the step starts); None: each looked up so.
         """
         at = self._ended_at if handed else None
         self._ended_at = None
         if len(rows) == 1 and join == "all" and rows[0].status is _PENDING:
-            return self._run_one(rows[0], at)  # the sequential case: nothing in doubt, no siblings (no coroutine more)
-        return self._run(rows, join, needed)
+            # The sequential case: nothing in doubt, no siblings (no coroutine more).
+            return self._run_one(rows[0], at, None if kwargs is None else kwargs[0])
+        return self._run(rows, join, needed, kwargs)
 
     def run_one(self, row: StepRow, kwargs: dict[str, Any]) -> Coroutine[Any, Any, bool]:
         """Run a group of one step never started (join `all`) whose `kwargs` are its current arguments validated (a
@@ -183,7 +184,9 @@ class GroupRunner:
         self._ended_at = None
         return self._run_one(row, None, kwargs, spec)
 
-    async def _run(self, rows: Sequence[StepRow], join: str, needed: int | None) -> bool:
+    async def _run(
+        self, rows: Sequence[StepRow], join: str, needed: int | None, kwargs: Sequence[dict[str, Any] | None] | None
+    ) -> bool:
         journal = self._journal
         announced = journal.announced
         # The saga's first group, its intents written with the saga itself: every step new and RUNNING, none in
@@ -211,18 +214,22 @@ class GroupRunner:
         # The tool of the step before, and its spec: a group often calls one tool many times (one look-up for them).
         name: str | None = None
         tool: ToolSpec  # (set with `name`, at the first step)
-        for row in rows:
+        # (Each step's given arguments, or None for each: an endless `repeat`, hence no strict zip.)
+        for row, given in zip(rows, _NONE_EACH if kwargs is None else kwargs, strict=False):
             if row.status not in RUNNABLE or (undoing and row in undoing):
                 continue
-            # (`_prepare`, its common case written out: arguments validated with the plan, one call less a step.)
-            known = validated.pop(row.step_id, None) if validated else None
-            if known is not None and known[0] is row.args:
-                if row.tool_name != name:
-                    name = row.tool_name
-                    tool = spec_of(name)
-                calls.append((row, tool, known[1]))
-            elif (call := self._prepare(row, known)) is not None:
-                calls.append(call)
+            if given is None:
+                # (`_prepare`, its common case written out: arguments validated with the plan, one call less a step.)
+                known = validated.pop(row.step_id, None) if validated else None
+                if known is None or known[0] is not row.args:
+                    if (call := self._prepare(row, known)) is not None:
+                        calls.append(call)
+                    continue
+                given = known[1]
+            if row.tool_name != name:
+                name = row.tool_name
+                tool = spec_of(name)
+            calls.append((row, tool, given))
         if self._verdict.failed:
             halted = self._cancellation.halted
             if halted:
