@@ -81,3 +81,58 @@ async def test_a_parallel_group_s_steps_go_through_the_loop_s_task_factory_when_
         loop.set_task_factory(None)
     assert result.status is SagaStatus.SUCCESS
     assert made.count("StepRunner.run") == 3
+
+
+async def test_a_parallel_group_runs_each_step_with_its_own_arguments_and_tool_mixing_refs_and_tools() -> None:
+    """A parallel group whose steps alternate tools, some with arguments validated with the plan and some with
+    `$ref`s resolved as the group starts, runs each step with its own tool and its own arguments."""
+    registry = ToolRegistry()
+    seen: list[tuple[str, int]] = []
+
+    @registry.tool
+    class Double:
+        """Return twice `n`."""
+
+        async def execute(self, n: int) -> int:
+            seen.append(("Double", n))
+            await asyncio.sleep(0)
+            return 2 * n
+
+        async def compensate(self, result: int | None) -> None:
+            return None
+
+    @registry.tool
+    class Negate:
+        """Return minus `n`."""
+
+        async def execute(self, n: int) -> int:
+            seen.append(("Negate", n))
+            await asyncio.sleep(0)
+            return -n
+
+        async def compensate(self, result: int | None) -> None:
+            return None
+
+    plan = [
+        {"tool": "Double", "args": {"n": 5}, "id": "first"},
+        [
+            {"tool": "Double", "args": {"n": 1}, "id": "a"},
+            {"tool": "Double", "args": {"n": {"$ref": "first"}}, "id": "b"},
+            {"tool": "Negate", "args": {"n": 3}, "id": "c"},
+            {"tool": "Negate", "args": {"n": {"$ref": "first"}}, "id": "d"},
+            {"tool": "Double", "args": {"n": 4}, "id": "e"},
+        ],
+    ]
+    result = await SagaExecutor(registry).run(plan)
+    assert result.status is SagaStatus.SUCCESS
+    assert [(step.step_id, step.result) for step in result.steps] == [
+        ("first", 10),
+        ("a", 2),
+        ("b", 20),
+        ("c", -3),
+        ("d", -10),
+        ("e", 8),
+    ]
+    assert sorted(seen) == sorted(
+        [("Double", 5), ("Double", 1), ("Double", 10), ("Negate", 3), ("Negate", 10), ("Double", 4)]
+    )
