@@ -219,7 +219,7 @@ class GroupRunner:
             if row.status not in RUNNABLE or (undoing and row in undoing):
                 continue
             if given is None:
-                # (`_prepare`, its common case written out: arguments validated with the plan, one call less a step.)
+                # (`_prepare`, its common case written out: arguments noted by `validated`, one call less a step.)
                 known = validated.pop(row.step_id, None) if validated else None
                 if known is None or known[0] is not row.args:
                     if (call := self._prepare(row, known)) is not None:
