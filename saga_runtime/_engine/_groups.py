@@ -213,7 +213,7 @@ class GroupRunner:
         validated, spec_of = self._validated, self._registry.get
         # The tool of the step before, and its spec: a group often calls one tool many times (one look-up for them).
         name: str | None = None
-        tool: ToolSpec  # (set with `name`, at the first step)
+        tool: ToolSpec | None = None  # (set with `name`, at the first step: None, whatever the first step's tool)
         # (Each step's given arguments, or None for each: an endless `repeat`, hence no strict zip.)
         for row, given in zip(rows, _NONE_EACH if kwargs is None else kwargs, strict=False):
             if row.status not in RUNNABLE or (undoing and row in undoing):
@@ -226,7 +226,7 @@ class GroupRunner:
                         calls.append(call)
                     continue
                 given = known[1]
-            if row.tool_name != name:
+            if tool is None or row.tool_name != name:
                 name = row.tool_name
                 tool = spec_of(name)
             calls.append((row, tool, given))
