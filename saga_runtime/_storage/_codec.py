@@ -127,6 +127,10 @@ class RowCodec:
         statements read them so (PostgreSQL's batch writer: no driver conversion of a timestamptz per time)."""
         self.dialect = dialect
         self._step_micros = step_micros
+        # The start last converted to microseconds, and its microseconds: a step's row is written at its intent,
+        # then with its outcome (the next save), its start the same datetime object in both (immutable: the identity
+        # is the value). One tuple, replaced whole: a reader never sees one without the other.
+        self._started: tuple[datetime | None, int] = (None, 0)
         self._bytes_ids = dialect.ids_as_bytes
         self._time_value = dialect.time_value
         # A driver taking a UTC time as it is (PostgreSQL's): step rows' times, UTC already, go without a call.
@@ -276,8 +280,14 @@ class RowCodec:
         compensated: Any = row.compensated_at
         if self._step_micros:  # `_micros` of each, inlined (UTC times, the engine's, without a call)
             if started is not None:
-                since = (started if started.tzinfo is UTC else self.time_in(started)) - _EPOCH
-                started = (since.days * 86400 + since.seconds) * 1000000 + since.microseconds
+                last = self._started
+                if last[0] is started:
+                    started = last[1]
+                else:
+                    since = (started if started.tzinfo is UTC else self.time_in(started)) - _EPOCH
+                    micros = (since.days * 86400 + since.seconds) * 1000000 + since.microseconds
+                    self._started = (started, micros)
+                    started = micros
             if finished is not None:
                 since = (finished if finished.tzinfo is UTC else self.time_in(finished)) - _EPOCH
                 finished = (since.days * 86400 + since.seconds) * 1000000 + since.microseconds

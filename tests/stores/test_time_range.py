@@ -109,3 +109,19 @@ async def test_times_either_side_of_where_a_float_stops_being_exact_round_trip_i
         assert loaded is not None
         assert loaded[0] == as_stored(store, saga)
         assert [(r.started_at, r.finished_at) for r in loaded[1]] == [(r.started_at, r.finished_at) for r in steps]
+
+
+async def test_a_step_started_again_is_stored_with_its_new_start(store: SagaStore) -> None:
+    """A row written again with another start (a new attempt) stores the new start, not the one written before."""
+    saga = make_saga("again")
+    first, other = make_steps("again", 2)
+    first.started_at, other.started_at = _EDGES[-1], _EDGES[0]
+    first.hash = other.hash = None
+    assert await store.create_saga(saga, [first]) is None
+    await store.save(None, [first, other])  # the same start object again, then another row's
+    first.started_at = _EDGES[-1] + timedelta(seconds=1)  # the step started again
+    await store.save(None, [first])
+    await store.save(None, [other])  # the start written before the new one, written again
+    loaded = await store.load_saga("again")
+    assert loaded is not None
+    assert [r.started_at for r in loaded[1]] == [first.started_at, _EDGES[0]]
