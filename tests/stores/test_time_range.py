@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, timezone
 
+import pytest
+
 from saga_runtime import SagaStatus
 from saga_runtime._storage import SagaStore
+from saga_runtime._storage._codec import RowCodec
 
 from .conftest import as_stored, make_saga, make_steps
 
@@ -125,3 +128,22 @@ async def test_a_step_started_again_is_stored_with_its_new_start(store: SagaStor
     loaded = await store.load_saga("again")
     assert loaded is not None
     assert [r.started_at for r in loaded[1]] == [first.started_at, _EDGES[0]]
+
+
+async def test_the_first_far_step_time_of_a_process_is_stored_exactly(
+    store: SagaStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lone write's step time 2**53 microseconds or more from the epoch, the process's first, is stored exactly."""
+    monkeypatch.setattr(RowCodec, "far_step_times", False)  # no far time made yet, as in a fresh process
+    saga = make_saga("first-far", created_at=_EDGES[-1])
+    first, second = make_steps("first-far", 2)
+    after, before = _EDGES[4], _EPOCH - timedelta(microseconds=_FLOAT_EXACT + 1)  # no float8 holds either
+    first.started_at, first.finished_at = after, None
+    second.started_at, second.finished_at = _EDGES[-1], before  # a near start, then a far finish
+    first.hash = second.hash = None
+    assert await store.create_saga(saga, [first]) is None
+    monkeypatch.setattr(RowCodec, "far_step_times", False)
+    await store.save(None, [second])
+    loaded = await store.load_saga("first-far")
+    assert loaded is not None
+    assert [(r.started_at, r.finished_at) for r in loaded[1]] == [(after, None), (_EDGES[-1], before)]
