@@ -6,7 +6,7 @@ import contextlib
 import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from saga_runtime._exceptions import StoreError
 from saga_runtime._records import SagaRow, SagaStatus, StepRow, StepStatus, end_of, now, wake_time
@@ -109,6 +109,10 @@ def _remember_plan_text(plan: Any, text: str) -> None:
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# Microseconds from the epoch a float8 holds exactly (the years 1685 to 2255); its negative made once (`-x` in a
+# comparison makes a new int at every run).
+FLOAT_EXACT_MICROS = 1 << 53
+_FAR_BEFORE = -FLOAT_EXACT_MICROS
 
 
 class RowCodec:
@@ -122,11 +126,22 @@ class RowCodec:
     keeps its sign (PostgreSQL's JSONB and MySQL's JSON rewrite numbers).
     """
 
+    # Whether a codec of this process (`step_micros`) has made a step row with a time 2**53 microseconds or more
+    # from the epoch (outside the years 1685 to 2255), which a float8 does not hold exactly. Set before that row is
+    # returned, never cleared: while it is False, every step row made so far has its times within, and PostgreSQL's
+    # lone write reads them the cheaper way without looking at each (`_alone_statement`). One flag for the process,
+    # not one per codec: a write's rows are made before its statement, whichever codec made them.
+    far_step_times: ClassVar[bool] = False
+
     def __init__(self, dialect: Flavour, *, step_micros: bool = False) -> None:
         """`step_micros`: step rows' times go out as whole microseconds since the epoch (ints), for a dialect whose
         statements read them so (PostgreSQL's batch writer: no driver conversion of a timestamptz per time)."""
         self.dialect = dialect
         self._step_micros = step_micros
+        # The start last converted to microseconds, and its microseconds: a step's row is written at its intent,
+        # then with its outcome (the next save), its start the same datetime object in both (immutable: the identity
+        # is the value). One tuple, replaced whole: a reader never sees one without the other.
+        self._started: tuple[datetime | None, int] = (None, 0)
         self._bytes_ids = dialect.ids_as_bytes
         self._time_value = dialect.time_value
         # A driver taking a UTC time as it is (PostgreSQL's): step rows' times, UTC already, go without a call.
@@ -276,14 +291,26 @@ class RowCodec:
         compensated: Any = row.compensated_at
         if self._step_micros:  # `_micros` of each, inlined (UTC times, the engine's, without a call)
             if started is not None:
-                since = (started if started.tzinfo is UTC else self.time_in(started)) - _EPOCH
-                started = (since.days * 86400 + since.seconds) * 1000000 + since.microseconds
+                last = self._started
+                if last[0] is started:
+                    started = last[1]
+                else:
+                    since = (started if started.tzinfo is UTC else self.time_in(started)) - _EPOCH
+                    micros = (since.days * 86400 + since.seconds) * 1000000 + since.microseconds
+                    if not _FAR_BEFORE < micros < FLOAT_EXACT_MICROS:
+                        RowCodec.far_step_times = True  # (before the row is returned: see `far_step_times`)
+                    self._started = (started, micros)
+                    started = micros
             if finished is not None:
                 since = (finished if finished.tzinfo is UTC else self.time_in(finished)) - _EPOCH
                 finished = (since.days * 86400 + since.seconds) * 1000000 + since.microseconds
+                if not _FAR_BEFORE < finished < FLOAT_EXACT_MICROS:
+                    RowCodec.far_step_times = True
             if compensated is not None:
                 since = (compensated if compensated.tzinfo is UTC else self.time_in(compensated)) - _EPOCH
                 compensated = (since.days * 86400 + since.seconds) * 1000000 + since.microseconds
+                if not _FAR_BEFORE < compensated < FLOAT_EXACT_MICROS:
+                    RowCodec.far_step_times = True
         elif self._utc_as_is:  # `time_in` of each, inlined for the times it would return as they are
             if started is not None and started.tzinfo is not UTC:
                 started = self.time_in(started)

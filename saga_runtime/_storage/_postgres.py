@@ -36,7 +36,7 @@ import asyncpg
 from saga_runtime._exceptions import StoreBusyError, StoreConnectionError, StoreError
 from saga_runtime._records import DECISION_WAKE
 from saga_runtime._storage._batch import Outcome, Write
-from saga_runtime._storage._codec import RowCodec
+from saga_runtime._storage._codec import FLOAT_EXACT_MICROS, RowCodec
 from saga_runtime._storage._dialect import Dialect
 from saga_runtime._storage._errors import CONNECT_ADVICE, ErrorMap, convert, mapping_errors
 from saga_runtime._storage._flavour import Notices
@@ -214,7 +214,9 @@ def _instant(micros: str) -> str:
 
 # Microseconds from the epoch a float8 holds exactly (the years 1685 to 2255): a time within them is read by
 # `_near_instant`.
-_NEAR = 1 << 53
+_NEAR = FLOAT_EXACT_MICROS
+# Its negative, made once: `-_NEAR` written in a comparison makes a new int at every run (3 per step row written).
+_FAR = -_NEAR
 
 
 def _near_instant(micros: str) -> str:
@@ -353,7 +355,7 @@ def _micros(params: list[Any], start: int, positions: Sequence[int]) -> bool:
         if value is not None:
             since = value - _EPOCH  # (`// _MICROSECOND` costs the division of two ints made of each)
             micros = params[start + i] = (since.days * 86400 + since.seconds) * 1000000 + since.microseconds
-            if not -_NEAR < micros < _NEAR:
+            if not _FAR < micros < _NEAR:
                 near = False
     return near
 
@@ -523,12 +525,14 @@ def _alone_statement(write: Write) -> tuple[str, list[Any]]:
         params = []
     for row in steps:
         params += row
-        if near:  # (its times are microseconds already: RowCodec's `step_micros`)
+        # (Its times are microseconds already: RowCodec's `step_micros`. None of the process's rows has had a far
+        # one so far, the usual case: this row has none either.)
+        if near and RowCodec.far_step_times:
             started, finished, compensated = _step_times(row)
             if not (
-                (started is None or -_NEAR < started < _NEAR)
-                and (finished is None or -_NEAR < finished < _NEAR)
-                and (compensated is None or -_NEAR < compensated < _NEAR)
+                (started is None or _FAR < started < _NEAR)
+                and (finished is None or _FAR < finished < _NEAR)
+                and (compensated is None or _FAR < compensated < _NEAR)
             ):
                 near = False
     key = (mode, checks, len(steps), write.create or owner is not None, near)

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, timezone
 
+import pytest
+
 from saga_runtime import SagaStatus
 from saga_runtime._storage import SagaStore
+from saga_runtime._storage._codec import RowCodec
 
 from .conftest import as_stored, make_saga, make_steps
 
@@ -109,3 +112,38 @@ async def test_times_either_side_of_where_a_float_stops_being_exact_round_trip_i
         assert loaded is not None
         assert loaded[0] == as_stored(store, saga)
         assert [(r.started_at, r.finished_at) for r in loaded[1]] == [(r.started_at, r.finished_at) for r in steps]
+
+
+async def test_a_step_started_again_is_stored_with_its_new_start(store: SagaStore) -> None:
+    """A row written again with another start (a new attempt) stores the new start, not the one written before."""
+    saga = make_saga("again")
+    first, other = make_steps("again", 2)
+    first.started_at, other.started_at = _EDGES[-1], _EDGES[0]
+    first.hash = other.hash = None
+    assert await store.create_saga(saga, [first]) is None
+    await store.save(None, [first, other])  # the same start object again, then another row's
+    first.started_at = _EDGES[-1] + timedelta(seconds=1)  # the step started again
+    await store.save(None, [first])
+    await store.save(None, [other])  # the start written before the new one, written again
+    loaded = await store.load_saga("again")
+    assert loaded is not None
+    assert [r.started_at for r in loaded[1]] == [first.started_at, _EDGES[0]]
+
+
+async def test_the_first_far_step_time_of_a_process_is_stored_exactly(
+    store: SagaStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lone write's step time 2**53 microseconds or more from the epoch, the process's first, is stored exactly."""
+    monkeypatch.setattr(RowCodec, "far_step_times", False)  # no far time made yet, as in a fresh process
+    saga = make_saga("first-far", created_at=_EDGES[-1])
+    first, second = make_steps("first-far", 2)
+    after, before = _EDGES[4], _EPOCH - timedelta(microseconds=_FLOAT_EXACT + 1)  # no float8 holds either
+    first.started_at, first.finished_at = after, None
+    second.started_at, second.finished_at = _EDGES[-1], before  # a near start, then a far finish
+    first.hash = second.hash = None
+    assert await store.create_saga(saga, [first]) is None
+    monkeypatch.setattr(RowCodec, "far_step_times", False)
+    await store.save(None, [second])
+    loaded = await store.load_saga("first-far")
+    assert loaded is not None
+    assert [(r.started_at, r.finished_at) for r in loaded[1]] == [(after, None), (_EDGES[-1], before)]
