@@ -122,14 +122,6 @@ def _quoted(text: str) -> str:
     return quoted
 
 
-def _hex_link(digest: str) -> str:
-    """Return the identity hash `digest` (hex: nothing to escape), noting its JSON text for the seals linking to it."""
-    if len(_QUOTED) >= _QUOTED_KEPT:
-        _QUOTED.clear()
-    _QUOTED[digest] = f'"{digest}"'
-    return digest
-
-
 def _time(value: datetime | None) -> str | None:
     return None if value is None else iso_text(value)
 
@@ -163,7 +155,13 @@ def identity_hash(row: StepRow | None, saga_id: str) -> str:
             )
         else:
             text = _text([saga, seq, step, group, tool, key])
-    return _hex_link(hashlib.sha256(text.encode()).hexdigest())
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    # Noted with its JSON text (hex: nothing to escape) for the seals linking to the row; written here, not in a
+    # function of its own: a call less for each link.
+    if len(_QUOTED) >= _QUOTED_KEPT:
+        _QUOTED.clear()
+    _QUOTED[digest] = f'"{digest}"'
+    return digest
 
 
 # A row's seal hashes the canonical JSON text of one array: saga id, seq, step id, group, tool, arguments
@@ -459,8 +457,11 @@ def saga_seal(saga: SagaRow, key: bytes | None, *, cached: bool = False) -> str:
     digest = _plan_digest(saga.plan, cached=cached)
     text: bytes | None = None
     if cached:
-        with contextlib.suppress(TypeError, KeyError, AttributeError):  # an unusual value: the general encoder's
+        # (try, not contextlib.suppress: a context manager's enter and exit cost a third of the text's writing)
+        try:
             text = _saga_text(saga, digest).encode()
+        except (TypeError, KeyError, AttributeError):  # an unusual value: the general encoder's
+            text = None
     if text is None:
         text = _saga_parts_text(saga, digest)
     if key is None:
