@@ -402,7 +402,8 @@ def _instant_json(value: datetime | None) -> str:
     if value is None:
         return "null"
     if type(value) is datetime:
-        return f'"{_instant(value)}"'
+        # (A UTC time, as every stored one, written without `_instant`'s call: the text is iso_text_micro's.)
+        return f'"{iso_text_micro(value) if value.tzinfo is UTC else _instant(value)}"'
     return _quote(_instant(value))  # type: ignore[arg-type]
 
 
