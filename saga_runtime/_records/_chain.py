@@ -132,7 +132,10 @@ def _time(value: datetime | None) -> str | None:
 def identity_hash(row: StepRow | None, saga_id: str) -> str:
     """Return the hash of a row's identity (what never changes), or of the saga id for the link before the first."""
     if row is None:
-        text = _text(["saga", saga_id])
+        # (A str id written as canonical_json writes the array, without the encoder's call: once for each saga.)
+        text = (
+            f'["saga",{_QUOTED.get(saga_id) or _quoted(saga_id)}]' if type(saga_id) is str else _text(["saga", saga_id])
+        )
     else:
         saga, seq, step, group, tool, key = (
             row.saga_id,
