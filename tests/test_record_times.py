@@ -69,3 +69,16 @@ def test_iso_json_is_the_json_text_of_isoformat(value: datetime) -> None:
     assert iso_json(value) == json.dumps(value.isoformat(), ensure_ascii=False)
     whole = value.replace(microsecond=0)
     assert iso_json(whole) == json.dumps(whole.isoformat(), ensure_ascii=False)
+
+
+@given(st.lists(st.tuples(st.datetimes(timezones=st.just(UTC)), st.sampled_from(["T", " ", "_"])), max_size=12))
+def test_times_in_turn_near_and_across_minutes_are_written_as_isoformat(
+    times: list[tuple[datetime, str]],
+) -> None:
+    """Times written one after another (the last minute's text reused) each come out as isoformat writes them."""
+    edges = [datetime(2024, 5, 17, 9, 30, tzinfo=UTC) + timedelta(microseconds=delta) for delta in (-1, 0, 59999999)]
+    edges += [datetime(2024, 5, 17, 9, 31, tzinfo=UTC), datetime.max.replace(tzinfo=UTC)]
+    for value, sep in [*times, *((edge, sep) for edge in edges for sep in ("T", " "))]:
+        assert iso_text_micro(value, sep) == value.isoformat(sep, "microseconds")
+        assert iso_text(value) == value.isoformat()
+        assert iso_json(value) == json.dumps(value.isoformat(), ensure_ascii=False)

@@ -105,6 +105,9 @@ def _normal_copy(value: Any) -> Any:
 _text = canonical_json
 _quote = json.encoder.encode_basestring  # the text canonical_json writes for a str
 _STATUS = {status: _quote(status.value) for status in StepStatus}
+# The text of small ints (attempts, a small result), by value: an f-string formats an int in about four times the
+# instructions of a lookup, and joins a str piece as it is. (An int, of type int exactly, is written as its str.)
+_INTS = {number: str(number) for number in range(256)}
 
 # The JSON text of str values written lately, by value: a saga's id is in every identity and seal of its rows, a
 # plan's step ids and tool names in those of every saga of the plan, a step's key in its identity and its seal, a
@@ -122,14 +125,6 @@ def _quoted(text: str) -> str:
     return quoted
 
 
-def _hex_link(digest: str) -> str:
-    """Return the identity hash `digest` (hex: nothing to escape), noting its JSON text for the seals linking to it."""
-    if len(_QUOTED) >= _QUOTED_KEPT:
-        _QUOTED.clear()
-    _QUOTED[digest] = f'"{digest}"'
-    return digest
-
-
 def _time(value: datetime | None) -> str | None:
     return None if value is None else iso_text(value)
 
@@ -137,7 +132,10 @@ def _time(value: datetime | None) -> str | None:
 def identity_hash(row: StepRow | None, saga_id: str) -> str:
     """Return the hash of a row's identity (what never changes), or of the saga id for the link before the first."""
     if row is None:
-        text = _text(["saga", saga_id])
+        # (A str id written as canonical_json writes the array, without the encoder's call: once for each saga.)
+        text = (
+            f'["saga",{_QUOTED.get(saga_id) or _quoted(saga_id)}]' if type(saga_id) is str else _text(["saga", saga_id])
+        )
     else:
         saga, seq, step, group, tool, key = (
             row.saga_id,
@@ -163,7 +161,13 @@ def identity_hash(row: StepRow | None, saga_id: str) -> str:
             )
         else:
             text = _text([saga, seq, step, group, tool, key])
-    return _hex_link(hashlib.sha256(text.encode()).hexdigest())
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    # Noted with its JSON text (hex: nothing to escape) for the seals linking to the row; written here, not in a
+    # function of its own: a call less for each link.
+    if len(_QUOTED) >= _QUOTED_KEPT:
+        _QUOTED.clear()
+    _QUOTED[digest] = f'"{digest}"'
+    return digest
 
 
 # A row's seal hashes the canonical JSON text of one array: saga id, seq, step id, group, tool, arguments
@@ -242,6 +246,8 @@ def _changing_text(row: StepRow, times: dict[int, tuple[datetime, str]]) -> byte
 
     `times`: the JSON text of the times written before, by identity (a sealer's, kept across its seals: a row's
     start is in each of its seals after it). Read here, not through a call: a seal writes up to three times.
+    The f-string has fewer pieces when the row holds no error and no compensation (the usual seal): joining each
+    piece costs about as much as copying the text, so constant text is best written as one literal.
     """
     attempts, undo_attempts, result = row.attempts, row.compensation_attempts, row.result
     if type(attempts) is not int or type(undo_attempts) is not int or row.tool_version != "1" or row.reconciled:
@@ -250,7 +256,7 @@ def _changing_text(row: StepRow, times: dict[int, tuple[datetime, str]]) -> byte
     if result is None:
         result_text: Any = "null"
     elif type(result) is int:
-        result_text = result
+        result_text = _INTS.get(result) or result
     elif type(result) is str:
         result_text = _quote(result)
     else:
@@ -270,6 +276,13 @@ def _changing_text(row: StepRow, times: dict[int, tuple[datetime, str]]) -> byte
             finished_text = known[1]
         else:
             finished_text = _time_text(times, finished)
+        if error is None and error_type is None and compensated is None and undo_error is None:
+            # The usual seal (an intent, a result): its four nulls written within the literal text around them.
+            return (
+                f"{_STATUS[row.status]},{_INTS.get(attempts) or attempts},{result_text},null,null,"
+                f"{started_text},{finished_text},null,null,{_INTS.get(undo_attempts) or undo_attempts},"
+                f"{'null' if link is None else _QUOTED.get(link) or _quote(link)}]"
+            ).encode()
         return (
             f"{_STATUS[row.status]},{attempts},{result_text},"
             f"{'null' if error is None else _quote(error)},"
@@ -296,6 +309,9 @@ def seal(row: StepRow, previous: StepRow | str | None, key: bytes | None) -> Non
     row.hash = _seal_of(row, key)
 
 
+_sha256 = hashlib.sha256
+
+
 class Sealer:
     """Seal the rows of one saga again and again as they change, hashing each row's fixed part only once.
 
@@ -320,13 +336,14 @@ class Sealer:
         args = row.args
         ident = (row.saga_id, row.seq, row.group, row.tool_name, row.idempotency_key)
         known = self._states.get(row.step_id)
+        key = self._key
         if known is None or known[0] != ident or known[1] is not args or known[2] != args:
             normal = _normal_copy(args)  # a new dict (lists and dicts inside copied): the copy to compare with
-            state = _start(_fixed(row, normal), self._key)
+            # (`_start`, inlined for the usual seal without a signing key: a call less for each row)
+            state = _sha256(_fixed(row, normal)) if key is None else _start(_fixed(row, normal), key)
             self._states[row.step_id] = (ident, args, normal, state)
         else:
             state = known[3]
-        key = self._key
         if key is None:  # `_finish`, inlined: the usual seal, without a signing key
             state = state.copy()
             state.update(_changing_text(row, self._times))
@@ -404,7 +421,8 @@ def _instant_json(value: datetime | None) -> str:
     if value is None:
         return "null"
     if type(value) is datetime:
-        return f'"{_instant(value)}"'
+        # (A UTC time, as every stored one, written without `_instant`'s call: the text is iso_text_micro's.)
+        return f'"{iso_text_micro(value) if value.tzinfo is UTC else _instant(value)}"'
     return _quote(_instant(value))  # type: ignore[arg-type]
 
 
@@ -459,8 +477,11 @@ def saga_seal(saga: SagaRow, key: bytes | None, *, cached: bool = False) -> str:
     digest = _plan_digest(saga.plan, cached=cached)
     text: bytes | None = None
     if cached:
-        with contextlib.suppress(TypeError, KeyError, AttributeError):  # an unusual value: the general encoder's
+        # (try, not contextlib.suppress: a context manager's enter and exit cost a third of the text's writing)
+        try:
             text = _saga_text(saga, digest).encode()
+        except (TypeError, KeyError, AttributeError):  # an unusual value: the general encoder's
+            text = None
     if text is None:
         text = _saga_parts_text(saga, digest)
     if key is None:

@@ -97,6 +97,27 @@ def test_step_seals_are_the_general_encoders(row: StepRow, link: str | None, key
 
 
 @settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    _rows(),
+    st.sampled_from([StepStatus.RUNNING, StepStatus.SUCCESS]),
+    st.one_of(st.integers(-300, 300), st.integers(), st.booleans(), st.none(), _JSON),
+    st.integers(-300, 300),
+    st.integers(-300, 300),
+    _LINKS,
+)
+def test_seals_of_rows_without_error_or_compensation_are_the_general_encoders(
+    row: StepRow, status: StepStatus, result: Any, attempts: int, undo_attempts: int, link: str | None
+) -> None:
+    """An intent's or a result's seal (no error, no compensation: the usual one) is the general encoder's."""
+    row.status, row.result, row.attempts, row.compensation_attempts = status, result, attempts, undo_attempts
+    row.error = row.error_type = row.compensated_at = row.compensation_error = None
+    row.tool_version, row.reconciled, row.prev_hash = "1", False, link
+    sealer = Sealer(None)
+    sealer.seal(row, link)
+    assert row.hash == _general_seal(row, None)
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
 @given(_rows())
 def test_identity_hashes_are_the_general_encoders(row: StepRow) -> None:
     """A link is the SHA-256 of the identity's JSON array, with or without the identity's text kept from before."""
