@@ -172,15 +172,15 @@ async def drive_plan(engine: SagaEngine, plan: PlanShape, planner: Planner, *, r
                         continue
                 # Each step's arguments validated with the plan, handed to the group's run (used only if the step
                 # runs: a step with `$ref`s has none, and is given its arguments resolved here).
-                given: list[dict[str, Any] | None] = []
-                for step, row in zip(group, recorded, strict=True):
-                    kwargs = step.kwargs
-                    given.append(kwargs)
-                    if kwargs is None and row.status in RUNNABLE and planner.refs(step):
-                        try:
-                            engine.set_args(row, planner.resolve(step, lookup))
-                        except (ValueError, LookupError) as exc:
-                            engine.fail_before_start(row, exc)
+                # (Built in one comprehension; the steps are walked again only if one has none: a `$ref` to resolve.)
+                given: list[dict[str, Any] | None] = [step.kwargs for step in group]
+                if None in given:
+                    for step, row, kwargs in zip(group, recorded, given, strict=True):
+                        if kwargs is None and row.status in RUNNABLE and planner.refs(step):
+                            try:
+                                engine.set_args(row, planner.resolve(step, lookup))
+                            except (ValueError, LookupError) as exc:
+                                engine.fail_before_start(row, exc)
                 gated = gates and [
                     r for s, r in zip(group, recorded, strict=True) if s.approval and r.status in HOLDABLE
                 ]

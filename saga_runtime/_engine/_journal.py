@@ -13,6 +13,7 @@ import logging
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
+from operator import attrgetter
 from time import monotonic
 from typing import Any, Literal
 
@@ -102,6 +103,7 @@ _COMPENSATING = SagaStatus.COMPENSATING
 # The statuses a saga holds its lease in.
 _LIVE = frozenset({SagaStatus.RUNNING, SagaStatus.COMPENSATING})
 _clock = datetime.now  # (read as `now()` reads it: in UTC)
+_hash_of = attrgetter("hash")
 
 
 class Journal:
@@ -534,16 +536,24 @@ class Journal:
         if not dirty and not saga_dirty and not self._saga_touched:
             return
         links = self._links
-        steps = []
+        steps: list[StepRow] = []
         # The end's write hands the store the rows themselves: the engine changes them no more after it (a snapshot
         # for free); the store seals them (hash, link) and must copy what it keeps.
         ended = self._ended
-        for row in dirty.values():
-            if row.hash is not None:
-                row.hash = None  # the store seals it afresh (and links it, unless linked here)
-            if links is not None:
-                row.prev_hash = links.get(row.seq) or self._link(row)
-            steps.append(row if ended else row.copy())
+        if ended and links is None:
+            # The rows as they are, none linked here: taken in C, each unsealed only if one was sealed (a resumed
+            # saga's; a saga run from its start hands the store copies until its end, and its own rows stay unsealed).
+            steps = list(dirty.values())
+            if list(map(_hash_of, steps)).count(None) != len(steps):
+                for row in steps:
+                    row.hash = None  # the store seals it afresh
+        else:
+            for row in dirty.values():
+                if row.hash is not None:
+                    row.hash = None  # the store seals it afresh (and links it, unless linked here)
+                if links is not None:
+                    row.prev_hash = links.get(row.seq) or self._link(row)
+                steps.append(row if ended else row.copy())
         saga = None
         sent = 0.0
         lease = True

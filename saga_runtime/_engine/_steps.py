@@ -105,8 +105,14 @@ class StepRunner:
                 ):
                     # The first attempt of a tool awaited as it is, in this coroutine (no layer of `_attempts`): what
                     # `_attempts` does for it; anything else about it (a failure, a result to check) goes on there.
+                    # (`own_values(kwargs)`, written out: flat arguments, the common case, are handed as they are.)
+                    given = kwargs
+                    for item in kwargs.values():
+                        if type(item) is dict or type(item) is list:
+                            given = own_values(kwargs)
+                            break
                     try:
-                        raw = await spec.execute(**own_values(kwargs))
+                        raw = await spec.execute(**given)
                     except Exception as exc:
                         value = await self._attempts(row, spec, kwargs, _Raised(exc))
                     else:
