@@ -535,25 +535,23 @@ class Journal:
         saga_dirty = self._saga_dirty
         if not dirty and not saga_dirty and not self._saga_touched:
             return
-        links = self._links
-        steps: list[StepRow] = []
-        # The end's write hands the store the rows themselves: the engine changes them no more after it (a snapshot
-        # for free); the store seals them (hash, link) and must copy what it keeps.
-        ended = self._ended
-        if ended and links is None:
-            # The rows as they are, none linked here: taken in C, each unsealed only if one was sealed (a resumed
-            # saga's; a saga run from its start hands the store copies until its end, and its own rows stay unsealed).
+        # (No links here: a store that writes inline links the rows itself as it seals them; see `__init__`.)
+        steps: list[StepRow]
+        if self._ended:
+            # The end's write hands the store the rows themselves: the engine changes them no more after it (a
+            # snapshot for free). Taken in C, each unsealed only if one was sealed (a resumed saga's; a saga run from
+            # its start hands the store copies until its end, and its own rows stay unsealed): the store seals them
+            # afresh, and must copy what it keeps.
             steps = list(dirty.values())
-            if list(map(_hash_of, steps)).count(None) != len(steps):
+            if any(map(_hash_of, steps)):
                 for row in steps:
-                    row.hash = None  # the store seals it afresh
+                    row.hash = None
         else:
+            steps = []
             for row in dirty.values():
                 if row.hash is not None:
-                    row.hash = None  # the store seals it afresh (and links it, unless linked here)
-                if links is not None:
-                    row.prev_hash = links.get(row.seq) or self._link(row)
-                steps.append(row if ended else row.copy())
+                    row.hash = None  # the store seals it afresh
+                steps.append(row.copy())
         saga = None
         sent = 0.0
         lease = True

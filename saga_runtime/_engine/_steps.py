@@ -26,7 +26,7 @@ from saga_runtime._exceptions import (
     ResultValidationError,
     describe,
 )
-from saga_runtime._records import StepRow, StepStatus, own_values, to_json_value
+from saga_runtime._records import IMMUTABLE_VALUES, StepRow, StepStatus, own_values, to_json_value
 from saga_runtime._tools import ToolSpec
 
 __all__ = ["StepRunner"]
@@ -108,7 +108,7 @@ class StepRunner:
                     # (`own_values(kwargs)`, written out: flat arguments, the common case, are handed as they are.)
                     given = kwargs
                     for item in kwargs.values():
-                        if type(item) is dict or type(item) is list:
+                        if type(item) not in IMMUTABLE_VALUES:
                             given = own_values(kwargs)
                             break
                     try:

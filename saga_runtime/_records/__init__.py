@@ -118,6 +118,7 @@ from saga_runtime._records._secrets import (
     reveal,
 )
 from saga_runtime._records._values import (
+    IMMUTABLE_VALUES,
     MAX_JSON_BYTES,
     MAX_JSON_DEPTH,
     MAX_JSON_INT,
@@ -139,6 +140,7 @@ __all__ = [
     "END_REASONS",
     "EXPORT_FORMAT",
     "EXPORT_VERSION",
+    "IMMUTABLE_VALUES",
     "KEY_ENV",
     "MASK",
     "MAX_JSON_BYTES",

@@ -296,9 +296,24 @@ def _copy_containers(value: dict[Any, Any] | list[Any]) -> Any:
     return top
 
 
+#: The types of argument values a tool cannot change in place: handed to it as they are. Any other value (a dict, a
+#: list, a tuple holding one, a set, a model) is deep-copied for each call, so that a tool changing it changes
+#: neither the record nor what a retry or a later step is handed.
+IMMUTABLE_VALUES = frozenset({str, int, float, bool, type(None), bytes})
+
+
 def own_values(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """Return `kwargs` with dict and list values deep-copied; the same dict if none is."""
+    """Return `kwargs` with every value not of `IMMUTABLE_VALUES`' types deep-copied; the same dict if none is."""
     for value in kwargs.values():
-        if type(value) is dict or type(value) is list:
-            return {name: own_copy(item) for name, item in kwargs.items()}
+        if type(value) not in IMMUTABLE_VALUES:
+            return {name: item if type(item) in IMMUTABLE_VALUES else _own(item) for name, item in kwargs.items()}
     return kwargs
+
+
+def _own(value: Any) -> Any:
+    """Return a deep copy of an argument value; what `deepcopy` refuses (too deep, holding a lock) has only its
+    dicts and lists copied (`own_copy`'s way), or is handed as it is if it is neither."""
+    try:
+        return copy.deepcopy(value)
+    except Exception:  # RecursionError, or TypeError: cannot pickle
+        return _copy_containers(value) if type(value) is dict or type(value) is list else value

@@ -7,7 +7,7 @@ from typing import Any
 import pydantic
 import pytest
 
-from saga_runtime import SagaExecutor, SagaStatus, StepContext, ToolRegistry
+from saga_runtime import RetryPolicy, SagaExecutor, SagaStatus, StepContext, ToolRegistry
 
 
 def registry_with(refunds: list[Any]) -> ToolRegistry:
@@ -129,3 +129,33 @@ async def test_a_ref_inside_a_model_argument_is_a_copy_of_the_earlier_result() -
     assert result.status is SagaStatus.COMPENSATED
     assert refunds == [{"tx": "t1", "amount": 500}]
     assert result.step("c").result == {"tx": "t1", "amount": 500}
+
+
+class Basket(pydantic.BaseModel):
+    """An argument model with a list inside."""
+
+    items: list[int]
+
+
+async def test_a_retry_is_handed_the_arguments_a_failed_attempt_changed_in_place_as_planned() -> None:
+    """Each attempt gets its own copy of tuple, set and model arguments: a failed one changing them changes no retry."""
+    seen: list[tuple[Any, ...]] = []
+    registry = ToolRegistry()
+
+    @registry.tool(retry=RetryPolicy(max_attempts=2, initial_interval=0.001, jitter=False))
+    class Pack:
+        """Change every argument in place, then fail the first attempt."""
+
+        async def execute(self, pair: tuple[list[int], int], tags: set[str], basket: Basket) -> int:
+            seen.append((([*pair[0]], pair[1]), set(tags), [*basket.items]))
+            pair[0].append(99)
+            tags.add("changed")
+            basket.items.append(99)
+            if len(seen) == 1:
+                raise RuntimeError("the first attempt fails")
+            return len(seen)
+
+    plan = [{"tool": "Pack", "args": {"pair": [[1], 2], "tags": ["a"], "basket": {"items": [1]}}}]
+    result = await SagaExecutor(registry).run(plan)
+    assert result.status is SagaStatus.SUCCESS
+    assert seen == [(([1], 2), {"a"}, [1]), (([1], 2), {"a"}, [1])]
