@@ -31,7 +31,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequen
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from datetime import datetime
 from itertools import chain
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlsplit
 
 import aiosqlite
@@ -68,14 +68,24 @@ ERROR_MAP: ErrorMap = {
     sqlite3.Warning: (StoreError, "this is a bug in saga_runtime's SQLite store; please report it"),
 }
 
-# sqlite3 binds str, int, float and bytearray as they are, and sends every other value (None too: a step row has
-# half a dozen) through its adapters; None, which has none, costs a lookup on the protocol type that fails and
-# formats an AttributeError, about a tenth of the driver's work for a step. An adapter giving None back (dict.get
-# with a key it lacks: a C call) binds the same NULL without that. Only where no one registered one for None.
-_NONE = (type(None), sqlite3.PrepareProtocol)
-if _NONE not in sqlite3.adapters:
-    sqlite3.register_adapter(type(None), cast("Callable[[None], None]", {}.get))
 
+def _null_parameter() -> float | None:
+    """Return what the hot writes bind for a NULL: a NaN float if this SQLite stores a bound NaN as NULL, else None.
+
+    sqlite3 binds str, int, float and bytearray as they are and sends every other value through its adapters; None,
+    which has none, costs a failed lookup of the protocol's and the value's own adaptation (about 3,000 instructions
+    each, a dozen in a durable saga's every write) before it is bound as NULL. A NaN float is bound as it is, and
+    SQLite stores a bound NaN as NULL (a NaN is no number), so the same NULL costs nothing more. Asked
+    once of the library itself, not assumed; registering an adapter for None would change every sqlite3 user's
+    process, so none is.
+    """
+    nan = float("nan")
+    with contextlib.closing(sqlite3.connect(":memory:")) as probe:
+        stored = probe.execute("SELECT ? IS NULL", (nan,)).fetchone()
+    return nan if stored == (1,) else None
+
+
+_NULL = _null_parameter()
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 _T = TypeVar("_T")
 _CLEANUP_SECONDS = 5.0
@@ -137,10 +147,13 @@ def sqlite_path(url: str) -> str:
 class _SQLiteTransaction:
     """A transaction's statements, each one trip to aiosqlite's thread; BEGIN IMMEDIATE rides with the first."""
 
-    __slots__ = ("_conn", "begun", "unbegun")
+    __slots__ = ("_conn", "begun", "cursor", "unbegun")
 
     def __init__(self, conn: aiosqlite.Connection) -> None:
         self._conn = conn
+        # The batch writes' one cursor, made on aiosqlite's thread by the first (`_write_on`): the connection's own
+        # execute makes and drops a cursor per statement.
+        self.cursor: sqlite3.Cursor | None = None
         # unbegun: the transaction is to begin with its first statement (SQLiteDialect.transaction); begun: it did.
         self.unbegun = False
         self.begun = False
@@ -215,28 +228,32 @@ _WRITE_ERRORS = (
 )
 
 
-def _write_all(conn: sqlite3.Connection, q: Queries, writes: Sequence[Write]) -> list[Outcome]:
+def _write_all(cursor: sqlite3.Cursor, q: Queries, writes: Sequence[Write]) -> list[Outcome]:
     """Write a batch on aiosqlite's thread: one statement alone in autocommit, else one transaction.
 
     A write's own error (a duplicate idempotency key) rolls the batch back; the batcher then writes each alone.
     """
     if len(writes) == 1 and _statements(writes[0]) == 1:
-        return [_write(conn, q, writes[0])]  # one statement commits on its own, atomically
+        return [_write(cursor, q, writes[0])]  # one statement commits on its own, atomically
     # IMMEDIATE: take the write lock now (see SQLiteDialect.transaction).
-    conn.execute("BEGIN IMMEDIATE")
+    cursor.execute("BEGIN IMMEDIATE")
     try:
-        outcomes = [_write(conn, q, write) for write in writes]
-        conn.execute("COMMIT")
+        outcomes = [_write(cursor, q, write) for write in writes]
+        cursor.execute("COMMIT")
     except BaseException:
         with contextlib.suppress(sqlite3.Error):
-            conn.execute("ROLLBACK")
+            cursor.execute("ROLLBACK")
         raise
     return outcomes
 
 
-def _write_on(conn: aiosqlite.Connection, q: Queries, writes: Sequence[Write]) -> list[Outcome]:
-    """Write a batch on aiosqlite's thread, its sqlite3 connection looked up there (a closed one fails)."""
-    connection = conn._conn
+def _write_on(tx: _SQLiteTransaction, q: Queries, writes: Sequence[Write]) -> list[Outcome]:
+    """Write a batch on aiosqlite's thread, its sqlite3 connection looked up there (a closed one fails), through the
+    connection's cursor for writes."""
+    cursor = tx.cursor
+    connection = tx._conn._conn
+    if cursor is None or cursor.connection is not connection:
+        cursor = tx.cursor = connection.cursor()
     if len(writes) == 1:
         write = writes[0]
         rows = write.steps
@@ -245,8 +262,8 @@ def _write_on(conn: aiosqlite.Connection, q: Queries, writes: Sequence[Write]) -
             # alone in autocommit, straight (what _write_all and _write would do for it, without their checks).
             owner = write.owner
             gate = () if owner is None else (write.saga_id, owner, owner)
-            return [Outcome.WRITTEN if _write_chunk(connection, rows, gate) else Outcome.LOST]
-    return _write_all(connection, q, writes)
+            return [Outcome.WRITTEN if _write_chunk(cursor, rows, gate) else Outcome.LOST]
+    return _write_all(cursor, q, writes)
 
 
 def _statements(write: Write) -> int:
@@ -255,12 +272,14 @@ def _statements(write: Write) -> int:
     return chunks + (write.saga is not None)
 
 
-def _write(conn: sqlite3.Connection, q: Queries, write: Write) -> Outcome:
+def _write(cursor: sqlite3.Cursor, q: Queries, write: Write) -> Outcome:
     """Write one write's rows, its condition folded into its statements; return its outcome."""
     saga = write.saga
+    if saga is not None:
+        saga = tuple([_NULL if value is None else value for value in saga])  # (see _null_parameter)
     if write.create:
         assert saga is not None
-        if conn.execute(q.insert_saga, saga).rowcount != 1:
+        if cursor.execute(q.insert_saga, saga).rowcount != 1:
             return Outcome.TAKEN
     elif saga is not None and write.owner is not None:
         if write.keep_lease:
@@ -271,39 +290,40 @@ def _write(conn: sqlite3.Connection, q: Queries, write: Write) -> Outcome:
         # creation time changed (or that is not this owner's) is not updated by it: then the whole row.
         head, tail = values[1:created], (*values[created + 1 :], write.saga_id, write.owner, write.owner)
         if (
-            conn.execute(same_created, (*head, *tail, values[created])).rowcount != 1
-            and conn.execute(update, (*head, values[created], *tail)).rowcount != 1
+            cursor.execute(same_created, (*head, *tail, values[created])).rowcount != 1
+            and cursor.execute(update, (*head, values[created], *tail)).rowcount != 1
         ):
             return Outcome.LOST
     elif saga is not None:
-        conn.execute(q.upsert_saga, saga)
+        cursor.execute(q.upsert_saga, saga)
     # Steps alone under an owner: each statement inserts only while the saga names that owner.
     gate = (write.saga_id, write.owner, write.owner) if saga is None and write.owner is not None else ()
     rows = write.steps
     for start in range(0, len(rows), _CHUNK):
-        if not _write_chunk(conn, rows[start : start + _CHUNK], gate):
+        if not _write_chunk(cursor, rows[start : start + _CHUNK], gate):
             return Outcome.LOST  # the first chunk: nothing was written
     return Outcome.WRITTEN
 
 
-def _write_chunk(conn: sqlite3.Connection, rows: Sequence[tuple[Any, ...]], gate: tuple[str, ...]) -> bool:
+def _write_chunk(cursor: sqlite3.Cursor, rows: Sequence[tuple[Any, ...]], gate: tuple[str, ...]) -> bool:
     """Upsert up to _CHUNK step rows; `gate` (saga id, owner, owner), if given: only while the saga names that
     owner. Return False if the gate let nothing through (the saga is not that owner's), else True."""
     gated = bool(gate)
     count = len(rows)
     # One row or two (a durable saga's writes: a step's result, the next step's intent) unpacked straight: a third
-    # of the cost of chaining them.
+    # of the cost of chaining them. Each None bound as _NULL (the gate's values are never None).
     if count == 2:
-        params = (*rows[0], *rows[1], *gate)
+        params = [_NULL if value is None else value for value in (*rows[0], *rows[1])]
     elif count == 1:
-        params = (*rows[0], *gate)
+        params = [_NULL if value is None else value for value in rows[0]]
     else:
-        params = (*chain.from_iterable(rows), *gate)
+        params = [_NULL if value is None else value for value in chain.from_iterable(rows)]
+    params += gate
     # First the upsert leaving a stored row's idempotency key (and so its index entry) as it is; a row whose key
     # changed is skipped by it, so fewer rows written means: write the chunk again, keys included.
-    if conn.execute(_upsert_steps(count, gated, True), params).rowcount == count:
+    if cursor.execute(_upsert_steps(count, gated, True), params).rowcount == count:
         return True
-    return conn.execute(_upsert_steps(count, gated, False), params).rowcount != 0 or not gated
+    return cursor.execute(_upsert_steps(count, gated, False), params).rowcount != 0 or not gated
 
 
 # Step rows per statement: 19 parameters each, well under SQLite's 32,766.
@@ -639,7 +659,7 @@ class SQLiteDialect(Dialect):
                 # Cancelled while it runs, the thread still finishes the transaction (commit or rollback) on its own.
                 # aiosqlite's _execute straight (see _SQLiteTransaction.call): one coroutine and closure fewer.
                 run: Callable[..., Awaitable[list[Outcome]]] = self._conn._execute
-                outcomes = await run(_write_on, self._conn, self.queries, writes)
+                outcomes = await run(_write_on, self._tx, self.queries, writes)
             except ValueError as exc:
                 lost = self._lost(exc)
                 if lost is exc:
