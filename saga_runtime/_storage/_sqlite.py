@@ -27,6 +27,8 @@ import contextlib
 import functools
 import os
 import sqlite3
+import weakref
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from datetime import datetime
@@ -144,13 +146,129 @@ def sqlite_path(url: str) -> str:
     return parts.path[1:]
 
 
+# The aiosqlite versions whose thread answers each call it runs with `future.get_loop().call_soon_threadsafe(callback,
+# future, value)`, `callback` its own function setting the value (or the error) on the future if it is not done yet
+# (read in the source of 0.20 to 0.22; 0.22 skips the answer of a call queued without a future). `_Hops` hands them
+# an `_Answer` of its own for the future; any other version is sent its calls through its own `_execute`.
+_ANSWERED_THROUGH_LOOP = ((0, 20), (0, 22))
+
+
+def _aiosqlite_answers_through_loop(version: str) -> bool:
+    """Tell whether the aiosqlite of `version` answers a call as `_ANSWERED_THROUGH_LOOP` says."""
+    try:
+        major_minor = tuple(int(part) for part in version.split(".")[:2])
+    except ValueError:
+        return False
+    return _ANSWERED_THROUGH_LOOP[0] <= major_minor <= _ANSWERED_THROUGH_LOOP[1]
+
+
+_HOPS_ANSWERED = hasattr(os, "eventfd") and _aiosqlite_answers_through_loop(aiosqlite.__version__)
+
+
+class _Hops:
+    """Trips to aiosqlite's thread, answered through an eventfd of the store's own instead of the event loop's.
+
+    aiosqlite answers each call with `call_soon_threadsafe`: a write to the loop's self-pipe, which the loop then
+    reads twice (the second read failing, an OSError made and dropped) before it runs the answer; about a third of a
+    trip's cost, and a store's write is one trip. Here the thread's answer goes on a queue of the store's own and wakes
+    the loop through an eventfd the loop watches (one read, no error): the same answer, set on the same future by
+    aiosqlite's own function, in the loop's thread. Where that is not to be had (no eventfd: not Linux; a loop that
+    cannot watch a file, as Windows' proactor; a loop other than the first watching one still open; an aiosqlite
+    not known to answer so), a trip is aiosqlite's own `_execute`.
+    """
+
+    __slots__ = ("__weakref__", "_answered", "_fd", "_loop")
+
+    def __init__(self) -> None:
+        # (aiosqlite's function setting an answer, the future, the value or error) of each answer back, in order.
+        self._answered: deque[tuple[Callable[[asyncio.Future[Any], Any], None], asyncio.Future[Any], Any]] = deque()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._fd = -1
+        if _HOPS_ANSWERED:
+            self._fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+            # Closed once nothing refers to the hops any longer: a call still running on a thread holds its answer,
+            # and so the hops, so it never writes to a closed (or reused) descriptor.
+            weakref.finalize(self, os.close, self._fd)
+
+    def run(self, conn: aiosqlite.Connection, function: Callable[..., _T], *args: Any) -> Awaitable[_T]:
+        """Run `function(*args)` on `conn`'s thread; return what to await for its value (or its error).
+
+        Raises ValueError, as aiosqlite does, if the connection is closed: its thread would never run the call.
+        """
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop and not self._watch(loop):
+            execute: Callable[..., Awaitable[_T]] = conn._execute
+            return execute(function, *args)
+        if not conn._running or conn._connection is None:  # aiosqlite's own check (Connection._execute)
+            raise ValueError("Connection closed")
+        future: asyncio.Future[_T] = loop.create_future()
+        queue: Any = conn._tx
+        queue.put_nowait((_Answer(self, future), functools.partial(function, *args)))
+        return future
+
+    def _watch(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """Have `loop` watch the eventfd, unless it cannot or another open loop does; tell whether it does."""
+        if self._fd < 0 or (self._loop is not None and not self._loop.is_closed()):
+            return False
+        try:
+            loop.add_reader(self._fd, self._ready)
+        except NotImplementedError:
+            return False
+        self._loop = loop
+        return True
+
+    def _ready(self) -> None:
+        """Set the answers that came back on their futures (in the loop's thread, woken by the eventfd)."""
+        try:  # noqa: SIM105 - a try costs nothing here, contextlib.suppress a context manager per wake-up
+            os.eventfd_read(self._fd)
+        except BlockingIOError:  # read already, by the call that took the answers this signal was for
+            pass
+        answered = self._answered
+        while answered:
+            callback, future, value = answered.popleft()
+            try:
+                callback(future, value)
+            except Exception as exc:  # reported as the loop reports a failed callback
+                # An answer that cannot be set (a future of a loop closed since) must not hold back those behind it.
+                asyncio.get_running_loop().call_exception_handler(
+                    {"message": "an answer of SQLite's thread could not be set", "exception": exc, "future": future}
+                )
+
+    def close(self) -> None:
+        """Stop watching the eventfd (the store closes: its connection answered every call it ran)."""
+        loop, self._loop = self._loop, None
+        if loop is not None and not loop.is_closed():
+            loop.remove_reader(self._fd)
+            self._ready()  # answers already back, and not yet set
+
+
+class _Answer:
+    """What aiosqlite's thread is given for a call's future (see `_Hops`): both the future and its loop to it."""
+
+    __slots__ = ("_future", "_hops")
+
+    def __init__(self, hops: _Hops, future: asyncio.Future[Any]) -> None:
+        self._hops = hops
+        self._future = future
+
+    def get_loop(self) -> _Answer:
+        return self
+
+    def call_soon_threadsafe(self, callback: Callable[[asyncio.Future[Any], Any], None], _: Any, value: Any) -> None:
+        """Keep the answer and wake the loop (in aiosqlite's thread; nothing here can fail)."""
+        hops = self._hops
+        hops._answered.append((callback, self._future, value))
+        os.eventfd_write(hops._fd, 1)
+
+
 class _SQLiteTransaction:
     """A transaction's statements, each one trip to aiosqlite's thread; BEGIN IMMEDIATE rides with the first."""
 
-    __slots__ = ("_conn", "begun", "cursor", "unbegun")
+    __slots__ = ("_conn", "_hops", "begun", "cursor", "unbegun")
 
-    def __init__(self, conn: aiosqlite.Connection) -> None:
+    def __init__(self, conn: aiosqlite.Connection, hops: _Hops) -> None:
         self._conn = conn
+        self._hops = hops
         # The batch writes' one cursor, made on aiosqlite's thread by the first (`_write_on`): the connection's own
         # execute makes and drops a cursor per statement.
         self.cursor: sqlite3.Cursor | None = None
@@ -169,21 +287,17 @@ class _SQLiteTransaction:
 
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
         # One trip: aiosqlite's own execute is one, and closing its cursor (`async with`) a second.
-        run: Callable[..., Awaitable[int]] = self._conn._execute
-        return await run(_changes, self._conn, self._begins(), sql, params)
+        return await self._hops.run(self._conn, _changes, self._conn, self._begins(), sql, params)
 
     async def fetch(self, sql: str, params: Sequence[Any] = ()) -> Sequence[Sequence[Any]]:
-        run: Callable[..., Awaitable[list[Any]]] = self._conn._execute
-        return await run(_rows, self._conn, self._begins(), sql, params)
+        return await self._hops.run(self._conn, _rows, self._conn, self._begins(), sql, params)
 
     async def call(self, function: Callable[[sqlite3.Connection], _T]) -> _T:
         """Run `function` on the connection's own thread, given the sqlite3 connection: one hop for many statements."""
         conn = self._conn
         state = self._begins()
-        # aiosqlite runs each of its calls as a function on its thread (Connection._execute, in every version since
-        # 0.17). The sqlite3 connection is looked up there, so a closed one fails as any call on it does.
-        execute: Callable[[Callable[[], _T]], Awaitable[_T]] = conn._execute
-        return await execute(lambda: function(_opened(conn, state)))
+        # The sqlite3 connection is looked up on aiosqlite's thread, so a closed one fails as any call on it does.
+        return await self._hops.run(conn, lambda: function(_opened(conn, state)))
 
 
 # What a trip to aiosqlite's thread finds (`_SQLiteTransaction._begins`).
@@ -515,7 +629,9 @@ class SQLiteDialect(Dialect):
         # One writer: a batch at a time (SQLite has one write lock; the next batch gathers while one commits).
         super().__init__(url, retry_for=retry_for, writers=1)
         self._conn = conn
-        self._tx = _SQLiteTransaction(conn)
+        # The store's trips to aiosqlite's thread, whatever its connection (see _Hops).
+        self._hops = _Hops()
+        self._tx = _SQLiteTransaction(conn, self._hops)
         # One connection for the store: transactions of its tasks must not interleave on it.
         self._lock = asyncio.Lock()
         # What a new connection needs, should this one be lost; and whether it was.
@@ -560,7 +676,7 @@ class SQLiteDialect(Dialect):
             )
         self._check_file()  # never reopen the path onto another file (SQLite would create an empty one)
         self._conn = await _connect(*self._connect_args)
-        self._tx = _SQLiteTransaction(self._conn)
+        self._tx = _SQLiteTransaction(self._conn, self._hops)
         self._broken = False
 
     def _check_file(self) -> None:
@@ -657,9 +773,7 @@ class SQLiteDialect(Dialect):
                 await self._ready()
             try:
                 # Cancelled while it runs, the thread still finishes the transaction (commit or rollback) on its own.
-                # aiosqlite's _execute straight (see _SQLiteTransaction.call): one coroutine and closure fewer.
-                run: Callable[..., Awaitable[list[Outcome]]] = self._conn._execute
-                outcomes = await run(_write_on, self._tx, self.queries, writes)
+                outcomes = await self._hops.run(self._conn, _write_on, self._tx, self.queries, writes)
             except ValueError as exc:
                 lost = self._lost(exc)
                 if lost is exc:
@@ -684,6 +798,9 @@ class SQLiteDialect(Dialect):
             return
         with map_exceptions(self.url):
             await self._conn.close()
+        # Only now: every call the connection ran has answered (a store lost, or whose close was interrupted, keeps
+        # the eventfd watched for calls still to answer; its loop's end lets it go).
+        self._hops.close()
 
 
 async def open_sql(url: str, **options: Any) -> SQLStore:
