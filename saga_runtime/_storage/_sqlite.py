@@ -88,6 +88,15 @@ def _null_parameter() -> float | None:
 
 
 _NULL = _null_parameter()
+# sqlite3's adapters, and the key of one for float: registered by any code of the process, it would take the NaN
+# standing for a NULL too (sqlite3 then sends every float through it), so the writes bind None while one is.
+_ADAPTERS = sqlite3.adapters
+_FLOAT_ADAPTED = (float, sqlite3.PrepareProtocol)
+
+
+def _null() -> float | None:
+    """Return what a write binds for a NULL now: `_NULL`, or None while an adapter for float is registered."""
+    return None if _FLOAT_ADAPTED in _ADAPTERS else _NULL
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 _T = TypeVar("_T")
 _CLEANUP_SECONDS = 5.0
@@ -390,7 +399,8 @@ def _write(cursor: sqlite3.Cursor, q: Queries, write: Write) -> Outcome:
     """Write one write's rows, its condition folded into its statements; return its outcome."""
     saga = write.saga
     if saga is not None:
-        saga = tuple([_NULL if value is None else value for value in saga])  # (see _null_parameter)
+        null = _null()  # (see _null_parameter)
+        saga = tuple([null if value is None else value for value in saga])
     if write.create:
         assert saga is not None
         if cursor.execute(q.insert_saga, saga).rowcount != 1:
@@ -425,13 +435,14 @@ def _write_chunk(cursor: sqlite3.Cursor, rows: Sequence[tuple[Any, ...]], gate: 
     gated = bool(gate)
     count = len(rows)
     # One row or two (a durable saga's writes: a step's result, the next step's intent) unpacked straight: a third
-    # of the cost of chaining them. Each None bound as _NULL (the gate's values are never None).
+    # of the cost of chaining them. Each None bound as `_null()` says (the gate's values are never None).
+    null = None if _FLOAT_ADAPTED in _ADAPTERS else _NULL  # (`_null()`, without its frame: a write each)
     if count == 2:
-        params = [_NULL if value is None else value for value in (*rows[0], *rows[1])]
+        params = [null if value is None else value for value in (*rows[0], *rows[1])]
     elif count == 1:
-        params = [_NULL if value is None else value for value in rows[0]]
+        params = [null if value is None else value for value in rows[0]]
     else:
-        params = [_NULL if value is None else value for value in chain.from_iterable(rows)]
+        params = [null if value is None else value for value in chain.from_iterable(rows)]
     params += gate
     # First the upsert leaving a stored row's idempotency key (and so its index entry) as it is; a row whose key
     # changed is skipped by it, so fewer rows written means: write the chunk again, keys included.
@@ -497,7 +508,7 @@ def _usable(conn: aiosqlite.Connection) -> bool:
 
 
 async def _worker_stopped(conn: aiosqlite.Connection) -> None:
-    """Wait (bounded, shielded) for the thread of a connection that failed to open to end.
+    """Wait (bounded, shielded) for the thread of a connection that failed to open, or was closed, to end.
 
     aiosqlite stops that thread without waiting for it; if the event loop closed first, the thread would fail
     answering it ("Event loop is closed"), an unhandled exception in a thread.
@@ -798,8 +809,10 @@ class SQLiteDialect(Dialect):
             return
         with map_exceptions(self.url):
             await self._conn.close()
-        # Only now: every call the connection ran has answered (a store lost, or whose close was interrupted, keeps
-        # the eventfd watched for calls still to answer; its loop's end lets it go).
+        # Only once its thread ended (aiosqlite before 0.22 returns from close before it does, with calls queued
+        # ahead of its stop still to run): every call the connection ran has answered then. A store lost, or whose
+        # close was interrupted, keeps the eventfd watched for calls still to answer; its loop's end lets it go.
+        await _worker_stopped(self._conn)
         self._hops.close()
 
 

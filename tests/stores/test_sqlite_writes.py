@@ -158,3 +158,18 @@ async def test_opening_a_store_leaves_sqlite3s_adapters_as_they_were(tmp_path: P
         await store.create_saga(make_saga("one", full=False), make_steps("one", 2, full=False))
     assert sqlite3.adapters == before
     assert (type(None), sqlite3.PrepareProtocol) not in sqlite3.adapters
+
+
+async def test_a_float_adapter_registered_by_other_code_leaves_nulls_stored_as_null(tmp_path: Path) -> None:
+    """With a float adapter registered after the store opened (other code's), every None is still stored as NULL."""
+    async with open_store(f"sqlite:///{tmp_path / 's.db'}") as store:
+        saga = make_saga("one", full=False)
+        saga.owner = "me"
+        sqlite3.register_adapter(float, repr)  # a float as its text (a REAL column converts a number back)
+        try:
+            await store.create_saga(saga, make_steps("one", 2, full=False))
+            steps = make_steps("one", 2, full=False)
+            await store.save(saga, steps, owner="me")
+            assert await store.load_saga("one") == (saga, steps)
+        finally:
+            del sqlite3.adapters[(float, sqlite3.PrepareProtocol)]
