@@ -97,6 +97,8 @@ _FLOAT_ADAPTED = (float, sqlite3.PrepareProtocol)
 def _null() -> float | None:
     """Return what a write binds for a NULL now: `_NULL`, or None while an adapter for float is registered."""
     return None if _FLOAT_ADAPTED in _ADAPTERS else _NULL
+
+
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 _T = TypeVar("_T")
 _CLEANUP_SECONDS = 5.0
