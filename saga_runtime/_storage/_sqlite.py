@@ -27,11 +27,13 @@ import contextlib
 import functools
 import os
 import sqlite3
+import weakref
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from datetime import datetime
 from itertools import chain
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlsplit
 
 import aiosqlite
@@ -68,13 +70,34 @@ ERROR_MAP: ErrorMap = {
     sqlite3.Warning: (StoreError, "this is a bug in saga_runtime's SQLite store; please report it"),
 }
 
-# sqlite3 binds str, int, float and bytearray as they are, and sends every other value (None too: a step row has
-# half a dozen) through its adapters; None, which has none, costs a lookup on the protocol type that fails and
-# formats an AttributeError, about a tenth of the driver's work for a step. An adapter giving None back (dict.get
-# with a key it lacks: a C call) binds the same NULL without that. Only where no one registered one for None.
-_NONE = (type(None), sqlite3.PrepareProtocol)
-if _NONE not in sqlite3.adapters:
-    sqlite3.register_adapter(type(None), cast("Callable[[None], None]", {}.get))
+
+def _null_parameter() -> float | None:
+    """Return what the hot writes bind for a NULL: a NaN float if this SQLite stores a bound NaN as NULL, else None.
+
+    sqlite3 binds str, int, float and bytearray as they are and sends every other value through its adapters; None,
+    which has none, costs a failed lookup of the protocol's and the value's own adaptation (about 3,000 instructions
+    each, a dozen in a durable saga's every write) before it is bound as NULL. A NaN float is bound as it is, and
+    SQLite stores a bound NaN as NULL (a NaN is no number), so the same NULL costs nothing more. Asked
+    once of the library itself, not assumed; registering an adapter for None would change every sqlite3 user's
+    process, so none is.
+    """
+    nan = float("nan")
+    with contextlib.closing(sqlite3.connect(":memory:")) as probe:
+        stored = probe.execute("SELECT ? IS NULL", (nan,)).fetchone()
+    return nan if stored == (1,) else None
+
+
+_NULL = _null_parameter()
+# sqlite3's adapters, and the key of one for float: registered by any code of the process, it would take the NaN
+# standing for a NULL too (sqlite3 then sends every float through it), so the writes bind None while one is.
+_ADAPTERS = sqlite3.adapters
+_FLOAT_ADAPTED = (float, sqlite3.PrepareProtocol)
+
+
+def _null() -> float | None:
+    """Return what a write binds for a NULL now: `_NULL`, or None while an adapter for float is registered."""
+    return None if _FLOAT_ADAPTED in _ADAPTERS else _NULL
+
 
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 _T = TypeVar("_T")
@@ -134,13 +157,132 @@ def sqlite_path(url: str) -> str:
     return parts.path[1:]
 
 
+# The aiosqlite versions whose thread answers each call it runs with `future.get_loop().call_soon_threadsafe(callback,
+# future, value)`, `callback` its own function setting the value (or the error) on the future if it is not done yet
+# (read in the source of 0.20 to 0.22; 0.22 skips the answer of a call queued without a future). `_Hops` hands them
+# an `_Answer` of its own for the future; any other version is sent its calls through its own `_execute`.
+_ANSWERED_THROUGH_LOOP = ((0, 20), (0, 22))
+
+
+def _aiosqlite_answers_through_loop(version: str) -> bool:
+    """Tell whether the aiosqlite of `version` answers a call as `_ANSWERED_THROUGH_LOOP` says."""
+    try:
+        major_minor = tuple(int(part) for part in version.split(".")[:2])
+    except ValueError:
+        return False
+    return _ANSWERED_THROUGH_LOOP[0] <= major_minor <= _ANSWERED_THROUGH_LOOP[1]
+
+
+_HOPS_ANSWERED = hasattr(os, "eventfd") and _aiosqlite_answers_through_loop(aiosqlite.__version__)
+
+
+class _Hops:
+    """Trips to aiosqlite's thread, answered through an eventfd of the store's own instead of the event loop's.
+
+    aiosqlite answers each call with `call_soon_threadsafe`: a write to the loop's self-pipe, which the loop then
+    reads twice (the second read failing, an OSError made and dropped) before it runs the answer; about a third of a
+    trip's cost, and a store's write is one trip. Here the thread's answer goes on a queue of the store's own and wakes
+    the loop through an eventfd the loop watches (one read, no error): the same answer, set on the same future by
+    aiosqlite's own function, in the loop's thread. Where that is not to be had (no eventfd: not Linux; a loop that
+    cannot watch a file, as Windows' proactor; a loop other than the first watching one still open; an aiosqlite
+    not known to answer so), a trip is aiosqlite's own `_execute`.
+    """
+
+    __slots__ = ("__weakref__", "_answered", "_fd", "_loop")
+
+    def __init__(self) -> None:
+        # (aiosqlite's function setting an answer, the future, the value or error) of each answer back, in order.
+        self._answered: deque[tuple[Callable[[asyncio.Future[Any], Any], None], asyncio.Future[Any], Any]] = deque()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._fd = -1
+        if _HOPS_ANSWERED:
+            self._fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+            # Closed once nothing refers to the hops any longer: a call still running on a thread holds its answer,
+            # and so the hops, so it never writes to a closed (or reused) descriptor.
+            weakref.finalize(self, os.close, self._fd)
+
+    def run(self, conn: aiosqlite.Connection, function: Callable[..., _T], *args: Any) -> Awaitable[_T]:
+        """Run `function(*args)` on `conn`'s thread; return what to await for its value (or its error).
+
+        Raises ValueError, as aiosqlite does, if the connection is closed: its thread would never run the call.
+        """
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop and not self._watch(loop):
+            execute: Callable[..., Awaitable[_T]] = conn._execute
+            return execute(function, *args)
+        if not conn._running or conn._connection is None:  # aiosqlite's own check (Connection._execute)
+            raise ValueError("Connection closed")
+        future: asyncio.Future[_T] = loop.create_future()
+        queue: Any = conn._tx
+        queue.put_nowait((_Answer(self, future), functools.partial(function, *args)))
+        return future
+
+    def _watch(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """Have `loop` watch the eventfd, unless it cannot or another open loop does; tell whether it does."""
+        if self._fd < 0 or (self._loop is not None and not self._loop.is_closed()):
+            return False
+        try:
+            loop.add_reader(self._fd, self._ready)
+        except NotImplementedError:
+            return False
+        self._loop = loop
+        return True
+
+    def _ready(self) -> None:
+        """Set the answers that came back on their futures (in the loop's thread, woken by the eventfd)."""
+        try:  # noqa: SIM105 - a try costs nothing here, contextlib.suppress a context manager per wake-up
+            os.eventfd_read(self._fd)
+        except BlockingIOError:  # read already, by the call that took the answers this signal was for
+            pass
+        answered = self._answered
+        while answered:
+            callback, future, value = answered.popleft()
+            try:
+                callback(future, value)
+            except Exception as exc:  # reported as the loop reports a failed callback
+                # An answer that cannot be set (a future of a loop closed since) must not hold back those behind it.
+                asyncio.get_running_loop().call_exception_handler(
+                    {"message": "an answer of SQLite's thread could not be set", "exception": exc, "future": future}
+                )
+
+    def close(self) -> None:
+        """Stop watching the eventfd (the store closes: its connection answered every call it ran)."""
+        loop, self._loop = self._loop, None
+        if loop is not None and not loop.is_closed():
+            loop.remove_reader(self._fd)
+            self._ready()  # answers already back, and not yet set
+
+
+class _Answer:
+    """What aiosqlite's thread is given for a call's future (see `_Hops`): both the future and its loop to it."""
+
+    __slots__ = ("_future", "_hops")
+
+    def __init__(self, hops: _Hops, future: asyncio.Future[Any]) -> None:
+        self._hops = hops
+        self._future = future
+
+    def get_loop(self) -> _Answer:
+        return self
+
+    def call_soon_threadsafe(self, callback: Callable[[asyncio.Future[Any], Any], None], _: Any, value: Any) -> None:
+        """Keep the answer and wake the loop (in aiosqlite's thread; nothing here can fail)."""
+        hops = self._hops
+        hops._answered.append((callback, self._future, value))
+        os.eventfd_write(hops._fd, 1)
+
+
 class _SQLiteTransaction:
     """A transaction's statements, each one trip to aiosqlite's thread; BEGIN IMMEDIATE rides with the first."""
 
-    __slots__ = ("_conn", "begun", "unbegun")
+    __slots__ = ("_conn", "_hops", "begun", "cursor", "unbegun")
 
-    def __init__(self, conn: aiosqlite.Connection) -> None:
+    def __init__(self, conn: aiosqlite.Connection, hops: _Hops) -> None:
         self._conn = conn
+        self._hops = hops
+        # The batch writes' one cursor, made on aiosqlite's thread by the first (`_write_on`): the connection's own
+        # execute makes and drops a cursor per statement.
+        self.cursor: sqlite3.Cursor | None = None
         # unbegun: the transaction is to begin with its first statement (SQLiteDialect.transaction); begun: it did.
         self.unbegun = False
         self.begun = False
@@ -156,21 +298,17 @@ class _SQLiteTransaction:
 
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
         # One trip: aiosqlite's own execute is one, and closing its cursor (`async with`) a second.
-        run: Callable[..., Awaitable[int]] = self._conn._execute
-        return await run(_changes, self._conn, self._begins(), sql, params)
+        return await self._hops.run(self._conn, _changes, self._conn, self._begins(), sql, params)
 
     async def fetch(self, sql: str, params: Sequence[Any] = ()) -> Sequence[Sequence[Any]]:
-        run: Callable[..., Awaitable[list[Any]]] = self._conn._execute
-        return await run(_rows, self._conn, self._begins(), sql, params)
+        return await self._hops.run(self._conn, _rows, self._conn, self._begins(), sql, params)
 
     async def call(self, function: Callable[[sqlite3.Connection], _T]) -> _T:
         """Run `function` on the connection's own thread, given the sqlite3 connection: one hop for many statements."""
         conn = self._conn
         state = self._begins()
-        # aiosqlite runs each of its calls as a function on its thread (Connection._execute, in every version since
-        # 0.17). The sqlite3 connection is looked up there, so a closed one fails as any call on it does.
-        execute: Callable[[Callable[[], _T]], Awaitable[_T]] = conn._execute
-        return await execute(lambda: function(_opened(conn, state)))
+        # The sqlite3 connection is looked up on aiosqlite's thread, so a closed one fails as any call on it does.
+        return await self._hops.run(conn, lambda: function(_opened(conn, state)))
 
 
 # What a trip to aiosqlite's thread finds (`_SQLiteTransaction._begins`).
@@ -215,28 +353,32 @@ _WRITE_ERRORS = (
 )
 
 
-def _write_all(conn: sqlite3.Connection, q: Queries, writes: Sequence[Write]) -> list[Outcome]:
+def _write_all(cursor: sqlite3.Cursor, q: Queries, writes: Sequence[Write]) -> list[Outcome]:
     """Write a batch on aiosqlite's thread: one statement alone in autocommit, else one transaction.
 
     A write's own error (a duplicate idempotency key) rolls the batch back; the batcher then writes each alone.
     """
     if len(writes) == 1 and _statements(writes[0]) == 1:
-        return [_write(conn, q, writes[0])]  # one statement commits on its own, atomically
+        return [_write(cursor, q, writes[0])]  # one statement commits on its own, atomically
     # IMMEDIATE: take the write lock now (see SQLiteDialect.transaction).
-    conn.execute("BEGIN IMMEDIATE")
+    cursor.execute("BEGIN IMMEDIATE")
     try:
-        outcomes = [_write(conn, q, write) for write in writes]
-        conn.execute("COMMIT")
+        outcomes = [_write(cursor, q, write) for write in writes]
+        cursor.execute("COMMIT")
     except BaseException:
         with contextlib.suppress(sqlite3.Error):
-            conn.execute("ROLLBACK")
+            cursor.execute("ROLLBACK")
         raise
     return outcomes
 
 
-def _write_on(conn: aiosqlite.Connection, q: Queries, writes: Sequence[Write]) -> list[Outcome]:
-    """Write a batch on aiosqlite's thread, its sqlite3 connection looked up there (a closed one fails)."""
-    connection = conn._conn
+def _write_on(tx: _SQLiteTransaction, q: Queries, writes: Sequence[Write]) -> list[Outcome]:
+    """Write a batch on aiosqlite's thread, its sqlite3 connection looked up there (a closed one fails), through the
+    connection's cursor for writes."""
+    cursor = tx.cursor
+    connection = tx._conn._conn
+    if cursor is None or cursor.connection is not connection:
+        cursor = tx.cursor = connection.cursor()
     if len(writes) == 1:
         write = writes[0]
         rows = write.steps
@@ -245,8 +387,8 @@ def _write_on(conn: aiosqlite.Connection, q: Queries, writes: Sequence[Write]) -
             # alone in autocommit, straight (what _write_all and _write would do for it, without their checks).
             owner = write.owner
             gate = () if owner is None else (write.saga_id, owner, owner)
-            return [Outcome.WRITTEN if _write_chunk(connection, rows, gate) else Outcome.LOST]
-    return _write_all(connection, q, writes)
+            return [Outcome.WRITTEN if _write_chunk(cursor, rows, gate) else Outcome.LOST]
+    return _write_all(cursor, q, writes)
 
 
 def _statements(write: Write) -> int:
@@ -255,12 +397,15 @@ def _statements(write: Write) -> int:
     return chunks + (write.saga is not None)
 
 
-def _write(conn: sqlite3.Connection, q: Queries, write: Write) -> Outcome:
+def _write(cursor: sqlite3.Cursor, q: Queries, write: Write) -> Outcome:
     """Write one write's rows, its condition folded into its statements; return its outcome."""
     saga = write.saga
+    if saga is not None:
+        null = _null()  # (see _null_parameter)
+        saga = tuple([null if value is None else value for value in saga])
     if write.create:
         assert saga is not None
-        if conn.execute(q.insert_saga, saga).rowcount != 1:
+        if cursor.execute(q.insert_saga, saga).rowcount != 1:
             return Outcome.TAKEN
     elif saga is not None and write.owner is not None:
         if write.keep_lease:
@@ -271,39 +416,41 @@ def _write(conn: sqlite3.Connection, q: Queries, write: Write) -> Outcome:
         # creation time changed (or that is not this owner's) is not updated by it: then the whole row.
         head, tail = values[1:created], (*values[created + 1 :], write.saga_id, write.owner, write.owner)
         if (
-            conn.execute(same_created, (*head, *tail, values[created])).rowcount != 1
-            and conn.execute(update, (*head, values[created], *tail)).rowcount != 1
+            cursor.execute(same_created, (*head, *tail, values[created])).rowcount != 1
+            and cursor.execute(update, (*head, values[created], *tail)).rowcount != 1
         ):
             return Outcome.LOST
     elif saga is not None:
-        conn.execute(q.upsert_saga, saga)
+        cursor.execute(q.upsert_saga, saga)
     # Steps alone under an owner: each statement inserts only while the saga names that owner.
     gate = (write.saga_id, write.owner, write.owner) if saga is None and write.owner is not None else ()
     rows = write.steps
     for start in range(0, len(rows), _CHUNK):
-        if not _write_chunk(conn, rows[start : start + _CHUNK], gate):
+        if not _write_chunk(cursor, rows[start : start + _CHUNK], gate):
             return Outcome.LOST  # the first chunk: nothing was written
     return Outcome.WRITTEN
 
 
-def _write_chunk(conn: sqlite3.Connection, rows: Sequence[tuple[Any, ...]], gate: tuple[str, ...]) -> bool:
+def _write_chunk(cursor: sqlite3.Cursor, rows: Sequence[tuple[Any, ...]], gate: tuple[str, ...]) -> bool:
     """Upsert up to _CHUNK step rows; `gate` (saga id, owner, owner), if given: only while the saga names that
     owner. Return False if the gate let nothing through (the saga is not that owner's), else True."""
     gated = bool(gate)
     count = len(rows)
     # One row or two (a durable saga's writes: a step's result, the next step's intent) unpacked straight: a third
-    # of the cost of chaining them.
+    # of the cost of chaining them. Each None bound as `_null()` says (the gate's values are never None).
+    null = None if _FLOAT_ADAPTED in _ADAPTERS else _NULL  # (`_null()`, without its frame: a write each)
     if count == 2:
-        params = (*rows[0], *rows[1], *gate)
+        params = [null if value is None else value for value in (*rows[0], *rows[1])]
     elif count == 1:
-        params = (*rows[0], *gate)
+        params = [null if value is None else value for value in rows[0]]
     else:
-        params = (*chain.from_iterable(rows), *gate)
+        params = [null if value is None else value for value in chain.from_iterable(rows)]
+    params += gate
     # First the upsert leaving a stored row's idempotency key (and so its index entry) as it is; a row whose key
     # changed is skipped by it, so fewer rows written means: write the chunk again, keys included.
-    if conn.execute(_upsert_steps(count, gated, True), params).rowcount == count:
+    if cursor.execute(_upsert_steps(count, gated, True), params).rowcount == count:
         return True
-    return conn.execute(_upsert_steps(count, gated, False), params).rowcount != 0 or not gated
+    return cursor.execute(_upsert_steps(count, gated, False), params).rowcount != 0 or not gated
 
 
 # Step rows per statement: 19 parameters each, well under SQLite's 32,766.
@@ -363,7 +510,7 @@ def _usable(conn: aiosqlite.Connection) -> bool:
 
 
 async def _worker_stopped(conn: aiosqlite.Connection) -> None:
-    """Wait (bounded, shielded) for the thread of a connection that failed to open to end.
+    """Wait (bounded, shielded) for the thread of a connection that failed to open, or was closed, to end.
 
     aiosqlite stops that thread without waiting for it; if the event loop closed first, the thread would fail
     answering it ("Event loop is closed"), an unhandled exception in a thread.
@@ -495,7 +642,9 @@ class SQLiteDialect(Dialect):
         # One writer: a batch at a time (SQLite has one write lock; the next batch gathers while one commits).
         super().__init__(url, retry_for=retry_for, writers=1)
         self._conn = conn
-        self._tx = _SQLiteTransaction(conn)
+        # The store's trips to aiosqlite's thread, whatever its connection (see _Hops).
+        self._hops = _Hops()
+        self._tx = _SQLiteTransaction(conn, self._hops)
         # One connection for the store: transactions of its tasks must not interleave on it.
         self._lock = asyncio.Lock()
         # What a new connection needs, should this one be lost; and whether it was.
@@ -540,7 +689,7 @@ class SQLiteDialect(Dialect):
             )
         self._check_file()  # never reopen the path onto another file (SQLite would create an empty one)
         self._conn = await _connect(*self._connect_args)
-        self._tx = _SQLiteTransaction(self._conn)
+        self._tx = _SQLiteTransaction(self._conn, self._hops)
         self._broken = False
 
     def _check_file(self) -> None:
@@ -637,9 +786,7 @@ class SQLiteDialect(Dialect):
                 await self._ready()
             try:
                 # Cancelled while it runs, the thread still finishes the transaction (commit or rollback) on its own.
-                # aiosqlite's _execute straight (see _SQLiteTransaction.call): one coroutine and closure fewer.
-                run: Callable[..., Awaitable[list[Outcome]]] = self._conn._execute
-                outcomes = await run(_write_on, self._conn, self.queries, writes)
+                outcomes = await self._hops.run(self._conn, _write_on, self._tx, self.queries, writes)
             except ValueError as exc:
                 lost = self._lost(exc)
                 if lost is exc:
@@ -664,6 +811,11 @@ class SQLiteDialect(Dialect):
             return
         with map_exceptions(self.url):
             await self._conn.close()
+        # Only once its thread ended (aiosqlite before 0.22 returns from close before it does, with calls queued
+        # ahead of its stop still to run): every call the connection ran has answered then. A store lost, or whose
+        # close was interrupted, keeps the eventfd watched for calls still to answer; its loop's end lets it go.
+        await _worker_stopped(self._conn)
+        self._hops.close()
 
 
 async def open_sql(url: str, **options: Any) -> SQLStore:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from saga_runtime import LeaseLostError, SagaExecutor, ToolRegistry, open_store
+from saga_runtime._storage import _sqlite
 from saga_runtime._storage._sqlite import SQLiteDialect
 from saga_runtime._storage._sqlstore import SQLStore
 
@@ -68,21 +69,22 @@ async def test_a_lone_step_write_is_one_statement(tmp_path: Path) -> None:
         assert await store.load_saga("one") == (saga, steps)
 
 
-def _trips(store: SQLStore) -> list[int]:
-    """Count, from now on, the functions the store sends to its aiosqlite thread (each a trip there and back)."""
-    conn = store.dialect._conn  # type: ignore[attr-defined]
-    sent = conn._execute
+def _trips(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count, from now on, the functions SQLite stores send to their aiosqlite thread (each a trip there and back)."""
+    sent = _sqlite._Hops.run
     count = [0]
 
-    async def counted(function: Any, *args: Any, **kwargs: Any) -> Any:
+    def counted(hops: Any, conn: Any, function: Any, *args: Any) -> Any:
         count[0] += 1
-        return await sent(function, *args, **kwargs)
+        return sent(hops, conn, function, *args)
 
-    conn._execute = counted
+    monkeypatch.setattr(_sqlite._Hops, "run", counted)
     return count
 
 
-async def test_a_claim_sends_each_statement_in_one_trip_with_begin_in_the_first(tmp_path: Path) -> None:
+async def test_a_claim_sends_each_statement_in_one_trip_with_begin_in_the_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A recovery claim takes one trip to SQLite's thread per statement: BEGIN IMMEDIATE goes with the first."""
     async with open_store(f"sqlite:///{tmp_path / 's.db'}") as store:
         assert isinstance(store, SQLStore)
@@ -90,7 +92,7 @@ async def test_a_claim_sends_each_statement_in_one_trip_with_begin_in_the_first(
         await store.claim_saga("orphan", "dead", T0, T0)  # a lease long expired
         seen: list[str] = []
         await _traced(store, seen)
-        trips = _trips(store)
+        trips = _trips(monkeypatch)
         taken = await store.claim_expired("me", T0 + timedelta(days=2), T0 + timedelta(days=1))
         assert [saga.saga_id for saga, _ in taken] == ["orphan"]
         assert (seen[0], seen[-1]) == ("BEGIN IMMEDIATE", "COMMIT"), seen

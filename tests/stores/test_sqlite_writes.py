@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
+import sqlite3
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -126,3 +128,48 @@ async def test_a_lone_write_of_step_rows_lands_only_under_the_sagas_owner(tmp_pa
         loaded = await store.load_saga("one")
         assert loaded is not None
         assert loaded[1] == steps
+
+
+@pytest.mark.parametrize("count", [1, 2, 3])
+async def test_a_written_none_is_stored_as_null(tmp_path: Path, count: int) -> None:
+    """Every None of a saga row and of step rows (alone, in pairs, in a batch) is stored as NULL, never as a number."""
+    path = tmp_path / "s.db"
+    async with open_store(f"sqlite:///{path}") as store:
+        saga = make_saga("one", full=False)
+        saga.owner = "me"
+        await store.create_saga(saga, make_steps("one", count, full=False))
+        await store.save(None, make_steps("one", count, full=False), owner="me")
+        steps = make_steps("one", count, full=False)
+        await store.save(saga, steps, owner="me")
+        assert await store.load_saga("one") == (saga, steps)
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        for table in ("sagas", "steps"):
+            for (column,) in conn.execute(f"SELECT name FROM pragma_table_info('{table}') WHERE name != 'cost'"):
+                kinds = {kind for (kind,) in conn.execute(f"SELECT typeof({column}) FROM {table}")}
+                assert "real" not in kinds, (table, column)
+        assert conn.execute("SELECT COUNT(*) FROM steps WHERE result IS NULL AND error IS NULL").fetchone() == (count,)
+        assert conn.execute("SELECT typeof(cost) FROM sagas").fetchone() == ("real",)  # a float stays a float
+
+
+async def test_opening_a_store_leaves_sqlite3s_adapters_as_they_were(tmp_path: Path) -> None:
+    """The SQLite store registers no sqlite3 adapter (the registry is the whole process's), None's included."""
+    before = dict(sqlite3.adapters)
+    async with open_store(f"sqlite:///{tmp_path / 's.db'}") as store:
+        await store.create_saga(make_saga("one", full=False), make_steps("one", 2, full=False))
+    assert sqlite3.adapters == before
+    assert (type(None), sqlite3.PrepareProtocol) not in sqlite3.adapters
+
+
+async def test_a_float_adapter_registered_by_other_code_leaves_nulls_stored_as_null(tmp_path: Path) -> None:
+    """With a float adapter registered after the store opened (other code's), every None is still stored as NULL."""
+    async with open_store(f"sqlite:///{tmp_path / 's.db'}") as store:
+        saga = make_saga("one", full=False)
+        saga.owner = "me"
+        sqlite3.register_adapter(float, repr)  # a float as its text (a REAL column converts a number back)
+        try:
+            await store.create_saga(saga, make_steps("one", 2, full=False))
+            steps = make_steps("one", 2, full=False)
+            await store.save(saga, steps, owner="me")
+            assert await store.load_saga("one") == (saga, steps)
+        finally:
+            del sqlite3.adapters[(float, sqlite3.PrepareProtocol)]
