@@ -26,7 +26,15 @@ from saga_runtime._exceptions import (
     ResultValidationError,
     describe,
 )
-from saga_runtime._records import IMMUTABLE_VALUES, StepRow, StepStatus, own_values, to_json_value
+from saga_runtime._records import (
+    IMMUTABLE_VALUES,
+    MAX_JSON_INT,
+    MIN_JSON_INT,
+    StepRow,
+    StepStatus,
+    own_values,
+    to_json_value,
+)
 from saga_runtime._tools import ToolSpec
 
 __all__ = ["StepRunner"]
@@ -142,7 +150,12 @@ class StepRunner:
                         del value  # its error's traceback may hold this frame (the first attempt ran here): no cycle
                 else:
                     try:
-                        result = to_json_value(value, what="the result", tool_name=spec.name)
+                        # (`to_json_value`'s common case written out: nothing, a flag or an int JSON holds as it is.)
+                        kind = type(value)
+                        if value is None or kind is bool or (kind is int and MIN_JSON_INT <= value <= MAX_JSON_INT):
+                            result = value
+                        else:
+                            result = to_json_value(value, what="the result", tool_name=spec.name)
                     except ResultNotStorableError as exc:
                         # The effect happened but cannot be recorded: undo it now, with the value in hand.
                         journal.finish_step(row, StepStatus.FAILED, error=str(exc), error_type=type(exc).__name__)

@@ -121,14 +121,37 @@ class MemoryStore(StoreBase, MemoryRetention, MemorySchedules, MemoryQueueContro
     async def create_saga(self, saga: SagaRow, steps: Sequence[StepRow]) -> tuple[SagaRow, list[StepRow]] | None:
         """Insert a new saga unless its id is taken; return the existing one if it is."""
         self._check_open()
-        existing = self._snapshot(saga.saga_id)
+        saga_id = saga.saga_id
+        existing = self._snapshot(saga_id)
         if existing is not None:
             return existing
-        self._check_keys(steps)
-        self._sagas[saga.saga_id] = saga
-        self._unsealed_sagas.add(saga.saga_id)
-        self._put_steps(steps, unsealed=True)
+        if not self._put_new(saga_id, steps):
+            self._check_keys(steps)
+            self._put_steps(steps, unsealed=True)
+        self._sagas[saga_id] = saga
+        self._unsealed_sagas.add(saga_id)
         return None
+
+    def _put_new(self, saga_id: str, steps: Sequence[StepRow]) -> bool:
+        """Store the rows of the new saga `saga_id` (unsealed) when each is its own, of distinct steps, with a key
+        nobody holds (a new saga's usual rows); False, having written nothing, for any other (see `_check_keys`).
+
+        What `_check_keys` and `_put_steps` do for them, in one loop: the rows by step and by key, the keys checked
+        against the store's in C."""
+        if not steps or self._steps.get(saga_id):
+            return False
+        rows: dict[str, StepRow] = {}
+        by_key: dict[str, StepRow] = {}
+        for row in steps:
+            if row.saga_id != saga_id:
+                return False
+            rows[row.step_id] = by_key[row.idempotency_key] = row
+        if len(rows) != len(steps) or len(by_key) != len(steps) or not self._keys.keys().isdisjoint(by_key):
+            return False
+        self._steps[saga_id] = rows
+        self._keys.update(by_key)
+        self._unsealed.add(saga_id)
+        return True
 
     @property
     def writes_inline(self) -> InlineWrite | None:
