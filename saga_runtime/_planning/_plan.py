@@ -265,7 +265,9 @@ class Plan:
             for step in group:
                 args = step["args"].copy()
                 add(args)
-                steps.append({"id": step["id"], "tool": step["tool"], "args": args})
+                own = step.copy()  # ("id", "tool", "args", in that order: copied in C; its arguments then its own)
+                own["args"] = args
+                steps.append(own)
             json.append(steps)
         known["step_args"], known["_json"] = step_args, json
         return copy
