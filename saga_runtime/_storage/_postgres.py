@@ -454,9 +454,11 @@ def _batch_statement(
             passed.append("SELECT w FROM updated")
     if checks:
         parts.append(
-            f"checked AS (SELECT c.w FROM sagas t JOIN {_jsonb_rows(('int4', 'text', 'text'), n)} "
-            f"AS c(w, saga_id, owner) ON t.saga_id = c.saga_id AND t.owner = c.owner AND {unasked('c.owner', 't.')} "
-            "FOR UPDATE OF t)"
+            # Each check looks its saga row up by the primary key (LATERAL: a nested loop the planner cannot turn
+            # into a hash join, which scans every saga row at every batch, as it costs the JSON rows as 100).
+            f"checked AS (SELECT c.w FROM {_jsonb_rows(('int4', 'text', 'text'), n)} AS c(w, saga_id, owner) "
+            f"CROSS JOIN LATERAL (SELECT FROM sagas t WHERE t.saga_id = c.saga_id AND t.owner = c.owner "
+            f"AND {unasked('c.owner', 't.')} FOR UPDATE) AS t)"
             if checks > 1
             # One check (a lone save: the usual case) in scalars: PostgreSQL costs an array as 10 elements, so only
             # this form gets a generic plan, kept for the prepared statement instead of planning it at every call.
