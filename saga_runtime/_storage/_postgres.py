@@ -878,8 +878,11 @@ class PostgresDialect(Dialect):
             if records or not (write.create or write.owner is not None):
                 return [Outcome.WRITTEN]
             return [Outcome.TAKEN if write.create else Outcome.LOST]
-        sagas = [(i, write, write.saga) for i, write in enumerate(writes) if write.saga is not None]
-        checks = [(i, write) for i, write in enumerate(writes) if write.saga is None and write.owner is not None]
+        # Saga rows and owner checks in saga_id order: the order every statement locking several saga rows takes
+        # them in (a lease renewal's too), so that two of them never wait on each other's rows (a deadlock).
+        ordered = sorted(enumerate(writes), key=lambda pair: pair[1].saga_id)
+        sagas = [(i, write, write.saga) for i, write in ordered if write.saga is not None]
+        checks = [(i, write) for i, write in ordered if write.saga is None and write.owner is not None]
         steps = [
             (i, row, write.owner is not None or write.create) for i, write in enumerate(writes) for row in write.steps
         ]

@@ -44,10 +44,10 @@ async def test_a_batch_of_owner_checked_saves_looks_each_saga_up_by_its_key(stor
     dialect._autocommit_fetch = seen
     # The first save goes alone at once; the two arriving meanwhile share the next batch.
     await asyncio.gather(*(store.save(None, make_steps(saga_id, 2), owner=OWNER) for saga_id in ids))
-    ((sql, params),) = [(sql, params) for sql, params in written if sql.startswith("WITH checked")]
+    batches = [(sql, params) for sql, params in written if sql.startswith("WITH checked")]
+    assert len(batches) == 1, f"expected one batch of owner checks, sent: {[sql for sql, _ in written]}"
+    ((sql, params),) = batches
     async with admin("postgresql", url) as db:
-        await db.fetch("BEGIN")
         plan = "\n".join(row[0] for row in await db.fetch(f"EXPLAIN {sql}", *params))
-        await db.fetch("ROLLBACK")
     assert "Index Scan using sagas_pkey" in plan, plan
     assert "Seq Scan on sagas" not in plan, plan

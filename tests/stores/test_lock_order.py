@@ -1,0 +1,44 @@
+"""Statements locking several saga rows at once take them in one order (by saga id): two never deadlock."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from saga_runtime._storage._batch import Outcome, Write
+from saga_runtime._storage._sqlstore import SQLStore
+
+from .conftest import Stores, make_saga, make_steps
+from .test_reconnect import admin
+
+OWNER = "executor-1"  # make_saga's owner
+# Long enough for a statement sent meanwhile to reach the lock it waits for, on a loaded machine.
+SETTLE = 0.5
+
+
+@pytest.mark.parametrize("kind", ["postgresql", "mysql"])
+async def test_a_batch_of_owner_checks_and_a_lease_renewal_never_deadlock(stores: Stores, kind: str) -> None:
+    """A batch of owner-checked saves listing its sagas backwards and a lease renewal on the same sagas both pass."""
+    store = await stores.open(kind, wipe=True)
+    assert isinstance(store, SQLStore)
+    ids = [f"order-{n}" for n in range(3)]
+    for saga_id in ids:
+        assert await store.create_saga(make_saga(saga_id), make_steps(saga_id, 1)) is None
+    dialect: Any = store._dialect
+    checks = [Write("save", saga_id, None, [], owner=OWNER) for saga_id in reversed(ids)]
+    now = datetime.now(UTC)
+    async with admin(kind, stores.url(kind)) as db:
+        # The middle saga held by a third transaction: each statement locks what it can, then waits for it.
+        await db.fetch("BEGIN")
+        await db.fetch(f"SELECT saga_id FROM sagas WHERE saga_id = '{ids[1]}' FOR UPDATE")
+        batch = asyncio.create_task(dialect.write_batch(checks))
+        await asyncio.sleep(SETTLE)
+        renewal = asyncio.create_task(store.renew_leases(OWNER, ids, now + timedelta(seconds=30), now))
+        await asyncio.sleep(SETTLE)
+        await db.fetch("COMMIT")
+        outcomes, renewed = await asyncio.gather(batch, renewal, return_exceptions=True)
+    assert outcomes == [Outcome.WRITTEN] * 3, outcomes
+    assert renewed == set(ids), renewed
