@@ -10,6 +10,7 @@ import pytest
 
 from saga_runtime._storage._batch import Outcome, Write
 from saga_runtime._storage._sqlstore import SQLStore
+from saga_runtime._storage._sqlwrite import write_of
 
 from .conftest import Stores, make_saga, make_steps
 from .test_reconnect import admin
@@ -19,26 +20,39 @@ OWNER = "executor-1"  # make_saga's owner
 SETTLE = 0.5
 
 
+IDS = [f"order-{n}" for n in range(3)]
+
+
 @pytest.mark.parametrize("kind", ["postgresql", "mysql"])
-async def test_a_batch_of_owner_checks_and_a_lease_renewal_never_deadlock(stores: Stores, kind: str) -> None:
-    """A batch of owner-checked saves listing its sagas backwards and a lease renewal on the same sagas both pass."""
+@pytest.mark.parametrize(
+    ("saved", "held"),
+    [
+        pytest.param(IDS[::-1], IDS[1], id="owner-checks-backwards"),
+        pytest.param([IDS[2], IDS[0]], IDS[2], id="a-saga-row-then-an-owner-check"),
+    ],
+)
+async def test_a_batch_of_owner_checked_saves_and_a_lease_renewal_never_deadlock(
+    stores: Stores, kind: str, saved: list[str], held: str
+) -> None:
+    """A batch of owner-checked saves (its first with a saga row) and a renewal of the same leases both pass."""
     store = await stores.open(kind, wipe=True)
     assert isinstance(store, SQLStore)
-    ids = [f"order-{n}" for n in range(3)]
+    ids = IDS
     for saga_id in ids:
         assert await store.create_saga(make_saga(saga_id), make_steps(saga_id, 1)) is None
     dialect: Any = store._dialect
-    checks = [Write("save", saga_id, None, [], owner=OWNER) for saga_id in reversed(ids)]
+    writes = [write_of(store._codec, "save", make_saga(saved[0]), [], owner=OWNER)]
+    writes += [Write("save", saga_id, None, [], owner=OWNER) for saga_id in saved[1:]]
     now = datetime.now(UTC)
     async with admin(kind, stores.url(kind)) as db:
-        # The middle saga held by a third transaction: each statement locks what it can, then waits for it.
+        # One saga held by a third transaction: each statement locks what it can, then waits for it.
         await db.fetch("BEGIN")
-        await db.fetch(f"SELECT saga_id FROM sagas WHERE saga_id = '{ids[1]}' FOR UPDATE")
-        batch = asyncio.create_task(dialect.write_batch(checks))
+        await db.fetch(f"SELECT saga_id FROM sagas WHERE saga_id = '{held}' FOR UPDATE")
+        batch = asyncio.create_task(dialect.write_batch(writes))
         await asyncio.sleep(SETTLE)
         renewal = asyncio.create_task(store.renew_leases(OWNER, ids, now + timedelta(seconds=30), now))
         await asyncio.sleep(SETTLE)
         await db.fetch("COMMIT")
         outcomes, renewed = await asyncio.gather(batch, renewal, return_exceptions=True)
-    assert outcomes == [Outcome.WRITTEN] * 3, outcomes
+    assert outcomes == [Outcome.WRITTEN] * len(saved), outcomes
     assert renewed == set(ids), renewed
