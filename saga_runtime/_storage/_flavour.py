@@ -84,6 +84,9 @@ class Flavour:
     #: What stands for ` IN (*)`, a list of ids, where the list is one array parameter (one statement whatever its
     #: length, prepared once per connection); None: one placeholder per id.
     id_array: str | None = None
+    #: What follows the table's name in a statement locking several saga rows by their ids, for the database to
+    #: reach them by the primary key, so in saga_id order (the order every such statement locks them in).
+    by_key: str = ""
     #: How full (percent) an insert leaves a page of the steps table, where an update that finds room on its row's
     #: page writes no index entry (PostgreSQL's HOT update): None, the database's own fill.
     steps_fillfactor: int | None = None

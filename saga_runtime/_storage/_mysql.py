@@ -282,7 +282,9 @@ def _batch_script(writes: Sequence[Write], *, split: bool = False) -> tuple[list
     """
     statements: list[Statement] = []
     gated: list[int] = []
-    for i, write in enumerate(writes):
+    # Conditions in saga_id order: the order every statement locking several saga rows takes them in (a lease
+    # renewal's too), so that two transactions never wait on each other's rows (a deadlock).
+    for i, write in sorted(enumerate(writes), key=lambda pair: pair[1].saga_id):
         if write.owner is not None:
             statements.append(
                 (
@@ -303,7 +305,11 @@ def _batch_script(writes: Sequence[Write], *, split: bool = False) -> tuple[list
             statements.append((f"SET {_gate(i)} = ROW_COUNT()", []))
             gated.append(i)
     conditional = set(gated)
-    sagas = [write.saga for i, write in enumerate(writes) if write.saga is not None and i not in conditional]
+    sagas = [
+        write.saga
+        for i, write in sorted(enumerate(writes), key=lambda pair: pair[1].saga_id)
+        if write.saga is not None and i not in conditional
+    ]
     for chunk in _chunks(sagas, split):
         values = ", ".join([_SAGA_ROW] * len(chunk))
         statements.append(
@@ -458,6 +464,8 @@ FLAVOUR = Flavour(
     # sagas out of order: it waits for such a row a moment, and re-reads it (no longer QUEUED if taken).
     lock_queue_scan=" FOR UPDATE",
     lock_purge_scan=" FOR UPDATE SKIP LOCKED",
+    # InnoDB locks the rows a statement reads as it reads them: on the primary key, in saga_id order.
+    by_key=" FORCE INDEX (PRIMARY)",
     insert_ignore=insert_ignore_on_duplicate,
     upsert=upsert_on_duplicate,
     table_exists="SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?",

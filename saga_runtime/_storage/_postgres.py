@@ -383,7 +383,8 @@ def _batch_statement(
 
     Parameters, for the parts present: the saga rows as one JSON array of arrays, each row's columns then its write
     index, mode and expected owner (or, with `saga_rows`, those values row by row); the owner checks of writes
-    without a saga row (index, saga id, owner: rows of a JSON array, or scalars when `checks` is 1); the step rows
+    without a saga row, and with them those of the owners' saga rows (index, saga id, owner: rows of a JSON array
+    locked in their order, or scalars when `checks` is 1); the step rows
     as one JSON array of arrays, each row's columns then its write index and whether it is gated (or, with
     `step_rows`, those values row by row).
 
@@ -454,9 +455,11 @@ def _batch_statement(
             passed.append("SELECT w FROM updated")
     if checks:
         parts.append(
-            f"checked AS (SELECT c.w FROM sagas t JOIN {_jsonb_rows(('int4', 'text', 'text'), n)} "
-            f"AS c(w, saga_id, owner) ON t.saga_id = c.saga_id AND t.owner = c.owner AND {unasked('c.owner', 't.')} "
-            "FOR UPDATE OF t)"
+            # Each check looks its saga row up by the primary key (LATERAL: a nested loop the planner cannot turn
+            # into a hash join, which scans every saga row at every batch, as it costs the JSON rows as 100).
+            f"checked AS (SELECT c.w FROM {_jsonb_rows(('int4', 'text', 'text'), n)} AS c(w, saga_id, owner) "
+            f"CROSS JOIN LATERAL (SELECT FROM sagas t WHERE t.saga_id = c.saga_id AND t.owner = c.owner "
+            f"AND {unasked('c.owner', 't.')} FOR UPDATE) AS t)"
             if checks > 1
             # One check (a lone save: the usual case) in scalars: PostgreSQL costs an array as 10 elements, so only
             # this form gets a generic plan, kept for the prepared statement instead of planning it at every call.
@@ -464,7 +467,8 @@ def _batch_statement(
             f"WHERE t.saga_id = ${n + 1 - one}::text AND t.owner = ${n + 2 - one}::text "
             f"AND {unasked(f'${n + 2 - one}::text', 't.')} FOR UPDATE)"
         )
-        passed.append("SELECT w FROM checked")
+        # First: the rows it locks (in the order of its rows) are locked before any saga row is updated.
+        passed.insert(0, "SELECT w FROM checked")
         n += (3 - one) if checks == 1 else 1
     # What holds the indexes of the writes that passed: the one part that tells (a lone save's `checked`, say) as
     # it is, or the union of the parts (each a node less for the server to set up at every run).
@@ -876,8 +880,16 @@ class PostgresDialect(Dialect):
             if records or not (write.create or write.owner is not None):
                 return [Outcome.WRITTEN]
             return [Outcome.TAKEN if write.create else Outcome.LOST]
-        sagas = [(i, write, write.saga) for i, write in enumerate(writes) if write.saga is not None]
-        checks = [(i, write) for i, write in enumerate(writes) if write.saga is None and write.owner is not None]
+        # Saga rows and owner checks in saga_id order: the order every statement locking several saga rows takes
+        # them in (a lease renewal's too), so that two of them never wait on each other's rows (a deadlock).
+        ordered = sorted(enumerate(writes), key=lambda pair: pair[1].saga_id)
+        sagas = [(i, write, write.saga) for i, write in ordered if write.saga is not None]
+        owned = [(i, write) for i, write in ordered if write.owner is not None and not write.create]
+        checks = [(i, write) for i, write in owned if write.saga is None]
+        if checks and len(checks) < len(owned):
+            # Saga rows updated by their owner too: their owners are checked with the others', so that one pass
+            # locks every saga in saga_id order (the update, run after it, finds its rows held already).
+            checks = owned
         steps = [
             (i, row, write.owner is not None or write.create) for i, write in enumerate(writes) for row in write.steps
         ]

@@ -656,10 +656,20 @@ class Queries:
 
     def renew(self, count: int) -> str:
         """Return the UPDATE extending `owner`'s leases on `count` ids (params: lease, owner, live..., ids...)."""
-        sql = (
-            f"UPDATE sagas SET lease_expires_at = {self._lease} WHERE owner = ? AND status IN (?, ?) AND saga_id IN (*)"
-        )
-        return self._in(sql + (" RETURNING saga_id" if self.renew_returns else ""), count)
+        # The rows locked in saga_id order, as a batch of writes locks them: in the order of the plan's index walk
+        # (the owner's or the (status, lease) one), two statements locking the same sagas could deadlock.
+        held = "owner = ? AND status IN (?, ?) AND saga_id IN (*)"
+        if self.renew_returns:
+            # PostgreSQL: locked by a subquery, sorted then locked row by row (it re-checks each locked row's
+            # condition on its newest version), then updated.
+            sql = (
+                f"UPDATE sagas SET lease_expires_at = {self._lease} FROM (SELECT saga_id FROM sagas WHERE {held} "
+                f"ORDER BY saga_id{self.dialect.lock_row}) AS locked WHERE sagas.saga_id = locked.saga_id "
+                "RETURNING sagas.saga_id"
+            )
+        else:
+            sql = f"UPDATE sagas{self.dialect.by_key} SET lease_expires_at = {self._lease} WHERE {held}"
+        return self._in(sql, count)
 
     def owned(self, count: int) -> str:
         """Return the query of which of `count` ids `owner` holds (params: owner, live..., ids...)."""

@@ -566,7 +566,9 @@ class SQLStore(StoreBase, SQLRetention, SQLSchedules, SQLQueueControl):
     ) -> set[str]:
         """Extend the leases `owner` still holds on the live sagas `saga_ids`; return the ids it still owns."""
         self._check_open()
-        ids = list(dict.fromkeys(saga_ids))
+        # In saga id order, chunk after chunk: each statement locks its rows so, as a batch of writes does (two
+        # statements locking the same sagas in other orders could deadlock).
+        ids = sorted(set(saga_ids))
         if not ids:
             return set()
         q, codec = self._queries, self._codec
