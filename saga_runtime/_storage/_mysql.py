@@ -282,9 +282,10 @@ def _batch_script(writes: Sequence[Write], *, split: bool = False) -> tuple[list
     """
     statements: list[Statement] = []
     gated: list[int] = []
-    # Conditions in saga_id order: the order every statement locking several saga rows takes them in (a lease
-    # renewal's too), so that two transactions never wait on each other's rows (a deadlock).
-    for i, write in sorted(enumerate(writes), key=lambda pair: pair[1].saga_id):
+    # Conditions and saga rows in saga_id order: the order every statement locking several saga rows takes them in
+    # (a lease renewal's too), so that two transactions never wait on each other's rows (a deadlock).
+    ordered = sorted(enumerate(writes), key=lambda pair: pair[1].saga_id)
+    for i, write in ordered:
         if write.owner is not None:
             statements.append(
                 (
@@ -305,11 +306,7 @@ def _batch_script(writes: Sequence[Write], *, split: bool = False) -> tuple[list
             statements.append((f"SET {_gate(i)} = ROW_COUNT()", []))
             gated.append(i)
     conditional = set(gated)
-    sagas = [
-        write.saga
-        for i, write in sorted(enumerate(writes), key=lambda pair: pair[1].saga_id)
-        if write.saga is not None and i not in conditional
-    ]
+    sagas = [write.saga for i, write in ordered if write.saga is not None and i not in conditional]
     for chunk in _chunks(sagas, split):
         values = ", ".join([_SAGA_ROW] * len(chunk))
         statements.append(
